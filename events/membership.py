@@ -1,0 +1,146 @@
+"""Cluster membership and leadership: how TaskManagers join, stay and leave.
+
+Messages (in inboxes and outboxes) keep Flink's protocol names; facts (in the cluster's
+fact stream, the source of truth) are past-tense state changes decided by the leader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from .schema import Event, event
+
+__all__ = [
+    "RegisterTaskManager",
+    "AcknowledgeRegistration",
+    "AlreadyRegistered",
+    "RefuseRegistration",
+    "TaskManagerHeartbeat",
+    "JobManagerHeartbeat",
+    "UnregisterTaskManager",
+    "DisconnectTaskManager",
+    "TaskManagerRegistered",
+    "TaskManagerLost",
+    "TaskManagerUnregistered",
+    "LeadershipGranted",
+]
+
+# --- messages: TaskManager -> JobManager --------------------------------------------------
+
+
+@event("RegisterTaskManager", version=2)
+class RegisterTaskManager(Event):
+    """A TaskManager asks the leader at ``epoch`` to join with ``slots`` slots.
+
+    ``session`` is new at every start of the TaskManager process, so the leader can tell
+    a repeated request (same session) from a restarted TaskManager (new session).
+    Version 2 added ``labels``.
+    """
+
+    resource_id: str
+    session: str
+    host: str
+    slots: int
+    protocol_version: int
+    epoch: int
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@event("TaskManagerHeartbeat")
+class TaskManagerHeartbeat(Event):
+    resource_id: str
+    session: str
+    epoch: int
+    slots_free: int
+
+
+@event("UnregisterTaskManager")
+class UnregisterTaskManager(Event):
+    """A TaskManager that stops gracefully says goodbye."""
+
+    resource_id: str
+    session: str
+    reason: str
+
+
+# --- messages: JobManager -> TaskManager --------------------------------------------------
+
+
+@event("AcknowledgeRegistration")
+class AcknowledgeRegistration(Event):
+    resource_id: str
+    session: str
+    epoch: int
+    heartbeat_interval_ms: int
+    heartbeat_timeout_ms: int
+
+
+@event("AlreadyRegistered")
+class AlreadyRegistered(Event):
+    """The same TaskManager session registered again (a lost reply, or a new leader)."""
+
+    resource_id: str
+    session: str
+    epoch: int
+    heartbeat_interval_ms: int
+    heartbeat_timeout_ms: int
+
+
+@event("RefuseRegistration")
+class RefuseRegistration(Event):
+    """Registration refused; ``retry`` says whether trying again can succeed."""
+
+    resource_id: str
+    session: str
+    epoch: int
+    reason: str
+    retry: bool
+
+
+@event("JobManagerHeartbeat")
+class JobManagerHeartbeat(Event):
+    epoch: int
+    leader_id: str
+
+
+@event("DisconnectTaskManager")
+class DisconnectTaskManager(Event):
+    """The leader no longer counts this TaskManager in (e.g. declared lost); register again."""
+
+    resource_id: str
+    session: str
+    epoch: int
+    reason: str
+
+
+# --- facts --------------------------------------------------------------------------------
+
+
+@event("TaskManagerRegistered")
+class TaskManagerRegistered(Event):
+    resource_id: str
+    session: str
+    host: str
+    slots: int
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@event("TaskManagerLost")
+class TaskManagerLost(Event):
+    resource_id: str
+    session: str
+    reason: str
+
+
+@event("TaskManagerUnregistered")
+class TaskManagerUnregistered(Event):
+    resource_id: str
+    session: str
+    reason: str
+
+
+@event("LeadershipGranted")
+class LeadershipGranted(Event):
+    epoch: int
+    leader_id: str
+    host: str

@@ -1,0 +1,60 @@
+"""Upcasters: explicit steps that turn an old schema version of a payload into the next one.
+
+Register one function per step, ``(type, from_version) -> payload of from_version + 1``::
+
+    @upcaster("RegisterTaskManager", 1)
+    def _v1_to_v2(payload): return {**payload, "labels": {}}
+
+Decoding an entry written at version ``k`` applies the steps ``k -> k+1 -> ... -> current``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from sluice.errors import UnsupportedSchemaVersion
+
+__all__ = ["upcaster", "upcast"]
+
+Payload = dict[str, Any]
+_STEPS: dict[tuple[str, int], Callable[[Payload], Payload]] = {}
+
+
+def upcaster(type_name: str, from_version: int) -> Callable[[Callable[[Payload], Payload]], Callable[[Payload], Payload]]:
+    def register(fn: Callable[[Payload], Payload]) -> Callable[[Payload], Payload]:
+        key = (type_name, from_version)
+        if key in _STEPS:
+            raise TypeError(f"upcaster {type_name} v{from_version} is registered twice")
+        _STEPS[key] = fn
+        return fn
+
+    return register
+
+
+def upcast(type_name: str, version: int, current: int, payload: Any) -> Any:
+    if version > current:
+        raise UnsupportedSchemaVersion(
+            f"{type_name} v{version} was written by a newer Sluice (this one reads up to v{current}); upgrade Sluice"
+        )
+    if version < 1:
+        raise UnsupportedSchemaVersion(f"{type_name} has schema version {version}; versions start at 1")
+    while version < current:
+        step = _STEPS.get((type_name, version))
+        if step is None:
+            raise UnsupportedSchemaVersion(
+                f"{type_name} v{version} cannot be read: no upcaster from v{version} to v{version + 1}"
+            )
+        payload = step(payload)
+        version += 1
+    return payload
+
+
+# --- the steps ---------------------------------------------------------------------------
+
+
+@upcaster("RegisterTaskManager", 1)
+def _register_task_manager_v1_v2(payload: Payload) -> Payload:
+    """v2 added ``labels`` (free-form placement hints); v1 TaskManagers had none."""
+    if isinstance(payload, dict):
+        return {**payload, "labels": {}}
+    return payload

@@ -1,0 +1,1 @@
+"""Sluice's components: each a pure core (``decide`` + ``evolve``) and a thin shell."""

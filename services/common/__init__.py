@@ -1,0 +1,1 @@
+"""Pieces every shell shares: ids, clocks, logging, process signals."""

@@ -1,0 +1,63 @@
+"""What every shell needs and the cores must not have: ids, the clock, logging, signals."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+
+import structlog
+
+__all__ = ["new_id", "now_ms", "hostname", "configure_logging", "stop_on_signals", "get_logger"]
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def hostname() -> str:
+    return os.environ.get("SLUICE_HOST") or socket.gethostname()
+
+
+def configure_logging(level: str | None = None, *, json: bool | None = None) -> None:
+    """structlog to stderr: readable lines on a terminal, JSON lines otherwise (or SLUICE_LOG_JSON=1)."""
+    level = (level or os.environ.get("SLUICE_LOG_LEVEL") or "INFO").upper()
+    if json is None:
+        json = os.environ.get("SLUICE_LOG_JSON") == "1"
+    renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level, logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(component: str, **bound: object) -> structlog.typing.FilteringBoundLogger:
+    return structlog.get_logger().bind(component=component, **bound)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT, so a shell can leave gracefully."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop

@@ -1,0 +1,150 @@
+"""The embedded cluster: one data directory (default ``.sluice/``) holding the Redis AOF,
+the logs of every process, and ``cluster.json`` naming what runs, so that later
+commands find it again (and bring Redis back on the same data if it is down)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from sluice.errors import ConfigError, RedisUnavailable
+from sluice.services.common.shell import new_id
+
+from .redis_server import RedisServer, stop_server
+
+__all__ = ["EmbeddedCluster", "ProcessInfo", "alive"]
+
+_SHORT = {"taskmanager": "tm", "jobmanager": "jm", "projector": "projector"}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+@dataclass
+class ProcessInfo:
+    role: str
+    pid: int
+    name: str
+
+
+class EmbeddedCluster:
+    def __init__(self, home: Path, *, prefix: str = "sluice", env: dict[str, str] | None = None) -> None:
+        self.home = Path(home)
+        self.prefix = prefix
+        self.env = env or {}
+        self.state_file = self.home / "cluster.json"
+        self.logs = self.home / "logs"
+        self._server: RedisServer | None = None
+        self.owns_redis = False
+
+    # --- state file ----------------------------------------------------------------------
+
+    def _read(self) -> dict:
+        try:
+            return json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{self.state_file} is damaged ({exc}); remove it and start the cluster again") from exc
+
+    def _write(self, data: dict) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(self.state_file)
+
+    # --- redis ---------------------------------------------------------------------------
+
+    def redis_url(self, *, start: bool = True, detach: bool = False) -> str:
+        """The URL of the embedded Redis: the recorded one if it answers, else a new server
+        on the same data directory (so a finished run's log can still be read)."""
+        data = self._read()
+        rec = data.get("redis")
+        if rec:
+            try:
+                if redis.Redis.from_url(rec["url"], socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)).ping():
+                    return str(rec["url"])
+            except redis.ConnectionError:
+                pass
+        if not start:
+            raise RedisUnavailable(f"no embedded Redis runs for {self.home}; start one with `sluice cluster start`")
+        server = RedisServer(self.home / "redis")
+        url = server.start(detach=detach)
+        self._server = server
+        self.owns_redis = True
+        data["redis"] = {"url": url, "pid": server.pid, "port": server.port}
+        self._write(data)
+        return url
+
+    def stop_redis(self) -> None:
+        data = self._read()
+        rec = data.pop("redis", None)
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        elif rec:
+            stop_server(int(rec["port"]))
+        self._write(data)
+
+    # --- processes -----------------------------------------------------------------------
+
+    def processes(self, role: str | None = None) -> list[ProcessInfo]:
+        out = [ProcessInfo(**p) for p in self._read().get("processes", [])]
+        return [p for p in out if alive(p.pid) and (role is None or p.role == role)]
+
+    def spawn(self, role: str, url: str, *args: str, name: str | None = None, detach: bool = True) -> ProcessInfo:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        name = name or f"{_SHORT.get(role, role)}-{new_id()[:6]}"
+        cmd = [sys.executable, "-m", "sluice", "--redis", url, "--prefix", self.prefix, role, *args]
+        if role == "taskmanager":
+            cmd += ["--resource-id", name]
+        log = open(self.logs / f"{name}.log", "ab")
+        env = {**os.environ, **self.env}
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=detach, env=env)
+        log.close()
+        info = ProcessInfo(role, proc.pid, name)
+        data = self._read()
+        data["processes"] = [p for p in data.get("processes", []) if alive(p["pid"])] + [info.__dict__]
+        self._write(data)
+        return info
+
+    def terminate(self, infos: list[ProcessInfo], *, timeout: float = 15.0) -> None:
+        """SIGTERM (graceful: TaskManagers unregister), then SIGKILL what is left."""
+        for p in infos:
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(alive(p.pid) for p in infos):
+            time.sleep(0.05)
+        for p in infos:
+            if alive(p.pid):
+                os.kill(p.pid, signal.SIGKILL)
+        gone = {p.pid for p in infos}
+        data = self._read()
+        data["processes"] = [p for p in data.get("processes", []) if p["pid"] not in gone and alive(p["pid"])]
+        self._write(data)

@@ -1,0 +1,5 @@
+"""The JobManager: leader election, the cluster inbox, membership (later: jobs)."""
+
+from .process import JobManager
+
+__all__ = ["JobManager"]

@@ -1,0 +1,229 @@
+"""Membership, pure: who is in the cluster, decided from messages, folded from facts.
+
+``decide(state, message)`` returns the facts a message causes and the replies it
+gets; ``evolve(state, fact)`` applies one fact. Neither does I/O, reads a clock or
+draws randomness: time comes in with the call. Liveness (when each TaskManager was
+last heard from) is not history and is not folded from the log: a new leader starts
+every TaskManager's heartbeat timeout afresh, as Flink's JobMaster does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sluice.events import (
+    PROTOCOL_VERSION,
+    AcknowledgeRegistration,
+    AlreadyRegistered,
+    DisconnectTaskManager,
+    Envelope,
+    Event,
+    LeadershipGranted,
+    RefuseRegistration,
+    RegisterTaskManager,
+    TaskManagerHeartbeat,
+    TaskManagerLost,
+    TaskManagerRegistered,
+    TaskManagerUnregistered,
+    UnregisterTaskManager,
+)
+
+__all__ = [
+    "MembershipConfig",
+    "TaskManagerRow",
+    "Membership",
+    "Decision",
+    "UnexpectedMessage",
+    "decide",
+    "decide_timeouts",
+    "evolve",
+    "HeartbeatMonitor",
+]
+
+Status = Literal["REGISTERED", "LOST", "UNREGISTERED"]
+
+
+@dataclass(frozen=True)
+class MembershipConfig:
+    heartbeat_interval_ms: int = 1000
+    heartbeat_timeout_ms: int = 5000
+    max_slots: int = 1024
+
+
+@dataclass(slots=True)
+class TaskManagerRow:
+    """One row of the TaskManager table."""
+
+    resource_id: str
+    session: str
+    host: str
+    slots: int
+    labels: dict[str, str]
+    status: Status
+    since: int
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "resource_id": self.resource_id,
+            "session": self.session,
+            "host": self.host,
+            "slots": self.slots,
+            "labels": self.labels,
+            "status": self.status,
+            "since": self.since,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TaskManagerRow":
+        return cls(**d)
+
+
+@dataclass(slots=True)
+class Membership:
+    """The folded state: the leader's epoch and every TaskManager ever seen (departed ones
+    keep their row with status LOST or UNREGISTERED)."""
+
+    epoch: int = 0
+    leader_id: str | None = None
+    taskmanagers: dict[str, TaskManagerRow] = field(default_factory=dict)
+
+    def active(self) -> list[TaskManagerRow]:
+        return [r for r in self.taskmanagers.values() if r.status == "REGISTERED"]
+
+    def is_registered(self, resource_id: str, session: str) -> bool:
+        row = self.taskmanagers.get(resource_id)
+        return row is not None and row.status == "REGISTERED" and row.session == session
+
+    @property
+    def total_slots(self) -> int:
+        return sum(r.slots for r in self.active())
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a message causes: facts for the log, replies to TaskManagers (by resource id)."""
+
+    facts: tuple[Event, ...] = ()
+    replies: tuple[tuple[str, Event], ...] = ()
+
+
+class UnexpectedMessage(Exception):
+    """A well-formed message the cluster inbox does not take (it gets dead-lettered)."""
+
+
+# --- evolve ------------------------------------------------------------------------------
+
+
+def evolve(state: Membership, env: Envelope) -> Membership:
+    """Apply one fact to ``state`` (in place) and return it. Unknown facts change nothing."""
+    ev = env.event
+    t = type(ev)
+    if t is TaskManagerRegistered:
+        state.taskmanagers[ev.resource_id] = TaskManagerRow(
+            ev.resource_id, ev.session, ev.host, ev.slots, dict(ev.labels), "REGISTERED", env.ts
+        )
+    elif t is TaskManagerLost or t is TaskManagerUnregistered:
+        row = state.taskmanagers.get(ev.resource_id)
+        if row is not None and row.session == ev.session:
+            row.status = "LOST" if t is TaskManagerLost else "UNREGISTERED"
+            row.since = env.ts
+            row.reason = ev.reason
+    elif t is LeadershipGranted:
+        state.epoch = ev.epoch
+        state.leader_id = ev.leader_id
+    return state
+
+
+# --- decide ------------------------------------------------------------------------------
+
+
+def decide(state: Membership, env: Envelope, config: MembershipConfig) -> Decision:
+    """The facts and replies one cluster-inbox message causes."""
+    msg = env.event
+    if isinstance(msg, RegisterTaskManager):
+        return _register(state, msg, config)
+    if isinstance(msg, TaskManagerHeartbeat):
+        if state.is_registered(msg.resource_id, msg.session):
+            return Decision()
+        return Decision(replies=((msg.resource_id, DisconnectTaskManager(
+            msg.resource_id, msg.session, state.epoch,
+            "this TaskManager is not registered with the leader (declared lost, or registered "
+            "under another session); register again",
+        )),))
+    if isinstance(msg, UnregisterTaskManager):
+        if state.is_registered(msg.resource_id, msg.session):
+            return Decision(facts=(TaskManagerUnregistered(msg.resource_id, msg.session, msg.reason),))
+        return Decision()  # already gone: leaving twice is harmless
+    raise UnexpectedMessage(
+        f"{msg.TYPE} is not a message the JobManager takes on the cluster inbox "
+        "(it takes RegisterTaskManager, TaskManagerHeartbeat, UnregisterTaskManager)"
+    )
+
+
+def _register(state: Membership, msg: RegisterTaskManager, config: MembershipConfig) -> Decision:
+    def refuse(reason: str, retry: bool) -> Decision:
+        return Decision(replies=((msg.resource_id, RefuseRegistration(msg.resource_id, msg.session, state.epoch, reason, retry)),))
+
+    if msg.protocol_version != PROTOCOL_VERSION:
+        return refuse(
+            f"protocol version mismatch: the TaskManager speaks {msg.protocol_version}, the JobManager "
+            f"{PROTOCOL_VERSION}; run the same Sluice version on both",
+            False,
+        )
+    if not 1 <= msg.slots <= config.max_slots:
+        return refuse(f"invalid slot count {msg.slots}: a TaskManager offers 1 to {config.max_slots} slots", False)
+    if not msg.host.strip():
+        return refuse("empty host name: give the TaskManager a host (--host or $SLUICE_HOST)", False)
+    if msg.epoch != state.epoch:
+        return refuse(
+            f"addressed to the leader of epoch {msg.epoch}, but the leader is at epoch {state.epoch}; "
+            "read the current leader and register again",
+            True,
+        )
+    intervals = (config.heartbeat_interval_ms, config.heartbeat_timeout_ms)
+    row = state.taskmanagers.get(msg.resource_id)
+    if row is not None and row.status == "REGISTERED":
+        if row.session == msg.session:
+            return Decision(replies=((msg.resource_id, AlreadyRegistered(msg.resource_id, msg.session, state.epoch, *intervals)),))
+        facts: tuple[Event, ...] = (
+            TaskManagerLost(row.resource_id, row.session, f"restarted: registered again as session {msg.session}"),
+        )
+    else:
+        facts = ()
+    facts += (TaskManagerRegistered(msg.resource_id, msg.session, msg.host, msg.slots, dict(msg.labels)),)
+    return Decision(facts=facts, replies=((msg.resource_id, AcknowledgeRegistration(msg.resource_id, msg.session, state.epoch, *intervals)),))
+
+
+def decide_timeouts(state: Membership, monitor: "HeartbeatMonitor", now: int, config: MembershipConfig) -> Decision:
+    """TaskManagers not heard from for the heartbeat timeout are lost."""
+    facts = []
+    for row in state.active():
+        last = monitor.last_seen.get(row.resource_id)
+        if last is None:
+            continue
+        if now - last > config.heartbeat_timeout_ms:
+            facts.append(TaskManagerLost(
+                row.resource_id, row.session,
+                f"no heartbeat for {now - last} ms (timeout {config.heartbeat_timeout_ms} ms)",
+            ))
+    return Decision(facts=tuple(facts))
+
+
+@dataclass
+class HeartbeatMonitor:
+    """When each TaskManager was last heard from (soft state, not folded from the log)."""
+
+    last_seen: dict[str, int] = field(default_factory=dict)
+
+    def observe(self, resource_id: str, now: int) -> None:
+        self.last_seen[resource_id] = now
+
+    def forget(self, resource_id: str) -> None:
+        self.last_seen.pop(resource_id, None)
+
+    def restart(self, state: Membership, now: int) -> None:
+        """A new leader gives every registered TaskManager a full timeout from now."""
+        self.last_seen = {r.resource_id: now for r in state.active()}

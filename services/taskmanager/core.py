@@ -1,0 +1,131 @@
+"""The TaskManager's registration state machine, pure.
+
+States: ``UNREGISTERED`` (waiting for a leader or for the backoff to pass),
+``REGISTERING`` (a request is out), ``REGISTERED``, ``REFUSED`` (final: the leader said
+trying again cannot help). Inputs are replies from the leader, leader heartbeats and
+ticks with the current time; outputs are what the shell should do next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sluice.events import (
+    PROTOCOL_VERSION,
+    AcknowledgeRegistration,
+    AlreadyRegistered,
+    DisconnectTaskManager,
+    Event,
+    JobManagerHeartbeat,
+    RefuseRegistration,
+    RegisterTaskManager,
+    TaskManagerHeartbeat,
+)
+
+__all__ = ["RegistrationConfig", "Registration", "Send"]
+
+State = Literal["UNREGISTERED", "REGISTERING", "REGISTERED", "REFUSED"]
+
+
+@dataclass(frozen=True)
+class RegistrationConfig:
+    initial_backoff_ms: int = 100
+    max_backoff_ms: int = 2000
+    heartbeat_interval_ms: int = 1000
+    jobmanager_timeout_ms: int = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``message`` to the cluster inbox."""
+
+    message: Event
+
+
+@dataclass
+class Registration:
+    resource_id: str
+    session: str
+    host: str
+    slots: int
+    config: RegistrationConfig = field(default_factory=RegistrationConfig)
+    labels: dict[str, str] = field(default_factory=dict)
+    state: State = "UNREGISTERED"
+    epoch: int | None = None
+    backoff_ms: int = 0
+    next_attempt: int = 0
+    next_heartbeat: int = 0
+    last_leader_contact: int = 0
+    refusal: str | None = None
+    history: list[str] = field(default_factory=list)
+
+    def _to(self, state: State, why: str) -> None:
+        self.history.append(f"{self.state} -> {state}: {why}")
+        del self.history[:-20]
+        self.state = state
+
+    # --- inputs --------------------------------------------------------------------------
+
+    def tick(self, now: int, leader_epoch: int | None, slots_free: int) -> list[Send]:
+        """Time passes; ``leader_epoch`` is the epoch of the current lease holder, if any."""
+        if self.state == "REFUSED":
+            return []
+        if self.state == "REGISTERED":
+            if leader_epoch is not None and leader_epoch > (self.epoch or 0):
+                return self._reregister(now, leader_epoch, f"a new leader leads at epoch {leader_epoch}")
+            if now - self.last_leader_contact > self.config.jobmanager_timeout_ms:
+                self._to("UNREGISTERED", f"no heartbeat from the leader for {now - self.last_leader_contact} ms")
+                self.next_attempt = now
+                self.backoff_ms = 0
+            elif now >= self.next_heartbeat:
+                self.next_heartbeat = now + self.config.heartbeat_interval_ms
+                return [Send(TaskManagerHeartbeat(self.resource_id, self.session, self.epoch or 0, slots_free))]
+            return []
+        if now < self.next_attempt or leader_epoch is None:
+            return []
+        # UNREGISTERED, or REGISTERING with no answer within the backoff: (re)try.
+        self.backoff_ms = min(max(self.backoff_ms * 2, self.config.initial_backoff_ms), self.config.max_backoff_ms)
+        self.next_attempt = now + self.backoff_ms
+        self._to("REGISTERING", f"registering with the leader at epoch {leader_epoch}")
+        return [Send(RegisterTaskManager(self.resource_id, self.session, self.host, self.slots,
+                                         PROTOCOL_VERSION, leader_epoch, dict(self.labels)))]
+
+    def receive(self, msg: Event, now: int) -> list[Send]:
+        """A message from the leader arrived in this TaskManager's inbox."""
+        if isinstance(msg, JobManagerHeartbeat):
+            if self.state == "REGISTERED":
+                if msg.epoch == self.epoch:
+                    self.last_leader_contact = now
+                elif msg.epoch > (self.epoch or 0):
+                    return self._reregister(now, msg.epoch, f"heartbeat from a new leader at epoch {msg.epoch}")
+            return []
+        if getattr(msg, "session", None) != self.session:
+            return []  # a reply to an earlier session of this TaskManager
+        if isinstance(msg, (AcknowledgeRegistration, AlreadyRegistered)):
+            if self.state != "REFUSED":
+                self.epoch = msg.epoch
+                self.last_leader_contact = now
+                self.next_heartbeat = now
+                self.backoff_ms = 0
+                self.config = RegistrationConfig(
+                    self.config.initial_backoff_ms, self.config.max_backoff_ms,
+                    msg.heartbeat_interval_ms, msg.heartbeat_timeout_ms,
+                )
+                self._to("REGISTERED", f"{msg.TYPE} at epoch {msg.epoch}")
+        elif isinstance(msg, RefuseRegistration):
+            if msg.retry:
+                self._to("UNREGISTERED", f"refused, will retry: {msg.reason}")
+            else:
+                self.refusal = msg.reason
+                self._to("REFUSED", msg.reason)
+        elif isinstance(msg, DisconnectTaskManager):
+            if self.state == "REGISTERED":
+                return self._reregister(now, msg.epoch, msg.reason)
+        return []
+
+    def _reregister(self, now: int, epoch: int, why: str) -> list[Send]:
+        self._to("UNREGISTERED", why)
+        self.backoff_ms = 0
+        self.next_attempt = now
+        return self.tick(now, epoch, 0)

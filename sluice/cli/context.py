@@ -1,0 +1,40 @@
+"""What every command shares: settings, the embedded cluster, and the one connection."""
+
+from __future__ import annotations
+
+import atexit
+from dataclasses import dataclass, field
+
+from sluice.config import Settings
+from sluice.services.embedded import EmbeddedCluster
+from sluice.store import EventLog, Keys, connect
+
+__all__ = ["Context"]
+
+
+@dataclass
+class Context:
+    settings: Settings
+    _log: EventLog | None = field(default=None, init=False)
+    _cluster: EmbeddedCluster | None = field(default=None, init=False)
+
+    @property
+    def cluster(self) -> EmbeddedCluster:
+        if self._cluster is None:
+            self._cluster = EmbeddedCluster(self.settings.home, prefix=self.settings.prefix)
+        return self._cluster
+
+    @property
+    def url(self) -> str:
+        """The Redis URL: given, or the embedded one (brought back on its data if down)."""
+        if self.settings.redis_url:
+            return self.settings.redis_url
+        url = self.cluster.redis_url()
+        if self.cluster.owns_redis:
+            atexit.register(self.cluster.stop_redis)
+        return url
+
+    def log(self) -> EventLog:
+        if self._log is None:
+            self._log = EventLog(connect(self.url), Keys(self.settings.prefix))
+        return self._log

@@ -1,0 +1,145 @@
+"""``sluice inspect``: the streams, decoded, as they are (also ``scripts/inspect``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+import orjson
+from rich.console import Console
+from rich.markup import escape
+
+from sluice.errors import DecodeError, SluiceError
+from sluice.events import decode_fields
+from sluice.store import EventLog
+
+from .context import Context
+
+console = Console(highlight=False, emoji=False, soft_wrap=True)
+
+
+def short(log: EventLog, stream: str) -> str:
+    """``{sluice:cluster}:facts`` -> ``cluster:facts``."""
+    head = "{" + log.keys.prefix + ":"
+    return stream.replace(head, "", 1).replace("}", "", 1) if stream.startswith(head) else stream
+
+
+def resolve(log: EventLog, names: tuple[str, ...]) -> list[str]:
+    streams = log.streams()
+    if not names:
+        return streams
+    out = []
+    for name in names:
+        hits = [s for s in streams if s == name or short(log, s) == name]
+        if not hits:
+            hits = [s for s in streams if short(log, s).endswith(name) or short(log, s).startswith(name + ":")]
+        if not hits:
+            known = ", ".join(short(log, s) for s in streams) or "none yet"
+            raise SluiceError(f"no stream {name!r} under prefix {log.keys.prefix!r}; streams: {known}")
+        out += [h for h in hits if h not in out]
+    return out
+
+
+def record(log: EventLog, stream: str, entry_id: str, fields: dict[bytes, bytes]) -> dict:
+    """One entry as JSON data: the envelope, a dead letter, or what is wrong with it."""
+    base = {"stream": short(log, stream), "entry": entry_id}
+    if stream.endswith(":dead"):
+        dead = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
+        return {**base, "dead_letter": dead}
+    try:
+        env = decode_fields(fields, stream=stream, entry_id=entry_id)
+    except DecodeError as exc:
+        return {**base, "undecodable": str(exc)}
+    rec = {**base, **env.to_dict()}
+    if b"to" in fields:
+        rec["to"] = short(log, fields[b"to"].decode())
+    return rec
+
+
+def line(rec: dict) -> str:
+    ts = rec.get("ts")
+    when = time.strftime("%H:%M:%S", time.localtime(ts / 1000)) + f".{ts % 1000:03d}" if ts else "            "
+    where = f"[dim]{rec['entry']:>17}[/] [cyan]{escape(rec['stream']):<24}[/]"
+    if "dead_letter" in rec:
+        d = rec["dead_letter"]
+        return f"{where} [red]DEAD[/] {escape(d.get('kind', ''))}: {escape(d.get('reason', ''))} (from {escape(d.get('stream', ''))} {d.get('entry', '')})"
+    if "undecodable" in rec:
+        return f"{where} [red]UNDECODABLE[/] {escape(rec['undecodable'])}"
+    payload = " ".join(f"{k}={_fmt(v)}" for k, v in rec["payload"].items())
+    extra = f" [dim]→ {escape(rec['to'])}[/]" if "to" in rec else ""
+    epoch = f" e{rec['epoch']}" if rec.get("epoch") else ""
+    return f"{where} {when}{epoch} [bold]{rec['type']}[/]{extra} {escape(payload)}"
+
+
+def _fmt(v: object) -> str:
+    text = v if isinstance(v, str) else orjson.dumps(v).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq)
+
+
+@click.group()
+def inspect() -> None:
+    """Look at the log: streams, events, dead letters."""
+
+
+@inspect.command()
+@click.argument("streams", nargs=-1)
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events as they come.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--count", "-n", default=None, type=int, help="Only the last N events.")
+@click.pass_obj
+def tail(obj: Context, streams: tuple[str, ...], follow: bool, as_json: bool, count: int | None) -> None:
+    """Print the events of all streams (or the named ones), decoded, in order.
+
+    Streams are named in full ({sluice:cluster}:facts) or short (cluster:facts, facts, tm:ID:inbox).
+    """
+    log = obj.log()
+    names = resolve(log, streams)
+    entries: list[tuple[str, str, dict]] = []
+    positions: dict[str, str] = {}
+    for s in names:
+        last = "0-0"
+        for entry_id, fields in log.replay_raw(s):
+            entries.append((s, entry_id, fields))
+            last = entry_id
+        positions[s] = last
+    entries.sort(key=lambda e: _id_key(e[1]))
+    if count is not None:
+        entries = entries[-count:] if count > 0 else []
+
+    def show(batch: list[tuple[str, str, dict]]) -> None:
+        for s, i, f in batch:
+            rec = record(log, s, i, f)
+            if as_json:
+                sys.stdout.write(orjson.dumps(rec).decode() + "\n")
+            else:
+                console.print(line(rec))
+        sys.stdout.flush()
+
+    show(entries)
+    while follow:
+        if not streams:  # pick up streams created since
+            for s in log.streams():
+                positions.setdefault(s, "0-0")
+        batch = log.follow(positions, block_ms=500)
+        for s, i, _ in batch:
+            positions[s] = i
+        show(batch)
+
+
+@inspect.command("streams")
+@click.pass_obj
+def list_streams(obj: Context) -> None:
+    """Every stream with its length."""
+    log = obj.log()
+    for s in log.streams():
+        console.print(f"{escape(short(log, s)):<40} {log.length(s):>8}  [dim]{escape(s)}[/]")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(inspect)

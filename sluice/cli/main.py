@@ -1,0 +1,59 @@
+"""``sluice``: run the cluster's processes, look at the log, manage the embedded cluster."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from sluice import __version__
+from sluice.config import Settings
+from sluice.errors import SluiceError
+
+from .context import Context
+
+__all__ = ["main", "cli"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--redis", "redis_url", envvar="SLUICE_REDIS_URL", default=None, metavar="URL",
+              help="Redis URL (redis://, rediss:// for TLS; user in the URL, password from "
+                   "$SLUICE_REDIS_PASSWORD). Default: the embedded Redis in --home.")
+@click.option("--prefix", envvar="SLUICE_PREFIX", default="sluice", show_default=True,
+              help="Prefix of every Redis key.")
+@click.option("--home", envvar="SLUICE_HOME", default=".sluice", show_default=True,
+              type=click.Path(file_okay=False), help="Data directory of the embedded cluster.")
+@click.version_option(__version__, prog_name="sluice")
+@click.pass_context
+def cli(ctx: click.Context, redis_url: str | None, prefix: str, home: str) -> None:
+    """Sluice: Flink's runtime control plane for PySpark pipelines, on Redis streams."""
+    from pathlib import Path
+
+    from sluice.services.common.shell import configure_logging
+
+    configure_logging()
+    ctx.obj = Context(Settings(redis_url=redis_url, prefix=prefix, home=Path(home)))
+
+
+def _register() -> None:
+    from . import bench, cluster, inspect, processes
+
+    for module in (cluster, processes, inspect, bench):
+        module.register(cli)
+
+
+def main() -> None:
+    _register()
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except SluiceError as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,43 @@
+"""Settings, read from the command line or the environment (``SLUICE_*``), never from the repo."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sluice.errors import ConfigError
+
+__all__ = ["Settings", "env_int"]
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"${name}={raw!r} is not an integer") from None
+    if value <= 0:
+        raise ConfigError(f"${name}={raw!r} must be positive")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every Sluice process needs to know. ``redis_url`` None means the embedded Redis."""
+
+    redis_url: str | None = field(default_factory=lambda: os.environ.get("SLUICE_REDIS_URL") or None)
+    prefix: str = field(default_factory=lambda: os.environ.get("SLUICE_PREFIX", "sluice"))
+    home: Path = field(default_factory=lambda: Path(os.environ.get("SLUICE_HOME", ".sluice")))
+    heartbeat_interval_ms: int = field(default_factory=lambda: env_int("SLUICE_HEARTBEAT_INTERVAL_MS", 1000))
+    heartbeat_timeout_ms: int = field(default_factory=lambda: env_int("SLUICE_HEARTBEAT_TIMEOUT_MS", 5000))
+    lease_ttl_ms: int = field(default_factory=lambda: env_int("SLUICE_LEASE_TTL_MS", 3000))
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_timeout_ms <= self.heartbeat_interval_ms:
+            raise ConfigError(
+                f"heartbeat timeout ({self.heartbeat_timeout_ms} ms) must be longer than the heartbeat "
+                f"interval ({self.heartbeat_interval_ms} ms); a few intervals is usual"
+            )

@@ -1,0 +1,146 @@
+"""Every error Sluice raises, in one tree.
+
+    SluiceError
+     ├── EventError                  (events/: data and codecs)
+     │    └── DecodeError            an entry that cannot become an event
+     │         ├── NotJSON
+     │         ├── MalformedEnvelope
+     │         ├── UnknownEventType
+     │         ├── UnsupportedSchemaVersion
+     │         ├── MissingField
+     │         ├── WrongFieldType
+     │         └── UnexpectedField
+     ├── StoreError                  (store/: everything Redis)
+     │    ├── RedisUnavailable       the server cannot be reached
+     │    ├── StaleEpoch             a fenced writer: its epoch is older than the tag's fence
+     │    └── ScriptError            a Lua script answered with an error we did not expect
+     ├── ConfigError                 a setting is missing or wrong
+     └── ServiceError                a component cannot go on (names the component)
+
+Errors carry their context (which stream, which entry, which job) as attributes and
+in their message, so a log line or a bug report explains itself.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SluiceError",
+    "EventError",
+    "DecodeError",
+    "NotJSON",
+    "MalformedEnvelope",
+    "UnknownEventType",
+    "UnsupportedSchemaVersion",
+    "MissingField",
+    "WrongFieldType",
+    "UnexpectedField",
+    "StoreError",
+    "RedisUnavailable",
+    "StaleEpoch",
+    "ScriptError",
+    "ConfigError",
+    "ServiceError",
+]
+
+
+class SluiceError(Exception):
+    """Root of every error Sluice raises on purpose."""
+
+
+class EventError(SluiceError):
+    """Something is wrong with an event or its encoding."""
+
+
+class DecodeError(EventError):
+    """An entry could not be decoded into an event.
+
+    ``stream`` and ``entry_id`` say where the entry is (``None`` when decoding bytes that
+    did not come from a stream); ``reason`` says what is wrong with it.
+    """
+
+    kind = "undecodable"
+
+    def __init__(self, reason: str, *, stream: str | None = None, entry_id: str | None = None) -> None:
+        self.reason = reason
+        self.stream = stream
+        self.entry_id = entry_id
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = ""
+        if self.stream is not None or self.entry_id is not None:
+            where = f" (stream {self.stream or '?'}, entry {self.entry_id or '?'})"
+        return f"{self.kind}{where}: {self.reason}"
+
+    def at(self, stream: str | None, entry_id: str | None) -> "DecodeError":
+        """The same error, now naming the stream and entry it came from."""
+        self.stream, self.entry_id = stream, entry_id
+        self.args = (self._render(),)
+        return self
+
+
+class NotJSON(DecodeError):
+    kind = "not JSON"
+
+
+class MalformedEnvelope(DecodeError):
+    kind = "malformed envelope"
+
+
+class UnknownEventType(DecodeError):
+    kind = "unknown event type"
+
+
+class UnsupportedSchemaVersion(DecodeError):
+    kind = "unsupported schema version"
+
+
+class MissingField(DecodeError):
+    kind = "missing field"
+
+
+class WrongFieldType(DecodeError):
+    kind = "wrong field type"
+
+
+class UnexpectedField(DecodeError):
+    kind = "unexpected field"
+
+
+class StoreError(SluiceError):
+    """Redis refused, failed, or answered something we cannot use."""
+
+
+class RedisUnavailable(StoreError):
+    """The Redis server cannot be reached; ``url`` names it without its password."""
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        self.url = url
+        super().__init__(message)
+
+
+class StaleEpoch(StoreError):
+    """A commit carried an epoch older than the fence of the tag it writes to.
+
+    The writer has been deposed (another JobManager took over with ``current``);
+    it must stop writing and step down.
+    """
+
+    def __init__(self, *, tag: str, epoch: int, current: int) -> None:
+        self.tag, self.epoch, self.current = tag, epoch, current
+        super().__init__(
+            f"commit to {tag} refused: writer epoch {epoch} is older than the fence at epoch "
+            f"{current}; a newer JobManager leads, this one must step down"
+        )
+
+
+class ScriptError(StoreError):
+    """A Lua script failed in a way that is a bug or a corrupted key, not bad input."""
+
+
+class ConfigError(SluiceError):
+    """A setting is missing or has a value we cannot use."""
+
+
+class ServiceError(SluiceError):
+    """A component cannot go on; the message names the component and what to do."""

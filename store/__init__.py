@@ -1,0 +1,28 @@
+"""The only package that talks to Redis: keys, the event log, consumers, the lease,
+outbox delivery and read-model tables."""
+
+from .connection import connect, redact
+from .consumer import Entry, GroupConsumer
+from .keys import Keys, tag_of
+from .lease import LeaderLease, LeaseHolder, current_leader
+from .log import CommitResult, Consumed, EventLog, Out
+from .outbox import Deliverer
+from .tables import ReadModels
+
+__all__ = [
+    "connect",
+    "redact",
+    "Entry",
+    "GroupConsumer",
+    "Keys",
+    "tag_of",
+    "LeaderLease",
+    "LeaseHolder",
+    "current_leader",
+    "CommitResult",
+    "Consumed",
+    "EventLog",
+    "Out",
+    "Deliverer",
+    "ReadModels",
+]

@@ -1,0 +1,121 @@
+"""Every Redis key Sluice uses, built here and nowhere else.
+
+All keys start with one configurable prefix and carry a Redis Cluster hash tag, so
+every key one atomic commit touches lives in one slot:
+
+    {<p>:cluster}:inbox        messages to the JobManager about the cluster
+    {<p>:cluster}:facts        the cluster's facts (membership, leadership)
+    {<p>:cluster}:outbox       replies waiting to be delivered to other tags' inboxes
+    {<p>:cluster}:dead         entries of this tag's streams that failed to decode
+    {<p>:cluster}:fence        highest leader epoch that wrote to this tag
+    {<p>:cluster}:delivered    per origin outbox, the last entry delivered into this tag
+    {<p>:cluster}:leader       the leadership lease (holder, epoch) with a TTL
+    {<p>:cluster}:epoch        the epoch counter, increased at every takeover
+    {<p>:cluster}:table:<name> a read model (e.g. taskmanagers), with
+    {<p>:cluster}:position:<name>  the fact stream position it reflects
+    {<p>:job:<id>}:…           the same shapes, per job
+    {<p>:tm:<id>}:…            the same shapes, per TaskManager (its inbox)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sluice.errors import ConfigError
+
+__all__ = ["Keys", "tag_of"]
+
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+
+
+def tag_of(key: str) -> str:
+    """The hash tag part (``{…}``) of a key built here."""
+    end = key.index("}")
+    return key[: end + 1]
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "sluice"
+
+    def __post_init__(self) -> None:
+        if not _PREFIX_RE.match(self.prefix):
+            raise ConfigError(
+                f"key prefix {self.prefix!r} is not usable: use 1-64 letters, digits, '_', '.' or '-'"
+            )
+
+    # --- tags ---
+    @property
+    def cluster(self) -> str:
+        return "{" + self.prefix + ":cluster}"
+
+    def job(self, job_id: str) -> str:
+        return "{" + self.prefix + ":job:" + _check_id(job_id, "job id") + "}"
+
+    def taskmanager(self, resource_id: str) -> str:
+        return "{" + self.prefix + ":tm:" + _check_id(resource_id, "TaskManager resource id") + "}"
+
+    # --- per-tag keys ---
+    @staticmethod
+    def inbox(tag: str) -> str:
+        return tag + ":inbox"
+
+    @staticmethod
+    def facts(tag: str) -> str:
+        return tag + ":facts"
+
+    @staticmethod
+    def outbox(tag: str) -> str:
+        return tag + ":outbox"
+
+    @staticmethod
+    def dead(tag: str) -> str:
+        return tag + ":dead"
+
+    @staticmethod
+    def fence(tag: str) -> str:
+        return tag + ":fence"
+
+    @staticmethod
+    def delivered(tag: str) -> str:
+        return tag + ":delivered"
+
+    @staticmethod
+    def table(tag: str, name: str) -> str:
+        return tag + ":table:" + name
+
+    @staticmethod
+    def position(tag: str, name: str) -> str:
+        return tag + ":position:" + name
+
+    # --- cluster-wide ---
+    @property
+    def leader(self) -> str:
+        return self.cluster + ":leader"
+
+    @property
+    def epoch(self) -> str:
+        return self.cluster + ":epoch"
+
+    # --- discovery ---
+    @property
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key under this prefix."""
+        return "{" + _glob_escape(self.prefix) + ":*"
+
+    def is_stream_name(self, key: str) -> bool:
+        return key.startswith("{" + self.prefix + ":") and key.rsplit(":", 1)[-1] in ("inbox", "facts", "outbox", "dead")
+
+
+def _check_id(value: str, what: str) -> str:
+    if not isinstance(value, str) or not _ID_RE.match(value) or "}" in value or "{" in value:
+        raise ConfigError(
+            f"{what} {value!r} is not usable in a key: use 1-128 letters, digits, '_', '.', ':' or '-'"
+        )
+    return value
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)

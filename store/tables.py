@@ -1,0 +1,53 @@
+"""Read models: tables derived from the log, stored with the position they reflect."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import orjson
+
+from .log import EventLog, _s, translate_errors
+from . import scripts
+
+__all__ = ["ReadModels"]
+
+_MAX_ROWS_PER_WRITE = 1000
+
+
+class ReadModels:
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+        self._project = log.client.register_script(scripts.PROJECT)
+
+    def write(self, tag: str, name: str, *, expected: str | None, position: str,
+              rows: Mapping[str, Any], deleted: tuple[str, ...] = ()) -> bool:
+        """Set ``rows`` (JSON values) and delete ``deleted`` in table ``name`` and move its
+        position from ``expected`` to ``position``, atomically; False when the stored
+        position is not ``expected`` (another projector got there first)."""
+        keys = [self.log.keys.position(tag, name), self.log.keys.table(tag, name)]
+        items = list(rows.items())
+        chunks = [items[i:i + _MAX_ROWS_PER_WRITE] for i in range(0, len(items), _MAX_ROWS_PER_WRITE)] or [[]]
+        # All chunks but the last keep the position where it is: only the last moves it.
+        cur = expected or ""
+        with translate_errors(f"writing table {name} of {tag}"):
+            for i, chunk in enumerate(chunks):
+                last = i == len(chunks) - 1
+                nxt = position if last else cur
+                args: list[object] = [cur, nxt, len(chunk)]
+                for k, v in chunk:
+                    args += (k, orjson.dumps(v))
+                if last:
+                    args += list(deleted)
+                if not self._project(keys=keys, args=args):
+                    return False
+                cur = nxt
+        return True
+
+    def read(self, tag: str, name: str) -> tuple[str | None, dict[str, Any]]:
+        """(position, rows) of table ``name``, read together."""
+        with translate_errors(f"reading table {name} of {tag}"):
+            pipe = self.log.client.pipeline(transaction=True)
+            pipe.get(self.log.keys.position(tag, name))
+            pipe.hgetall(self.log.keys.table(tag, name))
+            pos, raw = pipe.execute()
+        return (_s(pos) if pos else None), {_s(k): orjson.loads(v) for k, v in raw.items()}
