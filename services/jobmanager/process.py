@@ -152,6 +152,10 @@ class JobManager:
                 self.monitor.observe(rid, now_ms())
 
     def tick(self, now: int) -> None:
+        # Entries another consumer read and never committed (it crashed, or it was a
+        # deposed leader that read one more message before learning so): ours now.
+        for entry in self.consumer.reclaim(min_idle_ms=self.lease.ttl_ms):
+            self.handle(entry)
         decision = decide_timeouts(self.state, self.monitor, now, self.config)
         if decision.facts:
             for fact in decision.facts:

@@ -1,0 +1,85 @@
+"""Shared fixtures: one real redis-server for the session, a clean key prefix per test,
+an AOF-backed server for durability tests, and helpers to run Sluice processes.
+
+With ``SLUICE_TEST_DOCKER=1`` and a Docker engine that answers, the session's Redis is a
+testcontainers container instead of a local redis-server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from sluice.services.embedded import RedisServer
+from sluice.store import EventLog, Keys, connect
+
+
+def docker_redis_url() -> tuple[str | None, str]:
+    """(URL, '') of a testcontainers Redis, or (None, why not)."""
+    if os.environ.get("SLUICE_TEST_DOCKER") != "1":
+        return None, "set SLUICE_TEST_DOCKER=1 to run against a testcontainers Redis"
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:  # no engine, no socket, no permission
+        return None, f"SLUICE_TEST_DOCKER=1 but no Docker engine answers: {exc}"
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    from testcontainers.redis import RedisContainer
+
+    container = RedisContainer("redis:7")
+    container.start()
+    _containers.append(container)
+    host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
+    return f"redis://{host}:{port}/0", ""
+
+
+_containers: list = []
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    url, _ = docker_redis_url()
+    if url:
+        yield url
+        for c in _containers:
+            c.stop()
+        return
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed: run scripts/setup (it installs it with apt-get)")
+    server = RedisServer(None)
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def keys(prefix: str) -> Keys:
+    return Keys(prefix)
+
+
+@pytest.fixture
+def log(redis_url: str, keys: Keys) -> Iterator[EventLog]:
+    client = connect(redis_url)
+    yield EventLog(client, keys)
+    for key in client.scan_iter(match=keys.pattern, count=1000):
+        client.delete(key)
+    client.close()
+
+
+@pytest.fixture
+def aof_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server that fsyncs every write to an AOF in tmp_path (for durability tests)."""
+    server = RedisServer(tmp_path / "redis", fsync="always")
+    server.start()
+    yield server
+    server.stop()
