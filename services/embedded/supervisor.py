@@ -57,7 +57,8 @@ class EmbeddedCluster:
         self.state_file = self.home / "cluster.json"
         self.logs = self.home / "logs"
         self._server: RedisServer | None = None
-        self.owns_redis = False
+        self.transient_redis = False
+        """True when this process started Redis just for itself (to stop it when done)."""
 
     # --- state file ----------------------------------------------------------------------
 
@@ -93,7 +94,7 @@ class EmbeddedCluster:
         server = RedisServer(self.home / "redis")
         url = server.start(detach=detach)
         self._server = server
-        self.owns_redis = True
+        self.transient_redis = not detach
         data["redis"] = {"url": url, "pid": server.pid, "port": server.port}
         self._write(data)
         return url

@@ -28,18 +28,22 @@ def cluster_table(log: EventLog) -> tuple[dict, dict]:
     return leader.get("leader", {}), tms
 
 
-def render(leader: dict, tms: dict, *, title: str = "Sluice cluster") -> Table:
+def show(leader: dict, tms: dict, *, title: str = "Sluice cluster") -> None:
+    """Print the TaskManager table and a one-line summary under it."""
     active = [r for r in tms.values() if r["status"] == "REGISTERED"]
-    caption = (f"leader {leader.get('leader_id', '-')} at epoch {leader.get('epoch', '-')}; "
-               f"{len(active)} TaskManagers registered, {sum(r['slots'] for r in active)} slots")
-    table = Table(title=title, caption=caption)
+    table = Table(title=title)
     for col in ("TaskManager", "host", "slots", "status", "since", "reason"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in sorted(tms.values(), key=lambda r: (r["status"] != "REGISTERED", r["resource_id"])):
         style = {"REGISTERED": "green", "LOST": "red", "UNREGISTERED": "dim"}[r["status"]]
         since = time.strftime("%H:%M:%S", time.localtime(r["since"] / 1000))
         table.add_row(r["resource_id"], r["host"], str(r["slots"]), f"[{style}]{r['status']}[/]", since, r.get("reason") or "")
-    return table
+    console.print(table)
+    console.print(
+        f"leader {leader.get('leader_id', '-')} at epoch {leader.get('epoch', '-')}; "
+        f"{len(active)} TaskManagers registered, {sum(r['slots'] for r in active)} slots",
+        soft_wrap=True,
+    )
 
 
 def wait_for(log: EventLog, predicate, what: str, timeout: float = 30.0) -> tuple[dict, dict]:
@@ -100,8 +104,7 @@ def up(obj: Context, taskmanagers: int, slots: int, hold: bool) -> None:
     """Start the embedded cluster, show it once every TaskManager registered, then stop it."""
     started = time.monotonic()
     cluster, log, _ = _start(obj, taskmanagers, slots, detach=False)
-    leader, tms = cluster_table(log)
-    console.print(render(leader, tms))
+    show(*cluster_table(log))
     console.print(f"cluster up in {time.monotonic() - started:.1f} s; data in {cluster.home}/")
     try:
         if hold:
@@ -112,8 +115,7 @@ def up(obj: Context, taskmanagers: int, slots: int, hold: bool) -> None:
         pass
     finally:
         _stop(cluster, log)
-    leader, tms = cluster_table_offline(obj)
-    console.print(render(leader, tms, title="after stop"))
+    show(*cluster_table_offline(obj), title="after stop")
     console.print("stopped cleanly")
 
 
@@ -130,7 +132,7 @@ def cluster_table_offline(obj: Context) -> tuple[dict, dict]:
 def start(obj: Context, taskmanagers: int, slots: int) -> None:
     """Start the embedded cluster in the background (stop it with `sluice cluster stop`)."""
     cluster, log, _ = _start(obj, taskmanagers, slots, detach=True)
-    console.print(render(*cluster_table(log)))
+    show(*cluster_table(log))
     console.print(f"running in the background; Redis at {cluster.redis_url(start=False)}")
 
 
@@ -168,7 +170,7 @@ def scale(obj: Context, taskmanagers: int, slots: int) -> None:
                                f"waiting for {len(going)} TaskManagers to leave")
     else:
         leader, tms = cluster_table(log)
-    console.print(render(leader, tms))
+    show(leader, tms)
 
 
 @click.command()
@@ -181,7 +183,7 @@ def status(obj: Context, as_json: bool) -> None:
         click.echo(orjson.dumps({"leader": leader or None, "taskmanagers": sorted(tms.values(), key=lambda r: r["resource_id"])},
                                 option=orjson.OPT_INDENT_2).decode())
     else:
-        console.print(render(leader, tms))
+        show(leader, tms)
 
 
 def register(cli: click.Group) -> None:

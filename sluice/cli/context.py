@@ -29,8 +29,9 @@ class Context:
         """The Redis URL: given, or the embedded one (brought back on its data if down)."""
         if self.settings.redis_url:
             return self.settings.redis_url
+        already = self.cluster.transient_redis
         url = self.cluster.redis_url()
-        if self.cluster.owns_redis:
+        if self.cluster.transient_redis and not already:
             atexit.register(self.cluster.stop_redis)
         return url
 

@@ -1,0 +1,113 @@
+"""The command line as a user meets it: the embedded cluster, status on a stopped cluster,
+scaling at run time, inspection, and clear errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.e2e.conftest import FAST
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sluice(cwd: Path, *args: str, check: bool = True, timeout: float = 90) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | FAST
+    proc = subprocess.run([sys.executable, "-m", "sluice", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"sluice {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def status(cwd: Path) -> dict:
+    return orjson.loads(sluice(cwd, "status", "--json").stdout)
+
+
+def test_cluster_up_then_status_and_inspect_on_the_stopped_cluster(tmp_path: Path) -> None:
+    up = sluice(tmp_path, "cluster", "up", "--taskmanagers", "2", "--slots", "3")
+    assert up.stdout.count("REGISTERED") >= 2 and "6 slots" in up.stdout
+    assert "stopped cleanly" in up.stdout
+    assert (tmp_path / ".sluice" / "redis").is_dir()
+    # Later commands bring the embedded Redis back on the same data.
+    st = status(tmp_path)
+    assert st["leader"]["epoch"] == 1
+    assert [r["status"] for r in st["taskmanagers"]] == ["UNREGISTERED", "UNREGISTERED"]
+    assert {r["slots"] for r in st["taskmanagers"]} == {3}
+    lines = [orjson.loads(x) for x in sluice(tmp_path, "inspect", "tail", "--json").stdout.splitlines()]
+    types = [x.get("type") for x in lines]
+    for t in ("LeadershipGranted", "RegisterTaskManager", "TaskManagerRegistered", "AcknowledgeRegistration",
+              "TaskManagerHeartbeat", "UnregisterTaskManager", "TaskManagerUnregistered"):
+        assert t in types, t
+    ids = [tuple(map(int, x["entry"].split("-"))) for x in lines]
+    assert ids == sorted(ids)  # in order across streams
+    acks = [x for x in lines if x.get("type") == "AcknowledgeRegistration" and x["stream"] == "cluster:outbox"]
+    assert acks and all(a["to"].startswith("tm:") for a in acks)
+    facts_only = sluice(tmp_path, "inspect", "tail", "cluster:facts").stdout
+    assert "TaskManagerRegistered" in facts_only and "RegisterTaskManager " not in facts_only
+    script = subprocess.run([str(ROOT / "scripts" / "inspect"), "tail", "facts", "-n", "1", "--json"], cwd=tmp_path,
+                            capture_output=True, text=True, env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    assert script.returncode == 0, script.stderr
+    assert orjson.loads(script.stdout)["type"] == "TaskManagerUnregistered"
+
+
+def test_scale_adds_and_removes_taskmanagers_at_run_time(tmp_path: Path) -> None:
+    sluice(tmp_path, "cluster", "start", "--taskmanagers", "1")
+    try:
+        assert sum(r["status"] == "REGISTERED" for r in status(tmp_path)["taskmanagers"]) == 1
+        out = sluice(tmp_path, "scale", "--taskmanagers", "3").stdout
+        assert "3 TaskManagers registered" in out
+        out = sluice(tmp_path, "scale", "--taskmanagers", "1").stdout
+        assert "1 TaskManagers registered" in out
+        rows = status(tmp_path)["taskmanagers"]
+        assert sorted(r["status"] for r in rows) == ["REGISTERED", "UNREGISTERED", "UNREGISTERED"]
+        assert all(r["reason"] == "stopped gracefully" for r in rows if r["status"] == "UNREGISTERED")
+    finally:
+        sluice(tmp_path, "cluster", "stop", check=False)
+    assert "no embedded cluster runs" in sluice(tmp_path, "scale", "-n", "2", check=False).stderr
+
+
+def test_tail_follow_prints_new_events(tmp_path: Path, redis_url: str, prefix: str) -> None:
+    env = {**os.environ, "SLUICE_REDIS_URL": redis_url, "SLUICE_PREFIX": prefix}
+    follower = subprocess.Popen([sys.executable, "-m", "sluice", "inspect", "tail", "--follow", "--json"],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        from sluice.events import TaskManagerHeartbeat
+        from sluice.store import EventLog, Keys, connect
+        from tests.helpers import env as envelope
+
+        log = EventLog(connect(redis_url), Keys(prefix))
+        log.append(log.keys.inbox(log.keys.cluster), envelope(TaskManagerHeartbeat("tm-f", "s", 1, 0)))
+        line = follower.stdout.readline()
+        assert orjson.loads(line)["payload"]["resource_id"] == "tm-f"
+    finally:
+        follower.kill()
+        follower.wait()
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--redis", "redis://127.0.0.1:1/0", "status"], "cannot reach Redis at redis://127.0.0.1:1/0"),
+        (["--redis", "http://example/", "status"], "must start with redis://, rediss:// (TLS) or unix://"),
+        (["--redis", "redis://user:hunter2@127.0.0.1:1/0", "status"], "redis://user:***@127.0.0.1:1/0"),
+        (["--prefix", "bad prefix!", "status"], "key prefix 'bad prefix!' is not usable"),
+    ],
+)
+def test_bad_settings_get_clear_errors(tmp_path: Path, args: list[str], says: str) -> None:
+    proc = sluice(tmp_path, *args, check=False)
+    assert proc.returncode == 1
+    assert says in proc.stderr
+    assert "hunter2" not in proc.stderr + proc.stdout
+
+
+def test_an_unknown_stream_is_named_with_the_ones_that_exist(tmp_path: Path, redis_url: str, prefix: str) -> None:
+    proc = sluice(tmp_path, "--redis", redis_url, "--prefix", prefix, "inspect", "tail", "nosuch", check=False)
+    assert proc.returncode == 1 and "no stream 'nosuch'" in proc.stderr
