@@ -3,6 +3,7 @@ graceful leave, bad input in the inbox, and Redis going away."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -81,11 +82,11 @@ def test_a_killed_taskmanager_is_lost_after_the_heartbeat_timeout(procs: Process
     procs.start("tm1", "taskmanager", "--resource-id", "tm-1")
     procs.start("tm2", "taskmanager", "--resource-id", "tm-2")
     wait_until(lambda: registered(log) == {"tm-1", "tm-2"}, "registrations")
-    killed_at = time.monotonic()
     procs.signal("tm1", signal.SIGKILL)
     lost = wait_until(lambda: [e.event for e in facts(log) if isinstance(e.event, TaskManagerLost)], "TaskManagerLost")
-    assert time.monotonic() - killed_at >= 0.8  # not before the timeout
-    assert lost[0].resource_id == "tm-1" and "no heartbeat" in lost[0].reason
+    assert lost[0].resource_id == "tm-1"
+    silent_ms = int(re.match(r"no heartbeat for (\d+) ms \(timeout 800 ms\)", lost[0].reason).group(1))
+    assert silent_ms > 800  # not before the timeout
     assert registered(log) == {"tm-2"}
     time.sleep(1.0)
     assert registered(log) == {"tm-2"}  # the living one keeps its heartbeats going
