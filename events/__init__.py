@@ -4,7 +4,7 @@ Every event class is declared once in this package with its schema version; impo
 the package registers them all, so any entry of the log can be decoded.
 """
 
-from .envelope import FIELD, Envelope, decode, decode_fields, encode
+from .envelope import FIELD, Envelope, decode, decode_bytes, decode_fields, encode
 from .jobs import *  # noqa: F401,F403
 from .jobs import __all__ as _jobs
 from .kvstate import *  # noqa: F401,F403
@@ -21,6 +21,7 @@ __all__ = [
     "FIELD",
     "Envelope",
     "decode",
+    "decode_bytes",
     "decode_fields",
     "encode",
     "EVENT_TYPES",

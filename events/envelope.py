@@ -15,8 +15,7 @@ what is wrong (and, given them, the stream and entry).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -25,7 +24,7 @@ from sluice.errors import DecodeError, MalformedEnvelope, NotJSON, UnknownEventT
 from .schema import EVENT_TYPES, Event, payload_decoder
 from .upcast import upcast
 
-__all__ = ["Envelope", "FIELD", "encode", "decode", "decode_fields"]
+__all__ = ["Envelope", "FIELD", "encode", "decode", "decode_bytes", "decode_fields"]
 
 FIELD = b"e"
 """The stream entry field that holds the encoded envelope."""
@@ -33,8 +32,10 @@ FIELD = b"e"
 _ENVELOPE_KEYS = frozenset(("type", "v", "id", "job", "epoch", "ts", "cause", "payload"))
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
+class Envelope(NamedTuple):
+    """An event with its metadata. Immutable; a tuple underneath because replay builds
+    millions of them and a tuple is the cheapest immutable record Python has."""
+
     event: Event
     id: str
     epoch: int = 0
@@ -70,7 +71,7 @@ def encode(env: Envelope) -> bytes:
 def decode(raw: bytes | str, *, stream: str | None = None, entry_id: str | None = None) -> Envelope:
     """Decode one encoded envelope; raise a DecodeError naming stream, entry and what is wrong."""
     try:
-        return _decode(raw)
+        return decode_bytes(raw)
     except DecodeError as exc:
         raise exc.at(stream, entry_id) from None
 
@@ -87,49 +88,74 @@ def decode_fields(fields: dict[bytes, bytes] | Any, *, stream: str | None = None
     return decode(raw, stream=stream, entry_id=entry_id)
 
 
-def _decode(raw: bytes | str) -> Envelope:
+def decode_bytes(raw: bytes | str) -> Envelope:
+    """Decode one encoded envelope; errors do not name a stream (the caller adds it with
+    ``DecodeError.at``). The hot path of replay."""
     try:
         d = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise NotJSON(f"{exc}; the entry starts with {bytes(raw[:40]) if isinstance(raw, (bytes, bytearray)) else raw[:40]!r}") from None
-    if type(d) is not dict:
-        raise MalformedEnvelope(f"an envelope is a JSON object, got {type(d).__name__}")
-    if len(d) != 8 or not _ENVELOPE_KEYS.issuperset(d):
-        missing = sorted(_ENVELOPE_KEYS - set(d))
-        extra = sorted(set(d) - _ENVELOPE_KEYS)
-        raise MalformedEnvelope(
-            f"envelope keys wrong: missing {missing or 'none'}, unexpected {extra or 'none'}; expected {sorted(_ENVELOPE_KEYS)}"
-        )
-    type_name = d["type"]
-    version = d["v"]
-    eid = d["id"]
-    job = d["job"]
-    epoch = d["epoch"]
-    ts = d["ts"]
-    cause = d["cause"]
+        start = bytes(raw[:40]) if isinstance(raw, (bytes, bytearray, memoryview)) else raw[:40]
+        raise NotJSON(f"{exc}; the entry starts with {start!r}") from None
+    if type(d) is not dict or len(d) != 8:
+        raise _envelope_error(d)
+    try:
+        type_name = d["type"]
+        version = d["v"]
+        eid = d["id"]
+        job = d["job"]
+        epoch = d["epoch"]
+        ts = d["ts"]
+        cause = d["cause"]
+        payload = d["payload"]
+    except KeyError:
+        raise _envelope_error(d) from None
+    if not (type(version) is int and type(epoch) is int and type(ts) is int and type(eid) is str and eid
+            and (job is None or type(job) is str) and (cause is None or type(cause) is str)):
+        raise _field_error(version, epoch, ts, eid, job, cause)
+    spec = _SPECS.get(type_name)
+    if spec is None:
+        spec = _spec(type_name)
+    cls, current, decoder = spec
+    if version != current:
+        payload = upcast(type_name, version, current, payload)
+    try:
+        ev = decoder(payload)
+    except DecodeError as exc:
+        raise type(exc)(f"{type_name} v{version}: {exc.reason}") from None
+    return Envelope(ev, eid, epoch, ts, job, cause)
+
+
+_SPECS: dict[str, tuple[type[Event], int, Any]] = {}
+
+
+def _spec(type_name: Any) -> tuple[type[Event], int, Any]:
     if type(type_name) is not str:
         raise MalformedEnvelope(f"'type' must be a string, got {type(type_name).__name__}")
-    if type(version) is not int or type(epoch) is not int or type(ts) is not int:
-        raise MalformedEnvelope(
-            f"'v', 'epoch' and 'ts' must be integers, got v={version!r}, epoch={epoch!r}, ts={ts!r}"
-        )
-    if type(eid) is not str or not eid:
-        raise MalformedEnvelope(f"'id' must be a non-empty string, got {eid!r}")
-    if job is not None and type(job) is not str:
-        raise MalformedEnvelope(f"'job' must be a string or null, got {job!r}")
-    if cause is not None and type(cause) is not str:
-        raise MalformedEnvelope(f"'cause' must be a string or null, got {cause!r}")
     cls = EVENT_TYPES.get(type_name)
     if cls is None:
         raise UnknownEventType(
             f"{type_name!r} is not an event type this Sluice knows ({len(EVENT_TYPES)} known, e.g. "
             f"{', '.join(sorted(EVENT_TYPES)[:4])}, …); was it written by a newer Sluice or by hand?"
         )
-    payload = d["payload"]
-    if version != cls.VERSION:
-        payload = upcast(type_name, version, cls.VERSION, payload)
-    try:
-        ev = payload_decoder(cls)(payload)
-    except DecodeError as exc:
-        raise type(exc)(f"{type_name} v{version}: {exc.reason}") from None
-    return Envelope(ev, eid, epoch, ts, job, cause)
+    spec = _SPECS[type_name] = (cls, cls.VERSION, payload_decoder(cls))
+    return spec
+
+
+def _envelope_error(d: Any) -> MalformedEnvelope:
+    if type(d) is not dict:
+        return MalformedEnvelope(f"an envelope is a JSON object, got {type(d).__name__}")
+    missing = sorted(_ENVELOPE_KEYS - set(d))
+    extra = sorted(set(d) - _ENVELOPE_KEYS)
+    return MalformedEnvelope(
+        f"envelope keys wrong: missing {missing or 'none'}, unexpected {extra or 'none'}; expected {sorted(_ENVELOPE_KEYS)}"
+    )
+
+
+def _field_error(version: Any, epoch: Any, ts: Any, eid: Any, job: Any, cause: Any) -> MalformedEnvelope:
+    if type(version) is not int or type(epoch) is not int or type(ts) is not int:
+        return MalformedEnvelope(f"'v', 'epoch' and 'ts' must be integers, got v={version!r}, epoch={epoch!r}, ts={ts!r}")
+    if type(eid) is not str or not eid:
+        return MalformedEnvelope(f"'id' must be a non-empty string, got {eid!r}")
+    if job is not None and type(job) is not str:
+        return MalformedEnvelope(f"'job' must be a string or null, got {job!r}")
+    return MalformedEnvelope(f"'cause' must be a string or null, got {cause!r}")

@@ -135,6 +135,8 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
     if origin is list:
         (item,) = typing.get_args(tp)
         conv, test = _converter(item, path + "[]")
+        if item in _SCALARS:
+            return _scalar_container(list, "a list", _SCALARS[item], path, _describe(item)), ""
         check = _as_function(conv, test, item, path + "[]")
 
         def conv_list(v: Any, _check: Callable = check) -> Any:
@@ -148,6 +150,8 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
         if key is not str:
             raise TypeError(f"dict keys must be str at {path}")
         conv, test = _converter(val, path + "{}")
+        if val in _SCALARS:
+            return _scalar_container(dict, "an object", _SCALARS[val], path, _describe(val)), ""
         check = _as_function(conv, test, val, path + "{}")
 
         def conv_dict(v: Any, _check: Callable = check) -> Any:
@@ -167,6 +171,24 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
 
         return conv_record, ""
     raise TypeError(f"unsupported field type {tp!r} at {path}")
+
+
+_SCALARS = {str: frozenset({str}), int: frozenset({int}), bool: frozenset({bool})}
+
+
+def _scalar_container(kind: type, kind_name: str, allowed: frozenset, path: str, item: str) -> Callable[[Any], Any]:
+    """A list or dict of one scalar type, checked at C speed (no per-item Python call)."""
+
+    def check(v: Any) -> Any:
+        if type(v) is not kind:
+            _fail_type(path, kind_name, v)
+        types_seen = set(map(type, v.values() if kind is dict else v))
+        if not types_seen <= allowed:
+            bad = next(x for x in (v.values() if kind is dict else v) if type(x) not in allowed)
+            _fail_type(path + ("{}" if kind is dict else "[]"), item, bad)
+        return v
+
+    return check
 
 
 def _as_function(conv: Callable | None, test: str, tp: Any, path: str) -> Callable[[Any], Any]:
@@ -190,51 +212,88 @@ def _describe(tp: Any) -> str:
 
 
 def _compile(cls: type) -> Callable[[Any], Any]:
-    """Generate a straight-line decoder for ``cls`` (fast: replay runs it per event)."""
+    """Generate a decoder for ``cls``: a fast straight-line path for the usual payload (every
+    declared field present, nothing else) and a careful path for everything else (defaults,
+    and the precise error for a missing, unexpected or mistyped field)."""
     hints = typing.get_type_hints(cls)
     fields = [f for f in dataclasses.fields(cls) if f.init]
+    name = getattr(cls, "TYPE", cls.__name__)
     ns: dict[str, Any] = {
         "_cls": cls,
+        "_new": object.__new__,
         "_fail": _fail_type,
         "_Missing": MissingField,
         "_Unexpected": UnexpectedField,
         "_Wrong": WrongFieldType,
         "_names": frozenset(f.name for f in fields),
     }
-    name = getattr(cls, "TYPE", cls.__name__)
-    lines = [
-        "def decode(p):",
-        "    if type(p) is not dict:",
-        f"        raise _Wrong('payload of {name} must be an object, got ' + type(p).__name__)",
+    checks: list[tuple[int, dataclasses.Field, Callable | None, str]] = []
+    for i, f in enumerate(fields):
+        conv, test = _converter(hints[f.name], f.name)
+        checks.append((i, f, conv, test))
+        if conv is not None:
+            ns[f"_c{i}"] = conv
+
+    def check_lines(i: int, f: dataclasses.Field, conv: Callable | None, test: str, indent: str) -> list[str]:
+        if conv is not None:
+            return [f"{indent}a{i} = _c{i}(a{i})"]
+        if test != "True":
+            return [f"{indent}if not ({_subst(test, f'a{i}')}):",
+                    f"{indent}    _fail({f.name!r}, {_describe(hints[f.name])!r}, a{i})"]
+        return []
+
+    # The careful path.
+    slow = [
+        "def slow(p):",
         f"    if len(p) > {len(fields)} or not _names.issuperset(p):",
         f"        raise _Unexpected('payload of {name} has fields it does not declare: ' + ', '.join(sorted(set(p) - _names)) + '; declared: ' + ', '.join(sorted(_names)))",
     ]
-    args = []
-    for i, f in enumerate(fields):
-        conv, test = _converter(hints[f.name], f.name)
-        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    for i, f, conv, test in checks:
+        slow.append(f"    a{i} = p.get({f.name!r}, _Missing)")
+        slow.append(f"    if a{i} is _Missing:")
         if f.default is not dataclasses.MISSING:
             ns[f"_d{i}"] = f.default
-            default = f"_d{i}"
+            slow.append(f"        a{i} = _d{i}")
         elif f.default_factory is not dataclasses.MISSING:
             ns[f"_df{i}"] = f.default_factory
-            default = f"_df{i}()"
-        lines.append(f"    v = p.get({f.name!r}, _Missing)")
-        lines.append("    if v is _Missing:")
-        if has_default:
-            lines.append(f"        v = {default}")
+            slow.append(f"        a{i} = _df{i}()")
         else:
             msg = f"{name} needs field {f.name!r} ({_describe(hints[f.name])})"
-            lines.append(f"        raise _Missing({msg!r})")
-        if conv is not None:
-            ns[f"_c{i}"] = conv
-            lines.append("    else:")
-            lines.append(f"        v = _c{i}(v)")
-        elif test != "True":
-            lines.append(f"    elif not ({test}):")
-            lines.append(f"        _fail({f.name!r}, {_describe(hints[f.name])!r}, v)")
-        lines.append(f"    a{i} = v")
-        args.append(f"{f.name}=a{i}")
-    lines.append(f"    return _cls({', '.join(args)})")
-    exec("\n".join(lines), ns)
+            slow.append(f"        raise _Missing({msg!r})")
+        slow.append("    else:")
+        slow += check_lines(i, f, conv, test, "        ") or ["        pass"]
+    slow.append(f"    return _cls({', '.join(f'{f.name}=a{i}' for i, f, _, _ in checks)})")
+
+    # The fast path: no defaults to fill, no key to report, the slots set directly
+    # (a frozen dataclass's __init__ goes through object.__setattr__ per field).
+    fast_construct = not hasattr(cls, "__post_init__") and hasattr(cls, "__slots__")
+    fast = [
+        "def decode(p):",
+        "    if type(p) is not dict:",
+        f"        raise _Wrong('payload of {name} must be an object, got ' + type(p).__name__)",
+        f"    if len(p) != {len(fields)}:",
+        "        return slow(p)",
+        "    try:",
+    ]
+    fast += [f"        a{i} = p[{f.name!r}]" for i, f, _, _ in checks] or ["        pass"]
+    fast += ["    except KeyError:", "        return slow(p)"]
+    for i, f, conv, test in checks:
+        fast += check_lines(i, f, conv, test, "    ")
+    if fast_construct:
+        fast.append("    o = _new(_cls)")
+        for i, f, _, _ in checks:
+            ns[f"_set{i}"] = cls.__dict__[f.name].__set__
+            fast.append(f"    _set{i}(o, a{i})")
+        fast.append("    return o")
+    else:
+        fast.append(f"    return _cls({', '.join(f'{f.name}=a{i}' for i, f, _, _ in checks)})")
+    exec("\n".join(slow), ns)
+    exec("\n".join(fast), ns)
     return ns["decode"]
+
+
+def _subst(test: str, var: str) -> str:
+    """Rename the checked variable ``v`` in a generated type test."""
+    import re
+
+    return re.sub(r"\bv\b", var, test)

@@ -123,7 +123,7 @@ def evolve(state: Membership, env: Envelope) -> Membership:
     t = type(ev)
     if t is TaskManagerRegistered:
         state.taskmanagers[ev.resource_id] = TaskManagerRow(
-            ev.resource_id, ev.session, ev.host, ev.slots, dict(ev.labels), "REGISTERED", env.ts
+            ev.resource_id, ev.session, ev.host, ev.slots, ev.labels, "REGISTERED", env.ts
         )
     elif t is TaskManagerLost or t is TaskManagerUnregistered:
         row = state.taskmanagers.get(ev.resource_id)
