@@ -11,7 +11,7 @@ from redis.retry import Retry
 
 from sluice.errors import ConfigError, RedisUnavailable
 
-__all__ = ["connect", "redact", "PASSWORD_ENV"]
+__all__ = ["connect", "redact", "ping", "shutdown", "PASSWORD_ENV"]
 
 PASSWORD_ENV = "SLUICE_REDIS_PASSWORD"
 """If set, the password for the Redis URL's user, so it need not be written in the URL."""
@@ -64,3 +64,23 @@ def connect(url: str, *, check: bool = True, timeout: float = 5.0) -> redis.Redi
                 f"cannot reach Redis at {redact(url)}: {exc}; is the server running?", url=redact(url)
             ) from exc
     return client
+
+
+def _quick(url: str, timeout: float) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+
+
+def ping(url: str, *, timeout: float = 0.5) -> bool:
+    """Whether a Redis answers at ``url`` and is ready (not loading its data)."""
+    try:
+        return bool(_quick(url, timeout).ping())
+    except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError):
+        return False
+
+
+def shutdown(url: str) -> None:
+    """Ask the server to shut down (flushing its AOF); quiet if it is already gone."""
+    try:
+        _quick(url, 2.0).shutdown(nosave=True)
+    except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError):
+        pass

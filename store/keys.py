@@ -105,6 +105,10 @@ class Keys:
         """A SCAN pattern matching every key under this prefix."""
         return "{" + _glob_escape(self.prefix) + ":*"
 
+    @staticmethod
+    def is_dead_letter(key: str) -> bool:
+        return key.endswith(":dead")
+
     def is_stream_name(self, key: str) -> bool:
         return key.startswith("{" + self.prefix + ":") and key.rsplit(":", 1)[-1] in ("inbox", "facts", "outbox", "dead")
 

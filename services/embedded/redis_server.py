@@ -8,11 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from sluice.errors import ConfigError, RedisUnavailable
+from sluice.store.connection import ping, shutdown
 
 __all__ = ["RedisServer", "find_redis_server", "free_port"]
 
@@ -63,17 +61,13 @@ class RedisServer:
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=detach
         )
         deadline = time.monotonic() + timeout
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
                 raise RedisUnavailable(f"redis-server exited at start (code {self.proc.returncode}): {err.strip()}")
-            try:
-                if client.ping():
-                    # Loading a big AOF answers LOADING; ping succeeds only when ready.
-                    return self.url
-            except (redis.ConnectionError, redis.BusyLoadingError):
-                time.sleep(0.05)
+            if ping(self.url):  # false while the AOF is still loading
+                return self.url
+            time.sleep(0.05)
         self.stop()
         raise RedisUnavailable(f"redis-server on port {self.port} did not answer within {timeout} s")
 
@@ -88,10 +82,7 @@ class RedisServer:
 
 def stop_server(port: int, proc: subprocess.Popen[bytes] | None = None, pid: int | None = None) -> None:
     """Shut a server down cleanly (the AOF is flushed), killing it if it does not go."""
-    try:
-        redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0)).shutdown(nosave=True)
-    except (redis.ConnectionError, redis.ResponseError):
-        pass
+    shutdown(f"redis://127.0.0.1:{port}/0")
     if proc is not None:
         try:
             proc.wait(timeout=10)

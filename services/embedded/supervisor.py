@@ -13,12 +13,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from sluice.errors import ConfigError, RedisUnavailable
 from sluice.services.common.shell import new_id
+from sluice.store.connection import ping
 
 from .redis_server import RedisServer, stop_server
 
@@ -83,12 +81,8 @@ class EmbeddedCluster:
         on the same data directory (so a finished run's log can still be read)."""
         data = self._read()
         rec = data.get("redis")
-        if rec:
-            try:
-                if redis.Redis.from_url(rec["url"], socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)).ping():
-                    return str(rec["url"])
-            except redis.ConnectionError:
-                pass
+        if rec and ping(rec["url"]):
+            return str(rec["url"])
         if not start:
             raise RedisUnavailable(f"no embedded Redis runs for {self.home}; start one with `sluice cluster start`")
         server = RedisServer(self.home / "redis")

@@ -44,7 +44,7 @@ def resolve(log: EventLog, names: tuple[str, ...]) -> list[str]:
 def record(log: EventLog, stream: str, entry_id: str, fields: dict[bytes, bytes]) -> dict:
     """One entry as JSON data: the envelope, a dead letter, or what is wrong with it."""
     base = {"stream": short(log, stream), "entry": entry_id}
-    if stream.endswith(":dead"):
+    if log.keys.is_dead_letter(stream):
         dead = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
         return {**base, "dead_letter": dead}
     try:
