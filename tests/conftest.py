@@ -83,3 +83,23 @@ def aof_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Spark Connect server (local[2]) for the whole test run; workers and tests connect to it."""
+    from sluice.services.embedded.spark_connect import SparkConnectServer
+
+    server = SparkConnectServer(master="local[2]", log_file=tmp_path_factory.mktemp("spark") / "connect.log")
+    url = server.start()
+    yield url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(spark_remote: str):
+    """A thin Spark Connect client session on the shared server."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(spark_remote).getOrCreate()
+    yield session

@@ -1,0 +1,99 @@
+"""A Spark Connect server from the pip-installed PySpark, shared by a TaskManager's workers
+(or by a whole embedded cluster, or by a test run): one JVM, warm, and thin clients."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sluice.errors import ConfigError, ServiceError
+
+from .redis_server import free_port
+
+__all__ = ["SparkConnectServer", "spark_home", "check_java"]
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def check_java() -> None:
+    from shutil import which
+
+    if which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise ConfigError("Java is not installed: Spark needs Java 17 (Debian: apt-get install openjdk-17-jre-headless)")
+
+
+class SparkConnectServer:
+    """``spark-submit … SparkConnectServer`` on a free port, ``local[*]`` by default."""
+
+    def __init__(self, *, master: str = "local[*]", port: int | None = None, log_file: Path | None = None,
+                 conf: dict[str, str] | None = None) -> None:
+        self.master = master
+        self.port = port or free_port()
+        self.log_file = log_file
+        self.conf = {
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "8",
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(self.port),
+            **(conf or {}),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def start(self, *, wait: bool = True, timeout: float = 120.0, detach: bool = False) -> str:
+        check_java()
+        home = spark_home()
+        cmd = [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+               "--name", "sluice-spark-connect", "--master", self.master]
+        for k, v in self.conf.items():
+            cmd += ["--conf", f"{k}={v}"]
+        env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
+               "PYSPARK_DRIVER_PYTHON": sys.executable}
+        out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                     start_new_session=detach)
+        if self.log_file:
+            out.close()  # type: ignore[union-attr]
+        if wait:
+            self.wait_ready(timeout)
+        return self.url
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        import socket
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise ServiceError(f"the Spark Connect server exited at start (code {self.proc.returncode}); "
+                                   f"see {self.log_file or 'its output'}")
+            with socket.socket() as s:
+                s.settimeout(0.2)
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise ServiceError(f"the Spark Connect server did not listen on port {self.port} within {timeout:.0f} s")
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
