@@ -5,6 +5,8 @@ the package registers them all, so any entry of the log can be decoded.
 """
 
 from .envelope import FIELD, Envelope, decode, decode_bytes, decode_fields, encode
+from .jobgraph import *  # noqa: F401,F403
+from .jobgraph import __all__ as _jobgraph
 from .jobs import *  # noqa: F401,F403
 from .jobs import __all__ as _jobs
 from .kvstate import *  # noqa: F401,F403
@@ -37,6 +39,7 @@ __all__ = [
     "KeyGroupRange",
     "TaskState",
     *_membership,
+    *_jobgraph,
     *_jobs,
     *_splits,
     *_kvstate,

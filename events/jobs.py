@@ -1,9 +1,16 @@
-"""Job submission, deployment and task lifecycle (Flink's JobManager <-> TaskManager protocol)."""
+"""Job submission, deployment and task lifecycle (Flink's JobManager <-> TaskManager protocol).
+
+Messages keep Flink's names. Facts in a job's stream are ``JobSubmitted``,
+``ExecutionGraphBuilt``, ``UpdateTaskExecutionState`` (every state change of every
+execution attempt, decided by the leader), ``ScheduleOrUpdateConsumers`` (a producer's
+partition is ready), ``TaskRestartScheduled``, ``JobWaitingForSlots`` and ``JobStatusChanged``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import field
 
+from .jobgraph import JobGraph
 from .schema import JSON, Event, event
 from .types import JobStatus, TaskState
 
@@ -12,23 +19,29 @@ __all__ = [
     "Success",
     "JobRefused",
     "CancelJob",
+    "JobRegistered",
+    "JobSubmitted",
+    "ExecutionGraphBuilt",
     "JobStatusChanged",
+    "JobWaitingForSlots",
     "SubmitTask",
     "TaskOperationResult",
     "CancelTask",
     "UpdateTaskExecutionState",
     "ScheduleOrUpdateConsumers",
+    "TaskRestartScheduled",
 ]
 
 
 @event("SubmitJob")
 class SubmitJob(Event):
-    """A client submits a JobGraph; ``code_blob`` names the job's code by content hash."""
+    """A client submits a JobGraph; ``code_blob`` names the job's code by content hash,
+    ``reply_to`` the inbox that gets ``Success`` or ``JobRefused``."""
 
     job_id: str
-    name: str
-    job_graph: JSON
+    graph: JobGraph
     code_blob: str
+    module: str
     reply_to: str
     params: dict[str, str] = field(default_factory=dict)
 
@@ -52,6 +65,37 @@ class CancelJob(Event):
     reason: str
 
 
+@event("JobRegistered")
+class JobRegistered(Event):
+    """Cluster fact: the leader took the job in; its inbox is served from now on."""
+
+    job_id: str
+    name: str
+
+
+@event("JobSubmitted")
+class JobSubmitted(Event):
+    """Job fact: the accepted graph, its code, and the input splits of every source vertex."""
+
+    job_id: str
+    graph: JobGraph
+    code_blob: str
+    module: str
+    reply_to: str
+    params: dict[str, str]
+    splits: dict[str, list[JSON]]
+    storage_root: str
+
+
+@event("ExecutionGraphBuilt")
+class ExecutionGraphBuilt(Event):
+    """Every vertex expanded to its subtasks (all CREATED), results and edges wired."""
+
+    job_id: str
+    subtasks: int
+    results: int
+
+
 @event("JobStatusChanged")
 class JobStatusChanged(Event):
     job_id: str
@@ -59,9 +103,19 @@ class JobStatusChanged(Event):
     reason: str | None = None
 
 
+@event("JobWaitingForSlots")
+class JobWaitingForSlots(Event):
+    """Deployable tasks wait: ``needed`` slots wanted, ``free`` available (0 = none at all)."""
+
+    job_id: str
+    needed: int
+    free: int
+
+
 @event("SubmitTask")
 class SubmitTask(Event):
-    """Deploy one execution attempt; ``descriptor`` is the task deployment descriptor."""
+    """Deploy one execution attempt on ``taskmanager``'s ``slot``; ``descriptor`` is the
+    task deployment descriptor (code, inputs, output, splits)."""
 
     job_id: str
     execution_id: str
@@ -87,19 +141,41 @@ class CancelTask(Event):
     reason: str
 
 
-@event("UpdateTaskExecutionState")
+@event("UpdateTaskExecutionState", version=2)
 class UpdateTaskExecutionState(Event):
+    """One state change of one execution attempt. Sent by TaskManagers and recorded by the
+    leader (with where it runs) as a fact. Version 2 added the vertex, subtask, attempt and
+    location fields."""
+
     job_id: str
     execution_id: str
     state: TaskState
     error: str | None = None
+    vertex_id: str = ""
+    subtask: int = -1
+    attempt: int = -1
+    taskmanager: str | None = None
+    slot: int | None = None
 
 
 @event("ScheduleOrUpdateConsumers")
 class ScheduleOrUpdateConsumers(Event):
-    """A producer has data in ``result_id``/``partition``: deploy its consumers if not running."""
+    """A producer's result partition has data: deploy its consumers if they are not running."""
 
     job_id: str
     execution_id: str
-    result_id: str
-    partition: int
+    vertex_id: str
+    subtask: int
+    attempt: int
+
+
+@event("TaskRestartScheduled")
+class TaskRestartScheduled(Event):
+    """A failed subtask gets attempt ``attempt`` no earlier than ``not_before`` (ms)."""
+
+    job_id: str
+    vertex_id: str
+    subtask: int
+    attempt: int
+    not_before: int
+    restarts: int

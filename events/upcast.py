@@ -58,3 +58,11 @@ def _register_task_manager_v1_v2(payload: Payload) -> Payload:
     if isinstance(payload, dict):
         return {**payload, "labels": {}}
     return payload
+
+
+@upcaster("UpdateTaskExecutionState", 1)
+def _update_task_execution_state_v1_v2(payload: Payload) -> Payload:
+    """v1 named the execution only; v2 records vertex, subtask, attempt and location too."""
+    if isinstance(payload, dict):
+        return {"vertex_id": "", "subtask": -1, "attempt": -1, "taskmanager": None, "slot": None, **payload}
+    return payload

@@ -1,6 +1,7 @@
 """The only package that talks to Redis: keys, the event log, consumers, the lease,
 outbox delivery and read-model tables."""
 
+from .blobs import Blobs
 from .connection import connect, redact
 from .consumer import Entry, GroupConsumer
 from .keys import Keys, tag_of
@@ -10,6 +11,7 @@ from .outbox import Deliverer
 from .tables import ReadModels
 
 __all__ = [
+    "Blobs",
     "connect",
     "redact",
     "Entry",

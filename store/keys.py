@@ -15,6 +15,8 @@ every key one atomic commit touches lives in one slot:
     {<p>:cluster}:position:<name>  the fact stream position it reflects
     {<p>:job:<id>}:…           the same shapes, per job
     {<p>:tm:<id>}:…            the same shapes, per TaskManager (its inbox)
+    {<p>:client:<id>}:inbox    replies to one client (Success, JobRefused)
+    {<p>:blob}:<sha256>        a job's code, content-addressed
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ class Keys:
 
     def job(self, job_id: str) -> str:
         return "{" + self.prefix + ":job:" + _check_id(job_id, "job id") + "}"
+
+    def client(self, client_id: str) -> str:
+        return "{" + self.prefix + ":client:" + _check_id(client_id, "client id") + "}"
+
+    def blob(self, digest: str) -> str:
+        """A job's code, stored once under its SHA-256."""
+        return "{" + self.prefix + ":blob}:" + _check_id(digest, "blob digest")
 
     def taskmanager(self, resource_id: str) -> str:
         return "{" + self.prefix + ":tm:" + _check_id(resource_id, "TaskManager resource id") + "}"

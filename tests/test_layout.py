@@ -66,7 +66,7 @@ def test_public_apis() -> None:
     assert {"Envelope", "encode", "decode", "decode_fields", "EVENT_TYPES", "TaskState", "KeyGroupRange",
             "RegisterTaskManager", "NotifyKvStateRegistered"} <= set(sluice.events.__all__)
     assert set(sluice.store.__all__) == {
-        "connect", "redact", "Entry", "GroupConsumer", "Keys", "tag_of", "LeaderLease", "LeaseHolder",
+        "Blobs", "connect", "redact", "Entry", "GroupConsumer", "Keys", "tag_of", "LeaderLease", "LeaseHolder",
         "current_leader", "CommitResult", "Consumed", "EventLog", "Out", "Deliverer", "ReadModels",
     }
     for name in sluice.events.__all__ + sluice.store.__all__:

@@ -1,21 +1,36 @@
-"""The JobManager shell: win the lease, rebuild state from the log, then serve the inbox.
+"""The JobManager shell: win the lease, rebuild state from the log, then serve the inboxes.
 
-One main loop does everything that changes state: it reads the cluster inbox, asks
-the pure core what each message causes, and commits the facts, the replies (into the
-outbox) and the inbox acknowledgement in one fenced script. Timers (heartbeats, lease
-renewal) run in the same loop between reads.
+One main loop does everything that changes state: it reads the cluster inbox and every
+running job's inbox, asks the pure cores what each message causes, and commits the facts,
+the outgoing messages (into the committing tag's outbox) and the inbox acknowledgement in
+one fenced script per tag. Timers (heartbeats, lease renewal, restarts, slot timeouts)
+run in the same loop between reads.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 
 from sluice.errors import DecodeError, RedisUnavailable, StaleEpoch
-from sluice.events import Envelope, Event, JobManagerHeartbeat, LeadershipGranted
+from sluice.events import (
+    FIELD,
+    Envelope,
+    Event,
+    JobManagerHeartbeat,
+    JobRefused,
+    JobRegistered,
+    JobStatus,
+    LeadershipGranted,
+    SubmitJob,
+    TaskManagerLost,
+    encode,
+)
 from sluice.services.common.shell import get_logger, hostname, new_id, now_ms
+from sluice.services.jobs import core as jobs
+from sluice.services.jobs.state import TERMINAL_JOB, JobsState
+from sluice.services.jobs.state import evolve as jobs_evolve
+from sluice.services.jobs.validate import problems
 from sluice.services.membership.core import (
-    Decision,
     HeartbeatMonitor,
     Membership,
     MembershipConfig,
@@ -24,12 +39,20 @@ from sluice.services.membership.core import (
     decide_timeouts,
     evolve,
 )
-from sluice.store import Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out
+from sluice.store import Blobs, Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out, tag_of
 from sluice.store.consumer import Entry
 
 __all__ = ["JobManager", "GROUP"]
 
 GROUP = "jobmanager"
+
+
+class _Rejected(DecodeError):
+    kind = "rejected"
+
+
+class _Rebuild(Exception):
+    """The in-memory state may be ahead of the log (a commit did not happen): rebuild it."""
 
 
 class JobManager:
@@ -38,27 +61,33 @@ class JobManager:
         log: EventLog,
         *,
         config: MembershipConfig = MembershipConfig(),
+        jobs_config: jobs.JobsConfig = jobs.JobsConfig(),
         lease_ttl_ms: int = 3000,
         jm_id: str | None = None,
         inbox_retention_ms: int = 600_000,
+        storage_root: str = "file:///tmp/sluice-storage",
     ) -> None:
-        self.inbox_retention_ms = inbox_retention_ms
-        self._next_trim = 0
         self.log = log
         self.keys = log.keys
         self.config = config
+        self.jobs_config = jobs_config
+        self.storage_root = storage_root
+        self.inbox_retention_ms = inbox_retention_ms
         self.id = jm_id or f"jm-{hostname()}-{new_id()[:8]}"
         self.lease = LeaderLease(log, self.id, lease_ttl_ms)
         self.tag = self.keys.cluster
         self.inbox = self.keys.inbox(self.tag)
         self.facts = self.keys.facts(self.tag)
         self.outbox = self.keys.outbox(self.tag)
+        self.blobs = Blobs(log)
         self.state = Membership()
+        self.jobs = JobsState()
         self.monitor = HeartbeatMonitor()
         self.epoch: int | None = None
         self.logger = get_logger("jobmanager", jm=self.id)
-        self.deliverer = Deliverer(log, self.tag)
+        self.deliverers: dict[str, Deliverer] = {}
         self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
+        self._next_trim = 0
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -83,6 +112,8 @@ class JobManager:
             except StaleEpoch as exc:
                 self.logger.warning("deposed", error=str(exc))
                 self.epoch = None
+            except _Rebuild as exc:
+                self.logger.warning("state may be ahead of the log; rebuilding from the log", why=str(exc))
             except RedisUnavailable as exc:
                 self.logger.error("redis unavailable, retrying", error=str(exc), retry_in_s=backoff)
                 self.epoch = None
@@ -99,19 +130,36 @@ class JobManager:
         """Rebuild state from the log and announce the new epoch (no message is served before)."""
         self.epoch = epoch
         state = Membership()
+        registered: list[str] = []
         n = 0
         for _, env in self.log.replay(self.facts):
             evolve(state, env)
+            if isinstance(env.event, JobRegistered):
+                registered.append(env.event.job_id)
             n += 1
         self.state = state
-        self._commit((LeadershipGranted(epoch, self.id, hostname()),), (), None)
+        self.jobs = JobsState()
+        self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
+        for job_id in registered:
+            tag = self.keys.job(job_id)
+            self.log.fence(tag, epoch)  # from now on a deposed leader cannot write to this job
+            for _, env in self.log.replay(self.keys.facts(tag)):
+                jobs_evolve(self.jobs, env)
+                n += 1
+            job = self.jobs.jobs.get(job_id)
+            if job is None or job.status not in TERMINAL_JOB:
+                self.consumer.add_stream(self.keys.inbox(tag))
+        self._commit(self.tag, (LeadershipGranted(epoch, self.id, hostname()),), (), None)
         self.monitor.restart(self.state, now_ms())
-        self.deliverer.deliver()
+        for tag in [self.tag] + [self.keys.job(j) for j in registered]:
+            self._deliverer(tag).deliver()
         self.consumer.ensure_group()
-        self.logger.info("leading", epoch=epoch, replayed=n, taskmanagers=len(self.state.active()))
+        self.logger.info("leading", epoch=epoch, replayed=n, taskmanagers=len(self.state.active()),
+                         jobs=len(self.jobs.jobs))
         # Messages a previous leader read but never committed: ours now.
         for entry in self.consumer.reclaim(min_idle_ms=0) + self.consumer.pending():
             self.handle(entry)
+        self.schedule_all()
 
     def lead(self, epoch: int, stop: threading.Event) -> None:
         self.become_leader(epoch)
@@ -119,12 +167,15 @@ class JobManager:
         renew_every = self.lease.ttl_ms / 3
         next_tick = next_renew = 0.0
         while not stop.is_set():
-            for entry in self.consumer.read(count=100, block_ms=min(50, interval)):
+            entries = self.consumer.read(count=200, block_ms=min(50, interval))
+            for entry in entries:
                 self.handle(entry)
+            if entries:
+                self.schedule_all()
             now = now_ms()
             if now >= next_tick:
                 self.tick(now)
-                next_tick = now + interval
+                next_tick = now + min(interval, 200)
             if now >= next_renew:
                 if not self.lease.renew():
                     self.logger.warning("lost the lease, stepping down", epoch=epoch)
@@ -137,19 +188,98 @@ class JobManager:
     def handle(self, entry: Entry) -> None:
         env = entry.envelope
         try:
-            decision = decide(self.state, env, self.config)
-        except UnexpectedMessage as exc:
-            self.consumer.dead_letter(entry.id, {b"e": _reencode(env)}, _Rejected(str(exc)))
-            return
-        except Exception as exc:  # a bug in the core must not kill the JobManager
+            if entry.stream == self.inbox:
+                self._handle_cluster(entry)
+            else:
+                self._handle_job(entry)
+        except (StaleEpoch, RedisUnavailable, _Rebuild):
+            raise
+        except (UnexpectedMessage, jobs.UnexpectedJobMessage) as exc:
+            self._park(entry, str(exc))
+        except Exception as exc:  # a bug in a core must not kill the JobManager
             self.logger.exception("handler failed; entry parked", entry=entry.id, type=env.type)
-            self.consumer.dead_letter(entry.id, {b"e": _reencode(env)}, _Rejected(f"handler failed: {exc!r}"))
+            self._park(entry, f"handler failed: {exc!r}")
+            raise _Rebuild(f"handler for {env.type} raised") from exc
+
+    def _handle_cluster(self, entry: Entry) -> None:
+        env = entry.envelope
+        if isinstance(env.event, SubmitJob):
+            self._submit(entry, env.event)
             return
-        if self._commit(decision.facts, decision.replies, entry, cause=env.id):
+        decision = decide(self.state, env, self.config)
+        if self._commit(self.tag, decision.facts, decision.replies, entry, cause=env.id):
             msg = env.event
             rid = getattr(msg, "resource_id", None)
             if rid is not None and self.state.is_registered(rid, getattr(msg, "session", "")):
                 self.monitor.observe(rid, now_ms())
+
+    def _submit(self, entry: Entry, msg: SubmitJob) -> None:
+        """Validate, then register the job and hand the submission to its own inbox (one
+        cluster commit with the outbox), where the job's facts begin."""
+        env = entry.envelope
+        found = problems(msg.graph)
+        if msg.job_id in self.jobs.jobs or self.keys.inbox(self.keys.job(msg.job_id)) in self.consumer.streams:
+            found.append(f"job id {msg.job_id} is already taken")
+        if not self.blobs.exists(msg.code_blob):
+            found.append(f"the job's code (blob {msg.code_blob[:12]}) is not in Redis; submit it again")
+        if not found:
+            try:
+                self._plan_splits(msg)
+            except Exception as exc:
+                found.append(str(exc))
+        if found:
+            reason = "; ".join(found)
+            self.logger.warning("job refused", job=msg.job_id, reason=reason)
+            self._commit(self.tag, (), (), entry, cause=env.id,
+                         sends=[(msg.reply_to, JobRefused(msg.job_id, reason))])
+            return
+        job_inbox = self.keys.inbox(self.keys.job(msg.job_id))
+        self._commit(self.tag, (JobRegistered(msg.job_id, msg.graph.name),), (), entry, cause=env.id,
+                     sends=[(job_inbox, msg)])
+        self.consumer.add_stream(job_inbox)
+
+    def _plan_splits(self, msg: SubmitJob) -> dict[str, list]:
+        from sluice.services.dataplane.splits import plan_splits
+
+        return {v.name: plan_splits(v.source.format, v.source.paths, v.source.split_bytes)
+                for v in msg.graph.vertices if v.source is not None}
+
+    def _handle_job(self, entry: Entry) -> None:
+        env = entry.envelope
+        tag = tag_of(entry.stream)
+        job_id = tag[len("{" + self.keys.prefix + ":job:"):-1]
+        now = now_ms()
+        if isinstance(env.event, SubmitJob):
+            if job_id in self.jobs.jobs:
+                self._commit(tag, (), (), entry, cause=env.id)  # already accepted: a redelivery
+                return
+            try:
+                splits = self._plan_splits(env.event)
+            except Exception as exc:
+                self._commit(tag, (), (), entry, cause=env.id,
+                             sends=[(env.event.reply_to, JobRefused(job_id, str(exc)))])
+                return
+            decision = jobs.submit(self.jobs, env.event, splits, self.storage_root, now)
+            self.logger.info("job submitted", job=job_id, name=env.event.graph.name,
+                             subtasks=sum(v.parallelism for v in env.event.graph.vertices))
+        else:
+            decision = jobs.on_message(self.jobs, job_id, env, self.jobs_config, now)
+            if decision.note:
+                self.logger.info("job message", job=job_id, note=decision.note)
+        self._commit_job(decision, entry, cause=env.id)
+
+    def schedule_all(self) -> None:
+        free = self._free_slots()
+        for job_id, job in list(self.jobs.jobs.items()):
+            if job.ready and job.status in (JobStatus.CREATED, JobStatus.RUNNING):
+                decision = jobs.schedule(self.jobs, job_id, free, now_ms())
+                if decision:
+                    self._commit_job(decision, None)
+
+    def _free_slots(self) -> jobs.FreeSlots:
+        used = self.jobs.pool.by_tm
+        return {r.resource_id: [s for s in range(r.slots) if s not in used.get(r.resource_id, ())]
+                for r in sorted(self.state.active(), key=lambda r: r.resource_id)}
 
     def tick(self, now: int) -> None:
         # Entries another consumer read and never committed (it crashed, or it was a
@@ -160,7 +290,11 @@ class JobManager:
         if decision.facts:
             for fact in decision.facts:
                 self.logger.warning("taskmanager lost", resource_id=fact.resource_id, reason=fact.reason)
-            self._commit(decision.facts, (), None)
+            self._commit(self.tag, decision.facts, (), None)
+        total = sum(r.slots for r in self.state.active())
+        for d in jobs.tick(self.jobs, self.jobs_config, now, total):
+            self._commit_job(d, None)
+        self.schedule_all()
         self._send_heartbeats()
         if now >= self._next_trim:
             self.log.trim_consumed(self.inbox, GROUP, keep_ms=self.inbox_retention_ms, now_ms=now)
@@ -170,8 +304,6 @@ class JobManager:
         active = self.state.active()
         if not active:
             return
-        from sluice.events import FIELD, encode
-
         pipe = self.log.client.pipeline(transaction=False)
         hb = encode(Envelope(JobManagerHeartbeat(self.epoch or 0, self.id), new_id(), self.epoch or 0, now_ms()))
         for row in active:
@@ -181,39 +313,68 @@ class JobManager:
         except Exception as exc:
             raise RedisUnavailable(f"Redis went away while sending heartbeats: {exc}") from exc
 
-    def _commit(self, facts: tuple[Event, ...], replies: tuple[tuple[str, Event], ...],
-                entry: Entry | None, cause: str | None = None) -> bool:
+    # --- committing ----------------------------------------------------------------------
+
+    def _commit_job(self, decision: jobs.Decision, entry: Entry | None, cause: str | None = None) -> None:
+        tag = self.keys.job(decision.job_id)
+        sends = []
+        for (kind, where), ev in decision.sends:
+            target = self.keys.inbox(self.keys.taskmanager(where)) if kind == "tm" else where
+            sends.append((target, ev))
+        # Large deployments commit in chunks (a Lua script blocks Redis while it runs).
+        facts, chunk = list(decision.facts), 3000
+        if len(facts) + len(sends) <= chunk or entry is not None:
+            ok = self._commit(tag, tuple(facts), (), entry, cause=cause, sends=sends, apply=False)
+        else:
+            ok = True
+            for i in range(0, max(len(facts), len(sends)), chunk):
+                ok = self._commit(tag, tuple(facts[i:i + chunk]), (), None, sends=sends[i:i + chunk], apply=False)
+        if not ok:
+            raise _Rebuild(f"a job commit for {decision.job_id} was a duplicate")
+        job = self.jobs.jobs.get(decision.job_id)
+        if job is not None and job.status in TERMINAL_JOB and self.keys.inbox(tag) in self.consumer.streams:
+            self.consumer.remove_stream(self.keys.inbox(tag))
+            self.logger.info("job ended", job=decision.job_id, status=job.status.value, reason=job.reason)
+
+    def _commit(self, tag: str, facts: tuple[Event, ...], replies: tuple[tuple[str, Event], ...],
+                entry: Entry | None, cause: str | None = None, sends: list[tuple[str, Event]] | None = None,
+                apply: bool = True) -> bool:
+        """Commit facts (to ``tag``'s fact stream) and messages (to its outbox), acknowledging
+        ``entry``. ``replies`` go to TaskManagers by resource id, ``sends`` to inbox keys.
+        With ``apply`` the membership facts are folded into the state after the commit."""
         assert self.epoch is not None
         ts = now_ms()
-        fact_envs = [Envelope(f, new_id(), self.epoch, ts, None, cause) for f in facts]
-        outs = [Out(self.facts, e) for e in fact_envs]
-        outs += [
-            Out(self.outbox, Envelope(r, new_id(), self.epoch, ts, None, cause),
-                to=self.keys.inbox(self.keys.taskmanager(rid)))
-            for rid, r in replies
-        ]
-        consumed = Consumed(self.inbox, GROUP, entry.id) if entry is not None else None
-        result = self.log.commit(self.tag, self.epoch, outs, consumed)
+        job = tag[len("{" + self.keys.prefix + ":job:"):-1] if tag != self.tag else None
+        fact_envs = [Envelope(f, new_id(), self.epoch, ts, job, cause) for f in facts]
+        outs = [Out(self.keys.facts(tag), e) for e in fact_envs]
+        outbox = self.keys.outbox(tag)
+        targets = [(self.keys.inbox(self.keys.taskmanager(rid)), r) for rid, r in replies] + list(sends or [])
+        outs += [Out(outbox, Envelope(r, new_id(), self.epoch, ts, job, cause), to=target) for target, r in targets]
+        consumed = Consumed(entry.stream, GROUP, entry.id) if entry is not None else None
+        result = self.log.commit(tag, self.epoch, outs, consumed)
         if result.duplicate:
             self.logger.info("redelivered entry ignored", entry=entry.id if entry else None)
             return False
-        for env in fact_envs:
-            evolve(self.state, env)
-            if env.type in ("TaskManagerLost", "TaskManagerUnregistered"):
-                self.monitor.forget(env.event.resource_id)
-        if replies:
-            self.deliverer.deliver()
+        if apply:
+            for env in fact_envs:
+                evolve(self.state, env)
+                if isinstance(env.event, TaskManagerLost) or env.type == "TaskManagerUnregistered":
+                    self.monitor.forget(env.event.resource_id)
+                    for d in jobs.taskmanager_lost(self.jobs, env.event.resource_id, env.event.reason,
+                                                   self.jobs_config, ts):
+                        self._commit_job(d, None)
+        if targets:
+            self._deliverer(tag).deliver()
         return True
+
+    def _deliverer(self, tag: str) -> Deliverer:
+        d = self.deliverers.get(tag)
+        if d is None:
+            d = self.deliverers[tag] = Deliverer(self.log, tag)
+        return d
+
+    def _park(self, entry: Entry, reason: str) -> None:
+        self.consumer.dead_letter(entry.id, {FIELD: encode(entry.envelope)}, _Rejected(reason), stream=entry.stream)
 
     def _dead_lettered(self, stream: str, entry_id: str, error: DecodeError) -> None:
         self.logger.warning("entry parked in dead letters", stream=stream, entry=entry_id, error=str(error))
-
-
-class _Rejected(DecodeError):
-    kind = "rejected"
-
-
-def _reencode(env: Envelope) -> bytes:
-    from sluice.events import encode
-
-    return encode(env)

@@ -1,0 +1,201 @@
+"""Exchanging data between tasks: a producer writes its output partition, consumers read theirs.
+
+A producer subtask writes its output as Parquet under its own path. Keyed output is
+partitioned by key group (a ``_kg=N`` directory per group, ``keygroups.key_group_column``),
+so a consumer subtask reads only the directories of its key-group range (partition
+pruning) from every producer's path: the shuffle of a keyed exchange is a directory
+listing. Next to the data the producer leaves ``_schema.json`` (its DataFrame's schema)
+so that a consumer of producers that all produced nothing still knows the columns.
+Sinks write one directory per subtask, so a restarted attempt replaces only its own.
+
+Paths must be absolute (or URIs): the Spark Connect server resolves relative paths
+against its own working directory. ``_schema.json`` is written and read with pyarrow's
+file systems from this process, so the Spark server and this process must see the same
+storage (a local disk on the TaskManager's machine, or a URI both can reach).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from sluice.services.dataplane.errors import DataplaneError, SchemaError
+from sluice.services.dataplane.keygroups import key_group_column
+
+if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = ["KEY_GROUP_COLUMN", "SCHEMA_FILE", "SINK_FORMATS", "write_partition", "read_inputs", "write_sink"]
+
+KEY_GROUP_COLUMN = "_kg"
+"""The partition column of keyed output: the row's key group."""
+
+SCHEMA_FILE = "_schema.json"
+"""Written next to a producer's data: ``df.schema.json()`` of what it wrote (without ``_kg``)."""
+
+SINK_FORMATS = ("parquet", "csv")
+
+
+def _check_path(path: str, what: str) -> str:
+    if not isinstance(path, str) or not path:
+        raise DataplaneError(f"{what} must be a non-empty path string, got {path!r}")
+    if len(urlparse(path).scheme) <= 1 and not os.path.isabs(path):
+        raise DataplaneError(
+            f"{what} {path!r} is relative: use an absolute path or a URI (the Spark Connect server "
+            "resolves relative paths against its own working directory)"
+        )
+    return path.rstrip("/") or "/"
+
+
+def _filesystem(path: str) -> tuple["FileSystem", str]:
+    from pyarrow import fs
+
+    if len(urlparse(path).scheme) > 1:
+        return fs.FileSystem.from_uri(path)
+    return fs.LocalFileSystem(), path
+
+
+def _quoted(name: str) -> str:
+    """A top-level column name as a Spark column reference (dots and backticks taken literally)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def write_partition(df: "DataFrame", path: str, *, key: str | None, max_parallelism: int) -> None:
+    """Write a producer subtask's output to ``path`` as Parquet, replacing what was there.
+
+    Without ``key`` the DataFrame is written as is. With ``key`` every row gets its key
+    group ``_kg`` and the output is partitioned by it, one file per key group (a shuffle
+    by ``_kg`` first, so the number of files does not grow with the DataFrame's
+    partitions). ``_schema.json`` is written last, next to the data.
+    """
+    path = _check_path(path, "output path")
+    schema = df.schema
+    columns = schema.fieldNames()
+    if key is None:
+        df.write.mode("overwrite").parquet(path)
+    else:
+        if key not in columns:
+            raise SchemaError(
+                f"key column {key!r} is not in the DataFrame; its columns are: {', '.join(columns) or '(none)'}. "
+                "Key by one of them, or add the column before writing"
+            )
+        if KEY_GROUP_COLUMN in columns:
+            raise SchemaError(
+                f"the DataFrame has a column {KEY_GROUP_COLUMN!r}, which keyed output reserves for the key group: rename it"
+            )
+        keyed = df.withColumn(KEY_GROUP_COLUMN, key_group_column(_quoted(key), max_parallelism))
+        (
+            keyed.repartition(KEY_GROUP_COLUMN)
+            .write.mode("overwrite")
+            .option("partitionOverwriteMode", "static")  # replace the whole output, even if the session says dynamic
+            .partitionBy(KEY_GROUP_COLUMN)
+            .parquet(path)
+        )
+    fs, root = _filesystem(path)
+    with fs.open_output_stream(f"{root}/{SCHEMA_FILE}") as out:
+        out.write(schema.json().encode("utf-8"))
+
+
+def _has_data(path: str) -> bool:
+    """Whether ``path`` holds at least one data file (not ``_SUCCESS``, ``_schema.json``, ``.crc``...)."""
+    from pyarrow import fs as pafs
+
+    fs, root = _filesystem(path)
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.NotFound:
+        raise DataplaneError(
+            f"input path {path!r} does not exist: its producer has not written its output there "
+            "(did the producer finish, and write to this path?)"
+        )
+    if info.type == pafs.FileType.File:
+        return True
+    for entry in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
+        if entry.type == pafs.FileType.File and not entry.base_name.startswith(("_", ".")):
+            return True
+    return False
+
+
+def _written_schema(paths: list[str]) -> "StructType | None":
+    from pyarrow import fs as pafs
+    from pyspark.sql.types import StructType
+
+    for path in paths:
+        fs, root = _filesystem(path)
+        name = f"{root}/{SCHEMA_FILE}"
+        if fs.get_file_info(name).type == pafs.FileType.File:
+            with fs.open_input_stream(name) as f:
+                return StructType.fromJson(json.loads(f.read().decode("utf-8")))
+    return None
+
+
+def _check_key_groups(key_groups: object) -> tuple[int, int]:
+    if (
+        not isinstance(key_groups, (tuple, list))
+        or len(key_groups) != 2
+        or not all(isinstance(k, int) and not isinstance(k, bool) for k in key_groups)
+        or not 0 <= key_groups[0] <= key_groups[1]
+    ):
+        raise DataplaneError(
+            f"key_groups must be (first, last), inclusive ints with 0 <= first <= last (see key_group_range), "
+            f"got {key_groups!r}"
+        )
+    return key_groups[0], key_groups[1]
+
+
+def read_inputs(
+    spark: "SparkSession",
+    paths: list[str],
+    *,
+    key_groups: tuple[int, int] | None,
+    schema_hint: "StructType | str | None" = None,
+) -> "DataFrame":
+    """The union of producers' outputs at ``paths``; with ``key_groups`` only rows of those groups.
+
+    ``key_groups`` is an inclusive range ``(first, last)`` (``keygroups.key_group_range``);
+    it needs keyed inputs. The result never has the ``_kg`` column. Producers that
+    produced nothing are skipped; when none produced anything the result is an empty
+    DataFrame with the schema they recorded in ``_schema.json``, else ``schema_hint``
+    (a StructType or a DDL string).
+    """
+    if isinstance(paths, str) or not isinstance(paths, (list, tuple)):
+        raise DataplaneError(f"paths must be a list of producer output paths, got {paths!r}")
+    checked = [_check_path(p, "input path") for p in paths]
+    groups = None if key_groups is None else _check_key_groups(key_groups)
+    with_data = [p for p in checked if _has_data(p)]
+    if not with_data:
+        schema = _written_schema(checked) or schema_hint
+        if schema is None:
+            raise SchemaError(
+                f"none of the inputs {list(paths)!r} has data or a {SCHEMA_FILE}, so their columns are unknown: "
+                "write them with write_partition, or pass schema_hint"
+            )
+        return spark.createDataFrame([], schema)
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(*with_data)
+    columns = df.columns
+    if groups is not None:
+        if KEY_GROUP_COLUMN not in columns:
+            raise SchemaError(
+                f"key_groups {groups} given but the inputs {with_data!r} were not written with a key "
+                f"(no {KEY_GROUP_COLUMN!r} column): write them with write_partition(..., key=...)"
+            )
+        df = df.where(F.col(KEY_GROUP_COLUMN).between(groups[0], groups[1]))
+    if KEY_GROUP_COLUMN in columns:
+        df = df.drop(KEY_GROUP_COLUMN)
+    return df
+
+
+def write_sink(df: "DataFrame", path: str, subtask: int, format: str, options: dict[str, str] | None = None) -> None:
+    """Write a sink subtask's output to ``{path}/part-{subtask:05d}``, replacing that subtask's earlier attempt only."""
+    path = _check_path(path, "sink path")
+    if isinstance(subtask, bool) or not isinstance(subtask, int) or subtask < 0:
+        raise DataplaneError(f"subtask must be an int >= 0 (the sink subtask's index), got {subtask!r}")
+    if format not in SINK_FORMATS:
+        raise DataplaneError(f"unknown sink format {format!r}: use one of {', '.join(SINK_FORMATS)}")
+    opts = {k: str(v) for k, v in (options or {}).items()}
+    df.write.mode("overwrite").format(format).options(**opts).save(f"{path}/part-{subtask:05d}")

@@ -1,0 +1,212 @@
+"""Reading one input split into a Spark DataFrame.
+
+Spark cannot read a byte range of a text file or a few row groups of a Parquet file, so
+a split is first *materialized*: its records are copied into a temp file that Spark reads
+whole. For text and CSV, Hadoop's line rule decides which lines a byte range holds, so
+that every line of a file is read by exactly one split:
+
+    a line belongs to the split that contains its first byte.
+
+A split ``[start, end)`` therefore skips the partial line it starts in (unless start is
+0: it seeks to ``start - 1`` and skips to just past the first newline there or later),
+then reads whole lines while a line's first byte is before ``end``; the last line may run
+past ``end``. Lines end with ``\\n`` (``\\r\\n`` keeps its ``\\r`` with the line, which
+Spark strips); a last line without newline is read as a line. The copy streams the byte
+range in large chunks: no per-line Python.
+
+The temp file must exist until Spark has read it, and Spark reads lazily: whoever calls
+``read_split`` deletes ``temp_dir`` after the task's action has completed. The Spark
+Connect server reads the temp file, so ``temp_dir`` must be on its machine (a
+TaskManager's server is local to it).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Mapping
+
+from sluice.services.dataplane.errors import SplitError
+from sluice.services.dataplane.splits import COMPRESSED_SUFFIXES, FORMATS, Split
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["materialize_split", "read_split"]
+
+_COPY_CHUNK = 8 << 20
+"""Bytes per read when copying a split's range."""
+
+_SCAN_CHUNK = 1 << 16
+"""Bytes per read when looking for the end of a line (lines are usually short; long ones loop)."""
+
+
+def _option(options: Mapping[str, object], name: str) -> object | None:
+    """An option's value; Spark's option names are case-insensitive."""
+    name = name.lower()
+    return next((v for k, v in options.items() if str(k).lower() == name), None)
+
+
+def _is_true(options: Mapping[str, object], name: str) -> bool:
+    return str(_option(options, name)).strip().lower() == "true"
+
+
+def _check_split(split: Split) -> str:
+    """The split's format, after checking it has the keys its format needs."""
+    if not isinstance(split, dict):
+        raise SplitError(f"a split must be a dict made by plan_splits, got {type(split).__name__}")
+    fmt = split.get("format")
+    if fmt not in FORMATS:
+        raise SplitError(f"split has unknown format {fmt!r}: use one of {', '.join(FORMATS)} (split: {split!r})")
+    need = ("path", "index", "row_groups") if fmt == "parquet" else ("path", "index", "start", "end")
+    missing = [k for k in need if k not in split]
+    if missing:
+        raise SplitError(f"{fmt} split lacks {', '.join(missing)}: make splits with plan_splits (split: {split!r})")
+    if fmt == "parquet":
+        rgs = split["row_groups"]
+        if not (isinstance(rgs, (list, tuple)) and len(rgs) == 2 and 0 <= rgs[0] < rgs[1]):
+            raise SplitError(f"split row_groups must be [first, last_exclusive] with first < last, got {rgs!r}")
+    elif not (isinstance(split["start"], int) and isinstance(split["end"], int) and 0 <= split["start"] < split["end"]):
+        raise SplitError(f"split byte range must be ints with 0 <= start < end, got {split['start']!r}..{split['end']!r}")
+    return str(fmt)
+
+
+def _source_size(split: Split) -> int:
+    try:
+        return Path(str(split["path"])).stat().st_size
+    except FileNotFoundError as exc:
+        raise SplitError(f"split input {split['path']} no longer exists: was it moved after planning?") from exc
+
+
+def _check_options(fmt: str, options: Mapping[str, object], split: Split) -> None:
+    """Reject reader options under which byte ranges cut records apart (fine when a split is a whole file)."""
+    if not isinstance(options, Mapping):
+        raise SplitError(f"options must be a dict of reader options, got {type(options).__name__}")
+    if fmt == "parquet":
+        return
+    multiline = _is_true(options, "multiLine") or _is_true(options, "wholetext")
+    if multiline and not (split["start"] == 0 and _source_size(split) <= int(split["end"])):  # type: ignore[call-overload]
+        raise SplitError(
+            f"{fmt} option multiLine/wholetext cannot be read split by split (a record may span splits): "
+            "drop the option, or plan with a split_bytes larger than the files (one split per file)"
+        )
+    sep = _option(options, "lineSep")
+    if sep is not None and sep != "\n":  # Spark's default (\n, \r\n or \r) ends records at least where we cut
+        raise SplitError(f"{fmt} option lineSep={sep!r} is not supported: splits cut lines at '\\n'")
+
+
+def _next_line_start(f: IO[bytes], pos: int, size: int) -> int:
+    """The offset just past the first ``\\n`` at or after ``pos`` (``size`` when there is none)."""
+    f.seek(pos)
+    while pos < size:
+        chunk = f.read(_SCAN_CHUNK)
+        if not chunk:
+            break
+        i = chunk.find(b"\n")
+        if i >= 0:
+            return pos + i + 1
+        pos += len(chunk)
+    return size
+
+
+def _copy_range(src: IO[bytes], dst: IO[bytes], begin: int, stop: int) -> None:
+    src.seek(begin)
+    remaining = stop - begin
+    while remaining > 0:
+        chunk = src.read(min(_COPY_CHUNK, remaining))
+        if not chunk:
+            break
+        dst.write(chunk)
+        remaining -= len(chunk)
+
+
+def _line_range(f: IO[bytes], start: int, end: int, size: int) -> tuple[int, int]:
+    """``[begin, stop)``: the bytes of the lines whose first byte lies in ``[start, end)``."""
+    begin = 0 if start == 0 else _next_line_start(f, start - 1, size)
+    if begin >= min(end, size):
+        return begin, begin
+    return begin, _next_line_start(f, end - 1, size)
+
+
+def _materialize_lines(split: Split, fmt: str, options: Mapping[str, object], out: Path) -> None:
+    src_path = Path(str(split["path"]))
+    start, end = int(split["start"]), int(split["end"])  # type: ignore[call-overload]
+    header = fmt == "csv" and _is_true(options, "header")
+    try:
+        src = open(src_path, "rb")
+    except FileNotFoundError as exc:
+        raise SplitError(f"split input {src_path} no longer exists: was it moved after planning?") from exc
+    with src, open(out, "wb") as dst:
+        size = src.seek(0, 2)
+        begin, stop = _line_range(src, start, end, size)
+        if header and start > 0:  # the file's first line is the header; split 0 copies it already
+            header_end = _next_line_start(src, 0, size)
+            src.seek(0)
+            line = src.read(header_end)
+            dst.write(line if line.endswith(b"\n") else line + b"\n")
+        _copy_range(src, dst, begin, stop)
+
+
+def _materialize_parquet(split: Split, out: Path) -> None:
+    import pyarrow.parquet as pq
+
+    first, last = split["row_groups"]  # type: ignore[misc]
+    try:
+        pf = pq.ParquetFile(str(split["path"]))
+    except FileNotFoundError as exc:
+        raise SplitError(f"split input {split['path']} no longer exists: was it moved after planning?") from exc
+    if last > pf.metadata.num_row_groups:
+        raise SplitError(
+            f"split wants row groups [{first}, {last}) of {split['path']}, which has {pf.metadata.num_row_groups}: "
+            "the file changed after planning; plan the splits again"
+        )
+    # Microsecond timestamps: Spark cannot read Parquet's nanosecond timestamps.
+    with pq.ParquetWriter(str(out), pf.schema_arrow, coerce_timestamps="us", allow_truncated_timestamps=True) as w:
+        for i in range(first, last):
+            w.write_table(pf.read_row_group(i))
+
+
+def materialize_split(split: Split, options: Mapping[str, str], temp_dir: Path) -> Path:
+    """Write the records of ``split`` into a new file under ``temp_dir`` that Spark can read whole.
+
+    CSV with ``options["header"] == "true"``: the file's first line is the header; it is
+    written first in every split's file (once in the split that starts at byte 0).
+    Returns the file's absolute path.
+    """
+    fmt = _check_split(split)
+    _check_options(fmt, options, split)
+    temp_dir = Path(temp_dir).resolve()
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    suffix = {"text": ".txt", "csv": ".csv", "parquet": ".parquet"}[fmt]
+    src_name = str(split["path"]).lower()
+    if fmt != "parquet" and src_name.endswith(COMPRESSED_SUFFIXES):
+        suffix += Path(src_name).suffix  # keep .gz & co so Spark decompresses the whole-file copy
+    out = temp_dir / f"split-{int(split['index']):05d}-{uuid.uuid4().hex[:8]}{suffix}"  # type: ignore[call-overload]
+    if fmt == "parquet":
+        _materialize_parquet(split, out)
+    else:
+        _materialize_lines(split, fmt, options, out)
+    return out
+
+
+def read_split(spark: "SparkSession", split: Split, options: Mapping[str, str], temp_dir: Path) -> "DataFrame":
+    """The records of ``split`` as a DataFrame (text: one column ``value``; csv and parquet: their columns).
+
+    ``options`` go to Spark's reader (csv: ``header``, ``inferSchema``, ``sep``, ...). An
+    extra ``schema`` option (a DDL string such as ``"word STRING, n BIGINT"``) sets the
+    schema, which CSV needs for every split to agree on types (``inferSchema`` infers
+    them split by split). The caller deletes ``temp_dir`` after the action that uses the
+    DataFrame has completed: Spark reads the temp file lazily.
+    """
+    path = materialize_split(split, options, temp_dir)
+    opts = {k: str(v) for k, v in options.items() if k.lower() != "schema"}
+    reader = spark.read.options(**opts)
+    schema = _option(options, "schema")
+    if schema:
+        reader = reader.schema(str(schema))
+    fmt = split["format"]
+    if fmt == "text":
+        return reader.text(str(path))
+    if fmt == "csv":
+        return reader.csv(str(path))
+    return reader.parquet(str(path))

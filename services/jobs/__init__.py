@@ -1,0 +1,1 @@
+"""Jobs on the JobManager: validation, the ExecutionGraph, scheduling, restarts (pure core)."""

@@ -1,0 +1,352 @@
+"""Jobs, pure: submission, scheduling onto slots, lazy deployment, failures and restarts.
+
+Each function takes the JobsState and a message (or the time) and returns what to commit:
+facts for the job's stream and messages to send (to a TaskManager, to the client).
+Facts are applied to the state as they are decided (a deployment takes a slot before the
+next one is chosen); if the commit then fails, the shell throws the state away and
+rebuilds it from the log, so the state never runs ahead of what was committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sluice.events import (
+    CancelJob,
+    CancelTask,
+    Envelope,
+    Event,
+    ExecutionGraphBuilt,
+    JobStatus,
+    JobStatusChanged,
+    JobSubmitted,
+    JobWaitingForSlots,
+    ScheduleOrUpdateConsumers,
+    SubmitJob,
+    SubmitTask,
+    Success,
+    TaskOperationResult,
+    TaskRestartScheduled,
+    TaskState,
+    UpdateTaskExecutionState,
+)
+
+from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
+
+__all__ = ["JobsConfig", "Decision", "Dest", "submit", "on_message", "schedule", "taskmanager_lost", "tick",
+           "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
+
+Dest = tuple[str, str]
+"""Where a message goes: ("tm", resource_id) or ("inbox", stream key)."""
+
+FreeSlots = dict[str, list[int]]
+"""Free slots per registered TaskManager."""
+
+# Moves a TaskManager may report for the current attempt (anything else is stale or
+# out of order and is ignored, with the reason logged).
+LEGAL: frozenset[tuple[TaskState, TaskState]] = frozenset({
+    (TaskState.DEPLOYING, TaskState.INITIALIZING),
+    (TaskState.DEPLOYING, TaskState.RUNNING),
+    (TaskState.INITIALIZING, TaskState.RUNNING),
+    (TaskState.DEPLOYING, TaskState.FINISHED),
+    (TaskState.INITIALIZING, TaskState.FINISHED),
+    (TaskState.RUNNING, TaskState.FINISHED),
+    (TaskState.DEPLOYING, TaskState.FAILED),
+    (TaskState.INITIALIZING, TaskState.FAILED),
+    (TaskState.RUNNING, TaskState.FAILED),
+    (TaskState.CANCELING, TaskState.CANCELED),
+    (TaskState.CANCELING, TaskState.FAILED),
+    (TaskState.CANCELING, TaskState.FINISHED),
+})
+
+
+class UnexpectedJobMessage(Exception):
+    """A well-formed message a job inbox does not take (dead-lettered with this text)."""
+
+
+@dataclass(frozen=True)
+class JobsConfig:
+    slot_timeout_ms: int = 300_000
+
+
+@dataclass
+class Decision:
+    job_id: str
+    now: int
+    facts: list[Event] = field(default_factory=list)
+    sends: list[tuple[Dest, Event]] = field(default_factory=list)
+    note: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.facts or self.sends)
+
+
+class _Recorder:
+    """Collects facts and applies each to the state at once (see the module doc)."""
+
+    def __init__(self, state: JobsState, job_id: str, now: int) -> None:
+        self.state, self.now = state, now
+        self.decision = Decision(job_id, now)
+
+    def fact(self, ev: Event) -> None:
+        self.decision.facts.append(ev)
+        evolve(self.state, Envelope(ev, "", 0, self.now))
+
+    def send(self, dest: Dest, ev: Event) -> None:
+        self.decision.sends.append((dest, ev))
+
+
+def partition_path(storage_root: str, job_id: str, vertex: str, subtask: int, attempt: int) -> str:
+    return f"{storage_root.rstrip('/')}/{job_id}/{vertex}/{subtask}/{attempt}"
+
+
+# --- submission -------------------------------------------------------------------------------
+
+
+def submit(state: JobsState, msg: SubmitJob, splits: dict[str, list], storage_root: str, now: int) -> Decision:
+    """Accept a validated job: record it and build its ExecutionGraph."""
+    rec = _Recorder(state, msg.job_id, now)
+    rec.fact(JobSubmitted(msg.job_id, msg.graph, msg.code_blob, msg.module, msg.reply_to, msg.params, splits,
+                          storage_root))
+    subtasks = sum(v.parallelism for v in msg.graph.vertices)
+    results = sum(1 for v in msg.graph.vertices if any(e.source == v.name for e in msg.graph.edges))
+    rec.fact(ExecutionGraphBuilt(msg.job_id, subtasks, results))
+    return rec.decision
+
+
+# --- messages from TaskManagers and clients -------------------------------------------------------
+
+
+def on_message(state: JobsState, job_id: str, env: Envelope, config: JobsConfig, now: int) -> Decision:
+    job = state.jobs.get(job_id)
+    rec = _Recorder(state, job_id, now)
+    msg = env.event
+    if job is None:
+        rec.decision.note = f"job {job_id} not found"
+        return rec.decision
+    if isinstance(msg, UpdateTaskExecutionState):
+        _update(rec, job, msg, config)
+    elif isinstance(msg, TaskOperationResult):
+        if not msg.success:
+            ex = _current(job, msg.execution_id)
+            if ex is not None and ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING):
+                _fail(rec, job, ex, f"deployment failed on {ex.taskmanager}: {msg.message}", config)
+    elif isinstance(msg, ScheduleOrUpdateConsumers):
+        ex = _current(job, msg.execution_id)
+        if ex is not None and not ex.produced and job.status not in TERMINAL_JOB:
+            rec.fact(msg)
+    elif isinstance(msg, CancelJob):
+        if job.status in TERMINAL_JOB or job.status in (JobStatus.CANCELLING, JobStatus.FAILING):
+            rec.decision.note = f"job {job_id} is already {job.status.value}"
+        else:
+            rec.fact(JobStatusChanged(job_id, JobStatus.CANCELLING, msg.reason))
+            _cancel_all(rec, job, msg.reason)
+            _maybe_complete(rec, job)
+    else:
+        raise UnexpectedJobMessage(
+            f"{msg.TYPE} is not a message a job inbox takes (it takes UpdateTaskExecutionState, "
+            "TaskOperationResult, ScheduleOrUpdateConsumers, CancelJob)"
+        )
+    return rec.decision
+
+
+def _current(job: JobRun, eid: str) -> Execution | None:
+    try:
+        vertex, subtask, attempt = parse_execution_id(eid)
+        ex = job.vertices[vertex].subtasks[subtask]
+    except (ValueError, KeyError, IndexError):
+        return None
+    return ex if ex.attempt == attempt else None
+
+
+def _update(rec: _Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: JobsConfig) -> None:
+    ex = _current(job, msg.execution_id)
+    if ex is None:
+        rec.decision.note = f"stale update for {msg.execution_id} ignored"
+        return
+    if (ex.state, msg.state) not in LEGAL:
+        rec.decision.note = f"{msg.execution_id}: {ex.state.value} -> {msg.state.value} is not a legal move; ignored"
+        return
+    if msg.state == TaskState.FAILED and ex.state != TaskState.CANCELING:
+        _fail(rec, job, ex, msg.error or "failed without an error message", config)
+        return
+    rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, msg.state, msg.error, ex.vertex, ex.subtask, ex.attempt,
+                                      ex.taskmanager, ex.slot))
+    if msg.state in (TaskState.RUNNING, TaskState.FINISHED) and job.status == JobStatus.CREATED \
+            and job.sources_running():
+        rec.fact(JobStatusChanged(job.job_id, JobStatus.RUNNING, None))
+        rec.send(("inbox", job.reply_to), Success(job.job_id))
+    if job.status in (JobStatus.RUNNING, JobStatus.CREATED) and job.all_finished():
+        rec.fact(JobStatusChanged(job.job_id, JobStatus.FINISHED, None))
+    _maybe_complete(rec, job)
+
+
+def _fail(rec: _Recorder, job: JobRun, ex: Execution, error: str, config: JobsConfig) -> None:
+    """An execution failed: restart it if the job's strategy allows, else fail the job."""
+    rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.FAILED, error, ex.vertex, ex.subtask, ex.attempt,
+                                      ex.taskmanager, ex.slot))
+    if job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+        _maybe_complete(rec, job)
+        return
+    strategy = job.graph.restart
+    if strategy.kind != "none" and job.restarts < strategy.attempts:
+        delay = strategy.delay_ms
+        if strategy.kind == "exponential-backoff":
+            delay = min(strategy.delay_ms * (2 ** job.restarts), strategy.max_delay_ms)
+        rec.fact(TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, ex.attempt + 1, rec.now + delay,
+                                      job.restarts + 1))
+        return
+    tried = f"after {job.restarts} restart{'s' if job.restarts != 1 else ''}" if strategy.kind != "none" else "(restart strategy: none)"
+    reason = f"task {ex.vertex}[{ex.subtask}] failed {tried}: {error}"
+    rec.fact(JobStatusChanged(job.job_id, JobStatus.FAILING, reason))
+    _cancel_all(rec, job, "the job is failing")
+    _maybe_complete(rec, job)
+
+
+def _cancel_all(rec: _Recorder, job: JobRun, reason: str) -> None:
+    for ex in job.executions():
+        if ex.state == TaskState.CREATED or ex.state == TaskState.SCHEDULED:
+            rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
+                                              ex.attempt, ex.taskmanager, ex.slot))
+        elif ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING):
+            rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELING, None, ex.vertex, ex.subtask,
+                                              ex.attempt, ex.taskmanager, ex.slot))
+            rec.send(("tm", ex.taskmanager or ""), CancelTask(job.job_id, ex.id, reason))
+
+
+def _maybe_complete(rec: _Recorder, job: JobRun) -> None:
+    if job.status == JobStatus.FAILING and job.all_terminal():
+        rec.fact(JobStatusChanged(job.job_id, JobStatus.FAILED, None))
+    elif job.status == JobStatus.CANCELLING and job.all_terminal():
+        rec.fact(JobStatusChanged(job.job_id, JobStatus.CANCELED, None))
+
+
+# --- scheduling ---------------------------------------------------------------------------------
+
+
+def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int) -> Decision:
+    """Deploy every ready execution whose inputs are available, each on a free slot of the
+    TaskManager with the most free slots (so a vertex spreads over TaskManagers). ``free``
+    is taken from as slots are assigned."""
+    job = state.jobs[job_id]
+    rec = _Recorder(state, job_id, now)
+    if job.status not in (JobStatus.CREATED, JobStatus.RUNNING) or not job.built:
+        return rec.decision
+    ready = job.ready
+    waiting = 0
+    later = []
+    for _ in range(len(ready)):
+        ex = ready.popleft()
+        if ex.state != TaskState.CREATED or not job.inputs_available(ex):
+            continue
+        if now < ex.not_before:
+            later.append(ex)
+            continue
+        tm = _pick(free)
+        if tm is None:
+            waiting += 1
+            later.append(ex)
+            continue
+        _deploy(rec, job, ex, tm, free[tm].pop(0))
+    ready.extend(later)
+    if waiting and job.waiting_since is None:
+        rec.fact(JobWaitingForSlots(job_id, waiting, 0))
+    return rec.decision
+
+
+def _pick(free: FreeSlots) -> str | None:
+    """The TaskManager with the most free slots (ties: the first by name)."""
+    best = min(((-len(slots), tm) for tm, slots in free.items() if slots), default=None)
+    return best[1] if best else None
+
+
+def _deploy(rec: _Recorder, job: JobRun, ex: Execution, tm: str, slot: int) -> None:
+    eid = ex.id
+    rec.fact(UpdateTaskExecutionState(job.job_id, eid, TaskState.SCHEDULED, None, ex.vertex, ex.subtask, ex.attempt,
+                                      tm, slot))
+    rec.fact(UpdateTaskExecutionState(job.job_id, eid, TaskState.DEPLOYING, None, ex.vertex, ex.subtask, ex.attempt,
+                                      tm, slot))
+    rec.send(("tm", tm), SubmitTask(job.job_id, eid, ex.vertex, ex.subtask, ex.attempt, slot, descriptor(job, ex)))
+
+
+def descriptor(job: JobRun, ex: Execution) -> dict:
+    """The task deployment descriptor: everything a TaskManager needs to run this attempt."""
+    from sluice.services.dataplane.keygroups import key_group_range
+
+    vertex = job.vertices[ex.vertex]
+    spec = vertex.spec
+    maxp = job.graph.max_parallelism
+    inputs = []
+    for edge in vertex.inputs:
+        producer = job.vertices[edge.source]
+        if edge.exchange == "forward":
+            p = producer.subtasks[ex.subtask]
+            inputs.append({"paths": [partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)],
+                           "key_groups": None})
+        else:
+            inputs.append({
+                "paths": [partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)
+                          for p in producer.subtasks],
+                "key_groups": list(key_group_range(maxp, len(vertex.subtasks), ex.subtask)),
+            })
+    output = None
+    if vertex.outputs:
+        keyed = next((e.key for e in vertex.outputs if e.exchange == "keyed"), None)
+        output = {"path": partition_path(job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt), "key": keyed}
+    d: dict = {
+        "job_id": job.job_id, "execution_id": ex.id, "vertex": ex.vertex, "subtask": ex.subtask,
+        "attempt": ex.attempt, "parallelism": len(vertex.subtasks), "max_parallelism": maxp, "kind": spec.kind,
+        "code_blob": job.code_blob, "module": job.module, "function": spec.function, "params": job.params,
+        "inputs": inputs, "output": output,
+    }
+    if spec.source is not None:
+        splits = job.splits.get(ex.vertex, [])
+        d["source"] = {"format": spec.source.format, "options": spec.source.options,
+                       "splits": splits[ex.subtask::len(vertex.subtasks)]}
+    if spec.sink is not None:
+        d["sink"] = {"format": spec.sink.format, "path": spec.sink.path, "options": spec.sink.options}
+    return d
+
+
+# --- cluster events and time ---------------------------------------------------------------------
+
+
+def taskmanager_lost(state: JobsState, resource_id: str, reason: str, config: JobsConfig, now: int) -> list[Decision]:
+    """Every execution on a lost TaskManager fails (and may be restarted elsewhere)."""
+    out = []
+    for job in list(state.jobs.values()):
+        if job.status in TERMINAL_JOB:
+            continue
+        rec = _Recorder(state, job.job_id, now)
+        for ex in list(job.executions()):
+            if ex.taskmanager == resource_id and ex.state in HOLDS_SLOT:
+                if ex.state == TaskState.CANCELING:
+                    rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex,
+                                                      ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
+                else:
+                    _fail(rec, job, ex, f"TaskManager {resource_id} was lost ({reason})", config)
+        _maybe_complete(rec, job)
+        if rec.decision:
+            out.append(rec.decision)
+    return out
+
+
+def tick(state: JobsState, config: JobsConfig, now: int, total_slots: int) -> list[Decision]:
+    """Jobs that waited too long for slots fail."""
+    out = []
+    for job in list(state.jobs.values()):
+        if job.waiting_since is None or job.status not in (JobStatus.CREATED, JobStatus.RUNNING):
+            continue
+        waited = now - job.waiting_since
+        if waited > config.slot_timeout_ms:
+            rec = _Recorder(state, job.job_id, now)
+            pending = sum(1 for ex in job.executions() if ex.state == TaskState.CREATED)
+            rec.fact(JobStatusChanged(
+                job.job_id, JobStatus.FAILING,
+                f"waited {waited // 1000} s for free slots ({pending} tasks not deployed; the cluster has "
+                f"{total_slots} slots): add TaskManagers (sluice scale) or lower the parallelism",
+            ))
+            _cancel_all(rec, job, "no slots")
+            _maybe_complete(rec, job)
+            out.append(rec.decision)
+    return out

@@ -1,0 +1,241 @@
+"""The JobManager's view of jobs: every job's ExecutionGraph and the slots its tasks hold,
+folded from the jobs' fact streams by ``evolve`` (no I/O, no clock)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from sluice.events import (
+    Envelope,
+    ExecutionGraphBuilt,
+    JobEdge,
+    JobGraph,
+    JobStatus,
+    JobStatusChanged,
+    JobSubmitted,
+    JobVertex,
+    JobWaitingForSlots,
+    ScheduleOrUpdateConsumers,
+    TaskRestartScheduled,
+    TaskState,
+    UpdateTaskExecutionState,
+)
+
+__all__ = ["Execution", "VertexRun", "JobRun", "JobsState", "SlotPool", "evolve", "execution_id", "parse_execution_id",
+           "HOLDS_SLOT", "TERMINAL_JOB"]
+
+HOLDS_SLOT = frozenset({TaskState.SCHEDULED, TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING,
+                        TaskState.CANCELING})
+TERMINAL_JOB = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED})
+
+
+def execution_id(vertex: str, subtask: int, attempt: int) -> str:
+    return f"{vertex}:{subtask}:{attempt}"
+
+
+def parse_execution_id(eid: str) -> tuple[str, int, int]:
+    vertex, subtask, attempt = eid.rsplit(":", 2)
+    return vertex, int(subtask), int(attempt)
+
+
+@dataclass(slots=True)
+class Execution:
+    """The current attempt of one subtask."""
+
+    vertex: str
+    subtask: int
+    attempt: int = 0
+    state: TaskState = TaskState.CREATED
+    taskmanager: str | None = None
+    slot: int | None = None
+    error: str | None = None
+    since: int = 0
+    not_before: int = 0
+    produced: bool = False
+
+    @property
+    def id(self) -> str:
+        return execution_id(self.vertex, self.subtask, self.attempt)
+
+
+@dataclass(slots=True)
+class VertexRun:
+    spec: JobVertex
+    inputs: list[JobEdge]
+    outputs: list[JobEdge]
+    subtasks: list[Execution]
+    produced: int = 0
+    finished: int = 0
+
+
+@dataclass
+class JobRun:
+    job_id: str
+    graph: JobGraph
+    code_blob: str
+    module: str
+    reply_to: str
+    params: dict[str, str]
+    splits: dict[str, list]
+    storage_root: str
+    submitted_at: int
+    status: JobStatus = JobStatus.CREATED
+    reason: str | None = None
+    vertices: dict[str, VertexRun] = field(default_factory=dict)
+    restarts: int = 0
+    waiting_since: int | None = None
+    built: bool = False
+    ended_at: int | None = None
+    # Executions that may be deployable (checked again when scheduling): CREATED ones whose
+    # inputs became available. An index for the scheduler, derived from the facts.
+    ready: deque = field(default_factory=deque)
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    def executions(self):
+        for v in self.vertices.values():
+            yield from v.subtasks
+
+    def inputs_available(self, ex: Execution) -> bool:
+        for edge in self.vertices[ex.vertex].inputs:
+            producer = self.vertices[edge.source]
+            if edge.exchange == "forward":
+                if not producer.subtasks[ex.subtask].produced:
+                    return False
+            elif producer.produced < len(producer.subtasks):
+                return False
+        return True
+
+    def sources_running(self) -> bool:
+        return all(
+            ex.state in (TaskState.RUNNING, TaskState.FINISHED)
+            for v in self.vertices.values() if v.spec.kind == "source" for ex in v.subtasks
+        )
+
+    def all_finished(self) -> bool:
+        return all(v.finished == len(v.subtasks) for v in self.vertices.values())
+
+    def all_terminal(self) -> bool:
+        return all(ex.state.terminal or ex.state == TaskState.CREATED for ex in self.executions())
+
+
+@dataclass
+class SlotPool:
+    """Which execution holds which TaskManager slot: (taskmanager, slot) -> (job, execution id)."""
+
+    used: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
+    by_tm: dict[str, set[int]] = field(default_factory=dict)
+
+    def take(self, tm: str, slot: int, job: str, eid: str) -> None:
+        self.used[(tm, slot)] = (job, eid)
+        self.by_tm.setdefault(tm, set()).add(slot)
+
+    def give_back(self, tm: str | None, slot: int | None) -> None:
+        if tm is None or slot is None:
+            return
+        self.used.pop((tm, slot), None)
+        slots = self.by_tm.get(tm)
+        if slots is not None:
+            slots.discard(slot)
+
+
+@dataclass
+class JobsState:
+    jobs: dict[str, JobRun] = field(default_factory=dict)
+    pool: SlotPool = field(default_factory=SlotPool)
+
+
+# --- evolve ------------------------------------------------------------------------------
+
+
+def evolve(state: JobsState, env: Envelope) -> JobsState:
+    """Apply one job fact to ``state`` in place (and return it)."""
+    ev = env.event
+    t = type(ev)
+    if t is UpdateTaskExecutionState:
+        job = state.jobs.get(ev.job_id)
+        if job is None:
+            return state
+        ex = job.vertices[ev.vertex_id].subtasks[ev.subtask]
+        if ex.attempt != ev.attempt:
+            return state
+        old = ex.state
+        ex.state = ev.state
+        ex.since = env.ts
+        if ev.error is not None:
+            ex.error = ev.error
+        if ev.taskmanager is not None:
+            ex.taskmanager, ex.slot = ev.taskmanager, ev.slot
+        if ev.state in HOLDS_SLOT and ex.taskmanager is not None and old not in HOLDS_SLOT:
+            state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
+            job.waiting_since = None
+        elif ev.state not in HOLDS_SLOT and old in HOLDS_SLOT:
+            state.pool.give_back(ex.taskmanager, ex.slot)
+        if ev.state == TaskState.FINISHED and old != TaskState.FINISHED:
+            job.vertices[ev.vertex_id].finished += 1
+    elif t is ScheduleOrUpdateConsumers:
+        job = state.jobs.get(ev.job_id)
+        if job is None:
+            return state
+        vertex = job.vertices[ev.vertex_id]
+        ex = vertex.subtasks[ev.subtask]
+        if ex.attempt == ev.attempt and not ex.produced:
+            ex.produced = True
+            vertex.produced += 1
+            for edge in vertex.outputs:
+                consumer = job.vertices[edge.target]
+                if edge.exchange == "forward":
+                    job.ready.append(consumer.subtasks[ev.subtask])
+                elif vertex.produced == len(vertex.subtasks):
+                    job.ready.extend(consumer.subtasks)
+    elif t is TaskRestartScheduled:
+        job = state.jobs[ev.job_id]
+        ex = job.vertices[ev.vertex_id].subtasks[ev.subtask]
+        if ex.state in HOLDS_SLOT:
+            state.pool.give_back(ex.taskmanager, ex.slot)
+        if ex.state == TaskState.FINISHED:
+            job.vertices[ev.vertex_id].finished -= 1
+        if ex.produced:
+            job.vertices[ev.vertex_id].produced -= 1
+        ex.attempt, ex.state, ex.taskmanager, ex.slot = ev.attempt, TaskState.CREATED, None, None
+        ex.not_before, ex.produced, ex.since = ev.not_before, False, env.ts
+        job.restarts = ev.restarts
+        job.ready.append(ex)
+    elif t is JobSubmitted:
+        state.jobs[ev.job_id] = JobRun(ev.job_id, ev.graph, ev.code_blob, ev.module, ev.reply_to, ev.params,
+                                       ev.splits, ev.storage_root, env.ts)
+    elif t is ExecutionGraphBuilt:
+        _build(state.jobs[ev.job_id])
+    elif t is JobStatusChanged:
+        job = state.jobs[ev.job_id]
+        job.status = ev.status
+        if ev.reason is not None:
+            job.reason = ev.reason
+        if ev.status in TERMINAL_JOB:
+            job.ended_at = env.ts
+            job.ready.clear()
+    elif t is JobWaitingForSlots:
+        job = state.jobs[ev.job_id]
+        if job.waiting_since is None:
+            job.waiting_since = env.ts
+    return state
+
+
+def _build(job: JobRun) -> None:
+    """Expand every vertex into its subtasks and wire the edges: linear in the number of
+    subtasks (an all-to-all edge is one group per consumer, never producers x consumers)."""
+    graph = job.graph
+    inputs: dict[str, list[JobEdge]] = {v.name: [] for v in graph.vertices}
+    outputs: dict[str, list[JobEdge]] = {v.name: [] for v in graph.vertices}
+    for e in graph.edges:
+        inputs[e.target].append(e)
+        outputs[e.source].append(e)
+    for v in graph.vertices:
+        subtasks = [Execution(v.name, i, since=job.submitted_at) for i in range(v.parallelism)]
+        job.vertices[v.name] = VertexRun(v, inputs[v.name], outputs[v.name], subtasks)
+        if not inputs[v.name]:
+            job.ready.extend(subtasks)
+    job.built = True

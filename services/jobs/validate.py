@@ -1,0 +1,156 @@
+"""Validating a JobGraph before it runs: every problem found, each named so a person can fix it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import ModuleType
+
+from sluice.errors import SluiceError
+from sluice.events import JobGraph
+
+__all__ = ["InvalidJobGraph", "validate", "problems"]
+
+SOURCE_FORMATS = ("text", "csv", "parquet")
+SINK_FORMATS = ("parquet", "csv")
+RESTARTS = ("fixed-delay", "exponential-backoff", "none")
+
+
+class InvalidJobGraph(SluiceError):
+    def __init__(self, name: str, problems: list[str]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"job {name!r} is not valid:\n{lines}")
+
+
+def validate(graph: JobGraph, module: ModuleType | None = None) -> None:
+    found = problems(graph, module)
+    if found:
+        raise InvalidJobGraph(graph.name, found)
+
+
+def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
+    """Everything wrong with ``graph``; with ``module`` (the job's code, imported), also
+    whether every transform can be found in it by name."""
+    out: list[str] = []
+    maxp = graph.max_parallelism
+    if not 1 <= maxp <= 32768:
+        out.append(f"max parallelism {maxp} must be between 1 and 32768")
+    names = [v.name for v in graph.vertices]
+    for name, n in Counter(names).items():
+        if n > 1:
+            out.append(f"vertex name {name!r} is used {n} times; names must be unique")
+    if not graph.vertices:
+        out.append("the job has no vertices")
+    by_name = {v.name: v for v in graph.vertices}
+    inputs: dict[str, list] = {v.name: [] for v in graph.vertices}
+    outputs: dict[str, list] = {v.name: [] for v in graph.vertices}
+    for e in graph.edges:
+        for end in (e.source, e.target):
+            if end not in by_name:
+                out.append(f"edge {e.source!r} -> {e.target!r} refers to a vertex {end!r} that does not exist")
+        if e.source in by_name and e.target in by_name:
+            inputs[e.target].append(e)
+            outputs[e.source].append(e)
+        if e.exchange not in ("forward", "keyed"):
+            out.append(f"edge {e.source!r} -> {e.target!r} has exchange {e.exchange!r}; use 'forward' or 'keyed'")
+        elif e.exchange == "keyed" and not e.key:
+            out.append(f"keyed edge {e.source!r} -> {e.target!r} names no key column")
+        elif e.exchange == "forward" and e.source in by_name and e.target in by_name:
+            ps, pt = by_name[e.source].parallelism, by_name[e.target].parallelism
+            if ps != pt:
+                out.append(f"forward edge {e.source!r} (parallelism {ps}) -> {e.target!r} (parallelism {pt}) "
+                           "needs equal parallelism; use key_by for a redistribution, or give both the same")
+    for v in graph.vertices:
+        if not 1 <= v.parallelism <= maxp:
+            out.append(f"vertex {v.name!r} has parallelism {v.parallelism}; it must be between 1 and the max "
+                       f"parallelism {maxp}")
+        if v.kind == "source":
+            if v.source is None:
+                out.append(f"source {v.name!r} has no source spec")
+            elif v.source.format not in SOURCE_FORMATS:
+                out.append(f"source {v.name!r} reads format {v.source.format!r}; supported: {', '.join(SOURCE_FORMATS)}")
+            elif v.source.split_bytes < 1:
+                out.append(f"source {v.name!r} has split size {v.source.split_bytes}; it must be at least 1 byte")
+            if inputs[v.name]:
+                out.append(f"source {v.name!r} has inputs ({', '.join(e.source for e in inputs[v.name])}); sources read files only")
+        elif v.kind == "transform":
+            if not inputs[v.name]:
+                out.append(f"transform {v.name!r} has no input")
+            out += _function_problems(v.name, v.function, module)
+        elif v.kind == "sink":
+            if not inputs[v.name]:
+                out.append(f"sink {v.name!r} has no input")
+            if v.sink is None:
+                out.append(f"sink {v.name!r} has no sink spec")
+            elif v.sink.format not in SINK_FORMATS:
+                out.append(f"sink {v.name!r} writes format {v.sink.format!r}; supported: {', '.join(SINK_FORMATS)}")
+            if outputs[v.name]:
+                out.append(f"sink {v.name!r} has outputs; sinks end a pipeline")
+        else:
+            out.append(f"vertex {v.name!r} has kind {v.kind!r}; use source, transform or sink")
+    cycle = _cycle(graph)
+    if cycle:
+        out.append(f"the graph has a cycle: {' -> '.join(cycle)}")
+    r = graph.restart
+    if r.kind not in RESTARTS:
+        out.append(f"restart strategy {r.kind!r} is unknown; use {', '.join(RESTARTS)}")
+    if r.attempts < 0 or r.delay_ms < 0 or r.max_delay_ms < r.delay_ms:
+        out.append(f"restart strategy {r} needs attempts >= 0, delay_ms >= 0 and max_delay_ms >= delay_ms")
+    return out
+
+
+def _function_problems(vertex: str, ref: str | None, module: ModuleType | None) -> list[str]:
+    if not ref or ":" not in ref:
+        return [f"transform {vertex!r} names no function"]
+    mod, _, qual = ref.partition(":")
+    if "<lambda>" in qual or "<locals>" in qual:
+        return [f"transform {vertex!r} uses {qual!r}, which is not importable by name: define it with def at the "
+                "top level of the job file"]
+    if module is not None and mod == module.__name__:
+        obj: object = module
+        for part in qual.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                return [f"transform {vertex!r} names {qual!r}, which the job's module does not define"]
+        if not callable(obj):
+            return [f"transform {vertex!r} names {qual!r}, which is not callable"]
+    elif module is not None:
+        import importlib
+
+        try:
+            obj = importlib.import_module(mod)
+            for part in qual.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            return [f"transform {vertex!r} names {ref!r}, which cannot be imported: {exc}"]
+    return []
+
+
+def _cycle(graph: JobGraph) -> list[str] | None:
+    succ: dict[str, list[str]] = {v.name: [] for v in graph.vertices}
+    for e in graph.edges:
+        if e.source in succ and e.target in succ:
+            succ[e.source].append(e.target)
+    color: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        color[n] = 1
+        stack.append(n)
+        for m in succ[n]:
+            if color.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in color:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        color[n] = 2
+        return None
+
+    for n in succ:
+        if n not in color:
+            found = visit(n)
+            if found:
+                return found
+    return None

@@ -1,0 +1,118 @@
+"""Writing a job: a small typed builder for JobGraphs.
+
+A job file is a Python module with a function ``job(params) -> JobGraph``::
+
+    from sluice.api import Job
+
+    def tokenize(lines):            # DataFrame -> DataFrame, runs on Spark
+        return lines.select(F.explode(F.split("value", r"\\s+")).alias("word"))
+
+    def count(words):
+        return words.groupBy("word").count()
+
+    def job(params):
+        j = Job("wordcount")
+        lines = j.read_text("lines", params["input"], parallelism=4)
+        words = lines.map("tokenize", tokenize)
+        counts = words.key_by("word").map("count", count, parallelism=2)
+        counts.write_parquet("out", params["output"])
+        return j.graph()
+
+Transforms must be functions defined at module level (TaskManagers import them from
+the job's code by name); ``map`` with several inputs passes one DataFrame per input.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from sluice.events import DEFAULT_MAX_PARALLELISM, JobEdge, JobGraph, JobVertex, RestartStrategy, SinkSpec, SourceSpec
+
+__all__ = ["Job", "Stream", "Keyed", "function_ref"]
+
+DEFAULT_SPLIT_BYTES = 8 * 1024 * 1024
+
+
+def function_ref(fn: Callable) -> str:
+    """``module:qualname`` of a transform (validated later: it must be importable by name)."""
+    module = getattr(fn, "__module__", None) or "?"
+    qualname = getattr(fn, "__qualname__", None) or repr(fn)
+    return f"{module}:{qualname}"
+
+
+class Stream:
+    """The output of a vertex, to be consumed by later vertices."""
+
+    def __init__(self, job: "Job", name: str, parallelism: int) -> None:
+        self.job, self.name, self.parallelism = job, name, parallelism
+
+    def map(self, name: str, fn: Callable, *, parallelism: int | None = None, also: list["Stream | Keyed"] | None = None) -> "Stream":
+        """A transform of this stream (forward: subtask i reads subtask i, so the parallelism is the same)."""
+        return self.job._transform(name, fn, [self, *(also or [])], parallelism or self.parallelism)
+
+    def key_by(self, key: str) -> "Keyed":
+        """Partition by ``key`` for the next transform: each key's rows go to one subtask."""
+        return Keyed(self, key)
+
+    def write_parquet(self, name: str, path: str, *, parallelism: int | None = None) -> None:
+        self.job._sink(name, SinkSpec("parquet", path), self, parallelism or self.parallelism)
+
+    def write_csv(self, name: str, path: str, *, header: bool = True, parallelism: int | None = None) -> None:
+        self.job._sink(name, SinkSpec("csv", path, {"header": str(header).lower()}), self, parallelism or self.parallelism)
+
+
+class Keyed:
+    def __init__(self, stream: Stream, key: str) -> None:
+        self.stream, self.key = stream, key
+
+    def map(self, name: str, fn: Callable, *, parallelism: int | None = None) -> Stream:
+        return self.stream.job._transform(name, fn, [self], parallelism or self.stream.parallelism)
+
+
+class Job:
+    def __init__(self, name: str, *, max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+                 restart: RestartStrategy | None = None) -> None:
+        self.name = name
+        self.max_parallelism = max_parallelism
+        self.restart = restart or RestartStrategy()
+        self.vertices: list[JobVertex] = []
+        self.edges: list[JobEdge] = []
+
+    # --- sources ---
+    def read_text(self, name: str, paths: str | list[str], *, parallelism: int = 2,
+                  split_bytes: int = DEFAULT_SPLIT_BYTES) -> Stream:
+        return self._source(name, SourceSpec("text", _list(paths), split_bytes), parallelism)
+
+    def read_csv(self, name: str, paths: str | list[str], *, parallelism: int = 2, header: bool = True,
+                 infer_schema: bool = True, split_bytes: int = DEFAULT_SPLIT_BYTES) -> Stream:
+        options = {"header": str(header).lower(), "inferSchema": str(infer_schema).lower()}
+        return self._source(name, SourceSpec("csv", _list(paths), split_bytes, options), parallelism)
+
+    def read_parquet(self, name: str, paths: str | list[str], *, parallelism: int = 2,
+                     split_bytes: int = DEFAULT_SPLIT_BYTES) -> Stream:
+        return self._source(name, SourceSpec("parquet", _list(paths), split_bytes), parallelism)
+
+    # --- building ---
+    def graph(self) -> JobGraph:
+        return JobGraph(self.name, list(self.vertices), list(self.edges), self.max_parallelism, self.restart)
+
+    def _source(self, name: str, spec: SourceSpec, parallelism: int) -> Stream:
+        self.vertices.append(JobVertex(name, "source", parallelism, source=spec))
+        return Stream(self, name, parallelism)
+
+    def _transform(self, name: str, fn: Callable, inputs: list[Stream | Keyed], parallelism: int) -> Stream:
+        self.vertices.append(JobVertex(name, "transform", parallelism, function=function_ref(fn)))
+        for inp in inputs:
+            if isinstance(inp, Keyed):
+                self.edges.append(JobEdge(inp.stream.name, name, "keyed", inp.key))
+            else:
+                self.edges.append(JobEdge(inp.name, name, "forward"))
+        return Stream(self, name, parallelism)
+
+    def _sink(self, name: str, spec: SinkSpec, inp: Stream, parallelism: int) -> None:
+        self.vertices.append(JobVertex(name, "sink", parallelism, sink=spec))
+        self.edges.append(JobEdge(inp.name, name, "forward"))
+
+
+def _list(paths: str | list[str]) -> list[str]:
+    return [paths] if isinstance(paths, str) else list(paths)
