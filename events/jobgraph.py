@@ -32,13 +32,17 @@ class SinkSpec:
 
 @record
 class JobVertex:
-    """One operator. ``kind`` is source, transform or sink; ``function`` names the
-    transform as ``module:qualname`` inside the job's code."""
+    """One task's work: a chain of operators that run together, as Flink chains operators
+    connected forward with equal parallelism. ``kind`` says how the chain starts: a source
+    (reads ``source``), a transform (reads its inputs) or a sink (only writes). Then each of
+    ``functions`` (``module:qualname`` in the job's code, DataFrame -> DataFrame) is applied
+    in order, and the result is written to ``sink`` if there is one, and handed to the
+    vertex's consumers if it has any."""
 
     name: str
     kind: str
     parallelism: int
-    function: str | None = None
+    functions: list[str] = field(default_factory=list)
     source: SourceSpec | None = None
     sink: SinkSpec | None = None
 

@@ -24,6 +24,7 @@ the job's code by name); ``map`` with several inputs passes one DataFrame per in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from sluice.events import DEFAULT_MAX_PARALLELISM, JobEdge, JobGraph, JobVertex, RestartStrategy, SinkSpec, SourceSpec
@@ -46,8 +47,10 @@ class Stream:
     def __init__(self, job: "Job", name: str, parallelism: int) -> None:
         self.job, self.name, self.parallelism = job, name, parallelism
 
-    def map(self, name: str, fn: Callable, *, parallelism: int | None = None, also: list["Stream | Keyed"] | None = None) -> "Stream":
-        """A transform of this stream (forward: subtask i reads subtask i, so the parallelism is the same)."""
+    def map(self, name: str, fn: Callable, *, parallelism: int | None = None,
+            also: list["Stream | Keyed"] | None = None) -> "Stream":
+        """Transform this stream (forward: subtask i reads subtask i, equal parallelism).
+        Chained into the upstream task when nothing else consumes it, as Flink chains."""
         return self.job._transform(name, fn, [self, *(also or [])], parallelism or self.parallelism)
 
     def key_by(self, key: str) -> "Keyed":
@@ -71,10 +74,11 @@ class Keyed:
 
 class Job:
     def __init__(self, name: str, *, max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                 restart: RestartStrategy | None = None) -> None:
+                 restart: RestartStrategy | None = None, chaining: bool = True) -> None:
         self.name = name
         self.max_parallelism = max_parallelism
         self.restart = restart or RestartStrategy()
+        self.chaining = chaining
         self.vertices: list[JobVertex] = []
         self.edges: list[JobEdge] = []
 
@@ -100,8 +104,28 @@ class Job:
         self.vertices.append(JobVertex(name, "source", parallelism, source=spec))
         return Stream(self, name, parallelism)
 
+    def _chainable(self, upstream: Stream, parallelism: int) -> int | None:
+        """Index of ``upstream``'s vertex if an operator can join its chain."""
+        if not self.chaining or parallelism != upstream.parallelism:
+            return None
+        if any(e.source == upstream.name for e in self.edges):
+            return None  # someone else consumes it already
+        for i, v in enumerate(self.vertices):
+            if v.name == upstream.name and v.sink is None:
+                return i
+        return None
+
     def _transform(self, name: str, fn: Callable, inputs: list[Stream | Keyed], parallelism: int) -> Stream:
-        self.vertices.append(JobVertex(name, "transform", parallelism, function=function_ref(fn)))
+        ref = function_ref(fn)
+        if len(inputs) == 1 and isinstance(inputs[0], Stream):
+            i = self._chainable(inputs[0], parallelism)
+            if i is not None:
+                v = self.vertices[i]
+                chained = f"{v.name} -> {name}"
+                self.vertices[i] = replace(v, name=chained, functions=[*v.functions, ref])
+                self.edges = [replace(e, target=chained) if e.target == v.name else e for e in self.edges]
+                return Stream(self, chained, parallelism)
+        self.vertices.append(JobVertex(name, "transform", parallelism, functions=[ref]))
         for inp in inputs:
             if isinstance(inp, Keyed):
                 self.edges.append(JobEdge(inp.stream.name, name, "keyed", inp.key))
@@ -110,6 +134,13 @@ class Job:
         return Stream(self, name, parallelism)
 
     def _sink(self, name: str, spec: SinkSpec, inp: Stream, parallelism: int) -> None:
+        i = self._chainable(inp, parallelism)
+        if i is not None:
+            v = self.vertices[i]
+            chained = f"{v.name} -> {name}"
+            self.vertices[i] = replace(v, name=chained, sink=spec)
+            self.edges = [replace(e, target=chained) if e.target == v.name else e for e in self.edges]
+            return
         self.vertices.append(JobVertex(name, "sink", parallelism, sink=spec))
         self.edges.append(JobEdge(inp.name, name, "forward"))
 

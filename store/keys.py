@@ -99,6 +99,10 @@ class Keys:
     def position(tag: str, name: str) -> str:
         return tag + ":position:" + name
 
+    def slot_queue(self, resource_id: str, slot: int) -> str:
+        """The RQ queue of one TaskManager slot (RQ adds its own ``rq:queue:`` prefix)."""
+        return f"{self.prefix}.{_check_id(resource_id, 'TaskManager resource id')}.{int(slot)}"
+
     # --- cluster-wide ---
     @property
     def leader(self) -> str:

@@ -103,6 +103,39 @@ class EmbeddedCluster:
             stop_server(int(rec["port"]))
         self._write(data)
 
+    # --- spark ---------------------------------------------------------------------------
+
+    def start_spark(self, *, master: str = "local[*]", detach: bool = True) -> str:
+        """One Spark Connect server for the embedded cluster's workers (thin clients)."""
+        from .spark_connect import SparkConnectServer
+
+        self.logs.mkdir(parents=True, exist_ok=True)
+        server = SparkConnectServer(master=master, log_file=self.logs / "spark-connect.log")
+        url = server.start(wait=False, detach=detach)
+        self._spark = server
+        data = self._read()
+        data["spark"] = {"url": url, "pid": server.pid}
+        self._write(data)
+        self.env["SLUICE_SPARK_REMOTE"] = url
+        return url
+
+    def wait_spark(self, timeout: float = 120.0) -> None:
+        if getattr(self, "_spark", None) is not None:
+            self._spark.wait_ready(timeout)
+
+    def stop_spark(self) -> None:
+        data = self._read()
+        rec = data.pop("spark", None)
+        if getattr(self, "_spark", None) is not None:
+            self._spark.stop()
+            self._spark = None
+        elif rec and alive(int(rec["pid"])):
+            os.kill(int(rec["pid"]), signal.SIGTERM)
+        self._write(data)
+
+    def storage_root(self) -> str:
+        return (self.home / "storage").resolve().as_uri()
+
     # --- processes -----------------------------------------------------------------------
 
     def processes(self, role: str | None = None) -> list[ProcessInfo]:
@@ -112,7 +145,8 @@ class EmbeddedCluster:
     def spawn(self, role: str, url: str, *args: str, name: str | None = None, detach: bool = True) -> ProcessInfo:
         self.logs.mkdir(parents=True, exist_ok=True)
         name = name or f"{_SHORT.get(role, role)}-{new_id()[:6]}"
-        cmd = [sys.executable, "-m", "sluice", "--redis", url, "--prefix", self.prefix, role, *args]
+        cmd = [sys.executable, "-m", "sluice", "--redis", url, "--prefix", self.prefix, "--home", str(self.home),
+               role, *args]
         if role == "taskmanager":
             cmd += ["--resource-id", name]
         log = open(self.logs / f"{name}.log", "ab")

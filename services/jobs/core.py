@@ -9,6 +9,8 @@ rebuilds it from the log, so the state never runs ahead of what was committed.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 
 from sluice.events import (
@@ -97,7 +99,10 @@ class _Recorder:
 
 
 def partition_path(storage_root: str, job_id: str, vertex: str, subtask: int, attempt: int) -> str:
-    return f"{storage_root.rstrip('/')}/{job_id}/{vertex}/{subtask}/{attempt}"
+    """Where one attempt's result partition lives; the vertex name is made path-safe."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", vertex).strip("_") or "vertex"
+    digest = hashlib.sha1(vertex.encode()).hexdigest()[:6]
+    return f"{storage_root.rstrip('/')}/{job_id}/{safe}-{digest}/{subtask}/{attempt}"
 
 
 # --- submission -------------------------------------------------------------------------------
@@ -288,15 +293,18 @@ def descriptor(job: JobRun, ex: Execution) -> dict:
                 "paths": [partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)
                           for p in producer.subtasks],
                 "key_groups": list(key_group_range(maxp, len(vertex.subtasks), ex.subtask)),
+                "consumer": ex.subtask,
             })
     output = None
     if vertex.outputs:
         keyed = next((e.key for e in vertex.outputs if e.exchange == "keyed"), None)
-        output = {"path": partition_path(job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt), "key": keyed}
+        consumers = max(len(job.vertices[e.target].subtasks) for e in vertex.outputs)
+        output = {"path": partition_path(job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt),
+                  "key": keyed, "consumers": consumers}
     d: dict = {
         "job_id": job.job_id, "execution_id": ex.id, "vertex": ex.vertex, "subtask": ex.subtask,
         "attempt": ex.attempt, "parallelism": len(vertex.subtasks), "max_parallelism": maxp, "kind": spec.kind,
-        "code_blob": job.code_blob, "module": job.module, "function": spec.function, "params": job.params,
+        "code_blob": job.code_blob, "module": job.module, "functions": spec.functions, "params": job.params,
         "inputs": inputs, "output": output,
     }
     if spec.source is not None:

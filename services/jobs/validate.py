@@ -76,7 +76,8 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
         elif v.kind == "transform":
             if not inputs[v.name]:
                 out.append(f"transform {v.name!r} has no input")
-            out += _function_problems(v.name, v.function, module)
+            if not v.functions:
+                out.append(f"transform {v.name!r} names no function")
         elif v.kind == "sink":
             if not inputs[v.name]:
                 out.append(f"sink {v.name!r} has no input")
@@ -88,6 +89,16 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
                 out.append(f"sink {v.name!r} has outputs; sinks end a pipeline")
         else:
             out.append(f"vertex {v.name!r} has kind {v.kind!r}; use source, transform or sink")
+        for ref in v.functions:
+            out += _function_problems(v.name, ref, module)
+        if v.sink is not None and v.sink.format not in SINK_FORMATS and v.kind != "sink":
+            out.append(f"vertex {v.name!r} writes format {v.sink.format!r}; supported: {', '.join(SINK_FORMATS)}")
+        exchanges = {(e.exchange, e.key) for e in outputs[v.name]}
+        if len(exchanges) > 1:
+            out.append(f"vertex {v.name!r} feeds its consumers through different exchanges {sorted(map(str, exchanges))}; "
+                       "give each consumer its own upstream transform")
+        if not outputs[v.name] and v.sink is None:
+            out.append(f"vertex {v.name!r} has no consumer and writes no sink: its result would be lost")
     cycle = _cycle(graph)
     if cycle:
         out.append(f"the graph has a cycle: {' -> '.join(cycle)}")
@@ -101,7 +112,7 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
 
 def _function_problems(vertex: str, ref: str | None, module: ModuleType | None) -> list[str]:
     if not ref or ":" not in ref:
-        return [f"transform {vertex!r} names no function"]
+        return [f"transform {vertex!r} names no function (got {ref!r})"]
     mod, _, qual = ref.partition(":")
     if "<lambda>" in qual or "<locals>" in qual:
         return [f"transform {vertex!r} uses {qual!r}, which is not importable by name: define it with def at the "

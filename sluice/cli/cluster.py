@@ -174,10 +174,23 @@ def scale(obj: Context, taskmanagers: int, slots: int) -> None:
 
 
 @click.command()
+@click.argument("job_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the tables as JSON.")
 @click.pass_obj
-def status(obj: Context, as_json: bool) -> None:
-    """The cluster: leader, epoch, TaskManagers (works on a stopped embedded cluster too)."""
+def status(obj: Context, job_id: str | None, as_json: bool) -> None:
+    """The cluster (leader, epoch, TaskManagers), or one job's ExecutionGraph with JOB_ID.
+    Works on a stopped embedded cluster too."""
+    if job_id:
+        from sluice.client import Client
+
+        from .jobs import job_json, show_job
+
+        job = Client(obj.log()).job(job_id)
+        if as_json:
+            click.echo(orjson.dumps(job_json(job), option=orjson.OPT_INDENT_2).decode())
+        else:
+            show_job(job)
+        return
     leader, tms = cluster_table(obj.log())
     if as_json:
         click.echo(orjson.dumps({"leader": leader or None, "taskmanagers": sorted(tms.values(), key=lambda r: r["resource_id"])},

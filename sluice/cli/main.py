@@ -36,9 +36,9 @@ def cli(ctx: click.Context, redis_url: str | None, prefix: str, home: str) -> No
 
 
 def _register() -> None:
-    from . import bench, cluster, inspect, processes
+    from . import bench, cluster, inspect, jobs, processes
 
-    for module in (cluster, processes, inspect, bench):
+    for module in (cluster, processes, inspect, jobs, bench):
         module.register(cli)
 
 

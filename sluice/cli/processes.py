@@ -13,15 +13,22 @@ from .context import Context
 
 @click.command()
 @click.option("--id", "jm_id", default=None, help="JobManager id (default: host and a random suffix).")
+@click.option("--storage-root", envvar="SLUICE_STORAGE_ROOT", default=None,
+              help="Where result partitions go (file:// URI; default: <home>/storage).")
+@click.option("--slot-timeout", envvar="SLUICE_SLOT_TIMEOUT_S", default=300, show_default=True, type=int,
+              help="Seconds a job may wait for free slots before it fails.")
 @click.pass_obj
-def jobmanager(obj: Context, jm_id: str | None) -> None:
+def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_timeout: int) -> None:
     """Run a JobManager: it leads when it holds the lease, and stands by otherwise."""
     from sluice.services.jobmanager import JobManager
+    from sluice.services.jobs.core import JobsConfig
     from sluice.services.membership import MembershipConfig
 
     s = obj.settings
+    root = storage_root or (s.home / "storage").resolve().as_uri()
     jm = JobManager(obj.log(), config=MembershipConfig(s.heartbeat_interval_ms, s.heartbeat_timeout_ms),
-                    lease_ttl_ms=s.lease_ttl_ms, jm_id=jm_id)
+                    jobs_config=JobsConfig(slot_timeout_ms=slot_timeout * 1000),
+                    lease_ttl_ms=s.lease_ttl_ms, jm_id=jm_id, storage_root=root)
     jm.run(stop_on_signals())
 
 
@@ -29,16 +36,56 @@ def jobmanager(obj: Context, jm_id: str | None) -> None:
 @click.option("--slots", default=1, show_default=True, type=int, help="Task slots this TaskManager offers.")
 @click.option("--resource-id", default=None, help="Stable id of this TaskManager (default: host and a random suffix).")
 @click.option("--host", default=None, help="Host name reported for locality (default: $SLUICE_HOST or the machine's).")
+@click.option("--spark", "spark", default=None, envvar="SLUICE_SPARK_REMOTE", metavar="sc://HOST:PORT",
+              help="Spark Connect server the workers use (default: start one for this TaskManager).")
+@click.option("--no-execute", is_flag=True, hidden=True,
+              help="Acknowledge and finish tasks without running them (control-plane benchmarks).")
 @click.pass_obj
-def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | None) -> None:
-    """Run a TaskManager: register with the leader, heartbeat, and unregister on SIGTERM."""
+def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | None, spark: str | None,
+                no_execute: bool) -> None:
+    """Run a TaskManager: register with the leader, run tasks on one RQ worker per slot,
+    heartbeat, and unregister on SIGTERM."""
+    import os
+
     from sluice.services.taskmanager import RegistrationConfig, TaskManager
 
     s = obj.settings
+    server = None
+    if not no_execute and not spark:
+        from sluice.services.embedded.spark_connect import SparkConnectServer
+
+        server = SparkConnectServer(log_file=s.home / "logs" / "spark-connect.log")
+        (s.home / "logs").mkdir(parents=True, exist_ok=True)
+        spark = server.start(wait=False)
+    if spark:
+        os.environ["SLUICE_SPARK_REMOTE"] = spark
     tm = TaskManager(obj.log(), resource_id=resource_id, slots=slots, host=host,
                      config=RegistrationConfig(heartbeat_interval_ms=s.heartbeat_interval_ms,
-                                               jobmanager_timeout_ms=s.heartbeat_timeout_ms))
-    sys.exit(tm.run(stop_on_signals()))
+                                               jobmanager_timeout_ms=s.heartbeat_timeout_ms),
+                     home=s.home, redis_url=obj.url, execute=not no_execute)
+    try:
+        code = tm.run(stop_on_signals())
+    finally:
+        if server is not None:
+            server.stop()
+    sys.exit(code)
+
+
+@click.command(hidden=True)
+@click.option("--resource-id", required=True)
+@click.option("--slot", required=True, type=int)
+@click.pass_obj
+def worker(obj: Context, resource_id: str, slot: int) -> None:
+    """One slot's RQ worker (started by its TaskManager)."""
+    from rq import Queue, SimpleWorker
+    from rq.serializers import JSONSerializer
+
+    from sluice.services.taskmanager.worker import init_worker
+
+    ctx = init_worker(obj.url, obj.settings.prefix, resource_id, slot)
+    queue = Queue(ctx.log.keys.slot_queue(resource_id, slot), connection=ctx.log.client, serializer=JSONSerializer)
+    w = SimpleWorker([queue], connection=ctx.log.client, serializer=JSONSerializer)
+    w.work(with_scheduler=False, logging_level="WARNING")
 
 
 @click.command()
@@ -51,5 +98,5 @@ def projector(obj: Context) -> None:
 
 
 def register(cli: click.Group) -> None:
-    for cmd in (jobmanager, taskmanager, projector):
+    for cmd in (jobmanager, taskmanager, projector, worker):
         cli.add_command(cmd)

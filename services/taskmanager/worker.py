@@ -1,0 +1,162 @@
+"""What runs inside an RQ worker process (one per slot): the task itself, on Spark.
+
+The worker is an RQ ``SimpleWorker`` (no fork per job: a Spark session must never be
+forked), so the Spark session and the job's imported code stay warm across tasks. The
+task reports its states to the job's inbox itself, and tells its TaskManager when it ended.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sluice.events import Envelope, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
+from sluice.services.common.shell import new_id, now_ms
+from sluice.store import EventLog, Keys, connect
+
+from .library import load_module
+
+__all__ = ["run_task", "spark_session", "WorkerContext", "RUN_TASK"]
+
+RUN_TASK = "sluice.services.taskmanager.worker.run_task"
+"""The RQ job function, by name (RQ's JSON serializer carries names, never pickles)."""
+
+
+@dataclass
+class WorkerContext:
+    log: EventLog
+    resource_id: str
+    slot: int
+
+
+_context: WorkerContext | None = None
+_spark: Any = None
+
+
+def init_worker(url: str, prefix: str, resource_id: str, slot: int) -> WorkerContext:
+    global _context
+    _context = WorkerContext(EventLog(connect(url), Keys(prefix)), resource_id, slot)
+    return _context
+
+
+def spark_session() -> Any:
+    """This process's Spark session: a Spark Connect client when $SLUICE_SPARK_REMOTE is set
+    (one server per TaskManager, shared by its workers), else a local session on
+    $SLUICE_SPARK_MASTER (default local[*])."""
+    global _spark
+    if _spark is None:
+        from pyspark.sql import SparkSession
+
+        remote = os.environ.get("SLUICE_SPARK_REMOTE")
+        if remote:
+            _spark = SparkSession.builder.remote(remote).getOrCreate()
+        else:
+            _spark = (SparkSession.builder.master(os.environ.get("SLUICE_SPARK_MASTER", "local[*]"))
+                      .config("spark.ui.enabled", "false").getOrCreate())
+    return _spark
+
+
+def _report(ctx: WorkerContext, d: dict, state: TaskState, error: str | None = None) -> None:
+    keys = ctx.log.keys
+    ev = UpdateTaskExecutionState(d["job_id"], d["execution_id"], state, error, d["vertex"], d["subtask"],
+                                  d["attempt"], ctx.resource_id, ctx.slot)
+    env = Envelope(ev, new_id(), 0, now_ms(), d["job_id"])
+    ctx.log.append(keys.inbox(keys.job(d["job_id"])), env)
+    if state.terminal:  # the TaskManager releases what the task held
+        ctx.log.append(keys.inbox(keys.taskmanager(ctx.resource_id)), env)
+
+
+def run_task(d: dict, runtime: dict) -> str:
+    """Run one execution attempt: read, apply the chain, write; report every state."""
+    ctx = _context
+    if ctx is None:
+        raise RuntimeError("run_task needs a Sluice worker (sluice worker), not a bare RQ worker")
+    _report(ctx, d, TaskState.RUNNING)
+    temp_dir = Path(runtime["temp_dir"])
+    try:
+        _execute(ctx, d, runtime, temp_dir)
+    except BaseException as exc:  # the user's error, with its traceback, is the task's cause
+        _report(ctx, d, TaskState.FAILED, describe_error(exc))
+        return "FAILED"
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    _report(ctx, d, TaskState.FINISHED)
+    return "FINISHED"
+
+
+def describe_error(exc: BaseException, limit: int = 8000) -> str:
+    """The Python traceback and message, without the JVM's stack frames (Spark appends
+    hundreds of "at org.apache…" lines that bury the cause), at most ``limit`` characters."""
+    lines = "".join(traceback.format_exception(exc)).splitlines()
+    kept, skipped = [], 0
+    for line in lines:
+        if line.lstrip().startswith("at ") and ("(" in line or "$" in line):
+            skipped += 1
+            continue
+        kept.append(line)
+    text = "\n".join(kept).strip()
+    if skipped:
+        text += f"\n({skipped} JVM stack frames left out)"
+    return text if len(text) <= limit else text[: limit - 40] + "\n… (truncated)"
+
+
+def _execute(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path) -> None:
+    from sluice.services.dataplane import exchange, reader
+
+    spark = spark_session()
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    if d["kind"] == "source":
+        source = d["source"]
+        frames = [reader.read_split(spark, split, source["options"], temp_dir / f"split-{i}")
+                  for i, split in enumerate(source["splits"])]
+        df = _union(frames) if frames else _empty_source(spark, source)
+        inputs = [df]
+    else:
+        inputs = [exchange.read_inputs(spark, inp["paths"], key_groups=tuple(inp["key_groups"]) if inp["key_groups"] else None)
+                  for inp in d["inputs"]]
+        df = inputs[0]
+    if d["functions"]:
+        module = load_module(Path(runtime["code_path"]), d["module"])
+        for i, ref in enumerate(d["functions"]):
+            fn = _resolve(module, ref)
+            df = fn(*inputs) if i == 0 and len(inputs) > 1 else fn(df)
+    output = d.get("output")
+    if output:
+        exchange.write_partition(df, output["path"], key=output.get("key"), max_parallelism=d["max_parallelism"])
+    sink = d.get("sink")
+    if sink:
+        exchange.write_sink(df, sink["path"], d["subtask"], sink["format"], sink.get("options", {}))
+    if output:
+        keys = ctx.log.keys
+        ctx.log.append(keys.inbox(keys.job(d["job_id"])), Envelope(
+            ScheduleOrUpdateConsumers(d["job_id"], d["execution_id"], d["vertex"], d["subtask"], d["attempt"]),
+            new_id(), 0, now_ms(), d["job_id"]))
+
+
+def _union(frames: list) -> Any:
+    df = frames[0]
+    for f in frames[1:]:
+        df = df.unionByName(f)
+    return df
+
+
+def _empty_source(spark: Any, source: dict) -> Any:
+    if source["format"] == "text":
+        return spark.createDataFrame([], "value string")
+    return spark.createDataFrame([], "_empty string")
+
+
+def _resolve(module: Any, ref: str) -> Any:
+    mod, _, qual = ref.partition(":")
+    obj = module
+    if mod != module.__name__:
+        import importlib
+
+        obj = importlib.import_module(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -1,0 +1,184 @@
+"""Jobs from the command line: ``sluice run``, ``submit``, ``list``, ``cancel``, ``status JOB``.
+
+``--json`` output (stable): ``sluice status JOB --json`` prints one object::
+
+    {"job_id", "name", "status", "reason", "submitted_at", "ended_at", "restarts",
+     "vertices": [{"name", "parallelism", "states": {STATE: count},
+                   "subtasks": [{"subtask", "attempt", "state", "taskmanager", "slot", "since", "error"}]}],
+     "outputs": [sink paths]}
+
+and ``sluice list --json`` a list of ``{"job_id", "name", "status", "submitted_at", "ended_at"}``.
+Times are milliseconds since the epoch.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+
+import click
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sluice.client import Client, load_job
+from sluice.errors import ConfigError
+from sluice.events import JobStatus
+from sluice.services.jobs.state import TERMINAL_JOB, JobRun
+
+from .context import Context
+
+console = Console(emoji=False, highlight=False)
+
+EXIT = {JobStatus.FINISHED: 0, JobStatus.FAILED: 1, JobStatus.CANCELED: 3}
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        key, sep, value = p.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--param {p!r} must look like key=value")
+        out[key] = value
+    return out
+
+
+def job_json(job: JobRun) -> dict:
+    return {
+        "job_id": job.job_id, "name": job.name, "status": job.status.value, "reason": job.reason,
+        "submitted_at": job.submitted_at, "ended_at": job.ended_at, "restarts": job.restarts,
+        "vertices": [
+            {"name": name, "parallelism": len(v.subtasks),
+             "states": dict(Counter(ex.state.value for ex in v.subtasks)),
+             "subtasks": [{"subtask": ex.subtask, "attempt": ex.attempt, "state": ex.state.value,
+                           "taskmanager": ex.taskmanager, "slot": ex.slot, "since": ex.since, "error": ex.error}
+                          for ex in v.subtasks]}
+            for name, v in job.vertices.items()
+        ],
+        "outputs": [v.spec.sink.path for v in job.vertices.values() if v.spec.sink is not None],
+    }
+
+
+def show_job(job: JobRun) -> None:
+    took = ((job.ended_at or int(time.time() * 1000)) - job.submitted_at) / 1000
+    color = {"FINISHED": "green", "FAILED": "red", "CANCELED": "yellow"}.get(job.status.value, "cyan")
+    console.print(f"job {job.job_id} ({job.name}): [{color}]{job.status.value}[/] after {took:.1f} s, "
+                  f"{job.restarts} restart(s)", soft_wrap=True)
+    for name, v in job.vertices.items():
+        states = Counter(ex.state.value for ex in v.subtasks)
+        console.print(f"  {name}: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())), soft_wrap=True)
+    for v in job.vertices.values():
+        if v.spec.sink is not None:
+            console.print(f"  output: {v.spec.sink.path}", soft_wrap=True)
+    if job.status in (JobStatus.FAILED, JobStatus.FAILING) and job.reason:
+        console.print("[red]root cause:[/]", soft_wrap=True)
+        console.print(job.reason, soft_wrap=True, markup=False)
+
+
+def follow(client: Client, job_id: str) -> JobRun:
+    """A live progress bar (tasks finished / total per vertex) until the job ends."""
+    job = client.job(job_id, missing_ok=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        bars: dict[str, int] = {}
+        while True:
+            job = client.job(job_id, missing_ok=True)
+            if job is not None:
+                for name, v in job.vertices.items():
+                    if name not in bars:
+                        bars[name] = progress.add_task(name, total=len(v.subtasks))
+                    progress.update(bars[name], completed=v.finished)
+                if job.status in TERMINAL_JOB:
+                    return job
+            time.sleep(0.2)
+
+
+@click.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="A job parameter (repeatable).")
+@click.option("--taskmanagers", "-n", default=1, show_default=True, type=click.IntRange(1, 64))
+@click.option("--slots", "-s", default=2, show_default=True, type=click.IntRange(1, 64))
+@click.pass_obj
+def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slots: int) -> None:
+    """Run a job file on the embedded cluster, with progress; exit 0 when it FINISHED."""
+    from .cluster import _start, _stop
+
+    job_file = load_job(file, parse_params(params))  # invalid jobs fail here, before anything starts
+    started = time.monotonic()
+    cluster = obj.cluster
+    cluster.start_spark(detach=False)
+    _, log, _ = _start(obj, taskmanagers, slots, detach=False)
+    try:
+        client = Client(log)
+        with console.status("waiting for Spark"):
+            cluster.wait_spark()
+        job_id = client.submit(job_file)
+        console.print(f"submitted job {job_id} ({job_file.graph.name}) to {taskmanagers} TaskManager(s) x "
+                      f"{slots} slots")
+        client.wait_accepted(job_id, timeout=120)
+        job = follow(client, job_id)
+    finally:
+        _stop(cluster, log)
+        cluster.stop_spark()
+    show_job(job)
+    console.print(f"total {time.monotonic() - started:.1f} s; inspect it with `sluice status {job_id}` or "
+                  f"`sluice inspect tail job:{job_id}:facts`", soft_wrap=True)
+    sys.exit(EXIT.get(job.status, 1))
+
+
+@click.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE")
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until the job's sources run.")
+@click.pass_obj
+def submit(obj: Context, file: str, params: tuple[str, ...], wait: bool) -> None:
+    """Submit a job file to a running cluster; prints the job id."""
+    job_file = load_job(file, parse_params(params))
+    client = Client(obj.log())
+    job_id = client.submit(job_file)
+    if wait:
+        client.wait_accepted(job_id)
+    click.echo(job_id)
+
+
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def list_jobs(obj: Context, as_json: bool) -> None:
+    """The cluster's jobs, newest last."""
+    client = Client(obj.log())
+    rows = []
+    for job_id in client.job_ids():
+        job = client.job(job_id, missing_ok=True)
+        if job is not None:
+            rows.append({"job_id": job_id, "name": job.name, "status": job.status.value,
+                         "submitted_at": job.submitted_at, "ended_at": job.ended_at})
+    if as_json:
+        click.echo(orjson.dumps(rows).decode())
+        return
+    for r in rows:
+        console.print(f"{r['job_id']}  {r['status']:<10} {r['name']}")
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--wait/--no-wait", default=True, show_default=True)
+@click.pass_obj
+def cancel(obj: Context, job_id: str, wait: bool) -> None:
+    """Cancel a job: every task is cancelled."""
+    client = Client(obj.log())
+    client.cancel(job_id)
+    if wait:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            job = client.job(job_id)
+            if job.status in TERMINAL_JOB:
+                break
+            time.sleep(0.1)
+    show_job(client.job(job_id))
+
+
+def register(cli: click.Group) -> None:
+    for cmd in (run, submit, list_jobs, cancel):
+        cli.add_command(cmd)

@@ -1,0 +1,294 @@
+"""The jobs core, pure: validation, lazy deployment onto slots, waiting for slots, restarts,
+failure with the root cause, cancellation, lost TaskManagers, and replay = live."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.api import Job
+from sluice.events import (
+    CancelJob,
+    CancelTask,
+    Envelope,
+    JobEdge,
+    JobGraph,
+    JobStatus,
+    JobVertex,
+    RestartStrategy,
+    ScheduleOrUpdateConsumers,
+    SourceSpec,
+    SubmitJob,
+    SubmitTask,
+    Success,
+    TaskOperationResult,
+    TaskState,
+    UpdateTaskExecutionState,
+)
+from sluice.services.jobs import core
+from sluice.services.jobs.state import JobsState, evolve
+from sluice.services.jobs.validate import InvalidJobGraph, problems, validate
+from tests.services import jobfixtures
+from tests.helpers import env
+
+CFG = core.JobsConfig(slot_timeout_ms=10_000)
+
+
+def wordcount(restart: RestartStrategy | None = None, sources: int = 2, reducers: int = 2) -> JobGraph:
+    j = Job("wc", restart=restart or RestartStrategy("fixed-delay", 2, 100))
+    lines = j.read_text("lines", "/data/in.txt", parallelism=sources)
+    words = lines.map("tokenize", jobfixtures.identity)
+    words.key_by("word").map("count", jobfixtures.count, parallelism=reducers).write_parquet("out", "/data/out")
+    return j.graph()
+
+
+class Sim:
+    """Drives the core like the JobManager shell does, recording every fact (the log)."""
+
+    def __init__(self, graph: JobGraph, slots: dict[str, int]) -> None:
+        self.state = JobsState()
+        self.log: list = []
+        self.sent: list = []
+        self.slots = slots
+        self.now = 1_000
+        splits = {v.name: [{"path": "/data/in.txt", "start": i, "end": i + 1, "index": i} for i in range(3)]
+                  for v in graph.vertices if v.source is not None}
+        self.record(core.submit(self.state, SubmitJob("j1", graph, "blob", "mod", "client-inbox"), splits,
+                                "file:///s", self.now))
+
+    def record(self, decision: core.Decision) -> core.Decision:
+        self.log += decision.facts
+        self.sent += decision.sends
+        return decision
+
+    def free(self) -> core.FreeSlots:
+        used = self.state.pool.by_tm
+        return {tm: [s for s in range(n) if s not in used.get(tm, ())] for tm, n in sorted(self.slots.items())}
+
+    def schedule(self) -> list[SubmitTask]:
+        d = self.record(core.schedule(self.state, "j1", self.free(), self.now))
+        return [ev for _, ev in d.sends if isinstance(ev, SubmitTask)]
+
+    def tell(self, message) -> core.Decision:
+        return self.record(core.on_message(self.state, "j1", env(message), CFG, self.now))
+
+    def report(self, task: SubmitTask, state: TaskState, error: str | None = None) -> core.Decision:
+        return self.tell(UpdateTaskExecutionState("j1", task.execution_id, state, error))
+
+    def produce(self, task: SubmitTask) -> None:
+        self.tell(ScheduleOrUpdateConsumers("j1", task.execution_id, task.vertex_id, task.subtask, task.attempt))
+
+    def run_to_end(self, task: SubmitTask, produce: bool = True) -> None:
+        self.report(task, TaskState.RUNNING)
+        if produce and task.descriptor.get("output"):
+            self.produce(task)
+        self.report(task, TaskState.FINISHED)
+
+    @property
+    def job(self):
+        return self.state.jobs["j1"]
+
+    def replayed(self) -> JobsState:
+        state = JobsState()
+        for fact in self.log:
+            evolve(state, Envelope(fact, "", 0, self.now))
+        return state
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+def test_chained_operators_make_two_vertices() -> None:
+    g = wordcount()
+    assert [(v.name, v.kind, len(v.functions), v.sink is not None) for v in g.vertices] == [
+        ("lines -> tokenize", "source", 1, False), ("count -> out", "transform", 1, True)]
+    assert [(e.source, e.target, e.exchange, e.key) for e in g.edges] == [
+        ("lines -> tokenize", "count -> out", "keyed", "word")]
+    validate(g, jobfixtures)
+
+
+def graph_with(vertices: list[JobVertex], edges: list[JobEdge], maxp: int = 128) -> JobGraph:
+    return JobGraph("bad", vertices, edges, maxp)
+
+
+SRC = JobVertex("src", "source", 2, source=SourceSpec("text", ["/x"], 100))
+OK_FN = "tests.services.jobfixtures:identity"
+
+
+@pytest.mark.parametrize(
+    "graph, says",
+    [
+        (graph_with([SRC, JobVertex("a", "transform", 2, [OK_FN]), JobVertex("b", "transform", 2, [OK_FN])],
+                    [JobEdge("src", "a", "forward"), JobEdge("a", "b", "forward"), JobEdge("b", "a", "forward")]),
+         "the graph has a cycle: a -> b -> a"),
+        (graph_with([SRC, JobVertex("a", "transform", 2, [OK_FN])], [JobEdge("src", "ghost", "forward")]),
+         "refers to a vertex 'ghost' that does not exist"),
+        (graph_with([JobVertex("src", "source", 0, source=SourceSpec("text", ["/x"], 100))], []),
+         "has parallelism 0; it must be between 1 and the max parallelism 128"),
+        (graph_with([JobVertex("src", "source", 200, source=SourceSpec("text", ["/x"], 100))], []),
+         "has parallelism 200"),
+        (graph_with([SRC, JobVertex("a", "transform", 2, ["tests.services.jobfixtures:nope"])],
+                    [JobEdge("src", "a", "forward")]), "names 'nope', which the job's module does not define"),
+        (graph_with([SRC, JobVertex("a", "transform", 2, ["m:<lambda>"])], [JobEdge("src", "a", "forward")]),
+         "is not importable by name: define it with def at the top level"),
+        (graph_with([SRC, SRC], []), "vertex name 'src' is used 2 times"),
+        (graph_with([SRC, JobVertex("out", "sink", 2)], []), "sink 'out' has no input"),
+        (graph_with([SRC, JobVertex("a", "transform", 3, [OK_FN])], [JobEdge("src", "a", "forward")]),
+         "needs equal parallelism; use key_by"),
+        (graph_with([SRC, JobVertex("a", "transform", 2, [OK_FN])], [JobEdge("src", "a", "keyed")]),
+         "names no key column"),
+    ],
+)
+def test_invalid_graphs_are_refused_with_what_to_fix(graph: JobGraph, says: str) -> None:
+    with pytest.raises(InvalidJobGraph) as info:
+        validate(graph, jobfixtures)
+    assert says in str(info.value), info.value.problems
+
+
+def test_a_lambda_transform_is_refused_at_build_time() -> None:
+    j = Job("l")
+    j.read_text("src", "/x").map("t", lambda df: df).write_parquet("o", "/o")
+    assert any("not importable by name" in p for p in problems(j.graph()))
+
+
+# --- scheduling ----------------------------------------------------------------------------------
+
+
+def test_sources_deploy_first_spread_over_taskmanagers_and_consumers_wait_for_data() -> None:
+    sim = Sim(wordcount(), {"tm-a": 2, "tm-b": 2})
+    first = sim.schedule()
+    assert [(t.vertex_id, t.subtask) for t in first] == [("lines -> tokenize", 0), ("lines -> tokenize", 1)]
+    assert {sim.job.vertices[t.vertex_id].subtasks[t.subtask].taskmanager for t in first} == {"tm-a", "tm-b"}
+    assert first[0].descriptor["source"]["splits"] == [{"path": "/data/in.txt", "start": 0, "end": 1, "index": 0},
+                                                       {"path": "/data/in.txt", "start": 2, "end": 3, "index": 2}]
+    for t in first:
+        sim.report(t, TaskState.RUNNING)
+    assert ("inbox", "client-inbox") in [d for d, _ in sim.sent] and sim.job.status == JobStatus.RUNNING
+    sim.produce(first[0])
+    assert sim.schedule() == []  # a keyed consumer needs every producer's partition
+    sim.produce(first[1])
+    consumers = sim.schedule()
+    assert [(t.vertex_id, t.subtask) for t in consumers] == [("count -> out", 0), ("count -> out", 1)]
+    (inp,) = consumers[1].descriptor["inputs"]
+    assert inp["key_groups"] == [64, 127] and len(inp["paths"]) == 2
+    for t in first + consumers:
+        sim.run_to_end(t)
+    assert sim.job.status == JobStatus.FINISHED
+    assert sim.state.pool.used == {}
+
+
+def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins_or_fails_after_the_timeout() -> None:
+    sim = Sim(wordcount(), {})
+    assert sim.schedule() == []
+    assert sim.job.waiting_since == sim.now
+    sim.slots = {"tm-new": 1}
+    sim.now += 500
+    (one,) = sim.schedule()
+    assert sim.job.waiting_since == 1_500  # progress restarts the clock; the second source still waits
+    late = Sim(wordcount(), {})
+    late.schedule()
+    late.now += CFG.slot_timeout_ms + 1
+    for d in core.tick(late.state, CFG, late.now, total_slots=0):
+        late.record(d)
+    assert late.job.status == JobStatus.FAILED
+    assert "waited 10 s for free slots" in late.job.reason and "sluice scale" in late.job.reason
+
+
+def test_a_failed_task_is_restarted_after_the_delay_then_the_job_fails_with_the_users_error() -> None:
+    sim = Sim(wordcount(RestartStrategy("fixed-delay", 2, 100)), {"tm-a": 4})
+    tasks = sim.schedule()
+    victim = tasks[0]
+    sim.report(victim, TaskState.RUNNING)
+    sim.report(victim, TaskState.FAILED, "ValueError: bad row")
+    ex = sim.job.vertices[victim.vertex_id].subtasks[0]
+    assert (ex.attempt, ex.state, ex.not_before) == (1, TaskState.CREATED, sim.now + 100)
+    assert sim.schedule() == []  # not before the delay
+    sim.now += 100
+    (again,) = sim.schedule()
+    assert again.attempt == 1 and again.execution_id == "lines -> tokenize:0:1"
+    sim.report(again, TaskState.FAILED, "ValueError: bad row")
+    sim.now += 100
+    (third,) = sim.schedule()
+    sim.report(third, TaskState.RUNNING)
+    d = sim.report(third, TaskState.FAILED, "Traceback ...\nValueError: bad row")
+    assert sim.job.status == JobStatus.FAILING  # the other source still runs: cancel it
+    assert [ev.execution_id for _, ev in d.sends if isinstance(ev, CancelTask)] == ["lines -> tokenize:1:0"]
+    sim.report(tasks[1], TaskState.CANCELED)
+    assert sim.job.status == JobStatus.FAILED
+    assert sim.job.reason.startswith("task lines -> tokenize[0] failed after 2 restarts: Traceback")
+    assert "ValueError: bad row" in sim.job.reason
+
+
+def test_exponential_backoff_doubles_the_delay_up_to_the_maximum() -> None:
+    sim = Sim(wordcount(RestartStrategy("exponential-backoff", 5, 100, 300)), {"tm-a": 4})
+    delays = []
+    task = sim.schedule()[0]
+    for _ in range(4):
+        sim.report(task, TaskState.FAILED, "boom")
+        ex = sim.job.vertices[task.vertex_id].subtasks[0]
+        delays.append(ex.not_before - sim.now)
+        sim.now = ex.not_before
+        task = sim.schedule()[0]
+    assert delays == [100, 200, 300, 300]
+
+
+def test_a_failed_deployment_counts_as_a_failure() -> None:
+    sim = Sim(wordcount(RestartStrategy("none")), {"tm-a": 4})
+    t = sim.schedule()[0]
+    sim.tell(TaskOperationResult("j1", t.execution_id, False, "starting the task failed at step 'temp files'"))
+    assert sim.job.status in (JobStatus.FAILING, JobStatus.FAILED)
+    assert "step 'temp files'" in sim.job.reason and "restart strategy: none" in sim.job.reason
+
+
+def test_cancelling_cancels_every_task() -> None:
+    sim = Sim(wordcount(), {"tm-a": 4})
+    tasks = sim.schedule()
+    sim.report(tasks[0], TaskState.RUNNING)
+    d = sim.tell(CancelJob("j1", "user asked"))
+    assert sorted(ev.execution_id for _, ev in d.sends if isinstance(ev, CancelTask)) == [t.execution_id for t in tasks]
+    consumers = sim.job.vertices["count -> out"].subtasks
+    assert all(ex.state == TaskState.CANCELED for ex in consumers)  # never deployed
+    for t in tasks:
+        sim.report(t, TaskState.CANCELED)
+    assert sim.job.status == JobStatus.CANCELED and sim.state.pool.used == {}
+
+
+def test_tasks_on_a_lost_taskmanager_fail_and_restart_elsewhere() -> None:
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    tasks = sim.schedule()
+    on_a = next(t for t in tasks if sim.job.vertices[t.vertex_id].subtasks[t.subtask].taskmanager == "tm-a")
+    for d in core.taskmanager_lost(sim.state, "tm-a", "no heartbeat", CFG, sim.now):
+        sim.record(d)
+    ex = sim.job.vertices[on_a.vertex_id].subtasks[on_a.subtask]
+    assert ex.attempt == 1 and "TaskManager tm-a was lost (no heartbeat)" in ex.error
+    sim.slots = {"tm-b": 2}
+    sim.now += 1000
+    assert [t.attempt for t in sim.schedule()] == [1]
+
+
+def test_stale_and_illegal_updates_change_nothing() -> None:
+    sim = Sim(wordcount(), {"tm-a": 4})
+    t = sim.schedule()[0]
+    sim.report(t, TaskState.RUNNING)
+    d = sim.tell(UpdateTaskExecutionState("j1", "lines -> tokenize:0:7", TaskState.FINISHED))
+    assert not d.facts and "stale" in d.note
+    d = sim.report(t, TaskState.INITIALIZING)
+    assert not d.facts and "not a legal move" in d.note
+
+
+def test_replaying_the_facts_gives_the_live_state() -> None:
+    sim = Sim(wordcount(RestartStrategy("fixed-delay", 3, 0)), {"tm-a": 2, "tm-b": 1})
+    producers = sim.schedule()
+    sim.report(producers[0], TaskState.FAILED, "flaky")
+    producers = [p for p in producers[1:]] + sim.schedule()
+    for t in producers:
+        sim.run_to_end(t)
+    for t in sim.schedule():
+        sim.run_to_end(t)
+    assert sim.job.status == JobStatus.FINISHED
+    replayed = sim.replayed().jobs["j1"]
+    live = sim.job
+    assert replayed.status == live.status and replayed.restarts == live.restarts == 1
+    for name, v in live.vertices.items():
+        assert [(e.state, e.attempt, e.taskmanager, e.slot, e.error) for e in v.subtasks] == \
+               [(e.state, e.attempt, e.taskmanager, e.slot, e.error) for e in replayed.vertices[name].subtasks]
+    assert any(isinstance(ev, Success) for _, ev in sim.sent)
