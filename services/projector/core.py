@@ -11,10 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from sluice.events import Envelope, LeadershipGranted
+from collections import Counter
+
+from sluice.events import (
+    Envelope,
+    ExecutionGraphBuilt,
+    JobRegistered,
+    JobStatusChanged,
+    LeadershipGranted,
+    ScheduleOrUpdateConsumers,
+    TaskRestartScheduled,
+    UpdateTaskExecutionState,
+)
+from sluice.services.jobs.state import JobsState
+from sluice.services.jobs.state import evolve as jobs_evolve
 from sluice.services.membership.core import Membership, TaskManagerRow, evolve as membership_evolve
 
-__all__ = ["Projection", "PROJECTIONS", "TASKMANAGERS", "LEADERSHIP", "table_of"]
+__all__ = ["Projection", "PROJECTIONS", "TASKMANAGERS", "LEADERSHIP", "JOBS", "EXECUTION_GRAPH", "table_of"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +37,8 @@ class Projection:
     evolve: Callable[[Any, Envelope], Any]
     touched: Callable[[Envelope], tuple[str, ...]]
     row: Callable[[Any, str], dict | None]
-    load: Callable[[dict[str, dict]], Any]
+    load: Callable[[dict[str, dict]], Any] | None
+    """Rebuilds the state from the stored rows; None: replay the stream up to the stored position."""
 
 
 def _tm_touched(env: Envelope) -> tuple[str, ...]:
@@ -64,7 +78,78 @@ LEADERSHIP = Projection(
     load=lambda rows: Membership(epoch=rows.get("leader", {}).get("epoch", 0), leader_id=rows.get("leader", {}).get("leader_id")),
 )
 
-PROJECTIONS: tuple[Projection, ...] = (TASKMANAGERS, LEADERSHIP)
+def _jobs_evolve(state: dict, env: Envelope) -> dict:
+    if isinstance(env.event, JobRegistered):
+        state[env.event.job_id] = {"job_id": env.event.job_id, "name": env.event.name, "registered_at": env.ts}
+    return state
+
+
+JOBS = Projection(
+    name="jobs",
+    initial=dict,
+    evolve=_jobs_evolve,
+    touched=lambda env: (env.event.job_id,) if isinstance(env.event, JobRegistered) else (),
+    row=lambda state, key: state.get(key),
+    load=lambda rows: dict(rows),
+)
+
+PROJECTIONS: tuple[Projection, ...] = (TASKMANAGERS, LEADERSHIP, JOBS)
+
+
+# --- one job's ExecutionGraph ---------------------------------------------------------------
+
+
+def _eg_touched(env: Envelope) -> tuple[str, ...]:
+    ev = env.event
+    if isinstance(ev, (UpdateTaskExecutionState, TaskRestartScheduled, ScheduleOrUpdateConsumers)):
+        return ("job", f"{ev.vertex_id}/{ev.subtask}")
+    if isinstance(ev, ExecutionGraphBuilt):
+        return ("job", "*")
+    return ("job",)
+
+
+def _eg_row(state: JobsState, key: str) -> dict | None:
+    if not state.jobs:
+        return None
+    (job,) = state.jobs.values()
+    if key == "job":
+        return {
+            "job_id": job.job_id, "name": job.name, "status": job.status.value, "reason": job.reason,
+            "submitted_at": job.submitted_at, "ended_at": job.ended_at, "restarts": job.restarts,
+            "waiting_since": job.waiting_since,
+            "vertices": [{"name": n, "parallelism": len(v.subtasks),
+                          "states": dict(Counter(ex.state.value for ex in v.subtasks))}
+                         for n, v in job.vertices.items()],
+            "outputs": [v.spec.sink.path for v in job.vertices.values() if v.spec.sink is not None],
+        }
+    vertex, _, sub = key.rpartition("/")
+    v = job.vertices.get(vertex)
+    if v is None:
+        return None
+    ex = v.subtasks[int(sub)]
+    return {"vertex": vertex, "subtask": ex.subtask, "attempt": ex.attempt, "state": ex.state.value,
+            "taskmanager": ex.taskmanager, "slot": ex.slot, "since": ex.since, "error": ex.error}
+
+
+def expand(state: JobsState, keys: set[str]) -> set[str]:
+    """``*`` (the whole graph was built) stands for every subtask row."""
+    if "*" not in keys:
+        return keys
+    keys = set(keys) - {"*"}
+    for job in state.jobs.values():
+        for name, v in job.vertices.items():
+            keys.update(f"{name}/{i}" for i in range(len(v.subtasks)))
+    return keys
+
+
+EXECUTION_GRAPH = Projection(
+    name="executiongraph",
+    initial=JobsState,
+    evolve=jobs_evolve,
+    touched=_eg_touched,
+    row=_eg_row,
+    load=None,
+)
 
 
 def table_of(projection: Projection, state: Any, keys: set[str]) -> dict[str, dict | None]:

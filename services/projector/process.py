@@ -11,7 +11,7 @@ from sluice.events import decode_fields
 from sluice.services.common.shell import get_logger
 from sluice.store import EventLog, ReadModels
 
-from .core import PROJECTIONS, Projection
+from .core import EXECUTION_GRAPH, JOBS, PROJECTIONS, Projection, expand
 
 __all__ = ["Projector"]
 
@@ -45,9 +45,35 @@ class Projector:
 
     def load(self) -> None:
         for r in self.running:
-            r.position, rows = self.tables.read(r.tag, r.projection.name)
+            self._load(r)
+        self._add_jobs()
+
+    def _load(self, r: _Running) -> None:
+        r.position, rows = self.tables.read(r.tag, r.projection.name)
+        r.dirty.clear()
+        r.last_seen = None
+        if r.projection.load is not None:
             r.state = r.projection.load(rows) if rows else r.projection.initial()
-            r.dirty.clear()
+            return
+        r.state = r.projection.initial()  # rebuilt by replaying up to the stored position
+        if r.position is not None:
+            for entry_id, env in self.log.replay(r.stream):
+                if _id_key(entry_id) > _id_key(r.position):
+                    break
+                r.projection.evolve(r.state, env)
+
+    def _add_jobs(self) -> None:
+        """Every registered job gets its ExecutionGraph table."""
+        jobs = next((r for r in self.running if r.projection is JOBS), None)
+        if jobs is None:
+            return
+        have = {r.tag for r in self.running}
+        for job_id in jobs.state:
+            tag = self.log.keys.job(job_id)
+            if tag not in have:
+                r = _Running(EXECUTION_GRAPH, tag, self.log.keys.facts(tag), None, EXECUTION_GRAPH.initial())
+                self._load(r)
+                self.running.append(r)
 
     def run(self, stop: threading.Event, *, block_ms: int = 200) -> None:
         backoff = 0.1
@@ -99,7 +125,9 @@ class Projector:
             new_pos = r.last_seen
             if new_pos is None or new_pos == r.position:
                 continue
-            rows = {k: v for k in r.dirty if (v := r.projection.row(r.state, k)) is not None}
+            dirty = expand(r.state, r.dirty) if r.projection is EXECUTION_GRAPH else r.dirty
+            rows = {k: v for k in dirty if (v := r.projection.row(r.state, k)) is not None}
+            r.dirty = set(dirty)
             gone = tuple(k for k in r.dirty if k not in rows)
             if self.tables.write(r.tag, r.projection.name, expected=r.position, position=new_pos, rows=rows, deleted=gone):
                 r.position = new_pos
@@ -108,6 +136,7 @@ class Projector:
                 self.logger.debug("table moved under us; reloading", table=r.projection.name)
                 self._reload()
                 break
+        self._add_jobs()
         return len(entries)
 
     def _reload(self) -> None:

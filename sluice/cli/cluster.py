@@ -181,13 +181,11 @@ def status(obj: Context, job_id: str | None, as_json: bool) -> None:
     """The cluster (leader, epoch, TaskManagers), or one job's ExecutionGraph with JOB_ID.
     Works on a stopped embedded cluster too."""
     if job_id:
-        from sluice.client import Client
+        from .jobs import show_job, table_json
 
-        from .jobs import job_json, show_job
-
-        job = Client(obj.log()).job(job_id)
+        job = table_json(obj.log(), job_id)
         if as_json:
-            click.echo(orjson.dumps(job_json(job), option=orjson.OPT_INDENT_2).decode())
+            click.echo(orjson.dumps(job, option=orjson.OPT_INDENT_2).decode())
         else:
             show_job(job)
         return

@@ -13,6 +13,7 @@ Times are milliseconds since the epoch.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import Counter
@@ -23,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sluice.client import Client, load_job
-from sluice.errors import ConfigError
+from sluice.errors import ConfigError, SluiceError
 from sluice.events import JobStatus
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun
 
@@ -60,20 +61,41 @@ def job_json(job: JobRun) -> dict:
     }
 
 
-def show_job(job: JobRun) -> None:
-    took = ((job.ended_at or int(time.time() * 1000)) - job.submitted_at) / 1000
-    color = {"FINISHED": "green", "FAILED": "red", "CANCELED": "yellow"}.get(job.status.value, "cyan")
-    console.print(f"job {job.job_id} ({job.name}): [{color}]{job.status.value}[/] after {took:.1f} s, "
-                  f"{job.restarts} restart(s)", soft_wrap=True)
-    for name, v in job.vertices.items():
-        states = Counter(ex.state.value for ex in v.subtasks)
-        console.print(f"  {name}: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())), soft_wrap=True)
-    for v in job.vertices.values():
-        if v.spec.sink is not None:
-            console.print(f"  output: {v.spec.sink.path}", soft_wrap=True)
-    if job.status in (JobStatus.FAILED, JobStatus.FAILING) and job.reason:
+def table_json(log, job_id: str) -> dict:
+    """The job's ExecutionGraph from the projector's table (brought up to date first)."""
+    from sluice.client import JobNotFound
+    from sluice.services.projector import Projector
+    from sluice.store import ReadModels
+
+    Projector(log).catch_up()
+    _, rows = ReadModels(log).read(log.keys.job(job_id), "executiongraph")
+    job = rows.pop("job", None)
+    if job is None:
+        raise JobNotFound(f"job not found: {job_id} (no such job in this cluster; `sluice list` shows the jobs)")
+    by_vertex: dict[str, list] = {}
+    for row in rows.values():
+        by_vertex.setdefault(row["vertex"], []).append(row)
+    for v in job["vertices"]:
+        v["subtasks"] = sorted(({k: r[k] for k in r if k != "vertex"} for r in by_vertex.get(v["name"], [])),
+                               key=lambda r: r["subtask"])
+    job.pop("waiting_since", None)
+    return job
+
+
+def show_job(job: dict) -> None:
+    now = int(time.time() * 1000)
+    took = ((job["ended_at"] or now) - job["submitted_at"]) / 1000
+    color = {"FINISHED": "green", "FAILED": "red", "CANCELED": "yellow"}.get(job["status"], "cyan")
+    console.print(f"job {job['job_id']} ({job['name']}): [{color}]{job['status']}[/] after {took:.1f} s, "
+                  f"{job['restarts']} restart(s)", soft_wrap=True)
+    for v in job["vertices"]:
+        console.print(f"  {v['name']}: " + ", ".join(f"{n} {s}" for s, n in sorted(v["states"].items())),
+                      soft_wrap=True, markup=False)
+    for path in job["outputs"]:
+        console.print(f"  output: {path}", soft_wrap=True, markup=False)
+    if job["status"] in ("FAILED", "FAILING") and job["reason"]:
         console.print("[red]root cause:[/]", soft_wrap=True)
-        console.print(job.reason, soft_wrap=True, markup=False)
+        console.print(job["reason"], soft_wrap=True, markup=False)
 
 
 def follow(client: Client, job_id: str) -> JobRun:
@@ -107,7 +129,11 @@ def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slo
     job_file = load_job(file, parse_params(params))  # invalid jobs fail here, before anything starts
     started = time.monotonic()
     cluster = obj.cluster
-    cluster.start_spark(detach=False)
+    own_spark = not os.environ.get("SLUICE_SPARK_REMOTE")
+    if own_spark:
+        cluster.start_spark(detach=False)
+    else:
+        cluster.env["SLUICE_SPARK_REMOTE"] = os.environ["SLUICE_SPARK_REMOTE"]
     _, log, _ = _start(obj, taskmanagers, slots, detach=False)
     try:
         client = Client(log)
@@ -120,8 +146,9 @@ def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slo
         job = follow(client, job_id)
     finally:
         _stop(cluster, log)
-        cluster.stop_spark()
-    show_job(job)
+        if own_spark:
+            cluster.stop_spark()
+    show_job(job_json(job))
     console.print(f"total {time.monotonic() - started:.1f} s; inspect it with `sluice status {job_id}` or "
                   f"`sluice inspect tail job:{job_id}:facts`", soft_wrap=True)
     sys.exit(EXIT.get(job.status, 1))
@@ -147,13 +174,14 @@ def submit(obj: Context, file: str, params: tuple[str, ...], wait: bool) -> None
 @click.pass_obj
 def list_jobs(obj: Context, as_json: bool) -> None:
     """The cluster's jobs, newest last."""
-    client = Client(obj.log())
+    log = obj.log()
     rows = []
-    for job_id in client.job_ids():
-        job = client.job(job_id, missing_ok=True)
-        if job is not None:
-            rows.append({"job_id": job_id, "name": job.name, "status": job.status.value,
-                         "submitted_at": job.submitted_at, "ended_at": job.ended_at})
+    for job_id in Client(log).job_ids():
+        try:
+            job = table_json(log, job_id)
+        except SluiceError:
+            continue
+        rows.append({k: job[k] for k in ("job_id", "name", "status", "submitted_at", "ended_at")})
     if as_json:
         click.echo(orjson.dumps(rows).decode())
         return
@@ -176,7 +204,7 @@ def cancel(obj: Context, job_id: str, wait: bool) -> None:
             if job.status in TERMINAL_JOB:
                 break
             time.sleep(0.1)
-    show_job(client.job(job_id))
+    show_job(job_json(client.job(job_id)))
 
 
 def register(cli: click.Group) -> None:

@@ -1,0 +1,166 @@
+"""Jobs end to end on real Redis, real processes (JobManager, TaskManager, RQ workers) and
+real Spark (one Spark Connect server for the test run)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from sluice.client import Client, load_job
+from sluice.events import JobStatus, JobWaitingForSlots, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
+from sluice.services.jobs.state import TERMINAL_JOB
+from sluice.services.projector import Projector
+from sluice.store import EventLog, ReadModels
+from tests.e2e.conftest import Processes, registered, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = Path(__file__).parent / "jobs"
+
+
+@pytest.fixture
+def cluster(procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path):
+    home = tmp_path / "home"
+    procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--slot-timeout", "60",
+                env={"SLUICE_HOME": str(home)})
+    return {"home": home, "spark": spark_remote}
+
+
+def start_tm(procs: Processes, cluster: dict, name: str, slots: int = 2) -> None:
+    procs.start(name, "taskmanager", "--resource-id", name, "--slots", str(slots), "--spark", cluster["spark"],
+                env={"SLUICE_HOME": str(cluster["home"])})
+
+
+def write_lines(path: Path, n: int = 2000) -> Path:
+    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    path.write_text("\n".join(" ".join(words[(i * 7 + k) % 5] for k in range(i % 6 + 1)) for i in range(n)) + "\n")
+    return path
+
+
+def run_job(log: EventLog, file: Path, params: dict, timeout: float = 120):
+    client = Client(log)
+    job_id = client.submit(load_job(file, params))
+    job = wait_until(lambda: (j := client.job(job_id, missing_ok=True)) is not None and j.status in TERMINAL_JOB and j,
+                     f"job {job_id} to end", timeout=timeout)
+    return job_id, job
+
+
+def job_facts(log: EventLog, job_id: str) -> list:
+    return [e.event for _, e in log.replay(log.keys.facts(log.keys.job(job_id)))]
+
+
+def test_wordcount_counts_match_plain_pyspark_and_consumers_deploy_after_their_producers(
+        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
+    start_tm(procs, cluster, "tm-1")
+    wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager")
+    text = write_lines(tmp_path / "in.txt")
+    out = tmp_path / "out"
+    job_id, job = run_job(log, ROOT / "examples" / "wordcount.py",
+                          {"input": str(text), "output": str(out), "parallelism": "3", "split_bytes": "4096"})
+    assert job.status == JobStatus.FINISHED, job.reason
+    from pyspark.sql import functions as F
+
+    got = {r["word"]: r["count"] for r in spark.read.parquet(str(out)).collect()}
+    lines = spark.read.text(str(text))
+    words = lines.select(F.explode(F.split(F.lower("value"), r"[^a-z0-9']+")).alias("word")).where("word != ''")
+    want = {r["word"]: r["count"] for r in words.groupBy("word").count().collect()}
+    assert got == want and sum(got.values()) > 2000
+    # Lazy deployment: no consumer was scheduled before every producer had data.
+    facts = job_facts(log, job_id)
+    produced = [i for i, f in enumerate(facts) if isinstance(f, ScheduleOrUpdateConsumers)]
+    consumer_scheduled = [i for i, f in enumerate(facts) if isinstance(f, UpdateTaskExecutionState)
+                          and f.state == TaskState.SCHEDULED and f.vertex_id.startswith("count")]
+    assert len(produced) == 3 and len(consumer_scheduled) == 2
+    assert max(produced) < min(consumer_scheduled)
+    # Every task state change is in the log, in order, for every subtask.
+    for vertex, n in (("lines -> tokenize", 3), ("count -> out", 2)):
+        for sub in range(n):
+            states = [f.state for f in facts if isinstance(f, UpdateTaskExecutionState)
+                      and f.vertex_id == vertex and f.subtask == sub]
+            assert states == [TaskState.SCHEDULED, TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING,
+                              TaskState.FINISHED]
+    # The ExecutionGraph table, rebuilt from the log, is the same table.
+    Projector(log).catch_up()
+    tables = ReadModels(log)
+    tag = log.keys.job(job_id)
+    _, before = tables.read(tag, "executiongraph")
+    assert before["job"]["status"] == "FINISHED" and len(before) == 1 + 5
+    log.client.delete(log.keys.table(tag, "executiongraph"), log.keys.position(tag, "executiongraph"))
+    Projector(log).catch_up()
+    assert tables.read(tag, "executiongraph")[1] == before
+
+
+def test_user_code_that_raises_is_restarted_then_the_job_fails_with_the_users_error(
+        procs: Processes, log: EventLog, cluster: dict, tmp_path: Path) -> None:
+    start_tm(procs, cluster, "tm-1")
+    text = write_lines(tmp_path / "in.txt", 10)
+    job_id, job = run_job(log, JOBS / "failing.py", {"input": str(text), "output": str(tmp_path / "o")})
+    assert job.status == JobStatus.FAILED
+    assert job.restarts == 2
+    assert job.reason.startswith("task lines -> explode[0] failed after 2 restarts")
+    assert 'failing.py", line' in job.reason and "ValueError: bad input row 42" in job.reason
+    attempts = {f.attempt for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState)
+                and f.state == TaskState.FAILED}
+    assert attempts == {0, 1, 2}
+
+
+def test_a_worker_killed_mid_task_leads_to_a_restart_not_a_hang(
+        procs: Processes, log: EventLog, cluster: dict, tmp_path: Path, monkeypatch) -> None:
+    marker = tmp_path / "marker"
+    procs_env = {"SLUICE_TEST_MARKER": str(marker)}
+    procs.start("tm-1", "taskmanager", "--resource-id", "tm-1", "--slots", "1", "--spark", cluster["spark"],
+                env={"SLUICE_HOME": str(cluster["home"]), **procs_env})
+    text = write_lines(tmp_path / "in.txt", 10)
+    client = Client(log)
+    job_id = client.submit(load_job(JOBS / "slow.py", {"input": str(text), "output": str(tmp_path / "o")}))
+    pid = int(wait_until(lambda: marker.exists() and marker.read_text(), "the task to stall", timeout=90))
+    os.kill(pid, signal.SIGKILL)
+    job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=90)
+    assert job.status == JobStatus.FINISHED and job.restarts == 1
+    failed = [f for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.FAILED]
+    assert len(failed) == 1 and "died (signal 9)" in failed[0].error
+
+
+def test_cancelling_a_running_job_cancels_every_task(procs: Processes, log: EventLog, cluster: dict,
+                                                    tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    procs.start("tm-1", "taskmanager", "--resource-id", "tm-1", "--slots", "2", "--spark", cluster["spark"],
+                env={"SLUICE_HOME": str(cluster["home"]), "SLUICE_TEST_MARKER": str(marker)})
+    text = write_lines(tmp_path / "in.txt", 10)
+    client = Client(log)
+    job_id = client.submit(load_job(JOBS / "slow.py", {"input": str(text), "output": str(tmp_path / "o")}))
+    wait_until(lambda: marker.exists(), "the task to run", timeout=90)
+    client.cancel(job_id)
+    job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=30)
+    assert job.status == JobStatus.CANCELED
+    assert {ex.state for ex in job.executions()} == {TaskState.CANCELED}
+    assert job.restarts == 0
+
+
+def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins(procs: Processes, log: EventLog, cluster: dict,
+                                                                tmp_path: Path) -> None:
+    text = write_lines(tmp_path / "in.txt", 100)
+    client = Client(log)
+    job_id = client.submit(load_job(ROOT / "examples" / "wordcount.py",
+                                    {"input": str(text), "output": str(tmp_path / "o")}))
+    wait_until(lambda: any(isinstance(f, JobWaitingForSlots) for f in job_facts(log, job_id)), "the job to wait")
+    assert client.job(job_id).status == JobStatus.CREATED
+    start_tm(procs, cluster, "tm-late")
+    job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
+    assert job.status == JobStatus.FINISHED, job.reason
+
+
+def test_an_invalid_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "sluice", "run", str(JOBS / "invalid.py")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "job 'invalid' is not valid" in proc.stderr
+    assert "has parallelism 8; it must be between 1 and the max parallelism 4" in proc.stderr
+    assert "not importable by name" in proc.stderr
+    assert not (tmp_path / ".sluice" / "redis").exists()  # nothing was started
