@@ -96,6 +96,11 @@ class Job:
                      split_bytes: int = DEFAULT_SPLIT_BYTES) -> Stream:
         return self._source(name, SourceSpec("parquet", _list(paths), split_bytes), parallelism)
 
+    def noop(self, name: str, *, parallelism: int = 1) -> None:
+        """Tasks that do nothing: they exercise the whole control plane (scheduling, deployment,
+        RQ, state reports) without Spark; for smoke tests and benchmarks."""
+        self.vertices.append(JobVertex(name, "noop", parallelism))
+
     # --- building ---
     def graph(self) -> JobGraph:
         return JobGraph(self.name, list(self.vertices), list(self.edges), self.max_parallelism, self.restart)

@@ -2,9 +2,8 @@
 
 A producer subtask writes its output as Parquet under its own path. Keyed output is
 partitioned by key group (a ``_kg=N`` directory per group, ``keygroups.key_group_column``),
-so a consumer subtask reads only the directories of its key-group range (partition
-pruning) from every producer's path: the shuffle of a keyed exchange is a directory
-listing. Next to the data the producer leaves ``_schema.json`` (its DataFrame's schema)
+so a consumer subtask reads only the ``_kg=N`` directories of its key-group range from
+every producer's path: the shuffle of a keyed exchange is a directory listing. Next to the data the producer leaves ``_schema.json`` (its DataFrame's schema)
 so that a consumer of producers that all produced nothing still knows the columns.
 Sinks write one directory per subtask, so a restarted attempt replaces only its own.
 
@@ -100,23 +99,38 @@ def write_partition(df: "DataFrame", path: str, *, key: str | None, max_parallel
         out.write(schema.json().encode("utf-8"))
 
 
-def _has_data(path: str) -> bool:
-    """Whether ``path`` holds at least one data file (not ``_SUCCESS``, ``_schema.json``, ``.crc``...)."""
-    from pyarrow import fs as pafs
+class _Listing:
+    """What one producer path holds: data files at its root (unkeyed) and ``_kg=N`` directories with data."""
 
-    fs, root = _filesystem(path)
-    info = fs.get_file_info(root)
-    if info.type == pafs.FileType.NotFound:
-        raise DataplaneError(
-            f"input path {path!r} does not exist: its producer has not written its output there "
-            "(did the producer finish, and write to this path?)"
-        )
-    if info.type == pafs.FileType.File:
-        return True
-    for entry in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
-        if entry.type == pafs.FileType.File and not entry.base_name.startswith(("_", ".")):
-            return True
-    return False
+    def __init__(self, path: str) -> None:
+        from pyarrow import fs as pafs
+
+        self.path = path
+        self.unkeyed = False
+        self.key_groups: dict[int, str] = {}
+        fs, root = _filesystem(path)
+        info = fs.get_file_info(root)
+        if info.type == pafs.FileType.NotFound:
+            raise DataplaneError(
+                f"input path {path!r} does not exist: its producer has not written its output there "
+                "(did the producer finish, and write to this path?)"
+            )
+        if info.type == pafs.FileType.File:
+            self.unkeyed = True
+            return
+        prefix = f"{KEY_GROUP_COLUMN}="
+        for entry in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
+            if entry.type != pafs.FileType.File or entry.base_name.startswith(("_", ".")):
+                continue  # _SUCCESS, _schema.json, .crc files
+            parts = entry.path[len(root):].strip("/").split("/")
+            if len(parts) == 2 and parts[0].startswith(prefix) and parts[0][len(prefix):].isdigit():
+                self.key_groups[int(parts[0][len(prefix):])] = f"{path}/{parts[0]}"
+            else:
+                self.unkeyed = True
+
+    @property
+    def empty(self) -> bool:
+        return not self.unkeyed and not self.key_groups
 
 
 def _written_schema(paths: list[str]) -> "StructType | None":
@@ -165,29 +179,36 @@ def read_inputs(
         raise DataplaneError(f"paths must be a list of producer output paths, got {paths!r}")
     checked = [_check_path(p, "input path") for p in paths]
     groups = None if key_groups is None else _check_key_groups(key_groups)
-    with_data = [p for p in checked if _has_data(p)]
-    if not with_data:
-        schema = _written_schema(checked) or schema_hint
-        if schema is None:
-            raise SchemaError(
-                f"none of the inputs {list(paths)!r} has data or a {SCHEMA_FILE}, so their columns are unknown: "
-                "write them with write_partition, or pass schema_hint"
-            )
-        return spark.createDataFrame([], schema)
-    from pyspark.sql import functions as F
-
-    df = spark.read.parquet(*with_data)
-    columns = df.columns
-    if groups is not None:
-        if KEY_GROUP_COLUMN not in columns:
-            raise SchemaError(
-                f"key_groups {groups} given but the inputs {with_data!r} were not written with a key "
-                f"(no {KEY_GROUP_COLUMN!r} column): write them with write_partition(..., key=...)"
-            )
-        df = df.where(F.col(KEY_GROUP_COLUMN).between(groups[0], groups[1]))
-    if KEY_GROUP_COLUMN in columns:
-        df = df.drop(KEY_GROUP_COLUMN)
-    return df
+    listings = [_Listing(p) for p in checked]
+    keyed = [item for item in listings if item.key_groups]
+    unkeyed = [item.path for item in listings if item.unkeyed]
+    if keyed and unkeyed:
+        raise SchemaError(
+            f"inputs mix keyed output ({keyed[0].path!r}) and unkeyed output ({unkeyed[0]!r}): "
+            "all producers of one exchange must write with the same key"
+        )
+    if unkeyed and groups is not None:
+        raise SchemaError(
+            f"key_groups {groups} given but the inputs {unkeyed!r} were not written with a key "
+            f"(no {KEY_GROUP_COLUMN}=N directories): write them with write_partition(..., key=...)"
+        )
+    # Keyed: read the wanted key groups' directories themselves (pruning by listing; no
+    # partition discovery, which refuses several root directories).
+    leaves = unkeyed or [
+        leaf
+        for item in keyed
+        for kg, leaf in sorted(item.key_groups.items())
+        if groups is None or groups[0] <= kg <= groups[1]
+    ]
+    if leaves:
+        return spark.read.parquet(*leaves)
+    schema = _written_schema(checked) or schema_hint
+    if schema is None:
+        raise SchemaError(
+            f"none of the inputs {list(paths)!r} has data for key groups {groups} or a {SCHEMA_FILE}, so their "
+            "columns are unknown: write them with write_partition, or pass schema_hint"
+        )
+    return spark.createDataFrame([], schema)
 
 
 def write_sink(df: "DataFrame", path: str, subtask: int, format: str, options: dict[str, str] | None = None) -> None:

@@ -87,8 +87,12 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
                 out.append(f"sink {v.name!r} writes format {v.sink.format!r}; supported: {', '.join(SINK_FORMATS)}")
             if outputs[v.name]:
                 out.append(f"sink {v.name!r} has outputs; sinks end a pipeline")
+        elif v.kind == "noop":
+            if inputs[v.name] or outputs[v.name]:
+                out.append(f"no-op vertex {v.name!r} cannot have inputs or outputs")
+            continue
         else:
-            out.append(f"vertex {v.name!r} has kind {v.kind!r}; use source, transform or sink")
+            out.append(f"vertex {v.name!r} has kind {v.kind!r}; use source, transform, sink or noop")
         for ref in v.functions:
             out += _function_problems(v.name, ref, module)
         if v.sink is not None and v.sink.format not in SINK_FORMATS and v.kind != "sink":

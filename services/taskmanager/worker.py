@@ -76,6 +76,9 @@ def run_task(d: dict, runtime: dict) -> str:
     if ctx is None:
         raise RuntimeError("run_task needs a Sluice worker (sluice worker), not a bare RQ worker")
     _report(ctx, d, TaskState.RUNNING)
+    if d["kind"] == "noop":
+        _report(ctx, d, TaskState.FINISHED)
+        return "FINISHED"
     temp_dir = Path(runtime["temp_dir"])
     try:
         _execute(ctx, d, runtime, temp_dir)

@@ -1,20 +1,59 @@
-"""``sluice bench``: the benchmarks (also ``scripts/bench``)."""
+"""``sluice bench``: benchmarks against baselines measured in the same run (also ``scripts/bench``)."""
 
 from __future__ import annotations
 
 import click
 
 
-@click.command()
+@click.group(invoke_without_command=True)
+@click.pass_context
+def bench(ctx: click.Context) -> None:
+    """Benchmarks: each prints Sluice against its baseline (raw redis-py, raw RQ, plain PySpark).
+    Without a subcommand: log, tasks and control."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(log)
+        ctx.invoke(tasks)
+        ctx.invoke(control)
+
+
+@bench.command()
 @click.option("--events", default=1_000_000, show_default=True, help="Events to replay.")
 @click.option("--appends", default=20_000, show_default=True, help="Single appends to time.")
 @click.option("--batch", default=100, show_default=True, help="Events per batched append.")
 @click.option("--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server).")
-def bench(events: int, appends: int, batch: int, redis_url: str | None) -> None:
-    """Sluice's log vs raw redis-py: append (single, batched) and replay into state."""
+def log(events: int, appends: int, batch: int, redis_url: str | None) -> None:
+    """The log vs raw redis-py: append (single, batched) and replay into state."""
     from sluice.bench.log import run
 
     run(events=events, appends=appends, batch=batch, redis_url=redis_url)
+
+
+@bench.command()
+@click.option("--tasks", "n", default=300, show_default=True)
+@click.option("--slots", default=2, show_default=True)
+def tasks(n: int, slots: int) -> None:
+    """No-op tasks through the whole path vs raw RQ jobs on as many workers."""
+    from sluice.bench.tasks import run
+
+    run(tasks=n, slots=slots)
+
+
+@bench.command()
+@click.option("--sizes", default="100,1000,10000", show_default=True, help="Parallelism per vertex.")
+def control(sizes: str) -> None:
+    """The control plane at scale: ExecutionGraph build and deployment of a 2-vertex all-to-all job."""
+    from sluice.bench.control import run
+
+    run(sizes=[int(s) for s in sizes.split(",")])
+
+
+@bench.command()
+@click.option("--megabytes", default=200, show_default=True)
+def wordcount(megabytes: int) -> None:
+    """sluice run examples/wordcount.py vs the same transformations in plain PySpark."""
+    from sluice.bench.wordcount import run
+
+    run(megabytes=megabytes)
 
 
 def register(cli: click.Group) -> None:

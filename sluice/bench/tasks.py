@@ -1,0 +1,109 @@
+"""No-op tasks through Sluice's whole path vs raw RQ jobs on the same number of workers.
+
+Sluice: SubmitJob -> JobManager schedules each task on a slot -> SubmitTask through the
+outbox -> TaskManager start steps -> RQ enqueue on the slot's queue -> the slot's worker
+runs it and reports RUNNING/FINISHED -> the JobManager frees the slot and deploys the next.
+Raw RQ: the same number of SimpleWorkers (JSON serializer) draining a queue of no-op jobs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sluice.api import Job
+from sluice.client import Client, JobFile
+from sluice.events import JobStatus
+
+from .cluster import BenchCluster
+
+__all__ = ["run", "noop"]
+
+console = Console()
+
+
+def noop() -> None:
+    """The raw RQ job."""
+
+
+def _raw_rq(url: str, workers: int, tasks: int) -> float:
+    from redis import Redis
+    from rq import Queue
+    from rq.registry import FinishedJobRegistry
+    from rq.serializers import JSONSerializer
+
+    conn = Redis.from_url(url)
+    q = Queue("bench-raw", connection=conn, serializer=JSONSerializer)
+    code = ("import sys; from redis import Redis; from rq import Queue, SimpleWorker; "
+            "from rq.serializers import JSONSerializer; c = Redis.from_url(sys.argv[1]); "
+            "SimpleWorker([Queue('bench-raw', connection=c, serializer=JSONSerializer)], connection=c, "
+            "serializer=JSONSerializer).work(logging_level='WARNING')")
+    procs = [subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(workers)]
+    try:
+        from rq import Worker
+
+        deadline = time.monotonic() + 30
+        while len(Worker.all(connection=conn)) < workers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        registry = FinishedJobRegistry(queue=q)
+        t = time.perf_counter()
+        for _ in range(tasks):
+            q.enqueue("sluice.bench.tasks.noop", result_ttl=600)
+        while registry.count < tasks:
+            time.sleep(0.002)
+        return tasks / (time.perf_counter() - t)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _sluice(cluster: BenchCluster, tasks: int) -> float:
+    import hashlib
+
+    j = Job("noop", max_parallelism=max(128, tasks))
+    j.noop("noop", parallelism=tasks)
+    code = b"# no code: the job is one no-op vertex\n"
+    job = JobFile(Path("noop.py"), code, hashlib.sha256(code).hexdigest(), "sluice_bench_noop", None,  # type: ignore[arg-type]
+                  j.graph(), {})
+    client = Client(cluster.log)
+    t = time.perf_counter()
+    job_id = client.submit(job)
+    client.wait_accepted(job_id)  # raises if refused
+    while True:
+        state = client.job(job_id, missing_ok=True)
+        if state is not None and state.status in (JobStatus.FINISHED, JobStatus.FAILED):
+            break
+        time.sleep(0.005)
+    if state.status != JobStatus.FINISHED:
+        raise RuntimeError(f"the no-op job failed: {state.reason}")
+    return tasks / (time.perf_counter() - t)
+
+
+def run(*, tasks: int = 300, slots: int = 2) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as home, BenchCluster(Path(home)) as cluster:
+        cluster.spawn("jobmanager")
+        cluster.spawn("taskmanager", "--resource-id", "tm-bench", "--slots", str(slots), "--spark", "sc://unused:1")
+        cluster.wait_registered(1)
+        time.sleep(2.0)  # the slot workers start (imports) before the clock runs
+        with console.status(f"{tasks} no-op tasks through Sluice on {slots} slots"):
+            _sluice(cluster, min(20, tasks))  # warm-up: code paths, RQ queues
+            ours = _sluice(cluster, tasks)
+        with console.status(f"{tasks} no-op RQ jobs on {slots} SimpleWorkers"):
+            raw = _raw_rq(cluster.url, slots, tasks)
+    table = Table(title=f"No-op tasks: Sluice's whole path vs raw RQ ({slots} workers, {tasks} tasks)")
+    for col in ("path", "tasks/s", "Sluice/raw", "target"):
+        table.add_column(col, justify="right")
+    table.add_row("raw RQ (SimpleWorker, JSON)", f"{raw:,.0f}", "", "")
+    ratio = ours / raw
+    table.add_row("Sluice (JobManager + TaskManager + RQ)", f"{ours:,.0f}",
+                  f"{'[green]' if ratio >= 0.5 else '[red]'}{ratio:.2f}[/]", ">= 0.50")
+    console.print(table)
+    return {"raw": raw, "sluice": ours}

@@ -1,0 +1,87 @@
+"""Exchanges: keyed output lands on the consumer that owns the key's group; empty producers; sinks."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sluice.services.dataplane import (
+    SCHEMA_FILE,
+    DataplaneError,
+    SchemaError,
+    key_group_of,
+    key_group_range,
+    operator_index_for_key_group,
+    read_inputs,
+    write_partition,
+    write_sink,
+)
+
+MAX_PARALLELISM = 128
+
+
+def test_keyed_round_trip_three_producers_four_consumers(spark, tmp_path: Path) -> None:
+    rng = random.Random(11)
+    keys = [f"key-{i}-{'é' * (i % 3)}" for i in range(300)]
+    rows = [(rng.choice(keys), i) for i in range(900)]
+    df = spark.createDataFrame(rows, "k string, n bigint")
+    producers = [str(tmp_path / f"producer-{p}") for p in range(3)]
+    for p, path in enumerate(producers):
+        write_partition(df.where(df.n % 3 == p), path, key="k", max_parallelism=MAX_PARALLELISM)
+    consumers = [
+        read_inputs(spark, producers, key_groups=key_group_range(MAX_PARALLELISM, 4, c)).collect() for c in range(4)
+    ]
+    assert all(set(r.asDict()) == {"k", "n"} for got in consumers for r in got)
+    assert Counter((r.k, r.n) for got in consumers for r in got) == Counter(rows)  # every row exactly once
+    for c, got in enumerate(consumers):
+        for r in got:
+            assert operator_index_for_key_group(key_group_of(r.k, MAX_PARALLELISM), MAX_PARALLELISM, 4) == c, r.k
+
+
+def test_empty_producers(spark, tmp_path: Path) -> None:
+    df = spark.createDataFrame([("a", 1), ("b", 2)], "k string, n bigint")
+    full, empty = str(tmp_path / "full"), str(tmp_path / "empty")
+    write_partition(df, full, key="k", max_parallelism=MAX_PARALLELISM)
+    write_partition(df.limit(0), empty, key="k", max_parallelism=MAX_PARALLELISM)
+    assert (tmp_path / "empty" / SCHEMA_FILE).is_file()
+    got = read_inputs(spark, [empty, full], key_groups=(0, MAX_PARALLELISM - 1)).collect()
+    assert sorted((r.k, r.n) for r in got) == [("a", 1), ("b", 2)]
+    nothing = read_inputs(spark, [empty], key_groups=(0, 63))
+    assert nothing.columns == ["k", "n"] and nothing.collect() == []
+    assert read_inputs(spark, [], key_groups=None, schema_hint="x int").columns == ["x"]
+
+
+def test_unkeyed_round_trip_and_key_groups_need_keyed_input(spark, tmp_path: Path) -> None:
+    df = spark.createDataFrame([("a", 1), ("b", 2)], "k string, n bigint")
+    path = str(tmp_path / "plain")
+    write_partition(df, path, key=None, max_parallelism=MAX_PARALLELISM)
+    assert sorted(tuple(r) for r in read_inputs(spark, [path], key_groups=None).collect()) == [("a", 1), ("b", 2)]
+    with pytest.raises(SchemaError, match="not written with a key"):
+        read_inputs(spark, [path], key_groups=(0, 10))
+
+
+def test_errors_name_what_is_wrong(spark, tmp_path: Path) -> None:
+    df = spark.createDataFrame([("a", 1)], "word string, n bigint")
+    with pytest.raises(SchemaError, match=r"key column 'k' is not in the DataFrame; its columns are: word, n"):
+        write_partition(df, str(tmp_path / "out"), key="k", max_parallelism=MAX_PARALLELISM)
+    with pytest.raises(DataplaneError, match="relative"):
+        write_partition(df, "relative/out", key=None, max_parallelism=MAX_PARALLELISM)
+    with pytest.raises(DataplaneError, match="does not exist"):
+        read_inputs(spark, [str(tmp_path / "never-written")], key_groups=None)
+    with pytest.raises(DataplaneError, match="key_groups must be"):
+        read_inputs(spark, [str(tmp_path)], key_groups=(5, 2))
+    with pytest.raises(DataplaneError, match="unknown sink format 'json'"):
+        write_sink(df, str(tmp_path / "sink"), 0, "json", {})
+
+
+def test_sink_attempt_replaces_only_its_own_part(spark, tmp_path: Path) -> None:
+    sink = str(tmp_path / "sink")
+    write_sink(spark.createDataFrame([("a", 1)], "w string, n bigint"), sink, 0, "csv", {"header": "true"})
+    write_sink(spark.createDataFrame([("b", 2)], "w string, n bigint"), sink, 1, "csv", {"header": "true"})
+    write_sink(spark.createDataFrame([("c", 3)], "w string, n bigint"), sink, 0, "csv", {"header": "true"})
+    assert sorted(p.name for p in (tmp_path / "sink").iterdir()) == ["part-00000", "part-00001"]
+    got = spark.read.options(header="true").csv(f"{sink}/part-*").collect()
+    assert sorted((r.w, r.n) for r in got) == [("b", "2"), ("c", "3")]
