@@ -43,11 +43,15 @@ class Out:
 
 @dataclass(frozen=True, slots=True)
 class Consumed:
-    """The inbox entry a commit acknowledges."""
+    """The inbox entry (or entries, in order) a commit acknowledges."""
 
     stream: str
     group: str
-    entry_id: str
+    entry_id: str | tuple[str, ...]
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return (self.entry_id,) if isinstance(self.entry_id, str) else self.entry_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +89,14 @@ class EventLog:
         """Append ``outs`` and acknowledge ``consumed`` atomically, if ``epoch`` is not stale.
 
         A consumed entry that is no longer pending (another consumer, or an earlier try,
-        committed it) makes the commit a no-op: ``CommitResult(duplicate=True)``.
+        committed it) makes the commit a no-op: ``CommitResult(duplicate=True)``. Several
+        entries of one inbox can be acknowledged by one commit (group commit).
         Every stream touched must be in ``tag`` (a commit never spans two tags).
         """
         keys = [self.keys.fence(tag), consumed.stream if consumed else self.keys.fence(tag)]
         index: dict[str, int] = {}
-        args: list[object] = [epoch, consumed.group if consumed else "", consumed.entry_id if consumed else ""]
+        ids = consumed.ids if consumed else ()
+        args: list[object] = [epoch, consumed.group if consumed else "", len(ids), *ids]
         for out in outs:
             pos = index.get(out.stream)
             if pos is None:

@@ -21,30 +21,45 @@ end
 """
 
 COMMIT = """
--- Atomic, fenced commit of the events one message caused.
+-- Atomic, fenced commit of the events some messages caused.
 -- KEYS[1]  fence key of the tag being written
--- KEYS[2]  inbox stream the consumed entry belongs to (any key of the tag if none)
+-- KEYS[2]  inbox stream the consumed entries belong to (any key of the tag if none)
 -- KEYS[3..] streams the events are appended to (all in the same tag)
 -- ARGV[1]  writer epoch
 -- ARGV[2]  consumer group of the inbox, '' when no inbox entry is consumed
--- ARGV[3]  id of the consumed inbox entry
--- ARGV[4..] per event, three values: index into KEYS, encoded envelope, outbox target ('' if none)
--- Returns {'OK', id...} | {'DUP'} (entry already acknowledged: a redelivery) | error 'SLUICE_STALE <fence>'
+-- ARGV[3]  n, the number of consumed inbox entries; ARGV[4 .. 3+n] their ids
+-- ARGV[4+n ..] per event, three values: index into KEYS, encoded envelope, outbox target ('' if none)
+-- Returns {'OK', id...} | {'DUP'} (an entry was already acknowledged: a redelivery; nothing
+-- is written or acknowledged) | error 'SLUICE_STALE <fence>'
 local epoch = tonumber(ARGV[1])
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if epoch < fence then
   return redis.error_reply('SLUICE_STALE ' .. fence)
 end
-if ARGV[2] ~= '' then
-  if redis.call('XACK', KEYS[2], ARGV[2], ARGV[3]) == 0 then
-    return {'DUP'}
+local n = tonumber(ARGV[3])
+if ARGV[2] ~= '' and n > 0 then
+  if n == 1 then
+    if redis.call('XACK', KEYS[2], ARGV[2], ARGV[4]) == 0 then
+      return {'DUP'}
+    end
+  else
+    for i = 4, 3 + n do
+      if #redis.call('XPENDING', KEYS[2], ARGV[2], ARGV[i], ARGV[i], 1) == 0 then
+        return {'DUP'}
+      end
+    end
+    local ids = {}
+    for i = 4, 3 + n do
+      ids[#ids + 1] = ARGV[i]
+    end
+    redis.call('XACK', KEYS[2], ARGV[2], unpack(ids))
   end
 end
 if epoch > fence then
   redis.call('SET', KEYS[1], epoch)
 end
 local out = {'OK'}
-for i = 4, #ARGV, 3 do
+for i = 4 + n, #ARGV, 3 do
   local key = KEYS[tonumber(ARGV[i])]
   if ARGV[i + 2] == '' then
     out[#out + 1] = redis.call('XADD', key, '*', 'e', ARGV[i + 1])

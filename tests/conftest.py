@@ -103,3 +103,4 @@ def spark(spark_remote: str):
 
     session = SparkSession.builder.remote(spark_remote).getOrCreate()
     yield session
+    session.stop()  # before the server goes: a client left open retries for minutes at exit

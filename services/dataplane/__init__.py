@@ -24,17 +24,17 @@ from sluice.services.dataplane.spark_hash import spark_hash
 from sluice.services.dataplane.splits import Split, plan_splits
 
 __all__ = [
-    "DataplaneError",
-    "SchemaError",
-    "SplitError",
     "KEY_GROUP_COLUMN",
     "SCHEMA_FILE",
+    "DataplaneError",
+    "SchemaError",
     "Split",
+    "SplitError",
     "key_group_column",
     "key_group_of",
     "key_group_range",
-    "operator_index_for_key_group",
     "materialize_split",
+    "operator_index_for_key_group",
     "plan_splits",
     "read_inputs",
     "read_split",

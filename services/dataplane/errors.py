@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sluice.errors import SluiceError
 
-__all__ = ["DataplaneError", "SplitError", "SchemaError"]
+__all__ = ["DataplaneError", "SchemaError", "SplitError"]
 
 
 class DataplaneError(SluiceError, ValueError):

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["KEY_GROUP_COLUMN", "SCHEMA_FILE", "SINK_FORMATS", "write_partition", "read_inputs", "write_sink"]
+__all__ = ["KEY_GROUP_COLUMN", "SCHEMA_FILE", "SINK_FORMATS", "read_inputs", "write_partition", "write_sink"]
 
 KEY_GROUP_COLUMN = "_kg"
 """The partition column of keyed output: the row's key group."""
@@ -50,7 +50,7 @@ def _check_path(path: str, what: str) -> str:
     return path.rstrip("/") or "/"
 
 
-def _filesystem(path: str) -> tuple["FileSystem", str]:
+def _filesystem(path: str) -> tuple[FileSystem, str]:
     from pyarrow import fs
 
     if len(urlparse(path).scheme) > 1:
@@ -63,7 +63,8 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def write_partition(df: "DataFrame", path: str, *, key: str | None, max_parallelism: int) -> None:
+def write_partition(df: DataFrame, path: str, *, key: str | None, max_parallelism: int,
+                    consumers: int | None = None) -> None:
     """Write a producer subtask's output to ``path`` as Parquet, replacing what was there.
 
     Without ``key`` the DataFrame is written as is. With ``key`` every row gets its key
@@ -86,7 +87,20 @@ def write_partition(df: "DataFrame", path: str, *, key: str | None, max_parallel
             raise SchemaError(
                 f"the DataFrame has a column {KEY_GROUP_COLUMN!r}, which keyed output reserves for the key group: rename it"
             )
-        keyed = df.withColumn(KEY_GROUP_COLUMN, key_group_column(_quoted(key), max_parallelism))
+        kg = key_group_column(_quoted(key), max_parallelism)
+        if consumers is not None:
+            # One directory per consumer, not per key group: rows go to the first key group
+            # of their owner's range (Flink's contiguous ranges), so a producer writes
+            # ``consumers`` files instead of ``max_parallelism`` (a file costs ~20 ms here)
+            # and read_inputs, which reads the directories within a consumer's range, finds
+            # exactly its rows.
+            from pyspark.sql import functions as F
+
+            if not 1 <= consumers <= max_parallelism:
+                raise DataplaneError(f"consumers must be between 1 and max_parallelism {max_parallelism}, got {consumers}")
+            owner = F.floor(kg * F.lit(consumers) / F.lit(max_parallelism))
+            kg = F.floor((owner * F.lit(max_parallelism) + F.lit(consumers - 1)) / F.lit(consumers)).cast("int")
+        keyed = df.withColumn(KEY_GROUP_COLUMN, kg)
         (
             keyed.repartition(KEY_GROUP_COLUMN)
             .write.mode("overwrite")
@@ -122,9 +136,9 @@ class _Listing:
         for entry in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
             if entry.type != pafs.FileType.File or entry.base_name.startswith(("_", ".")):
                 continue  # _SUCCESS, _schema.json, .crc files
-            parts = entry.path[len(root):].strip("/").split("/")
-            if len(parts) == 2 and parts[0].startswith(prefix) and parts[0][len(prefix):].isdigit():
-                self.key_groups[int(parts[0][len(prefix):])] = f"{path}/{parts[0]}"
+            parts = entry.path[len(root) :].strip("/").split("/")
+            if len(parts) == 2 and parts[0].startswith(prefix) and parts[0][len(prefix) :].isdigit():
+                self.key_groups[int(parts[0][len(prefix) :])] = f"{path}/{parts[0]}"
             else:
                 self.unkeyed = True
 
@@ -133,7 +147,7 @@ class _Listing:
         return not self.unkeyed and not self.key_groups
 
 
-def _written_schema(paths: list[str]) -> "StructType | None":
+def _written_schema(paths: list[str]) -> StructType | None:
     from pyarrow import fs as pafs
     from pyspark.sql.types import StructType
 
@@ -161,12 +175,12 @@ def _check_key_groups(key_groups: object) -> tuple[int, int]:
 
 
 def read_inputs(
-    spark: "SparkSession",
+    spark: SparkSession,
     paths: list[str],
     *,
     key_groups: tuple[int, int] | None,
-    schema_hint: "StructType | str | None" = None,
-) -> "DataFrame":
+    schema_hint: StructType | str | None = None,
+) -> DataFrame:
     """The union of producers' outputs at ``paths``; with ``key_groups`` only rows of those groups.
 
     ``key_groups`` is an inclusive range ``(first, last)`` (``keygroups.key_group_range``);
@@ -211,7 +225,7 @@ def read_inputs(
     return spark.createDataFrame([], schema)
 
 
-def write_sink(df: "DataFrame", path: str, subtask: int, format: str, options: dict[str, str] | None = None) -> None:
+def write_sink(df: DataFrame, path: str, subtask: int, format: str, options: dict[str, str] | None = None) -> None:
     """Write a sink subtask's output to ``{path}/part-{subtask:05d}``, replacing that subtask's earlier attempt only."""
     path = _check_path(path, "sink path")
     if isinstance(subtask, bool) or not isinstance(subtask, int) or subtask < 0:

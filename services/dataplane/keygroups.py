@@ -49,7 +49,7 @@ def _check_parallelism(max_parallelism: int, parallelism: int) -> None:
         )
 
 
-def key_group_column(col_name: str, max_parallelism: int) -> "Column":
+def key_group_column(col_name: str, max_parallelism: int) -> Column:
     """The key group of column ``col_name``: ``pmod(hash(col), max_parallelism)`` (Spark's Murmur3, seed 42)."""
     from pyspark.sql import functions as F
 
@@ -59,7 +59,7 @@ def key_group_column(col_name: str, max_parallelism: int) -> "Column":
     return F.pmod(F.hash(F.col(col_name)), F.lit(max_parallelism))
 
 
-def key_group_of(key: str | int | bool | float | None, max_parallelism: int) -> int:
+def key_group_of(key: str | int | bool | float | None, max_parallelism: int) -> int:  # noqa: PYI041
     """The key group Spark's ``pmod(hash(key), max_parallelism)`` gives ``key``, without Spark.
 
     ``int`` keys stand for LongType values (they must fit 64 bits); an IntegerType column

@@ -23,8 +23,9 @@ TaskManager's server is local to it).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Mapping
+from typing import IO, TYPE_CHECKING
 
 from sluice.services.dataplane.errors import SplitError
 from sluice.services.dataplane.splits import COMPRESSED_SUFFIXES, FORMATS, Split
@@ -67,7 +68,9 @@ def _check_split(split: Split) -> str:
         if not (isinstance(rgs, (list, tuple)) and len(rgs) == 2 and 0 <= rgs[0] < rgs[1]):
             raise SplitError(f"split row_groups must be [first, last_exclusive] with first < last, got {rgs!r}")
     elif not (isinstance(split["start"], int) and isinstance(split["end"], int) and 0 <= split["start"] < split["end"]):
-        raise SplitError(f"split byte range must be ints with 0 <= start < end, got {split['start']!r}..{split['end']!r}")
+        raise SplitError(
+            f"split byte range must be ints with 0 <= start < end, got {split['start']!r}..{split['end']!r}"
+        )
     return str(fmt)
 
 
@@ -132,12 +135,8 @@ def _materialize_lines(split: Split, fmt: str, options: Mapping[str, object], ou
     src_path = Path(str(split["path"]))
     start, end = int(split["start"]), int(split["end"])  # type: ignore[call-overload]
     header = fmt == "csv" and _is_true(options, "header")
-    try:
-        src = open(src_path, "rb")
-    except FileNotFoundError as exc:
-        raise SplitError(f"split input {src_path} no longer exists: was it moved after planning?") from exc
-    with src, open(out, "wb") as dst:
-        size = src.seek(0, 2)
+    size = _source_size(split)  # and a clear error when the file is gone
+    with open(src_path, "rb") as src, open(out, "wb") as dst:
         begin, stop = _line_range(src, start, end, size)
         if header and start > 0:  # the file's first line is the header; split 0 copies it already
             header_end = _next_line_start(src, 0, size)
@@ -189,7 +188,7 @@ def materialize_split(split: Split, options: Mapping[str, str], temp_dir: Path) 
     return out
 
 
-def read_split(spark: "SparkSession", split: Split, options: Mapping[str, str], temp_dir: Path) -> "DataFrame":
+def read_split(spark: SparkSession, split: Split, options: Mapping[str, str], temp_dir: Path) -> DataFrame:
     """The records of ``split`` as a DataFrame (text: one column ``value``; csv and parquet: their columns).
 
     ``options`` go to Spark's reader (csv: ``header``, ``inferSchema``, ``sep``, ...). An

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import struct
 
-__all__ = ["SPARK_HASH_SEED", "spark_hash", "hash_int", "hash_long", "hash_bytes"]
+__all__ = ["SPARK_HASH_SEED", "hash_bytes", "hash_int", "hash_long", "spark_hash"]
 
 SPARK_HASH_SEED = 42
 """The seed of Spark's ``hash()`` function (``Murmur3Hash`` expression)."""
@@ -101,7 +101,7 @@ def hash_bytes(data: bytes, seed: int = SPARK_HASH_SEED) -> int:
     return _signed(_fmix(h1, n))
 
 
-def spark_hash(value: str | int | bool | float | None, seed: int = SPARK_HASH_SEED) -> int:
+def spark_hash(value: str | int | bool | float | None, seed: int = SPARK_HASH_SEED) -> int:  # noqa: PYI041
     """``hash(value)`` as Spark computes it for the type in the module's table (a signed int32)."""
     if value is None:
         return _signed(seed & _MASK)

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlparse
 
 from sluice.services.dataplane.errors import SplitError
 
-__all__ = ["Split", "FORMATS", "COMPRESSED_SUFFIXES", "plan_splits", "local_path", "list_input_files"]
+__all__ = ["COMPRESSED_SUFFIXES", "FORMATS", "Split", "list_input_files", "local_path", "plan_splits"]
 
 Split = dict[str, object]
 """One input split; see the module docstring for its keys per format."""
@@ -147,7 +147,9 @@ def plan_splits(format: str, paths: list[str], split_bytes: int) -> list[Split]:
         raise SplitError(f"split_bytes must be a positive int (bytes per split, e.g. 64 MiB), got {split_bytes!r}")
     splits: list[Split] = []
     for path in list_input_files(paths):
-        splits.extend(_parquet_splits(path, split_bytes) if format == "parquet" else _byte_splits(format, path, split_bytes))
+        splits.extend(
+            _parquet_splits(path, split_bytes) if format == "parquet" else _byte_splits(format, path, split_bytes)
+        )
     for index, split in enumerate(splits):
         split["index"] = index
     return splits

@@ -10,6 +10,7 @@ run in the same loop between reads.
 from __future__ import annotations
 
 import threading
+import time
 
 from sluice.errors import DecodeError, RedisUnavailable, StaleEpoch
 from sluice.events import (
@@ -66,7 +67,10 @@ class JobManager:
         jm_id: str | None = None,
         inbox_retention_ms: int = 600_000,
         storage_root: str = "file:///tmp/sluice-storage",
+        max_stall_s: float = 60.0,
     ) -> None:
+        self.max_stall_s = max_stall_s
+        self._progress = 0.0
         self.log = log
         self.keys = log.keys
         self.config = config
@@ -157,41 +161,76 @@ class JobManager:
         self.logger.info("leading", epoch=epoch, replayed=n, taskmanagers=len(self.state.active()),
                          jobs=len(self.jobs.jobs))
         # Messages a previous leader read but never committed: ours now.
-        for entry in self.consumer.reclaim(min_idle_ms=0) + self.consumer.pending():
-            self.handle(entry)
+        self.handle_batch(self.consumer.reclaim(min_idle_ms=0) + self.consumer.pending())
         self.schedule_all()
 
     def lead(self, epoch: int, stop: threading.Event) -> None:
-        self.become_leader(epoch)
-        interval = self.config.heartbeat_interval_ms
-        renew_every = self.lease.ttl_ms / 3
-        next_tick = next_renew = 0.0
-        while not stop.is_set():
-            entries = self.consumer.read(count=200, block_ms=min(50, interval))
-            for entry in entries:
-                self.handle(entry)
-            if entries:
-                self.schedule_all()
-            now = now_ms()
-            if now >= next_tick:
-                self.tick(now)
-                next_tick = now + min(interval, 200)
-            if now >= next_renew:
-                if not self.lease.renew():
+        lost = threading.Event()
+        done = threading.Event()
+        self._progress = time.monotonic()
+        renewer = threading.Thread(target=self._renew, args=(epoch, lost, done), name="lease-renewal", daemon=True)
+        renewer.start()
+        try:
+            self.become_leader(epoch)
+            interval = self.config.heartbeat_interval_ms
+            next_tick = 0.0
+            while not stop.is_set():
+                if lost.is_set():
                     self.logger.warning("lost the lease, stepping down", epoch=epoch)
                     self.epoch = None
                     return
-                next_renew = now + renew_every
+                self._progress = time.monotonic()
+                entries = self.consumer.read(count=500, block_ms=min(50, interval))
+                if entries:
+                    self.handle_batch(entries)
+                    self.schedule_all()
+                now = now_ms()
+                if now >= next_tick:
+                    self.tick(now)
+                    next_tick = now + min(interval, 200)
+        finally:
+            done.set()
+            renewer.join()
+
+    def _renew(self, epoch: int, lost: threading.Event, done: threading.Event) -> None:
+        """Keep the lease while the main loop makes progress. A loop stalled for longer than
+        ``max_stall_s`` lets the lease lapse so a standby can take over; the fence then
+        refuses whatever the stalled loop tries to commit afterwards."""
+        every = self.lease.ttl_ms / 3000
+        while not done.wait(every):
+            if time.monotonic() - self._progress > self.max_stall_s:
+                self.logger.error("main loop stalled; letting the lease lapse", stalled_s=self.max_stall_s)
+                lost.set()
+                return
+            try:
+                if not self.lease.renew():
+                    lost.set()
+                    return
+            except RedisUnavailable:
+                continue  # the main loop sees it too; the lease may still be ours
 
     # --- handling ------------------------------------------------------------------------
 
+    def handle_batch(self, entries: list[Entry]) -> None:
+        """Cluster messages one by one; each job's messages decided in order and committed
+        together (one group commit per job and batch: a busy job costs one round trip per
+        batch, not per message)."""
+        by_job: dict[str, list[Entry]] = {}
+        for entry in entries:
+            if entry.stream == self.inbox:
+                self._guarded(entry, self._handle_cluster)
+            else:
+                by_job.setdefault(entry.stream, []).append(entry)
+        for stream, group in by_job.items():
+            self._handle_job_batch(stream, group)
+
     def handle(self, entry: Entry) -> None:
+        self.handle_batch([entry])
+
+    def _guarded(self, entry: Entry, fn) -> object:
         env = entry.envelope
         try:
-            if entry.stream == self.inbox:
-                self._handle_cluster(entry)
-            else:
-                self._handle_job(entry)
+            return fn(entry)
         except (StaleEpoch, RedisUnavailable, _Rebuild):
             raise
         except (UnexpectedMessage, jobs.UnexpectedJobMessage) as exc:
@@ -200,6 +239,7 @@ class JobManager:
             self.logger.exception("handler failed; entry parked", entry=entry.id, type=env.type)
             self._park(entry, f"handler failed: {exc!r}")
             raise _Rebuild(f"handler for {env.type} raised") from exc
+        return None
 
     def _handle_cluster(self, entry: Entry) -> None:
         env = entry.envelope
@@ -244,37 +284,47 @@ class JobManager:
         return {v.name: plan_splits(v.source.format, v.source.paths, v.source.split_bytes)
                 for v in msg.graph.vertices if v.source is not None}
 
-    def _handle_job(self, entry: Entry) -> None:
-        env = entry.envelope
-        tag = tag_of(entry.stream)
+    def _handle_job_batch(self, stream: str, entries: list[Entry]) -> None:
+        tag = tag_of(stream)
         job_id = tag[len("{" + self.keys.prefix + ":job:"):-1]
+        merged = jobs.Decision(job_id, now_ms())
+        done: list[str] = []
+        for entry in entries:
+            decision = self._guarded(entry, lambda e: self._decide_job(job_id, e))
+            if decision is None:
+                continue  # parked
+            merged.facts += decision.facts
+            merged.sends += decision.sends
+            done.append(entry.id)
+        if done:
+            self._commit_job(merged, stream, tuple(done))
+
+    def _decide_job(self, job_id: str, entry: Entry) -> jobs.Decision:
+        env = entry.envelope
         now = now_ms()
         if isinstance(env.event, SubmitJob):
             if job_id in self.jobs.jobs:
-                self._commit(tag, (), (), entry, cause=env.id)  # already accepted: a redelivery
-                return
+                return jobs.Decision(job_id, now)  # already accepted: a redelivery
             try:
                 splits = self._plan_splits(env.event)
             except Exception as exc:
-                self._commit(tag, (), (), entry, cause=env.id,
-                             sends=[(env.event.reply_to, JobRefused(job_id, str(exc)))])
-                return
-            decision = jobs.submit(self.jobs, env.event, splits, self.storage_root, now)
+                return jobs.Decision(job_id, now, sends=[(("inbox", env.event.reply_to), JobRefused(job_id, str(exc)))])
             self.logger.info("job submitted", job=job_id, name=env.event.graph.name,
                              subtasks=sum(v.parallelism for v in env.event.graph.vertices))
-        else:
-            decision = jobs.on_message(self.jobs, job_id, env, self.jobs_config, now)
-            if decision.note:
-                self.logger.info("job message", job=job_id, note=decision.note)
-        self._commit_job(decision, entry, cause=env.id)
+            return jobs.submit(self.jobs, env.event, splits, self.storage_root, now)
+        decision = jobs.on_message(self.jobs, job_id, env, self.jobs_config, now)
+        if decision.note:
+            self.logger.debug("job message", job=job_id, note=decision.note)
+        return decision
 
     def schedule_all(self) -> None:
-        free = self._free_slots()
+        free = None
         for job_id, job in list(self.jobs.jobs.items()):
             if job.ready and job.status in (JobStatus.CREATED, JobStatus.RUNNING):
+                free = free if free is not None else self._free_slots()
                 decision = jobs.schedule(self.jobs, job_id, free, now_ms())
                 if decision:
-                    self._commit_job(decision, None)
+                    self._commit_job(decision)
 
     def _free_slots(self) -> jobs.FreeSlots:
         used = self.jobs.pool.by_tm
@@ -284,8 +334,7 @@ class JobManager:
     def tick(self, now: int) -> None:
         # Entries another consumer read and never committed (it crashed, or it was a
         # deposed leader that read one more message before learning so): ours now.
-        for entry in self.consumer.reclaim(min_idle_ms=self.lease.ttl_ms):
-            self.handle(entry)
+        self.handle_batch(self.consumer.reclaim(min_idle_ms=self.lease.ttl_ms))
         decision = decide_timeouts(self.state, self.monitor, now, self.config)
         if decision.facts:
             for fact in decision.facts:
@@ -293,7 +342,7 @@ class JobManager:
             self._commit(self.tag, decision.facts, (), None)
         total = sum(r.slots for r in self.state.active())
         for d in jobs.tick(self.jobs, self.jobs_config, now, total):
-            self._commit_job(d, None)
+            self._commit_job(d)
         self.schedule_all()
         self._send_heartbeats()
         if now >= self._next_trim:
@@ -315,20 +364,22 @@ class JobManager:
 
     # --- committing ----------------------------------------------------------------------
 
-    def _commit_job(self, decision: jobs.Decision, entry: Entry | None, cause: str | None = None) -> None:
+    def _commit_job(self, decision: jobs.Decision, stream: str | None = None, entry_ids: tuple[str, ...] = ()) -> None:
+        """Commit a job decision (acknowledging ``entry_ids`` of the job's inbox) in chunks:
+        a Lua script blocks Redis while it runs, so big deployments go in several."""
         tag = self.keys.job(decision.job_id)
         sends = []
         for (kind, where), ev in decision.sends:
             target = self.keys.inbox(self.keys.taskmanager(where)) if kind == "tm" else where
             sends.append((target, ev))
-        # Large deployments commit in chunks (a Lua script blocks Redis while it runs).
         facts, chunk = list(decision.facts), 3000
-        if len(facts) + len(sends) <= chunk or entry is not None:
-            ok = self._commit(tag, tuple(facts), (), entry, cause=cause, sends=sends, apply=False)
-        else:
-            ok = True
-            for i in range(0, max(len(facts), len(sends)), chunk):
-                ok = self._commit(tag, tuple(facts[i:i + chunk]), (), None, sends=sends[i:i + chunk], apply=False)
+        consumed = Consumed(stream, GROUP, entry_ids) if stream and entry_ids else None
+        ok = True
+        first = True
+        for i in range(0, max(len(facts), len(sends), 1), chunk):
+            ok &= self._commit(tag, tuple(facts[i:i + chunk]), (), None, sends=sends[i:i + chunk], apply=False,
+                               consumed=consumed if first else None)
+            first = False
         if not ok:
             raise _Rebuild(f"a job commit for {decision.job_id} was a duplicate")
         job = self.jobs.jobs.get(decision.job_id)
@@ -338,7 +389,7 @@ class JobManager:
 
     def _commit(self, tag: str, facts: tuple[Event, ...], replies: tuple[tuple[str, Event], ...],
                 entry: Entry | None, cause: str | None = None, sends: list[tuple[str, Event]] | None = None,
-                apply: bool = True) -> bool:
+                apply: bool = True, consumed: Consumed | None = None) -> bool:
         """Commit facts (to ``tag``'s fact stream) and messages (to its outbox), acknowledging
         ``entry``. ``replies`` go to TaskManagers by resource id, ``sends`` to inbox keys.
         With ``apply`` the membership facts are folded into the state after the commit."""
@@ -350,10 +401,11 @@ class JobManager:
         outbox = self.keys.outbox(tag)
         targets = [(self.keys.inbox(self.keys.taskmanager(rid)), r) for rid, r in replies] + list(sends or [])
         outs += [Out(outbox, Envelope(r, new_id(), self.epoch, ts, job, cause), to=target) for target, r in targets]
-        consumed = Consumed(entry.stream, GROUP, entry.id) if entry is not None else None
+        if entry is not None:
+            consumed = Consumed(entry.stream, GROUP, entry.id)
         result = self.log.commit(tag, self.epoch, outs, consumed)
         if result.duplicate:
-            self.logger.info("redelivered entry ignored", entry=entry.id if entry else None)
+            self.logger.info("redelivered entry ignored", entries=consumed.ids if consumed else None)
             return False
         if apply:
             for env in fact_envs:
@@ -362,7 +414,7 @@ class JobManager:
                     self.monitor.forget(env.event.resource_id)
                     for d in jobs.taskmanager_lost(self.jobs, env.event.resource_id, env.event.reason,
                                                    self.jobs_config, ts):
-                        self._commit_job(d, None)
+                        self._commit_job(d)
         if targets:
             self._deliverer(tag).deliver()
         return True

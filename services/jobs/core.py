@@ -35,7 +35,7 @@ from sluice.events import (
 
 from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
 
-__all__ = ["JobsConfig", "Decision", "Dest", "submit", "on_message", "schedule", "taskmanager_lost", "tick",
+__all__ = ["JobsConfig", "Decision", "Dest", "submit", "input_paths", "MAX_DEPLOY_PER_PASS", "on_message", "schedule", "taskmanager_lost", "tick",
            "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
 
 Dest = tuple[str, str]
@@ -96,6 +96,15 @@ class _Recorder:
 
     def send(self, dest: Dest, ev: Event) -> None:
         self.decision.sends.append((dest, ev))
+
+
+def input_paths(inp: dict) -> list[str]:
+    """The producer partition paths an input of a task descriptor names."""
+    if "paths" in inp:
+        return list(inp["paths"])
+    p = inp["producer"]
+    attempts = p["attempts"]
+    return [p["template"].format(subtask=i, attempt=attempts.get(str(i), 0)) for i in range(p["subtasks"])]
 
 
 def partition_path(storage_root: str, job_id: str, vertex: str, subtask: int, attempt: int) -> str:
@@ -240,8 +249,12 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int) -> Decisi
     ready = job.ready
     waiting = 0
     later = []
+    deployed = 0
     for _ in range(len(ready)):
         ex = ready.popleft()
+        if deployed >= MAX_DEPLOY_PER_PASS:
+            later.append(ex)  # the rest next pass: the main loop stays responsive
+            continue
         if ex.state != TaskState.CREATED or not job.inputs_available(ex):
             continue
         if now < ex.not_before:
@@ -253,10 +266,14 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int) -> Decisi
             later.append(ex)
             continue
         _deploy(rec, job, ex, tm, free[tm].pop(0))
+        deployed += 1
     ready.extend(later)
     if waiting and job.waiting_since is None:
         rec.fact(JobWaitingForSlots(job_id, waiting, 0))
     return rec.decision
+
+
+MAX_DEPLOY_PER_PASS = 2000
 
 
 def _pick(free: FreeSlots) -> str | None:
@@ -289,9 +306,13 @@ def descriptor(job: JobRun, ex: Execution) -> dict:
             inputs.append({"paths": [partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)],
                            "key_groups": None})
         else:
+            # All-to-all: name the producers' partitions compactly (a path template and only
+            # the attempts that are not 0), so descriptors stay O(1) per consumer, not O(P).
             inputs.append({
-                "paths": [partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)
-                          for p in producer.subtasks],
+                "producer": {"template": partition_path(job.storage_root, job.job_id, edge.source, 0, 0)[:-4]
+                             + "/{subtask}/{attempt}",
+                             "subtasks": len(producer.subtasks),
+                             "attempts": {str(p.subtask): p.attempt for p in producer.subtasks if p.attempt}},
                 "key_groups": list(key_group_range(maxp, len(vertex.subtasks), ex.subtask)),
                 "consumer": ex.subtask,
             })

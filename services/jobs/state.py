@@ -28,6 +28,7 @@ __all__ = ["Execution", "VertexRun", "JobRun", "JobsState", "SlotPool", "evolve"
 HOLDS_SLOT = frozenset({TaskState.SCHEDULED, TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING,
                         TaskState.CANCELING})
 TERMINAL_JOB = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED})
+_STARTED = frozenset({TaskState.RUNNING, TaskState.FINISHED})
 
 
 def execution_id(vertex: str, subtask: int, attempt: int) -> str:
@@ -67,6 +68,8 @@ class VertexRun:
     subtasks: list[Execution]
     produced: int = 0
     finished: int = 0
+    started: int = 0
+    """Subtasks whose current attempt is RUNNING or FINISHED."""
 
 
 @dataclass
@@ -110,10 +113,7 @@ class JobRun:
         return True
 
     def sources_running(self) -> bool:
-        return all(
-            ex.state in (TaskState.RUNNING, TaskState.FINISHED)
-            for v in self.vertices.values() if v.spec.kind == "source" for ex in v.subtasks
-        )
+        return all(v.started == len(v.subtasks) for v in self.vertices.values() if v.spec.kind == "source")
 
     def all_finished(self) -> bool:
         return all(v.finished == len(v.subtasks) for v in self.vertices.values())
@@ -174,8 +174,11 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
             job.waiting_since = None
         elif ev.state not in HOLDS_SLOT and old in HOLDS_SLOT:
             state.pool.give_back(ex.taskmanager, ex.slot)
+        vertex = job.vertices[ev.vertex_id]
         if ev.state == TaskState.FINISHED and old != TaskState.FINISHED:
-            job.vertices[ev.vertex_id].finished += 1
+            vertex.finished += 1
+        if (ev.state in _STARTED) != (old in _STARTED):
+            vertex.started += 1 if ev.state in _STARTED else -1
     elif t is ScheduleOrUpdateConsumers:
         job = state.jobs.get(ev.job_id)
         if job is None:
@@ -198,6 +201,8 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
             state.pool.give_back(ex.taskmanager, ex.slot)
         if ex.state == TaskState.FINISHED:
             job.vertices[ev.vertex_id].finished -= 1
+        if ex.state in _STARTED:
+            job.vertices[ev.vertex_id].started -= 1
         if ex.produced:
             job.vertices[ev.vertex_id].produced -= 1
         ex.attempt, ex.state, ex.taskmanager, ex.slot = ev.attempt, TaskState.CREATED, None, None

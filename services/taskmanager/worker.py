@@ -119,7 +119,10 @@ def _execute(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path) -> None
         df = _union(frames) if frames else _empty_source(spark, source)
         inputs = [df]
     else:
-        inputs = [exchange.read_inputs(spark, inp["paths"], key_groups=tuple(inp["key_groups"]) if inp["key_groups"] else None)
+        from sluice.services.jobs.core import input_paths
+
+        inputs = [exchange.read_inputs(spark, input_paths(inp),
+                                       key_groups=tuple(inp["key_groups"]) if inp["key_groups"] else None)
                   for inp in d["inputs"]]
         df = inputs[0]
     if d["functions"]:
@@ -129,7 +132,8 @@ def _execute(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path) -> None
             df = fn(*inputs) if i == 0 and len(inputs) > 1 else fn(df)
     output = d.get("output")
     if output:
-        exchange.write_partition(df, output["path"], key=output.get("key"), max_parallelism=d["max_parallelism"])
+        exchange.write_partition(df, output["path"], key=output.get("key"), max_parallelism=d["max_parallelism"],
+                                 consumers=output.get("consumers") if output.get("key") else None)
     sink = d.get("sink")
     if sink:
         exchange.write_sink(df, sink["path"], d["subtask"], sink["format"], sink.get("options", {}))

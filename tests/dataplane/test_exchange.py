@@ -7,7 +7,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from sluice.services.dataplane import (
     SCHEMA_FILE,
     DataplaneError,
@@ -85,3 +84,21 @@ def test_sink_attempt_replaces_only_its_own_part(spark, tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "sink").iterdir()) == ["part-00000", "part-00001"]
     got = spark.read.options(header="true").csv(f"{sink}/part-*").collect()
     assert sorted((r.w, r.n) for r in got) == [("b", "2"), ("c", "3")]
+
+
+def test_keyed_output_per_consumer_writes_one_directory_per_consumer(spark, tmp_path) -> None:
+    """With ``consumers`` a producer writes one directory per consumer, and every consumer
+    still reads exactly the rows whose key group it owns."""
+    from sluice.services.dataplane import key_group_of, operator_index_for_key_group, read_inputs, write_partition
+
+    keys = [f"k{i}" for i in range(300)]
+    df = spark.createDataFrame([(k, i) for i, k in enumerate(keys)], "key string, n long")
+    out = tmp_path / "p0"
+    write_partition(df, str(out), key="key", max_parallelism=128, consumers=3)
+    assert len([d for d in out.iterdir() if d.name.startswith("_kg=")]) == 3
+    from sluice.services.dataplane import key_group_range
+
+    for j in range(3):
+        got = {r["key"] for r in read_inputs(spark, [str(out)], key_groups=key_group_range(128, 3, j)).collect()}
+        want = {k for k in keys if operator_index_for_key_group(key_group_of(k, 128), 128, 3) == j}
+        assert got == want

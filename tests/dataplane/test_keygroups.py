@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sluice.services.dataplane import (
     DataplaneError,
     key_group_column,
@@ -32,7 +32,7 @@ def test_ranges_are_contiguous_disjoint_and_cover_all_key_groups(mp_p: tuple[int
     ranges = [key_group_range(max_parallelism, parallelism, i) for i in range(parallelism)]
     assert ranges[0][0] == 0
     assert ranges[-1][1] == max_parallelism - 1
-    for (_, end), (start, _) in zip(ranges, ranges[1:]):
+    for (_, end), (start, _) in itertools.pairwise(ranges):
         assert start == end + 1  # contiguous and disjoint
     for start, end in ranges:
         assert start <= end  # parallelism <= max_parallelism: nobody is left without a key group
@@ -93,7 +93,9 @@ def _random_strings(rng: random.Random, n: int) -> list[str]:
 def _random_longs(rng: random.Random, n: int) -> list[int]:
     out = [0, 1, -1, 2**31 - 1, -(2**31), 2**31, 2**32, -(2**32), 2**63 - 1, -(2**63)]
     while len(out) < n:
-        out.append(rng.choice([rng.randint(-(2**63), 2**63 - 1), rng.randint(-1000, 1000), rng.randint(-(2**33), 2**33)]))
+        out.append(
+            rng.choice([rng.randint(-(2**63), 2**63 - 1), rng.randint(-1000, 1000), rng.randint(-(2**33), 2**33)])
+        )
     return out
 
 
@@ -121,7 +123,9 @@ def test_key_group_of_equals_spark(spark) -> None:
     assert len(got) == n
     for r in got:
         _, s, lv, d, b = rows[r["i"]]
-        assert (r["hs"], r["hl"], r["hd"], r["hb"]) == (spark_hash(s), spark_hash(lv), spark_hash(d), spark_hash(b)), rows[r["i"]]
+        assert (r["hs"], r["hl"], r["hd"], r["hb"]) == (spark_hash(s), spark_hash(lv), spark_hash(d), spark_hash(b)), (
+            rows[r["i"]]
+        )
         assert r["kgs"] == key_group_of(s, 128)
         assert r["kgl"] == key_group_of(lv, 7)
         assert r["hnull"] == spark_hash(None)

@@ -11,11 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sluice.services.dataplane import SplitError, materialize_split, plan_splits, read_split
 
 
-def _materialized(path: Path, fmt: str, split_bytes: int, tmp: Path, options: dict[str, str] | None = None) -> list[bytes]:
+def _materialized(
+    path: Path, fmt: str, split_bytes: int, tmp: Path, options: dict[str, str] | None = None
+) -> list[bytes]:
     return [materialize_split(s, options or {}, tmp).read_bytes() for s in plan_splits(fmt, [str(path)], split_bytes)]
 
 
@@ -27,7 +28,10 @@ def _assert_partition(content: bytes, parts: list[bytes]) -> None:
 
 
 lines = st.lists(
-    st.tuples(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=30), st.sampled_from(["\n", "\r\n"])),
+    st.tuples(
+        st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=30),
+        st.sampled_from(["\n", "\r\n"]),
+    ),
     max_size=30,
 )
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from sluice.services.dataplane import SplitError, plan_splits
 
 
@@ -22,7 +22,10 @@ def test_byte_ranges_cover_each_file_and_are_numbered(tmp_path: Path) -> None:
     b = _write(tmp_path / "b.txt", b"y" * 10)
     splits = plan_splits("text", [str(a), str(b)], 10)
     assert [(s["path"], s["start"], s["end"]) for s in splits] == [
-        (str(a), 0, 10), (str(a), 10, 20), (str(a), 20, 25), (str(b), 0, 10),
+        (str(a), 0, 10),
+        (str(a), 10, 20),
+        (str(a), 20, 25),
+        (str(b), 0, 10),
     ]
     assert [s["index"] for s in splits] == [0, 1, 2, 3]
     assert all(s["format"] == "text" for s in splits)
@@ -47,15 +50,17 @@ def test_compressed_text_is_one_split(tmp_path: Path) -> None:
 
 def test_parquet_groups_row_groups_up_to_split_bytes(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"id": list(range(1000)), "s": [f"row{i}" * 5 for i in range(1000)]}), path, row_group_size=100)
+    pq.write_table(
+        pa.table({"id": list(range(1000)), "s": [f"row{i}" * 5 for i in range(1000)]}), path, row_group_size=100
+    )
     meta = pq.ParquetFile(path).metadata
     sizes = [sum(meta.row_group(i).column(c).total_compressed_size for c in range(2)) for i in range(10)]
     splits = plan_splits("parquet", [str(path)], sum(sizes) * 4 // 10)
     groups = [s["row_groups"] for s in splits]
     assert groups[0][0] == 0 and groups[-1][1] == 10
-    assert all(g[1] == h[0] for g, h in zip(groups, groups[1:]))
+    assert all(g[1] == h[0] for g, h in itertools.pairwise(groups))
     assert 2 <= len(groups) <= 4
-    assert all(sum(sizes[g[0]:g[1]]) <= sum(sizes) * 4 // 10 for g in groups)
+    assert all(sum(sizes[g[0] : g[1]]) <= sum(sizes) * 4 // 10 for g in groups)
     assert [s["row_groups"] for s in plan_splits("parquet", [str(path)], 1)] == [[i, i + 1] for i in range(10)]
 
 

@@ -40,7 +40,8 @@ def test_the_standby_takes_over_from_a_killed_leader_and_rebuilds_from_the_log(p
     second = grants(log)[1]
     assert (second.leader_id, second.epoch) == ("jm-b", 2)
     assert current_leader(log).holder == "jm-b"
-    assert "replayed=" in procs.output("jm-b") and "taskmanagers=2" in procs.output("jm-b")
+    out = wait_until(lambda: "replayed=" in (o := procs.output("jm-b")) and o, "jm-b to say it leads")
+    assert "taskmanagers=2" in out
     # The TaskManagers notice the new epoch and register again: the new leader knows them
     # from the log, so they are AlreadyRegistered, not new, and nobody was lost.
     for rid in ("tm-1", "tm-2"):

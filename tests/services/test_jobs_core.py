@@ -169,7 +169,8 @@ def test_sources_deploy_first_spread_over_taskmanagers_and_consumers_wait_for_da
     consumers = sim.schedule()
     assert [(t.vertex_id, t.subtask) for t in consumers] == [("count -> out", 0), ("count -> out", 1)]
     (inp,) = consumers[1].descriptor["inputs"]
-    assert inp["key_groups"] == [64, 127] and len(inp["paths"]) == 2
+    assert inp["key_groups"] == [64, 127] and len(core.input_paths(inp)) == 2
+    assert core.input_paths(inp)[1].endswith("/1/0")
     for t in first + consumers:
         sim.run_to_end(t)
     assert sim.job.status == JobStatus.FINISHED

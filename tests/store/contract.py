@@ -83,6 +83,20 @@ class LogContract:
         assert log.length(facts) == 1
         assert log.client.xpending(inbox, "jm")["pending"] == 0
 
+    def test_one_commit_can_acknowledge_several_entries_or_none_if_one_was_done(self, log: EventLog) -> None:
+        tag = log.keys.cluster
+        inbox, facts = log.keys.inbox(tag), log.keys.facts(tag)
+        log.append_batch(inbox, [env(heartbeat()) for _ in range(4)])
+        entries = GroupConsumer(log, inbox, "jm", "c1").read(block_ms=None)
+        ids = tuple(e.id for e in entries)
+        assert not log.commit(tag, 1, [Out(facts, env(registered("a")))], Consumed(inbox, "jm", ids[:2])).duplicate
+        # A batch holding an entry that is already done changes nothing, not even the others.
+        again = log.commit(tag, 1, [Out(facts, env(registered("b")))], Consumed(inbox, "jm", ids[1:]))
+        assert again.duplicate and log.length(facts) == 1
+        assert log.client.xpending(inbox, "jm")["pending"] == 2
+        assert not log.commit(tag, 1, [Out(facts, env(registered("c")))], Consumed(inbox, "jm", ids[2:])).duplicate
+        assert log.client.xpending(inbox, "jm")["pending"] == 0
+
     def test_a_commit_never_spans_two_tags(self, log: EventLog) -> None:
         other = log.keys.facts(log.keys.job("j1"))
         with pytest.raises(StoreError, match="one hash tag"):
