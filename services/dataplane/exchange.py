@@ -226,11 +226,32 @@ def read_inputs(
 
 
 def write_sink(df: DataFrame, path: str, subtask: int, format: str, options: dict[str, str] | None = None) -> None:
-    """Write a sink subtask's output to ``{path}/part-{subtask:05d}``, replacing that subtask's earlier attempt only."""
+    """Write a sink subtask's output as files ``{path}/part-{subtask:05d}-NNN.{format}``.
+
+    The directory stays one flat dataset that any reader takes whole (``spark.read.parquet(path)``):
+    Spark writes into a hidden ``_attempt-…`` directory first, then this subtask's earlier
+    files are removed and the new ones moved in, so a restarted attempt replaces its own
+    output only.
+    """
+    from pyarrow import fs as pafs
+
     path = _check_path(path, "sink path")
     if isinstance(subtask, bool) or not isinstance(subtask, int) or subtask < 0:
         raise DataplaneError(f"subtask must be an int >= 0 (the sink subtask's index), got {subtask!r}")
     if format not in SINK_FORMATS:
         raise DataplaneError(f"unknown sink format {format!r}: use one of {', '.join(SINK_FORMATS)}")
     opts = {k: str(v) for k, v in (options or {}).items()}
-    df.write.mode("overwrite").format(format).options(**opts).save(f"{path}/part-{subtask:05d}")
+    staging = f"{path}/_attempt-{subtask:05d}"
+    df.write.mode("overwrite").format(format).options(**opts).save(staging)
+    fs, root = _filesystem(path)
+    prefix = f"part-{subtask:05d}-"
+    for info in fs.get_file_info(pafs.FileSelector(root)):
+        if info.base_name.startswith(prefix):
+            fs.delete_file(info.path)
+    written = sorted(
+        info.path for info in fs.get_file_info(pafs.FileSelector(f"{root}/_attempt-{subtask:05d}"))
+        if info.type == pafs.FileType.File and not info.base_name.startswith(("_", ".")) and not info.base_name.endswith(".crc")
+    )
+    for i, src in enumerate(written):
+        fs.move(src, f"{root}/{prefix}{i:03d}.{format}")
+    fs.delete_dir(f"{root}/_attempt-{subtask:05d}")

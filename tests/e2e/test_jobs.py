@@ -100,8 +100,8 @@ def test_user_code_that_raises_is_restarted_then_the_job_fails_with_the_users_er
     job_id, job = run_job(log, JOBS / "failing.py", {"input": str(text), "output": str(tmp_path / "o")})
     assert job.status == JobStatus.FAILED
     assert job.restarts == 2
-    assert job.reason.startswith("task lines -> explode[0] failed after 2 restarts")
-    assert 'failing.py", line' in job.reason and "ValueError: bad input row 42" in job.reason
+    assert job.reason.startswith("task lines -> explode -> out[0] failed after 2 restarts: Traceback")
+    assert "line 8, in explode" in job.reason and job.reason.endswith("ValueError: bad input row 42")
     attempts = {f.attempt for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState)
                 and f.state == TaskState.FAILED}
     assert attempts == {0, 1, 2}
