@@ -60,8 +60,10 @@ class SparkConnectServer:
         env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
                "PYSPARK_DRIVER_PYTHON": sys.executable}
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                     start_new_session=detach)
+        from sluice.services.common.guard import guarded
+
+        self.proc = subprocess.Popen(cmd if detach else guarded(cmd), stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=detach)
         if self.log_file:
             out.close()  # type: ignore[union-attr]
         if wait:

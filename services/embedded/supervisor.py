@@ -151,8 +151,10 @@ class EmbeddedCluster:
             cmd += ["--resource-id", name]
         log = open(self.logs / f"{name}.log", "ab")
         env = {**os.environ, **self.env}
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=detach, env=env)
+        from sluice.services.common.guard import guarded
+
+        proc = subprocess.Popen(cmd if detach else guarded(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=detach, env=env)
         log.close()
         info = ProcessInfo(role, proc.pid, name)
         data = self._read()

@@ -4,6 +4,7 @@ and a graceful goodbye."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from sluice.events import (
     UnregisterTaskManager,
     UpdateTaskExecutionState,
 )
+from sluice.services.common.guard import guarded
 from sluice.services.common.shell import get_logger, hostname, new_id, now_ms
 from sluice.store import Blobs, EventLog, GroupConsumer, current_leader
 
@@ -38,7 +40,10 @@ class TaskManager:
     def __init__(self, log: EventLog, *, resource_id: str | None = None, slots: int = 1,
                  host: str | None = None, config: RegistrationConfig = RegistrationConfig(),
                  labels: dict[str, str] | None = None, inbox_retention_ms: int = 600_000,
-                 home: Path = Path(".sluice"), redis_url: str | None = None, execute: bool = True) -> None:
+                 home: Path = Path(".sluice"), redis_url: str | None = None, execute: bool = True,
+                 spark_remote: str | None = None) -> None:
+        self.spark_remote = spark_remote
+        self._spark_server = None
         self.log = log
         self.keys = log.keys
         self.inbox_retention_ms = inbox_retention_ms
@@ -186,9 +191,25 @@ class TaskManager:
             q = self._queues[task.slot] = Queue(self.keys.slot_queue(self.resource_id, task.slot),
                                                 connection=self.log.client, serializer=JSONSerializer)
         runtime = {"code_path": str(task.code_path), "temp_dir": str(task.temp_dir)}
+        if task.descriptor.get("kind") != "noop":
+            runtime["spark_remote"] = self._spark()
         job = q.enqueue(RUN_TASK, args=(task.descriptor, runtime), job_id=new_id(), job_timeout=-1,
                         result_ttl=600, failure_ttl=3600, description=task.id)
         return job.id
+
+    def _spark(self) -> str:
+        """The Spark Connect server this TaskManager's workers use: the given one, or one it
+        starts itself the first time a task needs Spark (one JVM shared by all its slots)."""
+        if self.spark_remote is None:
+            from sluice.services.embedded.spark_connect import SparkConnectServer
+
+            (self.home / "logs").mkdir(parents=True, exist_ok=True)
+            self._spark_server = SparkConnectServer(
+                master=os.environ.get("SLUICE_SPARK_MASTER", "local[*]"),
+                log_file=self.home / "logs" / f"{self.resource_id}-spark-connect.log")
+            self.spark_remote = self._spark_server.start(wait=False)
+            self.logger.info("started a Spark Connect server for this TaskManager", url=self.spark_remote)
+        return self.spark_remote
 
     def _cancel_launch(self, task: Task) -> None:
         if task.rq_job and self.execute:
@@ -240,7 +261,9 @@ class TaskManager:
         logs = self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         out = open(logs / f"{self.resource_id}-slot{slot}.log", "ab")
-        self.workers[slot] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        env = {**os.environ, "SLUICE_SPARK_REMOTE": self.spark_remote} if self.spark_remote else None
+        self.workers[slot] = subprocess.Popen(guarded(cmd, signal.SIGKILL), stdout=out, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, env=env)
         out.close()
 
     def _supervise(self) -> None:
@@ -274,5 +297,8 @@ class TaskManager:
                 proc.kill()
                 proc.wait()
         self.workers.clear()
+        if self._spark_server is not None:
+            self._spark_server.stop()
+            self._spark_server = None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ class WorkerContext:
 
 _context: WorkerContext | None = None
 _spark: Any = None
+_spark_lock = threading.Lock()
 
 
 def init_worker(url: str, prefix: str, resource_id: str, slot: int) -> WorkerContext:
@@ -43,21 +45,39 @@ def init_worker(url: str, prefix: str, resource_id: str, slot: int) -> WorkerCon
     return _context
 
 
-def spark_session() -> Any:
+def spark_session(remote: str | None = None) -> Any:
     """This process's Spark session: a Spark Connect client when $SLUICE_SPARK_REMOTE is set
     (one server per TaskManager, shared by its workers), else a local session on
     $SLUICE_SPARK_MASTER (default local[*])."""
     global _spark
+    with _spark_lock:
+        return _spark or _new_session(remote)
+
+
+def _new_session(remote: str | None) -> Any:
+    global _spark
     if _spark is None:
         from pyspark.sql import SparkSession
 
-        remote = os.environ.get("SLUICE_SPARK_REMOTE")
+        remote = remote or os.environ.get("SLUICE_SPARK_REMOTE")
         if remote:
             _spark = SparkSession.builder.remote(remote).getOrCreate()
         else:
             _spark = (SparkSession.builder.master(os.environ.get("SLUICE_SPARK_MASTER", "local[*]"))
                       .config("spark.ui.enabled", "false").getOrCreate())
     return _spark
+
+
+def warm_up() -> None:
+    """Connect to Spark and run a trivial query before the first task arrives, so the first
+    task does not pay for the session (a cold session's first query takes seconds)."""
+    def run() -> None:
+        try:
+            spark_session().range(1).count()
+        except Exception:  # no Spark yet (or not needed): the first task will say so
+            pass
+
+    threading.Thread(target=run, name="spark-warm-up", daemon=True).start()
 
 
 def _report(ctx: WorkerContext, d: dict, state: TaskState, error: str | None = None) -> None:
@@ -110,7 +130,7 @@ def describe_error(exc: BaseException, limit: int = 8000) -> str:
 def _execute(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path) -> None:
     from sluice.services.dataplane import exchange, reader
 
-    spark = spark_session()
+    spark = spark_session(runtime.get("spark_remote"))
     temp_dir.mkdir(parents=True, exist_ok=True)
     if d["kind"] == "source":
         source = d["source"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -37,7 +38,8 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
 @click.option("--resource-id", default=None, help="Stable id of this TaskManager (default: host and a random suffix).")
 @click.option("--host", default=None, help="Host name reported for locality (default: $SLUICE_HOST or the machine's).")
 @click.option("--spark", "spark", default=None, envvar="SLUICE_SPARK_REMOTE", metavar="sc://HOST:PORT",
-              help="Spark Connect server the workers use (default: start one for this TaskManager).")
+              help="Spark Connect server the workers use (default: this TaskManager starts one when a "
+                   "task first needs Spark).")
 @click.option("--no-execute", is_flag=True, hidden=True,
               help="Acknowledge and finish tasks without running them (control-plane benchmarks).")
 @click.pass_obj
@@ -45,31 +47,14 @@ def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | N
                 no_execute: bool) -> None:
     """Run a TaskManager: register with the leader, run tasks on one RQ worker per slot,
     heartbeat, and unregister on SIGTERM."""
-    import os
-
     from sluice.services.taskmanager import RegistrationConfig, TaskManager
 
     s = obj.settings
-    server = None
-    if not no_execute and not spark:
-        from sluice.services.embedded.spark_connect import SparkConnectServer
-
-        server = SparkConnectServer(log_file=s.home / "logs" / "spark-connect.log")
-        (s.home / "logs").mkdir(parents=True, exist_ok=True)
-        spark = server.start(wait=False)
-    if spark:
-        os.environ["SLUICE_SPARK_REMOTE"] = spark
     tm = TaskManager(obj.log(), resource_id=resource_id, slots=slots, host=host,
                      config=RegistrationConfig(heartbeat_interval_ms=s.heartbeat_interval_ms,
                                                jobmanager_timeout_ms=s.heartbeat_timeout_ms),
-                     home=s.home, redis_url=obj.url, execute=not no_execute)
-    try:
-        code = tm.run(stop_on_signals())
-    finally:
-        if server is not None:
-            server.stop()
-    sys.exit(code)
-
+                     home=s.home, redis_url=obj.url, execute=not no_execute, spark_remote=spark)
+    sys.exit(tm.run(stop_on_signals()))
 
 @click.command(hidden=True)
 @click.option("--resource-id", required=True)
@@ -80,9 +65,11 @@ def worker(obj: Context, resource_id: str, slot: int) -> None:
     from rq import Queue, SimpleWorker
     from rq.serializers import JSONSerializer
 
-    from sluice.services.taskmanager.worker import init_worker
+    from sluice.services.taskmanager.worker import init_worker, warm_up
 
     ctx = init_worker(obj.url, obj.settings.prefix, resource_id, slot)
+    if os.environ.get("SLUICE_SPARK_REMOTE"):
+        warm_up()
     queue = Queue(ctx.log.keys.slot_queue(resource_id, slot), connection=ctx.log.client, serializer=JSONSerializer)
     w = SimpleWorker([queue], connection=ctx.log.client, serializer=JSONSerializer)
     w.work(with_scheduler=False, logging_level="WARNING")

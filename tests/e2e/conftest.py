@@ -61,7 +61,10 @@ class Processes:
     def start(self, name: str, role: str, *args: str, url: str | None = None, env: dict | None = None) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "sluice", "--redis", url or self.url, "--prefix", self.prefix, role, *args]
         out = open(self.logs / f"{name}.log", "wb")
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **FAST, **(env or {})})
+        from sluice.services.common.guard import guarded
+
+        proc = subprocess.Popen(guarded(cmd), stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **FAST, **(env or {})})
         out.close()
         self.procs[name] = proc
         return proc
@@ -88,3 +91,6 @@ def procs(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[Processes]:
     p = Processes(redis_url, prefix, tmp_path)
     yield p
     p.stop_all()
+    for name in p.procs:  # shown by pytest only when the test failed
+        print(f"----- {name} (last lines) -----")
+        print("\n".join(p.output(name).splitlines()[-25:]))
