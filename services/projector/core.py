@@ -17,7 +17,6 @@ from sluice.events import (
     Envelope,
     ExecutionGraphBuilt,
     JobRegistered,
-    JobStatusChanged,
     LeadershipGranted,
     ScheduleOrUpdateConsumers,
     TaskRestartScheduled,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -184,3 +183,25 @@ def test_the_clickstream_example_matches_plain_pyspark(procs: Processes, log: Ev
     want = sorted(tuple(r) for r in example.per_user(example.per_user_page(
         spark.read.parquet(str(tmp_path / "clicks")))).collect())
     assert got == want and len(got) > 1000
+
+
+def test_sluice_run_the_readme_command_gives_the_right_counts(spark_remote: str, spark, tmp_path: Path) -> None:
+    """`sluice run examples/wordcount.py` on the embedded cluster (sharing the test run's
+    Spark server), with progress, a summary, exit code 0, and counts equal to plain PySpark's."""
+    import subprocess
+    import sys
+
+    from pyspark.sql import functions as F
+
+    text = write_lines(tmp_path / "in.txt", 3000)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    env["SLUICE_SPARK_REMOTE"] = spark_remote
+    proc = subprocess.run([sys.executable, "-m", "sluice", "run", str(ROOT / "examples" / "wordcount.py"),
+                           "-p", f"input={text}", "-p", f"output={tmp_path / 'out'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "FINISHED" in proc.stdout and f"output: {tmp_path / 'out'}" in proc.stdout
+    got = {r["word"]: r["count"] for r in spark.read.parquet(str(tmp_path / "out")).collect()}
+    words = spark.read.text(str(text)).select(F.explode(F.split(F.lower("value"), r"[^a-z0-9']+")).alias("word"))
+    want = {r["word"]: r["count"] for r in words.where("word != ''").groupBy("word").count().collect()}
+    assert got == want
