@@ -205,3 +205,29 @@ def test_sluice_run_the_readme_command_gives_the_right_counts(spark_remote: str,
     words = spark.read.text(str(text)).select(F.explode(F.split(F.lower("value"), r"[^a-z0-9']+")).alias("word"))
     want = {r["word"]: r["count"] for r in words.where("word != ''").groupBy("word").count().collect()}
     assert got == want
+
+
+def test_a_running_job_survives_a_jobmanager_kill(procs: Processes, log: EventLog, cluster: dict, spark,
+                                                 tmp_path: Path) -> None:
+    """kill -9 the leading JobManager while the job runs: the standby rebuilds the job from
+    its facts, serves its inbox and the job finishes with the right result."""
+    procs.start("jm-b", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--id", "jm-b",
+                env={"SLUICE_HOME": str(cluster["home"]), **SLACK, "SLUICE_LEASE_TTL_MS": "1500"})
+    start_tm(procs, cluster, "tm-1")
+    text = write_lines(tmp_path / "in.txt", 20000)
+    client = Client(log)
+    job_id = client.submit(load_job(ROOT / "examples" / "wordcount.py",
+                                    {"input": str(text), "output": str(tmp_path / "out"), "parallelism": "4",
+                                     "split_bytes": "16384"}))
+    wait_until(lambda: (j := client.job(job_id, missing_ok=True)) is not None and j.status == JobStatus.RUNNING,
+               "the job to run", timeout=90)
+    procs.signal("jm", signal.SIGKILL)
+    job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
+    assert job.status == JobStatus.FINISHED, job.reason
+    grants = [e.event for _, e in log.replay(log.keys.facts(log.keys.cluster)) if e.type == "LeadershipGranted"]
+    assert [g.leader_id for g in grants][-1] == "jm-b"
+    from pyspark.sql import functions as F
+
+    got = {r["word"]: r["count"] for r in spark.read.parquet(str(tmp_path / "out")).collect()}
+    words = spark.read.text(str(text)).select(F.explode(F.split(F.lower("value"), r"[^a-z0-9']+")).alias("word"))
+    assert got == {r["word"]: r["count"] for r in words.where("word != ''").groupBy("word").count().collect()}
