@@ -163,7 +163,6 @@ class TaskManager:
             self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, False, str(exc)))
             return
         self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, True, None))
-        self._to_job(msg.job_id, self._state(task, TaskState.INITIALIZING))
         if not self.execute:  # a TaskManager that finishes tasks without running them (benchmarks)
             from sluice.events import ScheduleOrUpdateConsumers
 
@@ -181,6 +180,9 @@ class TaskManager:
                                         d["attempt"], self.resource_id, task.slot)
 
     def _launch(self, task: Task) -> str:
+        # INITIALIZING goes out before the task is queued: an idle worker picks it up at
+        # once and reports RUNNING, which must not overtake it.
+        self._to_job(task.descriptor["job_id"], self._state(task, TaskState.INITIALIZING))
         if not self.execute:
             return "not-executed"
         from rq import Queue
