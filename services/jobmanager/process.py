@@ -123,6 +123,11 @@ class JobManager:
                 self.epoch = None
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
+            except Exception as exc:  # anything else: never die; rebuild from the log and go on
+                self.logger.exception("unexpected error; rebuilding from the log", error=str(exc),
+                                      retry_in_s=backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
         if self.epoch is not None:
             try:
                 self.lease.release()
@@ -162,6 +167,15 @@ class JobManager:
                          jobs=len(self.jobs.jobs))
         # Messages a previous leader read but never committed: ours now.
         self.handle_batch(self.consumer.reclaim(min_idle_ms=0) + self.consumer.pending())
+        # A TaskManager lost (or gone) in the cluster's facts whose tasks were not failed yet
+        # (the leader died between the two commits): fail them now.
+        active = {r.resource_id for r in self.state.active()}
+        for rid in sorted(set(self.jobs.pool.by_tm) - active):
+            if self.jobs.pool.by_tm[rid]:
+                row = self.state.taskmanagers.get(rid)
+                for d in jobs.taskmanager_lost(self.jobs, rid, row.reason if row and row.reason else "not registered",
+                                               self.jobs_config, now_ms()):
+                    self._commit_job(d)
         self.schedule_all()
 
     def lead(self, epoch: int, stop: threading.Event) -> None:
@@ -365,21 +379,16 @@ class JobManager:
     # --- committing ----------------------------------------------------------------------
 
     def _commit_job(self, decision: jobs.Decision, stream: str | None = None, entry_ids: tuple[str, ...] = ()) -> None:
-        """Commit a job decision (acknowledging ``entry_ids`` of the job's inbox) in chunks:
-        a Lua script blocks Redis while it runs, so big deployments go in several."""
+        """Commit a job decision, acknowledging ``entry_ids`` of the job's inbox."""
         tag = self.keys.job(decision.job_id)
         sends = []
         for (kind, where), ev in decision.sends:
             target = self.keys.inbox(self.keys.taskmanager(where)) if kind == "tm" else where
             sends.append((target, ev))
-        facts, chunk = list(decision.facts), 3000
         consumed = Consumed(stream, GROUP, entry_ids) if stream and entry_ids else None
-        ok = True
-        first = True
-        for i in range(0, max(len(facts), len(sends), 1), chunk):
-            ok &= self._commit(tag, tuple(facts[i:i + chunk]), (), None, sends=sends[i:i + chunk], apply=False,
-                               consumed=consumed if first else None)
-            first = False
+        # One decision, one script: its facts and its messages land together or not at all
+        # (deployments are capped per pass, so a script stays short).
+        ok = self._commit(tag, tuple(decision.facts), (), None, sends=sends, apply=False, consumed=consumed)
         if not ok:
             raise _Rebuild(f"a job commit for {decision.job_id} was a duplicate")
         job = self.jobs.jobs.get(decision.job_id)

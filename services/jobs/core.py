@@ -273,7 +273,7 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int) -> Decisi
     return rec.decision
 
 
-MAX_DEPLOY_PER_PASS = 2000
+MAX_DEPLOY_PER_PASS = 1000
 
 
 def _pick(free: FreeSlots) -> str | None:

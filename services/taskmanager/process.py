@@ -64,6 +64,7 @@ class TaskManager:
                                     self._launch, self._cancel_launch)
         self.workers: dict[int, subprocess.Popen] = {}
         self.cancelling: set[str] = set()
+        self._recovering = False
         self._queues: dict[int, object] = {}
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -84,6 +85,7 @@ class TaskManager:
                     backoff = 0.1
                 except RedisUnavailable as exc:
                     self.logger.error("redis unavailable, retrying", error=str(exc), retry_in_s=backoff)
+                    self._recovering = True  # re-handle what was read but not acknowledged
                     stop.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
@@ -102,7 +104,12 @@ class TaskManager:
             self._stop_workers()
 
     def _step(self) -> None:
-        for entry in self.consumer.read(count=100, block_ms=50):
+        if self._recovering:
+            entries = self.consumer.pending()
+            self._recovering = False
+        else:
+            entries = self.consumer.read(count=100, block_ms=50)
+        for entry in entries:
             msg = entry.envelope.event
             if isinstance(msg, SubmitTask):
                 self._submit_task(msg)
@@ -283,6 +290,7 @@ class TaskManager:
                     self.logger.warning("worker died mid-task", slot=slot, task=task.id, how=how)
                     self._to_job(task.descriptor["job_id"], self._state(
                         task, TaskState.FAILED, f"the worker process of slot {slot} died ({how}) while running the task"))
+                self._cancel_launch(task)  # still queued? the replacement worker must not run it
                 release(task, self.steps, keep_output=False)
             else:
                 self.logger.warning("worker died", slot=slot, how=how)
