@@ -13,7 +13,9 @@ from pathlib import Path
 
 from sluice.errors import RedisUnavailable
 from sluice.events import (
+    AcknowledgeRegistration,
     CancelTask,
+    DisconnectTaskManager,
     Envelope,
     Event,
     SubmitTask,
@@ -118,6 +120,12 @@ class TaskManager:
             elif isinstance(msg, UpdateTaskExecutionState):
                 self._task_ended(msg)
             else:
+                # The leader no longer counts our tasks in (it declared us lost, and tells us to
+                # register again, or acknowledges a fresh registration): drop them here too.
+                if isinstance(msg, DisconnectTaskManager) and msg.session == self.reg.session:
+                    self._drop_all_tasks(msg.reason)
+                elif isinstance(msg, AcknowledgeRegistration) and msg.session == self.reg.session and self.tasks:
+                    self._drop_all_tasks("registered afresh: the leader had declared this TaskManager lost")
                 for send in self.reg.receive(msg, now_ms()):
                     self._send(send.message, cause=entry.envelope.id)
             self.consumer.ack(entry.id)
@@ -245,6 +253,19 @@ class TaskManager:
         self._to_job(msg.job_id, self._state(task, TaskState.CANCELED))
         release(task, self.steps, keep_output=False)
 
+    def _drop_all_tasks(self, why: str) -> None:
+        """The leader no longer counts this TaskManager in: its tasks were failed (and maybe
+        restarted elsewhere), so stop them here and free their slots before registering again."""
+        for task in list(self.tasks.values()):
+            self.logger.warning("dropping task", task=task.id, why=why)
+            self._cancel_launch(task)
+            proc = self.workers.get(task.slot)
+            if proc is not None and proc.poll() is None and self._rq_started(task):
+                proc.kill()
+                proc.wait()
+                self._spawn_worker(task.slot)
+            release(task, self.steps, keep_output=False)
+
     def _rq_started(self, task: Task) -> bool:
         if not self.execute or not task.rq_job:
             return False
@@ -285,7 +306,7 @@ class TaskManager:
             if task is not None:
                 if task.id in self.cancelling:
                     self.cancelling.discard(task.id)
-                    self._to_job(task.descriptor["job_id"], self._state(task, TaskState.CANCELED))
+                    self._to_job(task.descriptor["job_id"], self._state(task, TaskState.CANCELED))  # stale if dropped: ignored
                 else:
                     self.logger.warning("worker died mid-task", slot=slot, task=task.id, how=how)
                     self._to_job(task.descriptor["job_id"], self._state(

@@ -231,3 +231,27 @@ def test_a_running_job_survives_a_jobmanager_kill(procs: Processes, log: EventLo
     got = {r["word"]: r["count"] for r in spark.read.parquet(str(tmp_path / "out")).collect()}
     words = spark.read.text(str(text)).select(F.explode(F.split(F.lower("value"), r"[^a-z0-9']+")).alias("word"))
     assert got == {r["word"]: r["count"] for r in words.where("word != ''").groupBy("word").count().collect()}
+
+
+def test_a_taskmanager_declared_lost_while_alive_drops_its_tasks_and_rejoins(
+        procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path) -> None:
+    """Freeze a TaskManager past the heartbeat timeout: the leader declares it lost and fails
+    its task; when it wakes up it is told to register again, drops the stale task (killing
+    the worker that runs it) and the job's restarted attempt finishes on it."""
+    quick = {"SLUICE_HEARTBEAT_INTERVAL_MS": "200", "SLUICE_HEARTBEAT_TIMEOUT_MS": "2000", "SLUICE_LEASE_TTL_MS": "5000"}
+    home = tmp_path / "home"
+    procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), env={"SLUICE_HOME": str(home), **quick})
+    marker = tmp_path / "marker"
+    procs.start("tm-1", "taskmanager", "--resource-id", "tm-1", "--slots", "1", "--spark", spark_remote,
+                env={"SLUICE_HOME": str(home), "SLUICE_TEST_MARKER": str(marker), **quick})
+    client = Client(log)
+    text = write_lines(tmp_path / "in.txt", 10)
+    job_id = client.submit(load_job(JOBS / "slow.py", {"input": str(text), "output": str(tmp_path / "o")}))
+    stalled_worker = int(wait_until(lambda: marker.exists() and marker.read_text(), "the task to stall", timeout=90))
+    procs.signal("tm-1", signal.SIGSTOP)
+    wait_until(lambda: any(e.type == "TaskManagerLost" for _, e in log.replay(log.keys.facts(log.keys.cluster))),
+               "the TaskManager to be declared lost")
+    procs.signal("tm-1", signal.SIGCONT)
+    job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
+    assert job.status == JobStatus.FINISHED and job.restarts == 1, job.reason
+    wait_until(lambda: not Path(f"/proc/{stalled_worker}").exists(), "the stale worker to be gone", timeout=10)
