@@ -6,7 +6,7 @@ from .connection import connect, redact
 from .consumer import Entry, GroupConsumer
 from .keys import Keys, tag_of
 from .lease import LeaderLease, LeaseHolder, current_leader
-from .log import CommitResult, Consumed, EventLog, Out
+from .log import CommitResult, Consumed, EventLog, Out, entry_order
 from .outbox import Deliverer
 from .tables import ReadModels
 
@@ -25,6 +25,7 @@ __all__ = [
     "Consumed",
     "EventLog",
     "Out",
+    "entry_order",
     "Deliverer",
     "ReadModels",
 ]

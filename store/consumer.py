@@ -20,7 +20,7 @@ from . import scripts
 from .keys import tag_of
 from .log import EventLog, _s, translate_errors
 
-__all__ = ["GroupConsumer", "Entry"]
+__all__ = ["GroupConsumer", "Entry", "ensure_group"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,16 @@ class Entry:
 
 
 DeadLetterHook = Callable[[str, str, DecodeError], None]
+
+
+def ensure_group(log: EventLog, stream: str, group: str, start: str = "0") -> None:
+    """Create consumer group ``group`` on ``stream`` (and the stream) unless it exists."""
+    with translate_errors(f"creating group {group} on {stream}"):
+        try:
+            log.client.xgroup_create(stream, group, id=start, mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
 
 
 class GroupConsumer:
@@ -71,12 +81,7 @@ class GroupConsumer:
             self._ensure(s, start)
 
     def _ensure(self, stream: str, start: str) -> None:
-        with translate_errors(f"creating group {self.group} on {stream}"):
-            try:
-                self.log.client.xgroup_create(stream, self.group, id=start, mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+        ensure_group(self.log, stream, self.group, start)
         self._ensured.add(stream)
 
     def read(self, *, count: int = 100, block_ms: int | None = 100) -> list[Entry]:

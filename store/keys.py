@@ -63,6 +63,11 @@ class Keys:
         """A job's code, stored once under its SHA-256."""
         return "{" + self.prefix + ":blob}:" + _check_id(digest, "blob digest")
 
+    def job_id_of(self, tag: str) -> str | None:
+        """The job id of a job's tag (None for any other tag)."""
+        head = "{" + self.prefix + ":job:"
+        return tag[len(head):-1] if tag.startswith(head) else None
+
     def taskmanager(self, resource_id: str) -> str:
         return "{" + self.prefix + ":tm:" + _check_id(resource_id, "TaskManager resource id") + "}"
 

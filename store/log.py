@@ -19,7 +19,7 @@ from sluice.events import FIELD, Envelope, decode_bytes, decode_fields, encode
 from . import scripts
 from .keys import Keys, tag_of
 
-__all__ = ["EventLog", "Out", "Consumed", "CommitResult", "translate_errors"]
+__all__ = ["EventLog", "Out", "Consumed", "CommitResult", "translate_errors", "entry_order"]
 
 
 @contextlib.contextmanager
@@ -208,10 +208,10 @@ class EventLog:
                 return 0
             cutoff = (max(now_ms - keep_ms, 0), 0)
             last = mine[0]["last-delivered-id"]
-            cutoff = min(cutoff, _id_key(_s(last)))
+            cutoff = min(cutoff, entry_order(_s(last)))
             pending = self.client.xpending(stream, group)
             if pending and pending.get("pending"):
-                cutoff = min(cutoff, _id_key(_s(pending["min"])))
+                cutoff = min(cutoff, entry_order(_s(pending["min"])))
             if cutoff <= (0, 0):
                 return 0
             return int(self.client.xtrim(stream, minid=f"{cutoff[0]}-{cutoff[1]}", approximate=False))
@@ -247,7 +247,8 @@ def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
     return dict(zip(flat[::2], flat[1::2]))
 
 
-def _id_key(entry_id: str) -> tuple[int, int]:
+def entry_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id as a sortable (milliseconds, sequence) pair."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from .consumer import ensure_group
 from .keys import tag_of
 from .log import EventLog, _s, translate_errors
 from . import scripts
@@ -30,14 +31,7 @@ class Deliverer:
     def _ensure(self) -> None:
         if self._ready:
             return
-        import redis
-
-        with translate_errors(f"creating the delivery group on {self.outbox}"):
-            try:
-                self.log.client.xgroup_create(self.outbox, GROUP, id="0", mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+        ensure_group(self.log, self.outbox, GROUP)
         self._ready = True
 
     def deliver(self, *, batch: int = 500) -> int:

@@ -300,7 +300,7 @@ class JobManager:
 
     def _handle_job_batch(self, stream: str, entries: list[Entry]) -> None:
         tag = tag_of(stream)
-        job_id = tag[len("{" + self.keys.prefix + ":job:"):-1]
+        job_id = self.keys.job_id_of(tag)
         merged = jobs.Decision(job_id, now_ms())
         done: list[str] = []
         for entry in entries:
@@ -404,7 +404,7 @@ class JobManager:
         With ``apply`` the membership facts are folded into the state after the commit."""
         assert self.epoch is not None
         ts = now_ms()
-        job = tag[len("{" + self.keys.prefix + ":job:"):-1] if tag != self.tag else None
+        job = self.keys.job_id_of(tag)
         fact_envs = [Envelope(f, new_id(), self.epoch, ts, job, cause) for f in facts]
         outs = [Out(self.keys.facts(tag), e) for e in fact_envs]
         outbox = self.keys.outbox(tag)

@@ -26,7 +26,7 @@ from sluice.services.jobs.state import JobsState
 from sluice.services.jobs.state import evolve as jobs_evolve
 from sluice.services.membership.core import Membership, TaskManagerRow, evolve as membership_evolve
 
-__all__ = ["Projection", "PROJECTIONS", "TASKMANAGERS", "LEADERSHIP", "JOBS", "EXECUTION_GRAPH", "table_of"]
+__all__ = ["Projection", "PROJECTIONS", "TASKMANAGERS", "LEADERSHIP", "JOBS", "EXECUTION_GRAPH"]
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,3 @@ EXECUTION_GRAPH = Projection(
     load=None,
 )
 
-
-def table_of(projection: Projection, state: Any, keys: set[str]) -> dict[str, dict | None]:
-    return {k: projection.row(state, k) for k in keys}

@@ -9,7 +9,7 @@ from typing import Any
 from sluice.errors import RedisUnavailable
 from sluice.events import decode_fields
 from sluice.services.common.shell import get_logger
-from sluice.store import EventLog, ReadModels
+from sluice.store import EventLog, ReadModels, entry_order
 
 from .core import EXECUTION_GRAPH, JOBS, PROJECTIONS, Projection, expand
 
@@ -58,7 +58,7 @@ class Projector:
         r.state = r.projection.initial()  # rebuilt by replaying up to the stored position
         if r.position is not None:
             for entry_id, env in self.log.replay(r.stream):
-                if _id_key(entry_id) > _id_key(r.position):
+                if entry_order(entry_id) > entry_order(r.position):
                     break
                 r.projection.evolve(r.state, env)
 
@@ -102,7 +102,7 @@ class Projector:
         for r in self.running:
             by_stream.setdefault(r.stream, []).append(r)
         # All projections of one stream move together; read from the least advanced.
-        positions = {s: min((r.position or "0-0" for r in rs), key=_id_key) for s, rs in by_stream.items()}
+        positions = {s: min((r.position or "0-0" for r in rs), key=entry_order) for s, rs in by_stream.items()}
         if block_ms is None:
             entries = []
             for s, pos in positions.items():
@@ -116,7 +116,7 @@ class Projector:
         for stream, entry_id, fields in entries:
             env = decode_fields(fields, stream=stream, entry_id=entry_id)
             for r in by_stream[stream]:
-                if r.position is not None and _id_key(entry_id) <= _id_key(r.position):
+                if r.position is not None and entry_order(entry_id) <= entry_order(r.position):
                     continue
                 r.projection.evolve(r.state, env)
                 r.dirty.update(r.projection.touched(env))
@@ -144,7 +144,3 @@ class Projector:
             r.last_seen = None
         self.load()
 
-
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)

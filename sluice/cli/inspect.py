@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from sluice.errors import DecodeError, SluiceError
 from sluice.events import decode_fields
-from sluice.store import EventLog
+from sluice.store import EventLog, entry_order
 
 from .context import Context
 
@@ -77,10 +77,6 @@ def _fmt(v: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq)
-
 
 @click.group()
 def inspect() -> None:
@@ -108,7 +104,7 @@ def tail(obj: Context, streams: tuple[str, ...], follow: bool, as_json: bool, co
             entries.append((s, entry_id, fields))
             last = entry_id
         positions[s] = last
-    entries.sort(key=lambda e: _id_key(e[1]))
+    entries.sort(key=lambda e: entry_order(e[1]))
     if count is not None:
         entries = entries[-count:] if count > 0 else []
 
