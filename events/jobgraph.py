@@ -15,12 +15,18 @@ __all__ = ["SourceSpec", "SinkSpec", "JobVertex", "JobEdge", "JobGraph", "Restar
 
 @record
 class SourceSpec:
-    """Files read in splits: ``format`` text, csv or parquet; ``split_bytes`` per split."""
+    """What a source reads, in splits: files (``format`` text, csv or parquet;
+    ``split_bytes`` per split) or numbers (``format`` range: ``options`` start and end,
+    ``split_bytes`` numbers per split). ``protocol`` is how its readers get splits:
+    ``operator-events`` (FLIP-27, from the source coordinator's enumerator) or
+    ``input-splits`` (the seed protocol, ``RequestNextInputSplit``); both are answered by
+    the same assignment core."""
 
     format: str
     paths: list[str]
     split_bytes: int
     options: dict[str, str] = field(default_factory=dict)
+    protocol: str = "operator-events"
 
 
 @record
@@ -37,7 +43,9 @@ class JobVertex:
     (reads ``source``), a transform (reads its inputs) or a sink (only writes). Then each of
     ``functions`` (``module:qualname`` in the job's code, DataFrame -> DataFrame) is applied
     in order, and the result is written to ``sink`` if there is one, and handed to the
-    vertex's consumers if it has any."""
+    vertex's consumers if it has any. ``coordinator`` (``module:qualname`` of an
+    ``OperatorCoordinator`` class in the job's code) gives a non-source vertex a
+    coordinator on the JobManager; a source always has the source coordinator."""
 
     name: str
     kind: str
@@ -45,6 +53,7 @@ class JobVertex:
     functions: list[str] = field(default_factory=list)
     source: SourceSpec | None = None
     sink: SinkSpec | None = None
+    coordinator: str | None = None
 
 
 @record

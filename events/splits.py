@@ -1,10 +1,25 @@
-"""Input splits, operator coordinators and their events."""
+"""Input splits, operator coordinators and their events.
+
+Two ways for a source subtask to get work, both answered by the source's coordinator
+(one assignment core):
+
+* the seed protocol: ``RequestNextInputSplit`` -> ``NextInputSplit`` (``split`` is
+  ``None`` when none are left);
+* FLIP-27: ``OperatorEvent``s between the subtask's reader and the coordinator's split
+  enumerator (``{"type": "request-split"}`` -> ``{"type": "split", ...}`` or
+  ``{"type": "no-more-splits"}``).
+
+Requests and events from subtasks arrive in the job's inbox and are recorded as facts
+when the leader takes them; replies are facts too, and go to the subtask's own inbox in
+the same commit. ``CoordinatorCheckpointed`` records a coordinator's state.
+"""
 
 from __future__ import annotations
 
 from .schema import JSON, Event, event
 
-__all__ = ["RequestNextInputSplit", "NextInputSplit", "OperatorEvent"]
+__all__ = ["RequestNextInputSplit", "NextInputSplit", "OperatorEvent", "CoordinatorCheckpointed",
+           "TriggerCheckpoint"]
 
 
 @event("RequestNextInputSplit")
@@ -25,11 +40,13 @@ class NextInputSplit(Event):
     split: JSON | None
 
 
-@event("OperatorEvent")
+@event("OperatorEvent", version=2)
 class OperatorEvent(Event):
     """An event between an operator's coordinator and one of its subtasks.
 
-    ``to_coordinator`` says the direction; ``body`` is the coordinator's own data.
+    ``to_coordinator`` says the direction; ``attempt`` is the execution attempt of the
+    subtask that sent it or that it is meant for (a later attempt ignores events meant
+    for an earlier one); ``body`` is the coordinator's own data.
     """
 
     job_id: str
@@ -37,3 +54,25 @@ class OperatorEvent(Event):
     subtask: int
     to_coordinator: bool
     body: JSON
+    attempt: int = 0
+
+
+@event("CoordinatorCheckpointed")
+class CoordinatorCheckpointed(Event):
+    """A coordinator's state at checkpoint ``checkpoint_id``: it reflects every fact of the
+    job's stream before this one (a new leader restores it and replays the rest)."""
+
+    job_id: str
+    operator_id: str
+    checkpoint_id: int
+    state: JSON
+    released: int = 0
+    """Events to subtasks that this checkpoint released (held back until it was taken)."""
+
+
+@event("TriggerCheckpoint")
+class TriggerCheckpoint(Event):
+    """Ask the leader to checkpoint every coordinator of a job now (``sluice checkpoint``)."""
+
+    job_id: str
+    reason: str = "requested"

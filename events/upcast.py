@@ -66,3 +66,11 @@ def _update_task_execution_state_v1_v2(payload: Payload) -> Payload:
     if isinstance(payload, dict):
         return {"vertex_id": "", "subtask": -1, "attempt": -1, "taskmanager": None, "slot": None, **payload}
     return payload
+
+
+@upcaster("OperatorEvent", 1)
+def _operator_event_v1_v2(payload: Payload) -> Payload:
+    """v2 added ``attempt`` (which execution attempt sent it, or is meant to get it)."""
+    if isinstance(payload, dict):
+        return {"attempt": 0, **payload}
+    return payload

@@ -29,7 +29,7 @@ from typing import Callable
 
 from sluice.events import DEFAULT_MAX_PARALLELISM, JobEdge, JobGraph, JobVertex, RestartStrategy, SinkSpec, SourceSpec
 
-__all__ = ["Job", "Stream", "Keyed", "function_ref"]
+__all__ = ["Job", "Stream", "Keyed", "function_ref", "task_context"]
 
 DEFAULT_SPLIT_BYTES = 8 * 1024 * 1024
 
@@ -52,6 +52,17 @@ class Stream:
         """Transform this stream (forward: subtask i reads subtask i, equal parallelism).
         Chained into the upstream task when nothing else consumes it, as Flink chains."""
         return self.job._transform(name, fn, [self, *(also or [])], parallelism or self.parallelism)
+
+    def with_coordinator(self, coordinator: type) -> "Stream":
+        """Give the vertex producing this stream an OperatorCoordinator (a class defined at
+        the top level of the job file, subclassing
+        ``sluice.services.coordination.coordinator.OperatorCoordinator``); its subtasks
+        talk to it through ``task_context()``."""
+        for i, v in enumerate(self.job.vertices):
+            if v.name == self.name:
+                self.job.vertices[i] = replace(v, coordinator=function_ref(coordinator))
+                return self
+        raise ValueError(f"no vertex {self.name!r} in job {self.job.name!r}")
 
     def key_by(self, key: str) -> "Keyed":
         """Partition by ``key`` for the next transform: each key's rows go to one subtask."""
@@ -83,18 +94,29 @@ class Job:
         self.edges: list[JobEdge] = []
 
     # --- sources ---
+    # Every source's readers ask its coordinator for splits one at a time, so a fast reader
+    # takes more than a slow one. ``protocol``: "operator-events" (FLIP-27, the default) or
+    # "input-splits" (the seed protocol, RequestNextInputSplit); both balance the same way.
     def read_text(self, name: str, paths: str | list[str], *, parallelism: int = 2,
-                  split_bytes: int = DEFAULT_SPLIT_BYTES) -> Stream:
-        return self._source(name, SourceSpec("text", _list(paths), split_bytes), parallelism)
+                  split_bytes: int = DEFAULT_SPLIT_BYTES, protocol: str = "operator-events") -> Stream:
+        return self._source(name, SourceSpec("text", _list(paths), split_bytes, {}, protocol), parallelism)
 
     def read_csv(self, name: str, paths: str | list[str], *, parallelism: int = 2, header: bool = True,
-                 infer_schema: bool = True, split_bytes: int = DEFAULT_SPLIT_BYTES) -> Stream:
+                 infer_schema: bool = True, split_bytes: int = DEFAULT_SPLIT_BYTES,
+                 protocol: str = "operator-events") -> Stream:
         options = {"header": str(header).lower(), "inferSchema": str(infer_schema).lower()}
-        return self._source(name, SourceSpec("csv", _list(paths), split_bytes, options), parallelism)
+        return self._source(name, SourceSpec("csv", _list(paths), split_bytes, options, protocol), parallelism)
 
     def read_parquet(self, name: str, paths: str | list[str], *, parallelism: int = 2,
-                     split_bytes: int = DEFAULT_SPLIT_BYTES) -> Stream:
-        return self._source(name, SourceSpec("parquet", _list(paths), split_bytes), parallelism)
+                     split_bytes: int = DEFAULT_SPLIT_BYTES, protocol: str = "operator-events") -> Stream:
+        return self._source(name, SourceSpec("parquet", _list(paths), split_bytes, {}, protocol), parallelism)
+
+    def read_range(self, name: str, start: int, end: int, *, per_split: int = 1_000_000, parallelism: int = 2,
+                   protocol: str = "operator-events") -> Stream:
+        """The numbers ``start`` .. ``end - 1`` in a column ``id`` (like ``spark.range``), in
+        splits of ``per_split`` numbers."""
+        spec = SourceSpec("range", [], per_split, {"start": str(int(start)), "end": str(int(end))}, protocol)
+        return self._source(name, spec, parallelism)
 
     def noop(self, name: str, *, parallelism: int = 1) -> None:
         """Tasks that do nothing: they exercise the whole control plane (scheduling, deployment,
@@ -152,3 +174,12 @@ class Job:
 
 def _list(paths: str | list[str]) -> list[str]:
     return [paths] if isinstance(paths, str) else list(paths)
+
+
+def task_context():
+    """Inside a transform of a running task: this subtask's line to its vertex's
+    coordinator (``send_to_coordinator(body)``, ``next_event(timeout_s)``, ``subtask``,
+    ``attempt``)."""
+    from sluice.services.taskmanager.events import current
+
+    return current()

@@ -16,6 +16,8 @@
      │    └── ScriptError            a Lua script answered with an error we did not expect
      ├── ConfigError                 a setting is missing or wrong
      └── ServiceError                a component cannot go on (names the component)
+          ├── ContextNotBound        a coordinator used its context before leadership
+          └── CoordinatorError       a coordinator failed (the job's root cause)
 
 Errors carry their context (which stream, which entry, which job) as attributes and
 in their message, so a log line or a bug report explains itself.
@@ -38,6 +40,8 @@ __all__ = [
     "RedisUnavailable",
     "StaleEpoch",
     "ScriptError",
+    "ContextNotBound",
+    "CoordinatorError",
     "ConfigError",
     "ServiceError",
 ]
@@ -144,3 +148,11 @@ class ConfigError(SluiceError):
 
 class ServiceError(SluiceError):
     """A component cannot go on; the message names the component and what to do."""
+
+
+class ContextNotBound(ServiceError):
+    """A coordinator used its context before the JobManager leads (during restore)."""
+
+
+class CoordinatorError(ServiceError):
+    """A coordinator failed; its job fails with this as the root cause."""

@@ -13,7 +13,8 @@ every key one atomic commit touches lives in one slot:
     {<p>:cluster}:epoch        the epoch counter, increased at every takeover
     {<p>:cluster}:table:<name> a read model (e.g. taskmanagers), with
     {<p>:cluster}:position:<name>  the fact stream position it reflects
-    {<p>:job:<id>}:…           the same shapes, per job
+    {<p>:job:<id>}:…           the same shapes, per job, and
+    {<p>:job:<id>}:task:<v>:<i>:inbox  events to subtask i of vertex v (splits, operator events)
     {<p>:tm:<id>}:…            the same shapes, per TaskManager (its inbox)
     {<p>:client:<id>}:inbox    replies to one client (Success, JobRefused)
     {<p>:blob}:<sha256>        a job's code, content-addressed
@@ -21,6 +22,7 @@ every key one atomic commit touches lives in one slot:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -103,6 +105,13 @@ class Keys:
     @staticmethod
     def position(tag: str, name: str) -> str:
         return tag + ":position:" + name
+
+    @staticmethod
+    def task_inbox(tag: str, vertex: str, subtask: int) -> str:
+        """The inbox of one subtask (all its attempts; each event names its attempt), in the
+        job's tag so the leader writes it in the commit that decides the event."""
+        digest = hashlib.sha1(vertex.encode()).hexdigest()[:12]
+        return f"{tag}:task:{digest}:{int(subtask)}:inbox"
 
     def slot_queue(self, resource_id: str, slot: int) -> str:
         """The RQ queue of one TaskManager slot (RQ adds its own ``rq:queue:`` prefix)."""

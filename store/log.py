@@ -178,7 +178,7 @@ class EventLog:
         with translate_errors(f"reading {stream}"):
             return int(self.client.xlen(stream))
 
-    def follow(self, positions: dict[str, str], *, block_ms: int = 1000, count: int = 1000) -> list[tuple[str, str, dict[bytes, bytes]]]:
+    def follow(self, positions: dict[str, str], *, block_ms: int | None = 1000, count: int = 1000) -> list[tuple[str, str, dict[bytes, bytes]]]:
         """Entries after the given positions of several streams (blocking up to ``block_ms``).
 
         Returns (stream, entry id, fields) in per-stream order; the caller advances

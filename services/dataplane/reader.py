@@ -33,7 +33,7 @@ from sluice.services.dataplane.splits import COMPRESSED_SUFFIXES, FORMATS, Split
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["materialize_split", "read_split"]
+__all__ = ["materialize_split", "read_split", "read_materialized"]
 
 _COPY_CHUNK = 8 << 20
 """Bytes per read when copying a split's range."""
@@ -198,14 +198,19 @@ def read_split(spark: SparkSession, split: Split, options: Mapping[str, str], te
     DataFrame has completed: Spark reads the temp file lazily.
     """
     path = materialize_split(split, options, temp_dir)
+    return read_materialized(spark, str(split["format"]), options, [path])
+
+
+def read_materialized(spark: SparkSession, fmt: str, options: Mapping[str, str], paths: list[Path]) -> DataFrame:
+    """Materialized splits (files made by ``materialize_split``) as one DataFrame, read in one scan."""
+    path = [str(p) for p in paths]
     opts = {k: str(v) for k, v in options.items() if k.lower() != "schema"}
     reader = spark.read.options(**opts)
     schema = _option(options, "schema")
     if schema:
         reader = reader.schema(str(schema))
-    fmt = split["format"]
     if fmt == "text":
-        return reader.text(str(path))
+        return reader.text(path)
     if fmt == "csv":
-        return reader.csv(str(path))
-    return reader.parquet(str(path))
+        return reader.csv(path)
+    return reader.parquet(*path)

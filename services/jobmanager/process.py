@@ -15,7 +15,9 @@ import time
 from sluice.errors import DecodeError, RedisUnavailable, StaleEpoch
 from sluice.events import (
     FIELD,
+    CoordinatorCheckpointed,
     Envelope,
+    ExecutionGraphBuilt,
     Event,
     JobManagerHeartbeat,
     JobRefused,
@@ -27,6 +29,7 @@ from sluice.events import (
     encode,
 )
 from sluice.services.common.shell import get_logger, hostname, new_id, now_ms
+from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS, JobCoordinators, operator_of
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.state import TERMINAL_JOB, JobsState
 from sluice.services.jobs.state import evolve as jobs_evolve
@@ -68,7 +71,10 @@ class JobManager:
         inbox_retention_ms: int = 600_000,
         storage_root: str = "file:///tmp/sluice-storage",
         max_stall_s: float = 60.0,
+        checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
     ) -> None:
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.coords: dict[str, JobCoordinators] = {}
         self.max_stall_s = max_stall_s
         self._progress = 0.0
         self.log = log
@@ -148,17 +154,40 @@ class JobManager:
             n += 1
         self.state = state
         self.jobs = JobsState()
+        self._close_coordinators()
         self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
+        restoring = []
         for job_id in registered:
             tag = self.keys.job(job_id)
             self.log.fence(tag, epoch)  # from now on a deposed leader cannot write to this job
+            checkpoints: dict[str, tuple[int, object]] = {}
+            tails: dict[str, list[Event]] = {}
             for _, env in self.log.replay(self.keys.facts(tag)):
                 jobs_evolve(self.jobs, env)
                 n += 1
+                op = operator_of(env.event)
+                if op is None:
+                    continue
+                if isinstance(env.event, CoordinatorCheckpointed):
+                    checkpoints[op] = (env.event.checkpoint_id, env.event.state)
+                    tails[op] = []
+                else:
+                    tails.setdefault(op, []).append(env.event)
             job = self.jobs.jobs.get(job_id)
             if job is None or job.status not in TERMINAL_JOB:
                 self.consumer.add_stream(self.keys.inbox(tag))
+            if job is not None and job.built and job.status not in TERMINAL_JOB:
+                # Coordinators exist before leadership is used: restored first, bound and started
+                # below, then fed what happened after their checkpoints.
+                coords = self._create_coordinators(job_id)
+                for op, (cid, cstate) in checkpoints.items():
+                    coords.restore(op, cid, cstate)
+                restoring.append((job_id, coords, tails))
         self._commit(self.tag, (LeadershipGranted(epoch, self.id, hostname()),), (), None)
+        for job_id, coords, tails in restoring:
+            coords.start(now_ms())
+            coords.replay(tails)
+            self._commit_job(jobs.Decision(job_id, now_ms()))
         self.monitor.restart(self.state, now_ms())
         for tag in [self.tag] + [self.keys.job(j) for j in registered]:
             self._deliverer(tag).deliver()
@@ -205,6 +234,7 @@ class JobManager:
         finally:
             done.set()
             renewer.join()
+            self._close_coordinators()
 
     def _renew(self, epoch: int, lost: threading.Event, done: threading.Event) -> None:
         """Keep the lease while the main loop makes progress. A loop stalled for longer than
@@ -293,9 +323,10 @@ class JobManager:
         self.consumer.add_stream(job_inbox)
 
     def _plan_splits(self, msg: SubmitJob) -> dict[str, list]:
-        from sluice.services.dataplane.splits import plan_splits
+        """Each source's split enumerator discovers its splits (a missing input refuses the job)."""
+        from sluice.services.coordination.source import discover
 
-        return {v.name: plan_splits(v.source.format, v.source.paths, v.source.split_bytes)
+        return {v.name: discover(v.source.format, v.source.paths, v.source.split_bytes, v.source.options)
                 for v in msg.graph.vertices if v.source is not None}
 
     def _handle_job_batch(self, stream: str, entries: list[Entry]) -> None:
@@ -309,6 +340,7 @@ class JobManager:
                 continue  # parked
             merged.facts += decision.facts
             merged.sends += decision.sends
+            merged.checkpoint |= decision.checkpoint
             done.append(entry.id)
         if done:
             self._commit_job(merged, stream, tuple(done))
@@ -357,6 +389,7 @@ class JobManager:
         total = sum(r.slots for r in self.state.active())
         for d in jobs.tick(self.jobs, self.jobs_config, now, total):
             self._commit_job(d)
+        self.flush_coordinators(now)
         self.schedule_all()
         self._send_heartbeats()
         if now >= self._next_trim:
@@ -379,8 +412,12 @@ class JobManager:
     # --- committing ----------------------------------------------------------------------
 
     def _commit_job(self, decision: jobs.Decision, stream: str | None = None, entry_ids: tuple[str, ...] = ()) -> None:
-        """Commit a job decision, acknowledging ``entry_ids`` of the job's inbox."""
+        """Commit a job decision, acknowledging ``entry_ids`` of the job's inbox, with what the
+        job's coordinators did in answer to its facts (in the same script)."""
         tag = self.keys.job(decision.job_id)
+        deliver = self._coordinate(decision)
+        if not decision.facts and not decision.sends and not entry_ids:
+            return
         sends = []
         for (kind, where), ev in decision.sends:
             target = self.keys.inbox(self.keys.taskmanager(where)) if kind == "tm" else where
@@ -388,17 +425,97 @@ class JobManager:
         consumed = Consumed(stream, GROUP, entry_ids) if stream and entry_ids else None
         # One decision, one script: its facts and its messages land together or not at all
         # (deployments are capped per pass, so a script stays short).
-        ok = self._commit(tag, tuple(decision.facts), (), None, sends=sends, apply=False, consumed=consumed)
+        ok = self._commit(tag, tuple(decision.facts), (), None, sends=sends, apply=False, consumed=consumed,
+                          deliver=deliver)
         if not ok:
             raise _Rebuild(f"a job commit for {decision.job_id} was a duplicate")
+        coords = self.coords.get(decision.job_id)
+        if coords is not None:
+            coords.committed()
         job = self.jobs.jobs.get(decision.job_id)
-        if job is not None and job.status in TERMINAL_JOB and self.keys.inbox(tag) in self.consumer.streams:
-            self.consumer.remove_stream(self.keys.inbox(tag))
-            self.logger.info("job ended", job=decision.job_id, status=job.status.value, reason=job.reason)
+        if job is not None and job.status in TERMINAL_JOB:
+            if coords is not None:
+                coords.close()
+                del self.coords[decision.job_id]
+            if self.keys.inbox(tag) in self.consumer.streams:
+                self.consumer.remove_stream(self.keys.inbox(tag))
+                self.logger.info("job ended", job=decision.job_id, status=job.status.value, reason=job.reason)
+
+    # --- coordinators --------------------------------------------------------------------
+
+    def _create_coordinators(self, job_id: str) -> JobCoordinators:
+        job = self.jobs.jobs[job_id]
+        coords = JobCoordinators(job_id, job.graph.vertices, job.splits, self._loader(job_id),
+                                 interval_ms=self.checkpoint_interval_ms)
+        self.coords[job_id] = coords
+        return coords
+
+    def _loader(self, job_id: str):
+        """Imports a user coordinator class (``module:qualname``) from the job's code."""
+        def load(ref: str) -> type:
+            import importlib
+            import tempfile
+            from pathlib import Path
+
+            from sluice.services.taskmanager.library import LibraryCache, load_module
+
+            job = self.jobs.jobs[job_id]
+            module_name, _, qualname = ref.partition(":")
+            if module_name == job.module:
+                cache = LibraryCache(self.blobs, Path(tempfile.gettempdir()) / "sluice-jobmanager-code")
+                obj: object = load_module(cache.register(job.code_blob, job.module), job.module)
+            else:
+                obj = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+            return obj  # type: ignore[return-value]
+
+        return load
+
+    def _coordinate(self, decision: jobs.Decision) -> dict[int, str]:
+        """Feed the decision's facts to the job's coordinators (creating them with the
+        ExecutionGraph) and append what they did; returns which facts are also delivered
+        to a subtask's inbox (fact index -> inbox key)."""
+        job_id, now = decision.job_id, decision.now
+        coords = self.coords.get(job_id)
+        for ev in list(decision.facts):
+            if isinstance(ev, ExecutionGraphBuilt) and coords is None:
+                coords = self._create_coordinators(job_id)
+                coords.start(now)
+            elif coords is not None:
+                coords.feed(ev)
+        if coords is None:
+            return {}
+        flush = coords.flush(now, force=decision.checkpoint)
+        if flush.failures:
+            reason = "\n".join(flush.failures)
+            self.logger.error("coordinator failed; failing the job", job=job_id, reason=reason.splitlines()[0])
+            failed = jobs.fail_job(self.jobs, job_id, reason, now)
+            for ev in failed.facts:
+                coords.feed(ev)
+            decision.facts += failed.facts
+            decision.sends += failed.sends
+        tag = self.keys.job(job_id)
+        deliver: dict[int, str] = {}
+        for ev, to in flush.facts:
+            if to is not None:
+                deliver[len(decision.facts)] = self.keys.task_inbox(tag, to[0], to[1])
+            decision.facts.append(ev)
+        return deliver
+
+    def _close_coordinators(self) -> None:
+        for coords in self.coords.values():
+            coords.close()
+        self.coords = {}
+
+    def flush_coordinators(self, now: int) -> None:
+        """Periodic checkpoints, and what coordinator threads did since the last pass."""
+        for job_id in list(self.coords):
+            self._commit_job(jobs.Decision(job_id, now))
 
     def _commit(self, tag: str, facts: tuple[Event, ...], replies: tuple[tuple[str, Event], ...],
                 entry: Entry | None, cause: str | None = None, sends: list[tuple[str, Event]] | None = None,
-                apply: bool = True, consumed: Consumed | None = None) -> bool:
+                apply: bool = True, consumed: Consumed | None = None, deliver: dict[int, str] | None = None) -> bool:
         """Commit facts (to ``tag``'s fact stream) and messages (to its outbox), acknowledging
         ``entry``. ``replies`` go to TaskManagers by resource id, ``sends`` to inbox keys.
         With ``apply`` the membership facts are folded into the state after the commit."""
@@ -407,6 +524,8 @@ class JobManager:
         job = self.keys.job_id_of(tag)
         fact_envs = [Envelope(f, new_id(), self.epoch, ts, job, cause) for f in facts]
         outs = [Out(self.keys.facts(tag), e) for e in fact_envs]
+        for i, inbox in (deliver or {}).items():  # same tag: written in this very commit
+            outs.append(Out(inbox, fact_envs[i]))
         outbox = self.keys.outbox(tag)
         targets = [(self.keys.inbox(self.keys.taskmanager(rid)), r) for rid, r in replies] + list(sends or [])
         outs += [Out(outbox, Envelope(r, new_id(), self.epoch, ts, job, cause), to=target) for target, r in targets]

@@ -17,6 +17,9 @@ from sluice.events import (
     CancelJob,
     CancelTask,
     Envelope,
+    OperatorEvent,
+    RequestNextInputSplit,
+    TriggerCheckpoint,
     Event,
     ExecutionGraphBuilt,
     JobStatus,
@@ -35,8 +38,8 @@ from sluice.events import (
 
 from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
 
-__all__ = ["JobsConfig", "Decision", "Dest", "submit", "input_paths", "MAX_DEPLOY_PER_PASS", "on_message", "schedule", "taskmanager_lost", "tick",
-           "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
+__all__ = ["JobsConfig", "Decision", "Dest", "submit", "input_paths", "MAX_DEPLOY_PER_PASS", "on_message", "schedule",
+           "taskmanager_lost", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
 
 Dest = tuple[str, str]
 """Where a message goes: ("tm", resource_id) or ("inbox", stream key)."""
@@ -78,6 +81,8 @@ class Decision:
     facts: list[Event] = field(default_factory=list)
     sends: list[tuple[Dest, Event]] = field(default_factory=list)
     note: str | None = None
+    checkpoint: bool = False
+    """Checkpoint the job's coordinators now (``TriggerCheckpoint``)."""
 
     def __bool__(self) -> bool:
         return bool(self.facts or self.sends)
@@ -149,6 +154,13 @@ def on_message(state: JobsState, job_id: str, env: Envelope, config: JobsConfig,
         ex = _current(job, msg.execution_id)
         if ex is not None and not ex.produced and job.status not in TERMINAL_JOB:
             rec.fact(msg)
+    elif isinstance(msg, (RequestNextInputSplit, OperatorEvent)):
+        _coordinator_input(rec, job, msg)
+    elif isinstance(msg, TriggerCheckpoint):
+        if job.status in TERMINAL_JOB:
+            rec.decision.note = f"job {job_id} is {job.status.value}: its coordinators are gone"
+        else:
+            rec.decision.checkpoint = True
     elif isinstance(msg, CancelJob):
         if job.status in TERMINAL_JOB or job.status in (JobStatus.CANCELLING, JobStatus.FAILING):
             rec.decision.note = f"job {job_id} is already {job.status.value}"
@@ -159,8 +171,56 @@ def on_message(state: JobsState, job_id: str, env: Envelope, config: JobsConfig,
     else:
         raise UnexpectedJobMessage(
             f"{msg.TYPE} is not a message a job inbox takes (it takes UpdateTaskExecutionState, "
-            "TaskOperationResult, ScheduleOrUpdateConsumers, CancelJob)"
+            "TaskOperationResult, ScheduleOrUpdateConsumers, RequestNextInputSplit, OperatorEvent, "
+            "TriggerCheckpoint, CancelJob)"
         )
+    return rec.decision
+
+
+def _coordinator_input(rec: _Recorder, job: JobRun, msg: RequestNextInputSplit | OperatorEvent) -> None:
+    """A split request or an operator event from a subtask: recorded as a fact (the
+    coordinator reacts to the fact) if it comes from the current attempt of a subtask of
+    a vertex with a coordinator, while the job runs; otherwise ignored with the reason."""
+    if isinstance(msg, OperatorEvent):
+        if not msg.to_coordinator:
+            rec.decision.note = "an OperatorEvent to a subtask was sent to the job's inbox; ignored"
+            return
+        vertex_name, subtask, attempt = msg.operator_id, msg.subtask, msg.attempt
+    else:
+        try:
+            vertex_name, subtask, attempt = parse_execution_id(msg.execution_id)
+        except ValueError:
+            rec.decision.note = f"split request with a malformed execution id {msg.execution_id!r}; ignored"
+            return
+    vertex = job.vertices.get(vertex_name)
+    if vertex is None or not (vertex.spec.kind == "source" or vertex.spec.coordinator):
+        rec.decision.note = f"{msg.TYPE} for {vertex_name!r}, which has no coordinator in job {job.job_id}; ignored"
+        return
+    if isinstance(msg, RequestNextInputSplit) and vertex.spec.kind != "source":
+        rec.decision.note = f"split request for {vertex_name!r}, which is not a source; ignored"
+        return
+    if not 0 <= subtask < len(vertex.subtasks):
+        rec.decision.note = f"{msg.TYPE} from subtask {subtask} of {vertex_name!r}, which has {len(vertex.subtasks)}"
+        return
+    ex = vertex.subtasks[subtask]
+    if job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+        rec.decision.note = f"{msg.TYPE} from {ex.id} while the job is {job.status.value}; ignored"
+    elif ex.attempt != attempt or ex.state.terminal:
+        rec.decision.note = f"{msg.TYPE} from attempt {attempt} of {vertex_name}[{subtask}], which is not running " \
+                            f"(current attempt {ex.attempt}, {ex.state.value}); ignored"
+    else:
+        rec.fact(msg)
+
+
+def fail_job(state: JobsState, job_id: str, reason: str, now: int) -> Decision:
+    """Fail a job at once, without restarts (a coordinator failed): cancel its tasks."""
+    rec = _Recorder(state, job_id, now)
+    job = state.jobs.get(job_id)
+    if job is None or job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+        return rec.decision
+    rec.fact(JobStatusChanged(job_id, JobStatus.FAILING, reason))
+    _cancel_all(rec, job, "the job is failing")
+    _maybe_complete(rec, job)
     return rec.decision
 
 
@@ -329,9 +389,9 @@ def descriptor(job: JobRun, ex: Execution) -> dict:
         "inputs": inputs, "output": output,
     }
     if spec.source is not None:
-        splits = job.splits.get(ex.vertex, [])
+        # No splits here: the reader asks the source coordinator for them one at a time.
         d["source"] = {"format": spec.source.format, "options": spec.source.options,
-                       "splits": splits[ex.subtask::len(vertex.subtasks)]}
+                       "protocol": spec.source.protocol}
     if spec.sink is not None:
         d["sink"] = {"format": spec.sink.format, "path": spec.sink.path, "options": spec.sink.options}
     return d

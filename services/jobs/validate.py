@@ -10,7 +10,8 @@ from sluice.events import JobGraph
 
 __all__ = ["InvalidJobGraph", "validate", "problems"]
 
-SOURCE_FORMATS = ("text", "csv", "parquet")
+SOURCE_FORMATS = ("text", "csv", "parquet", "range")
+SPLIT_PROTOCOLS = ("operator-events", "input-splits")
 SINK_FORMATS = ("parquet", "csv")
 RESTARTS = ("fixed-delay", "exponential-backoff", "none")
 
@@ -71,6 +72,12 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
                 out.append(f"source {v.name!r} reads format {v.source.format!r}; supported: {', '.join(SOURCE_FORMATS)}")
             elif v.source.split_bytes < 1:
                 out.append(f"source {v.name!r} has split size {v.source.split_bytes}; it must be at least 1 byte")
+            if v.source is not None and v.source.protocol not in SPLIT_PROTOCOLS:
+                out.append(f"source {v.name!r} asks for splits by protocol {v.source.protocol!r}; use one of "
+                           f"{', '.join(SPLIT_PROTOCOLS)}")
+            if v.coordinator:
+                out.append(f"source {v.name!r} declares coordinator {v.coordinator!r}, but a source's coordinator "
+                           "is its split enumerator; give the coordinator to a transform")
             if inputs[v.name]:
                 out.append(f"source {v.name!r} has inputs ({', '.join(e.source for e in inputs[v.name])}); sources read files only")
         elif v.kind == "transform":
@@ -95,6 +102,8 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
             out.append(f"vertex {v.name!r} has kind {v.kind!r}; use source, transform, sink or noop")
         for ref in v.functions:
             out += _function_problems(v.name, ref, module)
+        if v.coordinator and v.kind != "source":
+            out += [p.replace("function", "coordinator", 1) for p in _function_problems(v.name, v.coordinator, module)]
         if v.sink is not None and v.sink.format not in SINK_FORMATS and v.kind != "sink":
             out.append(f"vertex {v.name!r} writes format {v.sink.format!r}; supported: {', '.join(SINK_FORMATS)}")
         exchanges = {(e.exchange, e.key) for e in outputs[v.name]}

@@ -43,8 +43,9 @@ class TaskManager:
                  host: str | None = None, config: RegistrationConfig = RegistrationConfig(),
                  labels: dict[str, str] | None = None, inbox_retention_ms: int = 600_000,
                  home: Path = Path(".sluice"), redis_url: str | None = None, execute: bool = True,
-                 spark_remote: str | None = None) -> None:
+                 spark_remote: str | None = None, io_rate: float = 0.0) -> None:
         self.spark_remote = spark_remote
+        self.io_rate = io_rate
         self._spark_server = None
         self.log = log
         self.keys = log.keys
@@ -207,7 +208,8 @@ class TaskManager:
         if q is None:
             q = self._queues[task.slot] = Queue(self.keys.slot_queue(self.resource_id, task.slot),
                                                 connection=self.log.client, serializer=JSONSerializer)
-        runtime = {"code_path": str(task.code_path), "temp_dir": str(task.temp_dir)}
+        runtime = {"code_path": str(task.code_path), "temp_dir": str(task.temp_dir), "host": self.reg.host,
+                   "io_rate": self.io_rate}
         if task.descriptor.get("kind") != "noop":
             runtime["spark_remote"] = self._spark()
         job = q.enqueue(RUN_TASK, args=(task.descriptor, runtime), job_id=new_id(), job_timeout=-1,

@@ -105,11 +105,15 @@ def standard_steps(library: LibraryCache, table: TaskTable, temp_root: Path,
         table.pop(t.id, None)
 
     def splits_do(t: Task) -> None:
+        # The split provider: a source asks its coordinator for splits as it goes, by the
+        # protocol its descriptor names (the task's inbox is where the answers arrive).
         source = t.descriptor.get("source")
-        splits = source.get("splits", []) if source else []
-        if not isinstance(splits, list):
-            raise ValueError(f"the descriptor's splits are not a list: {splits!r}")
-        t.splits = splits
+        if source is not None:
+            protocol = source.get("protocol")
+            if protocol not in ("operator-events", "input-splits"):
+                raise ValueError(f"the descriptor asks for splits by protocol {protocol!r}; this TaskManager "
+                                 "speaks operator-events and input-splits")
+            t.splits = [protocol]
 
     def splits_undo(t: Task) -> None:
         t.splits = None

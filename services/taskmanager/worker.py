@@ -10,15 +10,17 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sluice.events import Envelope, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
-from sluice.services.common.shell import new_id, now_ms
+from sluice.services.common.shell import hostname, new_id, now_ms
 from sluice.store import EventLog, Keys, connect
 
+from . import events as task_events
 from .library import load_module
 
 __all__ = ["run_task", "spark_session", "WorkerContext", "RUN_TASK"]
@@ -128,15 +130,55 @@ def describe_error(exc: BaseException, limit: int = 8000) -> str:
 
 
 def _execute(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path) -> None:
-    from sluice.services.dataplane import exchange, reader
-
     spark = spark_session(runtime.get("spark_remote"))
     temp_dir.mkdir(parents=True, exist_ok=True)
+    events = task_events.TaskEvents(ctx.log, d, runtime.get("host") or hostname())
+    task_events.install(events)
+    try:
+        _run_chain(ctx, d, runtime, temp_dir, spark, events)
+    finally:
+        task_events.install(None)
+
+
+def _read_source(spark: Any, d: dict, runtime: dict, temp_dir: Path, events: "task_events.TaskEvents") -> Any:
+    """Ask the source coordinator for splits until there are none left, reading each as it
+    comes (at most ``io_rate`` bytes a second when the TaskManager limits it); then one
+    DataFrame of everything this subtask read."""
+    from sluice.services.dataplane import reader
+
+    source = d["source"]
+    rate = float(runtime.get("io_rate") or 0)
+    files: list[Path] = []
+    ranges: list[tuple[int, int]] = []
+    while (split := events.next_split()) is not None:
+        began = time.monotonic()
+        if split["format"] == "range":
+            ranges.append((int(split["start"]), int(split["end"])))
+            size = 8 * (int(split["end"]) - int(split["start"]))
+        else:
+            path = reader.materialize_split(split, source["options"], temp_dir / "splits")
+            files.append(path)
+            size = path.stat().st_size
+        if rate > 0:
+            time.sleep(max(0.0, size / rate - (time.monotonic() - began)))
+    if source["format"] == "range":
+        from pyspark.sql import functions as F
+
+        if not ranges:
+            return spark.createDataFrame([], "id long")
+        bounds = spark.createDataFrame(ranges, "s long, e long")
+        return bounds.select(F.explode(F.sequence("s", F.col("e") - 1)).alias("id"))
+    if not files:
+        return _empty_source(spark, source)
+    return reader.read_materialized(spark, source["format"], source["options"], files)
+
+
+def _run_chain(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path, spark: Any,
+               events: "task_events.TaskEvents") -> None:
+    from sluice.services.dataplane import exchange
+
     if d["kind"] == "source":
-        source = d["source"]
-        frames = [reader.read_split(spark, split, source["options"], temp_dir / f"split-{i}")
-                  for i, split in enumerate(source["splits"])]
-        df = _union(frames) if frames else _empty_source(spark, source)
+        df = _read_source(spark, d, runtime, temp_dir, events)
         inputs = [df]
     else:
         from sluice.services.jobs.core import input_paths
@@ -162,13 +204,6 @@ def _execute(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path) -> None
         ctx.log.append(keys.inbox(keys.job(d["job_id"])), Envelope(
             ScheduleOrUpdateConsumers(d["job_id"], d["execution_id"], d["vertex"], d["subtask"], d["attempt"]),
             new_id(), 0, now_ms(), d["job_id"]))
-
-
-def _union(frames: list) -> Any:
-    df = frames[0]
-    for f in frames[1:]:
-        df = df.unionByName(f)
-    return df
 
 
 def _empty_source(spark: Any, source: dict) -> Any:

@@ -18,8 +18,11 @@ from .context import Context
               help="Where result partitions go (file:// URI; default: <home>/storage).")
 @click.option("--slot-timeout", envvar="SLUICE_SLOT_TIMEOUT_S", default=300, show_default=True, type=int,
               help="Seconds a job may wait for free slots before it fails.")
+@click.option("--checkpoint-interval", envvar="SLUICE_CHECKPOINT_INTERVAL_MS", default=2000, show_default=True,
+              type=int, help="Milliseconds between checkpoints of a coordinator that has new inputs.")
 @click.pass_obj
-def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_timeout: int) -> None:
+def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_timeout: int,
+               checkpoint_interval: int) -> None:
     """Run a JobManager: it leads when it holds the lease, and stands by otherwise."""
     from sluice.services.jobmanager import JobManager
     from sluice.services.jobs.core import JobsConfig
@@ -29,7 +32,8 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
     root = storage_root or (s.home / "storage").resolve().as_uri()
     jm = JobManager(obj.log(), config=MembershipConfig(s.heartbeat_interval_ms, s.heartbeat_timeout_ms),
                     jobs_config=JobsConfig(slot_timeout_ms=slot_timeout * 1000),
-                    lease_ttl_ms=s.lease_ttl_ms, jm_id=jm_id, storage_root=root)
+                    lease_ttl_ms=s.lease_ttl_ms, jm_id=jm_id, storage_root=root,
+                    checkpoint_interval_ms=checkpoint_interval)
     jm.run(stop_on_signals())
 
 
@@ -40,11 +44,14 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
 @click.option("--spark", "spark", default=None, envvar="SLUICE_SPARK_REMOTE", metavar="sc://HOST:PORT",
               help="Spark Connect server the workers use (default: this TaskManager starts one when a "
                    "task first needs Spark).")
+@click.option("--io-rate", default=0.0, type=float, envvar="SLUICE_IO_RATE", show_default=True,
+              metavar="BYTES/S", help="Read input splits at most this fast, per slot (0: no limit); "
+                                      "shares a disk fairly, as Flink's rate-limited sources do.")
 @click.option("--no-execute", is_flag=True, hidden=True,
               help="Acknowledge and finish tasks without running them (control-plane benchmarks).")
 @click.pass_obj
 def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | None, spark: str | None,
-                no_execute: bool) -> None:
+                io_rate: float, no_execute: bool) -> None:
     """Run a TaskManager: register with the leader, run tasks on one RQ worker per slot,
     heartbeat, and unregister on SIGTERM."""
     from sluice.services.taskmanager import RegistrationConfig, TaskManager
@@ -53,7 +60,8 @@ def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | N
     tm = TaskManager(obj.log(), resource_id=resource_id, slots=slots, host=host,
                      config=RegistrationConfig(heartbeat_interval_ms=s.heartbeat_interval_ms,
                                                jobmanager_timeout_ms=s.heartbeat_timeout_ms),
-                     home=s.home, redis_url=obj.url, execute=not no_execute, spark_remote=spark)
+                     home=s.home, redis_url=obj.url, execute=not no_execute, spark_remote=spark,
+                     io_rate=io_rate)
     sys.exit(tm.run(stop_on_signals()))
 
 @click.command(hidden=True)

@@ -36,7 +36,7 @@ class Env:
 
     def task(self) -> Task:
         return Task({"job_id": "job", "execution_id": "v:0:0", "code_blob": self.blob, "module": "m",
-                     "source": {"splits": [{"path": "/x", "start": 0, "end": 5}]},
+                     "source": {"format": "text", "options": {}, "protocol": "input-splits"},
                      "output": {"path": self.out.as_uri()}}, slot=0)
 
     def assert_clean(self) -> None:
@@ -73,7 +73,7 @@ def test_a_started_task_holds_everything_until_released(log: EventLog, tmp_path:
     task = env.task()
     start(task, env.steps)
     assert env.library.refs == {env.blob: 1} and task.code_path.read_bytes().startswith(b"def f")
-    assert env.table == {"job/v:0:0": task} and task.splits == [{"path": "/x", "start": 0, "end": 5}]
+    assert env.table == {"job/v:0:0": task} and task.splits == ["input-splits"]
     assert task.temp_dir.is_dir() and env.queue.count == 1
     with pytest.raises(TaskStartFailed, match="slot 0 is busy"):
         start(Task({**task.descriptor, "execution_id": "v:1:0"}, slot=0), env.steps)
@@ -88,4 +88,14 @@ def test_a_missing_code_blob_fails_the_first_step(log: EventLog, tmp_path: Path)
     task.descriptor["code_blob"] = "0" * 64
     with pytest.raises(TaskStartFailed, match="library cache.*is not in Redis"):
         start(task, env.steps)
+    env.assert_clean()
+
+
+def test_a_source_with_an_unknown_split_protocol_does_not_start(log: EventLog, tmp_path: Path) -> None:
+    env = Env(log, tmp_path)
+    task = env.task()
+    task.descriptor["source"]["protocol"] = "carrier-pigeon"
+    with pytest.raises(TaskStartFailed, match="protocol 'carrier-pigeon'"):
+        start(task, env.steps)
+    assert task.undone == ["task table", "library cache"]
     env.assert_clean()

@@ -1,0 +1,159 @@
+"""The split assignment core, pure: which split a source subtask gets next.
+
+Shared by both split protocols (``RequestNextInputSplit`` and the enumerator's operator
+events). Splits are known by their index in the job's split plan. A request gets:
+
+1. a split whose preferred hosts include the requester's host, if one is left;
+2. else a split given back by a failed subtask (they go first: they are late already);
+3. else the next fresh split in plan order.
+
+Nothing is pushed ahead of time: a subtask gets a split when it asks, so a fast subtask
+takes more splits than a slow one (dynamic load balancing). The splits an attempt holds
+go back to the pool when it fails, and are done when it finishes (a source task commits
+its output only when it finishes, so a failed attempt processed none of them).
+
+Every operation is amortised O(1); the snapshot is small when assignment is orderly
+(index ranges), and ``restore(snapshot())`` equals the original.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Sequence
+
+__all__ = ["SplitAssigner", "ranges", "unranges"]
+
+
+def ranges(indices: Sequence[int]) -> list[list[int]]:
+    """Sorted indices as ``[first, last_exclusive]`` runs: [1,2,3,7] -> [[1,4],[7,8]]."""
+    out: list[list[int]] = []
+    for i in sorted(indices):
+        if out and out[-1][1] == i:
+            out[-1][1] = i + 1
+        else:
+            out.append([i, i + 1])
+    return out
+
+
+def unranges(runs: Sequence[Sequence[int]]) -> list[int]:
+    return [i for a, b in runs for i in range(a, b)]
+
+
+class SplitAssigner:
+    """Assignment state of one source vertex's splits."""
+
+    def __init__(self, hosts: Sequence[Sequence[str]] | int) -> None:
+        """``hosts``: per split, its preferred hosts (or just the number of splits)."""
+        if isinstance(hosts, int):
+            hosts = [()] * hosts
+        self.n = len(hosts)
+        self._hosts = [tuple(h) for h in hosts]
+        self._taken = bytearray(self.n)  # 1: assigned (held) or done
+        self._cursor = 0  # every split below it is taken or in _returned
+        self._returned: deque[int] = deque()
+        self._by_host: dict[str, deque[int]] = {}
+        for i, hs in enumerate(self._hosts):
+            for h in hs:
+                self._by_host.setdefault(h, deque()).append(i)
+        self.held: dict[int, list[int]] = {}
+        """Per subtask, the splits its current attempt holds (in the order it got them)."""
+        self.done = 0
+
+    # --- operations ---
+    def next(self, subtask: int, host: str = "") -> int | None:
+        """The split ``subtask`` gets next (None: none left for it)."""
+        i = self._local(host) if host else None
+        if i is None:
+            while self._returned and self._taken[self._returned[0]]:
+                self._returned.popleft()
+            if self._returned:
+                i = self._returned.popleft()
+            else:
+                while self._cursor < self.n and self._taken[self._cursor]:
+                    self._cursor += 1
+                if self._cursor == self.n:
+                    return None
+                i = self._cursor
+        self._taken[i] = 1
+        self.held.setdefault(subtask, []).append(i)
+        return i
+
+    def _local(self, host: str) -> int | None:
+        q = self._by_host.get(host)
+        while q:
+            i = q.popleft()
+            if not self._taken[i]:
+                return i
+        return None
+
+    def give_back(self, subtask: int) -> list[int]:
+        """The subtask's attempt failed: what it held goes back to the pool (first in line)."""
+        back = self.held.pop(subtask, [])
+        for i in reversed(back):  # the pool's order and each host's order stay the same
+            self._taken[i] = 0
+            for h in self._hosts[i]:
+                self._by_host[h].appendleft(i)
+        self._returned.extendleft(reversed(back))
+        return back
+
+    def finish(self, subtask: int) -> list[int]:
+        """The subtask's attempt finished: what it held is done."""
+        done = self.held.pop(subtask, [])
+        self.done += len(done)
+        return done
+
+    @property
+    def remaining(self) -> int:
+        """Splits not assigned to anyone right now."""
+        return self.n - sum(self._taken)
+
+    def pool(self) -> list[int]:
+        """The unassigned splits, in the order they will be handed out (ignoring locality)."""
+        seen = [i for i in dict.fromkeys(self._returned) if not self._taken[i]]
+        first = set(seen)
+        return seen + [i for i in range(self._cursor, self.n) if not self._taken[i] and i not in first]
+
+    # --- checkpoints ---
+    def snapshot(self) -> dict[str, Any]:
+        taken_ahead = [i for i in range(self._cursor, self.n) if self._taken[i]] if self._cursor < self.n else []
+        return {
+            "n": self.n,
+            "cursor": self._cursor,
+            "returned": [i for i in dict.fromkeys(self._returned) if not self._taken[i]],
+            "taken_ahead": ranges(taken_ahead),
+            "held": {str(s): ranges(v) if _sorted(v) else v for s, v in sorted(self.held.items())},
+            "done": self.done,
+        }
+
+    @classmethod
+    def restore(cls, hosts: Sequence[Sequence[str]] | int, snap: dict[str, Any]) -> "SplitAssigner":
+        a = cls(hosts)
+        if snap.get("n") != a.n:
+            raise ValueError(f"the checkpoint is for {snap.get('n')} splits but the plan has {a.n}")
+        a._cursor = int(snap["cursor"])
+        for i in range(a._cursor):
+            a._taken[i] = 1
+        for i in unranges(snap["taken_ahead"]):
+            a._taken[i] = 1
+        for i in snap["returned"]:
+            a._taken[i] = 0
+        a._returned = deque(snap["returned"])
+        for i in reversed(snap["returned"]):
+            for h in a._hosts[i]:
+                a._by_host[h].appendleft(i)
+        a.held = {}
+        for s, v in snap["held"].items():
+            held = unranges(v) if v and isinstance(v[0], list) else list(v)
+            a.held[int(s)] = held
+            for i in held:
+                a._taken[i] = 1
+        a.done = int(snap["done"])
+        return a
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SplitAssigner) and self.snapshot() == other.snapshot() and \
+            self.pool() == other.pool()
+
+
+def _sorted(v: list[int]) -> bool:
+    return all(a < b for a, b in zip(v, v[1:]))

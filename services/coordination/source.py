@@ -1,0 +1,104 @@
+"""The source coordinator: a split enumerator running inside an OperatorCoordinator.
+
+The enumerator's splits are discovered when the job is submitted (``discover``: byte
+ranges of files, row groups of Parquet files, or ranges of numbers), so that a job whose
+input does not exist is refused before anything runs; the discovered plan is recorded in
+``JobSubmitted``. Readers then ask for splits one at a time, by either protocol:
+
+* operator events: ``{"type": "request-split", "host": h}`` is answered with
+  ``{"type": "split", "split": {...}}`` or ``{"type": "no-more-splits"}``;
+* the seed protocol (``protocol="input-splits"``): ``RequestNextInputSplit`` is answered
+  with ``NextInputSplit`` (the framework turns the same answers into that event).
+
+Both go through the one ``SplitAssigner``. The coordinator is deterministic (it sends
+only in answer to its inputs, on the main loop), so its answers are released in the
+commit of the request that caused them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.services.dataplane.splits import plan_splits
+
+from .assigner import SplitAssigner
+from .coordinator import CoordinatorContext, OperatorCoordinator
+
+__all__ = ["SourceCoordinator", "SplitEnumerator", "discover", "plan_range", "REQUEST", "SPLIT", "NO_MORE"]
+
+REQUEST, SPLIT, NO_MORE = "request-split", "split", "no-more-splits"
+
+
+def plan_range(start: int, end: int, per_split: int) -> list[dict]:
+    """The numbers ``[start, end)`` in splits of ``per_split``."""
+    if end < start:
+        raise ValueError(f"a range source needs start <= end, got {start}..{end}")
+    if per_split < 1:
+        raise ValueError(f"a range source needs at least 1 number per split, got {per_split}")
+    return [{"format": "range", "start": a, "end": min(a + per_split, end), "index": i}
+            for i, a in enumerate(range(start, end, per_split))]
+
+
+def discover(format: str, paths: list[str], split_bytes: int, options: dict[str, str]) -> list[dict]:
+    """Every split of a source, in order (raises with a clear message when it cannot)."""
+    if format == "range":
+        try:
+            start, end = int(options["start"]), int(options["end"])
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"a range source needs integer options start and end, got {options!r}") from exc
+        return plan_range(start, end, split_bytes)
+    return plan_splits(format, paths, split_bytes)
+
+
+class SplitEnumerator:
+    """Hands out one source's splits on request (FLIP-27's SplitEnumerator)."""
+
+    def __init__(self, splits: list[dict]) -> None:
+        self.splits = splits
+        self.assigner = SplitAssigner([s.get("hosts", ()) for s in splits])
+
+    def handle_split_request(self, subtask: int, host: str) -> dict | None:
+        """The split for this request, or None when there are no more splits."""
+        i = self.assigner.next(subtask, host)
+        return None if i is None else self.splits[i]
+
+    def add_splits_back(self, subtask: int) -> list[int]:
+        return self.assigner.give_back(subtask)
+
+    def finished(self, subtask: int) -> None:
+        self.assigner.finish(subtask)
+
+    def snapshot(self) -> Any:
+        return self.assigner.snapshot()
+
+    def restore(self, state: Any) -> None:
+        self.assigner = SplitAssigner.restore([s.get("hosts", ()) for s in self.splits], state)
+
+
+class SourceCoordinator(OperatorCoordinator):
+    deterministic = True
+
+    def __init__(self, context: CoordinatorContext, splits: list[dict], protocol: str = "operator-events") -> None:
+        super().__init__(context)
+        self.protocol = protocol
+        self.enumerator = SplitEnumerator(splits)
+
+    def handle_event_from_operator(self, subtask: int, attempt: int, event: Any) -> None:
+        if not isinstance(event, dict) or event.get("type") != REQUEST:
+            raise ValueError(f"the source coordinator of {self.context.operator_id!r} got {event!r} from subtask "
+                             f"{subtask}; it takes only {{'type': '{REQUEST}', 'host': ...}}")
+        split = self.enumerator.handle_split_request(subtask, str(event.get("host") or ""))
+        body = {"type": NO_MORE} if split is None else {"type": SPLIT, "split": split}
+        self.context.send_event(subtask, body, attempt)
+
+    def subtask_failed(self, subtask: int, attempt: int, reason: str | None) -> None:
+        self.enumerator.add_splits_back(subtask)
+
+    def subtask_finished(self, subtask: int, attempt: int) -> None:
+        self.enumerator.finished(subtask)
+
+    def checkpoint_coordinator(self, checkpoint_id: int) -> Any:
+        return self.enumerator.snapshot()
+
+    def reset_to_checkpoint(self, checkpoint_id: int, state: Any) -> None:
+        self.enumerator.restore(state)
