@@ -48,6 +48,17 @@ def control(sizes: str) -> None:
 
 
 @bench.command()
+@click.option("--requests", default=2000, show_default=True, help="Round trips to time per path (after warm-up).")
+@click.option("--warmup", default=100, show_default=True, help="Untimed round trips per path first.")
+@click.option("--rounds", "n_rounds", default=4, show_default=True, help="Alternating rounds the requests are split in.")
+def splits(requests: int, warmup: int, n_rounds: int) -> None:
+    """Split request -> assignment round trip (both protocols) vs a raw Redis stream request/response."""
+    from sluice.bench.splits import run
+
+    run(requests=requests, warmup=warmup, n_rounds=n_rounds)
+
+
+@bench.command()
 @click.option("--megabytes", default=200, show_default=True)
 def wordcount(megabytes: int) -> None:
     """sluice run examples/wordcount.py vs the same transformations in plain PySpark."""
