@@ -11,7 +11,7 @@ from types import ModuleType
 from sluice.errors import ConfigError, SluiceError
 from sluice.events import CancelJob, Envelope, JobGraph, JobRefused, SubmitJob, Success
 from sluice.services.common.shell import new_id, now_ms
-from sluice.services.jobs.state import JobRun, JobsState, evolve
+from sluice.services.jobs.state import TERMINAL_JOB, JobRun, JobsState, evolve
 from sluice.services.jobs.validate import validate
 from sluice.services.taskmanager.library import load_module
 from sluice.store import Blobs, EventLog
@@ -115,6 +115,31 @@ class Client:
         self.job(job_id)
         self.log.append(self.keys.inbox(self.keys.job(job_id)),
                         Envelope(CancelJob(job_id, reason), new_id(), 0, now_ms(), job_id))
+
+    def checkpoint(self, job_id: str, *, timeout: float = 30.0) -> list:
+        """Ask the leader to checkpoint the job's coordinators now; the checkpoints taken."""
+        from sluice.events import CoordinatorCheckpointed, TriggerCheckpoint
+
+        job = self.job(job_id)
+        if job.status in TERMINAL_JOB:
+            raise SluiceError(f"job {job_id} is {job.status.value}: its coordinators are gone")
+        stream = self.keys.facts(self.keys.job(job_id))
+        start = self.log.last_id(stream) or "0-0"
+        self.log.append(self.keys.inbox(self.keys.job(job_id)),
+                        Envelope(TriggerCheckpoint(job_id), new_id(), 0, now_ms(), job_id))
+        wanted = {v.name for v in job.graph.vertices if v.kind == "source" or v.coordinator}
+        taken: dict[str, object] = {}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for entry_id, env in self.log.replay(stream, start):
+                start = entry_id
+                if isinstance(env.event, CoordinatorCheckpointed):
+                    taken[env.event.operator_id] = env.event
+            if set(taken) >= wanted:
+                return list(taken.values())
+            time.sleep(0.05)
+        raise SluiceError(f"job {job_id}: no checkpoint of {', '.join(sorted(wanted - set(taken)))} within "
+                          f"{timeout:.0f} s: is a JobManager leading?")
 
     def job_ids(self) -> list[str]:
         from sluice.events import JobRegistered

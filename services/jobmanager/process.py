@@ -486,7 +486,9 @@ class JobManager:
                 coords.feed(ev)
         if coords is None:
             return {}
-        flush = coords.flush(now, force=decision.checkpoint)
+        job = self.jobs.jobs.get(job_id)
+        ending = job is not None and job.status in TERMINAL_JOB  # a last checkpoint keeps the final state
+        flush = coords.flush(now, force=decision.checkpoint or ending)
         if flush.failures:
             reason = "\n".join(flush.failures)
             self.logger.error("coordinator failed; failing the job", job=job_id, reason=reason.splitlines()[0])

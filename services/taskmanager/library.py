@@ -4,6 +4,7 @@ TaskManager by content hash, kept while tasks use it."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import threading
 from pathlib import Path
@@ -33,7 +34,8 @@ class LibraryCache:
                 if data is None:
                     raise ServiceError(f"the job's code (blob {digest[:12]}) is not in Redis")
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp")
+                # Unique per writer: TaskManagers sharing a home may fetch the same code at once.
+                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
                 tmp.write_bytes(data)
                 tmp.replace(path)
             self.refs[digest] = self.refs.get(digest, 0) + 1

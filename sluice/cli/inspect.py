@@ -137,5 +137,43 @@ def list_streams(obj: Context) -> None:
         console.print(f"{escape(short(log, s)):<40} {log.length(s):>8}  [dim]{escape(s)}[/]")
 
 
+@inspect.command("splits")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per assignment.")
+@click.pass_obj
+def splits(obj: Context, job_id: str, as_json: bool) -> None:
+    """Which subtask took which split of JOB_ID, when, under which leader epoch, and what
+    became of it (finished, returned by a failed attempt, or still being read)."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from sluice.client import Client
+    from sluice.services.coordination.timeline import split_timeline
+
+    log = obj.log()
+    Client(log).job(job_id)  # "job not found" for an unknown job
+    rows = split_timeline(env for _, env in log.replay(log.keys.facts(log.keys.job(job_id))))
+    if as_json:
+        for r in rows:
+            sys.stdout.write(orjson.dumps(asdict(r)).decode() + "\n")
+        return
+    table = Table(title=f"splits of job {job_id}")
+    for col in ("split", "reads", "subtask", "attempt", "at", "epoch", "outcome"):
+        table.add_column(col)
+    for r in rows:
+        at = time.strftime("%H:%M:%S", time.localtime(r.at / 1000)) + f".{r.at % 1000:03d}"
+        table.add_row(str(r.split), escape(r.what), f"{escape(r.vertex)}[{r.subtask}]", str(r.attempt), at,
+                      str(r.epoch), r.outcome)
+    console.print(table)
+    per = {}
+    for r in rows:
+        if r.outcome == "finished":
+            per[(r.vertex, r.subtask)] = per.get((r.vertex, r.subtask), 0) + 1
+    if per:
+        console.print("finished splits per subtask: " + ", ".join(
+            f"{escape(v)}[{s}]={n}" for (v, s), n in sorted(per.items())))
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(inspect)

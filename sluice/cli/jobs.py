@@ -207,6 +207,19 @@ def cancel(obj: Context, job_id: str, wait: bool) -> None:
     show_job(job_json(client.job(job_id)))
 
 
+@click.command()
+@click.argument("job_id")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the checkpoints.")
+@click.pass_obj
+def checkpoint(obj: Context, job_id: str, timeout: float) -> None:
+    """Checkpoint every coordinator of a running job now (they are also checkpointed
+    periodically); prints the checkpoints taken."""
+    client = Client(obj.log())
+    taken = client.checkpoint(job_id, timeout=timeout)
+    for ev in taken:
+        click.echo(f"{ev.operator_id}: checkpoint {ev.checkpoint_id} ({ev.released} held events released)")
+
+
 def register(cli: click.Group) -> None:
-    for cmd in (run, submit, list_jobs, cancel):
+    for cmd in (run, submit, list_jobs, cancel, checkpoint):
         cli.add_command(cmd)

@@ -1,0 +1,221 @@
+"""Input splits and coordinators end to end: real Redis, JobManagers, TaskManagers, RQ
+workers and Spark. Readers ask for splits one at a time; every split must be read exactly
+once in the committed output, whatever dies."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from sluice.client import Client, load_job
+from sluice.events import (
+    CoordinatorCheckpointed,
+    JobStatus,
+    NextInputSplit,
+    OperatorEvent,
+    RequestNextInputSplit,
+    TaskState,
+    UpdateTaskExecutionState,
+)
+from sluice.services.coordination.timeline import split_timeline
+from sluice.services.jobs.state import TERMINAL_JOB
+from sluice.store import EventLog
+from tests.e2e.conftest import Processes, registered, wait_until
+from tests.e2e.test_jobs import JOBS, SLACK, job_facts, run_job, start_tm
+
+
+@pytest.fixture
+def cluster(procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path):
+    home = tmp_path / "home"
+    procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--slot-timeout", "120",
+                "--id", "jm-a", env={"SLUICE_HOME": str(home), **SLACK})
+    return {"home": home, "spark": spark_remote}
+
+
+def unique_lines(path: Path, n: int) -> list[str]:
+    lines = [f"line-{i:06d} " + "x" * (i % 17) for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def output_lines(spark, out: Path) -> list[str]:
+    return sorted(r["value"] for r in spark.read.parquet(str(out)).collect())
+
+
+def timeline(log: EventLog, job_id: str):
+    return split_timeline(env for _, env in log.replay(log.keys.facts(log.keys.job(job_id))))
+
+
+def assert_each_split_finished_once(log: EventLog, job_id: str) -> list:
+    rows = timeline(log, job_id)
+    finished = Counter(r.split for r in rows if r.outcome == "finished")
+    assert finished and set(finished.values()) == {1}, finished
+    assert {r.split for r in rows} == set(finished), "a split handed out never finished"
+    return rows
+
+
+@pytest.mark.parametrize("protocol", ["operator-events", "input-splits"])
+def test_every_split_is_read_exactly_once_by_either_protocol(
+        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path, protocol: str) -> None:
+    start_tm(procs, cluster, "tm-1")
+    want = unique_lines(tmp_path / "in.txt", 3000)
+    job_id, job = run_job(log, JOBS / "lines.py", {"input": str(tmp_path / "in.txt"), "output": str(tmp_path / "out"),
+                                                   "protocol": protocol, "split_bytes": "2048"})
+    assert job.status == JobStatus.FINISHED, job.reason
+    assert output_lines(spark, tmp_path / "out") == sorted(want)
+    rows = assert_each_split_finished_once(log, job_id)
+    facts = job_facts(log, job_id)
+    if protocol == "input-splits":
+        assert sum(isinstance(f, RequestNextInputSplit) for f in facts) == len(rows) + 2  # + one "none left" each
+        assert sum(isinstance(f, NextInputSplit) and f.split is None for f in facts) == 2
+    else:
+        asks = [f for f in facts if isinstance(f, OperatorEvent) and f.to_coordinator]
+        assert len(asks) == len(rows) + 2 and all(f.body["type"] == "request-split" for f in asks)
+    assert any(isinstance(f, CoordinatorCheckpointed) for f in facts)
+    # The timeline shows who took what.
+    shown = subprocess.run(_sluice(log, "inspect", "splits", job_id), capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "finished splits per subtask" in shown.stdout
+    as_json = subprocess.run(_sluice(log, "inspect", "splits", job_id, "--json"), capture_output=True, text=True,
+                             timeout=60)
+    first = orjson.loads(as_json.stdout.splitlines()[0])
+    assert first["split"] == 0 and first["what"].endswith("in.txt bytes 0..2048") and first["outcome"] == "finished"
+
+
+def _sluice(log: EventLog, *args: str) -> list[str]:
+    import sys
+
+    url = log.client.connection_pool.connection_kwargs
+    return [sys.executable, "-m", "sluice", "--redis", f"redis://{url['host']}:{url['port']}", "--prefix",
+            log.keys.prefix, *args]
+
+
+def _worker_pid(tm: str, slot: int) -> int:
+    out = subprocess.run(["pgrep", "-f", f"worker --resource-id {tm} --slot {slot}$"], capture_output=True, text=True)
+    pids = [int(p) for p in out.stdout.split()]
+    assert pids, f"no worker process for {tm} slot {slot}"
+    return max(pids)  # the Python process (the guard exec's into it)
+
+
+def test_a_failed_readers_splits_go_back_to_the_pool_and_are_read_once(
+        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
+    # 4 KB/s per reader and 1 KB splits: each reader takes about 4 splits a second.
+    start_tm(procs, cluster, "tm-1", env={"SLUICE_IO_RATE": "4096"})
+    want = unique_lines(tmp_path / "in.txt", 1500)
+    client = Client(log)
+    job_id = client.submit(load_job(JOBS / "lines.py", {"input": str(tmp_path / "in.txt"), "parallelism": "2",
+                                                        "output": str(tmp_path / "out"), "split_bytes": "1024"}))
+    victim = wait_until(lambda: next((r for r in timeline(log, job_id) if r.subtask == 0 and r.attempt == 0
+                                      and sum(1 for x in timeline(log, job_id) if x.subtask == 0) >= 3), None),
+                        "subtask 0 to hold 3 splits", timeout=90)
+    slot = next(f.slot for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState)
+                and f.subtask == 0 and f.state == TaskState.DEPLOYING)
+    subprocess.run(["kill", "-9", str(_worker_pid("tm-1", slot))], check=True)
+    job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
+    assert job.status == JobStatus.FINISHED, job.reason
+    assert job.restarts == 1
+    assert output_lines(spark, tmp_path / "out") == sorted(want)
+    rows = assert_each_split_finished_once(log, job_id)
+    returned = [r for r in rows if r.outcome == "returned"]
+    assert victim.split in {r.split for r in returned}
+    # Every returned split was handed out again, to some later reader, and finished there.
+    again = {r.split: r for r in rows if r.outcome == "finished"}
+    assert all(again[r.split].at > r.at for r in returned)
+
+
+def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
+        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
+    procs.start("jm-b", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--id", "jm-b",
+                env={"SLUICE_HOME": str(cluster["home"]), **SLACK, "SLUICE_LEASE_TTL_MS": "1500"})
+    start_tm(procs, cluster, "tm-1", env={"SLUICE_IO_RATE": "8192"})
+    want = unique_lines(tmp_path / "in.txt", 2500)  # about 60 KB: 60 splits of 1 KB
+    client = Client(log)
+    job_id = client.submit(load_job(JOBS / "lines.py", {"input": str(tmp_path / "in.txt"), "parallelism": "2",
+                                                        "output": str(tmp_path / "out"), "split_bytes": "1024"}))
+    wait_until(lambda: len(timeline(log, job_id)) >= 12, "a dozen splits handed out", timeout=90)
+    taken = client.checkpoint(job_id)  # on demand, as `sluice checkpoint` does
+    assert [c.operator_id for c in taken] == ["lines -> out"]
+    before = len(timeline(log, job_id))
+    procs.signal("jm", signal.SIGKILL)
+    job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
+    assert job.status == JobStatus.FINISHED, job.reason
+    assert output_lines(spark, tmp_path / "out") == sorted(want)  # what a run without the kill writes
+    rows = assert_each_split_finished_once(log, job_id)
+    epochs = sorted({r.epoch for r in rows})
+    assert len(epochs) == 2 and len(rows) > before, "the new leader should have handed out the rest"
+
+
+def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, cluster: dict, spark,
+                                          tmp_path: Path) -> None:
+    """Four readers, one five times slower: dynamic assignment gives it about a fifth as many
+    splits as each fast one, and reading takes about total work / total speed."""
+    rate = 40_000
+    start_tm(procs, cluster, "tm-fast", slots=3, env={"SLUICE_IO_RATE": str(rate)})
+    start_tm(procs, cluster, "tm-slow", slots=1, env={"SLUICE_IO_RATE": str(rate // 5)})
+    wait_until(lambda: registered(log) == {"tm-fast", "tm-slow"}, "both TaskManagers", timeout=90)
+    want = unique_lines(tmp_path / "in.txt", 14_000)  # about 330 KB: 80 splits of 4 KB
+    job_id, job = run_job(log, JOBS / "lines.py", {"input": str(tmp_path / "in.txt"), "parallelism": "4",
+                                                   "output": str(tmp_path / "out"), "split_bytes": "4096"})
+    assert job.status == JobStatus.FINISHED, job.reason
+    assert output_lines(spark, tmp_path / "out") == sorted(want)
+    rows = assert_each_split_finished_once(log, job_id)
+    tm_of = {f.subtask: f.taskmanager for f in job_facts(log, job_id)
+             if isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.DEPLOYING}
+    per = Counter(r.subtask for r in rows)
+    slow = [per[s] for s, tm in tm_of.items() if tm == "tm-slow"]
+    fast = [per[s] for s, tm in tm_of.items() if tm == "tm-fast"]
+    assert len(slow) == 1 and len(fast) == 3
+    ratio = slow[0] / (sum(fast) / 3)
+    total = (tmp_path / "in.txt").stat().st_size
+    ideal = total / (3 * rate + rate / 5)
+    took = (max(r.at for r in rows) - min(r.at for r in rows)) / 1000
+    print(f"splits per reader: fast {fast}, slow {slow}; slow/fast = {ratio:.2f}; "
+          f"reading took {took:.2f} s, ideal {ideal:.2f} s")
+    assert 1 / 10 <= ratio <= 1 / 3, (fast, slow)
+    assert took <= 1.5 * ideal + 1.0, (took, ideal)
+
+
+def test_a_coordinator_and_its_subtasks_talk_both_ways(procs: Processes, log: EventLog, cluster: dict, spark,
+                                                     tmp_path: Path) -> None:
+    start_tm(procs, cluster, "tm-1")
+    job_id, job = run_job(log, JOBS / "coordinated.py", {"output": str(tmp_path / "out"), "n": "1000"})
+    assert job.status == JobStatus.FINISHED, job.reason
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert len(rows) == 1000 and {r["greeting"] for r in rows} == {"greeting-0", "greeting-1"}
+    facts = job_facts(log, job_id)
+    greetings = [f for f in facts if isinstance(f, OperatorEvent) and not f.to_coordinator
+                 and f.operator_id == "tag -> out"]
+    assert sorted((g.subtask, g.body["hello"]) for g in greetings) == [(0, "greeting-0"), (1, "greeting-1")]
+    # Sent before the subtasks ran (the greeting waited in each subtask's inbox).
+    first_running = next(i for i, f in enumerate(facts) if isinstance(f, UpdateTaskExecutionState)
+                         and f.vertex_id == "tag -> out" and f.state == TaskState.RUNNING)
+    assert facts.index(greetings[-1]) < first_running
+    thanks = [f for f in facts if isinstance(f, OperatorEvent) and f.to_coordinator and f.operator_id == "tag -> out"]
+    assert sorted(t.subtask for t in thanks) == [0, 1] and sum(t.body["rows"] for t in thanks) == 1000
+    checkpoints = [f for f in facts if isinstance(f, CoordinatorCheckpointed) and f.operator_id == "tag -> out"]
+    # The greetings were held back until the checkpoint that covers them, which released them.
+    releasing = next(c for c in checkpoints if c.released)
+    assert releasing.released == 2 and releasing.state["greeted"]
+    assert facts.index(releasing) == facts.index(greetings[-1]) + 1
+    # A last checkpoint when the job ends keeps the coordinator's final state in the log.
+    assert sorted(t[0] for t in checkpoints[-1].state["thanks"]) == [0, 1]
+
+
+def test_a_coordinator_that_raises_fails_its_job_but_not_the_jobmanager(
+        procs: Processes, log: EventLog, cluster: dict, tmp_path: Path) -> None:
+    start_tm(procs, cluster, "tm-1")
+    job_id, job = run_job(log, JOBS / "coordinated.py", {"output": str(tmp_path / "out"), "explode": "1"})
+    assert job.status == JobStatus.FAILED and job.restarts == 0
+    assert "the coordinator of 'tag -> out' failed in handle_event_from_operator" in job.reason
+    assert job.reason.rstrip().endswith("RuntimeError: the greeter cannot take thanks from subtask 0") or \
+        "RuntimeError: the greeter cannot take thanks from subtask" in job.reason
+    # The JobManager lives on and runs the next job.
+    _, ok = run_job(log, JOBS / "coordinated.py", {"output": str(tmp_path / "out2"), "n": "10"})
+    assert ok.status == JobStatus.FINISHED, ok.reason
+    assert procs.procs["jm"].poll() is None

@@ -1,0 +1,325 @@
+"""The split assignment core (``SplitAssigner``), pure and fast: no Redis, no threads.
+
+Modeled on what Flink's split assigner and SourceCoordinator tests check:
+
+* the order a request is answered in: a split preferring the requester's host, else a
+  split given back by a failed subtask, else the next fresh split in plan order, else None;
+* dynamic load balancing: readers that ask when they are done get work in proportion to
+  their speed (a discrete-event simulation, no sleeping);
+* a failed subtask's splits go back to the pool, first in line; a finished subtask's are
+  done for good;
+* properties over random operation sequences: no split lost or duplicated, and
+  ``restore(snapshot())`` continues exactly like the live assigner.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sluice.services.coordination.assigner import SplitAssigner, ranges, unranges
+
+
+def roundtrip(snapshot: dict) -> dict:
+    """A snapshot as a new leader reads it back from the log (through JSON)."""
+    return orjson.loads(orjson.dumps(snapshot))
+
+
+# --- the order of answers ------------------------------------------------------------------
+
+
+def test_a_split_preferring_the_requesters_host_is_given_first() -> None:
+    a = SplitAssigner([("h1",), ("h2",), ("h1", "h3"), ("h2",), ()])
+    assert a.next(0, "h2") == 1
+    assert a.next(1, "h2") == 3
+    assert a.next(2, "h3") == 2
+    # h2 has nothing local left: plan order (0, then 4; 1..3 are taken)
+    assert a.next(0, "h2") == 0
+    assert a.next(0, "h1") == 4  # h1's splits (0, 2) are gone: plan order again
+    assert a.next(1, "h1") is None
+    assert a.next(1, "") is None
+    assert a.remaining == 0
+
+
+def test_without_locality_splits_go_in_plan_order_then_none() -> None:
+    a = SplitAssigner(4)
+    assert [a.next(s % 2) for s in range(4)] == [0, 1, 2, 3]
+    assert a.next(0) is None and a.next(1, "anyhost") is None
+    assert a.held == {0: [0, 2], 1: [1, 3]}
+    assert a.remaining == 0 and a.pool() == []
+
+
+def test_an_unknown_host_gets_plan_order() -> None:
+    a = SplitAssigner([("h1",), ("h1",), ("h2",)])
+    assert a.next(0, "elsewhere") == 0
+    assert a.next(0, "h2") == 2
+    assert a.next(0, "h2") == 1
+
+
+def test_empty_plan_answers_none() -> None:
+    a = SplitAssigner(0)
+    assert a.next(0) is None and a.next(0, "h") is None
+    assert a.give_back(0) == [] and a.finish(0) == []
+    assert SplitAssigner.restore(0, roundtrip(a.snapshot())) == a
+
+
+# --- dynamic load balancing -------------------------------------------------------------------
+
+
+def simulate(a: SplitAssigner, durations: list[float]) -> tuple[list[int], float]:
+    """Readers ask for a split whenever they are free; reader r takes ``durations[r]``
+    per split. Returns the splits each one processed and the makespan."""
+    counts = [0] * len(durations)
+    heap: list[tuple[float, int]] = [(0.0, r) for r in range(len(durations))]
+    heapq.heapify(heap)
+    makespan = 0.0
+    while heap:
+        t, r = heapq.heappop(heap)
+        makespan = max(makespan, t)
+        split = a.next(r)
+        if split is None:
+            assert a.finish(r) is not None  # the reader ends: its output is committed
+            continue
+        counts[r] += 1
+        heapq.heappush(heap, (t + durations[r], r))
+    return counts, makespan
+
+
+@pytest.mark.parametrize("n", [200, 1000, 37])
+def test_a_slow_reader_gets_fewer_splits_and_the_makespan_is_near_ideal(n: int) -> None:
+    durations = [1.0, 1.0, 5.0, 1.0]  # reader 2 is five times slower
+    a = SplitAssigner(n)
+    counts, makespan = simulate(a, durations)
+    assert sum(counts) == n and a.done == n and a.remaining == 0 and a.held == {}
+    fast = [counts[r] for r in (0, 1, 3)]
+    slow = counts[2]
+    assert max(fast) - min(fast) <= 1  # equal readers share equally
+    for f in fast:
+        assert abs(slow - f / 5) <= 1.2, counts  # ~1/5 of a fast reader's count
+    ideal = n / sum(1 / d for d in durations)  # total work / total speed
+    assert makespan <= ideal + max(durations), (makespan, ideal)
+
+
+# --- failures and finishing --------------------------------------------------------------------
+
+
+def test_give_back_puts_a_failed_subtasks_splits_first_in_line() -> None:
+    a = SplitAssigner(6)
+    assert [a.next(0), a.next(0), a.next(1)] == [0, 1, 2]
+    assert a.give_back(0) == [0, 1]
+    assert a.held == {1: [2]}
+    assert a.pool() == [0, 1, 3, 4, 5]
+    assert a.remaining == 5
+    # the new attempt (or anyone) gets them back first, in the order they were held
+    assert a.next(0) == 0
+    assert a.next(2) == 1
+    assert a.next(2) == 3
+
+
+def test_given_back_splits_of_several_failures_keep_their_order() -> None:
+    a = SplitAssigner(8)
+    for s in (0, 1, 0, 1, 2):
+        a.next(s)  # 0:[0,2] 1:[1,3] 2:[4]
+    assert a.give_back(1) == [1, 3]
+    assert a.give_back(0) == [0, 2]  # the later failure goes before the earlier one
+    assert a.pool() == [0, 2, 1, 3, 5, 6, 7]
+    assert [a.next(3) for _ in range(7)] == [0, 2, 1, 3, 5, 6, 7]
+    assert a.next(3) is None
+
+
+def test_locality_comes_before_given_back_splits() -> None:
+    a = SplitAssigner([(), ("h1",), (), ("h1",)])
+    assert a.next(0) == 0
+    a.give_back(0)
+    assert a.next(1, "h1") == 1  # local beats given back
+    assert a.next(1, "h2") == 0  # given back beats plan order
+    assert a.next(1, "h2") == 2
+    assert a.next(1, "h1") == 3
+
+
+def test_a_given_back_split_is_local_again_for_its_host() -> None:
+    a = SplitAssigner([("h1",), ("h2",), ("h1",)])
+    assert a.next(0, "h1") == 0
+    a.give_back(0)
+    assert a.next(1, "h1") == 0
+    assert a.next(1, "h1") == 2
+    assert a.next(1, "h1") == 1
+
+
+def test_finish_marks_splits_done_and_they_are_never_handed_out_again() -> None:
+    a = SplitAssigner(4)
+    assert [a.next(0), a.next(1), a.next(0)] == [0, 1, 2]
+    assert a.finish(0) == [0, 2]
+    assert a.done == 2 and a.held == {1: [1]}
+    assert a.give_back(0) == []  # finished: nothing to give back
+    assert a.give_back(1) == [1]
+    assert [a.next(2), a.next(2), a.next(2)] == [1, 3, None]
+    assert a.finish(2) == [1, 3]
+    assert a.done == 4 and a.remaining == 0 and a.pool() == []
+
+
+def test_a_subtask_that_fails_twice_gives_back_only_what_its_last_attempt_held() -> None:
+    a = SplitAssigner(5)
+    assert a.next(0) == 0
+    assert a.give_back(0) == [0]
+    assert a.next(0) == 0 and a.next(0) == 1
+    assert a.give_back(0) == [0, 1]
+    assert a.give_back(0) == []
+    assert a.pool() == [0, 1, 2, 3, 4]
+
+
+# --- snapshots ---------------------------------------------------------------------------------
+
+
+def test_ranges_and_unranges() -> None:
+    assert ranges([1, 2, 3, 7]) == [[1, 4], [7, 8]]
+    assert ranges([7, 3, 1, 2]) == [[1, 4], [7, 8]]
+    assert ranges([]) == []
+    assert unranges([[1, 4], [7, 8]]) == [1, 2, 3, 7]
+
+
+def test_an_orderly_snapshot_is_small() -> None:
+    a = SplitAssigner(100_000)
+    for i in range(50_000):
+        a.next(i // 12_500)  # each subtask takes a run of splits
+    a.finish(0)
+    snap = a.snapshot()
+    assert len(orjson.dumps(snap)) < 2000  # ranges, not 50,000 indices
+    assert SplitAssigner.restore(100_000, roundtrip(snap)) == a
+
+
+def test_restore_refuses_a_snapshot_of_another_plan() -> None:
+    snap = SplitAssigner(3).snapshot()
+    with pytest.raises(ValueError, match="3 splits but the plan has 4"):
+        SplitAssigner.restore(4, snap)
+
+
+def test_restore_keeps_given_back_splits_first_in_line_and_held_order() -> None:
+    hosts = [("h1",), (), ("h1",), (), ("h2",)]
+    a = SplitAssigner(hosts)
+    assert a.next(0) == 0  # not via locality
+    assert a.next(1, "h2") == 4
+    assert a.next(1) == 1
+    a.give_back(0)
+    assert a.next(2, "") == 0
+    assert a.next(2, "h1") == 2
+    b = SplitAssigner.restore(hosts, roundtrip(a.snapshot()))
+    assert b == a and b.held == a.held == {1: [4, 1], 2: [0, 2]}
+    assert b.give_back(1) == a.give_back(1) == [4, 1]
+    for host in ("h2", "h1", "", "", ""):
+        assert b.next(3, host) == a.next(3, host)
+
+
+# --- properties over random operation sequences --------------------------------------------------
+
+SUBTASKS = 3
+HOSTS = ["", "h0", "h1"]
+"""Hosts a request comes from ('': unknown); few of them, so that locality matters often."""
+
+plans = st.lists(st.lists(st.sampled_from(HOSTS[1:]), max_size=2, unique=True).map(tuple), max_size=12)
+"""Per split, its preferred hosts."""
+nexts = st.tuples(st.just("next"), st.integers(0, SUBTASKS - 1), st.sampled_from(HOSTS))
+operations = st.lists(
+    st.one_of(
+        nexts, nexts,  # asking is the most common operation
+        st.tuples(st.just("give_back"), st.integers(0, SUBTASKS - 1)),
+        st.tuples(st.just("finish"), st.integers(0, SUBTASKS - 1)),
+    ),
+    max_size=50,
+)
+
+
+class Model:
+    """What every subtask holds and what was processed, checked against the assigner
+    after each operation."""
+
+    def __init__(self, hosts: list[tuple[str, ...]]) -> None:
+        self.hosts = hosts
+        self.held: dict[int, list[int]] = {}
+        self.processed: list[int] = []  # splits of finished attempts, with repeats if any
+
+    def apply(self, a: SplitAssigner, op: tuple) -> object:
+        kind, subtask = op[0], op[1]
+        if kind == "next":
+            host = op[2]
+            free = [i for i in range(len(self.hosts)) if i not in self.taken()]
+            pool = a.pool()
+            assert sorted(pool) == free
+            got = a.next(subtask, host)
+            if not free:
+                assert got is None
+                return got
+            assert got in free
+            local = [i for i in free if host and host in self.hosts[i]]
+            if local:
+                assert host in self.hosts[got]  # locality first
+            else:
+                assert got == pool[0]  # given back first, then plan order
+            self.held.setdefault(subtask, []).append(got)
+            return got
+        if kind == "give_back":
+            back = a.give_back(subtask)
+            assert back == self.held.pop(subtask, [])
+            return back
+        done = a.finish(subtask)
+        assert done == self.held.pop(subtask, [])
+        self.processed += done
+        return done
+
+    def taken(self) -> set[int]:
+        return set(self.processed) | {i for v in self.held.values() for i in v}
+
+    def check(self, a: SplitAssigner) -> None:
+        assert {s: v for s, v in a.held.items()} == self.held
+        assert a.done == len(self.processed)
+        assert a.remaining == len(self.hosts) - len(self.taken())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plans, operations, st.lists(st.tuples(st.integers(0, SUBTASKS - 1), st.sampled_from(HOSTS)), max_size=30))
+def test_every_split_is_processed_exactly_once_in_the_end(hosts, ops, drain_order) -> None:
+    a = SplitAssigner(hosts)
+    m = Model(hosts)
+    for op in ops:
+        m.apply(a, op)
+        m.check(a)
+    # the end: subtasks keep asking (in a random order, then round robin) until nothing is
+    # left, then every one finishes
+    asks = list(drain_order) + [(s, HOSTS[s % len(HOSTS)]) for s in range(SUBTASKS)] * (len(hosts) + 1)
+    for subtask, host in asks:
+        m.apply(a, ("next", subtask, host))
+    assert a.remaining == 0 and a.next(0) is None
+    for s in range(SUBTASKS):
+        m.apply(a, ("finish", s))
+        m.check(a)
+    assert sorted(m.processed) == list(range(len(hosts)))  # none lost, none twice
+    assert a.done == len(hosts) and a.held == {}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plans, operations, st.integers(1, 4), st.booleans())
+def test_restore_of_a_snapshot_continues_like_the_live_assigner(hosts, ops, every, by_count) -> None:
+    """Every few operations a new leader restores the live assigner's snapshot (through
+    JSON); from then on it must answer every operation exactly like the live one."""
+    plan = len(hosts) if by_count and not any(hosts) else hosts
+    a = SplitAssigner(hosts)
+    restored: list[SplitAssigner] = []
+    tail = [("next", s % SUBTASKS, HOSTS[s % len(HOSTS)]) for s in range(len(hosts) + 1)]
+    for step, op in enumerate(ops + tail):
+        if step % every == 0:
+            b = SplitAssigner.restore(plan, roundtrip(a.snapshot()))
+            assert b == a
+            assert b.held == a.held and b.done == a.done and b.remaining == a.remaining
+            restored.append(b)
+            if len(restored) > 1:  # a restore of a restore is the same again
+                restored.append(SplitAssigner.restore(plan, roundtrip(restored[-2].snapshot())))
+        want = getattr(a, op[0])(*op[1:])
+        for b in restored:
+            assert getattr(b, op[0])(*op[1:]) == want, (step, op)
+            assert b.pool() == a.pool()
+    for b in restored:
+        assert b.snapshot() == a.snapshot()
