@@ -37,7 +37,8 @@ class JobVertex:
     (reads ``source``), a transform (reads its inputs) or a sink (only writes). Then each of
     ``functions`` (``module:qualname`` in the job's code, DataFrame -> DataFrame) is applied
     in order, and the result is written to ``sink`` if there is one, and handed to the
-    vertex's consumers if it has any."""
+    vertex's consumers if it has any. A keyed vertex with ``queryable`` publishes its result
+    per key under that registration name (queryable state; the key is its input's key)."""
 
     name: str
     kind: str
@@ -45,6 +46,7 @@ class JobVertex:
     functions: list[str] = field(default_factory=list)
     source: SourceSpec | None = None
     sink: SinkSpec | None = None
+    queryable: str | None = None
 
 
 @record

@@ -14,6 +14,7 @@ every key one atomic commit touches lives in one slot:
     {<p>:cluster}:table:<name> a read model (e.g. taskmanagers), with
     {<p>:cluster}:position:<name>  the fact stream position it reflects
     {<p>:job:<id>}:…           the same shapes, per job
+    {<p>:job:<id>}:kvstate:<state id>  one task attempt's queryable state (a hash)
     {<p>:tm:<id>}:…            the same shapes, per TaskManager (its inbox)
     {<p>:client:<id>}:inbox    replies to one client (Success, JobRefused)
     {<p>:blob}:<sha256>        a job's code, content-addressed
@@ -103,6 +104,11 @@ class Keys:
     @staticmethod
     def position(tag: str, name: str) -> str:
         return tag + ":position:" + name
+
+    @staticmethod
+    def kvstate(tag: str, state_id: str) -> str:
+        """A hash holding one task attempt's queryable state (key -> value)."""
+        return tag + ":kvstate:" + _check_id(state_id, "state id")
 
     def slot_queue(self, resource_id: str, slot: int) -> str:
         """The RQ queue of one TaskManager slot (RQ adds its own ``rq:queue:`` prefix)."""

@@ -15,6 +15,7 @@ import time
 from sluice.errors import DecodeError, RedisUnavailable, StaleEpoch
 from sluice.events import (
     FIELD,
+    DisposeJob,
     Envelope,
     Event,
     JobManagerHeartbeat,
@@ -40,7 +41,9 @@ from sluice.services.membership.core import (
     decide_timeouts,
     evolve,
 )
-from sluice.store import Blobs, Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out, tag_of
+from sluice.store import Blobs, Consumed, Deliverer, EventLog, GroupConsumer, KvStates, LeaderLease, Out, tag_of
+
+from .kvstate import dispose_job, retired_state
 from sluice.store.consumer import Entry
 
 __all__ = ["JobManager", "GROUP"]
@@ -260,6 +263,9 @@ class JobManager:
         if isinstance(env.event, SubmitJob):
             self._submit(entry, env.event)
             return
+        if isinstance(env.event, DisposeJob):  # queryable state (services/jobmanager/kvstate.py)
+            dispose_job(self, entry, env.event)
+            return
         decision = decide(self.state, env, self.config)
         if self._commit(self.tag, decision.facts, decision.replies, entry, cause=env.id):
             msg = env.event
@@ -391,6 +397,9 @@ class JobManager:
         ok = self._commit(tag, tuple(decision.facts), (), None, sends=sends, apply=False, consumed=consumed)
         if not ok:
             raise _Rebuild(f"a job commit for {decision.job_id} was a duplicate")
+        retired = retired_state(decision.facts)
+        if retired:  # queryable state of attempts that ended: no longer served
+            KvStates(self.log.client, self.keys).delete(decision.job_id, retired)
         job = self.jobs.jobs.get(decision.job_id)
         if job is not None and job.status in TERMINAL_JOB and self.keys.inbox(tag) in self.consumer.streams:
             self.consumer.remove_stream(self.keys.inbox(tag))
