@@ -262,8 +262,8 @@ def test_queryable_state_needs_a_keyed_vertex_and_a_unique_name() -> None:
     src = JobVertex("src", "source", 2, source=SourceSpec("text", ["/x"], 100))
     fn = "tests.services.jobfixtures:identity"
     g = JobGraph("q", [src, JobVertex("a", "transform", 2, [fn], queryable="n")], [JobEdge("src", "a", "forward")])
-    assert problems(g) == ["vertex 'a' declares queryable state 'n' but is not keyed: its state is found by key, so "
-                           "key its input first (stream.key_by('col').map(..., queryable=...))"]
+    assert ("vertex 'a' declares queryable state 'n' but is not keyed: its state is found by key, so key its input "
+            "first (stream.key_by('col').map(..., queryable=...))") in problems(g)
     g = JobGraph("q", [src, JobVertex("a", "transform", 2, [fn], queryable="n"),
                        JobVertex("b", "transform", 2, [fn], queryable="n", sink=None)],
                  [JobEdge("src", "a", "keyed", "k"), JobEdge("a", "b", "keyed", "k")])
