@@ -39,7 +39,7 @@ from sluice.services.dataplane.keygroups import key_group_of
 from sluice.services.kvstate.codec import key_field
 from sluice.store import EventLog, KvStates
 
-__all__ = ["StateClient", "Location", "Lookup"]
+__all__ = ["Location", "Lookup", "StateClient"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +168,8 @@ class StateClient:
         deadline = time.monotonic() + timeout
         pos = "0-0"
         while time.monotonic() < deadline:
-            for pos, env in self.log.replay(inbox, pos):
+            for entry_id, env in self.log.replay(inbox, pos):
+                pos = entry_id
                 if isinstance(env.event, JobRefused):
                     raise UnknownJob(env.event.reason, job_id=job_id) if "not found" in env.event.reason \
                         else SluiceError(f"dispose refused: {env.event.reason}")

@@ -9,7 +9,7 @@ means the state was retired (its attempt failed, or the job was disposed), not "
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -21,7 +21,7 @@ from .connection import connect
 from .keys import Keys
 from .log import translate_errors
 
-__all__ = ["KvStates", "server_address", "KEY_FIELD_PREFIX", "META_FIELD"]
+__all__ = ["KEY_FIELD_PREFIX", "META_FIELD", "KvStates", "server_address"]
 
 KEY_FIELD_PREFIX = "="
 META_FIELD = "#"
@@ -49,7 +49,7 @@ class KvStates:
         self.client, self.keys = client, keys
 
     @classmethod
-    def at(cls, address: str, keys: Keys, timeout: float = 2.0) -> "KvStates":
+    def at(cls, address: str, keys: Keys, timeout: float = 2.0) -> KvStates:
         """The state server at ``address`` (raises RedisUnavailable when it does not answer)."""
         return cls(connect(address, timeout=timeout), keys)
 

@@ -9,7 +9,8 @@ crash in between re-delivers the request, and doing it again is harmless.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from sluice.events import DisposeJob, Envelope, Event, JobDisposed, NotifyKvStateUnregistered
 from sluice.services.common.shell import now_ms

@@ -47,7 +47,7 @@ from .registry import KvStateEntry, KvStateLocation
 if TYPE_CHECKING:
     from sluice.services.jobs.state import Execution, JobRun, JobsState
 
-__all__ = ["Verdict", "decide", "released", "dispose", "RUNNING_JOB", "LIVE_TASK"]
+__all__ = ["LIVE_TASK", "RUNNING_JOB", "Verdict", "decide", "dispose", "released"]
 
 RUNNING_JOB = frozenset({JobStatus.CREATED, JobStatus.RUNNING, JobStatus.RESTARTING})
 LIVE_TASK = frozenset({TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING})
@@ -142,9 +142,9 @@ def released(job: JobRun, ev: Event) -> list[Event]:
     cancelled drops what it registered; a job that failed or was cancelled drops everything."""
     t = type(ev)
     if t is UpdateTaskExecutionState and ev.state in (TaskState.FAILED, TaskState.CANCELED):
-        pick = lambda e: e.execution_id == ev.execution_id  # noqa: E731
+        pick = lambda e: e.execution_id == ev.execution_id
     elif t is JobStatusChanged and ev.status in (JobStatus.FAILED, JobStatus.CANCELED):
-        pick = lambda e: True  # noqa: E731
+        pick = lambda e: True
     else:
         return []
     out: list[Event] = []

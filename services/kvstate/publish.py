@@ -8,10 +8,10 @@ inbox, before the task reports FINISHED (the same process appends both, so in th
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import orjson
-
 from sluice.events import Envelope, KeyGroupRange, NotifyKvStateRegistered
 from sluice.services.common.shell import new_id, now_ms
 from sluice.services.dataplane.errors import SchemaError

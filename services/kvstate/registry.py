@@ -14,8 +14,14 @@ from dataclasses import dataclass, field
 
 from sluice.events import Event, JobDisposed, JobSubmitted, NotifyKvStateRegistered, NotifyKvStateUnregistered
 
-__all__ = ["KvStateEntry", "KvStateLocation", "KvStateRegistry", "evolve", "location_row", "location_from_row",
-           "FACTS"]
+__all__ = [
+    "FACTS",
+    "KvStateEntry",
+    "KvStateLocation",
+    "KvStateRegistry",
+    "evolve",
+    "location_row",
+]
 
 FACTS = frozenset({JobSubmitted, NotifyKvStateRegistered, NotifyKvStateUnregistered, JobDisposed})
 """The facts ``evolve`` applies (everything else leaves the registry alone)."""
@@ -115,11 +121,3 @@ def location_row(loc: KvStateLocation) -> dict:
         "ranges": [{"start": e.start, "end": e.end, "state_id": e.state_id, "address": e.address,
                     "execution_id": e.execution_id} for _, e in sorted(loc.entries.items())],
     }
-
-
-def location_from_row(row: dict) -> KvStateLocation:
-    loc = KvStateLocation(row["job_id"], row["name"], row["vertex"], row["num_key_groups"])
-    for r in row["ranges"]:
-        loc.entries[(r["start"], r["end"])] = KvStateEntry(r["start"], r["end"], r["state_id"], r["address"],
-                                                           r.get("execution_id"))
-    return loc

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from sluice.api import Job
 from sluice.events import (
     CancelJob,
     DisposeJob,
@@ -26,6 +24,8 @@ from sluice.events import (
 from sluice.services.jobs.state import JobsState, evolve
 from sluice.services.kvstate import core as kvcore
 from sluice.services.kvstate.registry import KvStateRegistry, location_row
+
+from sluice.api import Job
 from tests.services import jobfixtures
 from tests.services.test_jobs_core import Sim
 

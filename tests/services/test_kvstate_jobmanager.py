@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 
 import orjson
-
 from sluice.events import (
     CancelJob,
     DisposeJob,
@@ -28,6 +27,7 @@ from sluice.services.jobmanager import JobManager
 from sluice.services.jobs.state import JobsState, evolve
 from sluice.services.membership import MembershipConfig
 from sluice.store import EventLog, KvStates, Out
+
 from tests.e2e.conftest import wait_until
 from tests.services.test_kvstate_core import V, running
 from tests.services.test_state_client import commit
@@ -59,7 +59,7 @@ def test_bad_notifications_never_crash_the_leader_and_disposing_cleans_up(log: E
     thread = threading.Thread(target=jm.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        rng = lambda t: KeyGroupRange(0, 63) if t.subtask == 0 else KeyGroupRange(64, 127)  # noqa: E731
+        rng = lambda t: KeyGroupRange(0, 63) if t.subtask == 0 else KeyGroupRange(64, 127)
         for t in (t0, t1):
             send(log, NotifyKvStateRegistered("j1", V, rng(t), "counts", f"sid{t.subtask}", "redis://x:1/0",
                                               t.execution_id))
