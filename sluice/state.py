@@ -146,9 +146,10 @@ class StateClient:
             raise UnknownStateName(f"job {job_id} has no queryable state named {name!r} ({have}; a vertex publishes "
                                    "state with key_by(...).map(..., queryable='name'), and a failed, cancelled or "
                                    "disposed job publishes none)", job_id=job_id, name=name)
-        ranges = [_Range(r["start"], r["end"], r["state_id"], r["address"],
-                         self.home.key(job_id, r["state_id"]), self._server(r["address"]))
-                  for r in sorted(row["ranges"], key=lambda r: r["start"])]
+        ranges = []
+        for r in sorted(row["ranges"], key=lambda r: r["start"]):
+            key = self.home.key(job_id, r["state_id"])
+            ranges.append(_Range(r["start"], r["end"], r["state_id"], r["address"], key, self._server(r["address"], key)))
         loc = Location(job_id, name, row["vertex"], row["num_key_groups"], [r.start for r in ranges], ranges)
         self._locations[(job_id, name)] = loc
         return loc
@@ -202,7 +203,7 @@ class StateClient:
         except RedisUnavailable as exc:
             raise StateServerUnavailable(f"the state server at {r.address} does not answer: {exc}") from exc
 
-    def _server(self, address: str) -> KvStates:
+    def _server(self, address: str, state_key: str) -> KvStates:
         server = self._servers.get(address)
         if server is None:
             if self.home.serves(address):
@@ -211,7 +212,12 @@ class StateClient:
                 try:
                     server = KvStates.at(address, self.log.keys)
                 except RedisUnavailable as exc:
-                    raise StateServerUnavailable(f"the state server at {address} does not answer: {exc}") from exc
+                    # An embedded cluster's Redis comes back on a new port with the same data:
+                    # the state is then where the log is.
+                    if not self.home.exists(state_key):
+                        raise StateServerUnavailable(f"the state server at {address} does not answer: {exc}") \
+                            from exc
+                    server = self.home
             self._servers[address] = server
         return server
 

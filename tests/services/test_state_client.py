@@ -146,3 +146,15 @@ def test_the_cache_follows_a_task_that_moved(log: EventLog, published) -> None:
     assert len(reads) >= 1  # the cache was refreshed, not bypassed for good
     reads.clear()
     assert client.get("j1", "counts", w) == {"word": w, "count": 1000 + len(w)} and reads == []
+
+
+def test_state_registered_at_an_old_address_of_the_same_data_is_read_where_the_log_is(log: EventLog) -> None:
+    """An embedded cluster's Redis comes back on a new port with its data: the state is found."""
+    sim, tasks = running()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for t in tasks:
+        publish(log, sim, t, f"redis://127.0.0.1:{port}/0")
+    commit(log, sim.log)
+    assert StateClient(log).get("j1", "counts", "w1") == {"word": "w1", "count": 2}
