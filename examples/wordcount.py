@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from sluice.api import Job
 
-WORDS = ("sluice gate water flow river lock canal basin spark flink stream redis task slot split "
+WORDS = ("the sluice gate water flow river lock canal basin spark flink stream redis task slot split "
          "key group state log event leader epoch fence").split()
 
 

@@ -146,13 +146,22 @@ class StateClient:
             raise UnknownStateName(f"job {job_id} has no queryable state named {name!r} ({have}; a vertex publishes "
                                    "state with key_by(...).map(..., queryable='name'), and a failed, cancelled or "
                                    "disposed job publishes none)", job_id=job_id, name=name)
+        try:
+            ranges = self._ranges(job_id, row)
+        except StateServerUnavailable:
+            if not self.catch_up or catch_up:
+                raise
+            return self.location(job_id, name, catch_up=True)  # the table may be behind the log
+        loc = Location(job_id, name, row["vertex"], row["num_key_groups"], [r.start for r in ranges], ranges)
+        self._locations[(job_id, name)] = loc
+        return loc
+
+    def _ranges(self, job_id: str, row: dict) -> list[_Range]:
         ranges = []
         for r in sorted(row["ranges"], key=lambda r: r["start"]):
             key = self.home.key(job_id, r["state_id"])
             ranges.append(_Range(r["start"], r["end"], r["state_id"], r["address"], key, self._server(r["address"], key)))
-        loc = Location(job_id, name, row["vertex"], row["num_key_groups"], [r.start for r in ranges], ranges)
-        self._locations[(job_id, name)] = loc
-        return loc
+        return ranges
 
     def forget(self) -> None:
         """Drop every cached location (the next lookups read the table)."""
@@ -176,7 +185,8 @@ class StateClient:
                         else SluiceError(f"dispose refused: {env.event.reason}")
                 if isinstance(env.event, JobDisposed):
                     self._locations = {k: v for k, v in self._locations.items() if k[0] != job_id}
-                    self.log.client.delete(inbox)
+                    if self.catch_up:
+                        self._catch_up(job_id)  # the table shows it at once, projector or not
                     return env.event
             time.sleep(0.05)
         raise SluiceError(f"no JobManager answered within {timeout:.0f} s: is the cluster running? "
