@@ -45,7 +45,9 @@ class JobVertex:
     in order, and the result is written to ``sink`` if there is one, and handed to the
     vertex's consumers if it has any. ``coordinator`` (``module:qualname`` of an
     ``OperatorCoordinator`` class in the job's code) gives a non-source vertex a
-    coordinator on the JobManager; a source always has the source coordinator."""
+    coordinator on the JobManager; a source always has the source coordinator. A keyed
+    vertex with ``queryable`` publishes its result per key under that registration name
+    (queryable state; the key is its input's key)."""
 
     name: str
     kind: str
@@ -54,6 +56,7 @@ class JobVertex:
     source: SourceSpec | None = None
     sink: SinkSpec | None = None
     coordinator: str | None = None
+    queryable: str | None = None
 
 
 @record

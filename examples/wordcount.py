@@ -3,7 +3,10 @@
     sluice run examples/wordcount.py [--param input=PATH] [--param output=PATH]
 
 Without an input it generates a small text (a few thousand lines) under .sluice/ so it
-runs with no set-up. The counts are written as Parquet (word, count) to the output.
+runs with no set-up. The counts are written as Parquet (word, count) to the output, and
+published as queryable state ``word-counts``, so after the run:
+
+    sluice state get JOB word-counts the
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pyspark.sql import functions as F
 
 from sluice.api import Job
 
-WORDS = ("sluice gate water flow river lock canal basin spark flink stream redis task slot split "
+WORDS = ("the sluice gate water flow river lock canal basin spark flink stream redis task slot split "
          "key group state log event leader epoch fence").split()
 
 
@@ -60,6 +63,7 @@ def job(params: dict[str, str]):
     lines = j.read_text("lines", source, parallelism=int(params.get("parallelism", 2)),
                         split_bytes=int(params.get("split_bytes", 64 * 1024)))
     partials = lines.map("count words", partial_count)
-    counts = partials.key_by("word").map("sum counts", total, parallelism=int(params.get("reducers", 2)))
+    counts = partials.key_by("word").map("sum counts", total, parallelism=int(params.get("reducers", 2)),
+                                         queryable="word-counts")
     counts.write_parquet("out", output)
     return j.graph()

@@ -14,12 +14,14 @@ A job file is a Python module with a function ``job(params) -> JobGraph``::
         j = Job("wordcount")
         lines = j.read_text("lines", params["input"], parallelism=4)
         words = lines.map("tokenize", tokenize)
-        counts = words.key_by("word").map("count", count, parallelism=2)
+        counts = words.key_by("word").map("count", count, parallelism=2, queryable="word-counts")
         counts.write_parquet("out", params["output"])
         return j.graph()
 
 Transforms must be functions defined at module level (TaskManagers import them from
 the job's code by name); ``map`` with several inputs passes one DataFrame per input.
+A keyed ``map`` may publish its result per key as queryable state (``queryable="name"``):
+``sluice state get JOB name KEY`` then reads any key's row (see :mod:`sluice.state`).
 """
 
 from __future__ import annotations
@@ -79,8 +81,11 @@ class Keyed:
     def __init__(self, stream: Stream, key: str) -> None:
         self.stream, self.key = stream, key
 
-    def map(self, name: str, fn: Callable, *, parallelism: int | None = None) -> Stream:
-        return self.stream.job._transform(name, fn, [self], parallelism or self.stream.parallelism)
+    def map(self, name: str, fn: Callable, *, parallelism: int | None = None, queryable: str | None = None) -> Stream:
+        """Transform each key's rows (the subtask owning the key's key group gets them all).
+        With ``queryable`` the result (one row per key; it must keep the key column) is
+        published as queryable state under that name."""
+        return self.stream.job._transform(name, fn, [self], parallelism or self.stream.parallelism, queryable)
 
 
 class Job:
@@ -142,7 +147,8 @@ class Job:
                 return i
         return None
 
-    def _transform(self, name: str, fn: Callable, inputs: list[Stream | Keyed], parallelism: int) -> Stream:
+    def _transform(self, name: str, fn: Callable, inputs: list[Stream | Keyed], parallelism: int,
+                   queryable: str | None = None) -> Stream:
         ref = function_ref(fn)
         if len(inputs) == 1 and isinstance(inputs[0], Stream):
             i = self._chainable(inputs[0], parallelism)
@@ -152,7 +158,7 @@ class Job:
                 self.vertices[i] = replace(v, name=chained, functions=[*v.functions, ref])
                 self.edges = [replace(e, target=chained) if e.target == v.name else e for e in self.edges]
                 return Stream(self, chained, parallelism)
-        self.vertices.append(JobVertex(name, "transform", parallelism, functions=[ref]))
+        self.vertices.append(JobVertex(name, "transform", parallelism, functions=[ref], queryable=queryable))
         for inp in inputs:
             if isinstance(inp, Keyed):
                 self.edges.append(JobEdge(inp.stream.name, name, "keyed", inp.key))

@@ -15,9 +15,14 @@
      │    ├── StaleEpoch             a fenced writer: its epoch is older than the tag's fence
      │    └── ScriptError            a Lua script answered with an error we did not expect
      ├── ConfigError                 a setting is missing or wrong
-     └── ServiceError                a component cannot go on (names the component)
-          ├── ContextNotBound        a coordinator used its context before leadership
-          └── CoordinatorError       a coordinator failed (the job's root cause)
+     ├── ServiceError                a component cannot go on (names the component)
+     │    ├── ContextNotBound        a coordinator used its context before leadership
+     │    └── CoordinatorError       a coordinator failed (the job's root cause)
+     └── QueryableStateError         reading queryable state (sluice.state)
+          ├── UnknownJob             no such job
+          ├── UnknownStateName       the job has no state under that name
+          ├── StateNotRegistered     the key's key group has no state right now (retry)
+          └── StateServerUnavailable the server the state lives on does not answer
 
 Errors carry their context (which stream, which entry, which job) as attributes and
 in their message, so a log line or a bug report explains itself.
@@ -44,6 +49,11 @@ __all__ = [
     "CoordinatorError",
     "ConfigError",
     "ServiceError",
+    "QueryableStateError",
+    "UnknownJob",
+    "UnknownStateName",
+    "StateNotRegistered",
+    "StateServerUnavailable",
 ]
 
 
@@ -156,3 +166,28 @@ class ContextNotBound(ServiceError):
 
 class CoordinatorError(ServiceError):
     """A coordinator failed; its job fails with this as the root cause."""
+
+
+class QueryableStateError(SluiceError):
+    """A lookup of queryable state failed; ``job_id`` and ``name`` say which state."""
+
+    def __init__(self, message: str, *, job_id: str | None = None, name: str | None = None) -> None:
+        self.job_id, self.name = job_id, name
+        super().__init__(message)
+
+
+class UnknownJob(QueryableStateError):
+    """No job with that id in this cluster."""
+
+
+class UnknownStateName(QueryableStateError):
+    """The job publishes no queryable state under that name (``known`` lists the names it has)."""
+
+
+class StateNotRegistered(QueryableStateError):
+    """The key's key group has no registered state right now (its task is restarting,
+    failed, or the job was disposed): retrying later may succeed."""
+
+
+class StateServerUnavailable(QueryableStateError):
+    """The server a registration names (``address``) does not answer."""

@@ -5,6 +5,7 @@ from .blobs import Blobs
 from .connection import connect, redact
 from .consumer import Entry, GroupConsumer
 from .keys import Keys, tag_of
+from .kvstate import KvStates, server_address
 from .lease import LeaderLease, LeaseHolder, current_leader
 from .log import CommitResult, Consumed, EventLog, Out, entry_order
 from .outbox import Deliverer
@@ -28,4 +29,6 @@ __all__ = [
     "entry_order",
     "Deliverer",
     "ReadModels",
+    "KvStates",
+    "server_address",
 ]

@@ -15,6 +15,7 @@ every key one atomic commit touches lives in one slot:
     {<p>:cluster}:position:<name>  the fact stream position it reflects
     {<p>:job:<id>}:…           the same shapes, per job, and
     {<p>:job:<id>}:task:<v>:<i>:inbox  events to subtask i of vertex v (splits, operator events)
+    {<p>:job:<id>}:kvstate:<state id>  one task attempt's queryable state (a hash)
     {<p>:tm:<id>}:…            the same shapes, per TaskManager (its inbox)
     {<p>:client:<id>}:inbox    replies to one client (Success, JobRefused)
     {<p>:blob}:<sha256>        a job's code, content-addressed
@@ -112,6 +113,11 @@ class Keys:
         job's tag so the leader writes it in the commit that decides the event."""
         digest = hashlib.sha1(vertex.encode()).hexdigest()[:12]
         return f"{tag}:task:{digest}:{int(subtask)}:inbox"
+
+    @staticmethod
+    def kvstate(tag: str, state_id: str) -> str:
+        """A hash holding one task attempt's queryable state (key -> value)."""
+        return tag + ":kvstate:" + _check_id(state_id, "state id")
 
     def slot_queue(self, resource_id: str, slot: int) -> str:
         """The RQ queue of one TaskManager slot (RQ adds its own ``rq:queue:`` prefix)."""

@@ -16,6 +16,7 @@ from sluice.errors import DecodeError, RedisUnavailable, StaleEpoch
 from sluice.events import (
     FIELD,
     CoordinatorCheckpointed,
+    DisposeJob,
     Envelope,
     ExecutionGraphBuilt,
     Event,
@@ -43,7 +44,9 @@ from sluice.services.membership.core import (
     decide_timeouts,
     evolve,
 )
-from sluice.store import Blobs, Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out, tag_of
+from sluice.store import Blobs, Consumed, Deliverer, EventLog, GroupConsumer, KvStates, LeaderLease, Out, tag_of
+
+from .kvstate import dispose_job, retired_state
 from sluice.store.consumer import Entry
 
 __all__ = ["JobManager", "GROUP"]
@@ -290,6 +293,9 @@ class JobManager:
         if isinstance(env.event, SubmitJob):
             self._submit(entry, env.event)
             return
+        if isinstance(env.event, DisposeJob):  # queryable state (services/jobmanager/kvstate.py)
+            dispose_job(self, entry, env.event)
+            return
         decision = decide(self.state, env, self.config)
         if self._commit(self.tag, decision.facts, decision.replies, entry, cause=env.id):
             msg = env.event
@@ -432,6 +438,9 @@ class JobManager:
         coords = self.coords.get(decision.job_id)
         if coords is not None:
             coords.committed()
+        retired = retired_state(decision.facts)
+        if retired:  # queryable state of attempts that ended: no longer served
+            KvStates(self.log.client, self.keys).delete(decision.job_id, retired)
         job = self.jobs.jobs.get(decision.job_id)
         if job is not None and job.status in TERMINAL_JOB:
             if coords is not None:

@@ -26,6 +26,8 @@ from sluice.events import (
     JobStatusChanged,
     JobSubmitted,
     JobWaitingForSlots,
+    NotifyKvStateRegistered,
+    NotifyKvStateUnregistered,
     ScheduleOrUpdateConsumers,
     SubmitJob,
     SubmitTask,
@@ -35,6 +37,8 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
+
+from sluice.services.kvstate import core as kvstate
 
 from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
 
@@ -98,6 +102,10 @@ class _Recorder:
     def fact(self, ev: Event) -> None:
         self.decision.facts.append(ev)
         evolve(self.state, Envelope(ev, "", 0, self.now))
+        job = self.state.jobs.get(self.decision.job_id)
+        if job is not None and job.kvstate.locations:
+            for follow in kvstate.released(job, ev):  # a failed attempt's queryable state goes with it
+                self.fact(follow)
 
     def send(self, dest: Dest, ev: Event) -> None:
         self.decision.sends.append((dest, ev))
@@ -168,11 +176,13 @@ def on_message(state: JobsState, job_id: str, env: Envelope, config: JobsConfig,
             rec.fact(JobStatusChanged(job_id, JobStatus.CANCELLING, msg.reason))
             _cancel_all(rec, job, msg.reason)
             _maybe_complete(rec, job)
+    elif isinstance(msg, (NotifyKvStateRegistered, NotifyKvStateUnregistered)):
+        _kvstate(rec, job, msg, config)
     else:
         raise UnexpectedJobMessage(
             f"{msg.TYPE} is not a message a job inbox takes (it takes UpdateTaskExecutionState, "
             "TaskOperationResult, ScheduleOrUpdateConsumers, RequestNextInputSplit, OperatorEvent, "
-            "TriggerCheckpoint, CancelJob)"
+            "TriggerCheckpoint, CancelJob, NotifyKvStateRegistered, NotifyKvStateUnregistered)"
         )
     return rec.decision
 
@@ -224,6 +234,19 @@ def fail_job(state: JobsState, job_id: str, reason: str, now: int) -> Decision:
     return rec.decision
 
 
+def _kvstate(rec: _Recorder, job: JobRun, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered,
+             config: JobsConfig) -> None:
+    """The KvState registry decides (services/kvstate/core.py); a clash fails the vertex, no restart."""
+    verdict = kvstate.decide(job, rec.decision.job_id, msg)
+    rec.decision.note = verdict.error
+    for fact in verdict.facts:
+        rec.fact(fact)
+    if verdict.fail_vertex is not None and job.status not in TERMINAL_JOB:
+        vertex = job.vertices[verdict.fail_vertex]
+        ex = verdict.fail or next((e for e in vertex.subtasks if e.state in HOLDS_SLOT), vertex.subtasks[0])
+        _fail(rec, job, ex, verdict.error or "KvState registration clash", config, restart=False)
+
+
 def _current(job: JobRun, eid: str) -> Execution | None:
     try:
         vertex, subtask, attempt = parse_execution_id(eid)
@@ -255,15 +278,15 @@ def _update(rec: _Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: 
     _maybe_complete(rec, job)
 
 
-def _fail(rec: _Recorder, job: JobRun, ex: Execution, error: str, config: JobsConfig) -> None:
-    """An execution failed: restart it if the job's strategy allows, else fail the job."""
+def _fail(rec: _Recorder, job: JobRun, ex: Execution, error: str, config: JobsConfig, restart: bool = True) -> None:
+    """An execution failed: restart it if the job's strategy allows (and ``restart``), else fail the job."""
     rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.FAILED, error, ex.vertex, ex.subtask, ex.attempt,
                                       ex.taskmanager, ex.slot))
     if job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
         _maybe_complete(rec, job)
         return
     strategy = job.graph.restart
-    if strategy.kind != "none" and job.restarts < strategy.attempts:
+    if restart and strategy.kind != "none" and job.restarts < strategy.attempts:
         delay = strategy.delay_ms
         if strategy.kind == "exponential-backoff":
             delay = min(strategy.delay_ms * (2 ** job.restarts), strategy.max_delay_ms)
@@ -271,6 +294,8 @@ def _fail(rec: _Recorder, job: JobRun, ex: Execution, error: str, config: JobsCo
                                       job.restarts + 1))
         return
     tried = f"after {job.restarts} restart{'s' if job.restarts != 1 else ''}" if strategy.kind != "none" else "(restart strategy: none)"
+    if not restart:
+        tried = "(no restart)"
     reason = f"task {ex.vertex}[{ex.subtask}] failed {tried}: {error}"
     rec.fact(JobStatusChanged(job.job_id, JobStatus.FAILING, reason))
     _cancel_all(rec, job, "the job is failing")
@@ -394,6 +419,9 @@ def descriptor(job: JobRun, ex: Execution) -> dict:
                        "protocol": spec.source.protocol}
     if spec.sink is not None:
         d["sink"] = {"format": spec.sink.format, "path": spec.sink.path, "options": spec.sink.options}
+    if spec.queryable is not None:  # queryable state, keyed by the vertex's input key (services/kvstate)
+        d["queryable"] = {"name": spec.queryable,
+                          "key": next((e.key for e in vertex.inputs if e.exchange == "keyed"), None)}
     return d
 
 

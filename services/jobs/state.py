@@ -21,6 +21,7 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
+from sluice.services.kvstate import registry as kvreg
 
 __all__ = ["Execution", "VertexRun", "JobRun", "JobsState", "SlotPool", "evolve", "execution_id", "parse_execution_id",
            "HOLDS_SLOT", "TERMINAL_JOB"]
@@ -93,6 +94,8 @@ class JobRun:
     # Executions that may be deployable (checked again when scheduling): CREATED ones whose
     # inputs became available. An index for the scheduler, derived from the facts.
     ready: deque = field(default_factory=deque)
+    # Queryable state: registration name -> KvStateLocation (services/kvstate).
+    kvstate: kvreg.KvStateRegistry = field(default_factory=kvreg.KvStateRegistry)
 
     @property
     def name(self) -> str:
@@ -226,6 +229,8 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         job = state.jobs[ev.job_id]
         if job.waiting_since is None:
             job.waiting_since = env.ts
+    if t in kvreg.FACTS and (job := state.jobs.get(ev.job_id)) is not None:
+        kvreg.evolve(job.kvstate, ev)
     return state
 
 

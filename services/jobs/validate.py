@@ -112,6 +112,7 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
                        "give each consumer its own upstream transform")
         if not outputs[v.name] and v.sink is None:
             out.append(f"vertex {v.name!r} has no consumer and writes no sink: its result would be lost")
+    out += _queryable_problems(graph, inputs)
     cycle = _cycle(graph)
     if cycle:
         out.append(f"the graph has a cycle: {' -> '.join(cycle)}")
@@ -120,6 +121,28 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
         out.append(f"restart strategy {r.kind!r} is unknown; use {', '.join(RESTARTS)}")
     if r.attempts < 0 or r.delay_ms < 0 or r.max_delay_ms < r.delay_ms:
         out.append(f"restart strategy {r} needs attempts >= 0, delay_ms >= 0 and max_delay_ms >= delay_ms")
+    return out
+
+
+def _queryable_problems(graph: JobGraph, inputs: dict[str, list]) -> list[str]:
+    """Queryable state: a keyed vertex (its state is found by its input's key), one name per vertex."""
+    out: list[str] = []
+    owners: dict[str, list[str]] = {}
+    for v in graph.vertices:
+        if v.queryable is None:
+            continue
+        if not isinstance(v.queryable, str) or not v.queryable.strip() or len(v.queryable) > 200:
+            out.append(f"vertex {v.name!r} declares queryable state named {v.queryable!r}; use a non-empty name of at "
+                       "most 200 characters")
+            continue
+        owners.setdefault(v.queryable, []).append(v.name)
+        if not any(e.exchange == "keyed" for e in inputs.get(v.name, [])):
+            out.append(f"vertex {v.name!r} declares queryable state {v.queryable!r} but is not keyed: its state is "
+                       "found by key, so key its input first (stream.key_by('col').map(..., queryable=...))")
+    for name, vertices in owners.items():
+        if len(vertices) > 1:
+            out.append(f"queryable state name {name!r} is declared by {len(vertices)} vertices "
+                       f"({', '.join(map(repr, vertices))}); registration names must be unique within a job")
     return out
 
 

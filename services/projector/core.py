@@ -16,17 +16,22 @@ from collections import Counter
 from sluice.events import (
     Envelope,
     ExecutionGraphBuilt,
+    JobDisposed,
     JobRegistered,
     LeadershipGranted,
+    NotifyKvStateRegistered,
+    NotifyKvStateUnregistered,
     ScheduleOrUpdateConsumers,
     TaskRestartScheduled,
     UpdateTaskExecutionState,
 )
 from sluice.services.jobs.state import JobsState
 from sluice.services.jobs.state import evolve as jobs_evolve
+from sluice.services.kvstate import registry as kvreg
 from sluice.services.membership.core import Membership, TaskManagerRow, evolve as membership_evolve
 
-__all__ = ["Projection", "PROJECTIONS", "TASKMANAGERS", "LEADERSHIP", "JOBS", "EXECUTION_GRAPH"]
+__all__ = ["Projection", "PROJECTIONS", "TASKMANAGERS", "LEADERSHIP", "JOBS", "EXECUTION_GRAPH", "KVSTATE",
+           "JOB_PROJECTIONS"]
 
 
 @dataclass(frozen=True)
@@ -150,3 +155,35 @@ EXECUTION_GRAPH = Projection(
     load=None,
 )
 
+
+
+# --- one job's KvStateLocation table (queryable state) ------------------------------------------
+
+
+def _kv_touched(env: Envelope) -> tuple[str, ...]:
+    ev = env.event
+    if isinstance(ev, (NotifyKvStateRegistered, NotifyKvStateUnregistered)):
+        return (ev.registration_name,)
+    if isinstance(ev, JobDisposed):
+        return tuple(ev.names)
+    return ()
+
+
+def _kv_row(state: kvreg.KvStateRegistry, name: str) -> dict | None:
+    loc = state.locations.get(name)
+    return kvreg.location_row(loc) if loc is not None else None
+
+
+KVSTATE = Projection(
+    name="kvstate",
+    initial=kvreg.KvStateRegistry,
+    evolve=lambda state, env: kvreg.evolve(state, env.event),
+    touched=_kv_touched,
+    row=_kv_row,
+    load=None,
+)
+"""Registration name -> KvStateLocation (vertex, key groups, ranges -> state id and address),
+folded with the registry's own ``evolve``."""
+
+JOB_PROJECTIONS: tuple[Projection, ...] = (EXECUTION_GRAPH, KVSTATE)
+"""The tables every registered job gets."""

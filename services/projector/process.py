@@ -11,7 +11,7 @@ from sluice.events import decode_fields
 from sluice.services.common.shell import get_logger
 from sluice.store import EventLog, ReadModels, entry_order
 
-from .core import EXECUTION_GRAPH, JOBS, PROJECTIONS, Projection, expand
+from .core import EXECUTION_GRAPH, JOB_PROJECTIONS, JOBS, PROJECTIONS, Projection, expand
 
 __all__ = ["Projector"]
 
@@ -63,15 +63,21 @@ class Projector:
                 r.projection.evolve(r.state, env)
 
     def _add_jobs(self) -> None:
-        """Every registered job gets its ExecutionGraph table."""
+        """Every registered job gets its ExecutionGraph and KvStateLocation tables."""
         jobs = next((r for r in self.running if r.projection is JOBS), None)
         if jobs is None:
             return
-        have = {r.tag for r in self.running}
+        have = {(r.tag, r.projection.name) for r in self.running}
         for job_id in jobs.state:
-            tag = self.log.keys.job(job_id)
-            if tag not in have:
-                r = _Running(EXECUTION_GRAPH, tag, self.log.keys.facts(tag), None, EXECUTION_GRAPH.initial())
+            self.add_job(job_id, have)
+
+    def add_job(self, job_id: str, have: set | None = None) -> None:
+        """Follow one job's tables (also for a reader that wants only this job brought up to date)."""
+        have = have if have is not None else {(r.tag, r.projection.name) for r in self.running}
+        tag = self.log.keys.job(job_id)
+        for projection in JOB_PROJECTIONS:
+            if (tag, projection.name) not in have:
+                r = _Running(projection, tag, self.log.keys.facts(tag), None, projection.initial())
                 self._load(r)
                 self.running.append(r)
 

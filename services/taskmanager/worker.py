@@ -18,7 +18,7 @@ from typing import Any
 
 from sluice.events import Envelope, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
 from sluice.services.common.shell import hostname, new_id, now_ms
-from sluice.store import EventLog, Keys, connect
+from sluice.store import EventLog, Keys, connect, server_address
 
 from . import events as task_events
 from .library import load_module
@@ -34,6 +34,8 @@ class WorkerContext:
     log: EventLog
     resource_id: str
     slot: int
+    address: str = ""
+    """Where this worker's queryable state is served: its Redis, without the password."""
 
 
 _context: WorkerContext | None = None
@@ -43,7 +45,7 @@ _spark_lock = threading.Lock()
 
 def init_worker(url: str, prefix: str, resource_id: str, slot: int) -> WorkerContext:
     global _context
-    _context = WorkerContext(EventLog(connect(url), Keys(prefix)), resource_id, slot)
+    _context = WorkerContext(EventLog(connect(url), Keys(prefix)), resource_id, slot, server_address(url))
     return _context
 
 
@@ -193,12 +195,21 @@ def _run_chain(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path, spark
             fn = _resolve(module, ref)
             df = fn(*inputs) if i == 0 and len(inputs) > 1 else fn(df)
     output = d.get("output")
+    queryable = d.get("queryable")
+    if queryable and (output or d.get("sink")):
+        df = df.cache()  # computed once for the output and for the queryable state
     if output:
         exchange.write_partition(df, output["path"], key=output.get("key"), max_parallelism=d["max_parallelism"],
                                  consumers=output.get("consumers") if output.get("key") else None)
     sink = d.get("sink")
     if sink:
         exchange.write_sink(df, sink["path"], d["subtask"], sink["format"], sink.get("options", {}))
+    if queryable:  # services/kvstate/publish.py: write the state, then register it
+        from sluice.services.kvstate.publish import publish
+
+        publish(ctx.log, d, df, ctx.address)
+        if output or sink:
+            df.unpersist()
     if output:
         keys = ctx.log.keys
         ctx.log.append(keys.inbox(keys.job(d["job_id"])), Envelope(

@@ -9,11 +9,12 @@ import click
 @click.pass_context
 def bench(ctx: click.Context) -> None:
     """Benchmarks: each prints Sluice against its baseline (raw redis-py, raw RQ, plain PySpark).
-    Without a subcommand: log, tasks and control."""
+    Without a subcommand: log, tasks, control and state."""
     if ctx.invoked_subcommand is None:
         ctx.invoke(log)
         ctx.invoke(tasks)
         ctx.invoke(control)
+        ctx.invoke(state)
 
 
 @bench.command()
@@ -65,6 +66,18 @@ def wordcount(megabytes: int) -> None:
     from sluice.bench.wordcount import run
 
     run(megabytes=megabytes)
+
+
+@bench.command()
+@click.option("--keys", default=100_000, show_default=True, help="Keys of published state.")
+@click.option("--lookups", default=20_000, show_default=True, help="Lookups to time (over all rounds).")
+@click.option("--parallelism", default=4, show_default=True, help="Subtasks (state hashes) publishing it.")
+@click.option("--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server).")
+def state(keys: int, lookups: int, parallelism: int, redis_url: str | None) -> None:
+    """Queryable-state lookups (client cache warm and cold) vs raw redis-py HGET."""
+    from sluice.bench.state import run
+
+    run(keys=keys, lookups=lookups, parallelism=parallelism, redis_url=redis_url)
 
 
 def register(cli: click.Group) -> None:

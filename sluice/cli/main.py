@@ -36,9 +36,9 @@ def cli(ctx: click.Context, redis_url: str | None, prefix: str, home: str) -> No
 
 
 def _register() -> None:
-    from . import bench, cluster, inspect, jobs, processes
+    from . import bench, cluster, inspect, jobs, processes, state
 
-    for module in (cluster, processes, inspect, jobs, bench):
+    for module in (cluster, processes, inspect, jobs, bench, state):
         module.register(cli)
 
 
