@@ -18,7 +18,7 @@ import heapq
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sluice.services.coordination.assigner import SplitAssigner, ranges, unranges
@@ -302,6 +302,9 @@ def test_every_split_is_processed_exactly_once_in_the_end(hosts, ops, drain_orde
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plans, operations, st.integers(1, 4), st.booleans())
+# a split given back is first in line for its hosts too, also after a restore
+@example([("h0",), ("h1", "h0")], [("next", 0, "h1"), ("give_back", 0), ("next", 1, "h0")], 1, False)
+@example([("h0",), ("h0",), ("h0",)], [("next", 0, ""), ("next", 1, ""), ("give_back", 0), ("give_back", 1)], 2, False)
 def test_restore_of_a_snapshot_continues_like_the_live_assigner(hosts, ops, every, by_count) -> None:
     """Every few operations a new leader restores the live assigner's snapshot (through
     JSON); from then on it must answer every operation exactly like the live one."""
