@@ -97,13 +97,17 @@ class EventLog:
         index: dict[str, int] = {}
         ids = consumed.ids if consumed else ()
         args: list[object] = [epoch, consumed.group if consumed else "", len(ids), *ids]
+        encoded: dict[int, bytes] = {}  # an event written to two streams is encoded once
         for out in outs:
             pos = index.get(out.stream)
             if pos is None:
                 _same_tag(tag, out.stream)
                 keys.append(out.stream)
                 pos = index[out.stream] = len(keys)
-            args += (pos, encode(out.envelope), out.to or "")
+            data = encoded.get(id(out.envelope))
+            if data is None:
+                data = encoded[id(out.envelope)] = encode(out.envelope)
+            args += (pos, data, out.to or "")
         if consumed is not None:
             _same_tag(tag, consumed.stream)
         try:

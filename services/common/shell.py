@@ -9,7 +9,6 @@ import socket
 import sys
 import threading
 import time
-import uuid
 
 import structlog
 
@@ -17,7 +16,9 @@ __all__ = ["new_id", "now_ms", "hostname", "configure_logging", "stop_on_signals
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """128 random bits as 32 hex digits (a uuid4's entropy, at a third of its cost: ids are
+    made for every event on the hot path)."""
+    return os.urandom(16).hex()
 
 
 def now_ms() -> int:

@@ -159,6 +159,8 @@ class CoordinatorContext:
                 self._queue.append((kind, item))
 
     def _take(self) -> list[tuple[str, Any]]:
+        if not self._queue:  # the common case, without the lock (a list's truth is atomic)
+            return []
         with self._queue_lock:
             out, self._queue = self._queue, []
             return out

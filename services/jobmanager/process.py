@@ -374,6 +374,8 @@ class JobManager:
         for job_id, job in list(self.jobs.jobs.items()):
             if job.ready and job.status in (JobStatus.CREATED, JobStatus.RUNNING):
                 free = free if free is not None else self._free_slots()
+                if job.waiting_since is not None and not any(free.values()):
+                    continue  # already waiting for slots and none is free: nothing to try
                 decision = jobs.schedule(self.jobs, job_id, free, now_ms())
                 if decision:
                     self._commit_job(decision)
