@@ -90,6 +90,7 @@ class JobCoordinators:
         self.job_id = job_id
         self.interval_ms = interval_ms
         self.holders: dict[str, _Holder] = {}
+        self._early = Flush()
         for v in vertices:
             if not has_coordinator(v):
                 continue
@@ -105,11 +106,14 @@ class JobCoordinators:
                 holder.failed = f"creating the coordinator of {v.name!r} failed:\n{describe(exc)}"
 
     # --- life ---
-    def restore(self, operator_id: str, checkpoint_id: int, state: Any) -> None:
+    def restore(self, operator_id: str, checkpoint_id: int, state: Any, attempts: list[int] | None = None) -> None:
+        """Reset a coordinator to its checkpoint; ``attempts``: each subtask's attempt then."""
         h = self.holders.get(operator_id)
         if h is None or h.coordinator is None:
             return
         h.checkpoint_id = checkpoint_id
+        if attempts is not None:
+            h.context._attempts[:] = attempts
         self._call(h, h.coordinator.reset_to_checkpoint, checkpoint_id, state)
 
     def start(self, now: int) -> None:
@@ -138,6 +142,7 @@ class JobCoordinators:
         """Feed each coordinator the facts recorded after its last checkpoint. Deterministic
         coordinators answer muted, and their answers are checked against the log's."""
         for op, h in self.holders.items():
+            self._drain(h, self._early, 0)  # what start() sent is new: released at the next flush
             h.muted = h.deterministic
             for ev in tails.get(op, ()):
                 self.feed(ev)
@@ -211,7 +216,7 @@ class JobCoordinators:
         """Events to release, checkpoints to take and failures, since the last flush.
         Checkpoints are taken when asked for (``force``, ``request_checkpoint``), when a
         coordinator holds events back, and every ``interval_ms`` while inputs arrive."""
-        out = Flush()
+        out, self._early = self._early, Flush()
         for h in self.holders.values():
             self._drain(h, out, now)
             if h.coordinator is None or h.failed is not None or not h.context.bound:
@@ -224,12 +229,17 @@ class JobCoordinators:
                 out.failures.append(h.failed)
         return out
 
-    def _drain(self, h: _Holder, out: Flush, now: int) -> None:
+    def _drain(self, h: _Holder, out: Flush, now: int, deferred: list | None = None) -> None:
+        """Apply what the coordinator queued. With ``deferred`` (at a snapshot), callbacks
+        are not run but collected: what they change belongs to the next checkpoint."""
         while True:
             actions = h.context._take()
             if not actions:
                 return
             for kind, item in actions:
+                if kind == "call" and deferred is not None:
+                    deferred.append(item)
+                    continue
                 if kind == "send":
                     subtask, attempt, body = item
                     ev = self._event(h, subtask, attempt, body)
@@ -257,14 +267,18 @@ class JobCoordinators:
 
     def _checkpoint(self, h: _Holder, out: Flush, now: int) -> None:
         cid = h.checkpoint_id + 1
+        later: list = []
         try:
             with h.context.lock:
                 state = h.coordinator.checkpoint_coordinator(cid)  # type: ignore[union-attr]
-                self._drain(h, out, now)  # anything it sent up to the snapshot belongs to it
-            orjson.dumps(state)
+                state = orjson.loads(orjson.dumps(state))  # a copy: the live state may change on
+                self._drain(h, out, now, later)  # what it sent up to the snapshot belongs to it
         except Exception as exc:
             h.failed = f"checkpoint {cid} of the coordinator of {h.vertex.name!r} failed:\n{describe(exc)}"
             return
+        finally:
+            for then, result in later:  # after the snapshot: their effects go to the next checkpoint
+                self._call(h, then, result)
         for ev, subtask in h.pending:
             out.facts.append((ev, (h.vertex.name, subtask)))
         out.facts.append((CoordinatorCheckpointed(self.job_id, h.vertex.name, cid, state, len(h.pending)), None))

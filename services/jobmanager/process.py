@@ -163,7 +163,7 @@ class JobManager:
         for job_id in registered:
             tag = self.keys.job(job_id)
             self.log.fence(tag, epoch)  # from now on a deposed leader cannot write to this job
-            checkpoints: dict[str, tuple[int, object]] = {}
+            checkpoints: dict[str, tuple[int, object, list[int] | None]] = {}
             tails: dict[str, list[Event]] = {}
             for _, env in self.log.replay(self.keys.facts(tag)):
                 jobs_evolve(self.jobs, env)
@@ -172,7 +172,9 @@ class JobManager:
                 if op is None:
                     continue
                 if isinstance(env.event, CoordinatorCheckpointed):
-                    checkpoints[op] = (env.event.checkpoint_id, env.event.state)
+                    run = self.jobs.jobs[job_id].vertices.get(op)
+                    attempts = [ex.attempt for ex in run.subtasks] if run else None
+                    checkpoints[op] = (env.event.checkpoint_id, env.event.state, attempts)
                     tails[op] = []
                 else:
                     tails.setdefault(op, []).append(env.event)
@@ -183,8 +185,8 @@ class JobManager:
                 # Coordinators exist before leadership is used: restored first, bound and started
                 # below, then fed what happened after their checkpoints.
                 coords = self._create_coordinators(job_id)
-                for op, (cid, cstate) in checkpoints.items():
-                    coords.restore(op, cid, cstate)
+                for op, (cid, cstate, attempts) in checkpoints.items():
+                    coords.restore(op, cid, cstate, attempts)
                 restoring.append((job_id, coords, tails))
         self._commit(self.tag, (LeadershipGranted(epoch, self.id, hostname()),), (), None)
         for job_id, coords, tails in restoring:

@@ -11,7 +11,7 @@ replay is checked, held-back events are released with the checkpoint that covers
 coordinator failures fail the job and silence the coordinator, an unbound context is
 refused, and a coordinator's own thread can send while the main loop checkpoints.
 
-Tests marked ``xfail(strict=True)`` show bugs in the code under test (see their reasons).
+Four tests here began as strict xfails that showed bugs in the runtime, since fixed.
 """
 
 from __future__ import annotations
@@ -344,22 +344,25 @@ class Log:
     def takeover(self, *vertices: JobVertex, tamper: Any = None) -> JobCoordinators:
         """A new leader: coordinators created, restored from their last checkpoint, started
         and fed the facts after it (as ``JobManager.become_leader`` does)."""
-        checkpoints: dict[str, tuple[int, Any]] = {}
+        checkpoints: dict[str, tuple[int, Any, list[int]]] = {}
         tails: dict[str, list[Event]] = {}
+        attempts = {v.name: [0] * v.parallelism for v in vertices}  # the ExecutionGraph's, as replayed
         for ev in json_facts(self.facts):
+            if isinstance(ev, TaskRestartScheduled) and ev.vertex_id in attempts:
+                attempts[ev.vertex_id][ev.subtask] = ev.attempt
             op = operator_of(ev)
             if op is None:
                 continue
             if isinstance(ev, CoordinatorCheckpointed):
-                checkpoints[op] = (ev.checkpoint_id, ev.state)
+                checkpoints[op] = (ev.checkpoint_id, ev.state, list(attempts.get(op, [])) or None)
                 tails[op] = []
             else:
                 tails.setdefault(op, []).append(ev)
         if tamper is not None:
             tamper(tails)
         j = coordinators(*vertices, start=False)
-        for op, (cid, state) in checkpoints.items():
-            j.restore(op, cid, state)
+        for op, (cid, state, at) in checkpoints.items():
+            j.restore(op, cid, state, at)
         j.start(0)
         j.replay(tails)
         return j
@@ -790,11 +793,6 @@ def test_a_coordinator_thread_sends_while_the_main_loop_checkpoints(cls: type) -
 # --- bugs ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime._checkpoint drains the context inside the lock right after checkpoint_coordinator, and that drain "
-    "also runs queued call_async 'then' callbacks: a 'then' that completes after the snapshot changes the state "
-    "and sends an event, and that event is released by this checkpoint, whose state does not reflect it (after a "
-    "failover the work is redone and the event sent twice)"))
 def test_a_then_callback_after_the_snapshot_is_not_released_with_it() -> None:
     j = coordinators(user_vertex(SlowWork, parallelism=2))
     j.flush(0)
@@ -808,11 +806,6 @@ def test_a_then_callback_after_the_snapshot_is_not_released_with_it() -> None:
     j.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime._checkpoint keeps the object checkpoint_coordinator returned (it only checks that orjson can encode "
-    "it): a coordinator that returns its live state and keeps changing it on its thread changes the recorded "
-    "CoordinatorCheckpointed.state before the JobManager encodes it; the state should be copied (e.g. "
-    "orjson.loads(orjson.dumps(state))) while the lock is held"))
 def test_a_recorded_checkpoint_state_does_not_change_afterwards() -> None:
     j = coordinators(user_vertex(LiveState, parallelism=2))
     c = coordinator(j)
@@ -825,11 +818,6 @@ def test_a_recorded_checkpoint_state_does_not_change_afterwards() -> None:
     assert (first.state, second.state) == ({"sent": 0}, {"sent": 1})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the attempt a subtask runs is not restored on takeover: CoordinatorContext._attempts is only set by "
-    "TaskRestartScheduled facts fed after the coordinator's last checkpoint, so after a failover "
-    "send_event(subtask, body) addresses attempt 0 of a subtask that runs attempt 1 (restarted before that "
-    "checkpoint) and the running attempt ignores the event"))
 def test_after_takeover_a_send_goes_to_the_attempt_that_runs() -> None:
     v = user_vertex(DeterministicEcho, parallelism=2)
     log = Log(coordinators(v))
@@ -842,10 +830,6 @@ def test_after_takeover_a_send_goes_to_the_attempt_that_runs() -> None:
     assert j2.flush(0).facts == [(to_subtask("op", 1, {"echo": "to the restarted subtask", "from": 0}, 1), ("op", 1))]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "JobCoordinators.replay mutes a deterministic coordinator and drains everything queued on its context, "
-    "including what start() (called just before, on the new leader) sent: those sends are swallowed as replayed "
-    "answers, and the comparison with the log fails the job with a false 'declared deterministic' report"))
 def test_a_deterministic_coordinator_that_sends_in_start_survives_a_takeover() -> None:
     v = user_vertex(Greeter, parallelism=2)
     log = Log(coordinators(v))
