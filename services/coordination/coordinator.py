@@ -146,6 +146,11 @@ class CoordinatorContext:
 
     # --- for the framework ---
     def _check(self) -> None:
+        if self._closed:
+            raise ContextNotBound(
+                f"the coordinator of {self.operator_id!r} (job {self.job_id}) is closed: its job ended or this "
+                "JobManager stopped leading; stop its threads in close()"
+            )
         if not self._bound:
             raise ContextNotBound(
                 f"the coordinator of {self.operator_id!r} (job {self.job_id}) used its context before the "

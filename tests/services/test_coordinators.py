@@ -742,7 +742,7 @@ def test_a_context_is_unbound_again_after_close() -> None:
     ctx = coordinator(j).context
     ctx.send_event(0, "fine")
     j.close()
-    with pytest.raises(ContextNotBound):
+    with pytest.raises(ContextNotBound, match="is closed: its job ended or this JobManager stopped leading"):
         ctx.send_event(0, "too late")
 
 
@@ -767,7 +767,6 @@ def test_a_coordinator_thread_sends_while_the_main_loop_checkpoints(cls: type) -
     out = j.flush(now + 1, force=True)
     facts += [ev for ev, _ in out.facts]
     j.close()
-    assert time.monotonic() - began < 3
 
     released = {"thread": [], "main": []}
     since = 0
