@@ -415,8 +415,11 @@ def descriptor(job: JobRun, ex: Execution) -> dict:
     }
     if spec.source is not None:
         # No splits here: the reader asks the source coordinator for them one at a time.
+        # A reader that gets no split still needs the source's schema: it reads the first
+        # split's schema (no rows) from this one.
+        plan = job.splits.get(ex.vertex) or [None]
         d["source"] = {"format": spec.source.format, "options": spec.source.options,
-                       "protocol": spec.source.protocol}
+                       "protocol": spec.source.protocol, "schema_split": plan[0]}
     if spec.sink is not None:
         d["sink"] = {"format": spec.sink.format, "path": spec.sink.path, "options": spec.sink.options}
     if spec.queryable is not None:  # queryable state, keyed by the vertex's input key (services/kvstate)

@@ -170,8 +170,12 @@ def _read_source(spark: Any, d: dict, runtime: dict, temp_dir: Path, events: "ta
             return spark.createDataFrame([], "id long")
         bounds = spark.createDataFrame(ranges, "s long, e long")
         return bounds.select(F.explode(F.sequence("s", F.col("e") - 1)).alias("id"))
-    if not files:
-        return _empty_source(spark, source)
+    if not files:  # other readers took every split: no rows, but the source's schema
+        first = source.get("schema_split")
+        if first is None or source["format"] == "text":
+            return _empty_source(spark, source)
+        path = reader.materialize_split(first, source["options"], temp_dir / "schema")
+        return reader.read_materialized(spark, source["format"], source["options"], [path]).limit(0)
     return reader.read_materialized(spark, source["format"], source["options"], files)
 
 

@@ -219,3 +219,19 @@ def test_a_coordinator_that_raises_fails_its_job_but_not_the_jobmanager(
     _, ok = run_job(log, JOBS / "coordinated.py", {"output": str(tmp_path / "out2"), "n": "10"})
     assert ok.status == JobStatus.FINISHED, ok.reason
     assert procs.procs["jm"].poll() is None
+
+
+def test_a_reader_that_gets_no_split_still_has_the_sources_columns(
+        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"n": list(range(100)), "name": [f"n{i}" for i in range(100)]}), tmp_path / "in.parquet")
+    start_tm(procs, cluster, "tm-1")
+    job_id, job = run_job(log, JOBS / "parquet_filter.py", {"input": str(tmp_path / "in.parquet"),
+                                                           "output": str(tmp_path / "out"), "parallelism": "3"})
+    assert job.status == JobStatus.FINISHED, job.reason
+    assert len(timeline(log, job_id)) == 1  # one split, three readers: two read nothing
+    got = spark.read.parquet(str(tmp_path / "out"))
+    assert sorted(got.columns) == ["n", "name"]
+    assert sorted(r["n"] for r in got.collect()) == list(range(0, 100, 2))

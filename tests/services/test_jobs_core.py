@@ -158,7 +158,8 @@ def test_sources_deploy_first_spread_over_taskmanagers_and_consumers_wait_for_da
     first = sim.schedule()
     assert [(t.vertex_id, t.subtask) for t in first] == [("lines -> tokenize", 0), ("lines -> tokenize", 1)]
     assert {sim.job.vertices[t.vertex_id].subtasks[t.subtask].taskmanager for t in first} == {"tm-a", "tm-b"}
-    assert first[0].descriptor["source"] == {"format": "text", "options": {}, "protocol": "operator-events"}
+    assert first[0].descriptor["source"] == {"format": "text", "options": {}, "protocol": "operator-events",
+                                             "schema_split": {"path": "/data/in.txt", "start": 0, "end": 1, "index": 0}}
     for t in first:
         sim.report(t, TaskState.RUNNING)
     assert ("inbox", "client-inbox") in [d for d, _ in sim.sent] and sim.job.status == JobStatus.RUNNING
