@@ -127,7 +127,9 @@ class Client:
         start = self.log.last_id(stream) or "0-0"
         self.log.append(self.keys.inbox(self.keys.job(job_id)),
                         Envelope(TriggerCheckpoint(job_id), new_id(), 0, now_ms(), job_id))
-        wanted = {v.name for v in job.graph.vertices if v.kind == "source" or v.coordinator}
+        from sluice.services.coordination.runtime import has_coordinator
+
+        wanted = {v.name for v in job.graph.vertices if has_coordinator(v)}
         taken: dict[str, object] = {}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -29,6 +29,8 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 
+from sluice.services.jobs.state import execution_id, parse_execution_id
+
 from .coordinator import CoordinatorContext, OperatorCoordinator
 from .source import NO_MORE, REQUEST, SPLIT, SourceCoordinator
 
@@ -161,13 +163,13 @@ class JobCoordinators:
     # --- feeding ---
     def feed(self, ev: Event) -> None:
         """One fact of the job, as the coordinators see it."""
-        t = type(ev)
+        op = operator_of(ev)
+        h = self.holders.get(op) if op is not None else None
+        if h is None or h.coordinator is None:
+            return
+        c, t = h.coordinator, type(ev)
         if t is UpdateTaskExecutionState:
-            h = self.holders.get(ev.vertex_id)
-            if h is None or h.coordinator is None:
-                return
             h.dirty = True
-            c = h.coordinator
             if ev.state == TaskState.RUNNING:
                 self._call(h, c.subtask_ready, ev.subtask, ev.attempt)
             elif ev.state == TaskState.FINISHED:
@@ -175,32 +177,21 @@ class JobCoordinators:
             elif ev.state in (TaskState.FAILED, TaskState.CANCELED):
                 self._call(h, c.subtask_failed, ev.subtask, ev.attempt, ev.error)
         elif t is TaskRestartScheduled:
-            h = self.holders.get(ev.vertex_id)
-            if h is not None and h.coordinator is not None:
-                h.dirty = True
-                h.context._attempts[ev.subtask] = ev.attempt
-                self._call(h, h.coordinator.subtask_reset, ev.subtask, ev.attempt)
+            h.dirty = True
+            h.context._attempts[ev.subtask] = ev.attempt
+            self._call(h, c.subtask_reset, ev.subtask, ev.attempt)
         elif t is OperatorEvent:
-            h = self.holders.get(ev.operator_id)
-            if h is None or h.coordinator is None:
-                return
             if ev.to_coordinator:
                 h.dirty = True
-                self._call(h, h.coordinator.handle_event_from_operator, ev.subtask, ev.attempt, ev.body)
+                self._call(h, c.handle_event_from_operator, ev.subtask, ev.attempt, ev.body)
             elif h.muted:
                 h.recorded.append(ev)
         elif t is RequestNextInputSplit:
-            h = self.holders.get(ev.vertex_id)
-            if h is not None and h.coordinator is not None:
-                h.dirty = True
-                attempt = int(ev.execution_id.rsplit(":", 1)[1])
-                self._call(h, h.coordinator.handle_event_from_operator, ev.subtask, attempt,
-                           {"type": REQUEST, "host": ev.host})
-        elif t is NextInputSplit:
-            vertex, _, _ = ev.execution_id.rsplit(":", 2)
-            h = self.holders.get(vertex)
-            if h is not None and h.muted:
-                h.recorded.append(ev)
+            h.dirty = True
+            attempt = parse_execution_id(ev.execution_id)[2]
+            self._call(h, c.handle_event_from_operator, ev.subtask, attempt, {"type": REQUEST, "host": ev.host})
+        elif t is NextInputSplit and h.muted:
+            h.recorded.append(ev)
 
     def _call(self, h: _Holder, fn: Callable, *args: Any) -> None:
         if h.failed is not None:
@@ -262,7 +253,7 @@ class JobCoordinators:
         v = h.vertex
         if v.kind == "source" and v.source is not None and v.source.protocol == "input-splits" \
                 and isinstance(body, dict) and body.get("type") in (SPLIT, NO_MORE):
-            return NextInputSplit(self.job_id, f"{v.name}:{subtask}:{attempt}", body.get("split"))
+            return NextInputSplit(self.job_id, execution_id(v.name, subtask, attempt), body.get("split"))
         return OperatorEvent(self.job_id, v.name, subtask, False, body, attempt)
 
     def _checkpoint(self, h: _Holder, out: Flush, now: int) -> None:
@@ -309,5 +300,5 @@ def operator_of(ev: Event) -> str | None:
     if t is OperatorEvent or t is CoordinatorCheckpointed:
         return ev.operator_id  # type: ignore[attr-defined]
     if t is NextInputSplit:
-        return ev.execution_id.rsplit(":", 2)[0]  # type: ignore[attr-defined]
+        return parse_execution_id(ev.execution_id)[0]  # type: ignore[attr-defined]
     return None

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sluice.events import Envelope, NextInputSplit, OperatorEvent, TaskState, UpdateTaskExecutionState
+from sluice.services.jobs.state import parse_execution_id
 
 __all__ = ["Assignment", "split_timeline", "describe_split"]
 
@@ -47,8 +48,8 @@ def split_timeline(envs: Iterable[Envelope]) -> list[Assignment]:
                 and ev.body.get("type") == "split":
             split, vertex, subtask, attempt = ev.body.get("split"), ev.operator_id, ev.subtask, ev.attempt
         elif isinstance(ev, NextInputSplit) and ev.split is not None:
-            vertex, s, a = ev.execution_id.rsplit(":", 2)
-            split, subtask, attempt = ev.split, int(s), int(a)
+            vertex, subtask, attempt = parse_execution_id(ev.execution_id)
+            split = ev.split
         elif isinstance(ev, UpdateTaskExecutionState) and ev.state.terminal:
             outcome = "finished" if ev.state == TaskState.FINISHED else "returned"
             for row in held.pop((ev.vertex_id, ev.subtask, ev.attempt), []):

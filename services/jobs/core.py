@@ -40,6 +40,8 @@ from sluice.events import (
 
 from sluice.services.kvstate import core as kvstate
 
+from sluice.services.coordination.runtime import has_coordinator
+
 from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
 
 __all__ = ["JobsConfig", "Decision", "Dest", "submit", "input_paths", "MAX_DEPLOY_PER_PASS", "on_message", "schedule",
@@ -155,11 +157,11 @@ def on_message(state: JobsState, job_id: str, env: Envelope, config: JobsConfig,
         _update(rec, job, msg, config)
     elif isinstance(msg, TaskOperationResult):
         if not msg.success:
-            ex = _current(job, msg.execution_id)
+            ex = job.current(msg.execution_id)
             if ex is not None and ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING):
                 _fail(rec, job, ex, f"deployment failed on {ex.taskmanager}: {msg.message}", config)
     elif isinstance(msg, ScheduleOrUpdateConsumers):
-        ex = _current(job, msg.execution_id)
+        ex = job.current(msg.execution_id)
         if ex is not None and not ex.produced and job.status not in TERMINAL_JOB:
             rec.fact(msg)
     elif isinstance(msg, (RequestNextInputSplit, OperatorEvent)):
@@ -203,7 +205,7 @@ def _coordinator_input(rec: _Recorder, job: JobRun, msg: RequestNextInputSplit |
             rec.decision.note = f"split request with a malformed execution id {msg.execution_id!r}; ignored"
             return
     vertex = job.vertices.get(vertex_name)
-    if vertex is None or not (vertex.spec.kind == "source" or vertex.spec.coordinator):
+    if vertex is None or not has_coordinator(vertex.spec):
         rec.decision.note = f"{msg.TYPE} for {vertex_name!r}, which has no coordinator in job {job.job_id}; ignored"
         return
     if isinstance(msg, RequestNextInputSplit) and vertex.spec.kind != "source":
@@ -228,9 +230,7 @@ def fail_job(state: JobsState, job_id: str, reason: str, now: int) -> Decision:
     job = state.jobs.get(job_id)
     if job is None or job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
         return rec.decision
-    rec.fact(JobStatusChanged(job_id, JobStatus.FAILING, reason))
-    _cancel_all(rec, job, "the job is failing")
-    _maybe_complete(rec, job)
+    _fail_job(rec, job, reason)
     return rec.decision
 
 
@@ -247,17 +247,8 @@ def _kvstate(rec: _Recorder, job: JobRun, msg: NotifyKvStateRegistered | NotifyK
         _fail(rec, job, ex, verdict.error or "KvState registration clash", config, restart=False)
 
 
-def _current(job: JobRun, eid: str) -> Execution | None:
-    try:
-        vertex, subtask, attempt = parse_execution_id(eid)
-        ex = job.vertices[vertex].subtasks[subtask]
-    except (ValueError, KeyError, IndexError):
-        return None
-    return ex if ex.attempt == attempt else None
-
-
 def _update(rec: _Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: JobsConfig) -> None:
-    ex = _current(job, msg.execution_id)
+    ex = job.current(msg.execution_id)
     if ex is None:
         rec.decision.note = f"stale update for {msg.execution_id} ignored"
         return
@@ -296,9 +287,13 @@ def _fail(rec: _Recorder, job: JobRun, ex: Execution, error: str, config: JobsCo
     tried = f"after {job.restarts} restart{'s' if job.restarts != 1 else ''}" if strategy.kind != "none" else "(restart strategy: none)"
     if not restart:
         tried = "(no restart)"
-    reason = f"task {ex.vertex}[{ex.subtask}] failed {tried}: {error}"
+    _fail_job(rec, job, f"task {ex.vertex}[{ex.subtask}] failed {tried}: {error}")
+
+
+def _fail_job(rec: _Recorder, job: JobRun, reason: str, cancel_reason: str = "the job is failing") -> None:
+    """The job fails with ``reason`` as its root cause: its tasks are cancelled."""
     rec.fact(JobStatusChanged(job.job_id, JobStatus.FAILING, reason))
-    _cancel_all(rec, job, "the job is failing")
+    _cancel_all(rec, job, cancel_reason)
     _maybe_complete(rec, job)
 
 
@@ -461,12 +456,8 @@ def tick(state: JobsState, config: JobsConfig, now: int, total_slots: int) -> li
         if waited > config.slot_timeout_ms:
             rec = _Recorder(state, job.job_id, now)
             pending = sum(1 for ex in job.executions() if ex.state == TaskState.CREATED)
-            rec.fact(JobStatusChanged(
-                job.job_id, JobStatus.FAILING,
-                f"waited {waited // 1000} s for free slots ({pending} tasks not deployed; the cluster has "
-                f"{total_slots} slots): add TaskManagers (sluice scale) or lower the parallelism",
-            ))
-            _cancel_all(rec, job, "no slots")
-            _maybe_complete(rec, job)
+            _fail_job(rec, job, f"waited {waited // 1000} s for free slots ({pending} tasks not deployed; the "
+                                f"cluster has {total_slots} slots): add TaskManagers (sluice scale) or lower the "
+                                "parallelism", "no slots")
             out.append(rec.decision)
     return out

@@ -105,6 +105,15 @@ class JobRun:
         for v in self.vertices.values():
             yield from v.subtasks
 
+    def current(self, eid: str) -> "Execution | None":
+        """The execution ``eid`` names, if it is its subtask's current attempt."""
+        try:
+            vertex, subtask, attempt = parse_execution_id(eid)
+            ex = self.vertices[vertex].subtasks[subtask]
+        except (ValueError, KeyError, IndexError):
+            return None
+        return ex if ex.attempt == attempt else None
+
     def inputs_available(self, ex: Execution) -> bool:
         for edge in self.vertices[ex.vertex].inputs:
             producer = self.vertices[edge.source]

@@ -97,7 +97,7 @@ def _register(job: JobRun, msg: NotifyKvStateRegistered, loc: KvStateLocation | 
                                              f"(the job's vertices: {', '.join(map(repr, job.vertices))})")
     ex = None
     if msg.execution_id is not None:
-        ex = _current(job, msg.execution_id)
+        ex = job.current(msg.execution_id)
         if ex is None or ex.vertex != msg.vertex_id or ex.state not in LIVE_TASK:
             now = f"{ex.id} {ex.state.value}" if ex is not None else "no such attempt"
             return _refuse(job, job.job_id, msg, f"registration of {name!r} by {msg.execution_id} is stale (current: "
@@ -110,17 +110,6 @@ def _register(job: JobRun, msg: NotifyKvStateRegistered, loc: KvStateLocation | 
         v.fail_vertex, v.fail = msg.vertex_id, ex
         return v
     return Verdict([msg])
-
-
-def _current(job: JobRun, eid: str) -> Execution | None:
-    from sluice.services.jobs.state import parse_execution_id
-
-    try:
-        vertex, subtask, attempt = parse_execution_id(eid)
-        ex = job.vertices[vertex].subtasks[subtask]
-    except (ValueError, KeyError, IndexError):
-        return None
-    return ex if ex.attempt == attempt else None
 
 
 def _refuse(job: JobRun | None, job_id: str, msg: Event, reason: str) -> Verdict:

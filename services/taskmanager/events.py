@@ -18,11 +18,11 @@ from typing import Any
 from sluice.errors import ServiceError
 from sluice.events import Envelope, NextInputSplit, OperatorEvent, RequestNextInputSplit, decode_fields
 from sluice.services.common.shell import new_id, now_ms
+from sluice.services.coordination.source import NO_MORE, REQUEST, SPLIT
 from sluice.store import EventLog
 
 __all__ = ["TaskEvents", "NoAnswer", "current", "install"]
 
-REQUEST, SPLIT, NO_MORE = "request-split", "split", "no-more-splits"
 
 
 class NoAnswer(ServiceError):
@@ -45,12 +45,10 @@ class TaskEvents:
         self.answer_timeout_s = answer_timeout_s
         self._events: deque[Any] = deque()  # operator events for the user's code
         self._splits: deque[dict | None] = deque()
-        self.requests = 0
 
     # --- splits ---
     def next_split(self) -> dict | None:
         """The next split for this subtask (None: no more). Blocks until the coordinator answers."""
-        self.requests += 1
         if self.protocol == "input-splits":
             msg: Any = RequestNextInputSplit(self.job_id, self.vertex, self.subtask, self.execution_id, self.host)
         else:
