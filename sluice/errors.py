@@ -13,6 +13,7 @@
      ├── StoreError                  (store/: everything Redis)
      │    ├── RedisUnavailable       the server cannot be reached
      │    ├── StaleEpoch             a fenced writer: its epoch is older than the tag's fence
+     │    ├── StoreRestarted         the server restarted since the writer last looked
      │    └── ScriptError            a Lua script answered with an error we did not expect
      ├── ConfigError                 a setting is missing or wrong
      ├── ServiceError                a component cannot go on (names the component)
@@ -44,6 +45,7 @@ __all__ = [
     "StoreError",
     "RedisUnavailable",
     "StaleEpoch",
+    "StoreRestarted",
     "ScriptError",
     "ContextNotBound",
     "CoordinatorError",
@@ -145,6 +147,22 @@ class StaleEpoch(StoreError):
         super().__init__(
             f"commit to {tag} refused: writer epoch {epoch} is older than the fence at epoch "
             f"{current}; a newer JobManager leads, this one must step down"
+        )
+
+
+class StoreRestarted(StoreError):
+    """The server restarted (its run id is now ``run_id``) since the writer last looked.
+
+    With ``appendfsync everysec`` a restart can lose the last second of acknowledged
+    writes, so what the writer holds in memory may be ahead of the log: it must rebuild
+    from the log before it writes again.
+    """
+
+    def __init__(self, *, tag: str, run_id: str) -> None:
+        self.tag, self.run_id = tag, run_id
+        super().__init__(
+            f"write to {tag} refused: the Redis server restarted (run id now {run_id}) since this writer "
+            "last read the log; it must rebuild its state from the log before writing again"
         )
 
 

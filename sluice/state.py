@@ -89,7 +89,7 @@ class StateClient:
 
     def __init__(self, log: EventLog, *, catch_up: bool = True) -> None:
         self.log = log
-        self.home = KvStates(log.client, log.keys)
+        self.home = KvStates(log.backend, log.keys)
         self.catch_up = catch_up
         self._locations: dict[tuple[str, str], Location] = {}
         self._servers: dict[str, KvStates] = {}

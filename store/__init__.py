@@ -1,6 +1,7 @@
 """The only package that talks to Redis: keys, the event log, consumers, the lease,
 outbox delivery and read-model tables."""
 
+from .backend import Backend
 from .blobs import Blobs
 from .connection import connect, redact
 from .consumer import Entry, GroupConsumer
@@ -8,10 +9,13 @@ from .keys import Keys, tag_of
 from .kvstate import KvStates, server_address
 from .lease import LeaderLease, LeaseHolder, current_leader
 from .log import CommitResult, Consumed, EventLog, Out, entry_order
+from .redis_backend import RedisBackend
 from .outbox import Deliverer
 from .tables import ReadModels
 
 __all__ = [
+    "Backend",
+    "RedisBackend",
     "Blobs",
     "connect",
     "redact",

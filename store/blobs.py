@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from .log import EventLog, translate_errors
+from .log import EventLog
 
 __all__ = ["Blobs"]
 
@@ -15,17 +15,14 @@ class Blobs:
 
     def put(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
-        with translate_errors("storing a blob"):
-            self.log.client.set(self.log.keys.blob(digest), data, nx=True)
+        self.log.backend.set(self.log.keys.blob(digest), data, nx=True)
         return digest
 
     def get(self, digest: str) -> bytes | None:
-        with translate_errors(f"reading blob {digest[:12]}"):
-            data = self.log.client.get(self.log.keys.blob(digest))
+        data = self.log.backend.get(self.log.keys.blob(digest))
         if data is not None and hashlib.sha256(data).hexdigest() != digest:
             raise ValueError(f"blob {digest} is corrupted: its content does not hash to its name")
         return data
 
     def exists(self, digest: str) -> bool:
-        with translate_errors(f"reading blob {digest[:12]}"):
-            return bool(self.log.client.exists(self.log.keys.blob(digest)))
+        return bool(self.log.backend.exists(self.log.keys.blob(digest)))

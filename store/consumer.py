@@ -11,16 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import redis
-
 from sluice.errors import DecodeError
 from sluice.events import Envelope, decode_fields
 
-from . import scripts
+from .backend import Fields, NoGroup
 from .keys import tag_of
-from .log import EventLog, _s, translate_errors
+from .log import EventLog, entry_order
 
-__all__ = ["GroupConsumer", "Entry", "ensure_group"]
+__all__ = ["GroupConsumer", "Entry", "ensure_group", "dead_letter", "MAX_REASON"]
+
+MAX_REASON = 2000
+"""Longest reason kept with a dead letter (a reason is for a person, not a traceback dump)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +36,18 @@ DeadLetterHook = Callable[[str, str, DecodeError], None]
 
 def ensure_group(log: EventLog, stream: str, group: str, start: str = "0") -> None:
     """Create consumer group ``group`` on ``stream`` (and the stream) unless it exists."""
-    with translate_errors(f"creating group {group} on {stream}"):
-        try:
-            log.client.xgroup_create(stream, group, id=start, mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+    log.backend.group_create(stream, group, start)
+
+
+def dead_letter(log: EventLog, stream: str, group: str, entry_id: str, fields: dict, kind: str, reason: str) -> None:
+    """Park an entry (with why) in its tag's dead-letter stream and, read through
+    ``group`` (not ''), acknowledge it, in one step."""
+    if len(reason) > MAX_REASON:
+        reason = reason[:MAX_REASON - 20] + " … (cut)"
+    args: list[object] = [group, entry_id, kind, reason]
+    for k, v in fields.items():
+        args += (k, v)
+    log.backend.script("dead_letter", [stream, log.keys.dead(tag_of(stream))], args)
 
 
 class GroupConsumer:
@@ -58,7 +65,6 @@ class GroupConsumer:
     ) -> None:
         self.log, self.group, self.consumer = log, group, consumer
         self.streams: list[str] = [stream] if isinstance(stream, str) else list(stream)
-        self._dead = log.client.register_script(scripts.DEAD_LETTER)
         self._on_dead = on_dead_letter
         self._ensured: set[str] = set()
 
@@ -95,52 +101,87 @@ class GroupConsumer:
     def reclaim(self, *, min_idle_ms: int, count: int = 100) -> list[Entry]:
         """Take over entries another consumer left pending for at least ``min_idle_ms``."""
         out: list[Entry] = []
-        for stream in self.streams:
+        for stream in list(self.streams):
             if stream not in self._ensured:
                 self._ensure(stream, "0")
             start = "0-0"
             while True:
-                with translate_errors(f"reclaiming from {stream}"):
-                    reply = self.log.client.xautoclaim(
-                        stream, self.group, self.consumer, min_idle_time=min_idle_ms, start_id=start, count=count
-                    )
-                nxt, claimed = reply[0], reply[1]
+                try:
+                    nxt, claimed = self.log.backend.xautoclaim(stream, self.group, self.consumer,
+                                                               min_idle_ms=min_idle_ms, start=start, count=count)
+                except NoGroup:
+                    self._ensured.discard(stream)
+                    break
                 out += self._decode_all(stream, claimed)
-                start = _s(nxt)
+                start = nxt
                 if start == "0-0":
                     break
         return out
 
-    def ack(self, *entry_ids: str, stream: str | None = None) -> int:
-        stream = stream or self.stream
-        with translate_errors(f"acknowledging on {stream}"):
-            return int(self.log.client.xack(stream, self.group, *entry_ids))
-
-    def _read(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
-        for s in self.streams:
-            if s not in self._ensured:
-                self._ensure(s, "0")
-        if not self.streams:
-            return []
-        with translate_errors("reading " + ", ".join(self.streams)):
-            try:
-                reply = self.log.client.xreadgroup(
-                    self.group, self.consumer, {s: start for s in self.streams}, count=count, block=block_ms
-                )
-            except redis.ResponseError as exc:
-                if "NOGROUP" not in str(exc):
-                    raise
-                self._ensured.clear()  # a stream was deleted under us; create the groups again
-                return []
+    def recover(self, *, count: int = 1000) -> list[Entry]:
+        """Every entry read before and not acknowledged, by any consumer of the group (a
+        new leader takes over what the old one had read but not committed), each once, in
+        stream order per stream."""
+        seen: set[tuple[str, str]] = set()
         out: list[Entry] = []
-        for stream, entries in reply or ():
-            out += self._decode_all(_s(stream), entries)
+        for entry in self.reclaim(min_idle_ms=0, count=count) + self.pending_all(count=count):
+            key = (entry.stream, entry.id)
+            if key not in seen:
+                seen.add(key)
+                out.append(entry)
+        order = {s: i for i, s in enumerate(self.streams)}
+        out.sort(key=lambda e: (order.get(e.stream, len(order)), entry_order(e.id)))
         return out
 
-    def _decode_all(self, stream: str, entries: list) -> list[Entry]:
+    def pending_all(self, *, count: int = 1000) -> list[Entry]:
+        """Every entry pending for this consumer (all pages)."""
+        out: list[Entry] = []
+        positions = {s: "0" for s in self.streams}
+        while positions:
+            batch = self._read_from(positions, count, None)
+            if not batch:
+                break
+            out += batch
+            last: dict[str, str] = {}
+            for e in batch:
+                last[e.stream] = e.id
+            positions = {s: last[s] for s in positions if s in last}
+        return out
+
+    def ack(self, *entry_ids: str, stream: str | None = None) -> int:
+        return self.log.backend.xack(stream or self.stream, self.group, entry_ids)
+
+    def skip_to_end(self) -> None:
+        """Deliver nothing written before now (messages to an earlier session are void)."""
+        for s in self.streams:
+            self._ensure(s, "$")
+            self.log.backend.group_setid(s, self.group, "$")
+
+    def _read(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
+        return self._read_from({s: start for s in self.streams}, count, block_ms)
+
+    def _read_from(self, positions: dict[str, str], count: int, block_ms: int | None) -> list[Entry]:
+        for s in positions:
+            if s not in self._ensured:
+                self._ensure(s, "0")
+        if not positions:
+            return []
+        try:
+            reply = self.log.backend.xreadgroup(self.group, self.consumer, positions, count=count, block_ms=block_ms)
+        except NoGroup:
+            self._ensured.clear()  # a stream was deleted under us; create the groups again
+            return []
+        out: list[Entry] = []
+        by_stream: dict[str, list[tuple[str, Fields | None]]] = {}
+        for stream, entry_id, fields in reply:
+            by_stream.setdefault(stream, []).append((entry_id, fields))
+        for stream, entries in by_stream.items():
+            out += self._decode_all(stream, entries)
+        return out
+
+    def _decode_all(self, stream: str, entries: list[tuple[str, Fields | None]]) -> list[Entry]:
         out = []
-        for raw_id, fields in entries:
-            entry_id = _s(raw_id)
+        for entry_id, fields in entries:
             if fields is None:  # deleted from the stream while pending: nothing to process
                 self.ack(entry_id, stream=stream)
                 continue
@@ -155,10 +196,6 @@ class GroupConsumer:
     def dead_letter(self, entry_id: str, fields: dict, error: DecodeError, *, stream: str | None = None) -> None:
         """Park an entry (with why) in its tag's dead-letter stream and acknowledge it."""
         stream = stream or self.stream
-        args: list[object] = [self.group, entry_id, error.kind, error.reason]
-        for k, v in fields.items():
-            args += (k, v)
-        with translate_errors(f"dead-lettering {stream} {entry_id}"):
-            self._dead(keys=[stream, self.log.keys.dead(tag_of(stream))], args=args)
+        dead_letter(self.log, stream, self.group, entry_id, fields, error.kind, error.reason)
         if self._on_dead is not None:
             self._on_dead(stream, entry_id, error)

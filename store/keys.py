@@ -9,6 +9,7 @@ every key one atomic commit touches lives in one slot:
     {<p>:cluster}:dead         entries of this tag's streams that failed to decode
     {<p>:cluster}:fence        highest leader epoch that wrote to this tag
     {<p>:cluster}:delivered    per origin outbox, the last entry delivered into this tag
+    {<p>:cluster}:cursor:outbox  the last entry of this tag's outbox delivered (all before too)
     {<p>:cluster}:leader       the leadership lease (holder, epoch) with a TTL
     {<p>:cluster}:epoch        the epoch counter, increased at every takeover
     {<p>:cluster}:table:<name> a read model (e.g. taskmanagers), with
@@ -28,16 +29,19 @@ import re
 from dataclasses import dataclass
 
 from sluice.errors import ConfigError
+from sluice.events.ids import id_problem, inbox_problem
 
 __all__ = ["Keys", "tag_of"]
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 
 
 def tag_of(key: str) -> str:
-    """The hash tag part (``{…}``) of a key built here."""
-    end = key.index("}")
+    """The hash tag part (``{…}``) of a key built here (ConfigError for any other key)."""
+    end = key.find("}")
+    if not key.startswith("{") or end < 0:
+        shown = key if len(key) <= 60 else key[:57] + "..."
+        raise ConfigError(f"{shown!r} is not a Sluice key: it has no {{hash tag}}")
     return key[: end + 1]
 
 
@@ -74,6 +78,11 @@ class Keys:
     def taskmanager(self, resource_id: str) -> str:
         return "{" + self.prefix + ":tm:" + _check_id(resource_id, "TaskManager resource id") + "}"
 
+    def inbox_problem(self, key: str, kinds: tuple[str, ...] = ("client", "tm", "job")) -> str | None:
+        """Why ``key`` is not the inbox of a client, TaskManager or job of this cluster
+        (None when it is): where outbox entries may be delivered."""
+        return inbox_problem(self.prefix, key, kinds)
+
     # --- per-tag keys ---
     @staticmethod
     def inbox(tag: str) -> str:
@@ -98,6 +107,11 @@ class Keys:
     @staticmethod
     def delivered(tag: str) -> str:
         return tag + ":delivered"
+
+    @staticmethod
+    def outbox_cursor(tag: str) -> str:
+        """The last entry of the tag's outbox that has been delivered (everything before too)."""
+        return tag + ":cursor:outbox"
 
     @staticmethod
     def table(tag: str, name: str) -> str:
@@ -147,10 +161,9 @@ class Keys:
 
 
 def _check_id(value: str, what: str) -> str:
-    if not isinstance(value, str) or not _ID_RE.match(value) or "}" in value or "{" in value:
-        raise ConfigError(
-            f"{what} {value!r} is not usable in a key: use 1-128 letters, digits, '_', '.', ':' or '-'"
-        )
+    problem = id_problem(value, what)
+    if problem is not None:
+        raise ConfigError(problem)
     return value
 
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
+from typing import Any
+
 import orjson
-import redis
 
-from sluice.errors import RedisUnavailable
-
+from .backend import Backend
 from .connection import connect
 from .keys import Keys
-from .log import translate_errors
+from .redis_backend import RedisBackend
 
 __all__ = ["KEY_FIELD_PREFIX", "META_FIELD", "KvStates", "server_address"]
 
@@ -43,25 +43,21 @@ def server_address(url: str) -> str:
 
 
 class KvStates:
-    """Queryable state on one Redis server (``client``), keys built by ``keys``."""
+    """Queryable state on one server (``backend``: a Backend, or a redis-py client), keys
+    built by ``keys``."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
-        self.client, self.keys = client, keys
+    def __init__(self, backend: Backend | Any, keys: Keys) -> None:
+        self.backend: Backend = backend if isinstance(backend, Backend) else RedisBackend(backend)
+        self.keys = keys
 
     @classmethod
     def at(cls, address: str, keys: Keys, timeout: float = 2.0) -> KvStates:
         """The state server at ``address`` (raises RedisUnavailable when it does not answer)."""
-        return cls(connect(address, timeout=timeout), keys)
+        return cls(RedisBackend(connect(address, timeout=timeout)), keys)
 
     def serves(self, address: str) -> bool:
         """Whether ``address`` names the server this client talks to (so no new connection)."""
-        kw = self.client.connection_pool.connection_kwargs
-        parts = urlsplit(address)
-        if parts.scheme == "unix":
-            return kw.get("path") == parts.path
-        db = int(parts.path.strip("/") or 0) if parts.path.strip("/").isdigit() or not parts.path.strip("/") else -1
-        return (kw.get("host"), int(kw.get("port", 6379)), int(kw.get("db", 0))) == (
-            parts.hostname, parts.port or 6379, db)
+        return _normal(self.backend.address() or "") == _normal(address)
 
     def key(self, job_id: str, state_id: str) -> str:
         return self.keys.kvstate(self.keys.job(job_id), state_id)
@@ -69,53 +65,54 @@ class KvStates:
     # --- the task's side ---
 
     def write(self, job_id: str, state_id: str, items: Iterable[tuple[str, bytes]], meta: dict) -> int:
-        """Replace the hash of ``state_id`` with ``items`` (key, value JSON), pipelined in
-        chunks; returns how many keys were written."""
+        """Replace the hash of ``state_id`` with ``items`` (key, value JSON), in chunks;
+        returns how many keys were written."""
         key = self.key(job_id, state_id)
         n = 0
-        with translate_errors(f"writing queryable state {state_id} of job {job_id}"):
-            self.client.delete(key)
-            chunk: dict[str, bytes] = {}
-            for k, v in items:
-                chunk[KEY_FIELD_PREFIX + k] = v
-                if len(chunk) >= _CHUNK:
-                    n += len(chunk)
-                    self.client.hset(key, mapping=chunk)
-                    chunk = {}
-            n += len(chunk)
-            chunk[META_FIELD] = orjson.dumps({**meta, "keys": n})
-            self.client.hset(key, mapping=chunk)
+        self.backend.delete(key)
+        chunk: dict[str, bytes] = {}
+        for k, v in items:
+            chunk[KEY_FIELD_PREFIX + k] = v
+            if len(chunk) >= _CHUNK:
+                n += len(chunk)
+                self.backend.hset(key, chunk)
+                chunk = {}
+        n += len(chunk)
+        chunk[META_FIELD] = orjson.dumps({**meta, "keys": n})
+        self.backend.hset(key, chunk)
         return n
 
     def delete(self, job_id: str, state_ids: Iterable[str]) -> int:
         """Retire state instances (their attempt failed, or the job was disposed)."""
         keys = [self.key(job_id, s) for s in state_ids]
-        with translate_errors(f"deleting queryable state of job {job_id}"):
-            return sum(self.client.delete(*keys[i:i + _CHUNK]) for i in range(0, len(keys), _CHUNK))
+        return sum(self.backend.delete(*keys[i:i + _CHUNK]) for i in range(0, len(keys), _CHUNK))
 
     # --- the reader's side ---
 
     def get(self, state_key: str, key: str) -> bytes | None:
         """One key's value in a state hash (``state_key`` from ``key()``); None if absent."""
-        try:
-            return self.client.hget(state_key, KEY_FIELD_PREFIX + key)
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            raise RedisUnavailable(f"Redis went away while reading queryable state: {exc}") from exc
+        return self.backend.hget(state_key, KEY_FIELD_PREFIX + key)
 
     def exists(self, state_key: str) -> bool:
-        with translate_errors("reading queryable state"):
-            return bool(self.client.exists(state_key))
+        return bool(self.backend.exists(state_key))
 
     def location(self, job_id: str, name: str) -> dict | None:
         """The KvStateLocation table's row for ``name`` in job ``job_id``."""
-        with translate_errors(f"reading the KvStateLocation table of job {job_id}"):
-            raw = self.client.hget(self.keys.table(self.keys.job(job_id), TABLE), name)
+        raw = self.backend.hget(self.keys.table(self.keys.job(job_id), TABLE), name)
         return orjson.loads(raw) if raw else None
 
     def names(self, job_id: str) -> list[str]:
-        with translate_errors(f"reading the KvStateLocation table of job {job_id}"):
-            return sorted(k.decode() for k in self.client.hkeys(self.keys.table(self.keys.job(job_id), TABLE)))
+        return sorted(k.decode() for k in self.backend.hkeys(self.keys.table(self.keys.job(job_id), TABLE)))
 
     def job_exists(self, job_id: str) -> bool:
-        with translate_errors(f"looking for job {job_id}"):
-            return bool(self.client.exists(self.keys.facts(self.keys.job(job_id))))
+        return bool(self.backend.exists(self.keys.facts(self.keys.job(job_id))))
+
+
+def _normal(address: str) -> tuple[str, str, int, int]:
+    """(scheme, host or socket path, port, db) of a Redis URL."""
+    parts = urlsplit(address)
+    if parts.scheme == "unix":
+        return ("unix", parts.path, 0, 0)
+    path = parts.path.strip("/")
+    db = int(path) if path.isdigit() else 0
+    return ("redis", parts.hostname or "localhost", parts.port or 6379, db)

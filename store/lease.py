@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .log import EventLog, _s, translate_errors
-from . import scripts
+from .backend import ScriptFailed
+from .log import EventLog, _s, script_error
 
 __all__ = ["LeaderLease", "LeaseHolder", "current_leader"]
 
@@ -25,26 +25,30 @@ class LeaderLease:
         self.log, self.holder, self.ttl_ms = log, holder, ttl_ms
         keys = log.keys
         self._keys = [keys.leader, keys.epoch, keys.fence(keys.cluster)]
-        client = log.client
-        self._acquire = client.register_script(scripts.LEASE_ACQUIRE)
-        self._renew = client.register_script(scripts.LEASE_RENEW)
-        self._release = client.register_script(scripts.LEASE_RELEASE)
         self.epoch: int | None = None
+        self.server = ""
+        """The server run id the holder expects (renewal fails once the server restarted)."""
 
     def try_acquire(self) -> int | None:
         """The epoch if this holder now leads (newly or still), else None."""
-        with translate_errors("taking the leadership lease"):
-            epoch, state = self._acquire(keys=self._keys, args=[self.holder, self.ttl_ms])
+        epoch, state = self.log.backend.script("lease_acquire", self._keys, [self.holder, self.ttl_ms])
         if int(state) >= 0:
             self.epoch = int(epoch)
             return self.epoch
         return None
 
     def renew(self) -> bool:
+        """Extend the lease; False (and no epoch) when it is lost, or the server restarted
+        since the holder began (``server``)."""
         if self.epoch is None:
             return False
-        with translate_errors("renewing the leadership lease"):
-            ok = self._renew(keys=self._keys[:1], args=[self.holder, self.epoch, self.ttl_ms])
+        try:
+            ok = self.log.backend.script("lease_renew", self._keys[:1],
+                                         [self.holder, self.epoch, self.ttl_ms, self.server])
+        except ScriptFailed as exc:
+            if "SLUICE_RESTARTED" not in exc.text:
+                raise script_error(exc, self.log.keys.cluster) from exc
+            ok = 0
         if not ok:
             self.epoch = None
         return bool(ok)
@@ -52,8 +56,7 @@ class LeaderLease:
     def release(self) -> None:
         if self.epoch is None:
             return
-        with translate_errors("releasing the leadership lease"):
-            self._release(keys=self._keys[:1], args=[self.holder, self.epoch])
+        self.log.backend.script("lease_release", self._keys[:1], [self.holder, self.epoch])
         self.epoch = None
 
     def current(self) -> LeaseHolder | None:
@@ -62,12 +65,7 @@ class LeaderLease:
 
 def current_leader(log: EventLog) -> LeaseHolder | None:
     """Who leads now, at which epoch (None when nobody holds the lease)."""
-    key = log.keys.leader
-    with translate_errors("reading the leadership lease"):
-        pipe = log.client.pipeline(transaction=False)
-        pipe.hgetall(key)
-        pipe.pttl(key)
-        fields, ttl = pipe.execute()
+    fields, ttl = log.backend.hgetall_with_ttl(log.keys.leader)
     if not fields:
         return None
     return LeaseHolder(_s(fields[b"holder"]), int(fields[b"epoch"]), int(ttl))

@@ -1,34 +1,26 @@
 """The event log: appends, atomic fenced commits, paged replay and following of streams.
 
-Every method that talks to Redis translates connection failures into
-:class:`~sluice.errors.RedisUnavailable`, and a refused epoch into
-:class:`~sluice.errors.StaleEpoch`.
+Every method may raise :class:`~sluice.errors.RedisUnavailable` (the server cannot be
+reached); a refused epoch raises :class:`~sluice.errors.StaleEpoch`, a server that
+restarted since the writer last looked raises :class:`~sluice.errors.StoreRestarted`.
+The log talks to its server through a :class:`~sluice.store.backend.Backend`: a real
+Redis, or the in-memory store of the simulation.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
-import redis
-
-from sluice.errors import DecodeError, RedisUnavailable, ScriptError, StaleEpoch, StoreError
+from sluice.errors import DecodeError, ScriptError, StaleEpoch, StoreError, StoreRestarted
 from sluice.events import FIELD, Envelope, decode_bytes, decode_fields, encode
 
 from . import scripts
+from .backend import Backend, ScriptFailed
 from .keys import Keys, tag_of
+from .redis_backend import RedisBackend, translate_errors
 
-__all__ = ["EventLog", "Out", "Consumed", "CommitResult", "translate_errors", "entry_order"]
-
-
-@contextlib.contextmanager
-def translate_errors(what: str) -> Iterator[None]:
-    """Turn redis-py's connection errors into RedisUnavailable naming ``what`` we were doing."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise RedisUnavailable(f"Redis went away while {what}: {exc}") from exc
+__all__ = ["EventLog", "Out", "Consumed", "CommitResult", "translate_errors", "entry_order", "script_error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,32 +53,50 @@ class CommitResult:
 
 
 class EventLog:
-    """Sluice's view of the Redis streams. One per process; cheap to share between threads
-    (redis-py's pool hands each call its own connection)."""
+    """Sluice's view of the streams. One per process; cheap to share between threads
+    (redis-py's pool hands each call its own connection). Built on a redis-py client or
+    on any :class:`Backend`."""
 
-    def __init__(self, client: redis.Redis, keys: Keys | None = None) -> None:
-        self.client = client
+    def __init__(self, backend: Backend | Any, keys: Keys | None = None) -> None:
+        self.backend: Backend = backend if isinstance(backend, Backend) else RedisBackend(backend)
         self.keys = keys or Keys()
-        self._commit = client.register_script(scripts.COMMIT)
-        self._fence = client.register_script(scripts.FENCE)
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client under a Redis backend (for tests and tools; services go
+        through the log and never touch it)."""
+        return getattr(self.backend, "client")
 
     # --- writing -------------------------------------------------------------------------
 
     def append(self, stream: str, env: Envelope, *, maxlen: int | None = None) -> str:
         """Append one message to a stream (an inbox), unfenced: for senders that are not leaders."""
-        with translate_errors(f"appending to {stream}"):
-            return _s(self.client.xadd(stream, {FIELD: encode(env)}, maxlen=maxlen, approximate=True))
+        return self.backend.xadd(stream, {FIELD: encode(env)}, maxlen=maxlen)
 
     def append_batch(self, stream: str, envs: Sequence[Envelope]) -> list[str]:
         """Append several messages in one round trip, in order."""
-        with translate_errors(f"appending to {stream}"):
-            pipe = self.client.pipeline(transaction=False)
-            for env in envs:
-                pipe.xadd(stream, {FIELD: encode(env)})
-            return [_s(i) for i in pipe.execute()]
+        return self.backend.xadd_many([(stream, {FIELD: encode(env)}) for env in envs])
 
-    def commit(self, tag: str, epoch: int, outs: Sequence[Out], consumed: Consumed | None = None) -> CommitResult:
-        """Append ``outs`` and acknowledge ``consumed`` atomically, if ``epoch`` is not stale.
+    def append_each(self, items: Sequence[tuple[str, Envelope]]) -> list[str]:
+        """Append one message to each of several streams in one round trip (e.g. the
+        leader's heartbeat to every TaskManager); an envelope sent twice is encoded once."""
+        encoded: dict[int, bytes] = {}
+        batch = []
+        for stream, env in items:
+            data = encoded.get(id(env))
+            if data is None:
+                data = encoded[id(env)] = encode(env)
+            batch.append((stream, {FIELD: data}))
+        return self.backend.xadd_many(batch)
+
+    def server_id(self) -> str:
+        """The server's run id: it changes when the server restarts (see StoreRestarted)."""
+        return self.backend.server_id()
+
+    def commit(self, tag: str, epoch: int, outs: Sequence[Out], consumed: Consumed | None = None, *,
+               server: str = "") -> CommitResult:
+        """Append ``outs`` and acknowledge ``consumed`` atomically, if ``epoch`` is not stale
+        and (given ``server``, a run id) the server has not restarted since.
 
         A consumed entry that is no longer pending (another consumer, or an earlier try,
         committed it) makes the commit a no-op: ``CommitResult(duplicate=True)``. Several
@@ -96,7 +106,7 @@ class EventLog:
         keys = [self.keys.fence(tag), consumed.stream if consumed else self.keys.fence(tag)]
         index: dict[str, int] = {}
         ids = consumed.ids if consumed else ()
-        args: list[object] = [epoch, consumed.group if consumed else "", len(ids), *ids]
+        args: list[object] = [epoch, server, consumed.group if consumed else "", len(ids), *ids]
         encoded: dict[int, bytes] = {}  # an event written to two streams is encoded once
         for out in outs:
             pos = index.get(out.stream)
@@ -111,22 +121,19 @@ class EventLog:
         if consumed is not None:
             _same_tag(tag, consumed.stream)
         try:
-            reply = self._commit(keys=keys, args=args)
-        except redis.ResponseError as exc:
-            raise _script_error(exc, tag, epoch) from exc
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise RedisUnavailable(f"Redis went away while committing to {tag}: {exc}") from exc
-        if reply[0] == b"DUP":
+            reply = self.backend.script("commit", keys, args)
+        except ScriptFailed as exc:
+            raise script_error(exc, tag, epoch) from exc
+        if _s(reply[0]) == "DUP":
             return CommitResult(duplicate=True)
         return CommitResult(duplicate=False, ids=tuple(_s(i) for i in reply[1:]))
 
-    def fence(self, tag: str, epoch: int) -> int:
+    def fence(self, tag: str, epoch: int, *, server: str = "") -> int:
         """Claim ``tag`` for a leader at ``epoch``: later commits with older epochs are refused."""
         try:
-            with translate_errors(f"fencing {tag}"):
-                return int(self._fence(keys=[self.keys.fence(tag)], args=[epoch]))
-        except redis.ResponseError as exc:
-            raise _script_error(exc, tag, epoch) from exc
+            return int(self.backend.script("fence", [self.keys.fence(tag)], [epoch, server]))
+        except ScriptFailed as exc:
+            raise script_error(exc, tag, epoch) from exc
 
     # --- reading -------------------------------------------------------------------------
 
@@ -136,99 +143,69 @@ class EventLog:
         Undecodable entries raise DecodeError naming the stream and entry: a fact stream
         is written only through commits, so one is a corrupted log, not bad input.
         """
-        for raw_id, fields in self._pages(stream, after, page):
-            if len(fields) == 2 and fields[0] == FIELD:  # the one shape commits write
+        for entry_id, fields in self._pages(stream, after, page):
+            raw = fields.get(FIELD)
+            if raw is not None and len(fields) == 1:  # the one shape commits write
                 try:
-                    env = decode_bytes(fields[1])
+                    env = decode_bytes(raw)
                 except DecodeError as exc:
-                    raise exc.at(stream, raw_id.decode()) from None
-                yield raw_id.decode(), env
+                    raise exc.at(stream, entry_id) from None
+                yield entry_id, env
             else:
-                entry_id = raw_id.decode()
-                yield entry_id, decode_fields(_pairs(fields), stream=stream, entry_id=entry_id)
+                yield entry_id, decode_fields(fields, stream=stream, entry_id=entry_id)
 
     def replay_raw(self, stream: str, after: str = "0-0", *, page: int = 1000) -> Iterator[tuple[str, dict[bytes, bytes]]]:
         """Like replay, but the entries' fields undecoded (for inspection and dead letters)."""
-        for raw_id, fields in self._pages(stream, after, page):
-            yield raw_id.decode(), _pairs(fields)
+        yield from self._pages(stream, after, page)
 
-    def _pages(self, stream: str, after: str, page: int) -> Iterator[tuple[bytes, list[bytes]]]:
-        """XRANGE pages as Redis sends them (id, [field, value, ...]): replay reads millions of
-        entries, and skipping redis-py's per-entry dict building is a third of its cost."""
-        start = "(" + after if after not in ("0", "0-0", "-") else "-"
-        pool = self.client.connection_pool
+    def read_page(self, stream: str, after: str = "0-0", *, count: int = 1000) -> list[tuple[str, dict[bytes, bytes]]]:
+        """One page of raw entries after ``after`` (a caller that pages at its own pace)."""
+        return self.backend.xrange(stream, after, count)
+
+    def _pages(self, stream: str, after: str, page: int) -> Iterator[tuple[str, dict[bytes, bytes]]]:
+        start: str | None = after
         while True:
-            with translate_errors(f"reading {stream}"):
-                conn = pool.get_connection()
-                try:
-                    conn.send_command("XRANGE", stream, start, "+", "COUNT", page)
-                    batch = conn.read_response()
-                except BaseException:
-                    conn.disconnect()
-                    raise
-                finally:
-                    pool.release(conn)
+            batch = self.backend.xrange(stream, start, page)
             yield from batch
             if len(batch) < page:
                 return
-            start = "(" + batch[-1][0].decode()
+            start = batch[-1][0]
 
     def last_id(self, stream: str) -> str | None:
-        with translate_errors(f"reading {stream}"):
-            last = self.client.xrevrange(stream, "+", "-", count=1)
-        return _s(last[0][0]) if last else None
+        return self.backend.last_id(stream)
 
     def length(self, stream: str) -> int:
-        with translate_errors(f"reading {stream}"):
-            return int(self.client.xlen(stream))
+        return self.backend.xlen(stream)
 
-    def follow(self, positions: dict[str, str], *, block_ms: int | None = 1000, count: int = 1000) -> list[tuple[str, str, dict[bytes, bytes]]]:
+    def follow(self, positions: dict[str, str], *, block_ms: int | None = 1000,
+               count: int = 1000) -> list[tuple[str, str, dict[bytes, bytes]]]:
         """Entries after the given positions of several streams (blocking up to ``block_ms``).
 
         Returns (stream, entry id, fields) in per-stream order; the caller advances
         ``positions`` itself (so it can record them atomically with what it derived).
         """
-        if not positions:
-            return []
-        with translate_errors("following " + ", ".join(positions)):
-            reply = self.client.xread(positions, count=count, block=block_ms)
-        out: list[tuple[str, str, dict[bytes, bytes]]] = []
-        for stream, entries in reply or ():
-            name = _s(stream)
-            for raw_id, fields in entries:
-                out.append((name, _s(raw_id), fields))
-        return out
+        return self.backend.xread(positions, count=count, block_ms=block_ms)
 
     def trim_consumed(self, stream: str, group: str, *, keep_ms: int, now_ms: int) -> int:
         """Drop entries of an inbox that ``group`` has processed and that are older than
         ``keep_ms`` (kept that long for inspection); never an unread or pending entry."""
-        with translate_errors(f"trimming {stream}"):
-            try:
-                groups = self.client.xinfo_groups(stream)
-            except redis.ResponseError:
-                return 0  # no such stream yet
-            mine = [g for g in groups if _s(g["name"]) == group]
-            if not mine:
-                return 0
-            cutoff = (max(now_ms - keep_ms, 0), 0)
-            last = mine[0]["last-delivered-id"]
-            cutoff = min(cutoff, entry_order(_s(last)))
-            pending = self.client.xpending(stream, group)
-            if pending and pending.get("pending"):
-                cutoff = min(cutoff, entry_order(_s(pending["min"])))
-            if cutoff <= (0, 0):
-                return 0
-            return int(self.client.xtrim(stream, minid=f"{cutoff[0]}-{cutoff[1]}", approximate=False))
+        state = self.backend.group_state(stream, group)
+        if state is None:
+            return 0  # no such stream or group yet
+        cutoff = min((max(now_ms - keep_ms, 0), 0), entry_order(state.last_delivered))
+        if state.min_pending is not None:
+            cutoff = min(cutoff, entry_order(state.min_pending))
+        if cutoff <= (0, 0):
+            return 0
+        return self.backend.xtrim_minid(stream, f"{cutoff[0]}-{cutoff[1]}")
+
+    def trim_before(self, stream: str, entry_id: str) -> int:
+        """Drop the entries of ``stream`` before ``entry_id`` (e.g. a delivered outbox's past)."""
+        return self.backend.xtrim_minid(stream, entry_id)
 
     def streams(self) -> list[str]:
         """Every stream under this prefix (inboxes, facts, outboxes, dead letters), sorted."""
-        found = []
-        with translate_errors("listing streams"):
-            for key in self.client.scan_iter(match=self.keys.pattern, count=1000, _type="stream"):
-                name = _s(key)
-                if self.keys.is_stream_name(name):
-                    found.append(name)
-        return sorted(found)
+        return sorted(name for name in self.backend.scan_streams(self.keys.pattern) if self.keys.is_stream_name(name))
 
 
 def _same_tag(tag: str, stream: str) -> None:
@@ -239,16 +216,15 @@ def _same_tag(tag: str, stream: str) -> None:
         )
 
 
-def _script_error(exc: redis.ResponseError, tag: str, epoch: int) -> StoreError:
-    text = str(exc)
+def script_error(exc: ScriptFailed, tag: str, epoch: int | None = None) -> StoreError:
+    """The error a script's error reply means, naming the tag (and the writer's epoch)."""
+    text = exc.text
     if scripts.STALE in text:
         current = int(text.rsplit(" ", 1)[-1])
-        return StaleEpoch(tag=tag, epoch=epoch, current=current)
+        return StaleEpoch(tag=tag, epoch=epoch if epoch is not None else -1, current=current)
+    if scripts.RESTARTED in text:
+        return StoreRestarted(tag=tag, run_id=text.rsplit(" ", 1)[-1])
     return ScriptError(f"script on {tag} failed: {text}")
-
-
-def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
-    return dict(zip(flat[::2], flat[1::2]))
 
 
 def entry_order(entry_id: str) -> tuple[int, int]:

@@ -1,72 +1,94 @@
 """Delivering a tag's outbox into other tags' inboxes: the transactional outbox.
 
-A commit writes cross-tag messages to its own tag's outbox (same commit, same slot).
-The committing process then delivers them, in outbox order; recovery delivers again
-whatever was left undelivered. The target keeps, per origin outbox, the last entry it
-accepted, so a message delivered twice is appended once.
+A commit writes cross-tag messages to its own tag's outbox (same commit, same slot). The
+committing process then delivers them; recovery delivers again whatever was left
+undelivered. Two rules make every entry land exactly once, even when two deliverers (a
+deposed leader that resumed, and the new one) work on one outbox at the same time:
+
+* every deliverer starts at the outbox's **cursor** (the last entry delivered, with all
+  before it) and hands each target its entries **in outbox order, never skipping one**;
+* each target keeps, per origin outbox, the last entry it accepted (its **mark**), and
+  drops anything at or before it.
+
+Whoever moves a target's mark to entry *e* has delivered every entry for that target up
+to *e*, so an entry the mark drops was delivered before. The cursor only moves forward,
+after the entries up to it were handed over.
+
+An entry that cannot be delivered (its address is not an inbox of this cluster, or names
+a key that is not a stream) is parked in the origin tag's dead letters with the reason,
+and delivery goes on: one bad address never stops an outbox.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from typing import Callable
 
-from .consumer import ensure_group
-from .keys import tag_of
-from .log import EventLog, _s, translate_errors
+from sluice.errors import ConfigError
+
 from . import scripts
+from .backend import ScriptFailed
+from .consumer import dead_letter
+from .keys import tag_of
+from .log import EventLog, script_error
 
-__all__ = ["Deliverer"]
+__all__ = ["Deliverer", "Undeliverable"]
 
-GROUP = "delivery"
+Undeliverable = Callable[[str, str, str], None]
+"""Told (outbox entry id, target, reason) of each entry parked as undeliverable."""
 
 
 class Deliverer:
-    def __init__(self, log: EventLog, origin_tag: str, consumer: str = "deliverer") -> None:
+    def __init__(self, log: EventLog, origin_tag: str, *, on_undeliverable: Undeliverable | None = None) -> None:
         self.log = log
+        self.tag = origin_tag
         self.outbox = log.keys.outbox(origin_tag)
-        self.consumer = consumer
-        self._deliver = log.client.register_script(scripts.DELIVER)
-        self._ready = False
+        self.cursor_key = log.keys.outbox_cursor(origin_tag)
+        self._on_undeliverable = on_undeliverable
 
-    def _ensure(self) -> None:
-        if self._ready:
-            return
-        ensure_group(self.log, self.outbox, GROUP)
-        self._ready = True
-
-    def deliver(self, *, batch: int = 500) -> int:
-        """Deliver everything undelivered (earlier leftovers first); returns how many were sent."""
-        self._ensure()
+    def deliver(self, *, batch: int = 500, server: str = "") -> int:
+        """Deliver everything after the cursor; returns how many entries were appended.
+        ``server``: the run id the deliverer expects (a restarted server refuses)."""
+        backend = self.log.backend
+        cursor = backend.get(self.cursor_key)
+        after = cursor.decode() if cursor else None
         sent = 0
-        client = self.log.client
-        # Pending ones (read before, not acknowledged: a crash in between), then new ones.
-        for start in ("0", ">"):
-            while True:
-                with translate_errors(f"reading {self.outbox}"):
-                    reply = client.xreadgroup(GROUP, self.consumer, {self.outbox: start}, count=batch)
-                entries = reply[0][1] if reply else []
-                entries = [(i, f) for i, f in entries if f is not None] if start == "0" else entries
-                if not entries:
-                    break
-                sent += self._send(entries)
-                if start == "0" and len(entries) < batch:
-                    break
-        return sent
+        while True:
+            entries = backend.xrange(self.outbox, after, batch)
+            if not entries:
+                return sent
+            by_target: dict[str, list[object]] = {}
+            for entry_id, fields in entries:
+                target = fields.get(b"to")
+                if not target:
+                    continue  # not addressed: nothing to deliver
+                by_target.setdefault(target.decode(errors="replace"), []).extend((entry_id, fields.get(b"e", b"")))
+            for target, pairs in by_target.items():
+                sent += self._deliver_to(target, pairs, server)
+            after = entries[-1][0]
+            try:
+                backend.script("advance_cursor", [self.cursor_key], [server, after])
+            except ScriptFailed as exc:
+                raise script_error(exc, self.tag) from exc
+            if len(entries) < batch:
+                return sent
 
-    def _send(self, entries: list) -> int:
-        by_target: dict[str, list[object]] = defaultdict(list)
-        ids = []
-        for raw_id, fields in entries:
-            entry_id = _s(raw_id)
-            ids.append(entry_id)
-            target = fields.get(b"to")
-            if not target:
-                continue  # not addressed: nothing to deliver
-            by_target[_s(target)] += (entry_id, fields[b"e"])
-        n = 0
-        client = self.log.client
-        with translate_errors(f"delivering from {self.outbox}"):
-            for target, args in by_target.items():
-                n += int(self._deliver(keys=[target, self.log.keys.delivered(tag_of(target))], args=[self.outbox, *args]))
-            client.xack(self.outbox, GROUP, *ids)
-        return n
+    def _deliver_to(self, target: str, pairs: list[object], server: str) -> int:
+        problem = self.log.keys.inbox_problem(target)
+        if problem is None:
+            try:
+                return int(self.log.backend.script(
+                    "deliver", [target, self.log.keys.delivered(tag_of(target))], [server, self.outbox, *pairs]))
+            except ScriptFailed as exc:
+                if scripts.NOT_A_STREAM not in exc.text:
+                    raise script_error(exc, self.tag) from exc
+                problem = f"{target!r} holds a {exc.text.rsplit(' ', 1)[-1]}, not a stream"
+            except ConfigError as exc:
+                problem = str(exc)
+        reason = f"undeliverable: {problem}; the message stays here with its address"
+        for i in range(0, len(pairs), 2):
+            entry_id, data = str(pairs[i]), pairs[i + 1]
+            dead_letter(self.log, self.outbox, "", entry_id, {b"e": data, b"to": target.encode()},
+                        "undeliverable", reason)
+            if self._on_undeliverable is not None:
+                self._on_undeliverable(entry_id, target, reason)
+        return 0

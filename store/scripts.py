@@ -6,9 +6,29 @@ so prefixes and Redis Cluster hash tags stay right. Each script touches one hash
 
 from __future__ import annotations
 
-__all__ = ["COMMIT", "DEAD_LETTER", "DELIVER", "LEASE_ACQUIRE", "LEASE_RENEW", "LEASE_RELEASE", "FENCE", "PROJECT"]
+__all__ = ["COMMIT", "DEAD_LETTER", "DELIVER", "ADVANCE_CURSOR", "LEASE_ACQUIRE", "LEASE_RENEW", "LEASE_RELEASE",
+           "FENCE", "PROJECT", "BY_NAME", "STALE", "RESTARTED", "NOT_A_STREAM", "BAD_COMMIT"]
 
 STALE = "SLUICE_STALE"
+RESTARTED = "SLUICE_RESTARTED"
+NOT_A_STREAM = "SLUICE_NOT_A_STREAM"
+BAD_COMMIT = "SLUICE_BAD_COMMIT"
+
+# The server's run id changes at every restart. A writer that read it before it began (a
+# leader, when it took over) passes it; a script refuses to write for a writer that has not
+# seen the restart, whose memory may hold writes the server lost ('' skips the check).
+_RESTARTED = """
+local function restarted(expected)
+  if expected == '' then
+    return nil
+  end
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  if run ~= expected then
+    return redis.error_reply('SLUICE_RESTARTED ' .. run)
+  end
+  return nil
+end
+"""
 
 # Compare two stream ids "ms-seq"; true when a > b.
 _NEWER = """
@@ -20,46 +40,57 @@ local function newer(a, b)
 end
 """
 
-COMMIT = """
+COMMIT = _RESTARTED + """
 -- Atomic, fenced commit of the events some messages caused.
 -- KEYS[1]  fence key of the tag being written
 -- KEYS[2]  inbox stream the consumed entries belong to (any key of the tag if none)
 -- KEYS[3..] streams the events are appended to (all in the same tag)
 -- ARGV[1]  writer epoch
--- ARGV[2]  consumer group of the inbox, '' when no inbox entry is consumed
--- ARGV[3]  n, the number of consumed inbox entries; ARGV[4 .. 3+n] their ids
--- ARGV[4+n ..] per event, three values: index into KEYS, encoded envelope, outbox target ('' if none)
+-- ARGV[2]  the server run id the writer expects ('' to skip the check)
+-- ARGV[3]  consumer group of the inbox, '' when no inbox entry is consumed
+-- ARGV[4]  n, the number of consumed inbox entries; ARGV[5 .. 4+n] their ids (each once)
+-- ARGV[5+n ..] per event, three values: index into KEYS, encoded envelope, outbox target ('' if none)
 -- Returns {'OK', id...} | {'DUP'} (an entry was already acknowledged: a redelivery; nothing
--- is written or acknowledged) | error 'SLUICE_STALE <fence>'
+-- is written or acknowledged) | error 'SLUICE_STALE <fence>' | error 'SLUICE_RESTARTED <run id>'
+-- | error 'SLUICE_BAD_COMMIT ...' (the same entry twice: a bug in the writer)
+local err = restarted(ARGV[2])
+if err then
+  return err
+end
 local epoch = tonumber(ARGV[1])
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if epoch < fence then
   return redis.error_reply('SLUICE_STALE ' .. fence)
 end
-local n = tonumber(ARGV[3])
-if ARGV[2] ~= '' and n > 0 then
+local n = tonumber(ARGV[4])
+if ARGV[3] ~= '' and n > 0 then
   if n == 1 then
-    if redis.call('XACK', KEYS[2], ARGV[2], ARGV[4]) == 0 then
+    if redis.call('XACK', KEYS[2], ARGV[3], ARGV[5]) == 0 then
       return {'DUP'}
     end
   else
-    for i = 4, 3 + n do
-      if #redis.call('XPENDING', KEYS[2], ARGV[2], ARGV[i], ARGV[i], 1) == 0 then
+    local seen = {}
+    for i = 5, 4 + n do
+      if seen[ARGV[i]] then
+        return redis.error_reply('SLUICE_BAD_COMMIT entry ' .. ARGV[i] .. ' is consumed twice in one commit')
+      end
+      seen[ARGV[i]] = true
+      if #redis.call('XPENDING', KEYS[2], ARGV[3], ARGV[i], ARGV[i], 1) == 0 then
         return {'DUP'}
       end
     end
     local ids = {}
-    for i = 4, 3 + n do
+    for i = 5, 4 + n do
       ids[#ids + 1] = ARGV[i]
     end
-    redis.call('XACK', KEYS[2], ARGV[2], unpack(ids))
+    redis.call('XACK', KEYS[2], ARGV[3], unpack(ids))
   end
 end
 if epoch > fence then
   redis.call('SET', KEYS[1], epoch)
 end
 local out = {'OK'}
-for i = 4 + n, #ARGV, 3 do
+for i = 5 + n, #ARGV, 3 do
   local key = KEYS[tonumber(ARGV[i])]
   if ARGV[i + 2] == '' then
     out[#out + 1] = redis.call('XADD', key, '*', 'e', ARGV[i + 1])
@@ -92,26 +123,57 @@ end
 return redis.call('XADD', unpack(args))
 """
 
-DELIVER = _NEWER + """
+DELIVER = _NEWER + _RESTARTED + """
 -- Deliver outbox entries into an inbox of another tag, each exactly once.
 -- KEYS[1]  target inbox stream
 -- KEYS[2]  target's delivered hash: origin outbox -> last outbox entry id delivered
--- ARGV[1]  origin outbox key
--- ARGV[2..] pairs: outbox entry id, encoded envelope (in outbox order)
--- Returns the number of entries appended (the rest were delivered before).
-local last = redis.call('HGET', KEYS[2], ARGV[1])
+-- ARGV[1]  the server run id the deliverer expects ('' to skip the check)
+-- ARGV[2]  origin outbox key
+-- ARGV[3..] pairs: outbox entry id, encoded envelope (in outbox order)
+-- Every deliverer hands a target the entries of an outbox in outbox order and never skips
+-- one, so the target's mark is enough to drop what was delivered before.
+-- Returns the number of entries appended (the rest were delivered before) | error
+-- 'SLUICE_NOT_A_STREAM <type>' (the target is some other kind of key; nothing written) |
+-- error 'SLUICE_RESTARTED <run id>'
+local err = restarted(ARGV[1])
+if err then
+  return err
+end
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'stream' and kind ~= 'none' then
+  return redis.error_reply('SLUICE_NOT_A_STREAM ' .. kind)
+end
+local last = redis.call('HGET', KEYS[2], ARGV[2])
 local n = 0
-for i = 2, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   if not last or newer(ARGV[i], last) then
-    redis.call('XADD', KEYS[1], '*', 'e', ARGV[i + 1], 'from', ARGV[1], 'ref', ARGV[i])
+    redis.call('XADD', KEYS[1], '*', 'e', ARGV[i + 1], 'from', ARGV[2], 'ref', ARGV[i])
     last = ARGV[i]
     n = n + 1
   end
 end
 if n > 0 then
-  redis.call('HSET', KEYS[2], ARGV[1], last)
+  redis.call('HSET', KEYS[2], ARGV[2], last)
 end
 return n
+"""
+
+ADVANCE_CURSOR = _NEWER + _RESTARTED + """
+-- Move an outbox's delivery cursor forward (never back): everything up to it is delivered.
+-- KEYS[1]  the cursor key (in the outbox's tag)
+-- ARGV[1]  the server run id the deliverer expects ('' to skip the check)
+-- ARGV[2]  the last outbox entry id delivered
+-- Returns the cursor now in force | error 'SLUICE_RESTARTED <run id>'
+local err = restarted(ARGV[1])
+if err then
+  return err
+end
+local cur = redis.call('GET', KEYS[1])
+if not cur or newer(ARGV[2], cur) then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return ARGV[2]
+end
+return cur
 """
 
 LEASE_ACQUIRE = """
@@ -139,10 +201,15 @@ end
 return {epoch, 1}
 """
 
-LEASE_RENEW = """
+LEASE_RENEW = _RESTARTED + """
 -- Extend the lease if this holder still has it at this epoch.
--- KEYS[1] lease hash; ARGV[1] holder id, ARGV[2] epoch, ARGV[3] lease time in ms
--- Returns 1 when renewed, 0 when the lease is gone or held by another.
+-- KEYS[1] lease hash; ARGV[1] holder id, ARGV[2] epoch, ARGV[3] lease time in ms,
+-- ARGV[4] the server run id the holder expects ('' to skip the check)
+-- Returns 1 when renewed, 0 when the lease is gone or held by another | error 'SLUICE_RESTARTED <run id>'
+local err = restarted(ARGV[4])
+if err then
+  return err
+end
 if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] and redis.call('HGET', KEYS[1], 'epoch') == ARGV[2] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return 1
@@ -160,10 +227,15 @@ end
 return 0
 """
 
-FENCE = """
+FENCE = _RESTARTED + """
 -- Raise a tag's fence to the writer's epoch (a new leader claims the tag).
--- KEYS[1] fence key; ARGV[1] epoch
--- Returns the fence now in force; an error 'SLUICE_STALE <fence>' if the epoch is older.
+-- KEYS[1] fence key; ARGV[1] epoch, ARGV[2] the server run id the writer expects ('' to skip)
+-- Returns the fence now in force; an error 'SLUICE_STALE <fence>' if the epoch is older,
+-- 'SLUICE_RESTARTED <run id>' if the server restarted.
+local err = restarted(ARGV[2])
+if err then
+  return err
+end
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 local epoch = tonumber(ARGV[1])
 if epoch < fence then
@@ -203,3 +275,17 @@ end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1
 """
+
+
+BY_NAME = {
+    "commit": COMMIT,
+    "fence": FENCE,
+    "dead_letter": DEAD_LETTER,
+    "deliver": DELIVER,
+    "advance_cursor": ADVANCE_CURSOR,
+    "lease_acquire": LEASE_ACQUIRE,
+    "lease_renew": LEASE_RENEW,
+    "lease_release": LEASE_RELEASE,
+    "project": PROJECT,
+}
+"""The Lua of every script the backends run by name."""

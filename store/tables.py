@@ -6,8 +6,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from .log import EventLog, _s, translate_errors
-from . import scripts
+from .log import EventLog, _s
 
 __all__ = ["ReadModels"]
 
@@ -17,7 +16,6 @@ _MAX_ROWS_PER_WRITE = 1000
 class ReadModels:
     def __init__(self, log: EventLog) -> None:
         self.log = log
-        self._project = log.client.register_script(scripts.PROJECT)
 
     def write(self, tag: str, name: str, *, expected: str | None, position: str,
               rows: Mapping[str, Any], deleted: tuple[str, ...] = ()) -> bool:
@@ -29,25 +27,20 @@ class ReadModels:
         chunks = [items[i:i + _MAX_ROWS_PER_WRITE] for i in range(0, len(items), _MAX_ROWS_PER_WRITE)] or [[]]
         # All chunks but the last keep the position where it is: only the last moves it.
         cur = expected or ""
-        with translate_errors(f"writing table {name} of {tag}"):
-            for i, chunk in enumerate(chunks):
-                last = i == len(chunks) - 1
-                nxt = position if last else cur
-                args: list[object] = [cur, nxt, len(chunk)]
-                for k, v in chunk:
-                    args += (k, orjson.dumps(v))
-                if last:
-                    args += list(deleted)
-                if not self._project(keys=keys, args=args):
-                    return False
-                cur = nxt
+        for i, chunk in enumerate(chunks):
+            last = i == len(chunks) - 1
+            nxt = position if last else cur
+            args: list[object] = [cur, nxt, len(chunk)]
+            for k, v in chunk:
+                args += (k, orjson.dumps(v))
+            if last:
+                args += list(deleted)
+            if not self.log.backend.script("project", keys, args):
+                return False
+            cur = nxt
         return True
 
     def read(self, tag: str, name: str) -> tuple[str | None, dict[str, Any]]:
         """(position, rows) of table ``name``, read together."""
-        with translate_errors(f"reading table {name} of {tag}"):
-            pipe = self.log.client.pipeline(transaction=True)
-            pipe.get(self.log.keys.position(tag, name))
-            pipe.hgetall(self.log.keys.table(tag, name))
-            pos, raw = pipe.execute()
+        pos, raw = self.log.backend.get_and_hgetall(self.log.keys.position(tag, name), self.log.keys.table(tag, name))
         return (_s(pos) if pos else None), {_s(k): orjson.loads(v) for k, v in raw.items()}

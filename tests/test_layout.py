@@ -35,14 +35,56 @@ def test_every_package_directory_is_packaged() -> None:
     assert found == set(config["packages"])
 
 
+REDIS_LIBRARIES = {"redis", "rq", "hiredis"}
+REDIS_COMMANDS = {
+    "xadd", "xrange", "xrevrange", "xread", "xreadgroup", "xautoclaim", "xclaim", "xack", "xpending", "xtrim",
+    "xgroup_create", "xgroup_setid", "xgroup_destroy", "xinfo_groups", "xinfo_stream", "xlen", "hset", "hget",
+    "hgetall", "hkeys", "hdel", "pttl", "pexpire", "expire", "incr", "scan_iter", "register_script", "evalsha",
+    "execute_command", "pipeline", "flushdb", "flushall", "lpush", "rpush", "blpop",
+}
+
+
+def redis_calls(path: Path) -> list[str]:
+    """Where a module imports a Redis library, reaches for a log's raw client, or calls a
+    method named like a Redis command."""
+    found = []
+    tree = ast.parse(path.read_text())
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}  # keys.client(id) builds a key
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and {a.name.split(".")[0] for a in node.names} & REDIS_LIBRARIES:
+            found.append(f"{path.name}:{node.lineno} imports a Redis library")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.split(".")[0] in REDIS_LIBRARIES:
+            found.append(f"{path.name}:{node.lineno} imports from {node.module}")
+        elif isinstance(node, ast.Attribute) and node.attr == "client" and isinstance(node.ctx, ast.Load) \
+                and id(node) not in called:
+            found.append(f"{path.name}:{node.lineno} uses .client")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in REDIS_COMMANDS:
+            found.append(f"{path.name}:{node.lineno} calls .{node.func.attr}()")
+    return found
+
+
 def test_only_store_talks_to_redis() -> None:
+    """Redis is reached through store/ only: no Redis library, raw client or Redis command
+    anywhere else (the benchmarks' baselines excepted: they measure raw redis-py on purpose)."""
     offenders = [
-        str(p.relative_to(ROOT))
+        hit
         for folder in ("events", "services", "sluice")
-        for p in (ROOT / folder).rglob("*.py")
-        if "redis" in imports(p) and p.parent.name != "bench"  # the benchmark's baseline is raw redis-py
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if p.parent.name != "bench"
+        for hit in redis_calls(p)
     ]
     assert offenders == []
+
+
+def test_the_layout_guard_catches_a_redis_call_outside_store(tmp_path: Path) -> None:
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text("def beat(log, key, hb):\n    pipe = log.client.pipeline()\n    pipe.xadd(key, hb)\n"
+                      "def skip(log, inbox):\n    log.backend.inner.client.xgroup_setid(inbox, 'g', '$')\n"
+                      "from rq import Queue\n")
+    hits = redis_calls(sneaky)
+    assert any(".client" in h for h in hits) and any(".xadd()" in h for h in hits)
+    assert any(".xgroup_setid()" in h for h in hits) and any("rq" in h for h in hits)
 
 
 def test_events_are_data_and_codecs_only() -> None:
@@ -66,7 +108,7 @@ def test_public_apis() -> None:
     assert {"Envelope", "encode", "decode", "decode_fields", "EVENT_TYPES", "TaskState", "KeyGroupRange",
             "RegisterTaskManager", "NotifyKvStateRegistered"} <= set(sluice.events.__all__)
     assert set(sluice.store.__all__) == {
-        "Blobs", "connect", "redact", "Entry", "GroupConsumer", "Keys", "tag_of", "LeaderLease", "LeaseHolder",
+        "Backend", "RedisBackend", "Blobs", "connect", "redact", "Entry", "GroupConsumer", "Keys", "tag_of", "LeaderLease", "LeaseHolder",
         "current_leader", "CommitResult", "Consumed", "EventLog", "Out", "entry_order", "Deliverer", "ReadModels",
         "KvStates", "server_address",
     }

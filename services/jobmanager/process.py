@@ -410,14 +410,8 @@ class JobManager:
         active = self.state.active()
         if not active:
             return
-        pipe = self.log.client.pipeline(transaction=False)
-        hb = encode(Envelope(JobManagerHeartbeat(self.epoch or 0, self.id), new_id(), self.epoch or 0, now_ms()))
-        for row in active:
-            pipe.xadd(self.keys.inbox(self.keys.taskmanager(row.resource_id)), {FIELD: hb})
-        try:
-            pipe.execute()
-        except Exception as exc:
-            raise RedisUnavailable(f"Redis went away while sending heartbeats: {exc}") from exc
+        hb = Envelope(JobManagerHeartbeat(self.epoch or 0, self.id), new_id(), self.epoch or 0, now_ms())
+        self.log.append_each([(self.keys.inbox(self.keys.taskmanager(row.resource_id)), hb) for row in active])
 
     # --- committing ----------------------------------------------------------------------
 
@@ -444,7 +438,7 @@ class JobManager:
             coords.committed()
         retired = retired_state(decision.facts)
         if retired:  # queryable state of attempts that ended: no longer served
-            KvStates(self.log.client, self.keys).delete(decision.job_id, retired)
+            KvStates(self.log.backend, self.keys).delete(decision.job_id, retired)
         job = self.jobs.jobs.get(decision.job_id)
         if job is not None and job.status in TERMINAL_JOB:
             if coords is not None:

@@ -36,7 +36,7 @@ def publish(log: EventLog, d: dict, df: Any, address: str) -> int:
         )
     job_id, eid = d["job_id"], d["execution_id"]
     sid = state_id(job_id, name, eid)
-    n = KvStates(log.client, log.keys).write(job_id, sid, _items(df, key), {
+    n = KvStates(log.backend, log.keys).write(job_id, sid, _items(df, key), {
         "name": name, "execution_id": eid, "written_at": now_ms()})
     start, end = key_group_range(d["max_parallelism"], d["parallelism"], d["subtask"])
     msg = NotifyKvStateRegistered(job_id, d["vertex"], KeyGroupRange(start, end), name, sid, address, eid)

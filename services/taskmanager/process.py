@@ -27,6 +27,7 @@ from sluice.events import (
 from sluice.services.common.guard import guarded
 from sluice.services.common.shell import get_logger, hostname, new_id, now_ms
 from sluice.store import Blobs, EventLog, GroupConsumer, current_leader
+from sluice.store.slots import SlotQueues
 
 from .core import Registration, RegistrationConfig
 from .library import LibraryCache
@@ -68,7 +69,7 @@ class TaskManager:
         self.workers: dict[int, subprocess.Popen] = {}
         self.cancelling: set[str] = set()
         self._recovering = False
-        self._queues: dict[int, object] = {}
+        self.queues = SlotQueues(log, self.resource_id)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -148,8 +149,7 @@ class TaskManager:
 
     def _skip_old_messages(self) -> None:
         """Messages to an earlier session of this resource id are void: start after them."""
-        self.consumer.ensure_group("$")
-        self.log.client.xgroup_setid(self.inbox, GROUP, "$")
+        self.consumer.skip_to_end()
 
     def _leave(self) -> None:
         if self.reg.state != "REGISTERED":
@@ -201,20 +201,12 @@ class TaskManager:
         self._to_job(task.descriptor["job_id"], self._state(task, TaskState.INITIALIZING))
         if not self.execute:
             return "not-executed"
-        from rq import Queue
-        from rq.serializers import JSONSerializer
-
-        q = self._queues.get(task.slot)
-        if q is None:
-            q = self._queues[task.slot] = Queue(self.keys.slot_queue(self.resource_id, task.slot),
-                                                connection=self.log.client, serializer=JSONSerializer)
         runtime = {"code_path": str(task.code_path), "temp_dir": str(task.temp_dir), "host": self.reg.host,
                    "io_rate": self.io_rate}
         if task.descriptor.get("kind") != "noop":
             runtime["spark_remote"] = self._spark()
-        job = q.enqueue(RUN_TASK, args=(task.descriptor, runtime), job_id=new_id(), job_timeout=-1,
-                        result_ttl=600, failure_ttl=3600, description=task.id)
-        return job.id
+        return self.queues.enqueue(task.slot, RUN_TASK, (task.descriptor, runtime), job_id=new_id(),
+                                   description=task.id)
 
     def _spark(self) -> str:
         """The Spark Connect server this TaskManager's workers use: the given one, or one it
@@ -232,12 +224,7 @@ class TaskManager:
 
     def _cancel_launch(self, task: Task) -> None:
         if task.rq_job and self.execute:
-            from rq.job import Job
-
-            try:
-                Job.fetch(task.rq_job, connection=self.log.client).cancel()
-            except Exception:
-                pass
+            self.queues.cancel(task.rq_job)
 
     def _cancel_task(self, msg: CancelTask) -> None:
         tid = f"{msg.job_id}/{msg.execution_id}"
@@ -271,12 +258,7 @@ class TaskManager:
     def _rq_started(self, task: Task) -> bool:
         if not self.execute or not task.rq_job:
             return False
-        from rq.job import Job, JobStatus
-
-        try:
-            return Job.fetch(task.rq_job, connection=self.log.client).get_status() != JobStatus.QUEUED
-        except Exception:
-            return True
+        return self.queues.started(task.rq_job)
 
     def _task_ended(self, msg: UpdateTaskExecutionState) -> None:
         task = self.tasks.get(f"{msg.job_id}/{msg.execution_id}")

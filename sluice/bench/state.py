@@ -65,7 +65,7 @@ def _publish(log: EventLog, url: str, keys: int, parallelism: int, maxp: int = 1
                      [JobEdge("src", "count", "keyed", "word")], maxp)
     facts = [JobSubmitted(JOB, graph, "blob", "m", "inbox", {}, {}, "file:///tmp")]
     words = [f"word-{i}" for i in range(keys)]
-    store = KvStates(log.client, log.keys)
+    store = KvStates(log.backend, log.keys)
     for sub in range(parallelism):
         start, end = key_group_range(maxp, parallelism, sub)
         mine = [w for w in words if start <= key_group_of(w, maxp) <= end]

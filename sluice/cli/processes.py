@@ -70,17 +70,13 @@ def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | N
 @click.pass_obj
 def worker(obj: Context, resource_id: str, slot: int) -> None:
     """One slot's RQ worker (started by its TaskManager)."""
-    from rq import Queue, SimpleWorker
-    from rq.serializers import JSONSerializer
-
     from sluice.services.taskmanager.worker import init_worker, warm_up
+    from sluice.store.slots import work_slot
 
     ctx = init_worker(obj.url, obj.settings.prefix, resource_id, slot)
     if os.environ.get("SLUICE_SPARK_REMOTE"):
         warm_up()
-    queue = Queue(ctx.log.keys.slot_queue(resource_id, slot), connection=ctx.log.client, serializer=JSONSerializer)
-    w = SimpleWorker([queue], connection=ctx.log.client, serializer=JSONSerializer)
-    w.work(with_scheduler=False, logging_level="WARNING")
+    work_slot(ctx.log, resource_id, slot)
 
 
 @click.command()

@@ -8,11 +8,16 @@ import time
 
 import pytest
 
-from sluice.errors import StaleEpoch, StoreError
+from sluice.errors import ScriptError, StaleEpoch, StoreError, StoreRestarted
+from sluice.store.backend import Delegating
 from sluice.events import FIELD, TaskManagerRegistered, decode
 from sluice.store import Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out, ReadModels
-from sluice.store.scripts import DELIVER
 from tests.helpers import env, heartbeat, register
+
+
+def pending(log: EventLog, inbox: str, group: str = "jm") -> int:
+    state = log.backend.group_state(inbox, group)
+    return state.pending if state else 0
 
 
 def registered(rid: str) -> TaskManagerRegistered:
@@ -81,7 +86,7 @@ class LogContract:
         again = log.commit(tag, 1, [Out(facts, env(registered("tm-1"), epoch=1))], consumed)
         assert not first.duplicate and again.duplicate
         assert log.length(facts) == 1
-        assert log.client.xpending(inbox, "jm")["pending"] == 0
+        assert pending(log, inbox) == 0
 
     def test_one_commit_can_acknowledge_several_entries_or_none_if_one_was_done(self, log: EventLog) -> None:
         tag = log.keys.cluster
@@ -93,9 +98,9 @@ class LogContract:
         # A batch holding an entry that is already done changes nothing, not even the others.
         again = log.commit(tag, 1, [Out(facts, env(registered("b")))], Consumed(inbox, "jm", ids[1:]))
         assert again.duplicate and log.length(facts) == 1
-        assert log.client.xpending(inbox, "jm")["pending"] == 2
+        assert pending(log, inbox) == 2
         assert not log.commit(tag, 1, [Out(facts, env(registered("c")))], Consumed(inbox, "jm", ids[2:])).duplicate
-        assert log.client.xpending(inbox, "jm")["pending"] == 0
+        assert pending(log, inbox) == 0
 
     def test_a_commit_never_spans_two_tags(self, log: EventLog) -> None:
         other = log.keys.facts(log.keys.job("j1"))
@@ -157,7 +162,7 @@ class LogContract:
         inbox = log.keys.inbox(tag)
         seen: list = []
         good = env(heartbeat())
-        log.client.xadd(inbox, fields)
+        log.backend.xadd(inbox, fields)
         log.append(inbox, good)
         consumer = GroupConsumer(log, inbox, "jm", "c1", on_dead_letter=lambda *a: seen.append(a))
         entries = consumer.read(block_ms=None)
@@ -169,7 +174,7 @@ class LogContract:
         for k, v in fields.items():  # the entry is kept as it was: nothing is lost
             assert dead_fields[b"field:" + k] == v
         assert len(seen) == 1 and inbox in str(seen[0][2])
-        assert log.client.xpending(inbox, "jm")["pending"] == 1  # only the good one, not yet acked
+        assert pending(log, inbox) == 1  # only the good one, not yet acked
 
     def test_following_blocks_until_an_entry_arrives(self, log: EventLog) -> None:
         stream = log.keys.facts(log.keys.cluster)
@@ -218,12 +223,101 @@ class LogContract:
         log.commit(tag, 1, [Out(log.keys.outbox(tag), r, to=target) for r in replies])
         # A delivery that crashed after appending the first reply but before acknowledging it:
         (first_id, first_fields), *_ = list(log.replay_raw(log.keys.outbox(tag)))
-        log.client.register_script(DELIVER)(keys=[target, log.keys.delivered(target_tag)],
-                                            args=[log.keys.outbox(tag), first_id, first_fields[FIELD]])
+        log.backend.script("deliver", [target, log.keys.delivered(target_tag)],
+                           ["", log.keys.outbox(tag), first_id, first_fields[FIELD]])
         d = Deliverer(log, tag)
         assert d.deliver() == 2  # the first one was already there
         assert d.deliver() == 0
         assert [e for _, e in log.replay(target)] == replies
+
+    def test_two_deliverers_racing_over_a_long_outbox_deliver_every_entry_once(self, log: EventLog) -> None:
+        """Bug 1: one deliverer pauses after reading its first batch; another delivers the
+        whole outbox meanwhile; the first resumes. Before, the first's batch was dropped as
+        'already delivered' and acknowledged: 700 entries, 200 delivered."""
+        tag = log.keys.job("j1")
+        target = log.keys.inbox(log.keys.taskmanager("tm-1"))
+        sent = [env(heartbeat(rid=f"tm-{i}"), epoch=1) for i in range(700)]
+        for i in range(0, 700, 100):
+            log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=target) for e in sent[i:i + 100]])
+        other = Deliverer(EventLog(log.backend, log.keys), tag)
+
+        class PauseAfterFirstRead(Delegating):
+            paused = False
+
+            def around(self, name, call):
+                result = call()
+                if name == "xrange" and not self.paused:
+                    self.paused = True  # the new leader delivers everything while we are paused
+                    assert other.deliver(batch=250) == 700
+                return result
+
+        first = Deliverer(EventLog(PauseAfterFirstRead(log.backend), log.keys), tag)
+        assert first.deliver(batch=500) == 0  # all of it was delivered, once, by the other
+        assert [e for _, e in log.replay(target)] == sent
+        assert first.deliver() == 0 and other.deliver() == 0
+        more = env(heartbeat(rid="late"), epoch=1)
+        log.commit(tag, 1, [Out(log.keys.outbox(tag), more, to=target)])
+        assert first.deliver() == 1 and other.deliver() == 0
+        assert log.length(target) == 701
+
+    @pytest.mark.parametrize("bad", ["no-tag-at-all", "{x:client:c1}:inbox", "HASH"])
+    def test_an_undeliverable_entry_is_parked_and_the_rest_of_the_outbox_is_delivered(self, log: EventLog,
+                                                                                       bad: str) -> None:
+        """Bug 3: a reply address with no hash tag, of another cluster, or naming a key that
+        is not a stream used to raise in every delivery, forever."""
+        tag = log.keys.cluster
+        good = log.keys.inbox(log.keys.taskmanager("tm-1"))
+        if bad == "HASH":
+            bad = log.keys.inbox(log.keys.client("c1"))
+            log.backend.hset(bad, {"x": b"1"})
+        parked: list = []
+        a, b, c = (env(heartbeat(), epoch=1) for _ in range(3))
+        log.commit(tag, 1, [Out(log.keys.outbox(tag), a, to=good), Out(log.keys.outbox(tag), b, to=bad),
+                            Out(log.keys.outbox(tag), c, to=good)])
+        d = Deliverer(log, tag, on_undeliverable=lambda *x: parked.append(x))
+        assert d.deliver() == 2
+        assert [e for _, e in log.replay(good)] == [a, c]
+        ((_, dead),) = list(log.replay_raw(log.keys.dead(tag)))
+        assert dead[b"kind"] == b"undeliverable" and bad.encode() in dead[b"field:to"]
+        assert decode(dead[b"field:e"]) == b
+        assert len(parked) == 1 and d.deliver() == 0
+
+    # --- restarts ---------------------------------------------------------------------------------
+
+    def test_a_writer_that_has_not_seen_a_restart_is_refused(self, log: EventLog) -> None:
+        tag = log.keys.cluster
+        facts = log.keys.facts(tag)
+        server = log.server_id()
+        assert server and log.server_id() == server
+        assert not log.commit(tag, 1, [Out(facts, env(registered("a")))], server=server).duplicate
+        with pytest.raises(StoreRestarted) as info:
+            log.commit(tag, 1, [Out(facts, env(registered("b")))], server="0" * 40)
+        assert info.value.run_id == server and "rebuild" in str(info.value)
+        with pytest.raises(StoreRestarted):
+            log.fence(tag, 2, server="0" * 40)
+        assert log.length(facts) == 1
+
+    def test_one_commit_cannot_consume_an_entry_twice(self, log: EventLog) -> None:
+        tag = log.keys.cluster
+        inbox = log.keys.inbox(tag)
+        log.append_batch(inbox, [env(heartbeat()) for _ in range(2)])
+        (e1, e2) = GroupConsumer(log, inbox, "jm", "c1").read(block_ms=None)
+        with pytest.raises(ScriptError, match="twice"):
+            log.commit(tag, 1, [Out(log.keys.facts(tag), env(registered("a")))], Consumed(inbox, "jm", (e1.id, e1.id)))
+        assert log.length(log.keys.facts(tag)) == 0 and pending(log, inbox) == 2
+
+    def test_recovery_returns_each_entry_left_pending_once(self, log: EventLog) -> None:
+        """Bug 2: a new leader reclaimed the old one's pending entries and then read them
+        again as its own pending entries: every one was decided twice."""
+        inbox = log.keys.inbox(log.keys.cluster)
+        sent = [env(heartbeat(rid=f"tm-{i}")) for i in range(5)]
+        log.append_batch(inbox, sent)
+        assert len(GroupConsumer(log, inbox, "jm", "old").read(count=3, block_ms=None)) == 3
+        new = GroupConsumer(log, inbox, "jm", "new")
+        assert len(new.read(count=1, block_ms=None)) == 1  # its own, read before a crash
+        got = new.recover(count=2)
+        assert [e.envelope for e in got] == sent[:4]
+        assert len({e.id for e in got}) == 4
 
     # --- read models --------------------------------------------------------------------------
 

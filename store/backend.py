@@ -1,0 +1,300 @@
+"""The seam between Sluice's log and the server that stores it.
+
+Everything in ``store/`` above this module (the event log, consumers, outbox delivery, the
+lease, read models, blobs, queryable state) talks to a :class:`Backend`: a small set of
+Redis commands with Redis's semantics, plus Sluice's scripts called by name. Two backends
+implement it:
+
+* :class:`~sluice.store.redis_backend.RedisBackend`: a real Redis (or Valkey) through
+  redis-py; the scripts are the Lua in :mod:`~sluice.store.scripts`. What every process runs.
+* :class:`~sluice.store.memory.MemoryBackend`: one process's connection to an in-memory
+  store with the same semantics, for the deterministic simulation (the only non-Redis
+  store Sluice allows). Its scripts are Python ports of the Lua, one atomic function each.
+
+Both pass the same contract tests (``tests/store/contract.py``), which is what makes a
+result of the simulation count for Redis.
+
+Errors: a server that cannot be reached raises :class:`~sluice.errors.RedisUnavailable`;
+a script that answers with an error raises :class:`ScriptFailed` with the error's text
+(the log turns the ones it expects into specific errors, e.g. ``StaleEpoch``).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from sluice.errors import StoreError
+
+__all__ = ["Backend", "Delegating", "Fields", "RawEntry", "GroupState", "ScriptFailed", "NoGroup", "SCRIPTS"]
+
+Fields = dict[bytes, bytes]
+"""A stream entry's fields as the server returns them."""
+
+RawEntry = tuple[str, Fields]
+"""(entry id, fields) of one stream entry."""
+
+SCRIPTS = ("commit", "fence", "dead_letter", "deliver", "advance_cursor", "lease_acquire", "lease_renew",
+           "lease_release", "project")
+"""The scripts a backend runs by name (see store/scripts.py for what each does)."""
+
+
+class ScriptFailed(StoreError):
+    """A script answered with an error; ``text`` is the error as the script wrote it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+
+class NoGroup(StoreError):
+    """A consumer group (or its stream) does not exist (it was deleted under a reader)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    """What ``XINFO GROUPS`` and ``XPENDING`` say of one consumer group."""
+
+    last_delivered: str
+    pending: int
+    min_pending: str | None
+
+
+class Backend(abc.ABC):
+    """Redis commands Sluice uses, with Redis's semantics; every method may raise
+    RedisUnavailable. Stream entry ids are strings ``"<ms>-<seq>"``."""
+
+    # --- the server ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def server_id(self) -> str:
+        """The server's run id: it changes whenever the server restarts (and may have lost
+        the writes it had not yet made durable)."""
+
+    @abc.abstractmethod
+    def time_ms(self) -> int:
+        """The server's clock, in milliseconds."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Where this backend's data lives, for messages (a URL without its password)."""
+
+    def address(self) -> str | None:
+        """The URL other processes use to reach this server (None: not reachable from outside)."""
+        return None
+
+    def close(self) -> None:
+        """Release connections."""
+
+    # --- strings and hashes -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def set(self, key: str, value: bytes, *, nx: bool = False) -> bool: ...
+
+    @abc.abstractmethod
+    def exists(self, *keys: str) -> int: ...
+
+    @abc.abstractmethod
+    def delete(self, *keys: str) -> int: ...
+
+    @abc.abstractmethod
+    def hget(self, key: str, field: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def hgetall(self, key: str) -> dict[bytes, bytes]: ...
+
+    @abc.abstractmethod
+    def hkeys(self, key: str) -> list[bytes]: ...
+
+    @abc.abstractmethod
+    def hset(self, key: str, mapping: Mapping[str, bytes]) -> int: ...
+
+    @abc.abstractmethod
+    def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
+        """GET ``key`` and HGETALL ``hash_key`` as of one moment (a read model and its position)."""
+
+    @abc.abstractmethod
+    def hgetall_with_ttl(self, key: str) -> tuple[dict[bytes, bytes], int]:
+        """HGETALL and PTTL of one key as of one moment (the leadership lease)."""
+
+    # --- streams ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def xadd(self, stream: str, fields: Mapping[bytes, bytes], *, maxlen: int | None = None) -> str:
+        """Append an entry with a new id (``maxlen``: trim to about that many entries)."""
+
+    @abc.abstractmethod
+    def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
+        """Append several entries, in order, in one round trip (not atomically)."""
+
+    @abc.abstractmethod
+    def xrange(self, stream: str, after: str | None, count: int) -> list[RawEntry]:
+        """Up to ``count`` entries with ids greater than ``after`` (None: from the start)."""
+
+    @abc.abstractmethod
+    def last_id(self, stream: str) -> str | None: ...
+
+    @abc.abstractmethod
+    def xlen(self, stream: str) -> int: ...
+
+    @abc.abstractmethod
+    def xread(self, positions: Mapping[str, str], *, count: int, block_ms: int | None) -> list[tuple[str, str, Fields]]:
+        """Entries after each stream's position (blocking up to ``block_ms`` when there are
+        none; None: don't block), as (stream, entry id, fields) in per-stream order."""
+
+    @abc.abstractmethod
+    def xtrim_minid(self, stream: str, minid: str) -> int:
+        """Remove the entries with ids below ``minid``; how many went."""
+
+    @abc.abstractmethod
+    def scan_streams(self, pattern: str) -> list[str]:
+        """Names of the streams matching a glob pattern."""
+
+    # --- consumer groups ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def group_create(self, stream: str, group: str, start: str) -> None:
+        """Create ``group`` on ``stream`` (and the stream) delivering after ``start``
+        (``"0"``: from the beginning, ``"$"``: only new entries); nothing if it exists."""
+
+    @abc.abstractmethod
+    def group_setid(self, stream: str, group: str, start: str) -> None:
+        """Move the group's last-delivered id (``"$"``: the stream's end)."""
+
+    @abc.abstractmethod
+    def group_state(self, stream: str, group: str) -> GroupState | None:
+        """The group's last-delivered id and pending entries (None: no such group or stream)."""
+
+    @abc.abstractmethod
+    def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
+                   block_ms: int | None) -> list[tuple[str, str, Fields | None]]:
+        """XREADGROUP: for position ``">"`` new entries (they become pending for
+        ``consumer``), for an id this consumer's pending entries after it (fields None for
+        an entry deleted since). Raises NoGroup when a group is missing."""
+
+    @abc.abstractmethod
+    def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
+                   count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
+        """XAUTOCLAIM: take over entries pending for at least ``min_idle_ms`` from ``start``;
+        returns (next start, "0-0" when done; the entries, fields None when deleted)."""
+
+    @abc.abstractmethod
+    def xack(self, stream: str, group: str, ids: Sequence[str]) -> int: ...
+
+    # --- scripts ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run one of :data:`SCRIPTS` atomically. Replies have Redis's shapes (bytes,
+        ints, lists); an error reply raises ScriptFailed."""
+
+
+class Delegating(Backend):
+    """A backend that passes every call to ``inner`` through ``around(name, call)``: the
+    seam for fault injection (a call that fails before or after it took effect) and for
+    tests that interleave two processes at an exact point."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+
+    def around(self, name: str, call: Any) -> Any:
+        """Run ``call()`` (the inner backend's method ``name``); override to intervene."""
+        return call()
+
+    def server_id(self) -> str:
+        return self.around("server_id", self.inner.server_id)  # type: ignore[no-any-return]
+
+    def time_ms(self) -> int:
+        return self.around("time_ms", self.inner.time_ms)  # type: ignore[no-any-return]
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def address(self) -> str | None:
+        return self.inner.address()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def get(self, key: str) -> bytes | None:
+        return self.around("get", lambda: self.inner.get(key))  # type: ignore[no-any-return]
+
+    def set(self, key: str, value: bytes, *, nx: bool = False) -> bool:
+        return self.around("set", lambda: self.inner.set(key, value, nx=nx))  # type: ignore[no-any-return]
+
+    def exists(self, *keys: str) -> int:
+        return self.around("exists", lambda: self.inner.exists(*keys))  # type: ignore[no-any-return]
+
+    def delete(self, *keys: str) -> int:
+        return self.around("delete", lambda: self.inner.delete(*keys))  # type: ignore[no-any-return]
+
+    def hget(self, key: str, field: str) -> bytes | None:
+        return self.around("hget", lambda: self.inner.hget(key, field))  # type: ignore[no-any-return]
+
+    def hgetall(self, key: str) -> dict[bytes, bytes]:
+        return self.around("hgetall", lambda: self.inner.hgetall(key))  # type: ignore[no-any-return]
+
+    def hkeys(self, key: str) -> list[bytes]:
+        return self.around("hkeys", lambda: self.inner.hkeys(key))  # type: ignore[no-any-return]
+
+    def hset(self, key: str, mapping: Mapping[str, bytes]) -> int:
+        return self.around("hset", lambda: self.inner.hset(key, mapping))  # type: ignore[no-any-return]
+
+    def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
+        return self.around("get_and_hgetall", lambda: self.inner.get_and_hgetall(key, hash_key))  # type: ignore[no-any-return]
+
+    def hgetall_with_ttl(self, key: str) -> tuple[dict[bytes, bytes], int]:
+        return self.around("hgetall_with_ttl", lambda: self.inner.hgetall_with_ttl(key))  # type: ignore[no-any-return]
+
+    def xadd(self, stream: str, fields: Mapping[bytes, bytes], *, maxlen: int | None = None) -> str:
+        return self.around("xadd", lambda: self.inner.xadd(stream, fields, maxlen=maxlen))  # type: ignore[no-any-return]
+
+    def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
+        return self.around("xadd_many", lambda: self.inner.xadd_many(items))  # type: ignore[no-any-return]
+
+    def xrange(self, stream: str, after: str | None, count: int) -> list[RawEntry]:
+        return self.around("xrange", lambda: self.inner.xrange(stream, after, count))  # type: ignore[no-any-return]
+
+    def last_id(self, stream: str) -> str | None:
+        return self.around("last_id", lambda: self.inner.last_id(stream))  # type: ignore[no-any-return]
+
+    def xlen(self, stream: str) -> int:
+        return self.around("xlen", lambda: self.inner.xlen(stream))  # type: ignore[no-any-return]
+
+    def xread(self, positions: Mapping[str, str], *, count: int, block_ms: int | None) -> list[tuple[str, str, Fields]]:
+        return self.around("xread", lambda: self.inner.xread(positions, count=count, block_ms=block_ms))  # type: ignore[no-any-return]
+
+    def xtrim_minid(self, stream: str, minid: str) -> int:
+        return self.around("xtrim_minid", lambda: self.inner.xtrim_minid(stream, minid))  # type: ignore[no-any-return]
+
+    def scan_streams(self, pattern: str) -> list[str]:
+        return self.around("scan_streams", lambda: self.inner.scan_streams(pattern))  # type: ignore[no-any-return]
+
+    def group_create(self, stream: str, group: str, start: str) -> None:
+        self.around("group_create", lambda: self.inner.group_create(stream, group, start))
+
+    def group_setid(self, stream: str, group: str, start: str) -> None:
+        self.around("group_setid", lambda: self.inner.group_setid(stream, group, start))
+
+    def group_state(self, stream: str, group: str) -> GroupState | None:
+        return self.around("group_state", lambda: self.inner.group_state(stream, group))  # type: ignore[no-any-return]
+
+    def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
+                   block_ms: int | None) -> list[tuple[str, str, Fields | None]]:
+        return self.around("xreadgroup", lambda: self.inner.xreadgroup(  # type: ignore[no-any-return]
+            group, consumer, streams, count=count, block_ms=block_ms))
+
+    def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
+                   count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
+        return self.around("xautoclaim", lambda: self.inner.xautoclaim(  # type: ignore[no-any-return]
+            stream, group, consumer, min_idle_ms=min_idle_ms, start=start, count=count))
+
+    def xack(self, stream: str, group: str, ids: Sequence[str]) -> int:
+        return self.around("xack", lambda: self.inner.xack(stream, group, ids))  # type: ignore[no-any-return]
+
+    def script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self.around("script:" + name, lambda: self.inner.script(name, keys, args))

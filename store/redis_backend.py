@@ -1,0 +1,240 @@
+"""The backend every Sluice process uses: a real Redis through redis-py.
+
+Connection failures become :class:`~sluice.errors.RedisUnavailable` naming what we were
+doing; error replies of scripts become :class:`~sluice.store.backend.ScriptFailed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Mapping, Sequence
+
+import redis
+
+from sluice.errors import RedisUnavailable
+
+from . import scripts
+from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptFailed
+
+__all__ = ["RedisBackend", "translate_errors"]
+
+
+@contextlib.contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Turn redis-py's connection errors into RedisUnavailable naming ``what`` we were doing."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise RedisUnavailable(f"Redis went away while {what}: {exc}") from exc
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisBackend(Backend):
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._scripts = {name: client.register_script(scripts.BY_NAME[name]) for name in scripts.BY_NAME}
+
+    # --- the server ---
+    def server_id(self) -> str:
+        with translate_errors("reading the server's run id"):
+            return str(self.client.info("server")["run_id"])
+
+    def time_ms(self) -> int:
+        with translate_errors("reading the server's clock"):
+            sec, usec = self.client.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def describe(self) -> str:
+        kw = self.client.connection_pool.connection_kwargs
+        if "path" in kw:
+            return f"unix://{kw['path']}"
+        return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+    def address(self) -> str | None:
+        return self.describe()
+
+    def close(self) -> None:
+        self.client.close()
+
+    # --- strings and hashes ---
+    def get(self, key: str) -> bytes | None:
+        with translate_errors(f"reading {key}"):
+            return self.client.get(key)  # type: ignore[no-any-return]
+
+    def set(self, key: str, value: bytes, *, nx: bool = False) -> bool:
+        with translate_errors(f"writing {key}"):
+            return bool(self.client.set(key, value, nx=nx))
+
+    def exists(self, *keys: str) -> int:
+        with translate_errors(f"looking for {', '.join(keys)}"):
+            return int(self.client.exists(*keys))
+
+    def delete(self, *keys: str) -> int:
+        if not keys:
+            return 0
+        with translate_errors(f"deleting {len(keys)} key(s)"):
+            return int(self.client.delete(*keys))
+
+    def hget(self, key: str, field: str) -> bytes | None:
+        with translate_errors(f"reading {key}"):
+            return self.client.hget(key, field)  # type: ignore[no-any-return]
+
+    def hgetall(self, key: str) -> dict[bytes, bytes]:
+        with translate_errors(f"reading {key}"):
+            return dict(self.client.hgetall(key))
+
+    def hkeys(self, key: str) -> list[bytes]:
+        with translate_errors(f"reading {key}"):
+            return list(self.client.hkeys(key))
+
+    def hset(self, key: str, mapping: Mapping[str, bytes]) -> int:
+        if not mapping:
+            return 0
+        with translate_errors(f"writing {key}"):
+            return int(self.client.hset(key, mapping=dict(mapping)))
+
+    def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
+        with translate_errors(f"reading {key} and {hash_key}"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.get(key)
+            pipe.hgetall(hash_key)
+            value, rows = pipe.execute()
+        return value, dict(rows)
+
+    def hgetall_with_ttl(self, key: str) -> tuple[dict[bytes, bytes], int]:
+        with translate_errors(f"reading {key}"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(key)
+            pipe.pttl(key)
+            fields, ttl = pipe.execute()
+        return dict(fields), int(ttl)
+
+    # --- streams ---
+    def xadd(self, stream: str, fields: Mapping[bytes, bytes], *, maxlen: int | None = None) -> str:
+        with translate_errors(f"appending to {stream}"):
+            return _s(self.client.xadd(stream, dict(fields), maxlen=maxlen, approximate=True))
+
+    def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
+        if not items:
+            return []
+        with translate_errors(f"appending to {items[0][0]}" + (" and others" if len(items) > 1 else "")):
+            pipe = self.client.pipeline(transaction=False)
+            for stream, fields in items:
+                pipe.xadd(stream, dict(fields))
+            return [_s(i) for i in pipe.execute()]
+
+    def xrange(self, stream: str, after: str | None, count: int) -> list[RawEntry]:
+        """XRANGE as Redis sends it, without redis-py's per-entry dict building (replay reads
+        millions of entries; that is a third of its cost)."""
+        start = "(" + after if after not in (None, "0", "0-0", "-") else "-"
+        pool = self.client.connection_pool
+        with translate_errors(f"reading {stream}"):
+            conn = pool.get_connection()
+            try:
+                conn.send_command("XRANGE", stream, start, "+", "COUNT", count)
+                batch = conn.read_response()
+            except BaseException:
+                conn.disconnect()
+                raise
+            finally:
+                pool.release(conn)
+        return [(raw_id.decode(), dict(zip(flat[::2], flat[1::2]))) for raw_id, flat in batch]
+
+    def last_id(self, stream: str) -> str | None:
+        with translate_errors(f"reading {stream}"):
+            last = self.client.xrevrange(stream, "+", "-", count=1)
+        return _s(last[0][0]) if last else None
+
+    def xlen(self, stream: str) -> int:
+        with translate_errors(f"reading {stream}"):
+            return int(self.client.xlen(stream))
+
+    def xread(self, positions: Mapping[str, str], *, count: int, block_ms: int | None) -> list[tuple[str, str, Fields]]:
+        if not positions:
+            return []
+        with translate_errors("following " + ", ".join(positions)):
+            reply = self.client.xread(dict(positions), count=count, block=block_ms)
+        return [(_s(stream), _s(raw_id), fields) for stream, entries in reply or () for raw_id, fields in entries]
+
+    def xtrim_minid(self, stream: str, minid: str) -> int:
+        with translate_errors(f"trimming {stream}"):
+            return int(self.client.xtrim(stream, minid=minid, approximate=False))
+
+    def scan_streams(self, pattern: str) -> list[str]:
+        with translate_errors("listing streams"):
+            return [_s(k) for k in self.client.scan_iter(match=pattern, count=1000, _type="stream")]
+
+    # --- consumer groups ---
+    def group_create(self, stream: str, group: str, start: str) -> None:
+        with translate_errors(f"creating group {group} on {stream}"):
+            try:
+                self.client.xgroup_create(stream, group, id=start, mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    def group_setid(self, stream: str, group: str, start: str) -> None:
+        with translate_errors(f"moving group {group} on {stream}"):
+            self.client.xgroup_setid(stream, group, start)
+
+    def group_state(self, stream: str, group: str) -> GroupState | None:
+        with translate_errors(f"reading group {group} of {stream}"):
+            try:
+                groups = self.client.xinfo_groups(stream)
+            except redis.ResponseError:
+                return None  # no such stream
+            mine = [g for g in groups if _s(g["name"]) == group]
+            if not mine:
+                return None
+            pending = self.client.xpending(stream, group)
+        count = int(pending.get("pending") or 0) if pending else 0
+        return GroupState(_s(mine[0]["last-delivered-id"]), count,
+                          _s(pending["min"]) if count else None)
+
+    def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
+                   block_ms: int | None) -> list[tuple[str, str, Fields | None]]:
+        if not streams:
+            return []
+        with translate_errors("reading " + ", ".join(streams)):
+            try:
+                reply = self.client.xreadgroup(group, consumer, dict(streams), count=count, block=block_ms)
+            except redis.ResponseError as exc:
+                if "NOGROUP" in str(exc):
+                    raise NoGroup(str(exc)) from exc
+                raise
+        out: list[tuple[str, str, Fields | None]] = []
+        for stream, entries in reply or ():
+            name = _s(stream)
+            for raw_id, fields in entries:
+                out.append((name, _s(raw_id), fields if fields else None))
+        return out
+
+    def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
+                   count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
+        with translate_errors(f"reclaiming from {stream}"):
+            try:
+                reply = self.client.xautoclaim(stream, group, consumer, min_idle_time=min_idle_ms, start_id=start,
+                                               count=count)
+            except redis.ResponseError as exc:
+                if "NOGROUP" in str(exc):
+                    raise NoGroup(str(exc)) from exc
+                raise
+        entries = [(_s(raw_id), fields if fields else None) for raw_id, fields in reply[1]]
+        return _s(reply[0]), entries
+
+    def xack(self, stream: str, group: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        with translate_errors(f"acknowledging on {stream}"):
+            return int(self.client.xack(stream, group, *ids))
+
+    # --- scripts ---
+    def script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        with translate_errors(f"running script {name} on {keys[0] if keys else '?'}"):
+            try:
+                return self._scripts[name](keys=list(keys), args=list(args))
+            except redis.ResponseError as exc:
+                raise ScriptFailed(str(exc)) from exc
