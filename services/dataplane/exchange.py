@@ -5,7 +5,8 @@ partitioned by key group (a ``_kg=N`` directory per group, ``keygroups.key_group
 so a consumer subtask reads only the ``_kg=N`` directories of its key-group range from
 every producer's path: the shuffle of a keyed exchange is a directory listing. Next to the data the producer leaves ``_schema.json`` (its DataFrame's schema)
 so that a consumer of producers that all produced nothing still knows the columns.
-Sinks write one directory per subtask, so a restarted attempt replaces only its own.
+Sinks write one flat directory; each attempt of a sink subtask stages its files apart and publishes
+them by the protocol of ``publish``, so the newest attempt of each subtask wins.
 
 Paths must be absolute (or URIs): the Spark Connect server resolves relative paths
 against its own working directory. ``_schema.json`` is written and read with pyarrow's
@@ -15,11 +16,14 @@ storage (a local disk on the TaskManager's machine, or a URI both can reach).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from sluice.services.dataplane import publish
 from sluice.services.dataplane.errors import DataplaneError, SchemaError
 from sluice.services.dataplane.keygroups import key_group_column
 
@@ -225,33 +229,81 @@ def read_inputs(
     return spark.createDataFrame([], schema)
 
 
-def write_sink(df: DataFrame, path: str, subtask: int, format: str, options: dict[str, str] | None = None) -> None:
-    """Write a sink subtask's output as files ``{path}/part-{subtask:05d}-NNN.{format}``.
+def write_sink(df: DataFrame, path: str, subtask: int, attempt: int, format: str,
+               options: dict[str, str] | None = None) -> publish.Outcome:
+    """Write attempt ``attempt`` of a sink subtask as files ``{path}/part-{subtask:05d}-a{attempt:06d}-NNN.{ext}``.
 
-    The directory stays one flat dataset that any reader takes whole (``spark.read.parquet(path)``):
-    Spark writes into a hidden ``_attempt-…`` directory first, then this subtask's earlier
-    files are removed and the new ones moved in, so a restarted attempt replaces its own
-    output only.
+    The directory stays one flat dataset that any reader takes whole (``spark.read.parquet(path)``).
+    Spark writes into the attempt's own hidden staging directory first; then the files are
+    published by the protocol of ``publish``: the newest attempt of the subtask wins, and an
+    older attempt (one on a TaskManager declared lost, finishing late) never replaces a newer
+    one's files, even when both publish at the same time. Returns how publishing ended
+    (``PUBLISHED``, or ``SUPERSEDED``/``WITHDRAWN`` when a newer attempt won).
     """
-    from pyarrow import fs as pafs
-
     path = _check_path(path, "sink path")
-    if isinstance(subtask, bool) or not isinstance(subtask, int) or subtask < 0:
-        raise DataplaneError(f"subtask must be an int >= 0 (the sink subtask's index), got {subtask!r}")
+    for what, value in (("subtask", subtask), ("attempt", attempt)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise DataplaneError(f"{what} must be an int >= 0 (the sink {what}'s number), got {value!r}")
     if format not in SINK_FORMATS:
         raise DataplaneError(f"unknown sink format {format!r}: use one of {', '.join(SINK_FORMATS)}")
     opts = {k: str(v) for k, v in (options or {}).items()}
-    staging = f"{path}/_attempt-{subtask:05d}"
-    df.write.mode("overwrite").format(format).options(**opts).save(staging)
+    staging = publish.staging_name(subtask, attempt)
+    df.write.mode("overwrite").format(format).options(**opts).save(f"{path}/{staging}")
     fs, root = _filesystem(path)
-    prefix = f"part-{subtask:05d}-"
-    for info in fs.get_file_info(pafs.FileSelector(root)):
-        if info.base_name.startswith(prefix):
-            fs.delete_file(info.path)
-    written = sorted(
-        info.path for info in fs.get_file_info(pafs.FileSelector(f"{root}/_attempt-{subtask:05d}"))
-        if info.type == pafs.FileType.File and not info.base_name.startswith(("_", ".")) and not info.base_name.endswith(".crc")
+    try:
+        return _publish(fs, root, staging, subtask, attempt, format)
+    finally:
+        with contextlib.suppress(OSError):  # private and hidden: a leftover harms no reader
+            _delete(fs, f"{root}/{staging}", directory=True)
+
+
+_SPARK_PART = re.compile(r"part-.*-c\d+\.(.+)")
+"""Spark's name of a written file (``part-00000-<uuid>-c000.snappy.parquet``): group 1 is its extension."""
+
+
+def _publish(fs: FileSystem, root: str, staging: str, subtask: int, attempt: int, format: str) -> publish.Outcome:
+    """The shell of ``publish.Publication``: list, move and delete as it says."""
+    from pyarrow import fs as pafs
+
+    staged = sorted(
+        (info for info in fs.get_file_info(pafs.FileSelector(f"{root}/{staging}"))
+         if info.type == pafs.FileType.File and not info.base_name.startswith(("_", "."))
+         and not info.base_name.endswith(".crc")),
+        key=lambda info: info.base_name,
     )
-    for i, src in enumerate(written):
-        fs.move(src, f"{root}/{prefix}{i:03d}.{format}")
-    fs.delete_dir(f"{root}/_attempt-{subtask:05d}")
+    # Keep what the extension says about compression (csv.gz): readers decompress by it.
+    exts = [m[1] if (m := _SPARK_PART.fullmatch(info.base_name)) else format for info in staged]
+    pub = publish.Publication.start(subtask, attempt, exts)
+    sources = {name: info.path for name, info in zip(pub.names, staged)}  # the marker has none: created empty
+    try:
+        while not pub.done:
+            listing = [i.base_name for i in fs.get_file_info(pafs.FileSelector(root))] if pub.needs_listing else None
+            pub, action = pub.advance(listing)
+            for name in action.move:
+                if name in sources:
+                    fs.move(sources[name], f"{root}/{name}")
+                else:
+                    with fs.open_output_stream(f"{root}/{name}"):
+                        pass
+            for name in action.delete:
+                _delete(fs, f"{root}/{name}")
+    except BaseException:
+        # A failed attempt takes back what it moved in (marker first): its task fails, and
+        # a newer attempt or its restart publishes the subtask.
+        for name in reversed(pub.names):
+            with contextlib.suppress(OSError):  # the first error is the one to report
+                _delete(fs, f"{root}/{name}")
+        raise
+    assert pub.outcome is not None
+    return pub.outcome
+
+
+def _delete(fs: FileSystem, path: str, *, directory: bool = False) -> None:
+    """Delete a file (or a directory); one that is already gone is fine."""
+    try:
+        if directory:
+            fs.delete_dir(path)
+        else:
+            fs.delete_file(path)
+    except FileNotFoundError:
+        pass

