@@ -139,8 +139,14 @@ class TaskManagerUnregistered(Event):
     reason: str
 
 
-@event("LeadershipGranted")
+@event("LeadershipGranted", version=2)
 class LeadershipGranted(Event):
+    """A JobManager leads from now on. ``server`` is the run id of the Redis server whose
+    log it rebuilt its state from: the next leader compares it with the server it finds,
+    and a difference means the server restarted in between (and may have lost its last
+    writes). Version 2 added ``server``."""
+
     epoch: int
     leader_id: str
     host: str
+    server: str = ""

@@ -74,3 +74,11 @@ def _operator_event_v1_v2(payload: Payload) -> Payload:
     if isinstance(payload, dict):
         return {"attempt": 0, **payload}
     return payload
+
+
+@upcaster("LeadershipGranted", 1)
+def _leadership_granted_v1_v2(payload: Payload) -> Payload:
+    """v2 added ``server`` (the Redis run id the leader rebuilt from); v1 leaders did not say."""
+    if isinstance(payload, dict):
+        return {**payload, "server": ""}
+    return payload

@@ -16,6 +16,9 @@
      │    ├── StoreRestarted         the server restarted since the writer last looked
      │    └── ScriptError            a Lua script answered with an error we did not expect
      ├── ConfigError                 a setting is missing or wrong
+     ├── MessageRejected             a well-formed message a core refuses (parked with the reason)
+     │    ├── UnexpectedMessage      a message the cluster inbox does not take
+     │    └── UnexpectedJobMessage   a message a job inbox does not take
      ├── ServiceError                a component cannot go on (names the component)
      │    ├── ContextNotBound        a coordinator used its context before leadership
      │    └── CoordinatorError       a coordinator failed (the job's root cause)
@@ -50,6 +53,9 @@ __all__ = [
     "ContextNotBound",
     "CoordinatorError",
     "ConfigError",
+    "MessageRejected",
+    "UnexpectedMessage",
+    "UnexpectedJobMessage",
     "ServiceError",
     "QueryableStateError",
     "UnknownJob",
@@ -172,6 +178,23 @@ class ScriptError(StoreError):
 
 class ConfigError(SluiceError):
     """A setting is missing or has a value we cannot use."""
+
+
+class MessageRejected(SluiceError):
+    """A well-formed message that a core refuses to decide on (an id that cannot be used, a
+    reply address that is not an inbox, a message the inbox does not take). Cores raise
+    it before they change anything; the shell parks the entry in dead letters with this
+    text as the reason, and goes on. Never a reason to rebuild."""
+
+    kind = "rejected"
+
+
+class UnexpectedMessage(MessageRejected):
+    """A well-formed message the cluster inbox does not take."""
+
+
+class UnexpectedJobMessage(MessageRejected):
+    """A well-formed message a job inbox does not take."""
 
 
 class ServiceError(SluiceError):

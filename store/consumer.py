@@ -67,6 +67,9 @@ class GroupConsumer:
         self.streams: list[str] = [stream] if isinstance(stream, str) else list(stream)
         self._on_dead = on_dead_letter
         self._ensured: set[str] = set()
+        self.read_counts: dict[str, int] = {}
+        """How many entries the last read took from each stream (dead-lettered ones too):
+        fewer than asked for means that stream was read to its end."""
 
     @property
     def stream(self) -> str:
@@ -175,6 +178,7 @@ class GroupConsumer:
         by_stream: dict[str, list[tuple[str, Fields | None]]] = {}
         for stream, entry_id, fields in reply:
             by_stream.setdefault(stream, []).append((entry_id, fields))
+        self.read_counts = {s: len(e) for s, e in by_stream.items()}
         for stream, entries in by_stream.items():
             out += self._decode_all(stream, entries)
         return out

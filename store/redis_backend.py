@@ -202,7 +202,7 @@ class RedisBackend(Backend):
             try:
                 reply = self.client.xreadgroup(group, consumer, dict(streams), count=count, block=block_ms)
             except redis.ResponseError as exc:
-                if "NOGROUP" in str(exc):
+                if "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc):  # a stream deleted while we read
                     raise NoGroup(str(exc)) from exc
                 raise
         out: list[tuple[str, str, Fields | None]] = []

@@ -34,12 +34,20 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
     level = (level or os.environ.get("SLUICE_LOG_LEVEL") or "INFO").upper()
     if json is None:
         json = os.environ.get("SLUICE_LOG_JSON") == "1"
-    renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    # Plain tracebacks, never rich's with every frame's locals: a log line is for a person,
+    # and locals can hold secrets and whole messages.
+    renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(
+        colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)
+    processors: list = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso"),
+    ]
+    if json:
+        processors.append(structlog.processors.format_exc_info)
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
+            *processors,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level, logging.INFO)),

@@ -88,8 +88,13 @@ class CoordinatorContext:
     """How a coordinator acts on the job: every call becomes a queued action applied by
     the JobManager's main loop. Safe to call from any thread once bound."""
 
-    def __init__(self, job_id: str, operator_id: str, parallelism: int) -> None:
+    def __init__(self, job_id: str, operator_id: str, parallelism: int,
+                 executor: Callable[[str], Any] | None = None) -> None:
+        """``executor(name)`` makes the coordinator's worker (an object with ``submit(fn)``
+        and ``shutdown(wait=, cancel_futures=)``); by default a one-thread pool. The
+        simulation passes one whose work runs as steps of its scheduler."""
         self.job_id, self.operator_id, self.parallelism = job_id, operator_id, parallelism
+        self._make_executor = executor
         self.lock = threading.RLock()
         self._queue: list[tuple[str, Any]] = []
         self._queue_lock = threading.Lock()
@@ -122,9 +127,12 @@ class CoordinatorContext:
         main loop with the lock held. An exception in either fails the job."""
         self._check()
         if self._executor is None:
-            from concurrent.futures import ThreadPoolExecutor
+            if self._make_executor is not None:
+                self._executor = self._make_executor(f"coordinator-{self.operator_id}")
+            else:
+                from concurrent.futures import ThreadPoolExecutor
 
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"coordinator-{self.operator_id}")
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"coordinator-{self.operator_id}")
 
         def run() -> None:
             try:

@@ -86,7 +86,8 @@ def describe(exc: BaseException, limit: int = 6000) -> str:
 
 class JobCoordinators:
     def __init__(self, job_id: str, vertices: Iterable[JobVertex], splits: dict[str, list],
-                 load: Callable[[str], type], *, interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS) -> None:
+                 load: Callable[[str], type], *, interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
+                 executor: Callable[[str], Any] | None = None) -> None:
         """Create every coordinator of a job, with unbound contexts (``load`` imports a
         user coordinator class from the job's code by ``module:qualname``)."""
         self.job_id = job_id
@@ -96,7 +97,7 @@ class JobCoordinators:
         for v in vertices:
             if not has_coordinator(v):
                 continue
-            ctx = CoordinatorContext(job_id, v.name, v.parallelism)
+            ctx = CoordinatorContext(job_id, v.name, v.parallelism, executor)
             holder = self.holders[v.name] = _Holder(v, ctx, None)
             try:
                 if v.kind == "source":

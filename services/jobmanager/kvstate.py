@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sluice.events import DisposeJob, Envelope, Event, JobDisposed, NotifyKvStateUnregistered
-from sluice.services.common.shell import now_ms
 from sluice.services.jobs.core import Decision
 from sluice.services.jobs.state import evolve
 from sluice.services.kvstate.core import dispose
@@ -33,13 +32,13 @@ def retired_state(facts: Iterable[Event]) -> list[str]:
 
 def dispose_job(jm: JobManager, entry: Entry, msg: DisposeJob) -> None:
     env = entry.envelope
-    facts, reply = dispose(jm.jobs, msg)
+    facts, reply = dispose(jm.state.jobs, msg)
     if facts:
-        now = now_ms()
-        jm._commit_job(Decision(msg.job_id, now, list(facts)))  # deletes the state it names, once committed
+        now = jm.world.now_ms()
+        jm.job_inboxes.commit(Decision(msg.job_id, now, list(facts)))  # deletes the state it names, once committed
         for fact in facts:
-            evolve(jm.jobs, Envelope(fact, "", 0, now))
+            evolve(jm.state.jobs, Envelope(fact, "", 0, now))
         jm.logger.info("job disposed", job=msg.job_id, names=reply.names if isinstance(reply, JobDisposed) else None)
     else:
         jm.logger.warning("dispose refused", job=msg.job_id, reason=getattr(reply, "reason", None))
-    jm._commit(jm.tag, (), (), entry, cause=env.id, sends=[(msg.reply_to, reply)])
+    jm.committer.commit(jm.tag, [], sends=[(msg.reply_to, reply)], consumed=jm.cluster.consumed(entry), cause=env.id)

@@ -13,6 +13,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
+from sluice.errors import UnexpectedJobMessage
 from sluice.events import (
     CancelJob,
     CancelTask,
@@ -45,7 +46,7 @@ from sluice.services.coordination.runtime import has_coordinator
 from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
 
 __all__ = ["JobsConfig", "Decision", "Dest", "submit", "input_paths", "MAX_DEPLOY_PER_PASS", "on_message", "schedule",
-           "taskmanager_lost", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
+           "taskmanager_lost", "log_restarted", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
 
 Dest = tuple[str, str]
 """Where a message goes: ("tm", resource_id) or ("inbox", stream key)."""
@@ -69,10 +70,6 @@ LEGAL: frozenset[tuple[TaskState, TaskState]] = frozenset({
     (TaskState.CANCELING, TaskState.FAILED),
     (TaskState.CANCELING, TaskState.FINISHED),
 })
-
-
-class UnexpectedJobMessage(Exception):
-    """A well-formed message a job inbox does not take (dead-lettered with this text)."""
 
 
 @dataclass(frozen=True)
@@ -440,6 +437,38 @@ def taskmanager_lost(state: JobsState, resource_id: str, reason: str, config: Jo
                                                       ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
                 else:
                     _fail(rec, job, ex, f"TaskManager {resource_id} was lost ({reason})", config)
+        _maybe_complete(rec, job)
+        if rec.decision:
+            out.append(rec.decision)
+    return out
+
+
+def log_restarted(state: JobsState, reason: str, now: int, attempt_floor: int) -> list[Decision]:
+    """The log's server restarted and may have lost its last writes: no attempt that was
+    not finished is trusted. Each runs again (not counted against the restart strategy:
+    the cluster, not the job, failed) as an attempt numbered at least ``attempt_floor`` (the
+    server's clock), which no attempt started before the restart can have had: writes
+    that were lost may have deployed attempts the log no longer knows of."""
+    out = []
+    for job in list(state.jobs.values()):
+        if job.status in TERMINAL_JOB or not job.built:
+            continue
+        rec = _Recorder(state, job.job_id, now)
+        ending = job.status in (JobStatus.FAILING, JobStatus.CANCELLING)
+        for ex in list(job.executions()):
+            if ex.state == TaskState.CANCELING or (ending and ex.state in HOLDS_SLOT):
+                rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, reason, ex.vertex,
+                                                  ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
+            elif ending:
+                continue
+            elif ex.state in HOLDS_SLOT:
+                rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.FAILED, reason, ex.vertex,
+                                                  ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
+                rec.fact(TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, max(ex.attempt + 1, attempt_floor),
+                                              now, job.restarts))
+            elif ex.state == TaskState.CREATED:
+                rec.fact(TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, max(ex.attempt + 1, attempt_floor),
+                                              max(now, ex.not_before), job.restarts))
         _maybe_complete(rec, job)
         if rec.decision:
             out.append(rec.decision)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sluice.errors import MessageRejected, UnexpectedMessage
+from sluice.events.ids import id_problem
 from sluice.events import (
     PROTOCOL_VERSION,
     AcknowledgeRegistration,
@@ -110,10 +112,6 @@ class Decision:
     replies: tuple[tuple[str, Event], ...] = ()
 
 
-class UnexpectedMessage(Exception):
-    """A well-formed message the cluster inbox does not take (it gets dead-lettered)."""
-
-
 # --- evolve ------------------------------------------------------------------------------
 
 
@@ -141,8 +139,14 @@ def evolve(state: Membership, env: Envelope) -> Membership:
 
 
 def decide(state: Membership, env: Envelope, config: MembershipConfig) -> Decision:
-    """The facts and replies one cluster-inbox message causes."""
+    """The facts and replies one cluster-inbox message causes; MessageRejected (before
+    anything is decided) for a message that cannot be answered: its resource id cannot be
+    used to address the TaskManager, so it is parked with the reason instead."""
     msg = env.event
+    if isinstance(msg, (RegisterTaskManager, TaskManagerHeartbeat, UnregisterTaskManager)):
+        problem = id_problem(msg.resource_id, f"{msg.TYPE}'s resource id")
+        if problem is not None:
+            raise MessageRejected(problem + "; no reply can be addressed to it")
     if isinstance(msg, RegisterTaskManager):
         return _register(state, msg, config)
     if isinstance(msg, TaskManagerHeartbeat):

@@ -17,7 +17,7 @@ from typing import Any
 
 from sluice.errors import ServiceError
 from sluice.events import Envelope, NextInputSplit, OperatorEvent, RequestNextInputSplit, decode_fields
-from sluice.services.common.shell import new_id, now_ms
+from sluice.services.common.world import SYSTEM, World
 from sluice.services.coordination.source import NO_MORE, REQUEST, SPLIT
 from sluice.store import EventLog
 
@@ -30,9 +30,10 @@ class NoAnswer(ServiceError):
 
 
 class TaskEvents:
-    def __init__(self, log: EventLog, descriptor: dict, host: str, *, answer_timeout_s: float = 600.0) -> None:
+    def __init__(self, log: EventLog, descriptor: dict, host: str, *, answer_timeout_s: float = 600.0,
+                 world: World = SYSTEM) -> None:
         d = descriptor
-        self.log, self.host = log, host
+        self.log, self.host, self.world = log, host, world
         self.job_id, self.vertex, self.subtask, self.attempt = d["job_id"], d["vertex"], d["subtask"], d["attempt"]
         self.execution_id = d["execution_id"]
         self.protocol = (d.get("source") or {}).get("protocol", "operator-events")
@@ -46,15 +47,32 @@ class TaskEvents:
         self._events: deque[Any] = deque()  # operator events for the user's code
         self._splits: deque[dict | None] = deque()
 
-    # --- splits ---
-    def next_split(self) -> dict | None:
-        """The next split for this subtask (None: no more). Blocks until the coordinator answers."""
+    # --- splits: the steps (the simulation drives them one at a time) ---
+    def ask_for_split(self) -> None:
+        """Ask the coordinator for this subtask's next split (the answer comes to the inbox)."""
         if self.protocol == "input-splits":
             msg: Any = RequestNextInputSplit(self.job_id, self.vertex, self.subtask, self.execution_id, self.host)
         else:
             msg = OperatorEvent(self.job_id, self.vertex, self.subtask, True, {"type": REQUEST, "host": self.host},
                                 self.attempt)
         self._send(msg)
+
+    def answered(self) -> bool:
+        """Whether an answer to a split request is here (read the inbox with ``poll``)."""
+        return bool(self._splits)
+
+    def take_split(self) -> dict | None:
+        """The answer that came (None: no more splits)."""
+        return self._splits.popleft()
+
+    def poll(self) -> None:
+        """Read what arrived in this subtask's inbox, without waiting."""
+        self._poll(0.0)
+
+    # --- splits: blocking ---
+    def next_split(self) -> dict | None:
+        """The next split for this subtask (None: no more). Blocks until the coordinator answers."""
+        self.ask_for_split()
         deadline = time.monotonic() + self.answer_timeout_s
         while not self._splits:
             left = deadline - time.monotonic()
@@ -81,7 +99,7 @@ class TaskEvents:
 
     # --- plumbing ---
     def _send(self, msg: Any) -> None:
-        self.log.append(self.job_inbox, Envelope(msg, new_id(), 0, now_ms(), self.job_id))
+        self.log.append(self.job_inbox, Envelope(msg, self.world.new_id(), 0, self.world.now_ms(), self.job_id))
 
     def _poll(self, block_s: float) -> None:
         entries = self.log.follow({self.inbox: self.position}, block_ms=max(int(block_s * 1000), 1) if block_s else None,

@@ -1,14 +1,24 @@
-"""The TaskManager shell: registration and heartbeats, tasks started step by step, one RQ
-worker process per slot (supervised: a worker that dies fails its task, and is replaced),
-and a graceful goodbye."""
+"""The TaskManager: registration and heartbeats, tasks started step by step, one worker
+per slot, and a graceful goodbye.
+
+``step()`` is one pass of its loop: read a batch of its inbox and act on each message
+once, look after its workers, and let time pass for registration and heartbeats. The
+real process calls it in a loop (``run``); the simulation calls the same step. Where its
+tasks run is behind ``Slots`` (worker processes fed through RQ, or the simulation's).
+
+Each inbox entry is handled once: a SubmitTask read again (after a Redis error while
+acknowledging it) finds its attempt already here and changes nothing. When the Redis
+server restarts (its run id changes), this TaskManager cannot know which of its last
+reports survived: it drops its tasks, skips what its inbox held before, and registers
+again as a new session; the leader restarts what ran here.
+"""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from sluice.errors import RedisUnavailable
@@ -18,25 +28,27 @@ from sluice.events import (
     DisconnectTaskManager,
     Envelope,
     Event,
+    ScheduleOrUpdateConsumers,
     SubmitTask,
     TaskOperationResult,
     TaskState,
     UnregisterTaskManager,
     UpdateTaskExecutionState,
 )
-from sluice.services.common.guard import guarded
-from sluice.services.common.shell import get_logger, hostname, new_id, now_ms
+from sluice.services.common.shell import get_logger, hostname
+from sluice.services.common.world import SYSTEM, World
 from sluice.store import Blobs, EventLog, GroupConsumer, current_leader
-from sluice.store.slots import SlotQueues
+from sluice.store.consumer import Entry
 
 from .core import Registration, RegistrationConfig
 from .library import LibraryCache
+from .slots import ProcessSlots, Slots
 from .tasks import Task, TaskStartFailed, TaskTable, release, standard_steps, start
-from .worker import RUN_TASK
 
-__all__ = ["TaskManager"]
+__all__ = ["TaskManager", "GROUP"]
 
 GROUP = "taskmanager"
+_REMEMBERED = 10_000  # inbox entries remembered as handled
 
 
 class TaskManager:
@@ -44,76 +56,103 @@ class TaskManager:
                  host: str | None = None, config: RegistrationConfig = RegistrationConfig(),
                  labels: dict[str, str] | None = None, inbox_retention_ms: int = 600_000,
                  home: Path = Path(".sluice"), redis_url: str | None = None, execute: bool = True,
-                 spark_remote: str | None = None, io_rate: float = 0.0) -> None:
+                 spark_remote: str | None = None, io_rate: float = 0.0, world: World = SYSTEM,
+                 runner: Slots | None = None) -> None:
+        self.log, self.keys, self.world = log, log.keys, world
         self.spark_remote = spark_remote
         self.io_rate = io_rate
         self._spark_server = None
-        self.log = log
-        self.keys = log.keys
         self.inbox_retention_ms = inbox_retention_ms
         self._next_trim = 0
         host = host if host is not None else hostname()
-        self.resource_id = resource_id or f"tm-{host}-{new_id()[:8]}"
-        self.reg = Registration(self.resource_id, new_id(), host, slots, config, labels or {})
+        self.resource_id = resource_id or f"tm-{host}-{world.new_id()[:8]}"
+        self.reg = Registration(self.resource_id, world.new_id(), host, slots, config, labels or {})
         self.inbox = self.keys.inbox(self.keys.taskmanager(self.resource_id))
         self.cluster_inbox = self.keys.inbox(self.keys.cluster)
         self.logger = get_logger("taskmanager", tm=self.resource_id)
         self.consumer = GroupConsumer(log, self.inbox, GROUP, self.resource_id, on_dead_letter=self._dead_lettered)
         self.home = Path(home)
-        self.redis_url = redis_url
         self.execute = execute
         self.tasks = TaskTable()
         self.library = LibraryCache(Blobs(log), self.home / "cache")
         self.steps = standard_steps(self.library, self.tasks, self.home / "tmp" / self.resource_id,
                                     self._launch, self._cancel_launch)
-        self.workers: dict[int, subprocess.Popen] = {}
+        self.slots: Slots = runner or ProcessSlots(log, self.resource_id, redis_url=redis_url, home=self.home,
+                                                   spark_remote=lambda: self.spark_remote)
         self.cancelling: set[str] = set()
+        self.handled: OrderedDict[str, None] = OrderedDict()
+        self.server: str | None = None
         self._recovering = False
-        self.queues = SlotQueues(log, self.resource_id)
+        self._started = False
+        self._last_state = self.reg.state
 
     # --- lifecycle -----------------------------------------------------------------------
 
+    def start(self) -> None:
+        """Begin a session: messages to an earlier session of this resource id are void."""
+        self.server = self.log.server_id()
+        self.consumer.skip_to_end()
+        self.logger.info("starting", slots=self.reg.slots, session=self.reg.session, host=self.reg.host)
+        if self.execute and not self._started:
+            self.slots.start(self.reg.slots)
+        self._started = True
+
     def run(self, stop: threading.Event) -> int:
         """Serve until stopped (0) or refused for good (2)."""
-        self._skip_old_messages()
-        self.logger.info("starting", slots=self.reg.slots, session=self.reg.session, host=self.reg.host)
-        if self.execute:
-            for slot in range(self.reg.slots):
-                self._spawn_worker(slot)
-        last_state = self.reg.state
         backoff = 0.1
         try:
             while not stop.is_set():
                 try:
-                    self._step()
+                    if not self._started:
+                        self.start()
+                    self.step(block_ms=50)
                     backoff = 0.1
                 except RedisUnavailable as exc:
                     self.logger.error("redis unavailable, retrying", error=str(exc), retry_in_s=backoff)
-                    self._recovering = True  # re-handle what was read but not acknowledged
                     stop.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
-                if self.reg.state != last_state:
-                    self.logger.info("registration", state=self.reg.state, why=self.reg.history[-1],
-                                     epoch=self.reg.epoch)
-                    last_state = self.reg.state
+                except Exception as exc:  # a bug: say where, and go on with what is pending
+                    self.logger.exception("unexpected error in the TaskManager's loop", error=str(exc)[:300])
+                    self._recovering = True
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
                 if self.reg.state == "REFUSED":
                     self.logger.error("registration refused for good", reason=self.reg.refusal)
                     print(f"sluice taskmanager {self.resource_id}: registration refused: {self.reg.refusal}",
                           file=sys.stderr)
                     return 2
-            self._leave()
+            self.leave()
             return 0
         finally:
-            self._stop_workers()
+            self.shutdown()
 
-    def _step(self) -> None:
-        if self._recovering:
-            entries = self.consumer.pending()
-            self._recovering = False
-        else:
-            entries = self.consumer.read(count=100, block_ms=50)
-        for entry in entries:
+    def step(self, *, block_ms: int = 0) -> bool:
+        """One pass: handle a batch of the inbox, look after the workers, let time pass.
+        RedisUnavailable leaves what was read but not acknowledged for the next step."""
+        try:
+            if self._recovering:
+                entries = self.consumer.pending()
+                self._recovering = False
+            else:
+                entries = self.consumer.read(count=100, block_ms=block_ms)
+            for entry in entries:
+                self._handle(entry)
+            self._supervise()
+            self._tick()
+        except RedisUnavailable:
+            self._recovering = True  # re-handle what was read but not acknowledged
+            raise
+        if self.reg.state != self._last_state:
+            self.logger.info("registration", state=self.reg.state, epoch=self.reg.epoch,
+                             why=self.reg.history[-1] if self.reg.history else "a new session")
+            self._last_state = self.reg.state
+        return bool(entries)
+
+    def _handle(self, entry: Entry) -> None:
+        key = entry.envelope.id
+        if key not in self.handled:
             msg = entry.envelope.event
             if isinstance(msg, SubmitTask):
                 self._submit_task(msg)
@@ -128,30 +167,39 @@ class TaskManager:
                     self._drop_all_tasks(msg.reason)
                 elif isinstance(msg, AcknowledgeRegistration) and msg.session == self.reg.session and self.tasks:
                     self._drop_all_tasks("registered afresh: the leader had declared this TaskManager lost")
-                for send in self.reg.receive(msg, now_ms()):
+                for send in self.reg.receive(msg, self.world.now_ms()):
                     self._send(send.message, cause=entry.envelope.id)
-            self.consumer.ack(entry.id)
-        self._supervise()
-        now = now_ms()
+            self.handled[key] = None
+            if len(self.handled) > _REMEMBERED:
+                self.handled.popitem(last=False)
+        self.consumer.ack(entry.id)
+
+    def _tick(self) -> None:
+        now = self.world.now_ms()
         if now >= self._next_trim:
             self.log.trim_consumed(self.inbox, GROUP, keep_ms=self.inbox_retention_ms, now_ms=now)
             self._next_trim = now + min(self.inbox_retention_ms, 10_000)
+        server = self.log.server_id()
+        if self.server is not None and server != self.server:
+            self._server_restarted(server)
         leader = current_leader(self.log)
         free = self.reg.slots - len(self.tasks)
-        for send in self.reg.tick(now_ms(), leader.epoch if leader else None, free):
+        for send in self.reg.tick(self.world.now_ms(), leader.epoch if leader else None, free):
             self._send(send.message)
 
-    def _send(self, message: object, cause: str | None = None) -> None:
-        self.log.append(self.cluster_inbox, Envelope(message, new_id(), 0, now_ms(), None, cause))  # type: ignore[arg-type]
-
-    def _to_job(self, job_id: str, message: Event) -> None:
-        self.log.append(self.keys.inbox(self.keys.job(job_id)), Envelope(message, new_id(), 0, now_ms(), job_id))
-
-    def _skip_old_messages(self) -> None:
-        """Messages to an earlier session of this resource id are void: start after them."""
+    def _server_restarted(self, server: str) -> None:
+        """Redis restarted: what this TaskManager reported lately may be lost, and the leader
+        will run every unfinished task again. Drop ours, void the inbox, register afresh."""
+        self.logger.warning("the Redis server restarted; dropping tasks and registering again",
+                            run_id=server[:8], tasks=len(self.tasks))
+        self.server = server
+        self._drop_all_tasks("the Redis server restarted")
         self.consumer.skip_to_end()
+        self.reg = Registration(self.resource_id, self.world.new_id(), self.reg.host, self.reg.slots,
+                                self.reg.config, self.reg.labels)
+        self._recovering = False
 
-    def _leave(self) -> None:
+    def leave(self) -> None:
         if self.reg.state != "REGISTERED":
             return
         try:
@@ -160,13 +208,36 @@ class TaskManager:
         except RedisUnavailable as exc:
             self.logger.warning("could not say goodbye; the leader will time this TaskManager out", error=str(exc))
 
+    def shutdown(self) -> None:
+        self.slots.stop()
+        if self._spark_server is not None:
+            self._spark_server.stop()
+            self._spark_server = None
+
+    def _send(self, message: Event, cause: str | None = None) -> None:
+        self.log.append(self.cluster_inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), None, cause))
+
+    def _to_job(self, job_id: str, message: Event) -> None:
+        self.log.append(self.keys.inbox(self.keys.job(job_id)),
+                        Envelope(message, self.world.new_id(), 0, self.world.now_ms(), job_id))
+
     def _dead_lettered(self, stream: str, entry_id: str, error: Exception) -> None:
-        self.logger.warning("entry parked in dead letters", stream=stream, entry=entry_id, error=str(error))
+        self.logger.warning("entry parked in dead letters", stream=stream, entry=entry_id, error=str(error)[:300])
 
     # --- tasks ---------------------------------------------------------------------------
 
     def _submit_task(self, msg: SubmitTask) -> None:
+        tid = f"{msg.job_id}/{msg.execution_id}"
+        if tid in self.tasks:
+            return  # this very attempt runs here already: the SubmitTask came twice
         task = Task(dict(msg.descriptor), msg.slot)
+        busy = self.tasks.slot_busy(msg.slot) if 0 <= msg.slot < self.reg.slots else None
+        if busy is not None:
+            # The leader gave the slot to a new attempt, so it no longer counts the one here
+            # (it failed it: this TaskManager was lost, or its report was): that one goes.
+            self.logger.warning("slot taken over by a new attempt; dropping the old one", slot=msg.slot,
+                                old=busy.id, new=tid)
+            self._drop(busy, "its slot was given to another attempt")
         try:
             if not 0 <= msg.slot < self.reg.slots:
                 raise TaskStartFailed("slot", ValueError(f"slot {msg.slot} does not exist (this TaskManager has "
@@ -180,8 +251,6 @@ class TaskManager:
             return
         self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, True, None))
         if not self.execute:  # a TaskManager that finishes tasks without running them (benchmarks)
-            from sluice.events import ScheduleOrUpdateConsumers
-
             d = task.descriptor
             self._to_job(msg.job_id, self._state(task, TaskState.RUNNING))
             if d.get("output"):
@@ -205,13 +274,12 @@ class TaskManager:
                    "io_rate": self.io_rate}
         if task.descriptor.get("kind") != "noop":
             runtime["spark_remote"] = self._spark()
-        return self.queues.enqueue(task.slot, RUN_TASK, (task.descriptor, runtime), job_id=new_id(),
-                                   description=task.id)
+        return self.slots.launch(task.slot, task.descriptor, runtime, task_id=task.id, handle=self.world.new_id())
 
-    def _spark(self) -> str:
+    def _spark(self) -> str | None:
         """The Spark Connect server this TaskManager's workers use: the given one, or one it
         starts itself the first time a task needs Spark (one JVM shared by all its slots)."""
-        if self.spark_remote is None:
+        if self.spark_remote is None and isinstance(self.slots, ProcessSlots):
             from sluice.services.embedded.spark_connect import SparkConnectServer
 
             (self.home / "logs").mkdir(parents=True, exist_ok=True)
@@ -224,7 +292,10 @@ class TaskManager:
 
     def _cancel_launch(self, task: Task) -> None:
         if task.rq_job and self.execute:
-            self.queues.cancel(task.rq_job)
+            self.slots.cancel_queued(task.rq_job)
+
+    def _task_started(self, task: Task) -> bool:
+        return bool(self.execute and task.rq_job and self.slots.started(task.rq_job))
 
     def _cancel_task(self, msg: CancelTask) -> None:
         tid = f"{msg.job_id}/{msg.execution_id}"
@@ -232,33 +303,30 @@ class TaskManager:
         if task is None:
             return  # it ended meanwhile; its final state is on its way
         self.logger.info("cancelling task", task=tid, reason=msg.reason)
-        proc = self.workers.get(task.slot)
-        started = self._rq_started(task)
-        if started and proc is not None and proc.poll() is None:
+        if self._task_started(task) and self.slots.alive(task.slot):
             self.cancelling.add(tid)
-            proc.kill()  # the supervisor reports CANCELED and starts a new worker
+            self.slots.kill(task.slot)  # the supervisor reports CANCELED and starts a new worker
             return
         self._cancel_launch(task)
         self._to_job(msg.job_id, self._state(task, TaskState.CANCELED))
         release(task, self.steps, keep_output=False)
 
+    def _drop(self, task: Task, why: str) -> None:
+        """Stop a task the leader no longer counts (no report: it was failed already). Its
+        output stays: it may have finished a moment ago, with its report still on the way,
+        and then consumers read it (the leader decides which attempt's output counts)."""
+        self.logger.warning("dropping task", task=task.id, why=why)
+        self._cancel_launch(task)
+        if self._task_started(task) and self.slots.alive(task.slot):
+            self.slots.kill(task.slot, wait=True)
+        self.cancelling.discard(task.id)
+        release(task, self.steps, keep_output=True)
+
     def _drop_all_tasks(self, why: str) -> None:
         """The leader no longer counts this TaskManager in: its tasks were failed (and maybe
         restarted elsewhere), so stop them here and free their slots before registering again."""
         for task in list(self.tasks.values()):
-            self.logger.warning("dropping task", task=task.id, why=why)
-            self._cancel_launch(task)
-            proc = self.workers.get(task.slot)
-            if proc is not None and proc.poll() is None and self._rq_started(task):
-                proc.kill()
-                proc.wait()
-                self._spawn_worker(task.slot)
-            release(task, self.steps, keep_output=False)
-
-    def _rq_started(self, task: Task) -> bool:
-        if not self.execute or not task.rq_job:
-            return False
-        return self.queues.started(task.rq_job)
+            self._drop(task, why)
 
     def _task_ended(self, msg: UpdateTaskExecutionState) -> None:
         task = self.tasks.get(f"{msg.job_id}/{msg.execution_id}")
@@ -267,53 +335,18 @@ class TaskManager:
 
     # --- workers -------------------------------------------------------------------------
 
-    def _spawn_worker(self, slot: int) -> None:
-        if self.redis_url is None:
-            raise RuntimeError("a TaskManager that executes tasks needs the Redis URL to start its workers")
-        cmd = [sys.executable, "-m", "sluice", "--redis", self.redis_url, "--prefix", self.keys.prefix,
-               "--home", str(self.home), "worker", "--resource-id", self.resource_id, "--slot", str(slot)]
-        logs = self.home / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        out = open(logs / f"{self.resource_id}-slot{slot}.log", "ab")
-        env = {**os.environ, "SLUICE_SPARK_REMOTE": self.spark_remote} if self.spark_remote else None
-        self.workers[slot] = subprocess.Popen(guarded(cmd, signal.SIGKILL), stdout=out, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, env=env)
-        out.close()
-
     def _supervise(self) -> None:
-        for slot, proc in list(self.workers.items()):
-            code = proc.poll()
-            if code is None:
-                continue
+        for slot, how in self.slots.exited():
             task = self.tasks.slot_busy(slot)
-            how = f"signal {-code}" if code < 0 else f"exit code {code}"
-            if task is not None:
-                if task.id in self.cancelling:
-                    self.cancelling.discard(task.id)
-                    self._to_job(task.descriptor["job_id"], self._state(task, TaskState.CANCELED))  # stale if dropped: ignored
-                else:
-                    self.logger.warning("worker died mid-task", slot=slot, task=task.id, how=how)
-                    self._to_job(task.descriptor["job_id"], self._state(
-                        task, TaskState.FAILED, f"the worker process of slot {slot} died ({how}) while running the task"))
-                self._cancel_launch(task)  # still queued? the replacement worker must not run it
-                release(task, self.steps, keep_output=False)
-            else:
+            if task is None:
                 self.logger.warning("worker died", slot=slot, how=how)
-            self._spawn_worker(slot)
-
-    def _stop_workers(self) -> None:
-        for proc in self.workers.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.workers.values():
-            try:
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.workers.clear()
-        if self._spark_server is not None:
-            self._spark_server.stop()
-            self._spark_server = None
-
-
+                continue
+            if task.id in self.cancelling:
+                self.cancelling.discard(task.id)
+                self._to_job(task.descriptor["job_id"], self._state(task, TaskState.CANCELED))
+            else:
+                self.logger.warning("worker died mid-task", slot=slot, task=task.id, how=how)
+                self._to_job(task.descriptor["job_id"], self._state(
+                    task, TaskState.FAILED, f"the worker process of slot {slot} died ({how}) while running the task"))
+            self._cancel_launch(task)  # still queued? the replacement worker must not run it
+            release(task, self.steps, keep_output=False)

@@ -1,0 +1,40 @@
+"""What a shell takes from the world outside its logic: the clock and fresh ids.
+
+Cores never read a clock or draw randomness; shells do, through a ``World``. Real
+processes use :data:`SYSTEM`; the simulation passes one whose clock is simulated and
+whose ids come from the seed, so a run replays exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Protocol
+
+__all__ = ["World", "SystemWorld", "SYSTEM"]
+
+
+class World(Protocol):
+    def now_ms(self) -> int:
+        """Wall-clock milliseconds (event times, timeouts)."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (stall detection)."""
+
+    def new_id(self) -> str:
+        """A fresh unique id (32 hex digits)."""
+
+
+class SystemWorld:
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def new_id(self) -> str:
+        # 128 random bits (a uuid4's entropy at a third of its cost: ids are made for every event)
+        return os.urandom(16).hex()
+
+
+SYSTEM = SystemWorld()

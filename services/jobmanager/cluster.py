@@ -1,0 +1,135 @@
+"""The cluster inbox: TaskManagers joining, beating and leaving; jobs submitted and disposed.
+
+Membership is decided by its pure core (services/membership/core.py); this part turns a
+message into a commit on the cluster's tag, keeps the heartbeat monitor, and decides
+timeouts only once the inbox has been read to its end (heartbeats waiting in a backlog
+after a stall are heard before anyone is declared lost).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.errors import MessageRejected
+from sluice.events import (
+    DisposeJob,
+    Envelope,
+    Event,
+    JobRefused,
+    JobRegistered,
+    SubmitJob,
+    TaskManagerLost,
+    TaskManagerUnregistered,
+)
+from sluice.events.ids import id_problem
+from sluice.services.jobs import core as jobs
+from sluice.services.jobs.validate import problems
+from sluice.services.membership.core import decide, decide_timeouts, evolve
+from sluice.store import Consumed
+from sluice.store.consumer import Entry
+
+from .kvstate import dispose_job
+
+if TYPE_CHECKING:
+    from .process import JobManager
+
+__all__ = ["ClusterInbox", "plan_splits"]
+
+
+def plan_splits(msg: SubmitJob) -> dict[str, list]:
+    """Each source's split enumerator discovers its splits (a missing input refuses the job)."""
+    from sluice.services.coordination.source import discover
+
+    return {v.name: discover(v.source.format, v.source.paths, v.source.split_bytes, v.source.options)
+            for v in msg.graph.vertices if v.source is not None}
+
+
+class ClusterInbox:
+    def __init__(self, jm: JobManager) -> None:
+        self.jm = jm
+
+    def handle(self, entry: Entry) -> None:
+        jm = self.jm
+        env = entry.envelope
+        msg = env.event
+        if isinstance(msg, SubmitJob):
+            self._submit(entry, msg)
+            return
+        if isinstance(msg, DisposeJob):  # queryable state (services/jobmanager/kvstate.py)
+            self.check_reply_to(msg.reply_to)
+            dispose_job(jm, entry, msg)
+            return
+        decision = decide(jm.state.membership, env, jm.config)
+        sends = [(jm.keys.inbox(jm.keys.taskmanager(rid)), reply) for rid, reply in decision.replies]
+        envs = jm.committer.commit(jm.tag, decision.facts, sends=sends, consumed=self.consumed(entry), cause=env.id)
+        if envs is None:
+            return
+        self.apply(envs)
+        rid = getattr(msg, "resource_id", None)
+        if rid is not None and jm.state.membership.is_registered(rid, getattr(msg, "session", "")):
+            jm.state.monitor.observe(rid, jm.world.now_ms())
+
+    def consumed(self, entry: Entry) -> Consumed:
+        return Consumed(entry.stream, self.jm.group, entry.id)
+
+    def check_reply_to(self, reply_to: str) -> None:
+        problem = self.jm.keys.inbox_problem(reply_to, ("client",))
+        if problem is not None:
+            raise MessageRejected(problem + "; no reply can be sent, so the request is parked")
+
+    def apply(self, envs: list[Envelope]) -> None:
+        """Fold committed cluster facts into the state; a TaskManager that is gone fails its tasks."""
+        jm = self.jm
+        for env in envs:
+            evolve(jm.state.membership, env)
+            ev = env.event
+            if isinstance(ev, (TaskManagerLost, TaskManagerUnregistered)):
+                jm.state.monitor.forget(ev.resource_id)
+                for d in jobs.taskmanager_lost(jm.state.jobs, ev.resource_id, ev.reason, jm.jobs_config, env.ts):
+                    jm.job_inboxes.commit(d)
+
+    def commit_facts(self, facts: list[Event] | tuple[Event, ...]) -> None:
+        envs = self.jm.committer.commit(self.jm.tag, list(facts))
+        if envs:
+            self.apply(envs)
+
+    # --- jobs ---
+    def _submit(self, entry: Entry, msg: SubmitJob) -> None:
+        """Validate, then register the job and hand the submission to its own inbox (one
+        cluster commit with the outbox), where the job's facts begin."""
+        jm = self.jm
+        env = entry.envelope
+        self.check_reply_to(msg.reply_to)
+        problem = id_problem(msg.job_id, "job id")
+        found = [problem] if problem else problems(msg.graph)
+        if not problem:
+            if msg.job_id in jm.state.jobs.jobs or jm.job_inboxes.following(msg.job_id) or msg.job_id in jm.registered:
+                found.append(f"job id {msg.job_id} is already taken")
+            if not jm.blobs.exists(msg.code_blob):
+                found.append(f"the job's code (blob {msg.code_blob[:12]}) is not in Redis; submit it again")
+        if not found:
+            try:
+                plan_splits(msg)
+            except Exception as exc:
+                found.append(str(exc))
+        if found:
+            reason = "; ".join(found)
+            jm.logger.warning("job refused", job=msg.job_id[:40], reason=reason[:300])
+            jm.committer.commit(jm.tag, [], sends=[(msg.reply_to, JobRefused(msg.job_id, reason))],
+                                consumed=self.consumed(entry), cause=env.id)
+            return
+        job_inbox = jm.keys.inbox(jm.keys.job(msg.job_id))
+        envs = jm.committer.commit(jm.tag, [JobRegistered(msg.job_id, msg.graph.name)], sends=[(job_inbox, msg)],
+                                   consumed=self.consumed(entry), cause=env.id)
+        if envs is not None:
+            jm.registered.add(msg.job_id)
+            jm.job_inboxes.follow(msg.job_id)
+
+    # --- time ---
+    def timeouts(self, now: int) -> None:
+        """TaskManagers not heard from within the heartbeat timeout are lost."""
+        decision = decide_timeouts(self.jm.state.membership, self.jm.state.monitor, now, self.jm.config)
+        for fact in decision.facts:
+            self.jm.logger.warning("taskmanager lost", resource_id=fact.resource_id, reason=fact.reason)
+        if decision.facts:
+            self.commit_facts(decision.facts)

@@ -1,0 +1,106 @@
+"""The JobManager's only writer: fenced commits, outbox delivery, dead letters, heartbeats.
+
+Every other part of the JobManager decides; the committer writes. A commit carries the
+leader's epoch (a deposed leader is refused: ``StaleEpoch``) and the run id of the Redis
+server the leader rebuilt its state from (a server that restarted since, and may have
+lost writes, is refused: ``StoreRestarted``), so nothing a stale memory holds reaches
+the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sluice.events import Envelope, Event, JobManagerHeartbeat
+from sluice.services.common.world import World
+from sluice.store import Consumed, Deliverer, EventLog, KvStates, Out
+from sluice.store.consumer import Entry, dead_letter
+
+__all__ = ["Committer", "Send"]
+
+Send = tuple[str, Event]
+"""A message for another tag's inbox: (inbox key, message), delivered through the outbox."""
+
+
+class Committer:
+    def __init__(self, log: EventLog, world: World, jm_id: str, group: str, logger: Any) -> None:
+        self.log, self.world, self.id, self.group, self.logger = log, world, jm_id, group, logger
+        self.keys = log.keys
+        self.epoch: int | None = None
+        self.server = ""
+        self._deliverers: dict[str, Deliverer] = {}
+
+    def begin(self, epoch: int, server: str) -> None:
+        """Write as the leader of ``epoch``, for the server whose run id is ``server``."""
+        self.epoch, self.server = epoch, server
+
+    def end(self) -> None:
+        self.epoch = None
+
+    # --- commits ---
+    def commit(self, tag: str, facts: Sequence[Event], *, sends: Sequence[Send] = (),
+               consumed: Consumed | None = None, cause: str | None = None,
+               deliver_to: dict[int, str] | None = None, now: int | None = None) -> list[Envelope] | None:
+        """Append ``facts`` to the tag's fact stream and ``sends`` to its outbox, and
+        acknowledge ``consumed``, in one fenced script; then deliver the outbox. Facts
+        whose index is in ``deliver_to`` are also written to that inbox of the same tag (a
+        subtask's inbox). Returns the facts' envelopes, or None when ``consumed`` was
+        already acknowledged (a redelivery: nothing was written)."""
+        if self.epoch is None:
+            raise RuntimeError("the committer writes only for a leader")
+        ts = self.world.now_ms() if now is None else now
+        job = self.keys.job_id_of(tag)
+        envs = [Envelope(f, self.world.new_id(), self.epoch, ts, job, cause) for f in facts]
+        outs = [Out(self.keys.facts(tag), e) for e in envs]
+        for i, inbox in (deliver_to or {}).items():
+            outs.append(Out(inbox, envs[i]))
+        outbox = self.keys.outbox(tag)
+        outs += [Out(outbox, Envelope(msg, self.world.new_id(), self.epoch, ts, job, cause), to=target)
+                 for target, msg in sends]
+        if not outs and consumed is None:
+            return envs
+        result = self.log.commit(tag, self.epoch, outs, consumed, server=self.server)
+        if result.duplicate:
+            self.logger.info("redelivered entry ignored", entries=consumed.ids if consumed else None)
+            return None
+        if sends:
+            self.deliver(tag)
+        return envs
+
+    def fence(self, tag: str) -> None:
+        """Claim a tag: from now on a deposed leader cannot write to it."""
+        assert self.epoch is not None
+        self.log.fence(tag, self.epoch, server=self.server)
+
+    # --- delivery ---
+    def deliver(self, tag: str) -> int:
+        d = self._deliverers.get(tag)
+        if d is None:
+            d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable)
+        return d.deliver(server=self.server)
+
+    def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:
+        self.logger.warning("outbox entry parked in dead letters", entry=entry_id, target=target[:80], reason=reason)
+
+    # --- dead letters ---
+    def park(self, entry: Entry, kind: str, reason: str) -> None:
+        """Acknowledge an inbox entry no decision can take, parking it with ``reason``."""
+        from sluice.events import FIELD, encode
+
+        dead_letter(self.log, entry.stream, self.group, entry.id, {FIELD: encode(entry.envelope)}, kind, reason)
+        self.logger.warning("entry parked in dead letters", stream=entry.stream, entry=entry.id,
+                            type=entry.envelope.type, reason=reason[:300])
+
+    # --- unfenced writes ---
+    def heartbeat(self, resource_ids: Iterable[str]) -> None:
+        """The leader's heartbeat to each TaskManager (soft state: nothing is decided by it)."""
+        epoch = self.epoch or 0
+        hb = Envelope(JobManagerHeartbeat(epoch, self.id), self.world.new_id(), epoch, self.world.now_ms())
+        targets = [(self.keys.inbox(self.keys.taskmanager(rid)), hb) for rid in resource_ids]
+        if targets:
+            self.log.append_each(targets)
+
+    def retire_state(self, job_id: str, state_ids: list[str]) -> None:
+        """Delete the queryable state of attempts that ended (after the facts saying so)."""
+        KvStates(self.log.backend, self.keys).delete(job_id, state_ids)

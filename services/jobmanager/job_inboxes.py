@@ -1,0 +1,234 @@
+"""Job inboxes: each job's messages decided by the jobs core, its coordinators fed, its
+tasks scheduled onto free slots, and every decision committed on the job's own tag.
+
+A job's messages in one read are decided in order and committed together (one group
+commit per job and batch), with what its coordinators did in answer, in one script.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sluice.errors import MessageRejected
+from sluice.events import ExecutionGraphBuilt, JobRefused, JobStatus, SubmitJob
+from sluice.services.coordination.runtime import JobCoordinators
+from sluice.services.jobs import core as jobs
+from sluice.services.jobs.state import TERMINAL_JOB
+from sluice.store import Consumed, tag_of
+from sluice.store.consumer import Entry
+
+from .cluster import plan_splits
+from .kvstate import retired_state
+
+if TYPE_CHECKING:
+    from .process import JobManager
+
+__all__ = ["JobInboxes", "HandlerFailed", "DuplicateCommit"]
+
+
+class HandlerFailed(Exception):
+    """A core raised while deciding ``entry``: a bug. The entry is parked (so it can never
+    loop the leader) and the state is rebuilt from the log (it may be ahead of it)."""
+
+    def __init__(self, entry: Entry, cause: BaseException) -> None:
+        self.entry, self.cause = entry, cause
+        super().__init__(f"deciding {entry.envelope.type} ({entry.stream} {entry.id}) failed: "
+                         f"{type(cause).__name__}: {cause}")
+
+
+class DuplicateCommit(Exception):
+    """A commit found its inbox entries already acknowledged: another leader decided them,
+    so this leader's state is behind or ahead of the log. Rebuild."""
+
+
+class JobInboxes:
+    def __init__(self, jm: JobManager) -> None:
+        self.jm = jm
+
+    # --- which inboxes are read ---
+    def follow(self, job_id: str) -> None:
+        self.jm.consumer.add_stream(self.jm.keys.inbox(self.jm.keys.job(job_id)))
+
+    def following(self, job_id: str) -> bool:
+        return self.jm.keys.inbox(self.jm.keys.job(job_id)) in self.jm.consumer.streams
+
+    def unfollow(self, job_id: str) -> None:
+        self.jm.consumer.remove_stream(self.jm.keys.inbox(self.jm.keys.job(job_id)))
+
+    # --- messages ---
+    def handle(self, stream: str, entries: list[Entry]) -> None:
+        """One job's entries of a batch: decided in order, committed together."""
+        jm = self.jm
+        job_id = jm.keys.job_id_of(tag_of(stream))
+        assert job_id is not None
+        merged = jobs.Decision(job_id, jm.world.now_ms())
+        done: list[str] = []
+        for entry in entries:
+            try:
+                decision = self._decide(job_id, entry)
+            except MessageRejected as exc:
+                jm.committer.park(entry, exc.kind, str(exc))
+                continue
+            except Exception as exc:
+                raise HandlerFailed(entry, exc) from exc
+            merged.facts += decision.facts
+            merged.sends += decision.sends
+            merged.checkpoint |= decision.checkpoint
+            done.append(entry.id)
+        if done:
+            self.commit(merged, stream, tuple(done))
+
+    def _decide(self, job_id: str, entry: Entry) -> jobs.Decision:
+        jm = self.jm
+        env = entry.envelope
+        now = jm.world.now_ms()
+        if isinstance(env.event, SubmitJob):
+            if job_id in jm.state.jobs.jobs:
+                return jobs.Decision(job_id, now)  # already accepted: a redelivery
+            try:
+                splits = plan_splits(env.event)
+            except Exception as exc:
+                return jobs.Decision(job_id, now, sends=[(("inbox", env.event.reply_to), JobRefused(job_id, str(exc)))])
+            jm.logger.info("job submitted", job=job_id, name=env.event.graph.name,
+                           subtasks=sum(v.parallelism for v in env.event.graph.vertices))
+            return jobs.submit(jm.state.jobs, env.event, splits, jm.storage_root, now)
+        decision = jobs.on_message(jm.state.jobs, job_id, env, jm.jobs_config, now)
+        if decision.note:
+            jm.logger.debug("job message", job=job_id, note=decision.note)
+        return decision
+
+    # --- committing ---
+    def commit(self, decision: jobs.Decision, stream: str | None = None, entry_ids: tuple[str, ...] = ()) -> None:
+        """Commit a job decision, acknowledging ``entry_ids`` of the job's inbox, with what the
+        job's coordinators did in answer to its facts (in the same script)."""
+        jm = self.jm
+        tag = jm.keys.job(decision.job_id)
+        deliver = self._coordinate(decision)
+        if not decision.facts and not decision.sends and not entry_ids:
+            return
+        sends = []
+        for (kind, where), ev in decision.sends:
+            target = jm.keys.inbox(jm.keys.taskmanager(where)) if kind == "tm" else where
+            sends.append((target, ev))
+        consumed = Consumed(stream, jm.group, entry_ids) if stream and entry_ids else None
+        # One decision, one script: its facts and its messages land together or not at all
+        # (deployments are capped per pass, so a script stays short).
+        envs = jm.committer.commit(tag, decision.facts, sends=sends, consumed=consumed, deliver_to=deliver,
+                                   now=decision.now)
+        if envs is None:
+            raise DuplicateCommit(f"a job commit for {decision.job_id} was a duplicate")
+        coords = jm.state.coords.get(decision.job_id)
+        if coords is not None:
+            coords.committed()
+        retired = retired_state(decision.facts)
+        if retired:  # queryable state of attempts that ended: no longer served
+            jm.committer.retire_state(decision.job_id, retired)
+        job = jm.state.jobs.jobs.get(decision.job_id)
+        if job is not None and job.status in TERMINAL_JOB:
+            if coords is not None:
+                coords.close()
+                del jm.state.coords[decision.job_id]
+            if self.following(decision.job_id):
+                self.unfollow(decision.job_id)
+                jm.logger.info("job ended", job=decision.job_id, status=job.status.value, reason=job.reason)
+
+    # --- scheduling and time ---
+    def schedule_all(self) -> None:
+        jm = self.jm
+        free = None
+        for job_id, job in list(jm.state.jobs.jobs.items()):
+            if job.ready and job.status in (JobStatus.CREATED, JobStatus.RUNNING):
+                free = free if free is not None else self._free_slots()
+                if job.waiting_since is not None and not any(free.values()):
+                    continue  # already waiting for slots and none is free: nothing to try
+                decision = jobs.schedule(jm.state.jobs, job_id, free, jm.world.now_ms())
+                if decision:
+                    self.commit(decision)
+
+    def _free_slots(self) -> jobs.FreeSlots:
+        used = self.jm.state.jobs.pool.by_tm
+        return {r.resource_id: [s for s in range(r.slots) if s not in used.get(r.resource_id, ())]
+                for r in sorted(self.jm.state.membership.active(), key=lambda r: r.resource_id)}
+
+    def tick(self, now: int) -> None:
+        total = sum(r.slots for r in self.jm.state.membership.active())
+        for d in jobs.tick(self.jm.state.jobs, self.jm.jobs_config, now, total):
+            self.commit(d)
+        self.flush_coordinators(now)
+
+    # --- coordinators ---
+    def create_coordinators(self, job_id: str) -> JobCoordinators:
+        jm = self.jm
+        job = jm.state.jobs.jobs[job_id]
+        coords = JobCoordinators(job_id, job.graph.vertices, job.splits, self._loader(job_id),
+                                 interval_ms=jm.checkpoint_interval_ms, executor=jm.coordinator_executor)
+        jm.state.coords[job_id] = coords
+        return coords
+
+    def _loader(self, job_id: str) -> Any:
+        """Imports a user coordinator class (``module:qualname``) from the job's code."""
+        jm = self.jm
+
+        def load(ref: str) -> type:
+            import importlib
+            import tempfile
+            from pathlib import Path
+
+            from sluice.services.taskmanager.library import LibraryCache, load_module
+
+            job = jm.state.jobs.jobs[job_id]
+            module_name, _, qualname = ref.partition(":")
+            if module_name == job.module:
+                cache = LibraryCache(jm.blobs, Path(tempfile.gettempdir()) / "sluice-jobmanager-code")
+                obj: object = load_module(cache.register(job.code_blob, job.module), job.module)
+            else:
+                obj = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+            return obj  # type: ignore[return-value]
+
+        return load
+
+    def _coordinate(self, decision: jobs.Decision) -> dict[int, str]:
+        """Feed the decision's facts to the job's coordinators (creating them with the
+        ExecutionGraph) and append what they did; returns which facts are also delivered
+        to a subtask's inbox (fact index -> inbox key)."""
+        jm = self.jm
+        job_id, now = decision.job_id, decision.now
+        coords = jm.state.coords.get(job_id)
+        for ev in list(decision.facts):
+            if isinstance(ev, ExecutionGraphBuilt) and coords is None:
+                coords = self.create_coordinators(job_id)
+                coords.start(now)
+            elif coords is not None:
+                coords.feed(ev)
+        if coords is None:
+            return {}
+        job = jm.state.jobs.jobs.get(job_id)
+        ending = job is not None and job.status in TERMINAL_JOB  # a last checkpoint keeps the final state
+        flush = coords.flush(now, force=decision.checkpoint or ending)
+        if flush.failures:
+            reason = "\n".join(flush.failures)
+            jm.logger.error("coordinator failed; failing the job", job=job_id, reason=reason.splitlines()[0])
+            failed = jobs.fail_job(jm.state.jobs, job_id, reason, now)
+            for ev in failed.facts:
+                coords.feed(ev)
+            decision.facts += failed.facts
+            decision.sends += failed.sends
+        tag = jm.keys.job(job_id)
+        deliver: dict[int, str] = {}
+        for ev, to in flush.facts:
+            if to is not None:
+                deliver[len(decision.facts)] = jm.keys.task_inbox(tag, to[0], to[1])
+            decision.facts.append(ev)
+        return deliver
+
+    def close_coordinators(self) -> None:
+        for coords in self.jm.state.coords.values():
+            coords.close()
+        self.jm.state.coords = {}
+
+    def flush_coordinators(self, now: int) -> None:
+        """Periodic checkpoints, and what coordinator threads did since the last pass."""
+        for job_id in list(self.jm.state.coords):
+            self.commit(jobs.Decision(job_id, now))
