@@ -189,7 +189,8 @@ if holder then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {epoch, 0}
   end
-  return {epoch, -redis.call('PTTL', KEYS[1])}
+  -- never -0: at the lease's last millisecond that would read as 'renewed' (a second leader)
+  return {epoch, -math.max(redis.call('PTTL', KEYS[1]), 1)}
 end
 local epoch = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'epoch', epoch)

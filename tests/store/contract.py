@@ -9,7 +9,7 @@ import time
 import pytest
 
 from sluice.errors import ScriptError, StaleEpoch, StoreError, StoreRestarted
-from sluice.store.backend import Delegating
+from sluice.store.backend import Delegating, GroupState, NoGroup, ScriptFailed
 from sluice.events import FIELD, TaskManagerRegistered, decode
 from sluice.store import Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out, ReadModels
 from tests.helpers import env, heartbeat, register
@@ -329,4 +329,356 @@ class LogContract:
         assert tables.write(tag, "t", expected="1-0", position="2-0", rows={"b": {"n": 2}}, deleted=("a",))
         assert tables.read(tag, "t") == ("2-0", {"b": {"n": 2}})
 
+    # --- Redis semantics the simulation depends on (each one pinned on every backend) --------
 
+    def _read_all(self, log: EventLog, stream: str, n: int, consumer: str = "a", group: str = "g") -> list[str]:
+        ids = [log.backend.xadd(stream, {b"n": str(i).encode()}) for i in range(n)]
+        log.backend.group_create(stream, group, "0")
+        got = log.backend.xreadgroup(group, consumer, {stream: ">"}, count=n, block_ms=None)
+        assert [i for _, i, _ in got] == ids
+        return ids
+
+    def test_entry_ids_come_from_the_server_clock_and_always_increase(self, log: EventLog) -> None:
+        b = log.backend
+        stream = log.keys.inbox(log.keys.cluster)
+        before = b.time_ms()
+        ids = [b.xadd(stream, {b"n": b"1"})] + b.xadd_many([(stream, {b"n": str(i).encode()}) for i in range(50)])
+        after = b.time_ms()
+        pairs = [tuple(int(p) for p in i.split("-")) for i in ids]
+        assert pairs == sorted(set(pairs))
+        assert before - 5 <= pairs[0][0] <= after + 5
+        assert b.last_id(stream) == ids[-1] and b.xlen(stream) == 51
+        assert b.last_id(log.keys.inbox(log.keys.job("none"))) is None
+
+    def test_xautoclaim_pages_through_idle_entries_and_resets_their_idle_time(self, log: EventLog) -> None:
+        b = log.backend
+        stream = log.keys.inbox(log.keys.cluster)
+        ids = self._read_all(log, stream, 5)
+        assert b.xautoclaim(stream, "g", "b", min_idle_ms=60_000, start="0-0", count=100) == ("0-0", [])
+        time.sleep(0.06)
+        pages = []
+        start = "0-0"
+        while True:
+            start, claimed = b.xautoclaim(stream, "g", "b", min_idle_ms=30, start=start, count=2)
+            pages.append(([i for i, _ in claimed], start))
+            if start == "0-0":
+                break
+        assert pages == [(ids[0:2], ids[2]), (ids[2:4], ids[4]), (ids[4:], "0-0")]
+        assert all(f == {b"n": str(k).encode()} for k, (_, f) in enumerate(
+            [c for p in [b.xautoclaim(stream, "g", "c", min_idle_ms=0, start="0-0", count=10)[1]] for c in p]))
+        # Claimed just now by c: nobody can take them as idle, and they are c's pending entries now.
+        assert b.xautoclaim(stream, "g", "b", min_idle_ms=10_000, start="0-0", count=10) == ("0-0", [])
+        assert [i for _, i, _ in b.xreadgroup("g", "c", {stream: "0"}, count=10, block_ms=None)] == ids
+        assert b.xreadgroup("g", "a", {stream: "0"}, count=10, block_ms=None) == []
+        assert b.group_state(stream, "g").pending == 5
+
+    def test_xautoclaim_looks_at_ten_times_count_entries_at_most(self, log: EventLog) -> None:
+        stream = log.keys.inbox(log.keys.cluster)
+        ids = self._read_all(log, stream, 15)
+        # None is idle: the scan stops after 10 x COUNT entries and says where to go on.
+        assert log.backend.xautoclaim(stream, "g", "b", min_idle_ms=60_000, start="0-0", count=1) == (ids[10], [])
+        assert log.backend.xautoclaim(stream, "g", "b", min_idle_ms=60_000, start=ids[10], count=1) == ("0-0", [])
+
+    def test_xautoclaim_takes_only_entries_idle_long_enough(self, log: EventLog) -> None:
+        b = log.backend
+        stream = log.keys.inbox(log.keys.cluster)
+        ids = [b.xadd(stream, {b"n": str(i).encode()}) for i in range(4)]
+        b.group_create(stream, "g", "0")
+        assert len(b.xreadgroup("g", "a", {stream: ">"}, count=2, block_ms=None)) == 2
+        time.sleep(0.1)
+        assert len(b.xreadgroup("g", "a", {stream: ">"}, count=2, block_ms=None)) == 2
+        nxt, claimed = b.xautoclaim(stream, "g", "b", min_idle_ms=60, start="0-0", count=10)
+        assert nxt == "0-0" and [i for i, _ in claimed] == ids[:2]
+
+    def test_reading_own_pending_entries_again_resets_their_idle_time(self, log: EventLog) -> None:
+        b = log.backend
+        stream = log.keys.inbox(log.keys.cluster)
+        ids = self._read_all(log, stream, 2)
+        time.sleep(0.1)
+        assert [i for _, i, _ in b.xreadgroup("g", "a", {stream: "0"}, count=1, block_ms=None)] == ids[:1]
+        _, claimed = b.xautoclaim(stream, "g", "b", min_idle_ms=60, start="0-0", count=10)
+        assert [i for i, _ in claimed] == ids[1:]
+
+    def test_pending_entries_after_xack(self, log: EventLog) -> None:
+        b = log.backend
+        stream = log.keys.inbox(log.keys.cluster)
+        ids = self._read_all(log, stream, 3)
+        state = b.group_state(stream, "g")
+        assert (state.last_delivered, state.pending, state.min_pending) == (ids[2], 3, ids[0])
+        assert b.xack(stream, "g", [ids[1]]) == 1
+        assert b.xack(stream, "g", [ids[1]]) == 0  # already done
+        assert b.xack(stream, "g", [ids[0], ids[0], ids[1]]) == 1  # each pending entry counts once
+        assert b.xack(stream, "other", [ids[2]]) == 0 and b.xack(log.keys.inbox(log.keys.job("x")), "g", ids) == 0
+        state = b.group_state(stream, "g")
+        assert (state.last_delivered, state.pending, state.min_pending) == (ids[2], 1, ids[2])
+        assert [i for _, i, _ in b.xreadgroup("g", "a", {stream: "0"}, count=10, block_ms=None)] == ids[2:]
+        assert b.xack(stream, "g", ids) == 1
+        assert b.group_state(stream, "g") == GroupState(ids[2], 0, None)
+        assert b.group_state(stream, "other") is None and b.group_state(log.keys.inbox(log.keys.job("x")), "g") is None
+
+    def test_xreadgroup_with_an_id_returns_this_consumers_pending_entries_after_it(self, log: EventLog) -> None:
+        b = log.backend
+        stream, other = log.keys.inbox(log.keys.cluster), log.keys.facts(log.keys.cluster)
+        ids = [b.xadd(stream, {b"n": str(i).encode()}) for i in range(5)]
+        b.group_create(stream, "g", "0")
+        b.group_create(other, "g", "0")
+        assert len(b.xreadgroup("g", "a", {stream: ">"}, count=2, block_ms=None)) == 2
+        assert len(b.xreadgroup("g", "b", {stream: ">"}, count=2, block_ms=None)) == 2
+        assert len(b.xreadgroup("g", "a", {stream: ">"}, count=2, block_ms=None)) == 1
+
+        def mine(consumer: str, after: str, count: int = 10) -> list[str]:
+            got = b.xreadgroup("g", consumer, {stream: after}, count=count, block_ms=None)
+            assert all(s == stream and f is not None for s, _, f in got)
+            return [i for _, i, _ in got]
+
+        assert mine("a", "0") == [ids[0], ids[1], ids[4]]
+        assert mine("a", ids[0]) == [ids[1], ids[4]]
+        assert mine("a", ids[1]) == [ids[4]] and mine("a", ids[4]) == []
+        assert mine("a", "0", count=2) == ids[:2]
+        assert mine("b", "0") == ids[2:4] and mine("nobody", "0") == []
+        # Several streams in one call; each keeps its own position, new and pending mixed.
+        b.xadd(other, {b"n": b"x"})
+        got = b.xreadgroup("g", "b", {stream: ids[2], other: ">"}, count=10, block_ms=None)
+        assert [(s, i) for s, i, _ in got][:1] == [(stream, ids[3])] and [s for s, _, _ in got][1:] == [other]
+        with pytest.raises(NoGroup):
+            b.xreadgroup("missing", "a", {stream: ">"}, count=1, block_ms=None)
+        with pytest.raises(NoGroup):
+            b.xreadgroup("g", "a", {log.keys.inbox(log.keys.job("x")): "0"}, count=1, block_ms=None)
+
+    def test_a_group_created_at_the_end_or_moved_there_sees_only_new_entries(self, log: EventLog) -> None:
+        b = log.backend
+        stream = log.keys.inbox(log.keys.cluster)
+        old = [b.xadd(stream, {b"n": b"old"}) for _ in range(2)]
+        b.group_create(stream, "g", "$")
+        assert b.group_state(stream, "g") == GroupState(old[-1], 0, None)
+        assert b.xreadgroup("g", "a", {stream: ">"}, count=10, block_ms=None) == []
+        new = b.xadd(stream, {b"n": b"new"})
+        assert [i for _, i, _ in b.xreadgroup("g", "a", {stream: ">"}, count=10, block_ms=None)] == [new]
+        b.group_create(stream, "g", "0")  # exists: nothing changes
+        assert b.group_state(stream, "g").last_delivered == new
+        more = [b.xadd(stream, {b"n": b"more"}) for _ in range(2)]
+        b.group_setid(stream, "g", "$")
+        assert b.group_state(stream, "g").last_delivered == more[-1]
+        assert b.xreadgroup("g", "a", {stream: ">"}, count=10, block_ms=None) == []
+        b.group_setid(stream, "g", old[-1])
+        assert [i for _, i, _ in b.xreadgroup("g", "b", {stream: ">"}, count=10, block_ms=None)] == [new] + more
+        # Delivered again to b: the entry a had pending is b's now.
+        assert b.xreadgroup("g", "a", {stream: "0"}, count=10, block_ms=None) == []
+        assert b.group_state(stream, "g").pending == 3
+        # Creating a group creates an empty stream; "$" on it means "from the start".
+        empty = log.keys.inbox(log.keys.job("j1"))
+        b.group_create(empty, "g", "$")
+        assert b.exists(empty) == 1 and b.xlen(empty) == 0 and b.scan_streams(empty) == [empty]
+        assert b.group_state(empty, "g") == GroupState("0-0", 0, None)
+        first = b.xadd(empty, {b"n": b"1"})
+        assert [i for _, i, _ in b.xreadgroup("g", "a", {empty: ">"}, count=10, block_ms=None)] == [first]
+
+    def test_xread_returns_entries_after_each_position(self, log: EventLog) -> None:
+        b = log.backend
+        s1, s2 = log.keys.facts(log.keys.cluster), log.keys.facts(log.keys.job("j1"))
+        a = [b.xadd(s1, {b"n": str(i).encode()}) for i in range(4)]
+        c = [b.xadd(s2, {b"n": str(i).encode()}) for i in range(2)]
+        missing = log.keys.facts(log.keys.job("nothing"))
+        got = b.xread({s1: a[1], missing: "0", s2: "0-0"}, count=10, block_ms=None)
+        assert [(s, i) for s, i, _ in got] == [(s1, a[2]), (s1, a[3]), (s2, c[0]), (s2, c[1])]
+        assert got[0][2] == {b"n": b"2"}
+        got = b.xread({s1: "0", s2: c[0]}, count=1, block_ms=None)  # count is per stream
+        assert [(s, i) for s, i, _ in got] == [(s1, a[0]), (s2, c[1])]
+        assert b.xread({s1: a[-1], s2: c[-1]}, count=10, block_ms=None) == []
+
+    def test_xrange_pages_after_an_id(self, log: EventLog) -> None:
+        b = log.backend
+        stream = log.keys.facts(log.keys.cluster)
+        ids = [b.xadd(stream, {b"n": str(i).encode()}) for i in range(5)]
+        assert [i for i, _ in b.xrange(stream, None, 2)] == ids[:2]
+        assert [i for i, _ in b.xrange(stream, "0-0", 10)] == ids
+        assert [i for i, _ in b.xrange(stream, ids[1], 2)] == ids[2:4]
+        assert b.xrange(stream, ids[4], 2) == [] and b.xrange(log.keys.facts(log.keys.job("x")), None, 5) == []
+        ms = ids[0].split("-")[0]
+        assert [i for i, _ in b.xrange(stream, str(int(ms) - 1), 10)] == ids  # "<ms>" means "<ms>-0"
+
+    def test_xtrim_minid_drops_older_entries_and_ids_never_go_back(self, log: EventLog) -> None:
+        b = log.backend
+        stream = log.keys.inbox(log.keys.cluster)
+        ids = [b.xadd(stream, {b"n": str(i).encode()}) for i in range(5)]
+        assert b.xtrim_minid(stream, ids[2]) == 2
+        assert [i for i, _ in b.xrange(stream, None, 10)] == ids[2:]
+        assert b.xtrim_minid(stream, ids[2]) == 0
+        assert b.xtrim_minid(log.keys.inbox(log.keys.job("x")), ids[2]) == 0
+        last = ids[-1].split("-")
+        assert b.xtrim_minid(stream, f"{last[0]}-{int(last[1]) + 1}") == 3
+        # An empty stream is still a stream, and remembers its last id.
+        assert b.exists(stream) == 1 and b.xlen(stream) == 0 and b.last_id(stream) is None
+        assert log.streams() == [stream]
+        new = b.xadd(stream, {b"n": b"5"})
+        assert tuple(map(int, new.split("-"))) > tuple(map(int, ids[-1].split("-")))
+
+    def test_an_entry_deleted_while_pending_comes_back_without_fields(self, log: EventLog) -> None:
+        b = log.backend
+        stream = log.keys.inbox(log.keys.cluster)
+        ids = self._read_all(log, stream, 3)
+        assert b.xtrim_minid(stream, ids[2]) == 2
+        got = b.xreadgroup("g", "a", {stream: "0"}, count=10, block_ms=None)
+        assert got == [(stream, ids[0], None), (stream, ids[1], None), (stream, ids[2], {b"n": b"2"})]
+        assert b.group_state(stream, "g").pending == 3  # still pending until acknowledged
+        # XAUTOCLAIM (Redis 7) drops them from the group instead of handing them over.
+        assert b.xautoclaim(stream, "g", "b", min_idle_ms=0, start="0-0", count=10) == ("0-0", [(ids[2], {b"n": b"2"})])
+        assert b.group_state(stream, "g") == GroupState(ids[2], 1, ids[2])
+        # A consumer that finds its pending entries deleted acknowledges them, and goes on.
+        more = log.append_batch(stream, [env(heartbeat()) for _ in range(2)])
+        assert len(b.xreadgroup("g", "c", {stream: ">"}, count=10, block_ms=None)) == 2
+        b.xtrim_minid(stream, more[1])
+        assert [e.id for e in GroupConsumer(log, stream, "g", "c").pending()] == more[1:]
+        assert b.group_state(stream, "g") == GroupState(more[1], 2, ids[2])  # b's (deleted too) and c's
+
+    def test_the_lease_scripts_reply_shapes_ttl_and_epochs(self, log: EventLog) -> None:
+        b = log.backend
+        k = log.keys
+        keys = [k.leader, k.epoch, k.fence(k.cluster)]
+        assert b.script("lease_acquire", keys, ["a", 150]) == [1, 1]
+        assert b.script("lease_acquire", keys, ["a", 150]) == [1, 0]
+        epoch, left = b.script("lease_acquire", keys, ["b", 150])
+        assert epoch == 1 and -150 <= left < 0
+        fields, ttl = b.hgetall_with_ttl(k.leader)
+        assert fields == {b"holder": b"a", b"epoch": b"1"} and 0 < ttl <= 150
+        assert b.get(k.epoch) == b"1" and b.get(k.fence(k.cluster)) == b"1"
+        time.sleep(0.25)
+        assert b.hgetall_with_ttl(k.leader) == ({}, -2)
+        assert b.script("lease_renew", [k.leader], ["a", 1, 150, ""]) == 0  # expired
+        assert b.script("lease_acquire", keys, ["b", 10_000]) == [2, 1]
+        assert b.get(k.epoch) == b"2" and b.get(k.fence(k.cluster)) == b"2"
+        assert b.script("lease_renew", [k.leader], ["a", 1, 150, ""]) == 0
+        assert b.script("lease_renew", [k.leader], ["b", 1, 150, ""]) == 0  # right holder, wrong epoch
+        assert b.script("lease_renew", [k.leader], ["b", 2, 20_000, b.server_id()]) == 1
+        assert 10_000 < b.hgetall_with_ttl(k.leader)[1] <= 20_000
+        with pytest.raises(ScriptFailed, match="^SLUICE_RESTARTED " + b.server_id()):
+            b.script("lease_renew", [k.leader], ["b", 2, 150, "0" * 40])
+        assert b.script("lease_release", [k.leader], ["a", 2]) == 0
+        assert b.script("lease_release", [k.leader], ["b", 1]) == 0
+        assert b.script("lease_release", [k.leader], ["b", 2]) == 1
+        assert b.hgetall_with_ttl(k.leader) == ({}, -2)
+        assert b.script("lease_acquire", keys, ["a", 150]) == [3, 1]
+        # A takeover never lowers a fence that a leader raised further.
+        b.script("fence", [k.fence(k.cluster)], [9, ""])
+        b.delete(k.leader)
+        assert b.script("lease_acquire", keys, ["c", 150]) == [4, 1] and b.get(k.fence(k.cluster)) == b"9"
+        b.hset(k.table(k.cluster, "t"), {"x": b"1"})
+        assert b.hgetall_with_ttl(k.table(k.cluster, "t")) == ({b"x": b"1"}, -1)
+
+    def test_the_commit_and_fence_scripts_reply_shapes(self, log: EventLog) -> None:
+        b = log.backend
+        tag = log.keys.cluster
+        fence, inbox, facts = log.keys.fence(tag), log.keys.inbox(tag), log.keys.facts(tag)
+        reply = b.script("commit", [fence, fence, facts], [3, "", "", 0, 3, b"x", "", 3, b"y", "to"])
+        assert reply[0] == b"OK" and len(reply) == 3 and all(isinstance(i, bytes) for i in reply)
+        assert [i.decode() for i in reply[1:]] == [i for i, _ in b.xrange(facts, None, 10)]
+        assert [f for _, f in b.xrange(facts, None, 10)] == [{b"e": b"x"}, {b"e": b"y", b"to": b"to"}]
+        assert b.get(fence) == b"3"
+        with pytest.raises(ScriptFailed, match="^SLUICE_STALE 3$"):
+            b.script("commit", [fence, fence, facts], [2, "", "", 0, 3, b"x", ""])
+        assert b.script("fence", [fence], [3, ""]) == 3 and b.script("fence", [fence], [5, b.server_id()]) == 5
+        with pytest.raises(ScriptFailed, match="^SLUICE_STALE 5$"):
+            b.script("fence", [fence], [4, ""])
+        ids = [b.xadd(inbox, {b"n": b"1"}) for _ in range(2)]
+        b.group_create(inbox, "jm", "0")
+        b.xreadgroup("jm", "c", {inbox: ">"}, count=10, block_ms=None)
+        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 1, ids[0], 3, b"z", ""])[0] == b"OK"
+        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 1, ids[0], 3, b"z", ""]) == [b"DUP"]
+        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 2, ids[1], ids[0], 3, b"z", ""]) == [b"DUP"]
+        with pytest.raises(ScriptFailed, match="^SLUICE_BAD_COMMIT"):
+            b.script("commit", [fence, inbox, facts], [5, "", "jm", 2, ids[1], ids[1], 3, b"z", ""])
+        with pytest.raises(ScriptFailed, match="^NOGROUP"):
+            b.script("commit", [fence, inbox, facts], [5, "", "nogroup", 2, ids[1], ids[0], 3, b"z", ""])
+        # A later epoch raises the fence in the commit; a commit that fails half-way keeps
+        # what it did before the failure (Redis scripts do not roll back).
+        table = log.keys.table(tag, "t")
+        b.hset(table, {"x": b"1"})
+        with pytest.raises(ScriptFailed, match="^WRONGTYPE"):
+            b.script("commit", [fence, fence, facts, table], [7, "", "", 0, 3, b"w", "", 4, b"w", ""])
+        assert b.get(fence) == b"7" and b.xlen(facts) == 4
+
+    def test_dead_letter_and_delivery_script_replies(self, log: EventLog) -> None:
+        b = log.backend
+        tag, target_tag = log.keys.cluster, log.keys.taskmanager("tm-1")
+        inbox, dead = log.keys.inbox(tag), log.keys.dead(tag)
+        (entry,) = self._read_all(log, inbox, 1)
+        parked = b.script("dead_letter", [inbox, dead], ["g", entry, "kind", "why", "n", b"0"])
+        assert isinstance(parked, bytes) and b.last_id(dead) == parked.decode()
+        assert b.script("dead_letter", [inbox, dead], ["g", entry, "kind", "why", "n", b"0"]) == 0
+        (_, fields), = b.xrange(dead, None, 10)
+        assert fields == {b"stream": inbox.encode(), b"entry": entry.encode(), b"kind": b"kind", b"reason": b"why",
+                          b"field:n": b"0"}
+        target, delivered = log.keys.inbox(target_tag), log.keys.delivered(target_tag)
+        assert b.script("deliver", [target, delivered], ["", "o", "1-1", b"a", "1-2", b"b"]) == 2
+        assert b.script("deliver", [target, delivered], ["", "o", "1-2", b"b", "2-0", b"c"]) == 1
+        assert b.hgetall(delivered) == {b"o": b"2-0"}
+        assert [f for _, f in b.xrange(target, None, 10)][-1] == {b"e": b"c", b"from": b"o", b"ref": b"2-0"}
+        b.set(log.keys.inbox(log.keys.client("c1")), b"x")
+        with pytest.raises(ScriptFailed, match="^SLUICE_NOT_A_STREAM string$"):
+            b.script("deliver", [log.keys.inbox(log.keys.client("c1")), delivered], ["", "o", "3-0", b"d"])
+        with pytest.raises(ScriptFailed, match="^SLUICE_RESTARTED"):
+            b.script("deliver", [target, delivered], ["0" * 40, "o", "3-0", b"d"])
+        cursor = log.keys.outbox_cursor(tag)
+        assert b.script("advance_cursor", [cursor], ["", "5-1"]) == b"5-1"
+        assert b.script("advance_cursor", [cursor], ["", "5-0"]) == b"5-1"
+        assert b.script("advance_cursor", [cursor], [b.server_id(), "10-0"]) == b"10-0" and b.get(cursor) == b"10-0"
+
+    def test_the_project_script_moves_rows_and_position_only_from_the_expected_position(self, log: EventLog) -> None:
+        b = log.backend
+        tag = log.keys.cluster
+        pos, table = log.keys.position(tag, "t"), log.keys.table(tag, "t")
+        assert b.get_and_hgetall(pos, table) == (None, {})
+        assert b.script("project", [pos, table], ["", "1-0", 2, "a", b"1", "b", b"2"]) == 1
+        assert b.get_and_hgetall(pos, table) == (b"1-0", {b"a": b"1", b"b": b"2"})
+        assert b.script("project", [pos, table], ["", "2-0", 1, "a", b"9"]) == 0  # moved meanwhile
+        assert b.script("project", [pos, table], ["0-5", "2-0", 0]) == 0
+        assert b.get_and_hgetall(pos, table) == (b"1-0", {b"a": b"1", b"b": b"2"})
+        assert b.script("project", [pos, table], ["1-0", "2-0", 1, "c", b"3", "a", "nothing"]) == 1
+        assert b.get_and_hgetall(pos, table) == (b"2-0", {b"b": b"2", b"c": b"3"})
+        assert b.script("project", [pos, table], ["2-0", "3-0", 0, "b", "c"]) == 1
+        assert b.get_and_hgetall(pos, table) == (b"3-0", {}) and b.exists(table) == 0
+        rows = {f"r{i}": {"n": i} for i in range(2500)}  # more than one script call's worth
+        assert ReadModels(log).write(tag, "u", expected=None, position="4-0", rows=rows)
+        assert ReadModels(log).read(tag, "u") == ("4-0", rows)
+
+    def test_strings_and_hashes(self, log: EventLog) -> None:
+        b = log.backend
+        tag = log.keys.cluster
+        k1, k2, h = tag + ":s1", tag + ":s2", log.keys.table(tag, "h")
+        assert b.get(k1) is None and b.exists(k1, k2) == 0
+        assert b.set(k1, b"v") and not b.set(k1, b"w", nx=True) and b.get(k1) == b"v"
+        assert b.set(k1, b"w") and b.get(k1) == b"w"
+        assert b.exists(k1, k1, k2) == 2
+        assert b.hset(h, {"a": b"1", "b": b"2"}) == 2 and b.hset(h, {"a": b"3", "c": b"4"}) == 1
+        assert b.hget(h, "a") == b"3" and b.hget(h, "zz") is None and b.hget(k2, "a") is None
+        assert b.hgetall(h) == {b"a": b"3", b"b": b"2", b"c": b"4"} and sorted(b.hkeys(h)) == [b"a", b"b", b"c"]
+        assert b.get_and_hgetall(k1, h) == (b"w", {b"a": b"3", b"b": b"2", b"c": b"4"})
+        assert b.delete(k1, k1, k2, h) == 2 and b.exists(k1, h) == 0 and b.hgetall(h) == {} and b.hkeys(h) == []
+
+    def test_scan_streams_matches_redis_globs(self, log: EventLog) -> None:
+        b = log.backend
+        tag = log.keys.cluster
+        names = {n: f"{tag}:{n}" for n in ("a*b", "aXb", "a?b", "a[1]b", "a\\b", "aXXb")}
+        for key in names.values():
+            b.xadd(key, {b"n": b"1"})
+        b.hset(tag + ":aHb", {"not": b"a stream"})
+        head = "{" + log.keys.prefix + ":cluster}:"
+
+        def scan(pattern: str) -> set[str]:
+            return {k[len(head):] for k in b.scan_streams(head + pattern)}
+
+        assert scan("a*b") == set(names)
+        assert scan("a\\*b") == {"a*b"}
+        assert scan("a?b") == {"a*b", "aXb", "a?b", "a\\b"}
+        assert scan("a\\?b") == {"a?b"}
+        assert scan("a\\[1\\]b") == {"a[1]b"} and scan("a[1]b") == set()
+        assert scan("a[X*]b") == {"a*b", "aXb"} and scan("a[^X]b") == {"a*b", "a?b", "a\\b"}
+        assert scan("a[A-Z]b") == {"aXb"} and scan("a[Z-A]b") == {"aXb"}
+        assert scan("a\\\\b") == {"a\\b"} and scan("a[\\\\]b") == {"a\\b"}
+        # Keys.pattern ("{<prefix>:*") finds every stream of this prefix and nothing else.
+        b.xadd("{" + log.keys.prefix + "x:cluster}:inbox", {b"n": b"1"})
+        try:
+            found = set(b.scan_streams(log.keys.pattern))
+            assert found == set(names.values())
+        finally:
+            b.delete("{" + log.keys.prefix + "x:cluster}:inbox")

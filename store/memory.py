@@ -1,0 +1,1150 @@
+"""An in-memory store with Redis's semantics, for the deterministic simulation.
+
+The simulation runs a whole Sluice cluster in one thread: many actors, each with its own
+connection, a seeded scheduler and a simulated clock. This module is its Redis:
+
+* :class:`MemoryStore` is the server: keys (strings, hashes, streams with consumer groups
+  and pending-entries lists), key expiry, a run id, and the faults a real server has.
+* :class:`MemoryBackend` is one process's connection to it: a :class:`~sluice.store.backend.Backend`.
+
+It is worth something only because it behaves like Redis 7 for every command Sluice
+uses, and each Lua script of :mod:`~sluice.store.scripts` is ported to one atomic Python
+function with the Lua's semantics and reply shapes (bytes where Redis replies bulk
+strings, ints, lists; an error reply raises :class:`~sluice.store.backend.ScriptFailed`
+with the text redis-py shows). The contract tests (``tests/store/contract.py``) run on
+both, and ``tests/store/test_memory_store.py`` runs random calls on both and compares.
+What is easy to get wrong, and is done as Redis does it:
+
+* Entry ids are ``<ms>-<seq>`` from the store's clock; the sequence goes up while the
+  millisecond does not move, and an id is never below the stream's last id (even if the
+  clock goes back, or the entries were trimmed). XADD ``maxlen`` trims exactly (Redis's
+  ``~`` trims whole nodes, so Redis may keep more; Sluice passes no ``maxlen``).
+* A key expires when the clock is *past* its deadline (alive at the deadline, PTTL 0).
+  PEXPIRE with a deadline not in the future deletes the key. SET clears a TTL.
+* XREADGROUP with an id re-reads this consumer's pending entries after it and counts one
+  more delivery for each (which Redis does not write to its AOF: a restart forgets it);
+  an entry deleted while pending comes back with fields None. XAUTOCLAIM drops pending
+  entries whose entry was deleted instead of returning them (Redis 7), counts them
+  against COUNT, and looks at no more than 10 x COUNT entries.
+* A script that fails half-way keeps the writes it made before failing (Redis has no
+  rollback either).
+
+Faults, the reason this exists:
+
+* **Lost writes.** Every mutation is recorded as it happens in an append-only list of
+  (time, mutation), generated ids and absolute expiry deadlines resolved, like Redis's
+  AOF; reads are not recorded. :meth:`MemoryStore.crash` is a kill -9 and a restart: it
+  rebuilds the state from the mutations up to a time (or all of them, ``appendfsync
+  always``), gives the server a new run id and counts a new generation. Mutations older
+  than ``aof_window_ms`` (default 5 s of clock) before the newest are folded into a
+  snapshot once the list grows past ``compact_records``, so memory and replay stay
+  bounded; losing writes older than that window is not supported (ValueError).
+* **Connections.** A connection's first call after a restart raises RedisUnavailable
+  (connection reset) unless the store has ``silent_reconnect`` (redis-py's retries
+  sometimes hide a reset); while ``store.down`` is True every call raises it.
+* Failing a call before or after it takes effect is :class:`~sluice.store.backend.Delegating`'s job.
+
+The store is not thread-safe, and ``block_ms`` is ignored: a read never blocks (the
+simulator moves the clock instead).
+
+Public surface::
+
+    MemoryStore(clock, *, seed=0, rng=None, silent_reconnect=False, aof_window_ms=5000,
+                compact_records=10000)
+        .crash(lose_after_ms=None)      .down   .silent_reconnect   .run_id   .generation
+        .streams() -> [name]            .entries(stream) -> [(id, fields)]
+        .groups(stream) -> {group: last delivered id}
+        .pending(stream, group) -> [PendingEntry(id, consumer, delivered_ms, deliveries)]
+        .dump() -> the whole state as plain values (to compare stores)
+    MemoryBackend(store, name="memory")   a Backend
+    CommandError                          a command's error reply (WRONGTYPE, ...)
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+from sluice.errors import RedisUnavailable, StoreError
+
+from . import scripts
+from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptFailed
+
+__all__ = ["AOF_WINDOW_MS", "CommandError", "MemoryBackend", "MemoryStore", "PendingEntry"]
+
+AOF_WINDOW_MS = 5_000
+"""Default for how far back (in clock ms before the newest write) a crash may lose writes."""
+
+_COMPACT_RECORDS = 10_000
+"""Default AOF length at which records older than the window go into the snapshot."""
+
+Id = tuple[int, int]
+_MAX = (1 << 64) - 1
+_WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+_BAD_ID = "Invalid stream ID specified as stream command argument"
+_NOT_INT = "value is not an integer or out of range"
+
+
+class CommandError(StoreError):
+    """Redis answered a command with an error (e.g. WRONGTYPE). ``text`` is the error as
+    redis-py shows it (a leading ``ERR `` dropped); through redis-py the same error is a
+    ``redis.ResponseError``, which RedisBackend lets through."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    """One entry of a consumer group's pending-entries list."""
+
+    id: str
+    consumer: str
+    delivered_ms: int
+    """The clock when it was last delivered (its idle time is measured from here)."""
+    deliveries: int
+
+
+# --- the state -----------------------------------------------------------------------------
+
+class _Group:
+    __slots__ = ("last", "order", "pel")
+
+    def __init__(self, last: Id) -> None:
+        self.last = last
+        self.pel: dict[Id, tuple[str, int, int]] = {}
+        """Pending entries: id -> (consumer, last delivery ms, delivery count)."""
+        self.order: list[Id] = []
+        """The pending ids, sorted."""
+
+    def clone(self) -> _Group:
+        g = _Group(self.last)
+        g.pel = dict(self.pel)
+        g.order = list(self.order)
+        return g
+
+
+class _Stream:
+    __slots__ = ("fields", "groups", "ids", "last", "sids")
+
+    def __init__(self) -> None:
+        self.ids: list[Id] = []
+        self.sids: list[str] = []
+        self.fields: list[Fields] = []
+        self.last: Id = (0, 0)
+        self.groups: dict[str, _Group] = {}
+
+    def find(self, entry: Id) -> int:
+        """Index of the entry ``entry`` (-1 when it is not in the stream)."""
+        ids = self.ids
+        i = bisect.bisect_left(ids, entry)
+        return i if i < len(ids) and ids[i] == entry else -1
+
+    def clone(self) -> _Stream:
+        s = _Stream()
+        s.ids, s.sids, s.fields, s.last = list(self.ids), list(self.sids), list(self.fields), self.last
+        s.groups = {name: g.clone() for name, g in self.groups.items()}
+        return s
+
+
+Value = bytes | dict[bytes, bytes] | _Stream
+
+
+class _State:
+    __slots__ = ("data", "expires")
+
+    def __init__(self) -> None:
+        self.data: dict[str, Value] = {}
+        self.expires: dict[str, int] = {}
+        """key -> absolute deadline (ms); the key is gone once the clock is past it."""
+
+    def clone(self) -> _State:
+        st = _State()
+        st.expires = dict(self.expires)
+        for key, value in self.data.items():
+            if isinstance(value, _Stream):
+                value = value.clone()
+            elif isinstance(value, dict):
+                value = dict(value)
+            st.data[key] = value
+        return st
+
+
+# The mutations: pure functions of the state and their arguments, so that replaying the
+# recorded ones rebuilds the state exactly. Entry field dicts are shared between the
+# live state, the snapshot and the records, and never mutated.
+
+def _op_del(st: _State, key: str) -> None:
+    st.data.pop(key, None)
+    st.expires.pop(key, None)
+
+
+def _op_set(st: _State, key: str, value: bytes) -> None:
+    st.data[key] = value
+    st.expires.pop(key, None)
+
+
+def _op_setkeep(st: _State, key: str, value: bytes) -> None:
+    st.data[key] = value
+
+
+def _op_hset(st: _State, key: str, mapping: dict[bytes, bytes]) -> None:
+    h = st.data.get(key)
+    if h is None:
+        h = st.data[key] = {}
+    h.update(mapping)  # type: ignore[union-attr]
+
+
+def _op_hdel(st: _State, key: str, fields: tuple[bytes, ...]) -> None:
+    h = st.data[key]
+    for f in fields:
+        h.pop(f, None)  # type: ignore[union-attr]
+    if not h:
+        del st.data[key]
+        st.expires.pop(key, None)
+
+
+def _op_pexpireat(st: _State, key: str, deadline: int) -> None:
+    st.expires[key] = deadline
+
+
+def _op_mkstream(st: _State, key: str) -> None:
+    st.data[key] = _Stream()
+
+
+def _op_xadd(st: _State, key: str, entry: Id, sid: str, fields: Fields) -> None:
+    s = st.data.get(key)
+    if s is None:
+        s = st.data[key] = _Stream()
+    s.ids.append(entry)  # type: ignore[union-attr]
+    s.sids.append(sid)  # type: ignore[union-attr]
+    s.fields.append(fields)  # type: ignore[union-attr]
+    s.last = entry  # type: ignore[union-attr]
+
+
+def _op_xtrim(st: _State, key: str, n: int) -> None:
+    s: _Stream = st.data[key]  # type: ignore[assignment]
+    del s.ids[:n], s.sids[:n], s.fields[:n]
+
+
+def _op_group(st: _State, key: str, group: str, last: Id) -> None:
+    st.data[key].groups[group] = _Group(last)  # type: ignore[union-attr]
+
+
+def _op_setid(st: _State, key: str, group: str, last: Id) -> None:
+    st.data[key].groups[group].last = last  # type: ignore[union-attr]
+
+
+def _op_deliver(st: _State, key: str, group: str, consumer: str, ids: tuple[Id, ...], now: int) -> None:
+    """New entries delivered to ``consumer`` (XREADGROUP >): pending, one delivery; an
+    entry that was already pending (the group was moved back) changes owner, count 1."""
+    g: _Group = st.data[key].groups[group]  # type: ignore[union-attr]
+    pel, order = g.pel, g.order
+    for entry in ids:
+        if entry not in pel:
+            if not order or entry > order[-1]:
+                order.append(entry)
+            else:
+                bisect.insort(order, entry)
+        pel[entry] = (consumer, now, 1)
+    g.last = ids[-1]
+
+
+def _op_touch(st: _State, key: str, group: str, ids: tuple[Id, ...], now: int) -> None:
+    """Pending entries read again by their owner: one more delivery, idle from now. (Not
+    recorded: Redis does not write it to the AOF, so a restart forgets it.)"""
+    pel = st.data[key].groups[group].pel  # type: ignore[union-attr]
+    for entry in ids:
+        consumer, _, count = pel[entry]
+        pel[entry] = (consumer, now, count + 1)
+
+
+def _op_claim(st: _State, key: str, group: str, claims: tuple[tuple[Id, str, int, int], ...]) -> None:
+    """Pending entries taken over (XAUTOCLAIM): (id, consumer, delivery ms, delivery count)
+    each, absolute, as Redis writes XCLAIM ... TIME ... RETRYCOUNT ... to its AOF."""
+    pel = st.data[key].groups[group].pel  # type: ignore[union-attr]
+    for entry, consumer, when, count in claims:
+        pel[entry] = (consumer, when, count)
+
+
+def _op_unpend(st: _State, key: str, group: str, ids: tuple[Id, ...]) -> None:
+    g: _Group = st.data[key].groups[group]  # type: ignore[union-attr]
+    pel, order = g.pel, g.order
+    for entry in ids:
+        del pel[entry]
+        del order[bisect.bisect_left(order, entry)]
+
+
+Op = Callable[..., None]
+Record = tuple[int, Op, tuple[Any, ...]]
+_time_of: Callable[[Record], int] = itemgetter(0)
+
+
+# --- small helpers -------------------------------------------------------------------------
+
+def _b(value: Any) -> bytes:
+    """A value as redis-py sends it (bytes as they are, str UTF-8, numbers as their repr)."""
+    if type(value) is bytes:
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bool):
+        raise TypeError(f"invalid input of type bool ({value!r}): convert it to bytes, str or a number first")
+    if isinstance(value, (int, float)):
+        return repr(value).encode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"invalid input of type {type(value).__name__}: convert it to bytes, str or a number first")
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def _parse_id(text: str, missing_seq: int = 0) -> Id:
+    """A stream id ``ms-seq`` (or ``ms``: sequence ``missing_seq``) as Redis parses it."""
+    ms, dash, seq = text.partition("-")
+    if not (ms.isdigit() and ms.isascii()) or (dash and not (seq.isdigit() and seq.isascii())):
+        raise CommandError(_BAD_ID)
+    pair = (int(ms), int(seq) if dash else missing_seq)
+    if pair[0] > _MAX or pair[1] > _MAX:
+        raise CommandError(_BAD_ID)
+    return pair
+
+
+def _parse_start(text: str) -> Id:
+    """A range start: ``-``, an id, or ``(id`` (exclusive)."""
+    if text == "-":
+        return (0, 0)
+    if text.startswith("("):
+        ms, seq = _parse_id(text[1:])
+        if (ms, seq) == (_MAX, _MAX):
+            raise CommandError("invalid start ID for the interval")
+        return (ms, seq + 1) if seq < _MAX else (ms + 1, 0)
+    return _parse_id(text)
+
+
+def _fmt(entry: Id) -> str:
+    return f"{entry[0]}-{entry[1]}"
+
+
+def _tonumber(value: bytes | None) -> int | float | None:
+    """Lua's tonumber on a string (None for false/nil or text that is not a number)."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        try:
+            return float(value)
+        except ValueError:
+            return None
+
+
+def _or(value: bytes | None, default: bytes) -> bytes:
+    """Lua's ``value or default``: only nil (and false) give way; an empty string does not."""
+    return default if value is None else value
+
+
+def _lua_concat(num: float) -> str:
+    """A Lua number as ``..`` writes it (``%.14g``)."""
+    return f"{num:.14g}"
+
+
+def _redis_arg(num: float) -> bytes:
+    """A Lua number passed to redis.call, as Redis turns it into an argument (``%.17g``)."""
+    return f"{num:.17g}".encode()
+
+
+def _lua_int(num: float | None) -> int | None:
+    """A Lua number returned to Redis: an integer reply, truncated."""
+    return None if num is None else int(num)
+
+
+def _lua_array(*items: Any) -> list[Any]:
+    """A Lua table returned to Redis: an array, cut at its first nil."""
+    out = []
+    for item in items:
+        if item is None:
+            break
+        out.append(item)
+    return out
+
+
+_LUA_ID = re.compile(rb"(\d+)-(\d+)")
+
+
+def _newer(a: bytes, b: bytes) -> bool:
+    """The scripts' ``newer``: a > b, comparing ``ms-seq`` as Lua numbers."""
+    ma, mb = _LUA_ID.fullmatch(a), _LUA_ID.fullmatch(b)
+    if ma is None or mb is None:
+        raise TypeError("attempt to compare nil with number")
+    am, as_, bm, bs = float(ma[1]), float(ma[2]), float(mb[1]), float(mb[2])
+    return am > bm or (am == bm and as_ > bs)
+
+
+def _cls(ch: str) -> str:
+    return "\\" + ch if ch in "\\]^-[" else ch
+
+
+@functools.lru_cache(maxsize=256)
+def _glob(pattern: str) -> re.Pattern[str]:
+    """Redis's glob (``stringmatchlen``) as a regular expression: ``*``, ``?``, ``[...]``
+    with ``^`` and ranges, and ``\\`` escaping, also inside brackets."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[":
+            i += 1
+            negate = i < n and pattern[i] == "^"
+            if negate:
+                i += 1
+            parts: list[str] = []
+            while i < n:
+                ch = pattern[i]
+                if ch == "\\" and i + 1 < n:
+                    i += 1
+                    parts.append(_cls(pattern[i]))
+                elif ch == "]":
+                    break
+                elif i + 2 < n and pattern[i + 1] == "-":
+                    lo, hi = sorted((ch, pattern[i + 2]))
+                    parts.append(_cls(lo) + "-" + _cls(hi))
+                    i += 2
+                else:
+                    parts.append(_cls(ch))
+                i += 1
+            body = "".join(parts)
+            if negate:
+                out.append("[^" + body + "]" if body else ".")
+            else:
+                out.append("[" + body + "]" if body else "(?!)")
+        elif c == "\\" and i + 1 < n:
+            i += 1
+            out.append(re.escape(pattern[i]))
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _matches(pattern: str, key: str) -> bool:
+    if not key:
+        return not pattern  # Redis's matcher never matches an empty string with a non-empty pattern
+    return _glob(pattern).fullmatch(key) is not None
+
+
+_SHA = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in scripts.BY_NAME.items()}
+
+
+# --- the server ----------------------------------------------------------------------------
+
+class MemoryStore:
+    """The server's state, shared by every :class:`MemoryBackend` connected to it.
+
+    ``clock`` gives the time in ms (the simulation's clock; a wall clock in tests); run
+    ids come from ``rng`` (or ``random.Random(seed)``), so a seed replays a run exactly.
+    """
+
+    def __init__(self, clock: Callable[[], int], *, seed: int = 0, rng: random.Random | None = None,
+                 silent_reconnect: bool = False, aof_window_ms: int = AOF_WINDOW_MS,
+                 compact_records: int = _COMPACT_RECORDS) -> None:
+        self.clock = clock
+        self.silent_reconnect = silent_reconnect
+        """Connections carry on after a restart instead of failing their first call."""
+        self.down = False
+        """While True, every call of every connection raises RedisUnavailable."""
+        self.generation = 0
+        """How many times the server restarted (see crash)."""
+        self.aof_window_ms = aof_window_ms
+        self._rng = rng if rng is not None else random.Random(seed)
+        self.run_id = self._new_run_id()
+        self._state = _State()
+        self._base = _State()  # the state before the first record of the AOF
+        self._aof: list[Record] = []
+        self._aof_time = -(1 << 62)  # time of the newest record (records' times never go back)
+        self._compacted_to: int | None = None  # time of the newest record folded into _base
+        self._compact_records = compact_records
+        self._compact_at = compact_records
+        self._scripts: dict[str, Callable[[list[str], list[bytes], int], Any]] = {
+            "commit": self._commit, "fence": self._fence, "dead_letter": self._dead_letter,
+            "deliver": self._deliver, "advance_cursor": self._advance_cursor,
+            "lease_acquire": self._lease_acquire, "lease_renew": self._lease_renew,
+            "lease_release": self._lease_release, "project": self._project,
+        }
+
+    # --- faults -------------------------------------------------------------------------
+
+    def crash(self, lose_after_ms: int | None = None) -> None:
+        """Kill -9 and restart the server: keep the writes made at clock ``lose_after_ms``
+        or before and lose the rest (None: lose nothing, like ``appendfsync always``). The
+        server gets a new run id and every connection sees a reset (see MemoryBackend).
+
+        The state is rebuilt from the recorded writes either way, so what Redis does not
+        write to its AOF is forgotten as it is by Redis: a pending entry that its consumer
+        read again (XREADGROUP with an id) goes back to its earlier delivery time and count.
+
+        ``lose_after_ms`` may not reach back further than ``aof_window_ms`` before the
+        newest write (older writes are folded into a snapshot): ValueError.
+        """
+        if lose_after_ms is not None:
+            if self._compacted_to is not None and lose_after_ms < self._compacted_to:
+                raise ValueError(
+                    f"cannot lose the writes after {lose_after_ms}: those up to {self._compacted_to} are already in "
+                    f"the snapshot (a crash loses at most the last {self.aof_window_ms} ms of writes)")
+            del self._aof[bisect.bisect_right(self._aof, lose_after_ms, key=_time_of):]
+        state = self._base.clone()
+        for _, op, args in self._aof:
+            op(state, *args)
+        self._state = state
+        self.run_id = self._new_run_id()
+        self.generation += 1
+
+    # --- what the simulator and its invariants may look at (read-only) --------------------
+
+    def streams(self) -> list[str]:
+        """Names of every stream, sorted."""
+        now = self.clock()
+        return sorted(k for k, v in self._state.data.items() if isinstance(v, _Stream) and self._alive(k, now))
+
+    def entries(self, stream: str) -> list[RawEntry]:
+        """Every entry of ``stream`` (empty if there is no such stream)."""
+        s = self._state.data.get(stream)
+        if not isinstance(s, _Stream):
+            return []
+        return [(sid, dict(f)) for sid, f in zip(s.sids, s.fields)]
+
+    def groups(self, stream: str) -> dict[str, str]:
+        """The consumer groups of ``stream``: name -> last delivered id."""
+        s = self._state.data.get(stream)
+        if not isinstance(s, _Stream):
+            return {}
+        return {name: _fmt(g.last) for name, g in s.groups.items()}
+
+    def pending(self, stream: str, group: str) -> list[PendingEntry]:
+        """The pending entries of ``group`` on ``stream``, in id order."""
+        s = self._state.data.get(stream)
+        g = s.groups.get(group) if isinstance(s, _Stream) else None
+        if g is None:
+            return []
+        return [PendingEntry(_fmt(e), *g.pel[e]) for e in g.order]
+
+    def dump(self) -> dict[str, Any]:
+        """The whole state as plain values (for comparing two stores, or a store with itself
+        after a restart): ``{"keys": {key: value}, "expires": {key: deadline}}``."""
+        keys: dict[str, Any] = {}
+        for key in sorted(self._state.data):
+            v = self._state.data[key]
+            if isinstance(v, _Stream):
+                keys[key] = {
+                    "entries": [(sid, dict(f)) for sid, f in zip(v.sids, v.fields)],
+                    "last": _fmt(v.last),
+                    "groups": {name: {"last": _fmt(g.last), "pending": [(_fmt(e), *g.pel[e]) for e in g.order]}
+                               for name, g in sorted(v.groups.items())},
+                }
+            else:
+                keys[key] = dict(v) if isinstance(v, dict) else v
+        return {"keys": keys, "expires": dict(sorted(self._state.expires.items()))}
+
+    # --- machinery ----------------------------------------------------------------------
+
+    def _new_run_id(self) -> str:
+        return f"{self._rng.getrandbits(160):040x}"
+
+    def _tick(self) -> int:
+        """The clock for one command (or script); mutations are recorded at this time."""
+        now = self.clock()
+        self._aof_time = max(self._aof_time, now)
+        if len(self._aof) >= self._compact_at:
+            self._compact()
+        return now
+
+    def _compact(self) -> None:
+        """Fold the records older than the window into the snapshot."""
+        cutoff = self._aof_time - self.aof_window_ms
+        k = bisect.bisect_right(self._aof, cutoff, key=_time_of)
+        if k:
+            base = self._base
+            for _, op, args in self._aof[:k]:
+                op(base, *args)
+            self._compacted_to = self._aof[k - 1][0]
+            del self._aof[:k]
+        self._compact_at = max(self._compact_records, 2 * len(self._aof))
+
+    def _do(self, op: Op, *args: Any) -> None:
+        """Apply one mutation and record it."""
+        self._aof.append((self._aof_time, op, args))
+        op(self._state, *args)
+
+    def _alive(self, key: str, now: int) -> bool:
+        if key not in self._state.data:
+            return False
+        deadline = self._state.expires.get(key)
+        return deadline is None or deadline >= now
+
+    def _read(self, key: str, now: int) -> Value | None:
+        """The live value of ``key`` for a read (an expired key reads as missing)."""
+        st = self._state
+        v = st.data.get(key)
+        if v is not None and st.expires and key in st.expires and st.expires[key] < now:
+            return None
+        return v
+
+    def _write(self, key: str, now: int) -> Value | None:
+        """The live value of ``key`` before a write (an expired key is deleted first)."""
+        st = self._state
+        v = st.data.get(key)
+        if v is not None and st.expires and key in st.expires and st.expires[key] < now:
+            self._do(_op_del, key)
+            return None
+        return v
+
+    def _stream(self, key: str, now: int, write: bool = False) -> _Stream | None:
+        v = self._write(key, now) if write else self._read(key, now)
+        if v is None or isinstance(v, _Stream):
+            return v
+        raise CommandError(_WRONGTYPE)
+
+    def _hash(self, key: str, now: int, write: bool = False) -> dict[bytes, bytes] | None:
+        v = self._write(key, now) if write else self._read(key, now)
+        if v is None or isinstance(v, dict):
+            return v
+        raise CommandError(_WRONGTYPE)
+
+    def _group(self, key: str, group: str, now: int, what: str = "") -> tuple[_Stream, _Group]:
+        s = self._stream(key, now)
+        g = s.groups.get(group) if s is not None else None
+        if s is None or g is None:
+            raise NoGroup(f"NOGROUP No such key '{key}' or consumer group '{group}'{what}")
+        return s, g
+
+    # --- commands (what the backend and the scripts call) -------------------------------
+
+    def _get(self, key: str, now: int) -> bytes | None:
+        v = self._read(key, now)
+        if v is None or isinstance(v, bytes):
+            return v
+        raise CommandError(_WRONGTYPE)
+
+    def _set(self, key: str, value: bytes) -> None:
+        self._do(_op_set, key, value)
+
+    def _type(self, key: str, now: int) -> str:
+        v = self._read(key, now)
+        if v is None:
+            return "none"
+        return "string" if isinstance(v, bytes) else "hash" if isinstance(v, dict) else "stream"
+
+    def _hget(self, key: str, field: bytes, now: int) -> bytes | None:
+        h = self._hash(key, now)
+        return None if h is None else h.get(field)
+
+    def _hset(self, key: str, mapping: dict[bytes, bytes], now: int) -> int:
+        h = self._hash(key, now, write=True)
+        added = len(mapping) if h is None else sum(1 for f in mapping if f not in h)
+        self._do(_op_hset, key, mapping)
+        return added
+
+    def _hdel(self, key: str, fields: Sequence[bytes], now: int) -> int:
+        h = self._hash(key, now, write=True)
+        if h is None:
+            return 0
+        gone = tuple(dict.fromkeys(f for f in fields if f in h))
+        if gone:
+            self._do(_op_hdel, key, gone)
+        return len(gone)
+
+    def _delete(self, key: str, now: int) -> int:
+        if self._write(key, now) is None:
+            return 0
+        self._do(_op_del, key)
+        return 1
+
+    def _pttl(self, key: str, now: int) -> int:
+        if self._read(key, now) is None:
+            return -2
+        deadline = self._state.expires.get(key)
+        return -1 if deadline is None else deadline - now
+
+    def _pexpire(self, key: str, ms: bytes, now: int) -> int:
+        try:
+            delta = int(ms)
+        except ValueError:
+            raise CommandError(_NOT_INT) from None
+        if self._write(key, now) is None:
+            return 0
+        deadline = now + delta
+        if deadline <= now:
+            self._do(_op_del, key)
+        else:
+            self._do(_op_pexpireat, key, deadline)
+        return 1
+
+    def _incr(self, key: str, now: int) -> int:
+        v = self._write(key, now)
+        if v is None:
+            n = 0
+        elif isinstance(v, bytes):
+            if not re.fullmatch(rb"-?[1-9][0-9]{0,18}|0", v):
+                raise CommandError(_NOT_INT)
+            n = int(v)
+        else:
+            raise CommandError(_WRONGTYPE)
+        n += 1
+        self._do(_op_setkeep, key, str(n).encode())
+        return n
+
+    def _xadd(self, key: str, fields: Fields, now: int, maxlen: int | None = None) -> str:
+        s = self._stream(key, now, write=True)
+        last = s.last if s is not None else (0, 0)
+        new = (now, 0) if now > last[0] else (last[0], last[1] + 1)
+        sid = f"{new[0]}-{new[1]}"
+        self._do(_op_xadd, key, new, sid, fields)
+        if maxlen is not None:
+            extra = len(self._state.data[key].ids) - max(maxlen, 0)  # type: ignore[union-attr]
+            if extra > 0:
+                self._do(_op_xtrim, key, extra)
+        return sid
+
+    def _xack(self, key: str, group: str, ids: Sequence[str], now: int) -> int:
+        s = self._stream(key, now)
+        g = s.groups.get(group) if s is not None else None
+        if g is None:
+            return 0
+        parsed = [_parse_id(i) for i in ids]
+        gone = tuple(dict.fromkeys(e for e in parsed if e in g.pel))
+        if gone:
+            self._do(_op_unpend, key, group, gone)
+        return len(gone)
+
+    def _is_pending(self, key: str, group: str, entry: str, now: int) -> bool:
+        """``#XPENDING key group id id 1 == 1``."""
+        parsed = _parse_id(entry)
+        _, g = self._group(key, group, now)
+        return parsed in g.pel
+
+    # --- the scripts, ported from store/scripts.py (read them side by side) -------------
+
+    def _script(self, name: str, keys: Sequence[str], args: Sequence[Any], now: int) -> Any:
+        run = self._scripts[name]
+        argv = [a if type(a) is bytes else _b(a) for a in args]
+        try:
+            return run(list(keys), argv, now)
+        except (CommandError, NoGroup) as exc:  # an error of a redis.call: the script stops there
+            raise ScriptFailed(f"{exc} script: {_SHA[name]}") from None
+        except (IndexError, TypeError, ValueError) as exc:  # a Lua runtime error (nil where a value was needed)
+            raise ScriptFailed(f"user_script: {exc} script: {_SHA[name]}") from None
+
+    def _restarted(self, expected: bytes) -> None:
+        if expected != b"" and expected != self.run_id.encode():
+            raise ScriptFailed(f"{scripts.RESTARTED} {self.run_id}")
+
+    def _commit(self, keys: list[str], argv: list[bytes], now: int) -> list[Any]:
+        self._restarted(argv[1])
+        epoch = _tonumber(argv[0])
+        fence = _tonumber(_or(self._get(keys[0], now), b"0"))
+        if epoch < fence:  # type: ignore[operator]
+            raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")  # type: ignore[arg-type]
+        n = int(_tonumber(argv[3]))  # type: ignore[arg-type]
+        group = argv[2]
+        if group != b"" and n > 0:
+            name = _s(group)
+            if n == 1:
+                if self._xack(keys[1], name, [_s(argv[4])], now) == 0:
+                    return [b"DUP"]
+            else:
+                seen: set[bytes] = set()
+                for i in range(4, 4 + n):
+                    entry = argv[i]
+                    if entry in seen:
+                        raise ScriptFailed(
+                            f"{scripts.BAD_COMMIT} entry {_s(entry)} is consumed twice in one commit")
+                    seen.add(entry)
+                    if not self._is_pending(keys[1], name, _s(entry), now):
+                        return [b"DUP"]
+                self._xack(keys[1], name, [_s(a) for a in argv[4:4 + n]], now)
+        if epoch > fence:  # type: ignore[operator]
+            self._set(keys[0], _redis_arg(epoch))  # type: ignore[arg-type]
+        out: list[Any] = [b"OK"]
+        for i in range(4 + n, len(argv), 3):
+            index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
+            if not 1 <= index <= len(keys):
+                raise TypeError("Lua redis() command arguments must be strings or integers")
+            to = argv[i + 2]
+            fields = {b"e": argv[i + 1]} if to == b"" else {b"e": argv[i + 1], b"to": to}
+            out.append(self._xadd(keys[index - 1], fields, now).encode())
+        return out
+
+    def _dead_letter(self, keys: list[str], argv: list[bytes], now: int) -> Any:
+        if argv[0] != b"" and self._xack(keys[0], _s(argv[0]), [_s(argv[1])], now) == 0:
+            return 0
+        fields = {b"stream": keys[0].encode(), b"entry": argv[1], b"kind": argv[2], b"reason": argv[3]}
+        for i in range(4, len(argv), 2):
+            fields[b"field:" + argv[i]] = argv[i + 1]
+        return self._xadd(keys[1], fields, now).encode()
+
+    def _deliver(self, keys: list[str], argv: list[bytes], now: int) -> int:
+        self._restarted(argv[0])
+        kind = self._type(keys[0], now)
+        if kind != "stream" and kind != "none":
+            raise ScriptFailed(f"{scripts.NOT_A_STREAM} {kind}")
+        origin = argv[1]
+        last = self._hget(keys[1], origin, now)
+        n = 0
+        for i in range(2, len(argv), 2):
+            if last is None or _newer(argv[i], last):
+                self._xadd(keys[0], {b"e": argv[i + 1], b"from": origin, b"ref": argv[i]}, now)
+                last = argv[i]
+                n += 1
+        if n > 0:
+            self._hset(keys[1], {origin: last}, now)  # type: ignore[dict-item]
+        return n
+
+    def _advance_cursor(self, keys: list[str], argv: list[bytes], now: int) -> bytes:
+        self._restarted(argv[0])
+        cur = self._get(keys[0], now)
+        if cur is None or _newer(argv[1], cur):
+            self._set(keys[0], argv[1])
+            return argv[1]
+        return cur
+
+    def _lease_acquire(self, keys: list[str], argv: list[bytes], now: int) -> list[Any]:
+        holder = self._hget(keys[0], b"holder", now)
+        if holder is not None:
+            epoch = _tonumber(self._hget(keys[0], b"epoch", now))
+            if holder == argv[0]:
+                self._pexpire(keys[0], argv[1], now)
+                return _lua_array(_lua_int(epoch), 0)
+            return _lua_array(_lua_int(epoch), -max(self._pttl(keys[0], now), 1))
+        taken = self._incr(keys[1], now)
+        self._hset(keys[0], {b"holder": argv[0], b"epoch": _redis_arg(taken)}, now)
+        self._pexpire(keys[0], argv[1], now)
+        fence = _tonumber(_or(self._get(keys[2], now), b"0"))
+        if taken > fence:  # type: ignore[operator]
+            self._set(keys[2], _redis_arg(taken))
+        return [taken, 1]
+
+    def _lease_renew(self, keys: list[str], argv: list[bytes], now: int) -> int:
+        self._restarted(argv[3])
+        if self._hget(keys[0], b"holder", now) == argv[0] and self._hget(keys[0], b"epoch", now) == argv[1]:
+            self._pexpire(keys[0], argv[2], now)
+            return 1
+        return 0
+
+    def _lease_release(self, keys: list[str], argv: list[bytes], now: int) -> int:
+        if self._hget(keys[0], b"holder", now) == argv[0] and self._hget(keys[0], b"epoch", now) == argv[1]:
+            self._delete(keys[0], now)
+            return 1
+        return 0
+
+    def _fence(self, keys: list[str], argv: list[bytes], now: int) -> int | None:
+        self._restarted(argv[1])
+        fence = _tonumber(_or(self._get(keys[0], now), b"0"))
+        epoch = _tonumber(argv[0])
+        if epoch < fence:  # type: ignore[operator]
+            raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")  # type: ignore[arg-type]
+        self._set(keys[0], _redis_arg(epoch))  # type: ignore[arg-type]
+        return _lua_int(epoch)
+
+    def _project(self, keys: list[str], argv: list[bytes], now: int) -> int:
+        cur = _or(self._get(keys[0], now), b"")
+        if cur != argv[0]:
+            return 0
+        n = int(_tonumber(argv[2]))  # type: ignore[arg-type]
+        i = 3
+        if n > 0:
+            pairs = [argv[j] for j in range(i, i + 2 * n)]
+            self._hset(keys[1], dict(zip(pairs[::2], pairs[1::2])), now)
+            i += 2 * n
+        if i < len(argv):
+            self._hdel(keys[1], argv[i:], now)
+        self._set(keys[0], argv[1])
+        return 1
+
+
+# --- a connection --------------------------------------------------------------------------
+
+class MemoryBackend(Backend):
+    """One process's connection to a :class:`MemoryStore` (``name`` for messages)."""
+
+    def __init__(self, store: MemoryStore, name: str = "memory") -> None:
+        self.store = store
+        self.name = name
+        self._generation = store.generation
+
+    def _enter(self) -> int:
+        """Check the connection; the clock for this call."""
+        store = self.store
+        if store.down:
+            raise RedisUnavailable(f"{self.describe()} does not answer: the server is down")
+        if self._generation != store.generation:
+            self._generation = store.generation
+            if not store.silent_reconnect:
+                raise RedisUnavailable(f"{self.describe()}: connection reset by peer (the server restarted)")
+        return store._tick()
+
+    # --- the server ---
+    def server_id(self) -> str:
+        self._enter()
+        return self.store.run_id
+
+    def time_ms(self) -> int:
+        return self._enter()
+
+    def describe(self) -> str:
+        return f"memory://{self.name}"
+
+    # --- strings and hashes ---
+    def get(self, key: str) -> bytes | None:
+        return self.store._get(key, self._enter())
+
+    def set(self, key: str, value: bytes, *, nx: bool = False) -> bool:
+        now = self._enter()
+        if nx and self.store._read(key, now) is not None:
+            return False
+        self.store._set(key, _b(value))
+        return True
+
+    def exists(self, *keys: str) -> int:
+        now = self._enter()
+        return sum(1 for k in keys if self.store._read(k, now) is not None)
+
+    def delete(self, *keys: str) -> int:
+        if not keys:
+            return 0
+        now = self._enter()
+        return sum(self.store._delete(k, now) for k in keys)
+
+    def hget(self, key: str, field: str) -> bytes | None:
+        return self.store._hget(key, _b(field), self._enter())
+
+    def hgetall(self, key: str) -> dict[bytes, bytes]:
+        h = self.store._hash(key, self._enter())
+        return {} if h is None else dict(h)
+
+    def hkeys(self, key: str) -> list[bytes]:
+        h = self.store._hash(key, self._enter())
+        return [] if h is None else list(h)
+
+    def hset(self, key: str, mapping: Mapping[str, bytes]) -> int:
+        if not mapping:
+            return 0
+        now = self._enter()
+        return self.store._hset(key, {_b(k): _b(v) for k, v in mapping.items()}, now)
+
+    def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
+        now = self._enter()
+        value = self.store._get(key, now)
+        h = self.store._hash(hash_key, now)
+        return value, {} if h is None else dict(h)
+
+    def hgetall_with_ttl(self, key: str) -> tuple[dict[bytes, bytes], int]:
+        now = self._enter()
+        h = self.store._hash(key, now)
+        return ({} if h is None else dict(h)), self.store._pttl(key, now)
+
+    # --- streams ---
+    def xadd(self, stream: str, fields: Mapping[bytes, bytes], *, maxlen: int | None = None) -> str:
+        if not fields:
+            raise CommandError("wrong number of arguments for 'xadd' command")
+        now = self._enter()
+        return self.store._xadd(stream, {_b(k): _b(v) for k, v in fields.items()}, now, maxlen)
+
+    def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
+        """A pipeline: every command runs; the first error is raised after all of them."""
+        if not items:
+            return []
+        now = self._enter()
+        out: list[str] = []
+        error: Exception | None = None
+        for stream, fields in items:
+            try:
+                if not fields:
+                    raise CommandError("wrong number of arguments for 'xadd' command")
+                out.append(self.store._xadd(stream, {_b(k): _b(v) for k, v in fields.items()}, now))
+            except CommandError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+        return out
+
+    def xrange(self, stream: str, after: str | None, count: int) -> list[RawEntry]:
+        now = self._enter()
+        start = (0, 0) if after in (None, "0", "0-0", "-") else _parse_start("(" + after)
+        s = self.store._stream(stream, now)
+        if s is None or count <= 0:
+            return []
+        i = bisect.bisect_left(s.ids, start)
+        j = min(i + count, len(s.ids))
+        sids, fields = s.sids, s.fields
+        return [(sids[k], dict(fields[k])) for k in range(i, j)]
+
+    def last_id(self, stream: str) -> str | None:
+        s = self.store._stream(stream, self._enter())
+        return s.sids[-1] if s is not None and s.sids else None
+
+    def xlen(self, stream: str) -> int:
+        s = self.store._stream(stream, self._enter())
+        return 0 if s is None else len(s.ids)
+
+    def xread(self, positions: Mapping[str, str], *, count: int, block_ms: int | None) -> list[tuple[str, str, Fields]]:
+        if not positions:
+            return []
+        now = self._enter()
+        plan: list[tuple[str, _Stream, Id]] = []
+        for stream, position in positions.items():
+            s = self.store._stream(stream, now)
+            after = (s.last if s is not None else (0, 0)) if position == "$" else _parse_id(position)
+            if s is not None:
+                plan.append((stream, s, after))
+        out: list[tuple[str, str, Fields]] = []
+        for stream, s, after in plan:
+            i = bisect.bisect_right(s.ids, after)
+            for k in range(i, min(i + count, len(s.ids))):
+                out.append((stream, s.sids[k], dict(s.fields[k])))
+        return out
+
+    def xtrim_minid(self, stream: str, minid: str) -> int:
+        now = self._enter()
+        s = self.store._stream(stream, now, write=True)
+        cut = _parse_id(minid)
+        if s is None:
+            return 0
+        n = bisect.bisect_left(s.ids, cut)
+        if n:
+            self.store._do(_op_xtrim, stream, n)
+        return n
+
+    def scan_streams(self, pattern: str) -> list[str]:
+        now = self._enter()
+        st = self.store
+        return sorted(k for k, v in st._state.data.items()
+                      if isinstance(v, _Stream) and _matches(pattern, k) and st._alive(k, now))
+
+    # --- consumer groups ---
+    def group_create(self, stream: str, group: str, start: str) -> None:
+        now = self._enter()
+        s = self.store._stream(stream, now, write=True)
+        last = (s.last if s is not None else (0, 0)) if start == "$" else _parse_id(start)
+        if s is None:
+            self.store._do(_op_mkstream, stream)
+        elif group in s.groups:
+            return  # BUSYGROUP: it exists
+        self.store._do(_op_group, stream, group, last)
+
+    def group_setid(self, stream: str, group: str, start: str) -> None:
+        now = self._enter()
+        s = self.store._stream(stream, now, write=True)
+        if s is None:
+            raise NoGroup("The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
+                          "to use the MKSTREAM option to create an empty stream automatically.")
+        if group not in s.groups:
+            raise NoGroup(f"NOGROUP No such consumer group '{group}' for key name '{stream}'")
+        self.store._do(_op_setid, stream, group, s.last if start == "$" else _parse_id(start))
+
+    def group_state(self, stream: str, group: str) -> GroupState | None:
+        now = self._enter()
+        v = self.store._read(stream, now)
+        g = v.groups.get(group) if isinstance(v, _Stream) else None
+        if g is None:
+            return None
+        return GroupState(_fmt(g.last), len(g.order), _fmt(g.order[0]) if g.order else None)
+
+    def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
+                   block_ms: int | None) -> list[tuple[str, str, Fields | None]]:
+        if not streams:
+            return []
+        now = self._enter()
+        store = self.store
+        plan: list[tuple[str, _Stream, _Group, Id | None]] = []
+        for stream, position in streams.items():  # every stream is checked before any is read
+            s, g = store._group(stream, group, now, " in XREADGROUP with GROUP option")
+            plan.append((stream, s, g, None if position == ">" else _parse_id(position)))
+        out: list[tuple[str, str, Fields | None]] = []
+        for stream, s, g, after in plan:
+            if after is None:  # new entries
+                i = bisect.bisect_right(s.ids, g.last)
+                j = min(i + count, len(s.ids)) if count > 0 else len(s.ids)
+                if i < j:
+                    for k in range(i, j):
+                        out.append((stream, s.sids[k], dict(s.fields[k])))
+                    store._do(_op_deliver, stream, group, consumer, tuple(s.ids[i:j]), now)
+                continue
+            order, pel = g.order, g.pel  # this consumer's pending entries after ``after``
+            touched: list[Id] = []
+            n = 0
+            for k in range(bisect.bisect_right(order, after), len(order)):
+                if 0 < count <= n:
+                    break
+                entry = order[k]
+                if pel[entry][0] != consumer:
+                    continue
+                n += 1
+                at = s.find(entry)
+                if at < 0:
+                    out.append((stream, _fmt(entry), None))
+                else:
+                    out.append((stream, s.sids[at], dict(s.fields[at])))
+                    touched.append(entry)
+            if touched:
+                _op_touch(store._state, stream, group, tuple(touched), now)  # not durable, as in Redis
+        return out
+
+    def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
+                   count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
+        now = self._enter()
+        store = self.store
+        s, g = store._group(stream, group, now)
+        first = _parse_start(start)
+        if count <= 0:
+            raise CommandError("COUNT must be > 0")
+        attempts = count * 10
+        order, pel = g.order, g.pel
+        i = bisect.bisect_left(order, first)
+        candidates = order[i:i + attempts + 1]
+        claimed: list[tuple[str, Fields | None]] = []
+        claims: list[tuple[Id, str, int, int]] = []
+        deleted: list[Id] = []
+        last = -1  # index in candidates of the last entry looked at
+        while attempts and count and last + 1 < len(candidates):
+            attempts -= 1
+            last += 1
+            entry = candidates[last]
+            at = s.find(entry)
+            if at < 0:  # deleted while pending: dropped from the group (Redis 7)
+                deleted.append(entry)
+                count -= 1
+                continue
+            if min_idle_ms > 0 and now - pel[entry][1] < min_idle_ms:
+                continue
+            claimed.append((s.sids[at], dict(s.fields[at])))
+            claims.append((entry, consumer, now, pel[entry][2] + 1))
+            count -= 1
+        cursor = _fmt(candidates[last + 1]) if last + 1 < len(candidates) else "0-0"
+        if deleted:
+            store._do(_op_unpend, stream, group, tuple(deleted))
+        if claims:
+            store._do(_op_claim, stream, group, tuple(claims))
+        return cursor, claimed
+
+    def xack(self, stream: str, group: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        return self.store._xack(stream, group, ids, self._enter())
+
+    # --- scripts ---
+    def script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self.store._script(name, keys, args, self._enter())
