@@ -22,13 +22,18 @@ __all__ = ["RequestNextInputSplit", "NextInputSplit", "OperatorEvent", "Coordina
            "TriggerCheckpoint"]
 
 
-@event("RequestNextInputSplit")
+@event("RequestNextInputSplit", version=2)
 class RequestNextInputSplit(Event):
+    """A source subtask asks for its next split. ``seq`` numbers what one attempt sends
+    (1, 2, …), so a request sent twice (the sender could not tell whether the first got
+    through) is answered once; 0: unnumbered. Version 2 added ``seq``."""
+
     job_id: str
     vertex_id: str
     subtask: int
     execution_id: str
     host: str
+    seq: int = 0
 
 
 @event("NextInputSplit")
@@ -40,13 +45,15 @@ class NextInputSplit(Event):
     split: JSON | None
 
 
-@event("OperatorEvent", version=2)
+@event("OperatorEvent", version=3)
 class OperatorEvent(Event):
     """An event between an operator's coordinator and one of its subtasks.
 
     ``to_coordinator`` says the direction; ``attempt`` is the execution attempt of the
     subtask that sent it or that it is meant for (a later attempt ignores events meant
-    for an earlier one); ``body`` is the coordinator's own data.
+    for an earlier one); ``body`` is the coordinator's own data. ``seq`` numbers what one
+    attempt sends to its coordinator (1, 2, …) so an event sent twice is taken once (0:
+    unnumbered). Version 2 added ``attempt``, version 3 ``seq``.
     """
 
     job_id: str
@@ -55,6 +62,7 @@ class OperatorEvent(Event):
     to_coordinator: bool
     body: JSON
     attempt: int = 0
+    seq: int = 0
 
 
 @event("CoordinatorCheckpointed")

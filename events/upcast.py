@@ -82,3 +82,19 @@ def _leadership_granted_v1_v2(payload: Payload) -> Payload:
     if isinstance(payload, dict):
         return {**payload, "server": ""}
     return payload
+
+
+@upcaster("OperatorEvent", 2)
+def _operator_event_v2_v3(payload: Payload) -> Payload:
+    """v3 added ``seq`` (what one attempt sends, numbered); older events are unnumbered."""
+    if isinstance(payload, dict):
+        return {**payload, "seq": 0}
+    return payload
+
+
+@upcaster("RequestNextInputSplit", 1)
+def _request_next_input_split_v1_v2(payload: Payload) -> Payload:
+    """v2 added ``seq`` (what one attempt sends, numbered); older requests are unnumbered."""
+    if isinstance(payload, dict):
+        return {**payload, "seq": 0}
+    return payload

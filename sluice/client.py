@@ -10,7 +10,7 @@ from types import ModuleType
 
 from sluice.errors import ConfigError, SluiceError
 from sluice.events import CancelJob, Envelope, JobGraph, JobRefused, SubmitJob, Success
-from sluice.services.common.shell import new_id, now_ms
+from sluice.services.common.world import SYSTEM, World
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun, JobsState, evolve
 from sluice.services.jobs.validate import validate
 from sluice.services.taskmanager.library import load_module
@@ -63,19 +63,21 @@ def load_job(path: str | Path, params: dict[str, str] | None = None) -> JobFile:
 
 
 class Client:
-    def __init__(self, log: EventLog, client_id: str | None = None) -> None:
+    def __init__(self, log: EventLog, client_id: str | None = None, *, world: World = SYSTEM) -> None:
         self.log = log
         self.keys = log.keys
-        self.id = client_id or new_id()[:12]
+        self.world = world
+        self.id = client_id or world.new_id()[:12]
         self.inbox = self.keys.inbox(self.keys.client(self.id))
         self._positions: dict[str, str] = {}
         self._jobs = JobsState()
 
     def submit(self, job: JobFile, *, job_id: str | None = None) -> str:
-        job_id = job_id or new_id()[:16]
+        job_id = job_id or self.world.new_id()[:16]
         Blobs(self.log).put(job.code)
         msg = SubmitJob(job_id, job.graph, job.digest, job.module_name, self.inbox, job.params)
-        self.log.append(self.keys.inbox(self.keys.cluster), Envelope(msg, new_id(), 0, now_ms(), job_id))
+        self.log.append(self.keys.inbox(self.keys.cluster),
+                        Envelope(msg, self.world.new_id(), 0, self.world.now_ms(), job_id))
         return job_id
 
     def wait_accepted(self, job_id: str, timeout: float = 60.0, poll=None) -> None:
@@ -114,7 +116,7 @@ class Client:
     def cancel(self, job_id: str, reason: str = "cancelled by the user") -> None:
         self.job(job_id)
         self.log.append(self.keys.inbox(self.keys.job(job_id)),
-                        Envelope(CancelJob(job_id, reason), new_id(), 0, now_ms(), job_id))
+                        Envelope(CancelJob(job_id, reason), self.world.new_id(), 0, self.world.now_ms(), job_id))
 
     def checkpoint(self, job_id: str, *, timeout: float = 30.0) -> list:
         """Ask the leader to checkpoint the job's coordinators now; the checkpoints taken."""
@@ -126,7 +128,7 @@ class Client:
         stream = self.keys.facts(self.keys.job(job_id))
         start = self.log.last_id(stream) or "0-0"
         self.log.append(self.keys.inbox(self.keys.job(job_id)),
-                        Envelope(TriggerCheckpoint(job_id), new_id(), 0, now_ms(), job_id))
+                        Envelope(TriggerCheckpoint(job_id), self.world.new_id(), 0, self.world.now_ms(), job_id))
         from sluice.services.coordination.runtime import has_coordinator
 
         wanted = {v.name for v in job.graph.vertices if has_coordinator(v)}

@@ -19,6 +19,7 @@
      ├── MessageRejected             a well-formed message a core refuses (parked with the reason)
      │    ├── UnexpectedMessage      a message the cluster inbox does not take
      │    └── UnexpectedJobMessage   a message a job inbox does not take
+     ├── IllegalTransition           a fact that is not a legal move of a task or job (a bug)
      ├── ServiceError                a component cannot go on (names the component)
      │    ├── ContextNotBound        a coordinator used its context before leadership
      │    └── CoordinatorError       a coordinator failed (the job's root cause)
@@ -57,6 +58,7 @@ __all__ = [
     "UnexpectedMessage",
     "UnexpectedJobMessage",
     "ServiceError",
+    "IllegalTransition",
     "QueryableStateError",
     "UnknownJob",
     "UnknownStateName",
@@ -195,6 +197,11 @@ class UnexpectedMessage(MessageRejected):
 
 class UnexpectedJobMessage(MessageRejected):
     """A well-formed message a job inbox does not take."""
+
+
+class IllegalTransition(SluiceError):
+    """A fact that is not a legal move of a task attempt or a job (services/jobs/machine.py).
+    Only a bug writes one; the message tells the attempt's or job's recent story."""
 
 
 class ServiceError(SluiceError):

@@ -156,6 +156,14 @@ class Keys:
     def is_dead_letter(key: str) -> bool:
         return key.endswith(":dead")
 
+    @staticmethod
+    def is_inbox(key: str) -> bool:
+        return key.endswith(":inbox")
+
+    @staticmethod
+    def is_outbox(key: str) -> bool:
+        return key.endswith(":outbox")
+
     def is_stream_name(self, key: str) -> bool:
         return key.startswith("{" + self.prefix + ":") and key.rsplit(":", 1)[-1] in ("inbox", "facts", "outbox", "dead")
 

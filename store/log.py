@@ -73,6 +73,11 @@ class EventLog:
         """Append one message to a stream (an inbox), unfenced: for senders that are not leaders."""
         return self.backend.xadd(stream, {FIELD: encode(env)}, maxlen=maxlen)
 
+    def append_raw(self, stream: str, fields: dict[bytes, bytes]) -> str:
+        """Append an entry as given, not an envelope (tools, tests and the simulation use it
+        to write what Sluice never would: a malformed entry)."""
+        return self.backend.xadd(stream, fields)
+
     def append_batch(self, stream: str, envs: Sequence[Envelope]) -> list[str]:
         """Append several messages in one round trip, in order."""
         return self.backend.xadd_many([(stream, {FIELD: encode(env)}) for env in envs])

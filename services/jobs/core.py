@@ -217,8 +217,12 @@ def _coordinator_input(rec: _Recorder, job: JobRun, msg: RequestNextInputSplit |
     elif ex.attempt != attempt or ex.state.terminal:
         rec.decision.note = f"{msg.TYPE} from attempt {attempt} of {vertex_name}[{subtask}], which is not running " \
                             f"(current attempt {ex.attempt}, {ex.state.value}); ignored"
+    elif msg.seq and msg.seq <= ex.seq:
+        rec.decision.note = f"{msg.TYPE} #{msg.seq} from {ex.id} came again (it was sent twice); ignored"
+    elif isinstance(msg, OperatorEvent):
+        rec.fact(OperatorEvent(job.job_id, vertex_name, subtask, True, msg.body, attempt, msg.seq))
     else:
-        rec.fact(msg)
+        rec.fact(RequestNextInputSplit(job.job_id, vertex_name, subtask, ex.id, msg.host, msg.seq))
 
 
 def fail_job(state: JobsState, job_id: str, reason: str, now: int) -> Decision:
@@ -240,8 +244,13 @@ def _kvstate(rec: _Recorder, job: JobRun, msg: NotifyKvStateRegistered | NotifyK
         rec.fact(fact)
     if verdict.fail_vertex is not None and job.status not in TERMINAL_JOB:
         vertex = job.vertices[verdict.fail_vertex]
-        ex = verdict.fail or next((e for e in vertex.subtasks if e.state in HOLDS_SLOT), vertex.subtasks[0])
-        _fail(rec, job, ex, verdict.error or "KvState registration clash", config, restart=False)
+        ex = verdict.fail or next((e for e in vertex.subtasks if e.state in HOLDS_SLOT), None)
+        reason = verdict.error or "KvState registration clash"
+        if ex is not None and ex.state in HOLDS_SLOT and ex.state != TaskState.CANCELING:
+            _fail(rec, job, ex, reason, config, restart=False)
+        elif job.status not in (JobStatus.FAILING, JobStatus.CANCELLING):
+            # No attempt of the vertex runs (they finished, or have not started): the job fails.
+            _fail_job(rec, job, f"vertex {verdict.fail_vertex} failed (no restart): {reason}")
 
 
 def _update(rec: _Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: JobsConfig) -> None:

@@ -16,12 +16,16 @@ from sluice.events import (
     JobSubmitted,
     JobVertex,
     JobWaitingForSlots,
+    OperatorEvent,
+    RequestNextInputSplit,
     ScheduleOrUpdateConsumers,
     TaskRestartScheduled,
     TaskState,
     UpdateTaskExecutionState,
 )
 from sluice.services.kvstate import registry as kvreg
+
+from .machine import RESTART_FROM, check_job, check_task
 
 __all__ = ["Execution", "VertexRun", "JobRun", "JobsState", "SlotPool", "evolve", "execution_id", "parse_execution_id",
            "HOLDS_SLOT", "TERMINAL_JOB"]
@@ -55,6 +59,10 @@ class Execution:
     since: int = 0
     not_before: int = 0
     produced: bool = False
+    seq: int = 0
+    """The highest numbered message this attempt sent its coordinator that was taken."""
+    history: list[tuple[int, str]] = field(default_factory=list)
+    """The subtask's recent moves, (time, what): the story an illegal move is told with."""
 
     @property
     def id(self) -> str:
@@ -96,6 +104,7 @@ class JobRun:
     ready: deque = field(default_factory=deque)
     # Queryable state: registration name -> KvStateLocation (services/kvstate).
     kvstate: kvreg.KvStateRegistry = field(default_factory=kvreg.KvStateRegistry)
+    history: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -136,22 +145,37 @@ class JobRun:
 
 @dataclass
 class SlotPool:
-    """Which execution holds which TaskManager slot: (taskmanager, slot) -> (job, execution id)."""
+    """Which executions hold which TaskManager slot: (taskmanager, slot) -> {(job, execution id)}.
 
-    used: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
+    A slot is free when nothing holds it. Each execution takes and leaves its own slot, so
+    the pool does not depend on the order jobs are folded in: replaying one job after
+    another, a later job's attempt may take a slot before an earlier job's attempt is seen
+    to leave it (for a moment two hold it; in a correct log never at the end)."""
+
+    used: dict[tuple[str, int], set[tuple[str, str]]] = field(default_factory=dict)
     by_tm: dict[str, set[int]] = field(default_factory=dict)
 
     def take(self, tm: str, slot: int, job: str, eid: str) -> None:
-        self.used[(tm, slot)] = (job, eid)
+        self.used.setdefault((tm, slot), set()).add((job, eid))
         self.by_tm.setdefault(tm, set()).add(slot)
 
-    def give_back(self, tm: str | None, slot: int | None) -> None:
+    def give_back(self, tm: str | None, slot: int | None, job: str, eid: str) -> None:
+        """The execution ``eid`` of ``job`` leaves its slot."""
         if tm is None or slot is None:
             return
-        self.used.pop((tm, slot), None)
-        slots = self.by_tm.get(tm)
-        if slots is not None:
-            slots.discard(slot)
+        holders = self.used.get((tm, slot))
+        if holders is None:
+            return
+        holders.discard((job, eid))
+        if not holders:
+            del self.used[(tm, slot)]
+            slots = self.by_tm.get(tm)
+            if slots is not None:
+                slots.discard(slot)
+
+    def holders(self) -> list[tuple[str, int, str, str]]:
+        """Every (taskmanager, slot, job, execution id) held, sorted."""
+        return sorted((tm, slot, job, eid) for (tm, slot), held in self.used.items() for job, eid in held)
 
 
 @dataclass
@@ -163,8 +187,18 @@ class JobsState:
 # --- evolve ------------------------------------------------------------------------------
 
 
+_STORY = 8  # moves kept per subtask and job
+
+
+def _remember(history: list[tuple[int, str]], ts: int, what: str) -> None:
+    history.append((ts, what))
+    if len(history) > _STORY:
+        del history[0]
+
+
 def evolve(state: JobsState, env: Envelope) -> JobsState:
-    """Apply one job fact to ``state`` in place (and return it)."""
+    """Apply one job fact to ``state`` in place (and return it). A fact that is not a legal
+    move (services/jobs/machine.py) raises IllegalTransition with the subtask's story."""
     ev = env.event
     t = type(ev)
     if t is UpdateTaskExecutionState:
@@ -172,9 +206,12 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         if job is None:
             return state
         ex = job.vertices[ev.vertex_id].subtasks[ev.subtask]
-        if ex.attempt != ev.attempt:
-            return state
         old = ex.state
+        if ex.attempt != ev.attempt:
+            check_task(f"{ev.execution_id} (a fact about attempt {ev.attempt}; the subtask is at attempt "
+                       f"{ex.attempt})", old, old, ex.history)
+        check_task(ev.execution_id, old, ev.state, ex.history)
+        _remember(ex.history, env.ts, f"{ex.attempt}: {old.value}->{ev.state.value}")
         ex.state = ev.state
         ex.since = env.ts
         if ev.error is not None:
@@ -185,7 +222,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
             state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
             job.waiting_since = None
         elif ev.state not in HOLDS_SLOT and old in HOLDS_SLOT:
-            state.pool.give_back(ex.taskmanager, ex.slot)
+            state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
         vertex = job.vertices[ev.vertex_id]
         if ev.state == TaskState.FINISHED and old != TaskState.FINISHED:
             vertex.finished += 1
@@ -209,18 +246,34 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
     elif t is TaskRestartScheduled:
         job = state.jobs[ev.job_id]
         ex = job.vertices[ev.vertex_id].subtasks[ev.subtask]
+        if ex.state not in RESTART_FROM or ev.attempt <= ex.attempt:
+            from sluice.errors import IllegalTransition
+            from .machine import story
+
+            raise IllegalTransition(
+                f"{execution_id(ex.vertex, ex.subtask, ex.attempt)}: a restart as attempt {ev.attempt} from "
+                f"{ex.state.value} is not a legal move (a new attempt follows a FAILED one, or a CREATED one after "
+                f"the log restarted, and has a higher number). Its story: {story(ex.history)}")
+        _remember(ex.history, env.ts, f"{ex.attempt}: restarted as attempt {ev.attempt}")
         if ex.state in HOLDS_SLOT:
-            state.pool.give_back(ex.taskmanager, ex.slot)
+            state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
         if ex.state == TaskState.FINISHED:
             job.vertices[ev.vertex_id].finished -= 1
         if ex.state in _STARTED:
             job.vertices[ev.vertex_id].started -= 1
         if ex.produced:
             job.vertices[ev.vertex_id].produced -= 1
-        ex.attempt, ex.state, ex.taskmanager, ex.slot = ev.attempt, TaskState.CREATED, None, None
+        ex.attempt, ex.state, ex.taskmanager, ex.slot, ex.seq = ev.attempt, TaskState.CREATED, None, None, 0
         ex.not_before, ex.produced, ex.since = ev.not_before, False, env.ts
         job.restarts = ev.restarts
         job.ready.append(ex)
+    elif (t is OperatorEvent and ev.to_coordinator) or t is RequestNextInputSplit:
+        job = state.jobs.get(ev.job_id)
+        if job is not None and ev.seq:
+            attempt = ev.attempt if t is OperatorEvent else parse_execution_id(ev.execution_id)[2]
+            ex = job.vertices[ev.operator_id if t is OperatorEvent else ev.vertex_id].subtasks[ev.subtask]
+            if ex.attempt == attempt and ev.seq > ex.seq:
+                ex.seq = ev.seq
     elif t is JobSubmitted:
         state.jobs[ev.job_id] = JobRun(ev.job_id, ev.graph, ev.code_blob, ev.module, ev.reply_to, ev.params,
                                        ev.splits, ev.storage_root, env.ts)
@@ -228,6 +281,8 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         _build(state.jobs[ev.job_id])
     elif t is JobStatusChanged:
         job = state.jobs[ev.job_id]
+        check_job(job.job_id, job.status, ev.status, job.history)
+        _remember(job.history, env.ts, f"{job.status.value}->{ev.status.value}")
         job.status = ev.status
         if ev.reason is not None:
             job.reason = ev.reason

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from typing import Any
 
-from sluice.errors import ServiceError
+from sluice.errors import RedisUnavailable, ServiceError
 from sluice.events import Envelope, NextInputSplit, OperatorEvent, RequestNextInputSplit, decode_fields
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.coordination.source import NO_MORE, REQUEST, SPLIT
@@ -31,9 +31,16 @@ class NoAnswer(ServiceError):
 
 class TaskEvents:
     def __init__(self, log: EventLog, descriptor: dict, host: str, *, answer_timeout_s: float = 600.0,
-                 world: World = SYSTEM) -> None:
+                 world: World = SYSTEM, blocking: bool = True) -> None:
+        """``blocking``: the real worker's mode, where a send that fails because Redis is away
+        is tried again (the same message) until it gets through; the simulation's steps
+        take ``blocking=False`` and call ``resend()`` themselves."""
         d = descriptor
-        self.log, self.host, self.world = log, host, world
+        self.log, self.host, self.world, self.blocking = log, host, world, blocking
+        self._seq = 0
+        self.unsent: Envelope | None = None
+        """A message whose sending failed: it may or may not be in the inbox, so it is sent
+        again as it is (same seq: the leader takes it once)."""
         self.job_id, self.vertex, self.subtask, self.attempt = d["job_id"], d["vertex"], d["subtask"], d["attempt"]
         self.execution_id = d["execution_id"]
         self.protocol = (d.get("source") or {}).get("protocol", "operator-events")
@@ -50,11 +57,13 @@ class TaskEvents:
     # --- splits: the steps (the simulation drives them one at a time) ---
     def ask_for_split(self) -> None:
         """Ask the coordinator for this subtask's next split (the answer comes to the inbox)."""
+        seq = self._next_seq()
         if self.protocol == "input-splits":
-            msg: Any = RequestNextInputSplit(self.job_id, self.vertex, self.subtask, self.execution_id, self.host)
+            msg: Any = RequestNextInputSplit(self.job_id, self.vertex, self.subtask, self.execution_id, self.host,
+                                             seq)
         else:
             msg = OperatorEvent(self.job_id, self.vertex, self.subtask, True, {"type": REQUEST, "host": self.host},
-                                self.attempt)
+                                self.attempt, seq)
         self._send(msg)
 
     def answered(self) -> bool:
@@ -84,7 +93,7 @@ class TaskEvents:
 
     # --- operator events ---
     def send_to_coordinator(self, body: Any) -> None:
-        self._send(OperatorEvent(self.job_id, self.vertex, self.subtask, True, body, self.attempt))
+        self._send(OperatorEvent(self.job_id, self.vertex, self.subtask, True, body, self.attempt, self._next_seq()))
 
     def next_event(self, timeout_s: float = 0.0) -> Any | None:
         """The next operator event from the coordinator for this attempt (None: none came in time)."""
@@ -98,8 +107,32 @@ class TaskEvents:
         return self._events.popleft() if self._events else None
 
     # --- plumbing ---
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
     def _send(self, msg: Any) -> None:
-        self.log.append(self.job_inbox, Envelope(msg, self.world.new_id(), 0, self.world.now_ms(), self.job_id))
+        if self.unsent is not None:
+            raise ServiceError(f"{self.execution_id} has a message that did not get through: resend() it first")
+        self.unsent = Envelope(msg, self.world.new_id(), 0, self.world.now_ms(), self.job_id)
+        self.resend()
+
+    def resend(self) -> None:
+        """Send again the message that did not get through (if any)."""
+        if self.unsent is None:
+            return
+        delay = 0.05
+        deadline = time.monotonic() + self.answer_timeout_s
+        while True:
+            try:
+                self.log.append(self.job_inbox, self.unsent)
+                self.unsent = None
+                return
+            except RedisUnavailable:
+                if not self.blocking or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def _poll(self, block_s: float) -> None:
         entries = self.log.follow({self.inbox: self.position}, block_ms=max(int(block_s * 1000), 1) if block_s else None,

@@ -65,12 +65,13 @@ class TaskStartFailed(Exception):
 
 
 def start(task: Task, steps: list[Step], on_undo_error: Callable[[str, BaseException], None] | None = None) -> None:
-    """Run ``steps`` in order; if one raises, undo the ones done, last first, and raise."""
+    """Run ``steps`` in order; if one raises, undo the ones done, last first, and raise.
+    (Only errors: an interrupt or a process being stopped is not a failed start.)"""
     done: list[Step] = []
     for step in steps:
         try:
             step.do(task)
-        except BaseException as exc:
+        except Exception as exc:
             for d in reversed(done):
                 try:
                     d.undo(task)

@@ -1,0 +1,660 @@
+"""The simulated cluster: actors, the seeded scheduler, faults, and the run of one seed.
+
+Every actor wraps a real component: ``JobManager`` (its main loop and its lease renewal),
+``TaskManager`` (with ``SimSlots`` for workers), the ``Projector``, the ``Client``, the
+coordinators' worker threads, and the tasks. The scheduler picks one runnable actor a
+step; the clock moves a little after every step and jumps when nothing is due. Faults
+strike between steps (a crash, a pause, a Redis restart, a clock jump, a client's hostile
+message) and inside the actors' calls to the log (``faults.FaultyBackend``).
+
+A run has a fault phase, then faults stop and the world must settle: every job ends
+within a bound, and the end-state checks run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+import tempfile
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from sluice.client import Client, JobFile
+from sluice.errors import RedisUnavailable
+from sluice.events import Envelope, JobStatus, RegisterTaskManager, SubmitJob, TaskManagerHeartbeat
+from sluice.services.jobmanager import JobManager
+from sluice.services.jobs.core import JobsConfig
+from sluice.services.membership.core import MembershipConfig
+from sluice.services.projector import Projector
+from sluice.services.taskmanager.core import RegistrationConfig
+from sluice.services.taskmanager.process import TaskManager
+from sluice.store import Deliverer, EventLog, Keys, tag_of
+from sluice.store.memory import MemoryBackend, MemoryStore
+
+from . import jobs as simjobs
+from .faults import Crash, Faults, FaultyBackend
+from .invariants import Observer, Violation, check_job_result, check_outboxes, normal_jobs, normal_membership
+from .tasks import SimFiles, SimSlots, SimTask
+from .world import SimWorld
+
+__all__ = ["SimConfig", "Simulation", "Outcome", "run_seed"]
+
+HEARTBEAT_MS = 100
+TIMEOUT_MS = 1000
+LEASE_MS = 600
+_BASE: Path | None = None
+
+
+def _base() -> Path:
+    global _BASE
+    if _BASE is None:
+        _BASE = Path(tempfile.mkdtemp(prefix="sluice-sim-"))
+    return _BASE
+
+
+@dataclass
+class SimConfig:
+    seed: int
+    fault_steps: int = 1200
+    settle_ms: int = 120_000
+    """After faults stop, every job must end within this much simulated time."""
+    faults: Faults | None = None
+    """None: drawn from the seed (swarm)."""
+    check_every: int = 50
+    jobmanagers: int | None = None
+    taskmanagers: int | None = None
+    jobs: int | None = None
+
+
+@dataclass
+class Outcome:
+    seed: int
+    ok: bool
+    violation: str | None
+    steps: int
+    sim_ms: int
+    facts: int
+    faults: list[str]
+    jobs: dict[str, str]
+    trace: str = ""
+
+
+class Executor:
+    """A coordinator's worker thread, as an actor: what it is given runs as scheduler steps."""
+
+    def __init__(self, sim: Simulation, name: str) -> None:
+        self.sim, self.name = sim, name
+        self.queue: deque[Callable[[], Any]] = deque()
+        self.closed = False
+        sim.executors.append(self)
+
+    def submit(self, fn: Callable[[], Any]) -> None:
+        if not self.closed:
+            self.queue.append(fn)
+
+    def shutdown(self, wait: bool = False, cancel_futures: bool = False) -> None:
+        self.closed = True
+        self.queue.clear()
+
+    def step(self) -> bool:
+        if not self.queue:
+            return False
+        self.queue.popleft()()
+        return True
+
+
+class Process:
+    """One process of the cluster: it can be paused, can crash and restarts."""
+
+    name = "?"
+    paused_until = 0
+    wake_at = 0
+
+    def runnable(self, now: int) -> bool:
+        return now >= self.paused_until and now >= self.wake_at
+
+    def step(self) -> bool:
+        raise NotImplementedError
+
+    def crash(self) -> None:
+        raise NotImplementedError
+
+
+class JMProcess(Process):
+    def __init__(self, sim: Simulation, index: int) -> None:
+        self.sim, self.index, self.gen = sim, index, 0
+        self.start()
+
+    def start(self) -> None:
+        self.gen += 1
+        self.name = f"jm{self.index}.{self.gen}"
+        sim = self.sim
+        self.jm = JobManager(sim.connect(self.name, self), world=sim.world, jm_id=self.name,
+                             config=MembershipConfig(HEARTBEAT_MS, TIMEOUT_MS), lease_ttl_ms=LEASE_MS,
+                             jobs_config=JobsConfig(slot_timeout_ms=60_000), max_stall_s=5.0,
+                             checkpoint_interval_ms=200, storage_root=f"file://{sim.home}/storage",
+                             replay_page=sim.rng.choice((3, 50, 1000)),
+                             coordinator_executor=lambda name: Executor(sim, name))
+        self.next_renew = 0
+
+    def renewal_due(self, now: int) -> bool:
+        """The renewal thread's turn: it runs on its own, whatever the main loop does."""
+        return now >= self.next_renew and self.jm.phase != "standby" and now >= self.paused_until
+
+    def renew(self) -> bool:
+        self.next_renew = self.sim.world.now + LEASE_MS // 3
+        try:
+            return self.jm.step_lease()
+        except RedisUnavailable:
+            return True
+
+    def step(self) -> bool:
+        now = self.sim.world.now
+        try:
+            return self.jm.step()
+        except RedisUnavailable:
+            self.wake_at = now + self.sim.rng.randint(20, 200)
+            return True
+
+    def crash(self) -> None:
+        self.jm.job_inboxes.close_coordinators()
+        self.sim.check_errors(self)
+        self.start()
+
+
+class TMProcess(Process):
+    def __init__(self, sim: Simulation, index: int, slots: int) -> None:
+        self.sim, self.index, self.slots_n, self.gen = sim, index, slots, 0
+        self.name = f"tm{index}"
+        self.start()
+
+    def start(self) -> None:
+        self.gen += 1
+        sim = self.sim
+        self.slots = SimSlots(sim, self.name)
+        self.tm = TaskManager(sim.connect(f"{self.name}.{self.gen}", self), resource_id=self.name, slots=self.slots_n,
+                              host=f"host-{self.name}", world=sim.world, runner=self.slots,
+                              config=RegistrationConfig(50, 400, HEARTBEAT_MS, TIMEOUT_MS),
+                              home=sim.home / self.name)
+        self.begun = False
+
+    def step(self) -> bool:
+        try:
+            if not self.begun:
+                self.tm.start()
+                self.begun = True
+                return True
+            return self.tm.step()
+        except RedisUnavailable:
+            self.wake_at = self.sim.world.now + self.sim.rng.randint(20, 200)
+            return True
+
+    def crash(self) -> None:
+        self.slots.stop()  # its workers die with it
+        self.start()
+
+
+class ProjectorProcess(Process):
+    name = "projector"
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.start()
+
+    def start(self) -> None:
+        self.projector = Projector(self.sim.connect("projector", self))
+        self.loaded = False
+
+    def step(self) -> bool:
+        try:
+            if not self.loaded:
+                self.projector.load()
+                self.loaded = True
+                return True
+            return self.projector.step(block_ms=None) > 0
+        except RedisUnavailable:
+            self.loaded = False
+            self.wake_at = self.sim.world.now + self.sim.rng.randint(20, 200)
+            return True
+
+    def crash(self) -> None:
+        self.start()
+
+
+class ClientProcess(Process):
+    """Submits the seed's jobs (again, if a restart of Redis lost a submission), and, when
+    those faults are on, cancels jobs and sends hostile messages."""
+
+    name = "client"
+
+    def __init__(self, sim: Simulation, jobs: list[simjobs.SimJob]) -> None:
+        self.sim, self.jobs = sim, jobs
+        self.log = sim.connect("client", self)
+        self.api = Client(self.log, "c1", world=sim.world)
+        self.submitted: dict[str, int] = {}
+        self.cancelled: set[str] = set()
+
+    def step(self) -> bool:
+        sim = self.sim
+        now = sim.world.now
+        try:
+            for job in self.jobs:
+                known = job.job_id in sim.observer.registered
+                last = self.submitted.get(job.job_id)
+                if not known and (last is None or now - last > 5_000):
+                    digest = hashlib.sha256(simjobs.CODE).hexdigest()
+                    self.api.submit(JobFile(Path("sim.py"), simjobs.CODE, digest, "sim_job", None,  # type: ignore[arg-type]
+                                               job.graph, {}), job_id=job.job_id)
+                    self.submitted[job.job_id] = now
+                    sim.note(f"client: submitted {job.job_id}")
+                    return True
+            if sim.faulting and sim.faults.hit(sim.rng, "cancel", 0.01):
+                job = sim.rng.choice(self.jobs)
+                if job.job_id in sim.observer.registered and job.job_id not in self.cancelled:
+                    self.api.cancel(job.job_id, "(simulated) the user cancels")
+                    self.cancelled.add(job.job_id)
+                    sim.note(f"client: cancelled {job.job_id}")
+                    return True
+            if sim.faulting and sim.faults.hit(sim.rng, "hostile", 0.05):
+                self.hostile()
+                return True
+        except RedisUnavailable:
+            self.wake_at = now + sim.rng.randint(20, 200)
+            return True
+        self.wake_at = now + 50
+        return False
+
+    def hostile(self) -> None:
+        sim, keys, rng = self.sim, self.sim.keys, self.sim.rng
+        cluster = keys.inbox(keys.cluster)
+        bad_id = rng.choice(("}", "{", "*", "a\nb", "x" * 100_000, "", "tm 1"))
+        job = rng.choice(self.jobs)
+        kind = rng.randrange(6)
+        env: Envelope | None = None
+        if kind == 0:
+            env = Envelope(RegisterTaskManager(bad_id, "s", "h", 1, 1, 1), sim.world.new_id(), 0, sim.world.now)
+        elif kind == 1:
+            env = Envelope(TaskManagerHeartbeat(bad_id, "s", 1, 0), sim.world.new_id(), 0, sim.world.now)
+        elif kind == 2:
+            reply = rng.choice(("no-tag", keys.inbox(keys.job(job.job_id)), "{other:client:x}:inbox", bad_id))
+            env = Envelope(SubmitJob("h" + sim.world.new_id()[:6], job.graph, "0" * 64, "m", reply, {}),
+                           sim.world.new_id(), 0, sim.world.now)
+        elif kind == 3:
+            env = Envelope(SubmitJob(bad_id, job.graph, "0" * 64, "m", keys.inbox(keys.client("c1")), {}),
+                           sim.world.new_id(), 0, sim.world.now)
+        if env is not None:
+            self.log.append(cluster, env)
+        elif kind == 4:
+            self.log.append_raw(rng.choice((cluster, keys.inbox(keys.job(job.job_id)))),
+                                {b"e": rng.choice((b"{not json", b'{"type":"Nope","v":1}', b"\xff"))})
+        else:
+            from sluice.events import UpdateTaskExecutionState, TaskState
+            from sluice.events import OperatorEvent
+
+            ev = rng.choice((
+                UpdateTaskExecutionState(job.job_id, "src:99:0", TaskState.FINISHED, None, "src", 99, 0, "tm0", 0),
+                UpdateTaskExecutionState(job.job_id, "nope", TaskState.RUNNING),
+                OperatorEvent(job.job_id, "src", -1, True, {"type": "request-split"}, 0),
+                OperatorEvent(job.job_id, "zzz", 0, True, {}, 0),
+            ))
+            self.log.append(keys.inbox(keys.job(job.job_id)), Envelope(ev, sim.world.new_id(), 0, sim.world.now,
+                                                                      job.job_id))
+        sim.note(f"client: sent a hostile message ({kind})")
+
+    def crash(self) -> None:
+        pass
+
+
+class Simulation:
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        rng = self.rng
+        self.world = SimWorld(random.Random(rng.getrandbits(64)))
+        self.faults = cfg.faults if cfg.faults is not None else Faults.swarm(rng)
+        self.store = MemoryStore(self.world.now_ms, seed=rng.getrandbits(32))
+        self.keys = Keys("sim")
+        self.files = SimFiles()
+        self.home = _base() / f"seed-{cfg.seed}"  # the TaskManagers' disks: fresh for every run
+        shutil.rmtree(self.home, ignore_errors=True)
+        self.faulting = True
+        self.depth = 0
+        self.calls = 0
+        self.steps = 0
+        self.notes: deque[str] = deque(maxlen=80)
+        self.tasks: list[SimTask] = []
+        self.executors: list[Executor] = []
+        self.live: dict[tuple[str, str], SimTask] = {}
+        self.epochs: dict[int, tuple[str, int]] = {}
+        self.slow_tm = f"tm{rng.randrange(3)}" if self.faults.on("slow_reader") else None
+        simjobs.VIOLATIONS.clear()
+        n_jm = cfg.jobmanagers or rng.randint(2, 3)
+        n_tm = cfg.taskmanagers or rng.randint(1, 3)
+        self.sim_jobs = [simjobs.draw_job(rng, i) for i in range(cfg.jobs or rng.randint(1, 2))]
+        self.coordinated_vertices = {(j.job_id, j.last) for j in self.sim_jobs if j.coordinated}
+        self.observer = Observer(self)
+        self.jms = [JMProcess(self, i) for i in range(n_jm)]
+        self.tms = [TMProcess(self, i, rng.randint(1, 3)) for i in range(n_tm)]
+        self.projector = ProjectorProcess(self)
+        self.user = ClientProcess(self, self.sim_jobs)
+        self.processes: list[Process] = [*self.jms, *self.tms, self.projector, self.user]
+
+    # --- for the actors ---------------------------------------------------------------
+
+    def connect(self, name: str, owner: Any = None) -> EventLog:
+        """A new connection to the log for ``owner`` (the process or task whose calls go
+        through it: while one of its calls is paused, it cannot take another step)."""
+        return EventLog(FaultyBackend(MemoryBackend(self.store, name=name), self, name, owner), self.keys)
+
+    def note(self, text: str) -> None:
+        self.notes.append(f"step {self.steps:>5} t={self.world.elapsed_ms / 1000:8.3f}s  {text}")
+
+    def violation(self, text: str) -> None:
+        raise Violation(text)
+
+    def work_ms(self, tm: str) -> int:
+        ms = self.rng.randint(5, 60)
+        return ms * 5 if tm == self.slow_tm else ms
+
+    def coordinated(self, d: dict) -> bool:
+        return (d["job_id"], d["vertex"]) in self.coordinated_vertices
+
+    def can_crash(self, actor: str) -> bool:
+        return self.faults.on("crash_mid_call") and not actor.startswith("client")
+
+    def committed(self, actor: str, epoch: int, fence_key: str) -> None:
+        """At most one leader commits per epoch (in what the log keeps)."""
+        if not actor.startswith("jm") or epoch <= 0:
+            return
+        writer = actor
+        seen = self.epochs.get(epoch)
+        if seen is not None and seen[0] != writer:
+            raise Violation(f"two leaders commit at epoch {epoch}: {seen[0]} and {writer} (to {fence_key})")
+        self.epochs[epoch] = (writer, self.world.now)
+
+    def task_started(self, task: SimTask) -> None:
+        other = self.live.get(task.key)
+        if other is not None and not other.done:
+            raise Violation(f"{task.name} starts while the same attempt runs as {other.name}")
+        self.live[task.key] = task
+
+    def task_ended(self, task: SimTask, why: str) -> None:
+        if self.live.get(task.key) is task:
+            del self.live[task.key]
+        self.note(f"{task.name} ended: {why}")
+
+    def task_finished(self, task: SimTask) -> None:
+        pass
+
+    def check_errors(self, proc: JMProcess) -> None:
+        if proc.jm.errors:
+            exc = proc.jm.errors[0]
+            text = "".join(traceback.format_exception(exc)).strip().splitlines()
+            raise Violation(f"{proc.name} survived an unexpected error (a bug): {text[-1]}\n" + "\n".join(text[-12:]))
+
+    def log_line(self, line: str) -> None:
+        self.notes.append(f"step {self.steps:>5} t={self.world.elapsed_ms / 1000:8.3f}s  | {line}")
+
+    def interleave(self, actor: str, owner: Any) -> None:
+        """Other processes run while ``owner`` waits inside a call (a pause at any point)."""
+        if owner is None:
+            return
+        self.depth += 1
+        try:
+            self.note(f"{actor}: paused inside a call while others run")
+            for _ in range(self.rng.randint(1, 40)):
+                self.world.advance(self.rng.randint(0, 60))
+                self._one_step(exclude=owner)
+        finally:
+            self.depth -= 1
+
+    # --- the run ------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        try:
+            for _ in range(self.cfg.fault_steps):
+                self._tick()
+            self.faulting = False
+            self.note("faults stop")
+            for p in self.processes:
+                p.paused_until = 0
+            deadline = self.world.now + self.cfg.settle_ms
+            while self.world.now < deadline:
+                self._tick()
+                if self.steps % 20 == 0 and self._settled():
+                    break
+            else:
+                self.observer.catch_up()
+                hanging = {j.job_id: (self.observer.jobs.jobs[j.job_id].status.value
+                                      if j.job_id in self.observer.jobs.jobs else "not registered")
+                           for j in self.sim_jobs if not self.observer.ended(j.job_id)}
+                raise Violation(f"jobs did not end within {self.cfg.settle_ms // 1000} s after the faults stopped: "
+                                f"{hanging}")
+            self._final_checks()
+            return self._outcome(None)
+        except Violation as exc:
+            return self._outcome(str(exc))
+
+    def _settled(self) -> bool:
+        self.observer.catch_up()
+        return all(self.observer.ended(j.job_id) for j in self.sim_jobs)
+
+    def _tick(self) -> None:
+        self.steps += 1
+        if self.faulting:
+            self._world_faults()
+        self._one_step()
+        if self.steps % self.cfg.check_every == 0:
+            self._check()
+
+    def _one_step(self, exclude: Any = None) -> None:
+        now = self.world.now
+        for jm in self.jms:  # renewal threads run when due
+            if jm.renewal_due(now):
+                self._run_call(jm, jm.renew)
+        actors: list[Any] = [p for p in self.processes if p is not exclude and p.runnable(now)]
+        actors += [t for t in self.tasks if t is not exclude and not t.done and t.runnable(now)
+                   and self._tm(t.slots.tm).runnable(now)]
+        actors += [e for e in self.executors if e.queue and not e.closed]
+        if not actors:
+            self.world.advance(self.rng.randint(5, 50))
+            return
+        actor = self.rng.choice(actors)
+        did = self._run(actor)
+        self.world.advance(self.rng.randint(0, 3) if did else self.rng.randint(2, 25))
+        if len(self.tasks) > 200:
+            self.tasks = [t for t in self.tasks if not t.done]
+
+    def _tm(self, name: str) -> Process:
+        return next(p for p in self.tms if p.name == name)
+
+    def _run(self, actor: Any) -> bool:
+        return self._run_call(actor, actor.step)
+
+    def _run_call(self, actor: Any, call: Callable[[], Any]) -> bool:
+        try:
+            return bool(call())
+        except Crash:
+            self._crash(actor)
+            return True
+        except Violation:
+            raise
+        except RedisUnavailable:
+            return True
+        except Exception as exc:
+            text = "".join(traceback.format_exception(exc)).strip().splitlines()
+            raise Violation(f"{getattr(actor, 'name', actor)} raised {type(exc).__name__}: {exc}\n"
+                            + "\n".join(text[-14:])) from None
+
+    def _crash(self, actor: Any) -> None:
+        if isinstance(actor, SimTask):
+            self.note(f"{actor.name}: its worker dies")
+            actor.slots.crash_worker(actor.slot)
+        elif isinstance(actor, Process):
+            self.note(f"{actor.name} dies and restarts")
+            actor.crash()
+
+    def _world_faults(self) -> None:
+        rng, f = self.rng, self.faults
+        if f.hit(rng, "crash", 0.002):
+            victims: list[Any] = [p for p in self.processes if not isinstance(p, ClientProcess)]
+            victims += [t for t in self.tasks if not t.done and t.started]
+            self._crash(rng.choice(victims))
+        if f.hit(rng, "pause", 0.003):
+            p = rng.choice(self.processes[:-1])
+            p.paused_until = self.world.now + rng.choice((200, 800, 1500, 3000, 8000))
+            self.note(f"{p.name} paused for {(p.paused_until - self.world.now) / 1000:.1f} s")
+        if f.hit(rng, "clock_jump", 0.002):
+            ms = rng.choice((300, 700, 1500, 4000))
+            self.world.advance(ms)
+            self.note(f"the clock jumps {ms} ms")
+        if f.hit(rng, "redis_restart", 0.0008):
+            self.store.crash(None)
+            self.note("Redis restarts (nothing lost)")
+        if f.hit(rng, "redis_lose", 0.0008):
+            lose = rng.randint(0, 1000)
+            self.store.crash(self.world.now - lose)
+            self.epochs = {e: w for e, w in self.epochs.items() if w[1] <= self.world.now - lose}
+            self.note(f"Redis restarts and loses its last {lose} ms of writes")
+        if f.hit(rng, "redeliver", 0.01):
+            self._redeliver()
+
+    def _redeliver(self) -> None:
+        tags = [self.keys.cluster] + [self.keys.job(j) for j in self.observer.registered]
+        tag = self.rng.choice(tags)
+        try:
+            Deliverer(self.connect("recovery"), tag).deliver(batch=self.rng.choice((1, 3, 500)))
+            self.note(f"recovery delivers the outbox of {tag}")
+        except (RedisUnavailable, Crash):
+            pass
+
+    # --- checks -------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        self.observer.catch_up()
+        if simjobs.VIOLATIONS:
+            raise Violation(simjobs.VIOLATIONS[0])
+        for proc in self.jms:
+            self.check_errors(proc)
+        fields, _ = self.observer.reader.hgetall_with_ttl(self.keys.leader)
+        holder, epoch = fields.get(b"holder", b"").decode(), int(fields.get(b"epoch", b"0"))
+        leader = next((p.jm for p in self.jms if p.jm.leading and p.jm.id == holder and p.jm.epoch == epoch), None)
+        # A leader that has not yet seen a restart of Redis may be ahead of what the log kept:
+        # it finds out at its next write, and rebuilds.
+        if leader is not None and leader.committer.server == self.store.run_id:
+            live, logged = normal_jobs(leader.state.jobs), normal_jobs(self.observer.jobs)
+            if live != logged:
+                raise Violation("the leader's state differs from the replay of the log:\n" + _diff(live, logged))
+            if normal_membership(leader.state.membership) != normal_membership(self.observer.membership):
+                raise Violation("the leader's membership differs from the replay of the log:\n" + _diff(
+                    normal_membership(leader.state.membership), normal_membership(self.observer.membership)))
+
+    def _final_checks(self) -> None:
+        self._check()
+        check_outboxes(self)
+        for job in self.sim_jobs:
+            run = self.observer.jobs.jobs.get(job.job_id)
+            if run is not None:
+                check_job_result(self, job, run)
+        try:
+            self._check_tables()
+        except Violation:
+            raise
+        except Exception as exc:
+            raise Violation(f"projecting the log failed: {type(exc).__name__}: {exc}") from None
+
+    def _check_tables(self) -> None:
+        """The projector's tables equal the tables of a replay of the log."""
+        from sluice.services.projector.core import PROJECTIONS, JOB_PROJECTIONS
+        from sluice.store import ReadModels
+
+        proj = self.projector.projector
+        log = self.connect("checker")
+        proj.log = log
+        proj.tables = ReadModels(log)
+        proj.catch_up()
+        tables = ReadModels(log)
+        keys = self.keys
+        for projection in PROJECTIONS:
+            state = projection.initial()
+            for _, env in log.replay(keys.facts(keys.cluster)):
+                projection.evolve(state, env)
+            _, rows = tables.read(keys.cluster, projection.name)
+            want = {k: projection.row(state, k) for k in rows}
+            if rows != want:
+                raise Violation(f"table {projection.name} differs from the replay of the log:\n" + _diff(rows, want))
+        for job_id in self.observer.registered:
+            tag = keys.job(job_id)
+            for projection in JOB_PROJECTIONS:
+                state = projection.initial()
+                for _, env in log.replay(keys.facts(tag)):
+                    projection.evolve(state, env)
+                _, rows = tables.read(tag, projection.name)
+                want = {k: projection.row(state, k) for k in rows}
+                if rows != want:
+                    raise Violation(f"table {projection.name} of {job_id} differs from the replay of the log:\n"
+                                    + _diff(rows, want))
+
+    def _outcome(self, violation: str | None) -> Outcome:
+        jobs = {}
+        for j in self.sim_jobs:
+            run = self.observer.jobs.jobs.get(j.job_id)
+            jobs[j.job_id] = run.status.value if run else "not registered"
+        trace = ""
+        if violation is not None:
+            from .trace import render
+
+            trace = render(self, violation)
+        facts = sum(len(self.store.entries(s)) for s in self.store.streams() if s == self.keys.facts(tag_of(s)))
+        return Outcome(self.cfg.seed, violation is None, violation, self.steps, self.world.elapsed_ms, facts,
+                       sorted(self.faults.rates), jobs, trace)
+
+
+def _diff(a: dict, b: dict) -> str:
+    lines = []
+    for k in sorted(set(a) | set(b), key=str):
+        if a.get(k) != b.get(k):
+            lines.append(f"  {k}:\n    live:   {str(a.get(k))[:400]}\n    replay: {str(b.get(k))[:400]}")
+    return "\n".join(lines[:6])
+
+
+class _Notes:
+    """structlog's output inside the simulation: a line in the running world's notes."""
+
+    current: Simulation | None = None
+
+    def msg(self, message: str) -> None:
+        if _Notes.current is not None:
+            _Notes.current.log_line(message)
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+def quiet_logging() -> None:
+    """Route the components' log lines into the simulation's notes (shown in a failing
+    seed's trace) instead of stderr."""
+    import logging
+
+    import structlog
+
+    structlog.configure(
+        processors=[structlog.processors.add_log_level,
+                    structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback)],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=lambda *args: _Notes(),
+        cache_logger_on_first_use=False,
+    )
+
+
+def run_seed(seed: int, **kwargs: Any) -> Outcome:
+    sim = Simulation(SimConfig(seed, **kwargs))
+    _Notes.current = sim
+    try:
+        return sim.run()
+    finally:
+        _Notes.current = None
+        shutil.rmtree(sim.home, ignore_errors=True)

@@ -1,0 +1,110 @@
+"""Faults the simulation injects, and the seam it injects most of them through.
+
+Swarm testing: each seed switches every kind of fault on or off and picks how often it
+strikes, so rare combinations get explored instead of always the same average mix.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sluice.errors import RedisUnavailable
+from sluice.store.backend import Backend, Delegating
+
+if TYPE_CHECKING:
+    from .cluster import Simulation
+
+__all__ = ["KINDS", "Faults", "Crash", "FaultyBackend"]
+
+KINDS = (
+    "crash",            # a process dies (JobManager, TaskManager, worker, projector) and restarts
+    "crash_mid_call",   # ... between two calls to the log, before or after a call took effect
+    "conn_loss",        # a call fails with the connection lost, before or after it took effect
+    "pause",            # a process stops being scheduled for a while (GC, a frozen VM)
+    "interleave",       # other processes run inside one process's call to the log
+    "redeliver",        # recovery delivers outboxes again, racing the leader's own delivery
+    "heartbeat_loss",   # a TaskManager's heartbeats do not get through
+    "clock_jump",       # time jumps ahead: leases expire, timeouts fire
+    "redis_restart",    # Redis restarts and loses nothing (appendfsync always)
+    "redis_lose",       # Redis restarts and loses up to its last second of writes (everysec)
+    "user_error",       # a task's user code raises
+    "coordinator_error",  # a user coordinator raises: its job fails
+    "slow_reader",      # one TaskManager's tasks work 5x slower
+    "hostile",          # malformed and hostile messages in every inbox
+    "cancel",           # a client cancels a job
+)
+
+
+class Crash(BaseException):
+    """The process running this code dies now (not an error any code may catch)."""
+
+
+@dataclass
+class Faults:
+    """Which kinds are on for this seed, and each one's rate (chance per opportunity)."""
+
+    rates: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def swarm(cls, rng: random.Random, kinds: tuple[str, ...] = KINDS, *, all_on: bool = False) -> "Faults":
+        rates = {}
+        for kind in kinds:
+            if all_on or rng.random() < 0.5:
+                rates[kind] = rng.choice((0.2, 0.5, 1.0, 2.0))
+        return cls(rates)
+
+    @classmethod
+    def none(cls) -> "Faults":
+        return cls({})
+
+    def on(self, kind: str) -> bool:
+        return kind in self.rates
+
+    def hit(self, rng: random.Random, kind: str, base: float) -> bool:
+        rate = self.rates.get(kind)
+        return rate is not None and rng.random() < base * rate
+
+
+class FaultyBackend(Delegating):
+    """One process's connection to the log, through which the simulation strikes: a call
+    may fail before or after it took effect (connection lost, or the process dying in
+    between), or other processes may run while it waits."""
+
+    def __init__(self, inner: Backend, sim: "Simulation", actor: str, owner: Any = None) -> None:
+        super().__init__(inner)
+        self.sim, self.actor, self.owner = sim, actor, owner
+
+    def around(self, name: str, call: Any) -> Any:
+        sim = self.sim
+        if not sim.faulting:
+            return call()
+        rng, faults = sim.rng, sim.faults
+        sim.calls += 1
+        if faults.hit(rng, "interleave", 0.01) and sim.depth == 0:
+            sim.interleave(self.actor, self.owner)
+        if faults.hit(rng, "conn_loss", 0.002):
+            if rng.random() < 0.5:
+                sim.note(f"{self.actor}: connection lost before {name}")
+                raise RedisUnavailable(f"(simulated) connection lost before {name}")
+            result = call()
+            sim.note(f"{self.actor}: connection lost after {name} took effect")
+            raise RedisUnavailable(f"(simulated) connection lost after {name}")
+        if faults.hit(rng, "crash_mid_call", 0.0005) and sim.can_crash(self.actor):
+            if rng.random() < 0.5:
+                sim.note(f"{self.actor}: dies before {name}")
+                raise Crash(self.actor)
+            result = call()
+            sim.note(f"{self.actor}: dies after {name} took effect")
+            raise Crash(self.actor)
+        if name == "xadd" and self.actor.startswith("tm") and faults.hit(rng, "heartbeat_loss", 0.02):
+            sim.note(f"{self.actor}: a message does not get through")
+            raise RedisUnavailable("(simulated) network trouble")
+        return call()
+
+    def script(self, name: str, keys: Any, args: Any) -> Any:
+        result = super().script(name, keys, args)
+        if name == "commit" and result and result[0] in (b"OK", "OK"):
+            self.sim.committed(self.actor, int(args[0]), keys[0])
+        return result

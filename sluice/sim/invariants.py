@@ -1,0 +1,178 @@
+"""What must hold in every simulated world, checked against the log and the tables.
+
+The ``Observer`` folds every fact stream from the store with the components' own
+``evolve`` (which refuses an illegal move with the subtask's story), incrementally, and
+starts over when the store restarted (a restart may have lost writes). Checks against the
+log outlive any refactoring of the actors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sluice.errors import IllegalTransition
+from sluice.events import (
+    FIELD,
+    JobRegistered,
+    JobStatus,
+    TaskState,
+    UpdateTaskExecutionState,
+    decode_bytes,
+)
+from sluice.services.jobs.state import TERMINAL_JOB, JobsState
+from sluice.services.jobs.state import evolve as jobs_evolve
+from sluice.services.membership.core import Membership
+from sluice.services.membership.core import evolve as membership_evolve
+from sluice.store import EventLog, tag_of
+
+if TYPE_CHECKING:
+    from .cluster import Simulation
+
+__all__ = ["Observer", "Violation", "normal_jobs", "normal_membership"]
+
+
+class Violation(Exception):
+    """An invariant does not hold."""
+
+
+class Observer:
+    """The cluster as its durable log tells it, folded fact by fact."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.reset()
+
+    def reset(self) -> None:
+        from sluice.store.memory import MemoryBackend
+
+        self.generation = self.sim.store.generation
+        self.reader = MemoryBackend(self.sim.store, name="observer")
+        self.reader._generation = self.generation  # type: ignore[attr-defined]  # it saw this restart
+        self.log = EventLog(self.reader, self.sim.keys)
+        self.membership = Membership()
+        self.jobs = JobsState()
+        self.positions: dict[str, str | None] = {}
+        self.registered: list[str] = []
+        self.finished: set[tuple[str, str, int]] = set()
+
+    def catch_up(self) -> None:
+        store = self.sim.store
+        if store.generation != self.generation:
+            self.reset()
+        keys = self.sim.keys
+        self._fold(keys.facts(keys.cluster), self._cluster)
+        for job_id in self.registered:
+            self._fold(keys.facts(keys.job(job_id)), self._job)
+
+    def _fold(self, stream: str, apply: Any) -> None:
+        after = self.positions.get(stream)
+        while True:
+            batch = self.log.read_page(stream, after or "0-0", count=1000)
+            for entry_id, fields in batch:
+                apply(stream, entry_id, decode_bytes(fields[FIELD]))
+                after = entry_id
+            if len(batch) < 1000:
+                break
+        self.positions[stream] = after
+
+    def _cluster(self, stream: str, entry_id: str, env: Any) -> None:
+        membership_evolve(self.membership, env)
+        if isinstance(env.event, JobRegistered) and env.event.job_id not in self.registered:
+            self.registered.append(env.event.job_id)
+
+    def _job(self, stream: str, entry_id: str, env: Any) -> None:
+        ev = env.event
+        if type(ev) is UpdateTaskExecutionState:
+            key = (ev.job_id, ev.vertex_id, ev.subtask)
+            if ev.state == TaskState.SCHEDULED and key in self.finished:
+                raise Violation(f"{ev.execution_id} of {ev.job_id} is deployed again ({stream} {entry_id}) after an "
+                                "attempt of its subtask FINISHED")
+        try:
+            jobs_evolve(self.jobs, env)
+        except IllegalTransition as exc:
+            raise Violation(f"an illegal fact in {stream} {entry_id}: {exc}") from None
+        except (KeyError, IndexError) as exc:
+            raise Violation(f"a fact in {stream} {entry_id} does not fit the job: {type(exc).__name__} {exc}") from None
+        if type(ev) is UpdateTaskExecutionState and ev.state == TaskState.FINISHED:
+            self.finished.add((ev.job_id, ev.vertex_id, ev.subtask))
+
+    # --- end-state checks ---
+    def ended(self, job_id: str) -> bool:
+        job = self.jobs.jobs.get(job_id)
+        return job is not None and job.status in TERMINAL_JOB
+
+
+def normal_jobs(state: JobsState) -> dict[str, Any]:
+    """A job state as comparable data: what replay must rebuild exactly."""
+    out: dict[str, Any] = {}
+    for job_id, job in sorted(state.jobs.items()):
+        out[job_id] = {
+            "status": job.status.value, "reason": job.reason, "restarts": job.restarts, "built": job.built,
+            "waiting": job.waiting_since,
+            "tasks": {ex.id: (ex.state.value, ex.taskmanager, ex.slot, ex.produced, ex.not_before, ex.seq)
+                      for ex in job.executions()},
+            "kvstate": {name: sorted(loc.to_dict().items()) if hasattr(loc, "to_dict") else repr(loc)
+                        for name, loc in sorted(job.kvstate.locations.items())},
+        }
+    out["_pool"] = state.pool.holders()
+    return out
+
+
+def normal_membership(state: Membership) -> dict[str, Any]:
+    return {rid: (r.session, r.status, r.slots) for rid, r in sorted(state.taskmanagers.items())}
+
+
+def check_outboxes(sim: Simulation) -> None:
+    """Every outbox entry up to its cursor is in its target inbox exactly once (or parked
+    with the reason); no inbox holds one outbox entry twice."""
+    store, keys = sim.store, sim.keys
+    seen: dict[tuple[str, str], str] = {}
+    for stream in store.streams():
+        if not keys.is_inbox(stream):
+            continue
+        for entry_id, fields in store.entries(stream):
+            origin, ref = fields.get(b"from"), fields.get(b"ref")
+            if origin is None or ref is None:
+                continue
+            k = (origin.decode(), ref.decode())
+            if k in seen:
+                raise Violation(f"outbox entry {k[1]} of {k[0]} was delivered twice: to {seen[k]} and {stream} "
+                                f"({entry_id})")
+            seen[k] = stream
+    for stream in store.streams():
+        if not keys.is_outbox(stream):
+            continue
+        tag = tag_of(stream)
+        cursor = sim.observer.reader.get(keys.outbox_cursor(tag))
+        if cursor is None:
+            continue
+        parked = {f.get(b"entry", b"").decode() for _, f in store.entries(keys.dead(tag))}
+        upto = _order(cursor.decode())
+        for entry_id, fields in store.entries(stream):
+            if _order(entry_id) > upto:
+                break
+            target = fields.get(b"to")
+            if target is None or entry_id in parked:
+                continue
+            if (stream, entry_id) not in seen:
+                raise Violation(f"outbox entry {entry_id} of {stream} (to {target.decode()[:60]}) is behind the "
+                                f"cursor {cursor.decode()} but was never delivered")
+
+
+def _order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def check_job_result(sim: Simulation, job: Any, run: Any) -> None:
+    """A FINISHED job consumed each split exactly once: the sink holds every split id once."""
+    if run.status != JobStatus.FINISHED:
+        if run.status == JobStatus.FAILED and not run.reason:
+            raise Violation(f"job {job.job_id} FAILED without a root cause")
+        return
+    got = sorted(sim.files.sink_ids(job.sink_path))
+    want = list(range(job.splits))
+    if got != want:
+        missing = sorted(set(want) - set(got))
+        extra = sorted(i for i in set(got) if got.count(i) > 1)
+        raise Violation(f"job {job.job_id} FINISHED, but its sink holds {got}: missing {missing}, twice {extra}")

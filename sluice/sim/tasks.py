@@ -1,0 +1,292 @@
+"""Slot workers in the simulation: tasks that take steps instead of running on Spark.
+
+A TaskManager hands its tasks to ``SimSlots`` (its ``Slots``) as it would hand them to
+RQ workers. Each task is an actor: it reports RUNNING, asks the source coordinator for
+splits through the real ``TaskEvents`` (one step per request, per poll and per split),
+reads its producers' partitions from ``SimFiles``, talks to its vertex's coordinator,
+writes its partition or publishes its sink through the real publish protocol one file
+operation per step, registers queryable state, and reports FINISHED. What it reads and
+writes are split ids, so the invariants can check the result end to end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sluice.errors import RedisUnavailable
+from sluice.events import Envelope, KeyGroupRange, NotifyKvStateRegistered, TaskState
+from sluice.services.dataplane.keygroups import key_group_range
+from sluice.services.dataplane.publish import Publication, current
+from sluice.services.jobs.core import input_paths
+from sluice.services.kvstate.codec import state_id
+from sluice.services.taskmanager.events import TaskEvents
+from sluice.services.taskmanager.worker import report_produced, report_state
+from sluice.store import EventLog, KvStates
+
+if TYPE_CHECKING:
+    from .cluster import Simulation
+
+__all__ = ["SimFiles", "SimSlots", "SimTask"]
+
+
+class SimFiles:
+    """The storage the data plane writes to (outside Redis: a Redis restart loses none of it)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, Any] = {}
+
+    def listing(self, directory: str) -> list[str]:
+        head = directory.rstrip("/") + "/"
+        return sorted(p[len(head):] for p in self.files if p.startswith(head) and "/" not in p[len(head):])
+
+    def sink_ids(self, directory: str) -> list[int]:
+        """What a reader of a sink directory gets: its current files' ids, in one list."""
+        out: list[int] = []
+        for name in current(self.listing(directory)):
+            out += self.files[directory.rstrip("/") + "/" + name]
+        return out
+
+
+class SimSlots:
+    """One TaskManager's slot workers (its ``Slots``): a task waits in its slot's queue until
+    the worker takes it; killing a worker kills its task."""
+
+    def __init__(self, sim: Simulation, tm: str) -> None:
+        self.sim, self.tm = sim, tm
+        self.n = 0
+        self.tasks: dict[str, SimTask] = {}
+        self._exited: list[tuple[int, str]] = []
+
+    def start(self, slots: int) -> None:
+        self.n = slots
+
+    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str) -> str:
+        task = SimTask(self.sim, self, handle, dict(descriptor), slot)
+        self.tasks[handle] = task
+        self.sim.tasks.append(task)
+        return handle
+
+    def cancel_queued(self, handle: str) -> None:
+        task = self.tasks.get(handle)
+        if task is not None and not task.started:
+            task.end("cancelled before a worker took it")
+
+    def started(self, handle: str) -> bool:
+        task = self.tasks.get(handle)
+        return True if task is None else task.started
+
+    def alive(self, slot: int) -> bool:
+        return True
+
+    def kill(self, slot: int, *, wait: bool = False) -> None:
+        for task in list(self.tasks.values()):
+            if task.slot == slot and task.started and not task.done:
+                task.end("its worker was killed")
+        if not wait:
+            self._exited.append((slot, "signal 9"))
+
+    def crash_worker(self, slot: int) -> None:
+        """The slot's worker process dies on its own (out of memory, a segfault)."""
+        self.kill(slot)
+
+    def exited(self) -> list[tuple[int, str]]:
+        out, self._exited = self._exited, []
+        return out
+
+    def stop(self) -> None:
+        for task in list(self.tasks.values()):
+            task.end("its TaskManager stopped")
+        self.tasks.clear()
+
+
+@dataclass
+class SimTask:
+    sim: Simulation
+    slots: SimSlots
+    handle: str
+    d: dict
+    slot: int
+    started: bool = False
+    done: bool = False
+    phase: str = "queued"
+    busy_until: int = 0
+    consumed: list[int] = field(default_factory=list)
+    events: TaskEvents | None = None
+    publication: Publication | None = None
+    data: list[int] = field(default_factory=list)
+    hello: str = ""
+    log: EventLog | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.d["job_id"], self.d["execution_id"])
+
+    @property
+    def name(self) -> str:
+        return f"task {self.d['execution_id']} of {self.d['job_id']} on {self.slots.tm}"
+
+    def end(self, why: str) -> None:
+        if not self.done:
+            self.done = True
+            self.slots.tasks.pop(self.handle, None)
+            self.sim.task_ended(self, why)
+
+    def runnable(self, now: int) -> bool:
+        return not self.done and now >= self.busy_until
+
+    # --- the task's steps ---------------------------------------------------------------
+
+    def _events(self) -> TaskEvents:
+        if self.events is None:
+            assert self.log is not None
+            self.events = TaskEvents(self.log, self.d, f"host-{self.slots.tm}", world=self.sim.world, blocking=False)
+        return self.events
+
+    def step(self) -> bool:
+        """One step; a report that fails (Redis away) is tried again at the next step."""
+        sim, d = self.sim, self.d
+        if self.done:
+            return False
+        if self.log is None:
+            self.log = sim.connect(f"worker-{self.slots.tm}-{self.slot}", self)
+        try:
+            return self._step(sim, d)
+        except RedisUnavailable:
+            self.busy_until = sim.world.now + sim.rng.randint(5, 100)
+            return True
+
+    def _step(self, sim: Simulation, d: dict) -> bool:
+        assert self.log is not None
+        if self.phase == "queued":
+            self.started = True
+            sim.task_started(self)
+            self.phase = "report-running"
+        if self.phase == "report-running":
+            report_state(self.log, sim.world, d, self.slots.tm, self.slot, TaskState.RUNNING)
+            self.phase = "work"
+            return True
+        if self.phase == "work":
+            if sim.faults.hit(sim.rng, "user_error", 0.03):
+                self.phase = "report-failed"
+                return True
+            self.phase = "ask" if d["kind"] == "source" else "read"
+            return True
+        if self.phase == "report-failed":
+            report_state(self.log, sim.world, d, self.slots.tm, self.slot, TaskState.FAILED,
+                         "(simulated) the user's code raised ValueError: bad row")
+            self.end("its user code raised")
+            return True
+        if self.phase == "ask":
+            events = self._events()
+            if events.unsent is not None:
+                events.resend()  # it may have got through before: the leader takes it once
+            else:
+                events.ask_for_split()
+            self.phase = "wait"
+            return True
+        if self.phase == "wait":
+            assert self.events is not None
+            self.events.poll()
+            if not self.events.answered():
+                self.busy_until = sim.world.now + sim.rng.randint(1, 20)
+                return False
+            split = self.events.take_split()
+            if split is None:
+                self.data = sorted(self.consumed)
+                self.phase = "output"
+                return True
+            self.consumed.append(int(split["index"]))
+            self.busy_until = sim.world.now + sim.work_ms(self.slots.tm)
+            self.phase = "ask"
+            return True
+        if self.phase == "read":
+            ids: list[int] = []
+            for inp in d["inputs"]:
+                start, end = inp["key_groups"] if inp.get("key_groups") else (0, 1 << 30)
+                for path in input_paths(inp):
+                    part = sim.files.files.get(path)
+                    if part is None:
+                        sim.violation(f"{self.name} reads {path}, a partition that does not exist")
+                        self.end("its input is missing")
+                        return True
+                    ids += [i for i in part if start <= i % d["max_parallelism"] <= end]
+            self.data = sorted(ids)
+            self.busy_until = sim.world.now + sim.work_ms(self.slots.tm)
+            self.phase = "hello" if sim.coordinated(d) else "output"
+            return True
+        if self.phase == "hello":
+            events = self._events()
+            if events.unsent is not None:
+                events.resend()
+            else:
+                self.hello = f"{d['execution_id']}#{sim.world.new_id()[:6]}"
+                body: dict[str, Any] = {"hello": self.hello}
+                if sim.faults.hit(sim.rng, "coordinator_error", 0.05):
+                    body["boom"] = True
+                events.send_to_coordinator(body)
+            self.phase = "thanks"
+            return True
+        if self.phase == "thanks":
+            assert self.events is not None
+            reply = self.events.next_event(0.0)
+            if reply is None:
+                self.busy_until = sim.world.now + sim.rng.randint(1, 30)
+                return False
+            if reply != {"thanks": self.hello}:
+                sim.violation(f"{self.name} said hello {self.hello} and got {reply!r}")
+            self.phase = "output"
+            return True
+        if self.phase == "output":
+            output = d.get("output")
+            if output:
+                sim.files.files[output["path"]] = list(self.data)
+                self.phase = "produced"
+            else:
+                self.phase = "sink"
+            return True
+        if self.phase == "produced":
+            report_produced(self.log, sim.world, d)
+            self.phase = "sink"
+            return True
+        if self.phase == "sink":
+            sink = d.get("sink")
+            if sink is None:
+                self.phase = "state"
+                return True
+            directory = sink["path"]
+            if self.publication is None:
+                self.publication = Publication.start(d["subtask"], d["attempt"], ["sim"])
+                staging = f"{directory}/_staging-{d['execution_id']}"
+                sim.files.files[staging] = list(self.data)
+            pub = self.publication
+            listing = sim.files.listing(directory) if pub.needs_listing else None
+            pub, action = pub.advance(listing)
+            self.publication = pub
+            for name in action.move:
+                sim.files.files[f"{directory}/{name}"] = [] if name.startswith("_") else list(self.data)
+            for name in action.delete:
+                sim.files.files.pop(f"{directory}/{name}", None)
+            if pub.done:
+                sim.files.files.pop(f"{directory}/_staging-{d['execution_id']}", None)
+                self.phase = "state"
+            return True
+        if self.phase == "state":
+            q = d.get("queryable")
+            if q:
+                name = q["name"]
+                sid = state_id(d["job_id"], name, d["execution_id"])
+                KvStates(self.log.backend, self.log.keys).write(d["job_id"], sid, [], {"execution_id": d["execution_id"]})
+                start, end = key_group_range(d["max_parallelism"], d["parallelism"], d["subtask"])
+                msg = NotifyKvStateRegistered(d["job_id"], d["vertex"], KeyGroupRange(start, end), name, sid,
+                                              "sim://redis", d["execution_id"])
+                self.log.append(self.log.keys.inbox(self.log.keys.job(d["job_id"])),
+                                Envelope(msg, sim.world.new_id(), 0, sim.world.now, d["job_id"]))
+            self.phase = "finish"
+            return True
+        if self.phase == "finish":
+            report_state(self.log, sim.world, d, self.slots.tm, self.slot, TaskState.FINISHED)
+            sim.task_finished(self)
+            self.end("it finished")
+            return True
+        raise AssertionError(f"unknown phase {self.phase}")
