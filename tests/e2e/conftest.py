@@ -24,6 +24,14 @@ FAST = {
     "SLUICE_LEASE_TTL_MS": "800",
 }
 
+# What a test's own waits add up to, for its ``@pytest.mark.timeout``: the timeout must be
+# larger than the sum of the waits, so that a slow run fails with the message of the wait
+# that ran out, not with pytest-timeout's stack dump.
+SPARK_START = 120
+"""The first test that needs Spark starts the session's Spark Connect server (its wait)."""
+TEARDOWN = 60
+"""Stopping a test's processes (``Processes.stop_all``: up to 10 s each) and its Redis."""
+
 
 def wait_until(check: Callable[[], T], what: str, timeout: float = 20.0) -> T:
     deadline = time.monotonic() + timeout
@@ -49,6 +57,56 @@ def membership(log: EventLog) -> Membership:
 
 def registered(log: EventLog) -> set[str]:
     return {r.resource_id for r in membership(log).active()}
+
+
+def facts_after(log: EventLog, stream: str, after: str) -> list[tuple[str, Envelope]]:
+    """(entry id, envelope) of ``stream``'s entries after entry ``after``."""
+    return list(log.replay(stream, after))
+
+
+def grant_entry(log: EventLog, epoch: int) -> str:
+    """The entry id of the LeadershipGranted of ``epoch`` in the cluster's facts."""
+    return next(i for i, e in log.replay(log.keys.facts(log.keys.cluster))
+                if e.type == "LeadershipGranted" and e.event.epoch == epoch)
+
+
+def entry_ms(entry_id: str) -> int:
+    """The server time (ms) at which a stream entry was written."""
+    return int(entry_id.split("-")[0])
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def worker_pids(prefix: str, resource_id: str, slot: int | None = None) -> list[int]:
+    """Live RQ worker processes (``sluice worker``) of one TaskManager of this test's
+    cluster (matched on its key prefix too: other tests reuse resource ids)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        if "sluice.services.common.guard" in args or "worker" not in args:
+            continue  # the guard that is about to exec the worker, or not a worker
+        tail = args[args.index("worker"):]
+        if tail[:3] != ["worker", "--resource-id", resource_id] or "--prefix" not in args \
+                or args[args.index("--prefix") + 1] != prefix:
+            continue
+        if slot is not None and tail[3:5] != ["--slot", str(slot)]:
+            continue
+        if alive(int(d.name)):
+            found.append(int(d.name))
+    return sorted(found)
 
 
 class Processes:
@@ -84,6 +142,26 @@ class Processes:
                 except ProcessLookupError:
                     pass
             p.wait(timeout=10)
+
+
+# Spark shares the 2 cores with everything else here: in tests that run jobs, heartbeats
+# get more slack than in the membership tests, so a busy machine does not turn into lost
+# TaskManagers.
+SLACK = {"SLUICE_HEARTBEAT_INTERVAL_MS": "200", "SLUICE_HEARTBEAT_TIMEOUT_MS": "10000", "SLUICE_LEASE_TTL_MS": "5000"}
+
+
+@pytest.fixture
+def cluster(procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path) -> dict:
+    """A JobManager for running jobs (storage under tmp_path), and where TaskManagers go."""
+    home = tmp_path / "home"
+    procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--slot-timeout", "120",
+                env={"SLUICE_HOME": str(home), **SLACK})
+    return {"home": home, "spark": spark_remote}
+
+
+def start_tm(procs: Processes, cluster: dict, name: str, slots: int = 2, env: dict | None = None) -> None:
+    procs.start(name, "taskmanager", "--resource-id", name, "--slots", str(slots), "--spark", cluster["spark"],
+                env={"SLUICE_HOME": str(cluster["home"]), **SLACK, **(env or {})})
 
 
 @pytest.fixture

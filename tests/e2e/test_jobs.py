@@ -14,28 +14,10 @@ from sluice.events import JobStatus, JobWaitingForSlots, ScheduleOrUpdateConsume
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.services.projector import Projector
 from sluice.store import EventLog, ReadModels
-from tests.e2e.conftest import Processes, registered, wait_until
+from tests.e2e.conftest import SLACK, Processes, registered, start_tm, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).parent / "jobs"
-
-
-# Spark shares the 2 cores with everything else here: heartbeats get more slack than in
-# the membership tests, so a busy machine does not turn into lost TaskManagers.
-SLACK = {"SLUICE_HEARTBEAT_INTERVAL_MS": "200", "SLUICE_HEARTBEAT_TIMEOUT_MS": "10000", "SLUICE_LEASE_TTL_MS": "5000"}
-
-
-@pytest.fixture
-def cluster(procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path):
-    home = tmp_path / "home"
-    procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--slot-timeout", "120",
-                env={"SLUICE_HOME": str(home), **SLACK})
-    return {"home": home, "spark": spark_remote}
-
-
-def start_tm(procs: Processes, cluster: dict, name: str, slots: int = 2, env: dict | None = None) -> None:
-    procs.start(name, "taskmanager", "--resource-id", name, "--slots", str(slots), "--spark", cluster["spark"],
-                env={"SLUICE_HOME": str(cluster["home"]), **SLACK, **(env or {})})
 
 
 def write_lines(path: Path, n: int = 2000) -> Path:

@@ -16,8 +16,8 @@ from sluice.store import EventLog
 
 from sluice.errors import UnknownStateName
 from sluice.state import StateClient
-from tests.e2e.conftest import Processes, registered, wait_until
-from tests.e2e.test_jobs import ROOT, cluster, run_job, start_tm  # noqa: F401 (the cluster fixture)
+from tests.e2e.conftest import Processes, registered, start_tm, wait_until
+from tests.e2e.test_jobs import ROOT, run_job
 
 
 def write_words(path: Path, vocabulary: int = 3000, lines: int = 4000, seed: int = 3) -> Path:
@@ -28,7 +28,7 @@ def write_words(path: Path, vocabulary: int = 3000, lines: int = 4000, seed: int
 
 
 def test_a_keyed_jobs_state_is_readable_for_any_key_and_equals_plain_pyspark(
-        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:  # noqa: F811
+        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
     start_tm(procs, cluster, "tm-1")
     wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
     text = write_words(tmp_path / "in.txt")

@@ -26,8 +26,8 @@ from sluice.events import (
 from sluice.services.coordination.timeline import split_timeline
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import EventLog
-from tests.e2e.conftest import Processes, registered, wait_until
-from tests.e2e.test_jobs import JOBS, SLACK, job_facts, run_job, start_tm
+from tests.e2e.conftest import SLACK, Processes, registered, start_tm, wait_until
+from tests.e2e.test_jobs import JOBS, job_facts, run_job
 
 
 @pytest.fixture
