@@ -64,10 +64,32 @@ def facts_after(log: EventLog, stream: str, after: str) -> list[tuple[str, Envel
     return list(log.replay(stream, after))
 
 
-def grant_entry(log: EventLog, epoch: int) -> str:
-    """The entry id of the LeadershipGranted of ``epoch`` in the cluster's facts."""
-    return next(i for i, e in log.replay(log.keys.facts(log.keys.cluster))
-                if e.type == "LeadershipGranted" and e.event.epoch == epoch)
+def grant_entry(log: EventLog, epoch: int) -> str | None:
+    """The entry id of the LeadershipGranted of ``epoch`` in the cluster's facts (None: not yet)."""
+    return next((i for i, e in log.replay(log.keys.facts(log.keys.cluster))
+                 if e.type == "LeadershipGranted" and e.event.epoch == epoch), None)
+
+
+def _order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def assert_facts_after_takeover(log: EventLog, tag: str, killed_epoch: int) -> list[Envelope]:
+    """A takeover mattered: facts of ``tag`` were committed after the new leader's
+    LeadershipGranted, every one of them at the new leader's epoch (above the killed
+    leader's), and none before the grant carries it. Returns the facts after the grant."""
+    grants = [e.event for e in facts(log) if e.type == "LeadershipGranted"]
+    epoch = grants[-1].epoch
+    assert epoch > killed_epoch, f"no takeover after epoch {killed_epoch}: {grants}"
+    cut = _order(grant_entry(log, epoch) or "0-0")
+    entries = list(log.replay(log.keys.facts(tag)))
+    before = [e for i, e in entries if _order(i) < cut]
+    after = [e for i, e in entries if _order(i) > cut]
+    assert after, f"nothing was committed to {tag} after the takeover at epoch {epoch}"
+    assert {e.epoch for e in after} == {epoch}, [(e.type, e.epoch) for e in after if e.epoch != epoch]
+    assert all(e.epoch < epoch for e in before)
+    return after
 
 
 def entry_ms(entry_id: str) -> int:

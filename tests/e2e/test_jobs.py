@@ -14,7 +14,7 @@ from sluice.events import JobStatus, JobWaitingForSlots, ScheduleOrUpdateConsume
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.services.projector import Projector
 from sluice.store import EventLog, ReadModels
-from tests.e2e.conftest import SLACK, Processes, registered, start_tm, wait_until
+from tests.e2e.conftest import SLACK, Processes, assert_facts_after_takeover, registered, start_tm, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).parent / "jobs"
@@ -204,12 +204,17 @@ def test_a_running_job_survives_a_jobmanager_kill(procs: Processes, log: EventLo
     wait_until(lambda: (j := client.job(job_id, missing_ok=True)) is not None and j.status == JobStatus.RUNNING,
                "the job to run", timeout=90)
     grants = [e.event for _, e in log.replay(log.keys.facts(log.keys.cluster)) if e.type == "LeadershipGranted"]
-    first = grants[-1].leader_id  # either JobManager may have won the lease: kill the one that leads
+    first, killed_epoch = grants[-1].leader_id, grants[-1].epoch  # either JobManager may have won the lease
     procs.signal("jm-b" if first == "jm-b" else "jm", signal.SIGKILL)
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
     assert job.status == JobStatus.FINISHED, job.reason
     grants = [e.event for _, e in log.replay(log.keys.facts(log.keys.cluster)) if e.type == "LeadershipGranted"]
     assert grants[-1].leader_id != first
+    # The standby carried the job: what was committed after its grant is at its epoch, down
+    # to the job's end.
+    after = assert_facts_after_takeover(log, log.keys.job(job_id), killed_epoch)
+    assert any(isinstance(e.event, UpdateTaskExecutionState) for e in after)
+    assert any(e.type == "JobStatusChanged" and e.event.status == JobStatus.FINISHED for e in after)
     from pyspark.sql import functions as F
 
     got = {r["word"]: r["count"] for r in spark.read.parquet(str(tmp_path / "out")).collect()}

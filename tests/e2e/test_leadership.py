@@ -43,10 +43,11 @@ def test_the_standby_takes_over_from_a_killed_leader_and_rebuilds_from_the_log(p
     out = wait_until(lambda: "replayed=" in (o := procs.output("jm-b")) and o, "jm-b to say it leads")
     assert "taskmanagers=2" in out
     # The TaskManagers notice the new epoch and register again: the new leader knows them
-    # from the log, so they are AlreadyRegistered, not new, and nobody was lost.
+    # from the log, so they are AlreadyRegistered (committed by it, at its epoch), not new,
+    # and nobody was lost.
     for rid in ("tm-1", "tm-2"):
         inbox = log.keys.inbox(log.keys.taskmanager(rid))
-        wait_until(lambda: any(isinstance(e.event, AlreadyRegistered) and e.event.epoch == 2
+        wait_until(lambda: any(isinstance(e.event, AlreadyRegistered) and e.event.epoch == 2 and e.epoch == 2
                                for _, e in log.replay(inbox)), f"{rid} to re-register")
     assert sum(isinstance(e.event, TaskManagerRegistered) for e in facts(log)) == 2
     time.sleep(1.0)

@@ -25,8 +25,16 @@ from sluice.events import (
 )
 from sluice.services.coordination.timeline import split_timeline
 from sluice.services.jobs.state import TERMINAL_JOB
-from sluice.store import EventLog
-from tests.e2e.conftest import SLACK, Processes, registered, start_tm, wait_until
+from sluice.store import EventLog, current_leader
+from tests.e2e.conftest import (
+    SLACK,
+    Processes,
+    assert_facts_after_takeover,
+    grant_entry,
+    registered,
+    start_tm,
+    wait_until,
+)
 from tests.e2e.test_jobs import JOBS, job_facts, run_job
 
 
@@ -144,6 +152,7 @@ def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
     before = len(timeline(log, job_id))
     grants = [e.event for _, e in log.replay(log.keys.facts(log.keys.cluster)) if e.type == "LeadershipGranted"]
     leader = {"jm-a": "jm", "jm-b": "jm-b"}[grants[-1].leader_id]  # either may have won the lease
+    killed_epoch = grants[-1].epoch
     procs.signal(leader, signal.SIGKILL)
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
     assert job.status == JobStatus.FINISHED, job.reason
@@ -151,6 +160,10 @@ def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
     rows = assert_each_split_finished_once(log, job_id)
     epochs = sorted({r.epoch for r in rows})
     assert len(epochs) == 2 and len(rows) > before, "the new leader should have handed out the rest"
+    # Every split answer, task state and the job's end after the takeover are the new leader's.
+    after = assert_facts_after_takeover(log, log.keys.job(job_id), killed_epoch)
+    assert any(isinstance(e.event, OperatorEvent) and not e.event.to_coordinator for e in after)
+    assert any(e.type == "JobStatusChanged" and e.event.status == JobStatus.FINISHED for e in after)
 
 
 def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, cluster: dict, spark,
@@ -207,6 +220,69 @@ def test_a_coordinator_and_its_subtasks_talk_both_ways(procs: Processes, log: Ev
     assert facts.index(releasing) == facts.index(greetings[-1]) + 1
     # A last checkpoint when the job ends keeps the coordinator's final state in the log.
     assert sorted(t[0] for t in checkpoints[-1].state["thanks"]) == [0, 1]
+
+
+def test_a_jobmanager_killed_between_two_inputs_of_a_nondeterministic_coordinator_loses_nothing(
+        procs: Processes, log: EventLog, spark_remote: str, spark, tmp_path: Path) -> None:
+    """The Greeter (tests/e2e/jobs/coordinated.py) is not deterministic. Kill its leader right
+    after the first subtask's thanks is in the log and before any checkpoint covers it (no
+    on-demand checkpoint, and no periodic one: the interval is longer than the test); the
+    second subtask thanks only after the takeover. The new leader restores the checkpoint
+    taken when the greetings went out, replays the first thanks from the log, takes the
+    second live: each greeting went out once, each thanks counts once, the output is exact."""
+    from tests.e2e.jobs.coordinated import Greeter
+
+    assert Greeter.deterministic is False
+    home, storage = tmp_path / "home", (tmp_path / "storage").as_uri()
+    jm_env = {"SLUICE_HOME": str(home), **SLACK, "SLUICE_LEASE_TTL_MS": "1500",
+              "SLUICE_CHECKPOINT_INTERVAL_MS": "600000"}
+    procs.start("jm-a", "jobmanager", "--storage-root", storage, "--id", "jm-a", env=jm_env)
+    wait_until(lambda: current_leader(log), "jm-a to lead", timeout=30)
+    procs.start("jm-b", "jobmanager", "--storage-root", storage, "--id", "jm-b", env=jm_env)
+    gate = tmp_path / "gate"
+    start_tm(procs, {"home": home, "spark": spark_remote}, "tm-1", env={"SLUICE_TEST_GATE": str(gate)})
+    client = Client(log)
+    job_id = client.submit(load_job(JOBS / "coordinated.py", {"output": str(tmp_path / "out"), "n": "1000"}))
+
+    def thanks_from(subtask: int):
+        return next(((i, e) for i, e in log.replay(log.keys.facts(log.keys.job(job_id)))
+                     if isinstance(e.event, OperatorEvent) and e.event.to_coordinator
+                     and e.event.operator_id == "tag -> out" and e.event.subtask == subtask), None)
+
+    first_id, first = wait_until(lambda: thanks_from(0), "subtask 0 to thank the coordinator", timeout=120)
+    assert first.epoch == 1 and current_leader(log).holder == "jm-a"
+    procs.signal("jm-a", signal.SIGKILL)
+    wait_until(lambda: (h := current_leader(log)) is not None and h.holder == "jm-b" and h.epoch == 2
+               and grant_entry(log, 2), "jm-b to take over", timeout=30)
+    assert thanks_from(1) is None  # still waiting at the gate
+    gate.write_text("open")
+    job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
+    assert job.status == JobStatus.FINISHED and job.restarts == 0, job.reason
+    # The first thanks was not covered by a checkpoint when jm-a died: jm-b replayed it.
+    entries = list(log.replay(log.keys.facts(log.keys.job(job_id))))
+    grant = grant_entry(log, 2)
+    between = [e for i, e in entries if _before(first_id, i) and _before(i, grant)]
+    assert not any(isinstance(e.event, CoordinatorCheckpointed) and e.event.operator_id == "tag -> out"
+                   for e in between)
+    facts = [e.event for _, e in entries]
+    greetings = [f for f in facts if isinstance(f, OperatorEvent) and not f.to_coordinator
+                 and f.operator_id == "tag -> out"]
+    assert sorted((g.subtask, g.body["hello"]) for g in greetings) == [(0, "greeting-0"), (1, "greeting-1")]
+    thanks = [f for f in facts if isinstance(f, OperatorEvent) and f.to_coordinator and f.operator_id == "tag -> out"]
+    assert sorted(t.subtask for t in thanks) == [0, 1]
+    final = [f for f in facts if isinstance(f, CoordinatorCheckpointed) and f.operator_id == "tag -> out"][-1]
+    assert sorted(final.state["thanks"]) == sorted([t.subtask, t.attempt, t.body["rows"]] for t in thanks)
+    # Exact output: every number once, each tagged with the greeting of the subtask that
+    # read it, as many per subtask as that subtask told the coordinator.
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(r["id"] for r in rows) == list(range(1000))
+    per_greeting = Counter(r["greeting"] for r in rows)
+    assert per_greeting == {f"greeting-{t.subtask}": t.body["rows"] for t in thanks}
+    assert_facts_after_takeover(log, log.keys.job(job_id), 1)
+
+
+def _before(a: str, b: str) -> bool:
+    return tuple(map(int, a.split("-"))) < tuple(map(int, b.split("-")))
 
 
 def test_a_coordinator_that_raises_fails_its_job_but_not_the_jobmanager(
