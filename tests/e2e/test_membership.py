@@ -11,8 +11,11 @@ from sluice.events import (
     AcknowledgeRegistration,
     AlreadyRegistered,
     Envelope,
+    JobManagerHeartbeat,
+    LeadershipGranted,
     RefuseRegistration,
     SubmitTask,
+    TaskManagerHeartbeat,
     TaskManagerLost,
     TaskManagerUnregistered,
 )
@@ -133,16 +136,46 @@ def test_bad_entries_in_the_inbox_are_parked_and_the_jobmanager_goes_on(procs: P
 
 
 def test_the_cluster_rides_out_a_redis_restart(procs: Processes, aof_redis, prefix: str) -> None:
+    """Redis stops for a second and comes back on its AOF. The old rows alone (a leader, a
+    registered TaskManager) prove nothing: the cluster must work again on the restarted
+    server, so a leader is granted at a new epoch, the TaskManager registers with it, and
+    heartbeats flow both ways at that epoch, with nobody declared lost."""
     url = aof_redis.url
     log = EventLog(connect(url), Keys(prefix))
     jm = procs.start("jm", "jobmanager", url=url)
     tm = procs.start("tm1", "taskmanager", "--resource-id", "tm-1", url=url)
     wait_until(lambda: registered(log) == {"tm-1"}, "registration")
+    before = leader_epoch(log)
     aof_redis.stop()
     time.sleep(1.0)
     assert jm.poll() is None and tm.poll() is None  # nobody died
+    restarted_ms = int(time.time() * 1000)  # the same clock as the local server's entry ids
     aof_redis.start()
     log = EventLog(connect(url), log.keys)
-    wait_until(lambda: registered(log) == {"tm-1"} and current_leader(log), "the cluster back after the restart")
+    after = f"{restarted_ms}-0"
+
+    def since_restart(stream: str) -> list[Envelope]:
+        return [e for _, e in log.replay(stream, after)]
+
+    grant = wait_until(lambda: next((e for e in since_restart(log.keys.facts(log.keys.cluster))
+                                     if isinstance(e.event, LeadershipGranted)), None),
+                       "a leader granted after the restart", timeout=30)
+    epoch = grant.event.epoch
+    assert epoch > before and grant.epoch == epoch and current_leader(log).epoch == epoch
+    tm_inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
+    reply = wait_until(lambda: next((e for e in since_restart(tm_inbox)
+                                     if isinstance(e.event, (AlreadyRegistered, AcknowledgeRegistration))), None),
+                       "tm-1 to register with the new leader", timeout=30)
+    assert reply.event.epoch == epoch and reply.epoch == epoch, reply
+    # Heartbeats at the new epoch, both ways, well past the heartbeat timeout (800 ms).
+    wait_until(lambda: len([e for e in since_restart(tm_inbox) if isinstance(e.event, JobManagerHeartbeat)
+                            and e.event.epoch == epoch]) >= 10, "the new leader's heartbeats to tm-1", timeout=30)
+    wait_until(lambda: len([e for e in since_restart(log.keys.inbox(log.keys.cluster))
+                            if isinstance(e.event, TaskManagerHeartbeat) and e.event.resource_id == "tm-1"
+                            and e.event.epoch == epoch]) >= 10, "tm-1's heartbeats to the new leader", timeout=30)
+    time.sleep(1.0)
+    assert registered(log) == {"tm-1"}
+    assert not any(isinstance(e.event, TaskManagerLost) for e in facts(log))
+    assert all(e.epoch == epoch for e in since_restart(log.keys.facts(log.keys.cluster)))
     assert "redis unavailable" in procs.output("jm") and "redis unavailable" in procs.output("tm1")
     assert jm.poll() is None and tm.poll() is None
