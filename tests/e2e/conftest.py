@@ -106,10 +106,9 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def worker_pids(prefix: str, resource_id: str, slot: int | None = None) -> list[int]:
-    """Live RQ worker processes (``sluice worker``) of one TaskManager of this test's
-    cluster (matched on its key prefix too: other tests reuse resource ids)."""
-    found = []
+def _cluster_processes(prefix: str) -> dict[int, list[str]]:
+    """Live Sluice processes (``python -m sluice --prefix PREFIX ...``) by pid, with their argv."""
+    found = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -118,16 +117,30 @@ def worker_pids(prefix: str, resource_id: str, slot: int | None = None) -> list[
         except OSError:
             continue
         args = [a.decode(errors="replace") for a in argv if a]
-        if "sluice.services.common.guard" in args or "worker" not in args:
-            continue  # the guard that is about to exec the worker, or not a worker
-        tail = args[args.index("worker"):]
-        if tail[:3] != ["worker", "--resource-id", resource_id] or "--prefix" not in args \
-                or args[args.index("--prefix") + 1] != prefix:
+        if "--prefix" not in args or args[args.index("--prefix") + 1] != prefix or "sluice" not in args:
             continue
-        if slot is not None and tail[3:5] != ["--slot", str(slot)]:
-            continue
+        if "sluice.services.common.guard" in args:
+            args = args[args.index("sluice.services.common.guard") + 3:]  # about to exec into the rest
         if alive(int(d.name)):
-            found.append(int(d.name))
+            found[int(d.name)] = args
+    return found
+
+
+def cluster_pids(prefix: str) -> list[int]:
+    """Live processes of the cluster under ``prefix`` (other tests' clusters use other prefixes)."""
+    return sorted(_cluster_processes(prefix))
+
+
+def worker_pids(prefix: str, resource_id: str, slot: int | None = None) -> list[int]:
+    """Live RQ worker processes (``sluice worker``) of one TaskManager of this test's
+    cluster (matched on its key prefix too: other tests reuse resource ids)."""
+    found = []
+    for pid, args in _cluster_processes(prefix).items():
+        if "worker" not in args:
+            continue
+        tail = args[args.index("worker"):]
+        if tail[:3] == ["worker", "--resource-id", resource_id] and (slot is None or tail[3:5] == ["--slot", str(slot)]):
+            found.append(pid)
     return sorted(found)
 
 

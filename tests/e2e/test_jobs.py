@@ -14,7 +14,17 @@ from sluice.events import JobStatus, JobWaitingForSlots, ScheduleOrUpdateConsume
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.services.projector import Projector
 from sluice.store import EventLog, ReadModels
-from tests.e2e.conftest import SLACK, Processes, assert_facts_after_takeover, registered, start_tm, wait_until
+from tests.e2e.conftest import (
+    SLACK,
+    Processes,
+    alive,
+    assert_facts_after_takeover,
+    cluster_pids,
+    registered,
+    start_tm,
+    wait_until,
+    worker_pids,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).parent / "jobs"
@@ -108,19 +118,41 @@ def test_a_worker_killed_mid_task_leads_to_a_restart_not_a_hang(
     assert len(failed) == 1 and "died (signal 9)" in failed[0].error
 
 
-def test_cancelling_a_running_job_cancels_every_task(procs: Processes, log: EventLog, cluster: dict,
-                                                    tmp_path: Path) -> None:
+def test_cancelling_a_running_job_kills_the_worker_that_runs_its_task(procs: Processes, log: EventLog,
+                                                                     cluster: dict, tmp_path: Path) -> None:
+    """``sluice cancel`` while the task runs (stalled in the user's code): the job ends
+    CANCELED, the worker process that ran the task is killed (its Python is stuck in
+    time.sleep: nothing short of a kill stops it) and a fresh worker takes its slot, and
+    no process of this cluster runs the task any more."""
+    import subprocess
+    import sys
+
     marker = tmp_path / "marker"
     start_tm(procs, cluster, "tm-1", env={"SLUICE_TEST_MARKER": str(marker)})
     text = write_lines(tmp_path / "in.txt", 10)
     client = Client(log)
     job_id = client.submit(load_job(JOBS / "slow.py", {"input": str(text), "output": str(tmp_path / "o")}))
-    wait_until(lambda: marker.exists(), "the task to run", timeout=90)
-    client.cancel(job_id)
+    pid = int(wait_until(lambda: marker.exists() and marker.read_text(), "the task to run", timeout=90))
+    slot = next(f.slot for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState)
+                and f.state == TaskState.DEPLOYING)
+    assert worker_pids(procs.prefix, "tm-1", slot) == [pid]  # the marker holds the pid of the slot's worker
+    cancel = subprocess.run([sys.executable, "-m", "sluice", "--redis", procs.url, "--prefix", procs.prefix,
+                             "cancel", job_id], capture_output=True, text=True, timeout=90, check=False)
+    assert cancel.returncode == 0, cancel.stdout + cancel.stderr
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=30)
     assert job.status == JobStatus.CANCELED
     assert {ex.state for ex in job.executions()} == {TaskState.CANCELED}
     assert job.restarts == 0
+    wait_until(lambda: not alive(pid), f"the worker that ran the task (pid {pid}) to be killed", timeout=10)
+    fresh = wait_until(lambda: worker_pids(procs.prefix, "tm-1", slot), f"a fresh worker for slot {slot}", timeout=10)
+    assert len(fresh) == 1 and fresh[0] != pid
+    # Nothing of this cluster runs the task: its processes are the JobManager, the
+    # TaskManager and one worker per slot, none of them the killed one.
+    ours = cluster_pids(procs.prefix)
+    assert pid not in ours
+    assert sorted(ours) == sorted([procs.procs["jm"].pid, procs.procs["tm-1"].pid, *worker_pids(procs.prefix, "tm-1")])
+    assert len(worker_pids(procs.prefix, "tm-1")) == 2
+    assert "cancelling task" in procs.output("tm-1")
 
 
 def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins(procs: Processes, log: EventLog, cluster: dict,
