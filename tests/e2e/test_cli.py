@@ -4,15 +4,20 @@ scaling at run time, inspection, and clear errors."""
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 
+from sluice.events import TaskManagerHeartbeat
+from sluice.store import EventLog
 from tests.e2e.conftest import FAST
+from tests.helpers import env as envelope
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,23 +78,59 @@ def test_scale_adds_and_removes_taskmanagers_at_run_time(tmp_path: Path) -> None
     assert "no embedded cluster runs" in sluice(tmp_path, "scale", "-n", "2", check=False).stderr
 
 
-def test_tail_follow_prints_new_events(tmp_path: Path, redis_url: str, prefix: str) -> None:
+class LineReader:
+    """Lines of a child's stdout, read on a thread: waiting for one has a deadline, so a
+    follower that prints nothing fails the test with a message instead of hanging it."""
+
+    def __init__(self, stream) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, stream) -> None:
+        for line in stream:
+            self.lines.put(line)
+
+    def next_matching(self, check, what: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        seen = []
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            rec = orjson.loads(line)
+            if check(rec):
+                return rec
+            seen.append(rec.get("type"))
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}; the follower printed {seen}")
+
+
+@pytest.mark.timeout(20 + 20 + 10 + 30)
+def test_tail_follow_prints_events_appended_after_it_started(tmp_path: Path, redis_url: str, prefix: str,
+                                                             log: EventLog) -> None:
+    inbox = log.keys.inbox(log.keys.cluster)
+    log.append(inbox, envelope(TaskManagerHeartbeat("tm-before", "s", 1, 0)))
     env = {**os.environ, "SLUICE_REDIS_URL": redis_url, "SLUICE_PREFIX": prefix}
     follower = subprocess.Popen([sys.executable, "-m", "sluice", "inspect", "tail", "--follow", "--json"],
                                 cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.0)
-        from sluice.events import TaskManagerHeartbeat
-        from sluice.store import EventLog, Keys, connect
-        from tests.helpers import env as envelope
-
-        log = EventLog(connect(redis_url), Keys(prefix))
-        log.append(log.keys.inbox(log.keys.cluster), envelope(TaskManagerHeartbeat("tm-f", "s", 1, 0)))
-        line = follower.stdout.readline()
-        assert orjson.loads(line)["payload"]["resource_id"] == "tm-f"
+        reader = LineReader(follower.stdout)
+        # What was there is printed first: once it is, the follower has read the streams
+        # and anything appended now can only reach it by following.
+        reader.next_matching(lambda r: r["payload"].get("resource_id") == "tm-before", "the existing event", 20)
+        log.append(inbox, envelope(TaskManagerHeartbeat("tm-after", "s", 1, 0)))
+        rec = reader.next_matching(lambda r: r.get("type") == "TaskManagerHeartbeat", "the event appended after", 20)
+        assert rec["payload"]["resource_id"] == "tm-after" and rec["stream"] == "cluster:inbox"
+        # A stream that did not exist when it started is followed too.
+        log.append(log.keys.inbox(log.keys.taskmanager("tm-new")), envelope(TaskManagerHeartbeat("tm-new", "s", 1, 0)))
+        rec = reader.next_matching(lambda r: True, "an event on a new stream", 10)
+        assert rec["payload"]["resource_id"] == "tm-new" and rec["stream"] == "tm:tm-new:inbox"
+        assert follower.poll() is None
     finally:
         follower.kill()
-        follower.wait()
+        follower.wait(timeout=10)
+        follower.stdout.close()
 
 
 @pytest.mark.parametrize(
