@@ -169,7 +169,8 @@ def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
 def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, cluster: dict, spark,
                                           tmp_path: Path) -> None:
     """Four readers, one five times slower: dynamic assignment gives it about a fifth as many
-    splits as each fast one, and reading takes about total work / total speed."""
+    splits as each fast one. (How long reading takes is for ``sluice bench``: a wall-clock
+    bound here would fail on a busy machine, not on a bad assignment.)"""
     rate = 40_000
     start_tm(procs, cluster, "tm-fast", slots=3, env={"SLUICE_IO_RATE": str(rate)})
     start_tm(procs, cluster, "tm-slow", slots=1, env={"SLUICE_IO_RATE": str(rate // 5)})
@@ -187,13 +188,8 @@ def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, clust
     fast = [per[s] for s, tm in tm_of.items() if tm == "tm-fast"]
     assert len(slow) == 1 and len(fast) == 3
     ratio = slow[0] / (sum(fast) / 3)
-    total = (tmp_path / "in.txt").stat().st_size
-    ideal = total / (3 * rate + rate / 5)
-    took = (max(r.at for r in rows) - min(r.at for r in rows)) / 1000
-    print(f"splits per reader: fast {fast}, slow {slow}; slow/fast = {ratio:.2f}; "
-          f"reading took {took:.2f} s, ideal {ideal:.2f} s")
+    print(f"splits per reader: fast {fast}, slow {slow}; slow/fast = {ratio:.2f}")
     assert 1 / 10 <= ratio <= 1 / 3, (fast, slow)
-    assert took <= 1.5 * ideal + 1.0, (took, ideal)
 
 
 def test_a_coordinator_and_its_subtasks_talk_both_ways(procs: Processes, log: EventLog, cluster: dict, spark,
