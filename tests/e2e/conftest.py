@@ -29,8 +29,11 @@ FAST = {
 # that ran out, not with pytest-timeout's stack dump.
 SPARK_START = 120
 """The first test that needs Spark starts the session's Spark Connect server (its wait)."""
-TEARDOWN = 60
-"""Stopping a test's processes (``Processes.stop_all``: up to 10 s each) and its Redis."""
+TEARDOWN = 90
+"""Stopping a test's processes (``Processes.stop_all``: up to 10 s each), its Redis, and,
+after the session's last test, the Spark Connect server (up to 20 s)."""
+MARGIN = 30
+"""What a test does outside its waits: plain PySpark to compare with, reading the log."""
 
 
 def wait_until(check: Callable[[], T], what: str, timeout: float = 20.0) -> T:
@@ -139,7 +142,8 @@ def worker_pids(prefix: str, resource_id: str, slot: int | None = None) -> list[
         if "worker" not in args:
             continue
         tail = args[args.index("worker"):]
-        if tail[:3] == ["worker", "--resource-id", resource_id] and (slot is None or tail[3:5] == ["--slot", str(slot)]):
+        if tail[:3] == ["worker", "--resource-id", resource_id] \
+                and (slot is None or tail[3:5] == ["--slot", str(slot)]):
             found.append(pid)
     return sorted(found)
 

@@ -16,7 +16,7 @@ import pytest
 
 from sluice.events import TaskManagerHeartbeat
 from sluice.store import EventLog
-from tests.e2e.conftest import FAST
+from tests.e2e.conftest import FAST, MARGIN
 from tests.helpers import env as envelope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +35,7 @@ def status(cwd: Path) -> dict:
     return orjson.loads(sluice(cwd, "status", "--json").stdout)
 
 
+@pytest.mark.timeout(5 * 90 + MARGIN)  # five commands, 90 s each
 def test_cluster_up_then_status_and_inspect_on_the_stopped_cluster(tmp_path: Path) -> None:
     up = sluice(tmp_path, "cluster", "up", "--taskmanagers", "2", "--slots", "3")
     assert up.stdout.count("REGISTERED") >= 2 and "6 slots" in up.stdout
@@ -57,11 +58,13 @@ def test_cluster_up_then_status_and_inspect_on_the_stopped_cluster(tmp_path: Pat
     facts_only = sluice(tmp_path, "inspect", "tail", "cluster:facts").stdout
     assert "TaskManagerRegistered" in facts_only and "RegisterTaskManager " not in facts_only
     script = subprocess.run([str(ROOT / "scripts" / "inspect"), "tail", "facts", "-n", "1", "--json"], cwd=tmp_path,
-                            capture_output=True, text=True, env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+                            capture_output=True, text=True, timeout=90, check=False,
+                            env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     assert script.returncode == 0, script.stderr
     assert orjson.loads(script.stdout)["type"] == "TaskManagerUnregistered"
 
 
+@pytest.mark.timeout(7 * 90 + MARGIN)  # seven commands, 90 s each
 def test_scale_adds_and_removes_taskmanagers_at_run_time(tmp_path: Path) -> None:
     sluice(tmp_path, "cluster", "start", "--taskmanagers", "1")
     try:
@@ -106,7 +109,7 @@ class LineReader:
         raise AssertionError(f"timed out after {timeout} s waiting for {what}; the follower printed {seen}")
 
 
-@pytest.mark.timeout(20 + 20 + 10 + 30)
+@pytest.mark.timeout(20 + 20 + 10 + 10 + MARGIN)  # three lines, the follower's exit
 def test_tail_follow_prints_events_appended_after_it_started(tmp_path: Path, redis_url: str, prefix: str,
                                                              log: EventLog) -> None:
     inbox = log.keys.inbox(log.keys.cluster)
@@ -133,6 +136,7 @@ def test_tail_follow_prints_events_appended_after_it_started(tmp_path: Path, red
         follower.stdout.close()
 
 
+@pytest.mark.timeout(90 + MARGIN)  # the command
 @pytest.mark.parametrize(
     "args, says",
     [
@@ -149,6 +153,7 @@ def test_bad_settings_get_clear_errors(tmp_path: Path, args: list[str], says: st
     assert "hunter2" not in proc.stderr + proc.stdout
 
 
+@pytest.mark.timeout(90 + MARGIN)  # the command
 def test_an_unknown_stream_is_named_with_the_ones_that_exist(tmp_path: Path, redis_url: str, prefix: str) -> None:
     proc = sluice(tmp_path, "--redis", redis_url, "--prefix", prefix, "inspect", "tail", "nosuch", check=False)
     assert proc.returncode == 1 and "no stream 'nosuch'" in proc.stderr

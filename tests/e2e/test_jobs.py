@@ -15,11 +15,14 @@ from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.services.projector import Projector
 from sluice.store import EventLog, ReadModels
 from tests.e2e.conftest import (
+    MARGIN,
     SLACK,
-    Processes,
+    SPARK_START,
+    TEARDOWN,
     alive,
     assert_facts_after_takeover,
     cluster_pids,
+    Processes,
     registered,
     start_tm,
     wait_until,
@@ -48,6 +51,7 @@ def job_facts(log: EventLog, job_id: str) -> list:
     return [e.event for _, e in log.replay(log.keys.facts(log.keys.job(job_id)))]
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # registration, the job
 def test_wordcount_counts_match_plain_pyspark_and_consumers_deploy_after_their_producers(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
     start_tm(procs, cluster, "tm-1")
@@ -89,6 +93,7 @@ def test_wordcount_counts_match_plain_pyspark_and_consumers_deploy_after_their_p
     assert tables.read(tag, "executiongraph")[1] == before
 
 
+@pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_user_code_that_raises_is_restarted_then_the_job_fails_with_the_users_error(
         procs: Processes, log: EventLog, cluster: dict, tmp_path: Path) -> None:
     start_tm(procs, cluster, "tm-1")
@@ -103,6 +108,7 @@ def test_user_code_that_raises_is_restarted_then_the_job_fails_with_the_users_er
     assert attempts == {0, 1, 2}
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 90 + MARGIN + TEARDOWN)  # the stall, the job
 def test_a_worker_killed_mid_task_leads_to_a_restart_not_a_hang(
         procs: Processes, log: EventLog, cluster: dict, tmp_path: Path, monkeypatch) -> None:
     marker = tmp_path / "marker"
@@ -118,6 +124,7 @@ def test_a_worker_killed_mid_task_leads_to_a_restart_not_a_hang(
     assert len(failed) == 1 and "died (signal 9)" in failed[0].error
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 90 + 30 + 10 + 10 + MARGIN + TEARDOWN)
 def test_cancelling_a_running_job_kills_the_worker_that_runs_its_task(procs: Processes, log: EventLog,
                                                                      cluster: dict, tmp_path: Path) -> None:
     """``sluice cancel`` while the task runs (stalled in the user's code): the job ends
@@ -155,6 +162,7 @@ def test_cancelling_a_running_job_kills_the_worker_that_runs_its_task(procs: Pro
     assert "cancelling task" in procs.output("tm-1")
 
 
+@pytest.mark.timeout(SPARK_START + 20 + 120 + MARGIN + TEARDOWN)  # waiting, the job
 def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins(procs: Processes, log: EventLog, cluster: dict,
                                                                 tmp_path: Path) -> None:
     text = write_lines(tmp_path / "in.txt", 100)
@@ -168,6 +176,7 @@ def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins(procs: Processe
     assert job.status == JobStatus.FINISHED, job.reason
 
 
+@pytest.mark.timeout(60 + MARGIN)  # the command
 def test_an_invalid_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -181,6 +190,7 @@ def test_an_invalid_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
     assert not (tmp_path / ".sluice" / "redis").exists()  # nothing was started
 
 
+@pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_the_clickstream_example_matches_plain_pyspark(procs: Processes, log: EventLog, cluster: dict, spark,
                                                       tmp_path: Path) -> None:
     import importlib.util
@@ -199,6 +209,7 @@ def test_the_clickstream_example_matches_plain_pyspark(procs: Processes, log: Ev
     assert got == want and len(got) > 1000
 
 
+@pytest.mark.timeout(SPARK_START + 300 + MARGIN)  # sluice run
 def test_sluice_run_the_readme_command_gives_the_right_counts(spark_remote: str, spark, tmp_path: Path) -> None:
     """`sluice run examples/wordcount.py` on the embedded cluster (sharing the test run's
     Spark server), with progress, a summary, exit code 0, and counts equal to plain PySpark's."""
@@ -221,6 +232,7 @@ def test_sluice_run_the_readme_command_gives_the_right_counts(spark_remote: str,
     assert got == want
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # running, the job
 def test_a_running_job_survives_a_jobmanager_kill(procs: Processes, log: EventLog, cluster: dict, spark,
                                                  tmp_path: Path) -> None:
     """kill -9 the leading JobManager while the job runs: the standby rebuilds the job from
@@ -254,6 +266,7 @@ def test_a_running_job_survives_a_jobmanager_kill(procs: Processes, log: EventLo
     assert got == {r["word"]: r["count"] for r in words.where("word != ''").groupBy("word").count().collect()}
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 20 + 120 + 10 + MARGIN + TEARDOWN)  # the stall, lost, the job, the stale worker
 def test_a_taskmanager_declared_lost_while_alive_drops_its_tasks_and_rejoins(
         procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path) -> None:
     """Freeze a TaskManager past the heartbeat timeout: the leader declares it lost and fails

@@ -7,6 +7,8 @@ import re
 import signal
 import time
 
+import pytest
+
 from sluice.events import (
     AcknowledgeRegistration,
     AlreadyRegistered,
@@ -22,7 +24,7 @@ from sluice.events import (
 from sluice.services.projector import Projector
 from sluice.services.projector.core import TASKMANAGERS
 from sluice.store import EventLog, Keys, ReadModels, connect, current_leader
-from tests.e2e.conftest import Processes, facts, membership, registered, wait_until
+from tests.e2e.conftest import MARGIN, TEARDOWN, facts, membership, Processes, registered, wait_until
 from tests.helpers import env, register
 
 
@@ -35,6 +37,7 @@ def replies(log: EventLog, rid: str) -> list[Envelope]:
     return [e for _, e in log.replay(log.keys.inbox(log.keys.taskmanager(rid))) if e.type != "JobManagerHeartbeat"]
 
 
+@pytest.mark.timeout(20 + 20 + MARGIN + TEARDOWN)
 def test_taskmanagers_register_and_the_table_is_the_fold_of_the_log(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     procs.start("projector", "projector")
@@ -52,6 +55,7 @@ def test_taskmanagers_register_and_the_table_is_the_fold_of_the_log(procs: Proce
     assert tables.read(log.keys.cluster, "taskmanagers")[1] == live
 
 
+@pytest.mark.timeout(20 + 20 + MARGIN + TEARDOWN)
 def test_a_repeated_registration_gets_already_registered(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     epoch = leader_epoch(log)
@@ -63,6 +67,7 @@ def test_a_repeated_registration_gets_already_registered(procs: Processes, log: 
     assert sum(e.type == "TaskManagerRegistered" for e in facts(log)) == 1
 
 
+@pytest.mark.timeout(20 + 20 + 20 + MARGIN + TEARDOWN)
 def test_refused_registrations_say_why(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     epoch = leader_epoch(log)
@@ -80,6 +85,7 @@ def test_refused_registrations_say_why(procs: Processes, log: EventLog) -> None:
     assert registered(log) == set()
 
 
+@pytest.mark.timeout(20 + 20 + 1 + MARGIN + TEARDOWN)
 def test_a_killed_taskmanager_is_lost_after_the_heartbeat_timeout(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     procs.start("tm1", "taskmanager", "--resource-id", "tm-1")
@@ -95,6 +101,7 @@ def test_a_killed_taskmanager_is_lost_after_the_heartbeat_timeout(procs: Process
     assert registered(log) == {"tm-2"}  # the living one keeps its heartbeats going
 
 
+@pytest.mark.timeout(20 + 10 + 20 + MARGIN + TEARDOWN)
 def test_a_stopped_taskmanager_unregisters(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     tm = procs.start("tm1", "taskmanager", "--resource-id", "tm-1")
@@ -106,6 +113,7 @@ def test_a_stopped_taskmanager_unregisters(procs: Processes, log: EventLog) -> N
     assert not any(isinstance(e.event, TaskManagerLost) for e in facts(log))
 
 
+@pytest.mark.timeout(20 + 20 + MARGIN + TEARDOWN)
 def test_a_taskmanager_started_later_joins_the_pool(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     procs.start("tm1", "taskmanager", "--resource-id", "tm-1", "--slots", "2")
@@ -115,6 +123,7 @@ def test_a_taskmanager_started_later_joins_the_pool(procs: Processes, log: Event
     assert membership(log).total_slots == 6
 
 
+@pytest.mark.timeout(20 + 20 + MARGIN + TEARDOWN)
 def test_bad_entries_in_the_inbox_are_parked_and_the_jobmanager_goes_on(procs: Processes, log: EventLog) -> None:
     jm = procs.start("jm", "jobmanager")
     leader_epoch(log)
@@ -135,6 +144,7 @@ def test_bad_entries_in_the_inbox_are_parked_and_the_jobmanager_goes_on(procs: P
     assert log.client.xpending(inbox, "jobmanager")["pending"] == 0
 
 
+@pytest.mark.timeout(20 + 20 + 10 + 1 + 10 + 4 * 30 + 1 + MARGIN + TEARDOWN)  # stop and start: 10 s each
 def test_the_cluster_rides_out_a_redis_restart(procs: Processes, aof_redis, prefix: str) -> None:
     """Redis stops for a second and comes back on its AOF. The old rows alone (a leader, a
     registered TaskManager) prove nothing: the cluster must work again on the restarted

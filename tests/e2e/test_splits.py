@@ -27,10 +27,13 @@ from sluice.services.coordination.timeline import split_timeline
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import EventLog, current_leader
 from tests.e2e.conftest import (
+    MARGIN,
     SLACK,
-    Processes,
+    SPARK_START,
+    TEARDOWN,
     assert_facts_after_takeover,
     grant_entry,
+    Processes,
     registered,
     start_tm,
     wait_until,
@@ -68,6 +71,7 @@ def assert_each_split_finished_once(log: EventLog, job_id: str) -> list:
     return rows
 
 
+@pytest.mark.timeout(SPARK_START + 120 + 60 + 60 + MARGIN + TEARDOWN)  # the job, two commands
 @pytest.mark.parametrize("protocol", ["operator-events", "input-splits"])
 def test_every_split_is_read_exactly_once_by_either_protocol(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path, protocol: str) -> None:
@@ -111,6 +115,7 @@ def _worker_pid(tm: str, slot: int) -> int:
     return max(pids)  # the Python process (the guard exec's into it)
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # three splits, the job
 def test_a_failed_readers_splits_go_back_to_the_pool_and_are_read_once(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
     # 4 KB/s per reader and 1 KB splits: each reader takes about 4 splits a second.
@@ -137,6 +142,7 @@ def test_a_failed_readers_splits_go_back_to_the_pool_and_are_read_once(
     assert all(again[r.split].at > r.at for r in returned)
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 30 + 120 + MARGIN + TEARDOWN)  # a dozen splits, the checkpoint, the job
 def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
     procs.start("jm-b", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--id", "jm-b",
@@ -166,6 +172,7 @@ def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
     assert any(e.type == "JobStatusChanged" and e.event.status == JobStatus.FINISHED for e in after)
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # registrations, the job
 def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, cluster: dict, spark,
                                           tmp_path: Path) -> None:
     """Four readers, one five times slower: dynamic assignment gives it about a fifth as many
@@ -192,6 +199,7 @@ def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, clust
     assert 1 / 10 <= ratio <= 1 / 3, (fast, slow)
 
 
+@pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_a_coordinator_and_its_subtasks_talk_both_ways(procs: Processes, log: EventLog, cluster: dict, spark,
                                                      tmp_path: Path) -> None:
     start_tm(procs, cluster, "tm-1")
@@ -218,6 +226,7 @@ def test_a_coordinator_and_its_subtasks_talk_both_ways(procs: Processes, log: Ev
     assert sorted(t[0] for t in checkpoints[-1].state["thanks"]) == [0, 1]
 
 
+@pytest.mark.timeout(SPARK_START + 30 + 120 + 30 + 120 + MARGIN + TEARDOWN)
 def test_a_jobmanager_killed_between_two_inputs_of_a_nondeterministic_coordinator_loses_nothing(
         procs: Processes, log: EventLog, spark_remote: str, spark, tmp_path: Path) -> None:
     """The Greeter (tests/e2e/jobs/coordinated.py) is not deterministic. Kill its leader right
@@ -281,6 +290,7 @@ def _before(a: str, b: str) -> bool:
     return tuple(map(int, a.split("-"))) < tuple(map(int, b.split("-")))
 
 
+@pytest.mark.timeout(SPARK_START + 120 + 120 + MARGIN + TEARDOWN)  # two jobs
 def test_a_coordinator_that_raises_fails_its_job_but_not_the_jobmanager(
         procs: Processes, log: EventLog, cluster: dict, tmp_path: Path) -> None:
     start_tm(procs, cluster, "tm-1")
@@ -295,6 +305,7 @@ def test_a_coordinator_that_raises_fails_its_job_but_not_the_jobmanager(
     assert procs.procs["jm"].poll() is None
 
 
+@pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_a_reader_that_gets_no_split_still_has_the_sources_columns(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
     import pyarrow as pa

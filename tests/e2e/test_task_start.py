@@ -23,7 +23,7 @@ from sluice.events import (
 )
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import EventLog
-from tests.e2e.conftest import SPARK_START, TEARDOWN, Processes, start_tm, wait_until
+from tests.e2e.conftest import MARGIN, SPARK_START, TEARDOWN, Processes, start_tm, wait_until
 from tests.e2e.test_jobs import JOBS, job_facts, write_lines
 
 VERTEX = "lines -> out"
@@ -90,7 +90,7 @@ def run_later_job(log: EventLog, client: Client, tmp_path: Path, tm: str, name: 
     assert deployed == [(tm, 0)]
 
 
-@pytest.mark.timeout(SPARK_START + 30 + 120 + 20 + 120 + 20 + TEARDOWN)
+@pytest.mark.timeout(SPARK_START + 30 + 120 + 20 + 120 + 20 + MARGIN + TEARDOWN)
 def test_a_code_blob_gone_before_deployment_fails_the_library_cache_step_and_leaves_the_taskmanager_clean(
         procs: Processes, log: EventLog, cluster: dict, spark_remote: str, tmp_path: Path) -> None:
     client = Client(log)
@@ -120,7 +120,7 @@ def test_a_code_blob_gone_before_deployment_fails_the_library_cache_step_and_lea
     assert not temp_root.exists() or list(temp_root.iterdir()) == []
 
 
-@pytest.mark.timeout(SPARK_START + 120 + 20 + 120 + TEARDOWN)
+@pytest.mark.timeout(SPARK_START + 120 + 20 + 120 + MARGIN + TEARDOWN)  # the job, a beat, the next job
 def test_a_temp_root_that_cannot_be_created_fails_the_temp_files_step_and_undoes_the_steps_before(
         procs: Processes, log: EventLog, cluster: dict, spark_remote: str, tmp_path: Path) -> None:
     # The TaskManager's temp root (<home>/tmp/<resource id>) is a file: no directory can be
