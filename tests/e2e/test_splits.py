@@ -4,6 +4,7 @@ once in the committed output, whatever dies."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -37,6 +38,7 @@ from tests.e2e.conftest import (
     registered,
     start_tm,
     wait_until,
+    worker_pids,
 )
 from tests.e2e.test_jobs import JOBS, job_facts, run_job
 
@@ -108,13 +110,6 @@ def _sluice(log: EventLog, *args: str) -> list[str]:
             log.keys.prefix, *args]
 
 
-def _worker_pid(tm: str, slot: int) -> int:
-    out = subprocess.run(["pgrep", "-f", f"worker --resource-id {tm} --slot {slot}$"], capture_output=True, text=True)
-    pids = [int(p) for p in out.stdout.split()]
-    assert pids, f"no worker process for {tm} slot {slot}"
-    return max(pids)  # the Python process (the guard exec's into it)
-
-
 @pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # three splits, the job
 def test_a_failed_readers_splits_go_back_to_the_pool_and_are_read_once(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
@@ -129,7 +124,10 @@ def test_a_failed_readers_splits_go_back_to_the_pool_and_are_read_once(
                         "subtask 0 to hold 3 splits", timeout=90)
     slot = next(f.slot for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState)
                 and f.subtask == 0 and f.state == TaskState.DEPLOYING)
-    subprocess.run(["kill", "-9", str(_worker_pid("tm-1", slot))], check=True)
+    # This cluster's worker, matched by key prefix: a pattern on "tm-1 --slot 0" alone also
+    # matches the workers of any other test run on the machine, and may kill one of theirs.
+    (pid,) = worker_pids(procs.prefix, "tm-1", slot)
+    os.kill(pid, signal.SIGKILL)
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
     assert job.status == JobStatus.FINISHED, job.reason
     assert job.restarts == 1
