@@ -7,8 +7,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 import pytest
 
@@ -157,12 +158,11 @@ class Processes:
 
     def start(self, name: str, role: str, *args: str, url: str | None = None, env: dict | None = None) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "sluice", "--redis", url or self.url, "--prefix", self.prefix, role, *args]
-        out = open(self.logs / f"{name}.log", "wb")
         from sluice.services.common.guard import guarded
 
-        proc = subprocess.Popen(guarded(cmd), stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **FAST, **(env or {})})
-        out.close()
+        with open(self.logs / f"{name}.log", "wb") as out:  # the child keeps its own copy
+            proc = subprocess.Popen(guarded(cmd), stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **FAST, **(env or {})})
         self.procs[name] = proc
         return proc
 

@@ -19,10 +19,10 @@ from tests.e2e.conftest import (
     SLACK,
     SPARK_START,
     TEARDOWN,
+    Processes,
     alive,
     assert_facts_after_takeover,
     cluster_pids,
-    Processes,
     registered,
     start_tm,
     wait_until,
@@ -182,7 +182,7 @@ def test_an_invalid_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "sluice", "run", str(JOBS / "invalid.py")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1
     assert "job 'invalid' is not valid" in proc.stderr
     assert "has parallelism 8; it must be between 1 and the max parallelism 4" in proc.stderr
@@ -200,7 +200,7 @@ def test_the_clickstream_example_matches_plain_pyspark(procs: Processes, log: Ev
     spec.loader.exec_module(example)
     example.generate(tmp_path / "clicks", files=2, rows=5000)
     start_tm(procs, cluster, "tm-1")
-    job_id, job = run_job(log, ROOT / "examples" / "clickstream.py",
+    _, job = run_job(log, ROOT / "examples" / "clickstream.py",
                           {"input": str(tmp_path / "clicks"), "output": str(tmp_path / "out"), "split_bytes": "20000"})
     assert job.status == JobStatus.FINISHED, job.reason
     got = sorted(tuple(r) for r in spark.read.parquet(str(tmp_path / "out")).collect())
@@ -223,7 +223,7 @@ def test_sluice_run_the_readme_command_gives_the_right_counts(spark_remote: str,
     env["SLUICE_SPARK_REMOTE"] = spark_remote
     proc = subprocess.run([sys.executable, "-m", "sluice", "run", str(ROOT / "examples" / "wordcount.py"),
                            "-p", f"input={text}", "-p", f"output={tmp_path / 'out'}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FINISHED" in proc.stdout and f"output: {tmp_path / 'out'}" in proc.stdout
     got = {r["word"]: r["count"] for r in spark.read.parquet(str(tmp_path / "out")).collect()}

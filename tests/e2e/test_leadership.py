@@ -11,7 +11,7 @@ import pytest
 from sluice.errors import StaleEpoch
 from sluice.events import AlreadyRegistered, LeadershipGranted, TaskManagerRegistered
 from sluice.store import EventLog, Out, current_leader
-from tests.e2e.conftest import MARGIN, TEARDOWN, facts, Processes, registered, wait_until
+from tests.e2e.conftest import MARGIN, TEARDOWN, Processes, facts, registered, wait_until
 from tests.helpers import env
 
 
@@ -52,8 +52,8 @@ def test_the_standby_takes_over_from_a_killed_leader_and_rebuilds_from_the_log(p
     # and nobody was lost.
     for rid in ("tm-1", "tm-2"):
         inbox = log.keys.inbox(log.keys.taskmanager(rid))
-        wait_until(lambda: any(isinstance(e.event, AlreadyRegistered) and e.event.epoch == 2 and e.epoch == 2
-                               for _, e in log.replay(inbox)), f"{rid} to re-register")
+        wait_until(lambda inbox=inbox: any(isinstance(e.event, AlreadyRegistered) and e.event.epoch == 2
+                                           and e.epoch == 2 for _, e in log.replay(inbox)), f"{rid} to re-register")
     assert sum(isinstance(e.event, TaskManagerRegistered) for e in facts(log)) == 2
     time.sleep(1.0)
     assert registered(log) == {"tm-1", "tm-2"}

@@ -24,7 +24,7 @@ from sluice.events import (
 from sluice.services.projector import Projector
 from sluice.services.projector.core import TASKMANAGERS
 from sluice.store import EventLog, Keys, ReadModels, connect, current_leader
-from tests.e2e.conftest import MARGIN, TEARDOWN, facts, membership, Processes, registered, wait_until
+from tests.e2e.conftest import MARGIN, TEARDOWN, Processes, facts, membership, registered, wait_until
 from tests.helpers import env, register
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from sluice.events import JobStatus
-from sluice.store import EventLog
 
 from sluice.errors import UnknownStateName
+from sluice.events import JobStatus
 from sluice.state import StateClient
+from sluice.store import EventLog
 from tests.e2e.conftest import MARGIN, SPARK_START, TEARDOWN, Processes, registered, start_tm, wait_until
 from tests.e2e.test_jobs import ROOT, run_job
 
