@@ -63,11 +63,6 @@ def registered(log: EventLog) -> set[str]:
     return {r.resource_id for r in membership(log).active()}
 
 
-def facts_after(log: EventLog, stream: str, after: str) -> list[tuple[str, Envelope]]:
-    """(entry id, envelope) of ``stream``'s entries after entry ``after``."""
-    return list(log.replay(stream, after))
-
-
 def grant_entry(log: EventLog, epoch: int) -> str | None:
     """The entry id of the LeadershipGranted of ``epoch`` in the cluster's facts (None: not yet)."""
     return next((i for i, e in log.replay(log.keys.facts(log.keys.cluster))

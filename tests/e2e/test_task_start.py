@@ -23,7 +23,7 @@ from sluice.events import (
 )
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import EventLog
-from tests.e2e.conftest import MARGIN, SPARK_START, TEARDOWN, Processes, start_tm, wait_until
+from tests.e2e.conftest import MARGIN, SPARK_START, TEARDOWN, Processes, entry_ms, start_tm, wait_until
 from tests.e2e.test_jobs import JOBS, job_facts, write_lines
 
 VERTEX = "lines -> out"
@@ -104,7 +104,7 @@ def test_a_code_blob_gone_before_deployment_fails_the_library_cache_step_and_lea
     assert log.client.delete(log.keys.blob(job_file.digest)) == 1
     start_tm(procs, cluster, "tm-1", slots=1)
     job = wait_for_end(client, job_id)
-    failed_ms = max(int(i.split("-")[0]) for i, _ in log.replay(log.keys.facts(log.keys.job(job_id))))
+    failed_ms = entry_ms(log.last_id(log.keys.facts(log.keys.job(job_id))))
     assert_failed_at_start(log, job_id, job, "tm-1", "library cache",
                            f"ServiceError: the job's code (blob {job_file.digest[:12]}) is not in Redis")
     assert_start_failure_logged(procs, "tm-1", "library cache", [])
@@ -134,7 +134,7 @@ def test_a_temp_root_that_cannot_be_created_fails_the_temp_files_step_and_undoes
     job_id = client.submit(load_job(JOBS / "lines.py", {"input": str(text), "output": str(tmp_path / "out"),
                                                         "parallelism": "1", "attempts": str(ATTEMPTS)}))
     job = wait_for_end(client, job_id)
-    failed_ms = max(int(i.split("-")[0]) for i, _ in log.replay(log.keys.facts(log.keys.job(job_id))))
+    failed_ms = entry_ms(log.last_id(log.keys.facts(log.keys.job(job_id))))
     assert_failed_at_start(log, job_id, job, "tm-t", "temp files",
                            f"FileExistsError: [Errno 17] File exists: '{temp_root}'")
     assert_start_failure_logged(procs, "tm-t", "temp files",
