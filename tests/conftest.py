@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -19,37 +20,49 @@ from sluice.services.embedded import RedisServer
 from sluice.store import EventLog, Keys, connect
 
 
-def docker_redis_url() -> tuple[str | None, str]:
-    """(URL, '') of a testcontainers Redis, or (None, why not)."""
+@contextmanager
+def docker_redis() -> Iterator[tuple[str | None, str]]:
+    """A testcontainers Redis owned by the caller: yields (URL, '') and stops that container,
+    and only that one, when the block ends; or yields (None, why not) and starts nothing.
+
+    The session's Redis and the docker test module's each hold their own, so neither's
+    teardown stops the other's.
+    """
     if os.environ.get("SLUICE_TEST_DOCKER") != "1":
-        return None, "set SLUICE_TEST_DOCKER=1 to run against a testcontainers Redis"
+        yield None, "set SLUICE_TEST_DOCKER=1 to run against a testcontainers Redis"
+        return
     try:
         import docker
 
         docker.from_env().ping()
-    except Exception as exc:  # no engine, no socket, no permission
-        return None, f"SLUICE_TEST_DOCKER=1 but no Docker engine answers: {exc}"
-    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
-    from testcontainers.redis import RedisContainer
+    except Exception as exc:  # noqa: BLE001 (no SDK, no engine, no socket, no permission: all mean "skip")
+        yield None, f"SLUICE_TEST_DOCKER=1 but no Docker engine answers: {exc}"
+        return
+    saved = os.environ.get("TESTCONTAINERS_RYUK_DISABLED")
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # restored below
+    try:
+        from testcontainers.redis import RedisContainer
 
-    container = RedisContainer("redis:7")
-    container.start()
-    _containers.append(container)
-    host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
-    return f"redis://{host}:{port}/0", ""
-
-
-_containers: list = []
+        container = RedisContainer("redis:7")
+        container.start()
+        try:
+            host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
+            yield f"redis://{host}:{port}/0", ""
+        finally:
+            container.stop()
+    finally:
+        if saved is None:
+            os.environ.pop("TESTCONTAINERS_RYUK_DISABLED", None)
+        else:
+            os.environ["TESTCONTAINERS_RYUK_DISABLED"] = saved
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    url, _ = docker_redis_url()
-    if url:
-        yield url
-        for c in _containers:
-            c.stop()
-        return
+    with docker_redis() as (url, _):
+        if url:
+            yield url
+            return
     if shutil.which("redis-server") is None:
         pytest.fail("redis-server is not installed: run scripts/setup (it installs it with apt-get)")
     server = RedisServer(None)

@@ -4,15 +4,20 @@ scaling at run time, inspection, and clear errors."""
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from tests.e2e.conftest import FAST
+from sluice.events import TaskManagerHeartbeat
+from sluice.store import EventLog
+from tests.e2e.conftest import FAST, MARGIN
+from tests.helpers import env as envelope
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def sluice(cwd: Path, *args: str, check: bool = True, timeout: float = 90) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | FAST
     proc = subprocess.run([sys.executable, "-m", "sluice", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"sluice {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -30,6 +35,7 @@ def status(cwd: Path) -> dict:
     return orjson.loads(sluice(cwd, "status", "--json").stdout)
 
 
+@pytest.mark.timeout(5 * 90 + MARGIN)  # five commands, 90 s each
 def test_cluster_up_then_status_and_inspect_on_the_stopped_cluster(tmp_path: Path) -> None:
     up = sluice(tmp_path, "cluster", "up", "--taskmanagers", "2", "--slots", "3")
     assert up.stdout.count("REGISTERED") >= 2 and "6 slots" in up.stdout
@@ -52,11 +58,13 @@ def test_cluster_up_then_status_and_inspect_on_the_stopped_cluster(tmp_path: Pat
     facts_only = sluice(tmp_path, "inspect", "tail", "cluster:facts").stdout
     assert "TaskManagerRegistered" in facts_only and "RegisterTaskManager " not in facts_only
     script = subprocess.run([str(ROOT / "scripts" / "inspect"), "tail", "facts", "-n", "1", "--json"], cwd=tmp_path,
-                            capture_output=True, text=True, env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+                            capture_output=True, text=True, timeout=90, check=False,
+                            env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     assert script.returncode == 0, script.stderr
     assert orjson.loads(script.stdout)["type"] == "TaskManagerUnregistered"
 
 
+@pytest.mark.timeout(7 * 90 + MARGIN)  # seven commands, 90 s each
 def test_scale_adds_and_removes_taskmanagers_at_run_time(tmp_path: Path) -> None:
     sluice(tmp_path, "cluster", "start", "--taskmanagers", "1")
     try:
@@ -73,25 +81,62 @@ def test_scale_adds_and_removes_taskmanagers_at_run_time(tmp_path: Path) -> None
     assert "no embedded cluster runs" in sluice(tmp_path, "scale", "-n", "2", check=False).stderr
 
 
-def test_tail_follow_prints_new_events(tmp_path: Path, redis_url: str, prefix: str) -> None:
+class LineReader:
+    """Lines of a child's stdout, read on a thread: waiting for one has a deadline, so a
+    follower that prints nothing fails the test with a message instead of hanging it."""
+
+    def __init__(self, stream) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, stream) -> None:
+        for line in stream:
+            self.lines.put(line)
+
+    def next_matching(self, check, what: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        seen = []
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            rec = orjson.loads(line)
+            if check(rec):
+                return rec
+            seen.append(rec.get("type"))
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}; the follower printed {seen}")
+
+
+@pytest.mark.timeout(20 + 20 + 10 + 10 + MARGIN)  # three lines, the follower's exit
+def test_tail_follow_prints_events_appended_after_it_started(tmp_path: Path, redis_url: str, prefix: str,
+                                                             log: EventLog) -> None:
+    inbox = log.keys.inbox(log.keys.cluster)
+    log.append(inbox, envelope(TaskManagerHeartbeat("tm-before", "s", 1, 0)))
     env = {**os.environ, "SLUICE_REDIS_URL": redis_url, "SLUICE_PREFIX": prefix}
     follower = subprocess.Popen([sys.executable, "-m", "sluice", "inspect", "tail", "--follow", "--json"],
                                 cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.0)
-        from sluice.events import TaskManagerHeartbeat
-        from sluice.store import EventLog, Keys, connect
-        from tests.helpers import env as envelope
-
-        log = EventLog(connect(redis_url), Keys(prefix))
-        log.append(log.keys.inbox(log.keys.cluster), envelope(TaskManagerHeartbeat("tm-f", "s", 1, 0)))
-        line = follower.stdout.readline()
-        assert orjson.loads(line)["payload"]["resource_id"] == "tm-f"
+        reader = LineReader(follower.stdout)
+        # What was there is printed first: once it is, the follower has read the streams
+        # and anything appended now can only reach it by following.
+        reader.next_matching(lambda r: r["payload"].get("resource_id") == "tm-before", "the existing event", 20)
+        log.append(inbox, envelope(TaskManagerHeartbeat("tm-after", "s", 1, 0)))
+        rec = reader.next_matching(lambda r: r.get("type") == "TaskManagerHeartbeat", "the event appended after", 20)
+        assert rec["payload"]["resource_id"] == "tm-after" and rec["stream"] == "cluster:inbox"
+        # A stream that did not exist when it started is followed too.
+        log.append(log.keys.inbox(log.keys.taskmanager("tm-new")), envelope(TaskManagerHeartbeat("tm-new", "s", 1, 0)))
+        rec = reader.next_matching(lambda r: True, "an event on a new stream", 10)
+        assert rec["payload"]["resource_id"] == "tm-new" and rec["stream"] == "tm:tm-new:inbox"
+        assert follower.poll() is None
     finally:
         follower.kill()
-        follower.wait()
+        follower.wait(timeout=10)
+        follower.stdout.close()
 
 
+@pytest.mark.timeout(90 + MARGIN)  # the command
 @pytest.mark.parametrize(
     "args, says",
     [
@@ -108,6 +153,7 @@ def test_bad_settings_get_clear_errors(tmp_path: Path, args: list[str], says: st
     assert "hunter2" not in proc.stderr + proc.stdout
 
 
+@pytest.mark.timeout(90 + MARGIN)  # the command
 def test_an_unknown_stream_is_named_with_the_ones_that_exist(tmp_path: Path, redis_url: str, prefix: str) -> None:
     proc = sluice(tmp_path, "--redis", redis_url, "--prefix", prefix, "inspect", "tail", "nosuch", check=False)
     assert proc.returncode == 1 and "no stream 'nosuch'" in proc.stderr

@@ -14,7 +14,7 @@ from sluice.client import Client, JobRefusedError, load_job
 from sluice.errors import ConfigError
 from sluice.events import PROTOCOL_VERSION, RegisterTaskManager
 from sluice.store import EventLog
-from tests.e2e.conftest import Processes, wait_until
+from tests.e2e.conftest import MARGIN, TEARDOWN, Processes, wait_until
 from tests.helpers import env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,20 +40,23 @@ def test_job_files_that_cannot_be_loaded_say_why(tmp_path: Path, source: str | N
 def sluice(cwd: Path, *args: str, extra: dict | None = None) -> subprocess.CompletedProcess:
     env_ = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | (extra or {})
     return subprocess.run([sys.executable, "-m", "sluice", *args], cwd=cwd, env=env_, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
 
 
+@pytest.mark.timeout(120 + MARGIN)  # the command
 def test_a_malformed_param_is_named(tmp_path: Path) -> None:
     proc = sluice(tmp_path, "run", str(ROOT / "examples" / "wordcount.py"), "-p", "novalue")
     assert proc.returncode == 1 and "--param 'novalue' must look like key=value" in proc.stderr
 
 
+@pytest.mark.timeout(2 * 120 + MARGIN)  # two commands
 def test_an_unknown_job_is_job_not_found(tmp_path: Path, redis_url: str, prefix: str) -> None:
     for args in (["status", "nosuchjob"], ["cancel", "nosuchjob"]):
         proc = sluice(tmp_path, "--redis", redis_url, "--prefix", prefix, *args)
         assert proc.returncode == 1 and "job not found: nosuchjob" in proc.stderr
 
 
+@pytest.mark.timeout(30 + MARGIN + TEARDOWN)  # the refusal
 def test_a_job_whose_input_is_missing_is_refused_with_the_path(procs: Processes, log: EventLog,
                                                               tmp_path: Path) -> None:
     procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "s").as_uri())
@@ -67,6 +70,7 @@ def test_a_job_whose_input_is_missing_is_refused_with_the_path(procs: Processes,
     assert job_id not in client.job_ids()
 
 
+@pytest.mark.timeout(20 + 20 + 20 + MARGIN + TEARDOWN)  # acceptance, dead letters, cancel
 def test_a_message_a_job_inbox_does_not_take_is_parked_and_the_job_goes_on(procs: Processes, log: EventLog,
                                                                            tmp_path: Path) -> None:
     procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "s").as_uri())

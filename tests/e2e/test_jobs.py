@@ -14,28 +14,23 @@ from sluice.events import JobStatus, JobWaitingForSlots, ScheduleOrUpdateConsume
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.services.projector import Projector
 from sluice.store import EventLog, ReadModels
-from tests.e2e.conftest import Processes, registered, wait_until
+from tests.e2e.conftest import (
+    MARGIN,
+    SLACK,
+    SPARK_START,
+    TEARDOWN,
+    Processes,
+    alive,
+    assert_facts_after_takeover,
+    cluster_pids,
+    registered,
+    start_tm,
+    wait_until,
+    worker_pids,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).parent / "jobs"
-
-
-# Spark shares the 2 cores with everything else here: heartbeats get more slack than in
-# the membership tests, so a busy machine does not turn into lost TaskManagers.
-SLACK = {"SLUICE_HEARTBEAT_INTERVAL_MS": "200", "SLUICE_HEARTBEAT_TIMEOUT_MS": "10000", "SLUICE_LEASE_TTL_MS": "5000"}
-
-
-@pytest.fixture
-def cluster(procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path):
-    home = tmp_path / "home"
-    procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--slot-timeout", "120",
-                env={"SLUICE_HOME": str(home), **SLACK})
-    return {"home": home, "spark": spark_remote}
-
-
-def start_tm(procs: Processes, cluster: dict, name: str, slots: int = 2, env: dict | None = None) -> None:
-    procs.start(name, "taskmanager", "--resource-id", name, "--slots", str(slots), "--spark", cluster["spark"],
-                env={"SLUICE_HOME": str(cluster["home"]), **SLACK, **(env or {})})
 
 
 def write_lines(path: Path, n: int = 2000) -> Path:
@@ -56,6 +51,7 @@ def job_facts(log: EventLog, job_id: str) -> list:
     return [e.event for _, e in log.replay(log.keys.facts(log.keys.job(job_id)))]
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # registration, the job
 def test_wordcount_counts_match_plain_pyspark_and_consumers_deploy_after_their_producers(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
     start_tm(procs, cluster, "tm-1")
@@ -97,6 +93,7 @@ def test_wordcount_counts_match_plain_pyspark_and_consumers_deploy_after_their_p
     assert tables.read(tag, "executiongraph")[1] == before
 
 
+@pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_user_code_that_raises_is_restarted_then_the_job_fails_with_the_users_error(
         procs: Processes, log: EventLog, cluster: dict, tmp_path: Path) -> None:
     start_tm(procs, cluster, "tm-1")
@@ -111,6 +108,7 @@ def test_user_code_that_raises_is_restarted_then_the_job_fails_with_the_users_er
     assert attempts == {0, 1, 2}
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 90 + MARGIN + TEARDOWN)  # the stall, the job
 def test_a_worker_killed_mid_task_leads_to_a_restart_not_a_hang(
         procs: Processes, log: EventLog, cluster: dict, tmp_path: Path, monkeypatch) -> None:
     marker = tmp_path / "marker"
@@ -126,21 +124,45 @@ def test_a_worker_killed_mid_task_leads_to_a_restart_not_a_hang(
     assert len(failed) == 1 and "died (signal 9)" in failed[0].error
 
 
-def test_cancelling_a_running_job_cancels_every_task(procs: Processes, log: EventLog, cluster: dict,
-                                                    tmp_path: Path) -> None:
+@pytest.mark.timeout(SPARK_START + 90 + 90 + 30 + 10 + 10 + MARGIN + TEARDOWN)
+def test_cancelling_a_running_job_kills_the_worker_that_runs_its_task(procs: Processes, log: EventLog,
+                                                                     cluster: dict, tmp_path: Path) -> None:
+    """``sluice cancel`` while the task runs (stalled in the user's code): the job ends
+    CANCELED, the worker process that ran the task is killed (its Python is stuck in
+    time.sleep: nothing short of a kill stops it) and a fresh worker takes its slot, and
+    no process of this cluster runs the task any more."""
+    import subprocess
+    import sys
+
     marker = tmp_path / "marker"
     start_tm(procs, cluster, "tm-1", env={"SLUICE_TEST_MARKER": str(marker)})
     text = write_lines(tmp_path / "in.txt", 10)
     client = Client(log)
     job_id = client.submit(load_job(JOBS / "slow.py", {"input": str(text), "output": str(tmp_path / "o")}))
-    wait_until(lambda: marker.exists(), "the task to run", timeout=90)
-    client.cancel(job_id)
+    pid = int(wait_until(lambda: marker.exists() and marker.read_text(), "the task to run", timeout=90))
+    slot = next(f.slot for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState)
+                and f.state == TaskState.DEPLOYING)
+    assert worker_pids(procs.prefix, "tm-1", slot) == [pid]  # the marker holds the pid of the slot's worker
+    cancel = subprocess.run([sys.executable, "-m", "sluice", "--redis", procs.url, "--prefix", procs.prefix,
+                             "cancel", job_id], capture_output=True, text=True, timeout=90, check=False)
+    assert cancel.returncode == 0, cancel.stdout + cancel.stderr
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=30)
     assert job.status == JobStatus.CANCELED
     assert {ex.state for ex in job.executions()} == {TaskState.CANCELED}
     assert job.restarts == 0
+    wait_until(lambda: not alive(pid), f"the worker that ran the task (pid {pid}) to be killed", timeout=10)
+    fresh = wait_until(lambda: worker_pids(procs.prefix, "tm-1", slot), f"a fresh worker for slot {slot}", timeout=10)
+    assert len(fresh) == 1 and fresh[0] != pid
+    # Nothing of this cluster runs the task: its processes are the JobManager, the
+    # TaskManager and one worker per slot, none of them the killed one.
+    ours = cluster_pids(procs.prefix)
+    assert pid not in ours
+    assert sorted(ours) == sorted([procs.procs["jm"].pid, procs.procs["tm-1"].pid, *worker_pids(procs.prefix, "tm-1")])
+    assert len(worker_pids(procs.prefix, "tm-1")) == 2
+    assert "cancelling task" in procs.output("tm-1")
 
 
+@pytest.mark.timeout(SPARK_START + 20 + 120 + MARGIN + TEARDOWN)  # waiting, the job
 def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins(procs: Processes, log: EventLog, cluster: dict,
                                                                 tmp_path: Path) -> None:
     text = write_lines(tmp_path / "in.txt", 100)
@@ -154,12 +176,13 @@ def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins(procs: Processe
     assert job.status == JobStatus.FINISHED, job.reason
 
 
+@pytest.mark.timeout(60 + MARGIN)  # the command
 def test_an_invalid_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "sluice", "run", str(JOBS / "invalid.py")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1
     assert "job 'invalid' is not valid" in proc.stderr
     assert "has parallelism 8; it must be between 1 and the max parallelism 4" in proc.stderr
@@ -167,6 +190,7 @@ def test_an_invalid_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
     assert not (tmp_path / ".sluice" / "redis").exists()  # nothing was started
 
 
+@pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_the_clickstream_example_matches_plain_pyspark(procs: Processes, log: EventLog, cluster: dict, spark,
                                                       tmp_path: Path) -> None:
     import importlib.util
@@ -176,7 +200,7 @@ def test_the_clickstream_example_matches_plain_pyspark(procs: Processes, log: Ev
     spec.loader.exec_module(example)
     example.generate(tmp_path / "clicks", files=2, rows=5000)
     start_tm(procs, cluster, "tm-1")
-    job_id, job = run_job(log, ROOT / "examples" / "clickstream.py",
+    _, job = run_job(log, ROOT / "examples" / "clickstream.py",
                           {"input": str(tmp_path / "clicks"), "output": str(tmp_path / "out"), "split_bytes": "20000"})
     assert job.status == JobStatus.FINISHED, job.reason
     got = sorted(tuple(r) for r in spark.read.parquet(str(tmp_path / "out")).collect())
@@ -185,6 +209,7 @@ def test_the_clickstream_example_matches_plain_pyspark(procs: Processes, log: Ev
     assert got == want and len(got) > 1000
 
 
+@pytest.mark.timeout(SPARK_START + 300 + MARGIN)  # sluice run
 def test_sluice_run_the_readme_command_gives_the_right_counts(spark_remote: str, spark, tmp_path: Path) -> None:
     """`sluice run examples/wordcount.py` on the embedded cluster (sharing the test run's
     Spark server), with progress, a summary, exit code 0, and counts equal to plain PySpark's."""
@@ -198,7 +223,7 @@ def test_sluice_run_the_readme_command_gives_the_right_counts(spark_remote: str,
     env["SLUICE_SPARK_REMOTE"] = spark_remote
     proc = subprocess.run([sys.executable, "-m", "sluice", "run", str(ROOT / "examples" / "wordcount.py"),
                            "-p", f"input={text}", "-p", f"output={tmp_path / 'out'}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FINISHED" in proc.stdout and f"output: {tmp_path / 'out'}" in proc.stdout
     got = {r["word"]: r["count"] for r in spark.read.parquet(str(tmp_path / "out")).collect()}
@@ -207,6 +232,7 @@ def test_sluice_run_the_readme_command_gives_the_right_counts(spark_remote: str,
     assert got == want
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # running, the job
 def test_a_running_job_survives_a_jobmanager_kill(procs: Processes, log: EventLog, cluster: dict, spark,
                                                  tmp_path: Path) -> None:
     """kill -9 the leading JobManager while the job runs: the standby rebuilds the job from
@@ -222,12 +248,17 @@ def test_a_running_job_survives_a_jobmanager_kill(procs: Processes, log: EventLo
     wait_until(lambda: (j := client.job(job_id, missing_ok=True)) is not None and j.status == JobStatus.RUNNING,
                "the job to run", timeout=90)
     grants = [e.event for _, e in log.replay(log.keys.facts(log.keys.cluster)) if e.type == "LeadershipGranted"]
-    first = grants[-1].leader_id  # either JobManager may have won the lease: kill the one that leads
+    first, killed_epoch = grants[-1].leader_id, grants[-1].epoch  # either JobManager may have won the lease
     procs.signal("jm-b" if first == "jm-b" else "jm", signal.SIGKILL)
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
     assert job.status == JobStatus.FINISHED, job.reason
     grants = [e.event for _, e in log.replay(log.keys.facts(log.keys.cluster)) if e.type == "LeadershipGranted"]
     assert grants[-1].leader_id != first
+    # The standby carried the job: what was committed after its grant is at its epoch, down
+    # to the job's end.
+    after = assert_facts_after_takeover(log, log.keys.job(job_id), killed_epoch)
+    assert any(isinstance(e.event, UpdateTaskExecutionState) for e in after)
+    assert any(e.type == "JobStatusChanged" and e.event.status == JobStatus.FINISHED for e in after)
     from pyspark.sql import functions as F
 
     got = {r["word"]: r["count"] for r in spark.read.parquet(str(tmp_path / "out")).collect()}
@@ -235,6 +266,7 @@ def test_a_running_job_survives_a_jobmanager_kill(procs: Processes, log: EventLo
     assert got == {r["word"]: r["count"] for r in words.where("word != ''").groupBy("word").count().collect()}
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 20 + 120 + 10 + MARGIN + TEARDOWN)  # the stall, lost, the job, the stale worker
 def test_a_taskmanager_declared_lost_while_alive_drops_its_tasks_and_rejoins(
         procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path) -> None:
     """Freeze a TaskManager past the heartbeat timeout: the leader declares it lost and fails

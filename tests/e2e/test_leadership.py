@@ -11,12 +11,16 @@ import pytest
 from sluice.errors import StaleEpoch
 from sluice.events import AlreadyRegistered, LeadershipGranted, TaskManagerRegistered
 from sluice.store import EventLog, Out, current_leader
-from tests.e2e.conftest import Processes, facts, registered, wait_until
+from tests.e2e.conftest import MARGIN, TEARDOWN, Processes, facts, registered, wait_until
 from tests.helpers import env
 
 
 def grants(log: EventLog) -> list[LeadershipGranted]:
     return [e.event for e in facts(log) if isinstance(e.event, LeadershipGranted)]
+
+
+START_PAIR = 3 * 20
+"""start_pair's waits."""
 
 
 def start_pair(procs: Processes, log: EventLog) -> tuple[str, str]:
@@ -30,6 +34,7 @@ def start_pair(procs: Processes, log: EventLog) -> tuple[str, str]:
     return "jm-a", "jm-b"
 
 
+@pytest.mark.timeout(START_PAIR + 20 + 20 + 2 * 20 + 1 + MARGIN + TEARDOWN)  # takeover, log, 2 TMs
 def test_the_standby_takes_over_from_a_killed_leader_and_rebuilds_from_the_log(procs: Processes, log: EventLog) -> None:
     start_pair(procs, log)
     assert [g.leader_id for g in grants(log)] == ["jm-a"]
@@ -43,16 +48,18 @@ def test_the_standby_takes_over_from_a_killed_leader_and_rebuilds_from_the_log(p
     out = wait_until(lambda: "replayed=" in (o := procs.output("jm-b")) and o, "jm-b to say it leads")
     assert "taskmanagers=2" in out
     # The TaskManagers notice the new epoch and register again: the new leader knows them
-    # from the log, so they are AlreadyRegistered, not new, and nobody was lost.
+    # from the log, so they are AlreadyRegistered (committed by it, at its epoch), not new,
+    # and nobody was lost.
     for rid in ("tm-1", "tm-2"):
         inbox = log.keys.inbox(log.keys.taskmanager(rid))
-        wait_until(lambda: any(isinstance(e.event, AlreadyRegistered) and e.event.epoch == 2
-                               for _, e in log.replay(inbox)), f"{rid} to re-register")
+        wait_until(lambda inbox=inbox: any(isinstance(e.event, AlreadyRegistered) and e.event.epoch == 2
+                                           and e.epoch == 2 for _, e in log.replay(inbox)), f"{rid} to re-register")
     assert sum(isinstance(e.event, TaskManagerRegistered) for e in facts(log)) == 2
     time.sleep(1.0)
     assert registered(log) == {"tm-1", "tm-2"}
 
 
+@pytest.mark.timeout(START_PAIR + 20 + 1 + 20 + MARGIN + TEARDOWN)  # the pair, the takeover, deposed
 def test_a_deposed_leader_that_wakes_up_is_fenced(procs: Processes, log: EventLog) -> None:
     start_pair(procs, log)
     procs.signal("jm-a", signal.SIGSTOP)  # a long GC pause, a frozen VM...

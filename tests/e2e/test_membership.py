@@ -7,19 +7,24 @@ import re
 import signal
 import time
 
+import pytest
+
 from sluice.events import (
     AcknowledgeRegistration,
     AlreadyRegistered,
     Envelope,
+    JobManagerHeartbeat,
+    LeadershipGranted,
     RefuseRegistration,
     SubmitTask,
+    TaskManagerHeartbeat,
     TaskManagerLost,
     TaskManagerUnregistered,
 )
 from sluice.services.projector import Projector
 from sluice.services.projector.core import TASKMANAGERS
 from sluice.store import EventLog, Keys, ReadModels, connect, current_leader
-from tests.e2e.conftest import Processes, facts, membership, registered, wait_until
+from tests.e2e.conftest import MARGIN, TEARDOWN, Processes, facts, membership, registered, wait_until
 from tests.helpers import env, register
 
 
@@ -32,6 +37,7 @@ def replies(log: EventLog, rid: str) -> list[Envelope]:
     return [e for _, e in log.replay(log.keys.inbox(log.keys.taskmanager(rid))) if e.type != "JobManagerHeartbeat"]
 
 
+@pytest.mark.timeout(20 + 20 + MARGIN + TEARDOWN)
 def test_taskmanagers_register_and_the_table_is_the_fold_of_the_log(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     procs.start("projector", "projector")
@@ -49,6 +55,7 @@ def test_taskmanagers_register_and_the_table_is_the_fold_of_the_log(procs: Proce
     assert tables.read(log.keys.cluster, "taskmanagers")[1] == live
 
 
+@pytest.mark.timeout(20 + 20 + MARGIN + TEARDOWN)
 def test_a_repeated_registration_gets_already_registered(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     epoch = leader_epoch(log)
@@ -60,6 +67,7 @@ def test_a_repeated_registration_gets_already_registered(procs: Processes, log: 
     assert sum(e.type == "TaskManagerRegistered" for e in facts(log)) == 1
 
 
+@pytest.mark.timeout(20 + 20 + 20 + MARGIN + TEARDOWN)
 def test_refused_registrations_say_why(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     epoch = leader_epoch(log)
@@ -77,6 +85,7 @@ def test_refused_registrations_say_why(procs: Processes, log: EventLog) -> None:
     assert registered(log) == set()
 
 
+@pytest.mark.timeout(20 + 20 + 1 + MARGIN + TEARDOWN)
 def test_a_killed_taskmanager_is_lost_after_the_heartbeat_timeout(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     procs.start("tm1", "taskmanager", "--resource-id", "tm-1")
@@ -92,6 +101,7 @@ def test_a_killed_taskmanager_is_lost_after_the_heartbeat_timeout(procs: Process
     assert registered(log) == {"tm-2"}  # the living one keeps its heartbeats going
 
 
+@pytest.mark.timeout(20 + 10 + 20 + MARGIN + TEARDOWN)
 def test_a_stopped_taskmanager_unregisters(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     tm = procs.start("tm1", "taskmanager", "--resource-id", "tm-1")
@@ -103,6 +113,7 @@ def test_a_stopped_taskmanager_unregisters(procs: Processes, log: EventLog) -> N
     assert not any(isinstance(e.event, TaskManagerLost) for e in facts(log))
 
 
+@pytest.mark.timeout(20 + 20 + MARGIN + TEARDOWN)
 def test_a_taskmanager_started_later_joins_the_pool(procs: Processes, log: EventLog) -> None:
     procs.start("jm", "jobmanager")
     procs.start("tm1", "taskmanager", "--resource-id", "tm-1", "--slots", "2")
@@ -112,6 +123,7 @@ def test_a_taskmanager_started_later_joins_the_pool(procs: Processes, log: Event
     assert membership(log).total_slots == 6
 
 
+@pytest.mark.timeout(20 + 20 + MARGIN + TEARDOWN)
 def test_bad_entries_in_the_inbox_are_parked_and_the_jobmanager_goes_on(procs: Processes, log: EventLog) -> None:
     jm = procs.start("jm", "jobmanager")
     leader_epoch(log)
@@ -132,17 +144,48 @@ def test_bad_entries_in_the_inbox_are_parked_and_the_jobmanager_goes_on(procs: P
     assert log.client.xpending(inbox, "jobmanager")["pending"] == 0
 
 
+@pytest.mark.timeout(20 + 20 + 10 + 1 + 10 + 4 * 30 + 1 + MARGIN + TEARDOWN)  # stop and start: 10 s each
 def test_the_cluster_rides_out_a_redis_restart(procs: Processes, aof_redis, prefix: str) -> None:
+    """Redis stops for a second and comes back on its AOF. The old rows alone (a leader, a
+    registered TaskManager) prove nothing: the cluster must work again on the restarted
+    server, so a leader is granted at a new epoch, the TaskManager registers with it, and
+    heartbeats flow both ways at that epoch, with nobody declared lost."""
     url = aof_redis.url
     log = EventLog(connect(url), Keys(prefix))
     jm = procs.start("jm", "jobmanager", url=url)
     tm = procs.start("tm1", "taskmanager", "--resource-id", "tm-1", url=url)
     wait_until(lambda: registered(log) == {"tm-1"}, "registration")
+    before = leader_epoch(log)
     aof_redis.stop()
     time.sleep(1.0)
     assert jm.poll() is None and tm.poll() is None  # nobody died
+    restarted_ms = int(time.time() * 1000)  # the same clock as the local server's entry ids
     aof_redis.start()
     log = EventLog(connect(url), log.keys)
-    wait_until(lambda: registered(log) == {"tm-1"} and current_leader(log), "the cluster back after the restart")
+    after = f"{restarted_ms}-0"
+
+    def since_restart(stream: str) -> list[Envelope]:
+        return [e for _, e in log.replay(stream, after)]
+
+    grant = wait_until(lambda: next((e for e in since_restart(log.keys.facts(log.keys.cluster))
+                                     if isinstance(e.event, LeadershipGranted)), None),
+                       "a leader granted after the restart", timeout=30)
+    epoch = grant.event.epoch
+    assert epoch > before and grant.epoch == epoch and current_leader(log).epoch == epoch
+    tm_inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
+    reply = wait_until(lambda: next((e for e in since_restart(tm_inbox)
+                                     if isinstance(e.event, (AlreadyRegistered, AcknowledgeRegistration))), None),
+                       "tm-1 to register with the new leader", timeout=30)
+    assert reply.event.epoch == epoch and reply.epoch == epoch, reply
+    # Heartbeats at the new epoch, both ways, well past the heartbeat timeout (800 ms).
+    wait_until(lambda: len([e for e in since_restart(tm_inbox) if isinstance(e.event, JobManagerHeartbeat)
+                            and e.event.epoch == epoch]) >= 10, "the new leader's heartbeats to tm-1", timeout=30)
+    wait_until(lambda: len([e for e in since_restart(log.keys.inbox(log.keys.cluster))
+                            if isinstance(e.event, TaskManagerHeartbeat) and e.event.resource_id == "tm-1"
+                            and e.event.epoch == epoch]) >= 10, "tm-1's heartbeats to the new leader", timeout=30)
+    time.sleep(1.0)
+    assert registered(log) == {"tm-1"}
+    assert not any(isinstance(e.event, TaskManagerLost) for e in facts(log))
+    assert all(e.epoch == epoch for e in since_restart(log.keys.facts(log.keys.cluster)))
     assert "redis unavailable" in procs.output("jm") and "redis unavailable" in procs.output("tm1")
     assert jm.poll() is None and tm.poll() is None

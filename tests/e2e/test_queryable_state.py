@@ -11,13 +11,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from sluice.events import JobStatus
-from sluice.store import EventLog
 
 from sluice.errors import UnknownStateName
+from sluice.events import JobStatus
 from sluice.state import StateClient
-from tests.e2e.conftest import Processes, registered, wait_until
-from tests.e2e.test_jobs import ROOT, cluster, run_job, start_tm  # noqa: F401 (the cluster fixture)
+from sluice.store import EventLog
+from tests.e2e.conftest import MARGIN, SPARK_START, TEARDOWN, Processes, registered, start_tm, wait_until
+from tests.e2e.test_jobs import ROOT, run_job
 
 
 def write_words(path: Path, vocabulary: int = 3000, lines: int = 4000, seed: int = 3) -> Path:
@@ -27,8 +27,9 @@ def write_words(path: Path, vocabulary: int = 3000, lines: int = 4000, seed: int
     return path
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 120 + 60 + MARGIN + TEARDOWN)  # registration, the job, the CLI
 def test_a_keyed_jobs_state_is_readable_for_any_key_and_equals_plain_pyspark(
-        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:  # noqa: F811
+        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
     start_tm(procs, cluster, "tm-1")
     wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
     text = write_words(tmp_path / "in.txt")

@@ -4,9 +4,9 @@ once in the committed output, whatever dies."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -25,9 +25,21 @@ from sluice.events import (
 )
 from sluice.services.coordination.timeline import split_timeline
 from sluice.services.jobs.state import TERMINAL_JOB
-from sluice.store import EventLog
-from tests.e2e.conftest import Processes, registered, wait_until
-from tests.e2e.test_jobs import JOBS, SLACK, job_facts, run_job, start_tm
+from sluice.store import EventLog, current_leader
+from tests.e2e.conftest import (
+    MARGIN,
+    SLACK,
+    SPARK_START,
+    TEARDOWN,
+    Processes,
+    assert_facts_after_takeover,
+    grant_entry,
+    registered,
+    start_tm,
+    wait_until,
+    worker_pids,
+)
+from tests.e2e.test_jobs import JOBS, job_facts, run_job
 
 
 @pytest.fixture
@@ -60,6 +72,7 @@ def assert_each_split_finished_once(log: EventLog, job_id: str) -> list:
     return rows
 
 
+@pytest.mark.timeout(SPARK_START + 120 + 60 + 60 + MARGIN + TEARDOWN)  # the job, two commands
 @pytest.mark.parametrize("protocol", ["operator-events", "input-splits"])
 def test_every_split_is_read_exactly_once_by_either_protocol(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path, protocol: str) -> None:
@@ -79,11 +92,12 @@ def test_every_split_is_read_exactly_once_by_either_protocol(
         assert len(asks) == len(rows) + 2 and all(f.body["type"] == "request-split" for f in asks)
     assert any(isinstance(f, CoordinatorCheckpointed) for f in facts)
     # The timeline shows who took what.
-    shown = subprocess.run(_sluice(log, "inspect", "splits", job_id), capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(_sluice(log, "inspect", "splits", job_id), capture_output=True, text=True, timeout=60,
+                           check=False)
     assert shown.returncode == 0, shown.stderr
     assert "finished splits per subtask" in shown.stdout
     as_json = subprocess.run(_sluice(log, "inspect", "splits", job_id, "--json"), capture_output=True, text=True,
-                             timeout=60)
+                             timeout=60, check=False)
     first = orjson.loads(as_json.stdout.splitlines()[0])
     assert first["split"] == 0 and first["what"].endswith("in.txt bytes 0..2048") and first["outcome"] == "finished"
 
@@ -96,13 +110,7 @@ def _sluice(log: EventLog, *args: str) -> list[str]:
             log.keys.prefix, *args]
 
 
-def _worker_pid(tm: str, slot: int) -> int:
-    out = subprocess.run(["pgrep", "-f", f"worker --resource-id {tm} --slot {slot}$"], capture_output=True, text=True)
-    pids = [int(p) for p in out.stdout.split()]
-    assert pids, f"no worker process for {tm} slot {slot}"
-    return max(pids)  # the Python process (the guard exec's into it)
-
-
+@pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # three splits, the job
 def test_a_failed_readers_splits_go_back_to_the_pool_and_are_read_once(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
     # 4 KB/s per reader and 1 KB splits: each reader takes about 4 splits a second.
@@ -116,7 +124,10 @@ def test_a_failed_readers_splits_go_back_to_the_pool_and_are_read_once(
                         "subtask 0 to hold 3 splits", timeout=90)
     slot = next(f.slot for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState)
                 and f.subtask == 0 and f.state == TaskState.DEPLOYING)
-    subprocess.run(["kill", "-9", str(_worker_pid("tm-1", slot))], check=True)
+    # This cluster's worker, matched by key prefix: a pattern on "tm-1 --slot 0" alone also
+    # matches the workers of any other test run on the machine, and may kill one of theirs.
+    (pid,) = worker_pids(procs.prefix, "tm-1", slot)
+    os.kill(pid, signal.SIGKILL)
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
     assert job.status == JobStatus.FINISHED, job.reason
     assert job.restarts == 1
@@ -129,6 +140,7 @@ def test_a_failed_readers_splits_go_back_to_the_pool_and_are_read_once(
     assert all(again[r.split].at > r.at for r in returned)
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 30 + 120 + MARGIN + TEARDOWN)  # a dozen splits, the checkpoint, the job
 def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
     procs.start("jm-b", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--id", "jm-b",
@@ -144,6 +156,7 @@ def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
     before = len(timeline(log, job_id))
     grants = [e.event for _, e in log.replay(log.keys.facts(log.keys.cluster)) if e.type == "LeadershipGranted"]
     leader = {"jm-a": "jm", "jm-b": "jm-b"}[grants[-1].leader_id]  # either may have won the lease
+    killed_epoch = grants[-1].epoch
     procs.signal(leader, signal.SIGKILL)
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
     assert job.status == JobStatus.FINISHED, job.reason
@@ -151,12 +164,18 @@ def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
     rows = assert_each_split_finished_once(log, job_id)
     epochs = sorted({r.epoch for r in rows})
     assert len(epochs) == 2 and len(rows) > before, "the new leader should have handed out the rest"
+    # Every split answer, task state and the job's end after the takeover are the new leader's.
+    after = assert_facts_after_takeover(log, log.keys.job(job_id), killed_epoch)
+    assert any(isinstance(e.event, OperatorEvent) and not e.event.to_coordinator for e in after)
+    assert any(e.type == "JobStatusChanged" and e.event.status == JobStatus.FINISHED for e in after)
 
 
+@pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # registrations, the job
 def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, cluster: dict, spark,
                                           tmp_path: Path) -> None:
     """Four readers, one five times slower: dynamic assignment gives it about a fifth as many
-    splits as each fast one, and reading takes about total work / total speed."""
+    splits as each fast one. (How long reading takes is for ``sluice bench``: a wall-clock
+    bound here would fail on a busy machine, not on a bad assignment.)"""
     rate = 40_000
     start_tm(procs, cluster, "tm-fast", slots=3, env={"SLUICE_IO_RATE": str(rate)})
     start_tm(procs, cluster, "tm-slow", slots=1, env={"SLUICE_IO_RATE": str(rate // 5)})
@@ -174,15 +193,11 @@ def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, clust
     fast = [per[s] for s, tm in tm_of.items() if tm == "tm-fast"]
     assert len(slow) == 1 and len(fast) == 3
     ratio = slow[0] / (sum(fast) / 3)
-    total = (tmp_path / "in.txt").stat().st_size
-    ideal = total / (3 * rate + rate / 5)
-    took = (max(r.at for r in rows) - min(r.at for r in rows)) / 1000
-    print(f"splits per reader: fast {fast}, slow {slow}; slow/fast = {ratio:.2f}; "
-          f"reading took {took:.2f} s, ideal {ideal:.2f} s")
+    print(f"splits per reader: fast {fast}, slow {slow}; slow/fast = {ratio:.2f}")
     assert 1 / 10 <= ratio <= 1 / 3, (fast, slow)
-    assert took <= 1.5 * ideal + 1.0, (took, ideal)
 
 
+@pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_a_coordinator_and_its_subtasks_talk_both_ways(procs: Processes, log: EventLog, cluster: dict, spark,
                                                      tmp_path: Path) -> None:
     start_tm(procs, cluster, "tm-1")
@@ -209,10 +224,75 @@ def test_a_coordinator_and_its_subtasks_talk_both_ways(procs: Processes, log: Ev
     assert sorted(t[0] for t in checkpoints[-1].state["thanks"]) == [0, 1]
 
 
+@pytest.mark.timeout(SPARK_START + 30 + 120 + 30 + 120 + MARGIN + TEARDOWN)
+def test_a_jobmanager_killed_between_two_inputs_of_a_nondeterministic_coordinator_loses_nothing(
+        procs: Processes, log: EventLog, spark_remote: str, spark, tmp_path: Path) -> None:
+    """The Greeter (tests/e2e/jobs/coordinated.py) is not deterministic. Kill its leader right
+    after the first subtask's thanks is in the log and before any checkpoint covers it (no
+    on-demand checkpoint, and no periodic one: the interval is longer than the test); the
+    second subtask thanks only after the takeover. The new leader restores the checkpoint
+    taken when the greetings went out, replays the first thanks from the log, takes the
+    second live: each greeting went out once, each thanks counts once, the output is exact."""
+    from tests.e2e.jobs.coordinated import Greeter
+
+    assert Greeter.deterministic is False
+    home, storage = tmp_path / "home", (tmp_path / "storage").as_uri()
+    jm_env = {"SLUICE_HOME": str(home), **SLACK, "SLUICE_LEASE_TTL_MS": "1500",
+              "SLUICE_CHECKPOINT_INTERVAL_MS": "600000"}
+    procs.start("jm-a", "jobmanager", "--storage-root", storage, "--id", "jm-a", env=jm_env)
+    wait_until(lambda: current_leader(log), "jm-a to lead", timeout=30)
+    procs.start("jm-b", "jobmanager", "--storage-root", storage, "--id", "jm-b", env=jm_env)
+    gate = tmp_path / "gate"
+    start_tm(procs, {"home": home, "spark": spark_remote}, "tm-1", env={"SLUICE_TEST_GATE": str(gate)})
+    client = Client(log)
+    job_id = client.submit(load_job(JOBS / "coordinated.py", {"output": str(tmp_path / "out"), "n": "1000"}))
+
+    def thanks_from(subtask: int):
+        return next(((i, e) for i, e in log.replay(log.keys.facts(log.keys.job(job_id)))
+                     if isinstance(e.event, OperatorEvent) and e.event.to_coordinator
+                     and e.event.operator_id == "tag -> out" and e.event.subtask == subtask), None)
+
+    first_id, first = wait_until(lambda: thanks_from(0), "subtask 0 to thank the coordinator", timeout=120)
+    assert first.epoch == 1 and current_leader(log).holder == "jm-a"
+    procs.signal("jm-a", signal.SIGKILL)
+    wait_until(lambda: (h := current_leader(log)) is not None and h.holder == "jm-b" and h.epoch == 2
+               and grant_entry(log, 2), "jm-b to take over", timeout=30)
+    assert thanks_from(1) is None  # still waiting at the gate
+    gate.write_text("open")
+    job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
+    assert job.status == JobStatus.FINISHED and job.restarts == 0, job.reason
+    # The first thanks was not covered by a checkpoint when jm-a died: jm-b replayed it.
+    entries = list(log.replay(log.keys.facts(log.keys.job(job_id))))
+    grant = grant_entry(log, 2)
+    between = [e for i, e in entries if _before(first_id, i) and _before(i, grant)]
+    assert not any(isinstance(e.event, CoordinatorCheckpointed) and e.event.operator_id == "tag -> out"
+                   for e in between)
+    facts = [e.event for _, e in entries]
+    greetings = [f for f in facts if isinstance(f, OperatorEvent) and not f.to_coordinator
+                 and f.operator_id == "tag -> out"]
+    assert sorted((g.subtask, g.body["hello"]) for g in greetings) == [(0, "greeting-0"), (1, "greeting-1")]
+    thanks = [f for f in facts if isinstance(f, OperatorEvent) and f.to_coordinator and f.operator_id == "tag -> out"]
+    assert sorted(t.subtask for t in thanks) == [0, 1]
+    final = [f for f in facts if isinstance(f, CoordinatorCheckpointed) and f.operator_id == "tag -> out"][-1]
+    assert sorted(final.state["thanks"]) == sorted([t.subtask, t.attempt, t.body["rows"]] for t in thanks)
+    # Exact output: every number once, each tagged with the greeting of the subtask that
+    # read it, as many per subtask as that subtask told the coordinator.
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(r["id"] for r in rows) == list(range(1000))
+    per_greeting = Counter(r["greeting"] for r in rows)
+    assert per_greeting == {f"greeting-{t.subtask}": t.body["rows"] for t in thanks}
+    assert_facts_after_takeover(log, log.keys.job(job_id), 1)
+
+
+def _before(a: str, b: str) -> bool:
+    return tuple(map(int, a.split("-"))) < tuple(map(int, b.split("-")))
+
+
+@pytest.mark.timeout(SPARK_START + 120 + 120 + MARGIN + TEARDOWN)  # two jobs
 def test_a_coordinator_that_raises_fails_its_job_but_not_the_jobmanager(
         procs: Processes, log: EventLog, cluster: dict, tmp_path: Path) -> None:
     start_tm(procs, cluster, "tm-1")
-    job_id, job = run_job(log, JOBS / "coordinated.py", {"output": str(tmp_path / "out"), "explode": "1"})
+    _, job = run_job(log, JOBS / "coordinated.py", {"output": str(tmp_path / "out"), "explode": "1"})
     assert job.status == JobStatus.FAILED and job.restarts == 0
     assert "the coordinator of 'tag -> out' failed in handle_event_from_operator" in job.reason
     assert job.reason.rstrip().endswith("RuntimeError: the greeter cannot take thanks from subtask 0") or \
@@ -223,6 +303,7 @@ def test_a_coordinator_that_raises_fails_its_job_but_not_the_jobmanager(
     assert procs.procs["jm"].poll() is None
 
 
+@pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_a_reader_that_gets_no_split_still_has_the_sources_columns(
         procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
     import pyarrow as pa

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from sluice.store import EventLog, Keys, connect
-from tests.conftest import docker_redis_url
+from tests.conftest import docker_redis
 from tests.store.contract import LogContract
 
 pytestmark = pytest.mark.docker
@@ -15,14 +15,12 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(scope="module")
 def docker_url() -> Iterator[str]:
-    url, why = docker_redis_url()
-    if url is None:
-        pytest.skip(why)
-    yield url
-    from tests.conftest import _containers
-
-    while _containers:
-        _containers.pop().stop()
+    """This module's own container (the session's Redis, a container too with
+    SLUICE_TEST_DOCKER=1, is the session's to stop)."""
+    with docker_redis() as (url, why):
+        if url is None:
+            pytest.skip(why)
+        yield url
 
 
 class TestLogOnDockerRedis(LogContract):

@@ -1,7 +1,16 @@
 """A transform with its own OperatorCoordinator: the coordinator greets every subtask when
 it starts (before they run: the greeting waits in their inboxes), each subtask tags its
 rows with the greeting and thanks the coordinator, which records the thanks in its
-checkpointed state. With ``explode=1`` the coordinator raises on the first thanks."""
+checkpointed state. With ``explode=1`` the coordinator raises on the first thanks. The
+Greeter is not deterministic (it sends from its own thread).
+
+With $SLUICE_TEST_GATE set (in the TaskManager's environment), subtask 1 waits until that
+file exists before it thanks the coordinator (tests: a JobManager killed between the two
+thanks)."""
+
+import os
+import time
+from pathlib import Path
 
 from pyspark.sql import functions as F
 
@@ -51,8 +60,22 @@ def tag(df):
     if greeting is None:
         raise RuntimeError("no greeting from the coordinator")
     out = df.withColumn("greeting", F.lit(greeting["hello"]))
-    ctx.send_to_coordinator({"rows": out.count()})
+    rows = out.count()
+    if ctx.subtask == 1:
+        wait_at_gate()
+    ctx.send_to_coordinator({"rows": rows})
     return out
+
+
+def wait_at_gate(limit_s=120):
+    gate = os.environ.get("SLUICE_TEST_GATE")
+    if not gate:
+        return
+    deadline = time.monotonic() + limit_s
+    while not Path(gate).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the gate {gate} did not open within {limit_s} s")
+        time.sleep(0.05)
 
 
 def job(params):
