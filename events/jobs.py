@@ -87,13 +87,17 @@ class JobSubmitted(Event):
     storage_root: str
 
 
-@event("ExecutionGraphBuilt")
+@event("ExecutionGraphBuilt", version=2)
 class ExecutionGraphBuilt(Event):
-    """Every vertex expanded to its subtasks (all CREATED), results and edges wired."""
+    """Every vertex expanded to its subtasks (all CREATED), results and edges wired. Every
+    subtask's first attempt is numbered ``first_attempt``: 0, or after a restart of Redis
+    that may have lost writes, a number no attempt started before it can have had.
+    Version 2 added ``first_attempt``."""
 
     job_id: str
     subtasks: int
     results: int
+    first_attempt: int = 0
 
 
 @event("JobStatusChanged")
@@ -141,11 +145,13 @@ class CancelTask(Event):
     reason: str
 
 
-@event("UpdateTaskExecutionState", version=2)
+@event("UpdateTaskExecutionState", version=3)
 class UpdateTaskExecutionState(Event):
     """One state change of one execution attempt. Sent by TaskManagers and recorded by the
-    leader (with where it runs) as a fact. Version 2 added the vertex, subtask, attempt and
-    location fields."""
+    leader (with where it runs) as a fact. ``session`` (on the leader's SCHEDULED fact) is
+    the registration of the TaskManager the attempt was placed on: when that session is
+    gone, so is the attempt. Version 2 added the vertex, subtask, attempt and location
+    fields, version 3 ``session``."""
 
     job_id: str
     execution_id: str
@@ -156,6 +162,7 @@ class UpdateTaskExecutionState(Event):
     attempt: int = -1
     taskmanager: str | None = None
     slot: int | None = None
+    session: str | None = None
 
 
 @event("ScheduleOrUpdateConsumers")

@@ -23,6 +23,7 @@ __all__ = [
     "TaskManagerLost",
     "TaskManagerUnregistered",
     "LeadershipGranted",
+    "LogRestarted",
 ]
 
 # --- messages: TaskManager -> JobManager --------------------------------------------------
@@ -150,3 +151,15 @@ class LeadershipGranted(Event):
     leader_id: str
     host: str
     server: str = ""
+
+
+@event("LogRestarted")
+class LogRestarted(Event):
+    """The leader found that Redis restarted (run id ``before`` -> ``now``) without keeping
+    every acknowledged write: attempts started before may be unknown to the log, so every
+    attempt from now on is numbered at least ``attempt_floor`` (the server's clock then)."""
+
+    before: str
+    now: str
+    attempt_floor: int
+    reason: str

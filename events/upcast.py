@@ -98,3 +98,19 @@ def _request_next_input_split_v1_v2(payload: Payload) -> Payload:
     if isinstance(payload, dict):
         return {**payload, "seq": 0}
     return payload
+
+
+@upcaster("UpdateTaskExecutionState", 2)
+def _update_task_execution_state_v2_v3(payload: Payload) -> Payload:
+    """v3 added ``session`` (the TaskManager registration an attempt was placed on)."""
+    if isinstance(payload, dict):
+        return {**payload, "session": None}
+    return payload
+
+
+@upcaster("ExecutionGraphBuilt", 1)
+def _execution_graph_built_v1_v2(payload: Payload) -> Payload:
+    """v2 added ``first_attempt``; before, every subtask started at attempt 0."""
+    if isinstance(payload, dict):
+        return {**payload, "first_attempt": 0}
+    return payload

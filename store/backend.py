@@ -84,6 +84,11 @@ class Backend(abc.ABC):
         """The URL other processes use to reach this server (None: not reachable from outside)."""
         return None
 
+    def durable(self) -> bool:
+        """Whether a write the server acknowledged survives a crash (AOF with ``appendfsync
+        always``). False when unknown: a restart may then have lost the last writes."""
+        return False
+
     def close(self) -> None:
         """Release connections."""
 
@@ -213,6 +218,9 @@ class Delegating(Backend):
 
     def describe(self) -> str:
         return self.inner.describe()
+
+    def durable(self) -> bool:
+        return self.around("durable", self.inner.durable)  # type: ignore[no-any-return]
 
     def address(self) -> str | None:
         return self.inner.address()

@@ -155,10 +155,19 @@ class GroupConsumer:
         return self.log.backend.xack(stream or self.stream, self.group, entry_ids)
 
     def skip_to_end(self) -> None:
-        """Deliver nothing written before now (messages to an earlier session are void)."""
+        """Deliver nothing written before now, and drop what this consumer had read but not
+        acknowledged (messages to an earlier session are void)."""
         for s in self.streams:
             self._ensure(s, "$")
             self.log.backend.group_setid(s, self.group, "$")
+        while True:
+            stale = self._read("0", 1000, None)
+            if not stale:
+                return
+            for s in self.streams:
+                ids = [e.id for e in stale if e.stream == s]
+                if ids:
+                    self.ack(*ids, stream=s)
 
     def _read(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
         return self._read_from({s: start for s in self.streams}, count, block_ms)

@@ -464,6 +464,8 @@ class MemoryStore:
                  compact_records: int = _COMPACT_RECORDS) -> None:
         self.clock = clock
         self.silent_reconnect = silent_reconnect
+        self.durable = False
+        """Whether a crash keeps every write (``appendfsync always``); the simulation sets it."""
         """Connections carry on after a restart instead of failing their first call."""
         self.down = False
         """While True, every call of every connection raises RedisUnavailable."""
@@ -860,6 +862,8 @@ class MemoryStore:
         return _lua_int(epoch)
 
     def _project(self, keys: list[str], argv: list[bytes], now: int) -> int:
+        self._restarted(argv[0])
+        argv = argv[1:]
         cur = _or(self._get(keys[0], now), b"")
         if cur != argv[0]:
             return 0
@@ -906,6 +910,10 @@ class MemoryBackend(Backend):
 
     def describe(self) -> str:
         return f"memory://{self.name}"
+
+    def durable(self) -> bool:
+        self._enter()
+        return self.store.durable
 
     # --- strings and hashes ---
     def get(self, key: str) -> bytes | None:

@@ -56,6 +56,14 @@ class RedisBackend(Backend):
     def address(self) -> str | None:
         return self.describe()
 
+    def durable(self) -> bool:
+        with translate_errors("reading the server's persistence settings"):
+            try:
+                conf = self.client.config_get("append*")
+            except redis.ResponseError:  # CONFIG renamed or refused (managed Redis): assume the worst
+                return False
+        return conf.get("appendonly") == "yes" and conf.get("appendfsync") == "always"
+
     def close(self) -> None:
         self.client.close()
 

@@ -246,18 +246,24 @@ redis.call('SET', KEYS[1], epoch)
 return epoch
 """
 
-PROJECT = """
+PROJECT = _RESTARTED + """
 -- Write a read model's changed rows together with the log position they reflect, once.
 -- KEYS[1] position key, KEYS[2] table hash
--- ARGV[1] position the writer started from ('' for none), ARGV[2] new position,
--- ARGV[3] number of rows to set (n), ARGV[4 .. 3+2n] field/value pairs, then fields to delete
--- Returns 1 when written, 0 when the position moved meanwhile (already projected).
+-- ARGV[1] the server run id the writer read the log from ('' to skip the check)
+-- ARGV[2] position the writer started from ('' for none), ARGV[3] new position,
+-- ARGV[4] number of rows to set (n), ARGV[5 .. 4+2n] field/value pairs, then fields to delete
+-- Returns 1 when written, 0 when the position moved meanwhile (already projected) |
+-- error 'SLUICE_RESTARTED <run id>' (what the writer read may have been lost)
+local err = restarted(ARGV[1])
+if err then
+  return err
+end
 local cur = redis.call('GET', KEYS[1]) or ''
-if cur ~= ARGV[1] then
+if cur ~= ARGV[2] then
   return 0
 end
-local n = tonumber(ARGV[3])
-local i = 4
+local n = tonumber(ARGV[4])
+local i = 5
 if n > 0 then
   local args = {}
   for j = 1, 2 * n do
@@ -273,7 +279,7 @@ if i <= #ARGV then
   end
   redis.call('HDEL', KEYS[2], unpack(dels))
 end
-redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[3])
 return 1
 """
 

@@ -6,7 +6,8 @@ from typing import Any, Mapping
 
 import orjson
 
-from .log import EventLog, _s
+from .backend import ScriptFailed
+from .log import EventLog, _s, script_error
 
 __all__ = ["ReadModels"]
 
@@ -18,10 +19,12 @@ class ReadModels:
         self.log = log
 
     def write(self, tag: str, name: str, *, expected: str | None, position: str,
-              rows: Mapping[str, Any], deleted: tuple[str, ...] = ()) -> bool:
+              rows: Mapping[str, Any], deleted: tuple[str, ...] = (), server: str = "") -> bool:
         """Set ``rows`` (JSON values) and delete ``deleted`` in table ``name`` and move its
         position from ``expected`` to ``position``, atomically; False when the stored
-        position is not ``expected`` (another projector got there first)."""
+        position is not ``expected`` (another projector got there first). ``server``: the
+        run id of the server the rows were read from (StoreRestarted if it restarted since:
+        the facts they came from may be lost)."""
         keys = [self.log.keys.position(tag, name), self.log.keys.table(tag, name)]
         items = list(rows.items())
         chunks = [items[i:i + _MAX_ROWS_PER_WRITE] for i in range(0, len(items), _MAX_ROWS_PER_WRITE)] or [[]]
@@ -30,13 +33,16 @@ class ReadModels:
         for i, chunk in enumerate(chunks):
             last = i == len(chunks) - 1
             nxt = position if last else cur
-            args: list[object] = [cur, nxt, len(chunk)]
+            args: list[object] = [server, cur, nxt, len(chunk)]
             for k, v in chunk:
                 args += (k, orjson.dumps(v))
             if last:
                 args += list(deleted)
-            if not self.log.backend.script("project", keys, args):
-                return False
+            try:
+                if not self.log.backend.script("project", keys, args):
+                    return False
+            except ScriptFailed as exc:
+                raise script_error(exc, tag) from exc
             cur = nxt
         return True
 

@@ -85,7 +85,8 @@ class ClusterInbox:
             ev = env.event
             if isinstance(ev, (TaskManagerLost, TaskManagerUnregistered)):
                 jm.state.monitor.forget(ev.resource_id)
-                for d in jobs.taskmanager_lost(jm.state.jobs, ev.resource_id, ev.reason, jm.jobs_config, env.ts):
+                for d in jobs.taskmanager_lost(jm.state.jobs, ev.resource_id, ev.reason, jm.jobs_config, env.ts,
+                                               ev.session):
                     jm.job_inboxes.commit(d)
 
     def commit_facts(self, facts: list[Event] | tuple[Event, ...]) -> None:

@@ -91,7 +91,8 @@ class JobInboxes:
                 return jobs.Decision(job_id, now, sends=[(("inbox", env.event.reply_to), JobRefused(job_id, str(exc)))])
             jm.logger.info("job submitted", job=job_id, name=env.event.graph.name,
                            subtasks=sum(v.parallelism for v in env.event.graph.vertices))
-            return jobs.submit(jm.state.jobs, env.event, splits, jm.storage_root, now)
+            return jobs.submit(jm.state.jobs, env.event, splits, jm.storage_root, now,
+                               jm.state.membership.attempt_floor)
         decision = jobs.on_message(jm.state.jobs, job_id, env, jm.jobs_config, now)
         if decision.note:
             jm.logger.debug("job message", job=job_id, note=decision.note)
@@ -141,7 +142,8 @@ class JobInboxes:
                 free = free if free is not None else self._free_slots()
                 if job.waiting_since is not None and not any(free.values()):
                     continue  # already waiting for slots and none is free: nothing to try
-                decision = jobs.schedule(jm.state.jobs, job_id, free, jm.world.now_ms())
+                sessions = {r.resource_id: r.session for r in jm.state.membership.active()}
+                decision = jobs.schedule(jm.state.jobs, job_id, free, jm.world.now_ms(), sessions)
                 if decision:
                     self.commit(decision)
 

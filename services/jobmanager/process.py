@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from sluice.errors import MessageRejected, RedisUnavailable, StaleEpoch, StoreRestarted
-from sluice.events import LeadershipGranted, TaskManagerLost
+from sluice.events import LeadershipGranted, LogRestarted, TaskManagerLost
 from sluice.services.common.shell import get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS, JobCoordinators
@@ -239,7 +239,7 @@ class JobManager:
             coords.start(now)
             coords.replay(tails)
             self.job_inboxes.commit(jobs.Decision(job_id, now))
-        if grant is not None and grant.server and grant.server != server:
+        if grant is not None and grant.server and grant.server != server and not self.log.backend.durable():
             self._log_restarted(grant.server, server)
         self.state.monitor.restart(self.state.membership, now)
         for tag in [self.tag] + [self.keys.job(j) for j in r.registered]:
@@ -251,30 +251,28 @@ class JobManager:
                          jobs=len(self.state.jobs.jobs))
         # Messages a previous leader read but never committed: ours now (each once).
         self.handle_batch(self.consumer.recover())
-        # A TaskManager lost (or gone) in the cluster's facts whose tasks were not failed yet
-        # (the leader died between the two commits): fail them now.
-        active = {row.resource_id for row in self.state.membership.active()}
-        for rid in sorted(set(self.state.jobs.pool.by_tm) - active):
-            if self.state.jobs.pool.by_tm[rid]:
-                row = self.state.membership.taskmanagers.get(rid)
-                reason = row.reason if row and row.reason else "not registered"
-                for d in jobs.taskmanager_lost(self.state.jobs, rid, reason, self.jobs_config, now):
-                    self.job_inboxes.commit(d)
+        # Attempts placed on a TaskManager registration that is gone in the cluster's facts
+        # (the leader died between the two commits, or the TaskManager registered again as a
+        # new session): fail them now.
+        members = self.state.membership
+        active = {row.resource_id: row.session for row in members.active()}
+        reasons = {rid: row.reason or "" for rid, row in members.taskmanagers.items()}
+        for d in jobs.orphans(self.state.jobs, active, reasons, self.jobs_config, now):
+            self.job_inboxes.commit(d)
         self.job_inboxes.schedule_all()
 
     def _log_restarted(self, before: str, now_server: str) -> None:
-        """The Redis server restarted since the last leader took over: with ``appendfsync
-        everysec`` it may have lost its last writes, so nothing that ran across the restart
-        is trusted. Every TaskManager registers again (they drop their tasks when they see
+        """The Redis server restarted since the last leader took over, and does not keep every
+        acknowledged write (``appendfsync everysec``, or unknown): it may have lost its last
+        writes, so nothing that ran across the restart is trusted. Every TaskManager registers again (they drop their tasks when they see
         the restart), and every attempt that was not finished runs again under a number no
         lost write can have used (the server's clock)."""
         reason = (f"the Redis server restarted (run id {before[:8]} -> {now_server[:8]}) and may have lost its last "
                   "writes: every task that was not finished runs again")
         self.logger.warning("log restarted", reason=reason)
-        lost = [TaskManagerLost(row.resource_id, row.session, reason) for row in self.state.membership.active()]
-        if lost:
-            self.cluster.commit_facts(lost)
-        floor = self.log.backend.time_ms()
+        floor = max(self.log.backend.time_ms(), self.state.membership.attempt_floor + 1)
+        lost: list = [TaskManagerLost(row.resource_id, row.session, reason) for row in self.state.membership.active()]
+        self.cluster.commit_facts([LogRestarted(before, now_server, floor, reason), *lost])
         for d in jobs.log_restarted(self.state.jobs, reason, self.world.now_ms(), floor):
             self.job_inboxes.commit(d)
 

@@ -46,7 +46,7 @@ from sluice.services.coordination.runtime import has_coordinator
 from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
 
 __all__ = ["JobsConfig", "Decision", "Dest", "submit", "input_paths", "MAX_DEPLOY_PER_PASS", "on_message", "schedule",
-           "taskmanager_lost", "log_restarted", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
+           "taskmanager_lost", "orphans", "log_restarted", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
 
 Dest = tuple[str, str]
 """Where a message goes: ("tm", resource_id) or ("inbox", stream key)."""
@@ -129,14 +129,16 @@ def partition_path(storage_root: str, job_id: str, vertex: str, subtask: int, at
 # --- submission -------------------------------------------------------------------------------
 
 
-def submit(state: JobsState, msg: SubmitJob, splits: dict[str, list], storage_root: str, now: int) -> Decision:
-    """Accept a validated job: record it and build its ExecutionGraph."""
+def submit(state: JobsState, msg: SubmitJob, splits: dict[str, list], storage_root: str, now: int,
+           first_attempt: int = 0) -> Decision:
+    """Accept a validated job: record it and build its ExecutionGraph (every subtask's first
+    attempt numbered ``first_attempt``: the cluster's attempt floor)."""
     rec = _Recorder(state, msg.job_id, now)
     rec.fact(JobSubmitted(msg.job_id, msg.graph, msg.code_blob, msg.module, msg.reply_to, msg.params, splits,
                           storage_root))
     subtasks = sum(v.parallelism for v in msg.graph.vertices)
     results = sum(1 for v in msg.graph.vertices if any(e.source == v.name for e in msg.graph.edges))
-    rec.fact(ExecutionGraphBuilt(msg.job_id, subtasks, results))
+    rec.fact(ExecutionGraphBuilt(msg.job_id, subtasks, results, first_attempt))
     return rec.decision
 
 
@@ -324,10 +326,12 @@ def _maybe_complete(rec: _Recorder, job: JobRun) -> None:
 # --- scheduling ---------------------------------------------------------------------------------
 
 
-def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int) -> Decision:
+def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int,
+             sessions: dict[str, str] | None = None) -> Decision:
     """Deploy every ready execution whose inputs are available, each on a free slot of the
     TaskManager with the most free slots (so a vertex spreads over TaskManagers). ``free``
-    is taken from as slots are assigned."""
+    is taken from as slots are assigned; ``sessions`` names each TaskManager's current
+    registration, recorded with the placement."""
     job = state.jobs[job_id]
     rec = _Recorder(state, job_id, now)
     if job.status not in (JobStatus.CREATED, JobStatus.RUNNING) or not job.built:
@@ -351,7 +355,7 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int) -> Decisi
             waiting += 1
             later.append(ex)
             continue
-        _deploy(rec, job, ex, tm, free[tm].pop(0))
+        _deploy(rec, job, ex, tm, free[tm].pop(0), (sessions or {}).get(tm))
         deployed += 1
     ready.extend(later)
     if waiting and job.waiting_since is None:
@@ -368,10 +372,10 @@ def _pick(free: FreeSlots) -> str | None:
     return best[1] if best else None
 
 
-def _deploy(rec: _Recorder, job: JobRun, ex: Execution, tm: str, slot: int) -> None:
+def _deploy(rec: _Recorder, job: JobRun, ex: Execution, tm: str, slot: int, session: str | None = None) -> None:
     eid = ex.id
     rec.fact(UpdateTaskExecutionState(job.job_id, eid, TaskState.SCHEDULED, None, ex.vertex, ex.subtask, ex.attempt,
-                                      tm, slot))
+                                      tm, slot, session))
     rec.fact(UpdateTaskExecutionState(job.job_id, eid, TaskState.DEPLOYING, None, ex.vertex, ex.subtask, ex.attempt,
                                       tm, slot))
     rec.send(("tm", tm), SubmitTask(job.job_id, eid, ex.vertex, ex.subtask, ex.attempt, slot, descriptor(job, ex)))
@@ -432,20 +436,51 @@ def descriptor(job: JobRun, ex: Execution) -> dict:
 # --- cluster events and time ---------------------------------------------------------------------
 
 
-def taskmanager_lost(state: JobsState, resource_id: str, reason: str, config: JobsConfig, now: int) -> list[Decision]:
-    """Every execution on a lost TaskManager fails (and may be restarted elsewhere)."""
+def taskmanager_lost(state: JobsState, resource_id: str, reason: str, config: JobsConfig, now: int,
+                     session: str | None = None) -> list[Decision]:
+    """Every execution on a lost TaskManager (``session``: only on that registration of it)
+    fails, and may be restarted elsewhere."""
     out = []
     for job in list(state.jobs.values()):
         if job.status in TERMINAL_JOB:
             continue
         rec = _Recorder(state, job.job_id, now)
         for ex in list(job.executions()):
-            if ex.taskmanager == resource_id and ex.state in HOLDS_SLOT:
+            if ex.taskmanager == resource_id and ex.state in HOLDS_SLOT \
+                    and (session is None or ex.session is None or ex.session == session):
                 if ex.state == TaskState.CANCELING:
                     rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex,
                                                       ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
                 else:
                     _fail(rec, job, ex, f"TaskManager {resource_id} was lost ({reason})", config)
+        _maybe_complete(rec, job)
+        if rec.decision:
+            out.append(rec.decision)
+    return out
+
+
+def orphans(state: JobsState, active: dict[str, str], reasons: dict[str, str], config: JobsConfig,
+            now: int) -> list[Decision]:
+    """Executions placed on a TaskManager registration that is gone (the TaskManager is not
+    registered, or registered again as a new session) fail: the leader that saw it go died
+    before it failed them. ``active``: resource id -> current session."""
+    out = []
+    for job in list(state.jobs.values()):
+        if job.status in TERMINAL_JOB:
+            continue
+        rec = _Recorder(state, job.job_id, now)
+        for ex in list(job.executions()):
+            if ex.state not in HOLDS_SLOT or ex.taskmanager is None:
+                continue
+            current = active.get(ex.taskmanager)
+            if current is not None and (ex.session is None or ex.session == current):
+                continue
+            why = reasons.get(ex.taskmanager) or "not registered"
+            if ex.state == TaskState.CANCELING:
+                rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex,
+                                                  ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
+            else:
+                _fail(rec, job, ex, f"TaskManager {ex.taskmanager} was lost ({why})", config)
         _maybe_complete(rec, job)
         if rec.decision:
             out.append(rec.decision)

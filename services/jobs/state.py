@@ -61,6 +61,8 @@ class Execution:
     produced: bool = False
     seq: int = 0
     """The highest numbered message this attempt sent its coordinator that was taken."""
+    session: str | None = None
+    """The registration of the TaskManager this attempt was placed on."""
     history: list[tuple[int, str]] = field(default_factory=list)
     """The subtask's recent moves, (time, what): the story an illegal move is told with."""
 
@@ -218,6 +220,8 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
             ex.error = ev.error
         if ev.taskmanager is not None:
             ex.taskmanager, ex.slot = ev.taskmanager, ev.slot
+        if ev.session is not None:
+            ex.session = ev.session
         if ev.state in HOLDS_SLOT and ex.taskmanager is not None and old not in HOLDS_SLOT:
             state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
             job.waiting_since = None
@@ -264,6 +268,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         if ex.produced:
             job.vertices[ev.vertex_id].produced -= 1
         ex.attempt, ex.state, ex.taskmanager, ex.slot, ex.seq = ev.attempt, TaskState.CREATED, None, None, 0
+        ex.session = None
         ex.not_before, ex.produced, ex.since = ev.not_before, False, env.ts
         job.restarts = ev.restarts
         job.ready.append(ex)
@@ -278,7 +283,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         state.jobs[ev.job_id] = JobRun(ev.job_id, ev.graph, ev.code_blob, ev.module, ev.reply_to, ev.params,
                                        ev.splits, ev.storage_root, env.ts)
     elif t is ExecutionGraphBuilt:
-        _build(state.jobs[ev.job_id])
+        _build(state.jobs[ev.job_id], ev.first_attempt)
     elif t is JobStatusChanged:
         job = state.jobs[ev.job_id]
         check_job(job.job_id, job.status, ev.status, job.history)
@@ -298,7 +303,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
     return state
 
 
-def _build(job: JobRun) -> None:
+def _build(job: JobRun, first_attempt: int = 0) -> None:
     """Expand every vertex into its subtasks and wire the edges: linear in the number of
     subtasks (an all-to-all edge is one group per consumer, never producers x consumers)."""
     graph = job.graph
@@ -308,7 +313,7 @@ def _build(job: JobRun) -> None:
         inputs[e.target].append(e)
         outputs[e.source].append(e)
     for v in graph.vertices:
-        subtasks = [Execution(v.name, i, since=job.submitted_at) for i in range(v.parallelism)]
+        subtasks = [Execution(v.name, i, first_attempt, since=job.submitted_at) for i in range(v.parallelism)]
         job.vertices[v.name] = VertexRun(v, inputs[v.name], outputs[v.name], subtasks)
         if not inputs[v.name]:
             job.ready.extend(subtasks)

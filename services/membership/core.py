@@ -22,6 +22,7 @@ from sluice.events import (
     Envelope,
     Event,
     LeadershipGranted,
+    LogRestarted,
     RefuseRegistration,
     RegisterTaskManager,
     TaskManagerHeartbeat,
@@ -91,6 +92,8 @@ class Membership:
     epoch: int = 0
     leader_id: str | None = None
     taskmanagers: dict[str, TaskManagerRow] = field(default_factory=dict)
+    attempt_floor: int = 0
+    """No attempt is numbered below it (raised when Redis restarted and may have lost writes)."""
 
     def active(self) -> list[TaskManagerRow]:
         return [r for r in self.taskmanagers.values() if r.status == "REGISTERED"]
@@ -132,6 +135,8 @@ def evolve(state: Membership, env: Envelope) -> Membership:
     elif t is LeadershipGranted:
         state.epoch = ev.epoch
         state.leader_id = ev.leader_id
+    elif t is LogRestarted:
+        state.attempt_floor = max(state.attempt_floor, ev.attempt_floor)
     return state
 
 

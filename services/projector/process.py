@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.errors import RedisUnavailable
+from sluice.errors import RedisUnavailable, StoreRestarted
 from sluice.events import decode_fields
 from sluice.services.common.shell import get_logger
 from sluice.store import EventLog, ReadModels, entry_order
@@ -39,11 +39,15 @@ class Projector:
     def __init__(self, log: EventLog, projections: tuple[Projection, ...] = PROJECTIONS) -> None:
         self.log = log
         self.tables = ReadModels(log)
+        self.server = ""
         self.logger = get_logger("projector")
         tag = log.keys.cluster
         self.running = [_Running(p, tag, log.keys.facts(tag), None, p.initial()) for p in projections]
 
     def load(self) -> None:
+        # Pinned before anything is read: if the server restarts (and loses writes) after
+        # this, what we project from may be gone, and our writes are refused.
+        self.server = self.log.server_id()
         for r in self.running:
             self._load(r)
         self._add_jobs()
@@ -135,7 +139,14 @@ class Projector:
             rows = {k: v for k in dirty if (v := r.projection.row(r.state, k)) is not None}
             r.dirty = set(dirty)
             gone = tuple(k for k in r.dirty if k not in rows)
-            if self.tables.write(r.tag, r.projection.name, expected=r.position, position=new_pos, rows=rows, deleted=gone):
+            try:
+                written = self.tables.write(r.tag, r.projection.name, expected=r.position, position=new_pos,
+                                            rows=rows, deleted=gone, server=self.server)
+            except StoreRestarted:
+                self.logger.info("the Redis server restarted; reloading the tables")
+                self._reload()
+                break
+            if written:
                 r.position = new_pos
                 r.dirty.clear()
             else:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from pathlib import Path
 
 from sluice.errors import RedisUnavailable
@@ -80,6 +80,8 @@ class TaskManager:
         self.slots: Slots = runner or ProcessSlots(log, self.resource_id, redis_url=redis_url, home=self.home,
                                                    spark_remote=lambda: self.spark_remote)
         self.cancelling: set[str] = set()
+        self.owed: deque[tuple[str, Envelope]] = deque()
+        """Reports to jobs not yet sent (Redis was away): sent, in order, before anything else."""
         self.handled: OrderedDict[str, None] = OrderedDict()
         self.server: str | None = None
         self._recovering = False
@@ -132,6 +134,7 @@ class TaskManager:
         """One pass: handle a batch of the inbox, look after the workers, let time pass.
         RedisUnavailable leaves what was read but not acknowledged for the next step."""
         try:
+            self._flush()
             if self._recovering:
                 entries = self.consumer.pending()
                 self._recovering = False
@@ -188,11 +191,15 @@ class TaskManager:
             self._send(send.message)
 
     def _server_restarted(self, server: str) -> None:
-        """Redis restarted: what this TaskManager reported lately may be lost, and the leader
-        will run every unfinished task again. Drop ours, void the inbox, register afresh."""
-        self.logger.warning("the Redis server restarted; dropping tasks and registering again",
-                            run_id=server[:8], tasks=len(self.tasks))
+        """Redis restarted. If it keeps every acknowledged write, nothing was lost: go on.
+        Otherwise what this TaskManager reported lately may be lost, and the leader will run
+        every unfinished task again: drop ours, void the inbox, register afresh."""
         self.server = server
+        if self.log.backend.durable():
+            self.logger.info("the Redis server restarted and lost nothing (appendfsync always)", run_id=server[:8])
+            return
+        self.logger.warning("the Redis server restarted and may have lost writes; dropping tasks and registering "
+                            "again", run_id=server[:8], tasks=len(self.tasks))
         self._drop_all_tasks("the Redis server restarted")
         self.consumer.skip_to_end()
         self.reg = Registration(self.resource_id, self.world.new_id(), self.reg.host, self.reg.slots,
@@ -218,8 +225,18 @@ class TaskManager:
         self.log.append(self.cluster_inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), None, cause))
 
     def _to_job(self, job_id: str, message: Event) -> None:
-        self.log.append(self.keys.inbox(self.keys.job(job_id)),
-                        Envelope(message, self.world.new_id(), 0, self.world.now_ms(), job_id))
+        """Report to a job. A report is owed until it is sent: one that fails (Redis away) is
+        sent at the next step, before anything else, so none is lost (one may arrive twice:
+        the leader ignores a repeated report)."""
+        self.owed.append((self.keys.inbox(self.keys.job(job_id)),
+                          Envelope(message, self.world.new_id(), 0, self.world.now_ms(), job_id)))
+        self._flush()
+
+    def _flush(self) -> None:
+        while self.owed:
+            stream, env = self.owed[0]
+            self.log.append(stream, env)
+            self.owed.popleft()
 
     def _dead_lettered(self, stream: str, entry_id: str, error: Exception) -> None:
         self.logger.warning("entry parked in dead letters", stream=stream, entry=entry_id, error=str(error)[:300])
@@ -232,6 +249,11 @@ class TaskManager:
             return  # this very attempt runs here already: the SubmitTask came twice
         task = Task(dict(msg.descriptor), msg.slot)
         busy = self.tasks.slot_busy(msg.slot) if 0 <= msg.slot < self.reg.slots else None
+        if busy is not None and busy.descriptor["job_id"] == msg.job_id \
+                and (busy.descriptor["vertex"], busy.descriptor["subtask"]) == (msg.vertex_id, msg.subtask) \
+                and busy.descriptor["attempt"] > msg.attempt:
+            self.logger.warning("stale SubmitTask ignored: a newer attempt runs in its slot", old=tid, new=busy.id)
+            return
         if busy is not None:
             # The leader gave the slot to a new attempt, so it no longer counts the one here
             # (it failed it: this TaskManager was lost, or its report was): that one goes.

@@ -254,7 +254,7 @@ class ClientProcess(Process):
                     return True
             if sim.faulting and sim.faults.hit(sim.rng, "cancel", 0.01):
                 job = sim.rng.choice(self.jobs)
-                if job.job_id in sim.observer.registered and job.job_id not in self.cancelled:
+                if job.job_id in sim.observer.jobs.jobs and job.job_id not in self.cancelled:
                     self.api.cancel(job.job_id, "(simulated) the user cancels")
                     self.cancelled.add(job.job_id)
                     sim.note(f"client: cancelled {job.job_id}")
@@ -317,6 +317,8 @@ class Simulation:
         self.world = SimWorld(random.Random(rng.getrandbits(64)))
         self.faults = cfg.faults if cfg.faults is not None else Faults.swarm(rng)
         self.store = MemoryStore(self.world.now_ms, seed=rng.getrandbits(32))
+        # appendfsync always (a restart loses nothing) or everysec (it may lose the last second)
+        self.store.durable = not self.faults.on("redis_lose") and rng.random() < 0.5
         self.keys = Keys("sim")
         self.files = SimFiles()
         self.home = _base() / f"seed-{cfg.seed}"  # the TaskManagers' disks: fresh for every run

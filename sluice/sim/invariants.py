@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 __all__ = ["Observer", "Violation", "normal_jobs", "normal_membership"]
 
 
-class Violation(Exception):
-    """An invariant does not hold."""
+class Violation(BaseException):
+    """An invariant does not hold (a BaseException: no component's error handling may
+    swallow it when it is found inside that component's call)."""
 
 
 class Observer:
@@ -109,7 +110,7 @@ def normal_jobs(state: JobsState) -> dict[str, Any]:
         out[job_id] = {
             "status": job.status.value, "reason": job.reason, "restarts": job.restarts, "built": job.built,
             "waiting": job.waiting_since,
-            "tasks": {ex.id: (ex.state.value, ex.taskmanager, ex.slot, ex.produced, ex.not_before, ex.seq)
+            "tasks": {ex.id: (ex.state.value, ex.taskmanager, ex.slot, ex.produced, ex.not_before, ex.seq, ex.session)
                       for ex in job.executions()},
             "kvstate": {name: sorted(loc.to_dict().items()) if hasattr(loc, "to_dict") else repr(loc)
                         for name, loc in sorted(job.kvstate.locations.items())},

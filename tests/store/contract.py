@@ -628,18 +628,21 @@ class LogContract:
         tag = log.keys.cluster
         pos, table = log.keys.position(tag, "t"), log.keys.table(tag, "t")
         assert b.get_and_hgetall(pos, table) == (None, {})
-        assert b.script("project", [pos, table], ["", "1-0", 2, "a", b"1", "b", b"2"]) == 1
+        assert b.script("project", [pos, table], ["", "", "1-0", 2, "a", b"1", "b", b"2"]) == 1
         assert b.get_and_hgetall(pos, table) == (b"1-0", {b"a": b"1", b"b": b"2"})
-        assert b.script("project", [pos, table], ["", "2-0", 1, "a", b"9"]) == 0  # moved meanwhile
-        assert b.script("project", [pos, table], ["0-5", "2-0", 0]) == 0
+        assert b.script("project", [pos, table], ["", "", "2-0", 1, "a", b"9"]) == 0  # moved meanwhile
+        assert b.script("project", [pos, table], ["", "0-5", "2-0", 0]) == 0
         assert b.get_and_hgetall(pos, table) == (b"1-0", {b"a": b"1", b"b": b"2"})
-        assert b.script("project", [pos, table], ["1-0", "2-0", 1, "c", b"3", "a", "nothing"]) == 1
+        assert b.script("project", [pos, table], ["", "1-0", "2-0", 1, "c", b"3", "a", "nothing"]) == 1
         assert b.get_and_hgetall(pos, table) == (b"2-0", {b"b": b"2", b"c": b"3"})
-        assert b.script("project", [pos, table], ["2-0", "3-0", 0, "b", "c"]) == 1
+        assert b.script("project", [pos, table], ["", "2-0", "3-0", 0, "b", "c"]) == 1
         assert b.get_and_hgetall(pos, table) == (b"3-0", {}) and b.exists(table) == 0
         rows = {f"r{i}": {"n": i} for i in range(2500)}  # more than one script call's worth
         assert ReadModels(log).write(tag, "u", expected=None, position="4-0", rows=rows)
         assert ReadModels(log).read(tag, "u") == ("4-0", rows)
+        with pytest.raises(StoreRestarted):  # rows read from a server that has restarted since
+            ReadModels(log).write(tag, "u", expected="4-0", position="5-0", rows={}, server="0" * 40)
+        assert ReadModels(log).read(tag, "u")[0] == "4-0"
 
     def test_strings_and_hashes(self, log: EventLog) -> None:
         b = log.backend

@@ -150,7 +150,7 @@ def test_reads_are_not_recorded(store: MemoryStore, clock: Clock) -> None:
     b.xrange(k.inbox(k.cluster), None, 10), b.xread({k.inbox(k.cluster): "0"}, count=10, block_ms=None)
     b.get(k.epoch), b.hgetall(k.leader), b.hgetall_with_ttl(k.leader), b.exists(k.leader), b.group_state(
         k.inbox(k.cluster), "jm"), b.scan_streams(k.pattern), b.last_id(k.facts(k.cluster)), b.server_id()
-    b.script("project", [k.position(k.cluster, "t"), k.table(k.cluster, "t")], ["not this", "1-0", 0])
+    b.script("project", [k.position(k.cluster, "t"), k.table(k.cluster, "t")], ["", "not this", "1-0", 0])
     assert len(store._aof) == recorded
 
 
@@ -228,7 +228,7 @@ def random_call(rng: random.Random, b: MemoryBackend, clock: Clock, *, reread: b
                          ["", "o", f"{clock.now}-{rng.randint(0, 2)}", b"e"]),
         lambda: b.script("advance_cursor", ["{t:cluster}:cursor"], ["", f"{rng.randint(0, 9)}-0"]),
         lambda: b.script("project", ["{t:cluster}:pos", "{t:cluster}:h"],
-                         [rng.choice(["", "1-0", "2-0"]), rng.choice(["1-0", "2-0"]), 1, rng.choice("xyz"), b"v",
+                         ["", rng.choice(["", "1-0", "2-0"]), rng.choice(["1-0", "2-0"]), 1, rng.choice("xyz"), b"v",
                           rng.choice("xyz")]),
     ]
     try:
@@ -582,7 +582,7 @@ def differential_call(rng: random.Random, t: Twins) -> None:
         t.call("script", "advance_cursor", [cursor], ["", f"{rng.randint(0, 9)}-{rng.randint(0, 9)}"], home=s)
     else:
         t.call("script", "project", [pos, rng.choice([string, table])],
-               [rng.choice(["", "1-0", "2-0"]), rng.choice(["1-0", "2-0"]), 1, rng.choice("xyz"), b"v",
+               ["", rng.choice(["", "1-0", "2-0"]), rng.choice(["1-0", "2-0"]), 1, rng.choice("xyz"), b"v",
                 rng.choice("xyz")], home=s)
 
 

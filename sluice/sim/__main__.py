@@ -1,0 +1,13 @@
+"""``python -m sluice.sim``: see sluice/sim/cli.py. Runs with a fixed hash seed, so a
+seed replays the same in every process (set iteration order depends on it)."""
+
+import os
+import sys
+
+if os.environ.get("PYTHONHASHSEED") != "0":
+    os.environ["PYTHONHASHSEED"] = "0"
+    os.execv(sys.executable, [sys.executable, "-m", "sluice.sim", *sys.argv[1:]])
+
+from .cli import main  # noqa: E402
+
+main()

@@ -1,0 +1,111 @@
+"""``scripts/simulate``: run many seeds of the simulated cluster, report the rate, show a
+failing seed's trace, and replay one seed.
+
+    scripts/simulate --seeds 1000            # seeds 0..999, swarm faults, every core
+    scripts/simulate --seed 4242             # one seed, with its trace if it fails
+    scripts/simulate --seeds 100000 --start 0 --workers 2 --all-faults
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+__all__ = ["main"]
+
+
+def _run(args: tuple[int, dict[str, Any]]) -> dict[str, Any]:
+    from .cluster import quiet_logging, run_seed
+    from .faults import Faults
+
+    seed, opts = args
+    quiet_logging()
+    kwargs: dict[str, Any] = {}
+    if opts.get("all_faults"):
+        import random
+
+        kwargs["faults"] = Faults.swarm(random.Random(seed), all_on=True)
+    if opts.get("no_faults"):
+        kwargs["faults"] = Faults.none()
+    if opts.get("steps"):
+        kwargs["fault_steps"] = opts["steps"]
+    outcome = run_seed(seed, **kwargs)
+    return asdict(outcome)
+
+
+def digest(outcome: dict[str, Any]) -> str:
+    """What must be the same when a seed is run again."""
+    keep = {k: outcome[k] for k in ("seed", "ok", "violation", "steps", "sim_ms", "facts", "faults", "jobs")}
+    return hashlib.sha256(repr(sorted(keep.items())).encode()).hexdigest()[:16]
+
+
+@click.command()
+@click.option("--seeds", type=int, default=None, help="How many seeds to run (from --start).")
+@click.option("--seed", type=int, default=None, help="Run this one seed and show its trace if it fails.")
+@click.option("--start", type=int, default=0, show_default=True, help="The first seed.")
+@click.option("--workers", type=int, default=None, help="Processes (default: one per core).")
+@click.option("--all-faults", is_flag=True, help="Every kind of fault on in every seed (default: each seed "
+              "switches each kind on or off: swarm testing).")
+@click.option("--no-faults", is_flag=True, help="A healthy cluster (the happy path).")
+@click.option("--steps", type=int, default=None, help="Steps with faults before they stop (default 1200).")
+@click.option("--stop-after", type=int, default=5, show_default=True, help="Stop after this many failing seeds.")
+@click.option("--quiet", is_flag=True, help="Only the summary and failures.")
+def main(seeds: int | None, seed: int | None, start: int, workers: int | None, all_faults: bool, no_faults: bool,
+         steps: int | None, stop_after: int, quiet: bool) -> None:
+    """Simulate Sluice clusters under faults; every invariant is checked after every step."""
+    opts = {"all_faults": all_faults, "no_faults": no_faults, "steps": steps}
+    if seed is not None:
+        first = _run((seed, opts))
+        again = _run((seed, opts))
+        same = digest(first) == digest(again)
+        click.echo(f"seed {seed}: {'ok' if first['ok'] else 'FAILED'} — {first['steps']} steps, "
+                   f"{first['sim_ms'] / 1000:.1f} s simulated, {first['facts']} facts, jobs {first['jobs']}")
+        click.echo(f"faults on: {', '.join(first['faults']) or 'none'}")
+        click.echo(f"replayed: {'identical' if same else 'DIFFERENT'} ({digest(first)} / {digest(again)})")
+        if not first["ok"]:
+            click.echo("\n" + first["trace"])
+        sys.exit(0 if first["ok"] and same else 1)
+    n = seeds if seeds is not None else 100
+    workers = workers or os.cpu_count() or 1
+    began = time.monotonic()
+    failed: list[dict[str, Any]] = []
+    done = steps_total = facts_total = 0
+    last_report = began
+    todo = [(s, opts) for s in range(start, start + n)]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for out in pool.imap_unordered(_run, todo, chunksize=8):
+            done += 1
+            steps_total += out["steps"]
+            facts_total += out["facts"]
+            if not out["ok"]:
+                failed.append(out)
+                click.echo(f"seed {out['seed']} FAILED: {out['violation'].splitlines()[0][:240]}")
+                if len(failed) >= stop_after:
+                    pool.terminate()
+                    break
+            now = time.monotonic()
+            if not quiet and now - last_report > 10:
+                last_report = now
+                click.echo(f"  {done}/{n} seeds, {done / (now - began):.1f} seeds/s, "
+                           f"{facts_total / (now - began):.0f} facts/s, {len(failed)} failed", err=True)
+    took = time.monotonic() - began
+    click.echo(f"{done} seeds in {took:.1f} s: {done / took:.1f} seeds/s, {steps_total / took:.0f} steps/s, "
+               f"{facts_total / took:.0f} facts/s (events decided and committed), {workers} workers; "
+               f"{len(failed)} failed")
+    if failed:
+        worst = min(failed, key=lambda o: o["seed"])
+        click.echo(f"\nthe first failing seed, {worst['seed']} (run it again: scripts/simulate --seed {worst['seed']}"
+                   f"{' --all-faults' if all_faults else ''}):\n")
+        click.echo(worst["trace"])
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
