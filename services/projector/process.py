@@ -108,6 +108,10 @@ class Projector:
                 return total
 
     def step(self, *, block_ms: int | None = 200) -> int:
+        if self.log.server_id() != self.server:
+            # Redis restarted: our tables may have lost writes that our memory still holds.
+            self.logger.info("the Redis server restarted; reloading the tables")
+            self._reload()
         by_stream: dict[str, list[_Running]] = {}
         for r in self.running:
             by_stream.setdefault(r.stream, []).append(r)
