@@ -22,6 +22,7 @@ __all__ = [
     "JobRegistered",
     "JobSubmitted",
     "ExecutionGraphBuilt",
+    "AttemptsRenumbered",
     "JobStatusChanged",
     "JobWaitingForSlots",
     "SubmitTask",
@@ -98,6 +99,17 @@ class ExecutionGraphBuilt(Event):
     subtasks: int
     results: int
     first_attempt: int = 0
+
+
+@event("AttemptsRenumbered")
+class AttemptsRenumbered(Event):
+    """After Redis restarted and may have lost writes, every unfinished subtask of the job
+    runs again as an attempt numbered at least ``attempt_floor`` (the facts that follow
+    say which); a job renumbered at a floor is never renumbered at it again."""
+
+    job_id: str
+    attempt_floor: int
+    reason: str
 
 
 @event("JobStatusChanged")

@@ -94,6 +94,11 @@ class SourceCoordinator(OperatorCoordinator):
     def subtask_failed(self, subtask: int, attempt: int, reason: str | None) -> None:
         self.enumerator.add_splits_back(subtask)
 
+    def subtask_reset(self, subtask: int, attempt: int) -> None:
+        # Whatever its earlier attempt held goes back (it may not have been reported failed:
+        # an attempt renumbered after a restart of Redis never ran under the log's eyes).
+        self.enumerator.add_splits_back(subtask)
+
     def subtask_finished(self, subtask: int, attempt: int) -> None:
         self.enumerator.finished(subtask)
 

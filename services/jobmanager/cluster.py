@@ -89,10 +89,17 @@ class ClusterInbox:
                                                ev.session):
                     jm.job_inboxes.commit(d)
 
-    def commit_facts(self, facts: list[Event] | tuple[Event, ...]) -> None:
+    def commit_facts(self, facts: list[Event] | tuple[Event, ...], *, consequences: bool = True) -> None:
+        """Commit cluster facts and fold them; ``consequences=False``: a lost TaskManager's
+        tasks are not failed here (a new leader does that once its coordinators run)."""
         envs = self.jm.committer.commit(self.jm.tag, list(facts))
-        if envs:
+        if not envs:
+            return
+        if consequences:
             self.apply(envs)
+        else:
+            for env in envs:
+                evolve(self.jm.state.membership, env)
 
     # --- jobs ---
     def _submit(self, entry: Entry, msg: SubmitJob) -> None:

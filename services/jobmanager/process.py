@@ -233,14 +233,23 @@ class JobManager:
                     coords.restore(op, cid, cstate, attempts)
                 restoring.append((job_id, coords, r.tails.get(job_id, {})))
         grant = r.last_grant
-        if grant is None or (grant.epoch, grant.leader_id, grant.server) != (epoch, self.id, server):
-            self.cluster.commit_facts([LeadershipGranted(epoch, self.id, hostname(), server)])
+        granted = LeadershipGranted(epoch, self.id, hostname(), server)
+        if grant is not None and grant.server and grant.server != server and not self.log.backend.durable():
+            # Announced in the same commit as the new epoch, so a leader that dies right
+            # after still leaves the restart on record for the next one.
+            # Its tasks are failed below, once the coordinators run (they must see the facts in order).
+            self.cluster.commit_facts([*self._log_restarted(grant.server, server), granted], consequences=False)
+        elif grant is None or (grant.epoch, grant.leader_id, grant.server) != (epoch, self.id, server):
+            self.cluster.commit_facts([granted])
         for job_id, coords, tails in restoring:
             coords.start(now)
             coords.replay(tails)
             self.job_inboxes.commit(jobs.Decision(job_id, now))
-        if grant is not None and grant.server and grant.server != server and not self.log.backend.durable():
-            self._log_restarted(grant.server, server)
+        # Jobs not yet renumbered above the attempt floor (a restart of Redis that may have lost
+        # writes; a leader that died while doing this): every unfinished attempt runs again.
+        members = self.state.membership
+        for d in jobs.log_restarted(self.state.jobs, members.restart_reason, now, members.attempt_floor):
+            self.job_inboxes.commit(d)
         self.state.monitor.restart(self.state.membership, now)
         for tag in [self.tag] + [self.keys.job(j) for j in r.registered]:
             self.committer.deliver(tag)
@@ -261,20 +270,19 @@ class JobManager:
             self.job_inboxes.commit(d)
         self.job_inboxes.schedule_all()
 
-    def _log_restarted(self, before: str, now_server: str) -> None:
+    def _log_restarted(self, before: str, now_server: str) -> list:
         """The Redis server restarted since the last leader took over, and does not keep every
         acknowledged write (``appendfsync everysec``, or unknown): it may have lost its last
-        writes, so nothing that ran across the restart is trusted. Every TaskManager registers again (they drop their tasks when they see
-        the restart), and every attempt that was not finished runs again under a number no
-        lost write can have used (the server's clock)."""
+        writes, so nothing that ran across the restart is trusted. The facts to commit with
+        the new epoch: every TaskManager registers again (they drop their tasks when they see
+        the restart), and every attempt not finished runs again under a number no lost write
+        can have used (the server's clock: ``LogRestarted``'s floor)."""
         reason = (f"the Redis server restarted (run id {before[:8]} -> {now_server[:8]}) and may have lost its last "
                   "writes: every task that was not finished runs again")
         self.logger.warning("log restarted", reason=reason)
         floor = max(self.log.backend.time_ms(), self.state.membership.attempt_floor + 1)
         lost: list = [TaskManagerLost(row.resource_id, row.session, reason) for row in self.state.membership.active()]
-        self.cluster.commit_facts([LogRestarted(before, now_server, floor, reason), *lost])
-        for d in jobs.log_restarted(self.state.jobs, reason, self.world.now_ms(), floor):
-            self.job_inboxes.commit(d)
+        return [LogRestarted(before, now_server, floor, reason), *lost]
 
     # --- handling ------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sluice.errors import UnexpectedJobMessage
 from sluice.events import (
+    AttemptsRenumbered,
     CancelJob,
     CancelTask,
     Envelope,
@@ -495,9 +496,10 @@ def log_restarted(state: JobsState, reason: str, now: int, attempt_floor: int) -
     that were lost may have deployed attempts the log no longer knows of."""
     out = []
     for job in list(state.jobs.values()):
-        if job.status in TERMINAL_JOB or not job.built:
-            continue
+        if job.status in TERMINAL_JOB or not job.built or job.floor >= attempt_floor:
+            continue  # ended, or renumbered at this floor already (recovery resumed by a new leader)
         rec = _Recorder(state, job.job_id, now)
+        rec.fact(AttemptsRenumbered(job.job_id, attempt_floor, reason))
         ending = job.status in (JobStatus.FAILING, JobStatus.CANCELLING)
         for ex in list(job.executions()):
             if ex.state == TaskState.CANCELING or (ending and ex.state in HOLDS_SLOT):

@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from sluice.events import (
+    AttemptsRenumbered,
     Envelope,
     ExecutionGraphBuilt,
     JobEdge,
@@ -284,6 +285,10 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
                                        ev.splits, ev.storage_root, env.ts)
     elif t is ExecutionGraphBuilt:
         _build(state.jobs[ev.job_id], ev.first_attempt)
+        state.jobs[ev.job_id].floor = ev.first_attempt
+    elif t is AttemptsRenumbered:
+        job = state.jobs[ev.job_id]
+        job.floor = max(job.floor, ev.attempt_floor)
     elif t is JobStatusChanged:
         job = state.jobs[ev.job_id]
         check_job(job.job_id, job.status, ev.status, job.history)

@@ -94,6 +94,7 @@ class Membership:
     taskmanagers: dict[str, TaskManagerRow] = field(default_factory=dict)
     attempt_floor: int = 0
     """No attempt is numbered below it (raised when Redis restarted and may have lost writes)."""
+    restart_reason: str = ""
 
     def active(self) -> list[TaskManagerRow]:
         return [r for r in self.taskmanagers.values() if r.status == "REGISTERED"]
@@ -137,6 +138,7 @@ def evolve(state: Membership, env: Envelope) -> Membership:
         state.leader_id = ev.leader_id
     elif t is LogRestarted:
         state.attempt_floor = max(state.attempt_floor, ev.attempt_floor)
+        state.restart_reason = ev.reason
     return state
 
 

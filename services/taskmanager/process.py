@@ -224,13 +224,15 @@ class TaskManager:
     def _send(self, message: Event, cause: str | None = None) -> None:
         self.log.append(self.cluster_inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), None, cause))
 
-    def _to_job(self, job_id: str, message: Event) -> None:
+    def _to_job(self, job_id: str, message: Event, *, flush: bool = True) -> None:
         """Report to a job. A report is owed until it is sent: one that fails (Redis away) is
         sent at the next step, before anything else, so none is lost (one may arrive twice:
-        the leader ignores a repeated report)."""
+        the leader ignores a repeated report). ``flush=False``: only queue it (inside a
+        step of starting a task, where a Redis error must not fail the start)."""
         self.owed.append((self.keys.inbox(self.keys.job(job_id)),
                           Envelope(message, self.world.new_id(), 0, self.world.now_ms(), job_id)))
-        self._flush()
+        if flush:
+            self._flush()
 
     def _flush(self) -> None:
         while self.owed:
@@ -267,6 +269,8 @@ class TaskManager:
             start(task, self.steps, on_undo_error=lambda step, exc: self.logger.error(
                 "undo failed", step=step, error=str(exc)))
         except TaskStartFailed as exc:
+            if isinstance(exc.cause, RedisUnavailable):  # not the task's fault: start it again later
+                raise exc.cause
             self.logger.warning("task start failed", task=task.id, step=exc.step, error=str(exc.cause),
                                 undone=task.undone)
             self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, False, str(exc)))
@@ -281,6 +285,14 @@ class TaskManager:
             self._to_job(msg.job_id, self._state(task, TaskState.FINISHED))
             release(task, self.steps, keep_output=True)
 
+    def _cancelled(self, msg: CancelTask) -> UpdateTaskExecutionState:
+        try:
+            vertex, subtask, attempt = msg.execution_id.rsplit(":", 2)
+            return UpdateTaskExecutionState(msg.job_id, msg.execution_id, TaskState.CANCELED, None, vertex,
+                                            int(subtask), int(attempt), self.resource_id, None)
+        except ValueError:
+            return UpdateTaskExecutionState(msg.job_id, msg.execution_id, TaskState.CANCELED)
+
     def _state(self, task: Task, state: TaskState, error: str | None = None) -> UpdateTaskExecutionState:
         d = task.descriptor
         return UpdateTaskExecutionState(d["job_id"], d["execution_id"], state, error, d["vertex"], d["subtask"],
@@ -289,7 +301,7 @@ class TaskManager:
     def _launch(self, task: Task) -> str:
         # INITIALIZING goes out before the task is queued: an idle worker picks it up at
         # once and reports RUNNING, which must not overtake it.
-        self._to_job(task.descriptor["job_id"], self._state(task, TaskState.INITIALIZING))
+        self._to_job(task.descriptor["job_id"], self._state(task, TaskState.INITIALIZING), flush=False)
         if not self.execute:
             return "not-executed"
         runtime = {"code_path": str(task.code_path), "temp_dir": str(task.temp_dir), "host": self.reg.host,
@@ -323,7 +335,10 @@ class TaskManager:
         tid = f"{msg.job_id}/{msg.execution_id}"
         task = self.tasks.get(tid)
         if task is None:
-            return  # it ended meanwhile; its final state is on its way
+            # Not here (it ended, failed to start, or ran in an earlier session): whatever
+            # it was, it is not running, so the leader may stop waiting for it.
+            self._to_job(msg.job_id, self._cancelled(msg))
+            return
         self.logger.info("cancelling task", task=tid, reason=msg.reason)
         if self._task_started(task) and self.slots.alive(task.slot):
             self.cancelling.add(tid)

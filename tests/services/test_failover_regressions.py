@@ -1,0 +1,574 @@
+"""Failover regressions (issue 9), each on the session's real redis-server, driving the real
+JobManager and TaskManager through their step functions.
+
+Bug 8 (sinks per attempt) is covered in tests/dataplane; bugs 1-3 also have store-level
+tests in tests/store/contract.py. Here each bug is reproduced the way a cluster meets it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from sluice.errors import RedisUnavailable
+from sluice.events import (
+    FIELD,
+    AcknowledgeRegistration,
+    CancelJob,
+    DisconnectTaskManager,
+    DisposeJob,
+    Envelope,
+    JobRegistered,
+    JobStatus,
+    LeadershipGranted,
+    NextInputSplit,
+    OperatorEvent,
+    RefuseRegistration,
+    RequestNextInputSplit,
+    SubmitJob,
+    SubmitTask,
+    TaskManagerHeartbeat,
+    TaskManagerLost,
+    TaskManagerRegistered,
+    TaskOperationResult,
+    TaskRestartScheduled,
+    TaskState,
+    UpdateTaskExecutionState,
+    decode,
+    encode,
+)
+from sluice.services.common.shell import configure_logging
+from sluice.services.jobmanager import JobManager
+from sluice.services.membership import MembershipConfig
+from sluice.services.taskmanager.core import RegistrationConfig
+from sluice.services.taskmanager.process import TaskManager
+from sluice.store import Deliverer, EventLog, current_leader
+from sluice.store.backend import Delegating
+from tests.services.failover_helpers import (
+    HANDLED,
+    ManualWorld,
+    TinySlots,
+    events,
+    job_state,
+    keyed_graph,
+    lead,
+    produced,
+    pump,
+    register_message,
+    register_tm,
+    report,
+    source_graph,
+    submit,
+    submit_tasks,
+)
+
+COORDINATOR = "tests.services.failover_helpers:CountingCoordinator"
+
+
+class Died(BaseException):
+    """The process dies here: nothing after this point of its step runs (not an Exception,
+    so no handler of the JobManager's catches it)."""
+
+
+def pending(log: EventLog, stream: str, group: str = "jobmanager") -> int:
+    state = log.backend.group_state(stream, group)
+    return state.pending if state else 0
+
+
+def jm(log: EventLog, world: Any, name: str, tmp_path: Path, **kw: Any) -> JobManager:
+    kw.setdefault("lease_ttl_ms", 300)
+    return JobManager(log, world=world, jm_id=name, storage_root=f"file://{tmp_path}/storage",
+                      checkpoint_interval_ms=600_000, **kw)
+
+
+def tm(log: EventLog, world: Any, tmp_path: Path, slots: TinySlots, *, rid: str = "tm-1", n: int = 2,
+       **kw: Any) -> TaskManager:
+    return TaskManager(log, resource_id=rid, slots=n, host="host-a", world=world, runner=slots,
+                       home=tmp_path / rid, config=RegistrationConfig(50, 400, 100, 600_000), **kw)
+
+
+# --- bug 2: a new leader decides each pending entry once ------------------------------------------
+
+
+class DieAtCommit(Delegating):
+    """Raises Died instead of running the first commit script on ``tag`` once armed."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.armed: str | None = None
+        self.died = False
+
+    def script(self, name: str, keys: Any, args: Any) -> Any:
+        if self.armed is not None and name == "commit" and keys[0].startswith(self.armed):
+            self.armed, self.died = None, True
+            raise Died(f"died before committing to {keys[0]}")
+        return super().script(name, keys, args)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("dies_at", ["cluster", "job"])
+def test_bug2_a_new_leader_decides_what_the_dead_leader_read_exactly_once(log: EventLog, tmp_path: Path,
+                                                                          dies_at: str) -> None:
+    """Leader A reads a batch holding cluster-inbox and job-inbox entries (two unnumbered
+    split requests, two operator events for a user coordinator, a registration) and dies
+    before its commit (the cluster's, or the job's after its coordinator ran). Leader B
+    takes over: one request fact and one split per request, one fact per operator event,
+    its coordinator's handler called once per event, one registration. Before the fix B got
+    every job entry twice (reclaimed, then again as its own pending) in one group commit."""
+    HANDLED.clear()
+    keys = log.keys
+    world = ManualWorld()
+    dying = DieAtCommit(log.backend)
+    a = jm(EventLog(dying, keys), world, "jm-a", tmp_path)
+    assert lead(a, world) == 1
+    slots = TinySlots()
+    t = tm(log, world, tmp_path, slots)
+    register_tm(a, t, world)
+    steps = [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)]
+    submit(log, world, "j1", keyed_graph("j1", splits=4, coordinator=COORDINATOR))
+    pump(steps, lambda: len(slots.launched) == 1, what="the source's deployment", world=world, advance_ms=10)
+    src = slots.launched[0][1]
+    report(log, world, src, "tm-1", 0, TaskState.RUNNING)
+    produced(log, world, src)
+    pump(steps, lambda: len(slots.launched) == 2, what="the consumer's deployment", world=world, advance_ms=10)
+    agg = slots.launched[1][1]
+    report(log, world, agg, "tm-1", 1, TaskState.RUNNING)
+    pump(steps, lambda: a.state.jobs.jobs["j1"].vertices["agg"].subtasks[0].state == TaskState.RUNNING,
+         what="the consumer running", world=world, advance_ms=10)
+    job_inbox, cluster_inbox = keys.inbox(keys.job("j1")), keys.inbox(keys.cluster)
+    facts = keys.facts(keys.job("j1"))
+    before = log.last_id(facts)
+    assert pending(log, job_inbox) == 0 and pending(log, cluster_inbox) == 0
+
+    def to_job(ev: Any) -> None:
+        log.append(job_inbox, Envelope(ev, world.new_id(), 0, world.now_ms(), "j1"))
+
+    for _ in range(2):  # unnumbered (seq 0): only reading each entry once keeps them apart
+        to_job(RequestNextInputSplit("j1", "src", 0, src["execution_id"], "host-a"))
+    for hello in ("h1", "h2"):
+        to_job(OperatorEvent("j1", "agg", 0, True, {"hello": hello}, agg["attempt"]))
+    log.append(cluster_inbox, register_message(world, "tm-2", epoch=1))
+    submit(log, world, "j2", source_graph("j2"))
+
+    dying.armed = keys.fence(keys.cluster if dies_at == "cluster" else keys.job("j1"))
+    with pytest.raises(Died):
+        a.step(block_ms=None)
+    assert dying.died
+    assert pending(log, job_inbox) == 4
+    assert pending(log, cluster_inbox) == (2 if dies_at == "cluster" else 0)
+    a_coordinator = id(a.state.coords["j1"].holders["agg"].coordinator)
+
+    b = jm(log, world, "jm-b", tmp_path)
+    assert lead(b, world) == 2
+    for _ in range(3):
+        world.advance(300)
+        b.step(block_ms=None)
+    assert b.errors == []
+
+    new = [env for _, env in log.replay(facts, before)]
+    requests = [e.event for e in new if isinstance(e.event, RequestNextInputSplit)]
+    answers = [e.event for e in new if isinstance(e.event, NextInputSplit)]
+    assert len(requests) == 2 and {e.epoch for e in new if isinstance(e.event, RequestNextInputSplit)} == {2}
+    assert len(answers) == 2 and None not in [a.split for a in answers]
+    assert len({a.split["index"] for a in answers}) == 2  # two different splits, each once
+    task_inbox = keys.task_inbox(keys.job("j1"), "src", 0)
+    assert len(events(log, task_inbox, NextInputSplit)) == 2
+    hellos = [e.event.body["hello"] for e in new if isinstance(e.event, OperatorEvent) and e.event.to_coordinator]
+    assert sorted(hellos) == ["h1", "h2"]
+    b_coordinator = id(b.state.coords["j1"].holders["agg"].coordinator)
+    by_instance = Counter((who, ev["hello"]) for who, _, _, ev in HANDLED)
+    assert by_instance[(b_coordinator, "h1")] == 1 and by_instance[(b_coordinator, "h2")] == 1
+    if dies_at == "job":  # A's coordinator ran its handler once per event too, before A died
+        assert by_instance[(a_coordinator, "h1")] == 1 and by_instance[(a_coordinator, "h2")] == 1
+    # The cluster entries: decided once, by A before it died at the job's commit, or by B.
+    cluster_facts = keys.facts(keys.cluster)
+    registered = [f for f in events(log, cluster_facts, TaskManagerRegistered) if f.resource_id == "tm-2"]
+    replies = events(log, keys.inbox(keys.taskmanager("tm-2")), (AcknowledgeRegistration, RefuseRegistration))
+    assert len(replies) == 1
+    if dies_at == "job":
+        assert len(registered) == 1 and isinstance(replies[0], AcknowledgeRegistration)
+    else:  # addressed to epoch 1, decided by the leader of epoch 2: refused (retry), once
+        assert registered == [] and isinstance(replies[0], RefuseRegistration) and replies[0].retry
+    assert [f.job_id for f in events(log, cluster_facts, JobRegistered)] == ["j1", "j2"]
+    assert len(events(log, keys.inbox(keys.job("j2")), SubmitJob)) == 1
+    assert pending(log, job_inbox) == 0 and pending(log, cluster_inbox) == 0
+
+
+# --- bug 3: a bad reply address is parked; the leader goes on --------------------------------------
+
+
+def dead_letters(log: EventLog, tag: str) -> list[dict[bytes, bytes]]:
+    return [fields for _, fields in log.replay_raw(log.keys.dead(tag))]
+
+
+@pytest.mark.timeout(30)
+def test_bug3_bad_reply_addresses_are_parked_and_leaders_go_on_answering(log: EventLog, tmp_path: Path) -> None:
+    """SubmitJob and DisposeJob whose reply_to has no hash tag (refused by the core) or names
+    a key holding a hash (the reply is undeliverable): each is parked in the cluster's dead
+    letters with the reason, leadership is granted once per epoch, and registrations are
+    answered, by this leader and the next. Before the fix delivery raised after the reply
+    was committed, and every takeover raised again: ~10 LeadershipGranted a second, no
+    registration ever answered."""
+    keys = log.keys
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    assert lead(a, world) == 1
+    cluster_inbox = keys.inbox(keys.cluster)
+    a_hash = keys.inbox(keys.client("hashed"))
+    log.backend.hset(a_hash, {"not": b"a stream"})
+    missing_code = "0" * 64  # refused (no code), so the refusal is what goes to the hash
+    submit(log, world, "j-notag", source_graph("j-notag"), reply_to="no-tag-at-all")
+    submit(log, world, "j-hash", source_graph("j-hash"), reply_to=a_hash, code_blob=missing_code)
+    for job_id, reply_to in (("j-notag", "no-tag-at-all"), ("nope", a_hash)):
+        log.append(cluster_inbox, Envelope(DisposeJob(job_id, reply_to), world.new_id(), 0, world.now_ms()))
+    log.append(cluster_inbox, register_message(world, "tm-1", epoch=1))
+    pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, keys.inbox(keys.taskmanager("tm-1")))),
+         what="tm-1's registration answered", world=world, advance_ms=100)
+    for _ in range(10):  # and it stays so
+        a.step(block_ms=None)
+        world.advance(100)
+    assert a.errors == [] and a.leading and a.epoch == 1
+
+    dead = dead_letters(log, keys.cluster)
+    assert len(dead) == 4
+    rejected = [d for d in dead if d[b"kind"] == b"rejected"]
+    parked = [d for d in dead if d[b"kind"] == b"undeliverable"]
+    assert sorted(decode(d[b"field:e"]).type for d in rejected) == ["DisposeJob", "SubmitJob"]
+    for d in rejected:
+        assert d[b"stream"] == cluster_inbox.encode()
+        assert b"'no-tag-at-all' is not an inbox of this cluster" in d[b"reason"]
+    assert sorted(type(decode(d[b"field:e"]).event).__name__ for d in parked) == ["JobRefused", "JobRefused"]
+    for d in parked:
+        assert d[b"field:to"] == a_hash.encode() and b"holds a hash, not a stream" in d[b"reason"]
+    cluster_facts = keys.facts(keys.cluster)
+    assert [g.epoch for g in events(log, cluster_facts, LeadershipGranted)] == [1]
+    assert events(log, cluster_facts, JobRegistered) == []
+    assert [r.session for r in events(log, keys.inbox(keys.taskmanager("tm-1")), AcknowledgeRegistration)] == ["s1"]
+    assert log.backend.hgetall(a_hash) == {b"not": b"a stream"}
+
+    # The next leader delivers the same outbox on taking over: nothing raises, nothing is parked twice.
+    a.step_down()
+    a.lease.release()
+    b = jm(log, world, "jm-b", tmp_path)
+    assert lead(b, world) == 2
+    log.append(cluster_inbox, register_message(world, "tm-2", epoch=2))
+    pump([lambda: b.step(block_ms=None)], lambda: bool(events(log, keys.inbox(keys.taskmanager("tm-2")))),
+         what="tm-2's registration answered", world=world, advance_ms=100)
+    assert b.errors == [] and b.leading
+    assert [g.epoch for g in events(log, cluster_facts, LeadershipGranted)] == [1, 2]
+    assert len(events(log, keys.inbox(keys.taskmanager("tm-2")), AcknowledgeRegistration)) == 1
+    assert len(dead_letters(log, keys.cluster)) == 4
+
+
+# --- bug 4: hostile resource ids are parked, never a rebuild ----------------------------------------
+
+
+HOSTILE_IDS = ["}", "{", "*", "\n", "x" * 100_000]
+
+
+@pytest.mark.timeout(30)
+def test_bug4_hostile_resource_ids_are_parked_with_the_reason_and_never_force_a_rebuild(
+        log: EventLog, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """RegisterTaskManager with a resource id that cannot be part of a key: each is parked
+    with a reason naming the id's problem, the leader does not rebuild (one LeadershipGranted
+    at its epoch), a good registration is answered, and what the JobManager logs stays
+    short (no traceback, no 100,000-character line). Before the fix the handler raised, the
+    leader rebuilt from the log and granted itself leadership again at the same epoch, each
+    time logging a traceback."""
+    keys = log.keys
+    saved = structlog.get_config()
+    configure_logging("DEBUG", json=False)  # the real renderer, to the captured stderr
+    try:
+        world = ManualWorld()
+        a = jm(log, world, "jm-a", tmp_path)
+        assert lead(a, world) == 1
+        cluster_inbox = keys.inbox(keys.cluster)
+        for rid in HOSTILE_IDS:
+            log.append(cluster_inbox, register_message(world, rid, epoch=1))
+        log.append(cluster_inbox, Envelope(TaskManagerHeartbeat("}", "s1", 1, 0), world.new_id(), 0, world.now_ms()))
+        log.append(cluster_inbox, register_message(world, "tm-1", epoch=1))
+        pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, keys.inbox(keys.taskmanager("tm-1")))),
+             what="tm-1's registration answered", world=world, advance_ms=100)
+        for _ in range(10):
+            a.step(block_ms=None)
+            world.advance(100)
+        output = capsys.readouterr()
+    finally:
+        structlog.configure(**saved)
+    assert a.errors == [] and a.leading and a.epoch == 1
+    dead = dead_letters(log, keys.cluster)
+    assert len(dead) == len(HOSTILE_IDS) + 1
+    parked_ids = []
+    for d in dead:
+        msg = decode(d[b"field:e"]).event
+        parked_ids.append(msg.resource_id)
+        assert d[b"kind"] == b"rejected" and d[b"stream"] == cluster_inbox.encode()
+        reason = d[b"reason"].decode()
+        assert f"{msg.TYPE}'s resource id" in reason and "is not usable in a key" in reason
+        assert "Traceback" not in reason and len(reason) < 500
+    assert parked_ids == [*HOSTILE_IDS, "}"]
+    cluster_facts = keys.facts(keys.cluster)
+    assert [g.epoch for g in events(log, cluster_facts, LeadershipGranted)] == [1]
+    assert [f.resource_id for f in events(log, cluster_facts, TaskManagerRegistered)] == ["tm-1"]
+    assert len(events(log, keys.inbox(keys.taskmanager("tm-1")), AcknowledgeRegistration)) == 1
+    lines = (output.out + output.err).splitlines()
+    assert sum("entry parked in dead letters" in line for line in lines) == len(HOSTILE_IDS) + 1
+    assert "Traceback" not in output.out + output.err
+    assert max(len(line) for line in lines) < 1000, max(lines, key=len)[:200]
+
+
+# --- bug 5: a TaskManager handles a SubmitTask once, whatever its acknowledgement did ---------------
+
+
+class AckFailsOnce(Delegating):
+    """The acknowledgement of entry ``target`` raises RedisUnavailable once: before it
+    reached the server, or after it took effect (the reply was lost)."""
+
+    def __init__(self, inner: Any, when: str) -> None:
+        super().__init__(inner)
+        self.when, self.target, self.failed = when, "", False
+
+    def xack(self, stream: str, group: str, ids: Any) -> int:
+        if self.target in ids and not self.failed:
+            self.failed = True
+            if self.when == "after":
+                self.inner.xack(stream, group, ids)
+            raise RedisUnavailable(f"(injected) connection lost acknowledging {self.target} in {stream}")
+        return self.inner.xack(stream, group, ids)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_bug5_a_failed_acknowledgement_does_not_start_a_task_twice(log: EventLog, tmp_path: Path, when: str) -> None:
+    """The TaskManager's XACK of a SubmitTask fails with a Redis error, before or after it
+    took effect. The next step reads its pending entries again and finds the attempt
+    already here: one TaskOperationResult(success=True), no failure report, one launch, and
+    the leader counts no restart. Before the fix it started the task again, the task
+    table refused (slot busy), it reported failure, and the leader failed the running
+    attempt and spent a restart."""
+    keys = log.keys
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    faulty = AckFailsOnce(log.backend, when)
+    slots = TinySlots()
+    t = tm(EventLog(faulty, keys), world, tmp_path, slots, n=1)
+    register_tm(a, t, world)
+    submit(log, world, "j1", source_graph("j1"))
+    inbox = keys.inbox(keys.taskmanager("tm-1"))
+    pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, inbox, SubmitTask)),
+         what="the SubmitTask", world=world, advance_ms=10)
+    ((faulty.target, _),) = [(i, e) for i, e in log.replay(inbox) if isinstance(e.event, SubmitTask)]
+    with pytest.raises(RedisUnavailable):
+        t.step(block_ms=None)
+    assert faulty.failed and len(slots.launched) == 1
+    assert pending(log, inbox, "taskmanager") == (1 if when == "before" else 0)
+    for _ in range(5):  # the loop goes on after the error (run() waits a moment, then steps again)
+        t.step(block_ms=None)
+        a.step(block_ms=None)
+        world.advance(50)
+    assert pending(log, inbox, "taskmanager") == 0
+    job_inbox = keys.inbox(keys.job("j1"))
+    results = events(log, job_inbox, TaskOperationResult)
+    assert [r.success for r in results] == [True]
+    assert [u.state for u in events(log, job_inbox, UpdateTaskExecutionState)] == [TaskState.INITIALIZING]
+    assert len(slots.launched) == 1 and len(t.tasks) == 1
+    job = job_state(log, "j1")
+    ex = job.vertices["src"].subtasks[0]
+    assert (ex.attempt, ex.state, job.restarts) == (0, TaskState.INITIALIZING, 0)
+    assert events(log, keys.facts(keys.job("j1")), TaskRestartScheduled) == []
+
+
+# --- bug 6: a replay longer than the stall limit still ends in leadership -----------------------------
+
+
+FILLER = 100_000
+
+
+def write_history(log: EventLog, job_id: str, n: int) -> None:
+    """``n`` facts in the job's stream, pipelined (what a long job's coordinator answers
+    leave behind: events to its subtasks)."""
+    stream = log.keys.facts(log.keys.job(job_id))
+    encoded = [encode(Envelope(OperatorEvent(job_id, "src", 0, False, {"type": "split", "split": {"index": i}}, 0),
+                               f"{i:032x}", 1, 1_700_000_000_000, job_id)) for i in range(100)]
+    for start in range(0, n, 20_000):
+        log.backend.xadd_many([(stream, {FIELD: encoded[i % 100]}) for i in range(start, min(start + 20_000, n))])
+
+
+@pytest.mark.timeout(60)
+def test_bug6_a_replay_longer_than_the_stall_limit_ends_in_one_leadership(log: EventLog, tmp_path: Path) -> None:
+    """A JobManager whose stall limit (0.2 s) is shorter than its replay of the log (100,000
+    facts, 1-2 s here), run by its real loop and renewal thread: it becomes leader
+    once (one LeadershipGranted) and keeps leading. Before the fix the watchdog saw no
+    progress during the replay, let the lease lapse, and the JobManager took over again
+    and again."""
+    keys = log.keys
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    submit(log, world, "j1", source_graph("j1"))  # no TaskManager: it waits for slots
+    pump([lambda: a.step(block_ms=None)], lambda: "j1" in a.state.jobs.jobs, what="the job", world=world,
+         advance_ms=10)
+    write_history(log, "j1", FILLER)
+    log.append(keys.inbox(keys.job("j1")), Envelope(CancelJob("j1", "done"), world.new_id(), 0, world.now_ms(), "j1"))
+    pump([lambda: a.step(block_ms=None)], lambda: a.state.jobs.jobs["j1"].status == JobStatus.CANCELED,
+         what="the job cancelled", world=world, advance_ms=10)
+    a.step_down()
+    a.lease.release()
+    assert log.length(keys.facts(keys.job("j1"))) > FILLER
+
+    b = JobManager(log, jm_id="jm-b", lease_ttl_ms=450, max_stall_s=0.2, storage_root=f"file://{tmp_path}/storage")
+    stop = threading.Event()
+    thread = threading.Thread(target=b.run, args=(stop,), daemon=True)
+    began = time.monotonic()
+    thread.start()
+    try:
+        deadline = began + 30
+        while not b.leading and time.monotonic() < deadline:
+            time.sleep(0.02)
+        took = time.monotonic() - began
+        assert b.leading, "jm-b never finished becoming leader"
+        # The watchdog looked at least once after the stall limit passed (renewals every 0.15 s):
+        assert took > b.lease.max_stall_s + b.lease.ttl_ms / 3000, f"the replay took {took:.2f} s: too short"
+        time.sleep(1.0)  # several renewal periods: it keeps leading
+        assert b.leading and b.epoch == 2 and b.errors == []
+        holder = current_leader(log)
+        assert holder is not None and (holder.holder, holder.epoch) == ("jm-b", 2)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert [(g.epoch, g.leader_id) for g in events(log, keys.facts(keys.cluster), LeadershipGranted)] == [
+        (1, "jm-a"), (2, "jm-b")]
+
+
+# --- bug 7: heartbeats in a backlog are heard before anyone is declared lost ----------------------------
+
+
+@pytest.mark.timeout(30)
+def test_bug7_after_a_stall_heartbeats_in_a_long_backlog_keep_a_live_taskmanager(log: EventLog,
+                                                                                 tmp_path: Path) -> None:
+    """The leader's main loop stalls for 5 s (heartbeat timeout 1 s). Meanwhile 1,200
+    heartbeats of tm-1 pile up in the cluster inbox, more than two read batches (500), and
+    behind them one of tm-2, also alive. Nobody is declared lost until the leader has read
+    the inbox to its end; then the TaskManager that said nothing (tm-3) is lost, and tm-1
+    and tm-2 are not. Before the fix timeouts were decided after the first batch, which
+    held only tm-1's heartbeats: tm-2 was declared lost."""
+    keys = log.keys
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path, config=MembershipConfig(100, 1000), batch=500)
+    lead(a, world)
+    cluster_inbox = keys.inbox(keys.cluster)
+    for rid in ("tm-1", "tm-2", "tm-3"):
+        log.append(cluster_inbox, register_message(world, rid, epoch=1))
+    pump([lambda: a.step(block_ms=None)], lambda: len(a.state.membership.active()) == 3,
+         what="three registrations", world=world, advance_ms=10)
+    world.advance(5_000)  # the stall: nothing read for 5 s
+
+    def beat(rid: str) -> Envelope:
+        return Envelope(TaskManagerHeartbeat(rid, "s1", 1, 1), world.new_id(), 0, world.now_ms())
+
+    log.append_batch(cluster_inbox, [beat("tm-1") for _ in range(1_200)] + [beat("tm-2")])
+    reads = 0
+    while a.consumer.read_counts.get(cluster_inbox, 0) == 500 or reads == 0:
+        a.step(block_ms=None)
+        reads += 1
+        lost = [f.resource_id for f in events(log, keys.facts(keys.cluster), TaskManagerLost)]
+        assert lost == [], f"{lost} declared lost after {reads} reads of the backlog"
+        assert reads < 10
+    assert reads == 3 and pending(log, cluster_inbox) == 0  # 500 + 500 + 201, each decided
+    for _ in range(3):
+        world.advance(300)
+        a.step(block_ms=None)
+    lost = [f.resource_id for f in events(log, keys.facts(keys.cluster), TaskManagerLost)]
+    assert lost == ["tm-3"]  # timeouts still work: the TaskManager that said nothing is lost
+    assert sorted(r.resource_id for r in a.state.membership.active()) == ["tm-1", "tm-2"]
+    for rid in ("tm-1", "tm-2"):
+        assert events(log, keys.inbox(keys.taskmanager(rid)), DisconnectTaskManager) == []
+    assert a.errors == []
+
+
+# --- bug 1: two leaders delivering one long outbox deliver every entry once -------------------------------
+
+
+class PauseAfterFirstRead(Delegating):
+    """After its first read of ``outbox``, ``then()`` runs before the read returns: the
+    process pauses there while others go on."""
+
+    def __init__(self, inner: Any, outbox: str, then: Any) -> None:
+        super().__init__(inner)
+        self.outbox, self.then, self.paused = outbox, then, False
+
+    def xrange(self, stream: str, after: str | None, count: int) -> Any:
+        result = self.inner.xrange(stream, after, count)
+        if stream == self.outbox and not self.paused:
+            self.paused = True
+            self.then()
+        return result
+
+
+@pytest.mark.timeout(30)
+def test_bug1_a_deposed_leader_and_the_new_one_deliver_a_long_outbox_once(log: EventLog, tmp_path: Path) -> None:
+    """Leader A deploys 700 tasks in one commit (700 SubmitTask in the job's outbox, more
+    than one read batch of 500), reads the first batch to deliver it, and pauses. B takes
+    over and, delivering the outbox, pauses after its own first read; A resumes and delivers
+    what it can; then B resumes. Every SubmitTask lands in the TaskManager's inbox exactly
+    once. Before the fix a deliverer's later entries could move the target's mark past the
+    other's earlier ones, which were then dropped and acknowledged: 500 of 700 lost for good
+    (tasks DEPLOYING forever)."""
+    keys = log.keys
+    outbox = keys.outbox(keys.job("j1"))
+    a_read, a_go = threading.Event(), threading.Event()
+
+    def a_pauses() -> None:
+        a_read.set()
+        assert a_go.wait(20), "B never let A go on"
+
+    world_a = ManualWorld()
+    a = jm(EventLog(PauseAfterFirstRead(log.backend, outbox, a_pauses), keys), world_a, "jm-a", tmp_path)
+    lead(a, world_a)
+    log.append(keys.inbox(keys.cluster), register_message(world_a, "tm-1", slots=700, epoch=1))
+    pump([lambda: a.step(block_ms=None)], lambda: len(a.state.membership.active()) == 1, what="tm-1's registration",
+         world=world_a, advance_ms=10)
+    submit(log, world_a, "j1", source_graph("j1", parallelism=700, splits=700, max_parallelism=1024))
+    a_errors: list[BaseException] = []
+
+    def run_a() -> None:
+        try:
+            while not a_go.is_set():  # until the step that paused has ended
+                a.step(block_ms=None)
+                world_a.advance(10)
+        except BaseException as exc:  # noqa: BLE001 (reported by the main thread)
+            a_errors.append(exc)
+
+    thread_a = threading.Thread(target=run_a, daemon=True)
+    thread_a.start()
+    assert a_read.wait(20), "A never read its outbox"
+    assert log.length(outbox) == 700 and submit_tasks(log, "tm-1") == []  # none delivered yet
+
+    by_a: list[int] = []
+
+    def b_pauses() -> None:  # A resumes (its lease lapsed meanwhile: it is deposed) and finishes its step
+        a_go.set()
+        thread_a.join(20)
+        assert not thread_a.is_alive()
+        by_a.append(len(submit_tasks(log, "tm-1")))
+
+    world_b = ManualWorld()
+    b = jm(EventLog(PauseAfterFirstRead(log.backend, outbox, b_pauses), keys), world_b, "jm-b", tmp_path)
+    assert lead(b, world_b) == 2
+    assert a_errors == [] and a.errors == [] and b.errors == []
+    assert by_a == [700]  # A, resumed, delivered the whole outbox; B's batch, read before, added nothing
+
+    sent = submit_tasks(log, "tm-1")
+    assert len(sent) == 700
+    assert Counter(s.execution_id for s in sent) == Counter({f"src:{i}:0": 1 for i in range(700)})
+    assert Deliverer(log, keys.job("j1")).deliver() == 0  # nothing left to deliver
+    assert len(submit_tasks(log, "tm-1")) == 700
+    assert dead_letters(log, keys.job("j1")) == []
