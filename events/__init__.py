@@ -4,6 +4,8 @@ Every event class is declared once in this package with its schema version; impo
 the package registers them all, so any entry of the log can be decoded.
 """
 
+from .descriptor import *  # noqa: F401,F403
+from .descriptor import __all__ as _descriptor
 from .envelope import FIELD, Envelope, decode, decode_bytes, decode_fields, encode
 from .jobgraph import *  # noqa: F401,F403
 from .jobgraph import __all__ as _jobgraph
@@ -43,4 +45,5 @@ __all__ = [
     *_jobs,
     *_splits,
     *_kvstate,
+    *_descriptor,
 ]

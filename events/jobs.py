@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
+from .descriptor import TaskDeploymentDescriptor
 from .jobgraph import JobGraph
 from .schema import JSON, Event, event
 from .types import JobStatus, TaskState
@@ -128,10 +129,11 @@ class JobWaitingForSlots(Event):
     free: int
 
 
-@event("SubmitTask")
+@event("SubmitTask", version=2)
 class SubmitTask(Event):
     """Deploy one execution attempt on ``taskmanager``'s ``slot``; ``descriptor`` is the
-    task deployment descriptor (code, inputs, output, splits)."""
+    task deployment descriptor (code, inputs, output, splits): a typed record since
+    version 2 (version 1 carried the same fields as free JSON)."""
 
     job_id: str
     execution_id: str
@@ -139,7 +141,7 @@ class SubmitTask(Event):
     subtask: int
     attempt: int
     slot: int
-    descriptor: JSON
+    descriptor: TaskDeploymentDescriptor
 
 
 @event("TaskOperationResult")

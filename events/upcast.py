@@ -114,3 +114,9 @@ def _execution_graph_built_v1_v2(payload: Payload) -> Payload:
     if isinstance(payload, dict):
         return {**payload, "first_attempt": 0}
     return payload
+
+
+@upcaster("SubmitTask", 1)
+def _submit_task_v1_v2(payload: Payload) -> Payload:
+    """v2 types the descriptor; a v1 descriptor has the same fields (and is version 1)."""
+    return payload

@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 from sluice.errors import UnexpectedJobMessage
 from sluice.events import (
     AttemptsRenumbered,
+    ProducerPartitions,
+    TaskDeploymentDescriptor,
+    TaskInput,
+    TaskOutput,
+    TaskQueryable,
+    TaskSink,
+    TaskSource,
     CancelJob,
     CancelTask,
     Envelope,
@@ -46,7 +53,7 @@ from sluice.services.coordination.runtime import has_coordinator
 
 from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
 
-__all__ = ["JobsConfig", "Decision", "Dest", "submit", "input_paths", "MAX_DEPLOY_PER_PASS", "on_message", "schedule",
+__all__ = ["JobsConfig", "Decision", "Dest", "submit", "MAX_DEPLOY_PER_PASS", "on_message", "schedule",
            "taskmanager_lost", "orphans", "log_restarted", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
 
 Dest = tuple[str, str]
@@ -109,15 +116,6 @@ class _Recorder:
 
     def send(self, dest: Dest, ev: Event) -> None:
         self.decision.sends.append((dest, ev))
-
-
-def input_paths(inp: dict) -> list[str]:
-    """The producer partition paths an input of a task descriptor names."""
-    if "paths" in inp:
-        return list(inp["paths"])
-    p = inp["producer"]
-    attempts = p["attempts"]
-    return [p["template"].format(subtask=i, attempt=attempts.get(str(i), 0)) for i in range(p["subtasks"])]
 
 
 def partition_path(storage_root: str, job_id: str, vertex: str, subtask: int, attempt: int) -> str:
@@ -382,7 +380,7 @@ def _deploy(rec: _Recorder, job: JobRun, ex: Execution, tm: str, slot: int, sess
     rec.send(("tm", tm), SubmitTask(job.job_id, eid, ex.vertex, ex.subtask, ex.attempt, slot, descriptor(job, ex)))
 
 
-def descriptor(job: JobRun, ex: Execution) -> dict:
+def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
     """The task deployment descriptor: everything a TaskManager needs to run this attempt."""
     from sluice.services.dataplane.keygroups import key_group_range
 
@@ -394,44 +392,37 @@ def descriptor(job: JobRun, ex: Execution) -> dict:
         producer = job.vertices[edge.source]
         if edge.exchange == "forward":
             p = producer.subtasks[ex.subtask]
-            inputs.append({"paths": [partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)],
-                           "key_groups": None})
+            inputs.append(TaskInput(paths=[partition_path(job.storage_root, job.job_id, edge.source, p.subtask,
+                                                          p.attempt)]))
         else:
             # All-to-all: name the producers' partitions compactly (a path template and only
-            # the attempts that are not 0), so descriptors stay O(1) per consumer, not O(P).
-            inputs.append({
-                "producer": {"template": partition_path(job.storage_root, job.job_id, edge.source, 0, 0)[:-4]
-                             + "/{subtask}/{attempt}",
-                             "subtasks": len(producer.subtasks),
-                             "attempts": {str(p.subtask): p.attempt for p in producer.subtasks if p.attempt}},
-                "key_groups": list(key_group_range(maxp, len(vertex.subtasks), ex.subtask)),
-                "consumer": ex.subtask,
-            })
+            # the attempts that are not the job's first), so descriptors stay O(1) per
+            # consumer, not O(P).
+            template = partition_path(job.storage_root, job.job_id, edge.source, 0, 0)[:-4] + "/{subtask}/{attempt}"
+            attempts = {str(p.subtask): p.attempt for p in producer.subtasks if p.attempt != job.floor}
+            inputs.append(TaskInput(producer=ProducerPartitions(template, len(producer.subtasks), attempts, job.floor),
+                                    key_groups=list(key_group_range(maxp, len(vertex.subtasks), ex.subtask)),
+                                    consumer=ex.subtask))
     output = None
     if vertex.outputs:
         keyed = next((e.key for e in vertex.outputs if e.exchange == "keyed"), None)
         consumers = max(len(job.vertices[e.target].subtasks) for e in vertex.outputs)
-        output = {"path": partition_path(job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt),
-                  "key": keyed, "consumers": consumers}
-    d: dict = {
-        "job_id": job.job_id, "execution_id": ex.id, "vertex": ex.vertex, "subtask": ex.subtask,
-        "attempt": ex.attempt, "parallelism": len(vertex.subtasks), "max_parallelism": maxp, "kind": spec.kind,
-        "code_blob": job.code_blob, "module": job.module, "functions": spec.functions, "params": job.params,
-        "inputs": inputs, "output": output,
-    }
+        output = TaskOutput(partition_path(job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt), keyed,
+                            consumers)
+    source = sink = queryable = None
     if spec.source is not None:
         # No splits here: the reader asks the source coordinator for them one at a time.
         # A reader that gets no split still needs the source's schema: it reads the first
         # split's schema (no rows) from this one.
         plan = job.splits.get(ex.vertex) or [None]
-        d["source"] = {"format": spec.source.format, "options": spec.source.options,
-                       "protocol": spec.source.protocol, "schema_split": plan[0]}
+        source = TaskSource(spec.source.format, dict(spec.source.options), spec.source.protocol, plan[0])
     if spec.sink is not None:
-        d["sink"] = {"format": spec.sink.format, "path": spec.sink.path, "options": spec.sink.options}
+        sink = TaskSink(spec.sink.format, spec.sink.path, dict(spec.sink.options))
     if spec.queryable is not None:  # queryable state, keyed by the vertex's input key (services/kvstate)
-        d["queryable"] = {"name": spec.queryable,
-                          "key": next((e.key for e in vertex.inputs if e.exchange == "keyed"), None)}
-    return d
+        queryable = TaskQueryable(spec.queryable, next((e.key for e in vertex.inputs if e.exchange == "keyed"), None))
+    return TaskDeploymentDescriptor(
+        job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt, len(vertex.subtasks), maxp, spec.kind, job.code_blob,
+        job.module, list(spec.functions), dict(job.params), inputs, output, source, sink, queryable)
 
 
 # --- cluster events and time ---------------------------------------------------------------------

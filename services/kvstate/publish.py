@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
-from sluice.events import Envelope, KeyGroupRange, NotifyKvStateRegistered
+from sluice.events import Envelope, KeyGroupRange, NotifyKvStateRegistered, TaskDeploymentDescriptor
 from sluice.services.common.shell import new_id, now_ms
 from sluice.services.dataplane.errors import SchemaError
 from sluice.services.dataplane.keygroups import key_group_range
@@ -23,23 +23,25 @@ from .codec import key_field, state_id
 __all__ = ["publish"]
 
 
-def publish(log: EventLog, d: dict, df: Any, address: str) -> int:
+def publish(log: EventLog, d: TaskDeploymentDescriptor, df: Any, address: str) -> int:
     """Write ``df`` (the vertex's result) as the attempt's state and register it; returns
     the number of keys."""
-    q = d["queryable"]
-    name, key = q["name"], q["key"]
+    q = d.queryable
+    if q is None:
+        raise ValueError(f"{d.execution_id} publishes no queryable state")
+    name, key = q.name, q.key
     columns = list(df.columns)
     if not key or key not in columns:
         raise SchemaError(
             f"vertex {d['vertex']!r} publishes queryable state {name!r} keyed by its input key {key!r}, but its "
             f"result has no such column (columns: {', '.join(columns) or 'none'}); keep the key column in the result"
         )
-    job_id, eid = d["job_id"], d["execution_id"]
+    job_id, eid = d.job_id, d.execution_id
     sid = state_id(job_id, name, eid)
     n = KvStates(log.backend, log.keys).write(job_id, sid, _items(df, key), {
         "name": name, "execution_id": eid, "written_at": now_ms()})
-    start, end = key_group_range(d["max_parallelism"], d["parallelism"], d["subtask"])
-    msg = NotifyKvStateRegistered(job_id, d["vertex"], KeyGroupRange(start, end), name, sid, address, eid)
+    start, end = key_group_range(d.max_parallelism, d.parallelism, d.subtask)
+    msg = NotifyKvStateRegistered(job_id, d.vertex, KeyGroupRange(start, end), name, sid, address, eid)
     log.append(log.keys.inbox(log.keys.job(job_id)), Envelope(msg, new_id(), 0, now_ms(), job_id))
     return n
 

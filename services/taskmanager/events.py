@@ -16,7 +16,14 @@ from collections import deque
 from typing import Any
 
 from sluice.errors import RedisUnavailable, ServiceError
-from sluice.events import Envelope, NextInputSplit, OperatorEvent, RequestNextInputSplit, decode_fields
+from sluice.events import (
+    Envelope,
+    NextInputSplit,
+    OperatorEvent,
+    RequestNextInputSplit,
+    TaskDeploymentDescriptor,
+    decode_fields,
+)
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.coordination.source import NO_MORE, REQUEST, SPLIT
 from sluice.store import EventLog
@@ -30,7 +37,7 @@ class NoAnswer(ServiceError):
 
 
 class TaskEvents:
-    def __init__(self, log: EventLog, descriptor: dict, host: str, *, answer_timeout_s: float = 600.0,
+    def __init__(self, log: EventLog, descriptor: TaskDeploymentDescriptor, host: str, *, answer_timeout_s: float = 600.0,
                  world: World = SYSTEM, blocking: bool = True) -> None:
         """``blocking``: the real worker's mode, where a send that fails because Redis is away
         is tried again (the same message) until it gets through; the simulation's steps
@@ -41,10 +48,10 @@ class TaskEvents:
         self.unsent: Envelope | None = None
         """A message whose sending failed: it may or may not be in the inbox, so it is sent
         again as it is (same seq: the leader takes it once)."""
-        self.job_id, self.vertex, self.subtask, self.attempt = d["job_id"], d["vertex"], d["subtask"], d["attempt"]
-        self.execution_id = d["execution_id"]
-        self.protocol = (d.get("source") or {}).get("protocol", "operator-events")
-        self.is_source = d.get("kind") == "source"
+        self.job_id, self.vertex, self.subtask, self.attempt = d.job_id, d.vertex, d.subtask, d.attempt
+        self.execution_id = d.execution_id
+        self.protocol = d.source.protocol if d.source is not None else "operator-events"
+        self.is_source = d.kind == "source"
         keys = log.keys
         tag = keys.job(self.job_id)
         self.job_inbox = keys.inbox(tag)

@@ -34,6 +34,7 @@ from sluice.events import (
     TaskState,
     UnregisterTaskManager,
     UpdateTaskExecutionState,
+    descriptor_to_json,
 )
 from sluice.services.common.shell import get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
@@ -249,11 +250,11 @@ class TaskManager:
         tid = f"{msg.job_id}/{msg.execution_id}"
         if tid in self.tasks:
             return  # this very attempt runs here already: the SubmitTask came twice
-        task = Task(dict(msg.descriptor), msg.slot)
+        task = Task(msg.descriptor, msg.slot)
         busy = self.tasks.slot_busy(msg.slot) if 0 <= msg.slot < self.reg.slots else None
-        if busy is not None and busy.descriptor["job_id"] == msg.job_id \
-                and (busy.descriptor["vertex"], busy.descriptor["subtask"]) == (msg.vertex_id, msg.subtask) \
-                and busy.descriptor["attempt"] > msg.attempt:
+        if busy is not None and busy.descriptor.job_id == msg.job_id \
+                and (busy.descriptor.vertex, busy.descriptor.subtask) == (msg.vertex_id, msg.subtask) \
+                and busy.descriptor.attempt > msg.attempt:
             self.logger.warning("stale SubmitTask ignored: a newer attempt runs in its slot", old=tid, new=busy.id)
             return
         if busy is not None:
@@ -279,9 +280,9 @@ class TaskManager:
         if not self.execute:  # a TaskManager that finishes tasks without running them (benchmarks)
             d = task.descriptor
             self._to_job(msg.job_id, self._state(task, TaskState.RUNNING))
-            if d.get("output"):
-                self._to_job(msg.job_id, ScheduleOrUpdateConsumers(d["job_id"], d["execution_id"], d["vertex"],
-                                                                   d["subtask"], d["attempt"]))
+            if d.output:
+                self._to_job(msg.job_id, ScheduleOrUpdateConsumers(d.job_id, d.execution_id, d.vertex,
+                                                                   d.subtask, d.attempt))
             self._to_job(msg.job_id, self._state(task, TaskState.FINISHED))
             release(task, self.steps, keep_output=True)
 
@@ -295,20 +296,21 @@ class TaskManager:
 
     def _state(self, task: Task, state: TaskState, error: str | None = None) -> UpdateTaskExecutionState:
         d = task.descriptor
-        return UpdateTaskExecutionState(d["job_id"], d["execution_id"], state, error, d["vertex"], d["subtask"],
-                                        d["attempt"], self.resource_id, task.slot)
+        return UpdateTaskExecutionState(d.job_id, d.execution_id, state, error, d.vertex, d.subtask,
+                                        d.attempt, self.resource_id, task.slot)
 
     def _launch(self, task: Task) -> str:
         # INITIALIZING goes out before the task is queued: an idle worker picks it up at
         # once and reports RUNNING, which must not overtake it.
-        self._to_job(task.descriptor["job_id"], self._state(task, TaskState.INITIALIZING), flush=False)
+        self._to_job(task.descriptor.job_id, self._state(task, TaskState.INITIALIZING), flush=False)
         if not self.execute:
             return "not-executed"
         runtime = {"code_path": str(task.code_path), "temp_dir": str(task.temp_dir), "host": self.reg.host,
                    "io_rate": self.io_rate}
-        if task.descriptor.get("kind") != "noop":
+        if task.descriptor.kind != "noop":
             runtime["spark_remote"] = self._spark()
-        return self.slots.launch(task.slot, task.descriptor, runtime, task_id=task.id, handle=self.world.new_id())
+        return self.slots.launch(task.slot, descriptor_to_json(task.descriptor), runtime, task_id=task.id,
+                                 handle=self.world.new_id())
 
     def _spark(self) -> str | None:
         """The Spark Connect server this TaskManager's workers use: the given one, or one it
@@ -380,10 +382,10 @@ class TaskManager:
                 continue
             if task.id in self.cancelling:
                 self.cancelling.discard(task.id)
-                self._to_job(task.descriptor["job_id"], self._state(task, TaskState.CANCELED))
+                self._to_job(task.descriptor.job_id, self._state(task, TaskState.CANCELED))
             else:
                 self.logger.warning("worker died mid-task", slot=slot, task=task.id, how=how)
-                self._to_job(task.descriptor["job_id"], self._state(
+                self._to_job(task.descriptor.job_id, self._state(
                     task, TaskState.FAILED, f"the worker process of slot {slot} died ({how}) while running the task"))
             self._cancel_launch(task)  # still queued? the replacement worker must not run it
             release(task, self.steps, keep_output=False)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import urlparse
 
+from sluice.events import TaskDeploymentDescriptor
+
 from .library import LibraryCache
 
 __all__ = ["Task", "TaskStartFailed", "Step", "start", "standard_steps", "local_path", "TaskTable"]
@@ -30,7 +32,7 @@ def local_path(uri: str) -> Path:
 class Task:
     """One execution attempt on this TaskManager, and what it holds."""
 
-    descriptor: dict
+    descriptor: TaskDeploymentDescriptor
     slot: int
     code_path: Path | None = None
     splits: list | None = None
@@ -41,7 +43,7 @@ class Task:
 
     @property
     def id(self) -> str:
-        return str(self.descriptor["job_id"]) + "/" + str(self.descriptor["execution_id"])
+        return self.descriptor.task_id
 
 
 class TaskTable(dict):
@@ -88,10 +90,10 @@ def standard_steps(library: LibraryCache, table: TaskTable, temp_root: Path,
     """The TaskManager's steps to start a task, in Flink's order."""
 
     def library_do(t: Task) -> None:
-        t.code_path = library.register(t.descriptor["code_blob"], t.descriptor["module"])
+        t.code_path = library.register(t.descriptor.code_blob, t.descriptor.module)
 
     def library_undo(t: Task) -> None:
-        library.release(t.descriptor["code_blob"])
+        library.release(t.descriptor.code_blob)
         t.code_path = None
 
     def table_do(t: Task) -> None:
@@ -108,9 +110,9 @@ def standard_steps(library: LibraryCache, table: TaskTable, temp_root: Path,
     def splits_do(t: Task) -> None:
         # The split provider: a source asks its coordinator for splits as it goes, by the
         # protocol its descriptor names (the task's inbox is where the answers arrive).
-        source = t.descriptor.get("source")
+        source = t.descriptor.source
         if source is not None:
-            protocol = source.get("protocol")
+            protocol = source.protocol
             if protocol not in ("operator-events", "input-splits"):
                 raise ValueError(f"the descriptor asks for splits by protocol {protocol!r}; this TaskManager "
                                  "speaks operator-events and input-splits")
@@ -120,9 +122,9 @@ def standard_steps(library: LibraryCache, table: TaskTable, temp_root: Path,
         t.splits = None
 
     def partitions_do(t: Task) -> None:
-        output = t.descriptor.get("output")
+        output = t.descriptor.output
         if output:
-            path = local_path(output["path"])
+            path = local_path(output.path)
             if path.exists():
                 shutil.rmtree(path)  # what an earlier try of this very attempt left
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,7 +137,7 @@ def standard_steps(library: LibraryCache, table: TaskTable, temp_root: Path,
 
     def temp_do(t: Task) -> None:
         temp_root.mkdir(parents=True, exist_ok=True)
-        t.temp_dir = Path(tempfile.mkdtemp(prefix=str(t.descriptor["execution_id"]).replace(":", "_") + "-",
+        t.temp_dir = Path(tempfile.mkdtemp(prefix=str(t.descriptor.execution_id).replace(":", "_") + "-",
                                            dir=temp_root))
 
     def temp_undo(t: Task) -> None:

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sluice.events import Envelope, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
+from sluice.events import (
+    Envelope,
+    ScheduleOrUpdateConsumers,
+    TaskDeploymentDescriptor,
+    TaskSource,
+    TaskState,
+    UpdateTaskExecutionState,
+    descriptor_from_json,
+)
 from sluice.services.common.shell import hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.store import EventLog, Keys, connect, server_address
@@ -85,38 +93,40 @@ def warm_up() -> None:
     threading.Thread(target=run, name="spark-warm-up", daemon=True).start()
 
 
-def report_state(log: EventLog, world: World, d: dict, resource_id: str, slot: int, state: TaskState,
+def report_state(log: EventLog, world: World, d: TaskDeploymentDescriptor, resource_id: str, slot: int, state: TaskState,
                  error: str | None = None) -> None:
     """A task's state change: to its job's inbox, and a final one to its TaskManager too
     (which releases what the task held)."""
     keys = log.keys
-    ev = UpdateTaskExecutionState(d["job_id"], d["execution_id"], state, error, d["vertex"], d["subtask"],
-                                  d["attempt"], resource_id, slot)
-    env = Envelope(ev, world.new_id(), 0, world.now_ms(), d["job_id"])
-    log.append(keys.inbox(keys.job(d["job_id"])), env)
+    ev = UpdateTaskExecutionState(d.job_id, d.execution_id, state, error, d.vertex, d.subtask,
+                                  d.attempt, resource_id, slot)
+    env = Envelope(ev, world.new_id(), 0, world.now_ms(), d.job_id)
+    log.append(keys.inbox(keys.job(d.job_id)), env)
     if state.terminal:
         log.append(keys.inbox(keys.taskmanager(resource_id)), env)
 
 
-def report_produced(log: EventLog, world: World, d: dict) -> None:
+def report_produced(log: EventLog, world: World, d: TaskDeploymentDescriptor) -> None:
     """The task's result partition is complete: its consumers may be deployed."""
     keys = log.keys
-    log.append(keys.inbox(keys.job(d["job_id"])), Envelope(
-        ScheduleOrUpdateConsumers(d["job_id"], d["execution_id"], d["vertex"], d["subtask"], d["attempt"]),
-        world.new_id(), 0, world.now_ms(), d["job_id"]))
+    log.append(keys.inbox(keys.job(d.job_id)), Envelope(
+        ScheduleOrUpdateConsumers(d.job_id, d.execution_id, d.vertex, d.subtask, d.attempt),
+        world.new_id(), 0, world.now_ms(), d.job_id))
 
 
-def _report(ctx: WorkerContext, d: dict, state: TaskState, error: str | None = None) -> None:
+def _report(ctx: WorkerContext, d: TaskDeploymentDescriptor, state: TaskState, error: str | None = None) -> None:
     report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, state, error)
 
 
-def run_task(d: dict, runtime: dict) -> str:
-    """Run one execution attempt: read, apply the chain, write; report every state."""
+def run_task(data: dict, runtime: dict) -> str:
+    """Run one execution attempt: read, apply the chain, write; report every state. ``data``
+    is the task deployment descriptor as JSON (RQ carries JSON, never pickles)."""
+    d = descriptor_from_json(data)
     ctx = _context
     if ctx is None:
         raise RuntimeError("run_task needs a Sluice worker (sluice worker), not a bare RQ worker")
     _report(ctx, d, TaskState.RUNNING)
-    if d["kind"] == "noop":
+    if d.kind == "noop":
         _report(ctx, d, TaskState.FINISHED)
         return "FINISHED"
     temp_dir = Path(runtime["temp_dir"])
@@ -147,7 +157,7 @@ def describe_error(exc: BaseException, limit: int = 8000) -> str:
     return text if len(text) <= limit else text[: limit - 40] + "\n… (truncated)"
 
 
-def _execute(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path) -> None:
+def _execute(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path) -> None:
     spark = spark_session(runtime.get("spark_remote"))
     temp_dir.mkdir(parents=True, exist_ok=True)
     events = task_events.TaskEvents(ctx.log, d, runtime.get("host") or hostname())
@@ -158,13 +168,13 @@ def _execute(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path) -> None
         task_events.install(None)
 
 
-def _read_source(spark: Any, d: dict, runtime: dict, temp_dir: Path, events: "task_events.TaskEvents") -> Any:
+def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path, events: "task_events.TaskEvents") -> Any:
     """Ask the source coordinator for splits until there are none left, reading each as it
     comes (at most ``io_rate`` bytes a second when the TaskManager limits it); then one
     DataFrame of everything this subtask read."""
     from sluice.services.dataplane import reader
 
-    source = d["source"]
+    source = d.source
     rate = float(runtime.get("io_rate") or 0)
     files: list[Path] = []
     ranges: list[tuple[int, int]] = []
@@ -174,12 +184,12 @@ def _read_source(spark: Any, d: dict, runtime: dict, temp_dir: Path, events: "ta
             ranges.append((int(split["start"]), int(split["end"])))
             size = 8 * (int(split["end"]) - int(split["start"]))
         else:
-            path = reader.materialize_split(split, source["options"], temp_dir / "splits")
+            path = reader.materialize_split(split, source.options, temp_dir / "splits")
             files.append(path)
             size = path.stat().st_size
         if rate > 0:
             time.sleep(max(0.0, size / rate - (time.monotonic() - began)))
-    if source["format"] == "range":
+    if source.format == "range":
         from pyspark.sql import functions as F
 
         if not ranges:
@@ -187,43 +197,41 @@ def _read_source(spark: Any, d: dict, runtime: dict, temp_dir: Path, events: "ta
         bounds = spark.createDataFrame(ranges, "s long, e long")
         return bounds.select(F.explode(F.sequence("s", F.col("e") - 1)).alias("id"))
     if not files:  # other readers took every split: no rows, but the source's schema
-        first = source.get("schema_split")
-        if first is None or source["format"] == "text":
+        first = source.schema_split
+        if first is None or source.format == "text":
             return _empty_source(spark, source)
-        path = reader.materialize_split(first, source["options"], temp_dir / "schema")
-        return reader.read_materialized(spark, source["format"], source["options"], [path]).limit(0)
-    return reader.read_materialized(spark, source["format"], source["options"], files)
+        path = reader.materialize_split(first, source.options, temp_dir / "schema")
+        return reader.read_materialized(spark, source.format, source.options, [path]).limit(0)
+    return reader.read_materialized(spark, source.format, source.options, files)
 
 
-def _run_chain(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path, spark: Any,
+def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path, spark: Any,
                events: "task_events.TaskEvents") -> None:
     from sluice.services.dataplane import exchange
 
-    if d["kind"] == "source":
+    if d.kind == "source":
         df = _read_source(spark, d, runtime, temp_dir, events)
         inputs = [df]
     else:
-        from sluice.services.jobs.core import input_paths
-
-        inputs = [exchange.read_inputs(spark, input_paths(inp),
-                                       key_groups=tuple(inp["key_groups"]) if inp["key_groups"] else None)
-                  for inp in d["inputs"]]
+        inputs = [exchange.read_inputs(spark, inp.partition_paths(),
+                                       key_groups=tuple(inp.key_groups) if inp.key_groups else None)
+                  for inp in d.inputs]
         df = inputs[0]
-    if d["functions"]:
-        module = load_module(Path(runtime["code_path"]), d["module"])
-        for i, ref in enumerate(d["functions"]):
+    if d.functions:
+        module = load_module(Path(runtime["code_path"]), d.module)
+        for i, ref in enumerate(d.functions):
             fn = _resolve(module, ref)
             df = fn(*inputs) if i == 0 and len(inputs) > 1 else fn(df)
-    output = d.get("output")
-    queryable = d.get("queryable")
-    if queryable and (output or d.get("sink")):
+    output = d.output
+    queryable = d.queryable
+    if queryable and (output or d.sink):
         df = df.cache()  # computed once for the output and for the queryable state
     if output:
-        exchange.write_partition(df, output["path"], key=output.get("key"), max_parallelism=d["max_parallelism"],
-                                 consumers=output.get("consumers") if output.get("key") else None)
-    sink = d.get("sink")
+        exchange.write_partition(df, output.path, key=output.key, max_parallelism=d.max_parallelism,
+                                 consumers=output.consumers if output.key else None)
+    sink = d.sink
     if sink:
-        exchange.write_sink(df, sink["path"], d["subtask"], d["attempt"], sink["format"], sink.get("options", {}))
+        exchange.write_sink(df, sink.path, d.subtask, d.attempt, sink.format, sink.options)
     if queryable:  # services/kvstate/publish.py: write the state, then register it
         from sluice.services.kvstate.publish import publish
 
@@ -234,8 +242,8 @@ def _run_chain(ctx: WorkerContext, d: dict, runtime: dict, temp_dir: Path, spark
         report_produced(ctx.log, SYSTEM, d)
 
 
-def _empty_source(spark: Any, source: dict) -> Any:
-    if source["format"] == "text":
+def _empty_source(spark: Any, source: TaskSource) -> Any:
+    if source.format == "text":
         return spark.createDataFrame([], "value string")
     return spark.createDataFrame([], "_empty string")
 

@@ -362,8 +362,8 @@ class Simulation:
         ms = self.rng.randint(5, 60)
         return ms * 5 if tm == self.slow_tm else ms
 
-    def coordinated(self, d: dict) -> bool:
-        return (d["job_id"], d["vertex"]) in self.coordinated_vertices
+    def coordinated(self, d: Any) -> bool:
+        return (d.job_id, d.vertex) in self.coordinated_vertices
 
     def can_crash(self, actor: str) -> bool:
         return self.faults.on("crash_mid_call") and not actor.startswith("client")

@@ -15,10 +15,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluice.errors import RedisUnavailable
-from sluice.events import Envelope, KeyGroupRange, NotifyKvStateRegistered, TaskState
+from sluice.events import (
+    Envelope,
+    KeyGroupRange,
+    NotifyKvStateRegistered,
+    TaskDeploymentDescriptor,
+    TaskState,
+    descriptor_from_json,
+)
 from sluice.services.dataplane.keygroups import key_group_range
 from sluice.services.dataplane.publish import Publication, current
-from sluice.services.jobs.core import input_paths
 from sluice.services.kvstate.codec import state_id
 from sluice.services.taskmanager.events import TaskEvents
 from sluice.services.taskmanager.worker import report_produced, report_state
@@ -62,7 +68,7 @@ class SimSlots:
         self.n = slots
 
     def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str) -> str:
-        task = SimTask(self.sim, self, handle, dict(descriptor), slot)
+        task = SimTask(self.sim, self, handle, descriptor_from_json(descriptor), slot)
         self.tasks[handle] = task
         self.sim.tasks.append(task)
         return handle
@@ -105,7 +111,7 @@ class SimTask:
     sim: Simulation
     slots: SimSlots
     handle: str
-    d: dict
+    d: TaskDeploymentDescriptor
     slot: int
     started: bool = False
     done: bool = False
@@ -120,11 +126,11 @@ class SimTask:
 
     @property
     def key(self) -> tuple[str, str]:
-        return (self.d["job_id"], self.d["execution_id"])
+        return (self.d.job_id, self.d.execution_id)
 
     @property
     def name(self) -> str:
-        return f"task {self.d['execution_id']} of {self.d['job_id']} on {self.slots.tm}"
+        return f"task {self.d.execution_id} of {self.d.job_id} on {self.slots.tm}"
 
     def end(self, why: str) -> None:
         if not self.done:
@@ -156,7 +162,7 @@ class SimTask:
             self.busy_until = sim.world.now + sim.rng.randint(5, 100)
             return True
 
-    def _step(self, sim: Simulation, d: dict) -> bool:
+    def _step(self, sim: Simulation, d: TaskDeploymentDescriptor) -> bool:
         assert self.log is not None
         if self.phase == "queued":
             self.started = True
@@ -170,7 +176,7 @@ class SimTask:
             if sim.faults.hit(sim.rng, "user_error", 0.03):
                 self.phase = "report-failed"
                 return True
-            self.phase = "ask" if d["kind"] == "source" else "read"
+            self.phase = "ask" if d.kind == "source" else "read"
             return True
         if self.phase == "report-failed":
             report_state(self.log, sim.world, d, self.slots.tm, self.slot, TaskState.FAILED,
@@ -202,15 +208,15 @@ class SimTask:
             return True
         if self.phase == "read":
             ids: list[int] = []
-            for inp in d["inputs"]:
-                start, end = inp["key_groups"] if inp.get("key_groups") else (0, 1 << 30)
-                for path in input_paths(inp):
+            for inp in d.inputs:
+                start, end = inp.key_groups if inp.key_groups else (0, 1 << 30)
+                for path in inp.partition_paths():
                     part = sim.files.files.get(path)
                     if part is None:
                         sim.violation(f"{self.name} reads {path}, a partition that does not exist")
                         self.end("its input is missing")
                         return True
-                    ids += [i for i in part if start <= i % d["max_parallelism"] <= end]
+                    ids += [i for i in part if start <= i % d.max_parallelism <= end]
             self.data = sorted(ids)
             self.busy_until = sim.world.now + sim.work_ms(self.slots.tm)
             self.phase = "hello" if sim.coordinated(d) else "output"
@@ -220,7 +226,7 @@ class SimTask:
             if events.unsent is not None:
                 events.resend()
             else:
-                self.hello = f"{d['execution_id']}#{sim.world.new_id()[:6]}"
+                self.hello = f"{d.execution_id}#{sim.world.new_id()[:6]}"
                 body: dict[str, Any] = {"hello": self.hello}
                 if sim.faults.hit(sim.rng, "coordinator_error", 0.05):
                     body["boom"] = True
@@ -238,9 +244,9 @@ class SimTask:
             self.phase = "output"
             return True
         if self.phase == "output":
-            output = d.get("output")
+            output = d.output
             if output:
-                sim.files.files[output["path"]] = list(self.data)
+                sim.files.files[output.path] = list(self.data)
                 self.phase = "produced"
             else:
                 self.phase = "sink"
@@ -250,14 +256,14 @@ class SimTask:
             self.phase = "sink"
             return True
         if self.phase == "sink":
-            sink = d.get("sink")
+            sink = d.sink
             if sink is None:
                 self.phase = "state"
                 return True
-            directory = sink["path"]
+            directory = sink.path
             if self.publication is None:
-                self.publication = Publication.start(d["subtask"], d["attempt"], ["sim"])
-                staging = f"{directory}/_staging-{d['execution_id']}"
+                self.publication = Publication.start(d.subtask, d.attempt, ["sim"])
+                staging = f"{directory}/_staging-{d.execution_id}"
                 sim.files.files[staging] = list(self.data)
             pub = self.publication
             listing = sim.files.listing(directory) if pub.needs_listing else None
@@ -268,20 +274,20 @@ class SimTask:
             for name in action.delete:
                 sim.files.files.pop(f"{directory}/{name}", None)
             if pub.done:
-                sim.files.files.pop(f"{directory}/_staging-{d['execution_id']}", None)
+                sim.files.files.pop(f"{directory}/_staging-{d.execution_id}", None)
                 self.phase = "state"
             return True
         if self.phase == "state":
-            q = d.get("queryable")
+            q = d.queryable
             if q:
-                name = q["name"]
-                sid = state_id(d["job_id"], name, d["execution_id"])
-                KvStates(self.log.backend, self.log.keys).write(d["job_id"], sid, [], {"execution_id": d["execution_id"]})
-                start, end = key_group_range(d["max_parallelism"], d["parallelism"], d["subtask"])
-                msg = NotifyKvStateRegistered(d["job_id"], d["vertex"], KeyGroupRange(start, end), name, sid,
-                                              "sim://redis", d["execution_id"])
-                self.log.append(self.log.keys.inbox(self.log.keys.job(d["job_id"])),
-                                Envelope(msg, sim.world.new_id(), 0, sim.world.now, d["job_id"]))
+                name = q.name
+                sid = state_id(d.job_id, name, d.execution_id)
+                KvStates(self.log.backend, self.log.keys).write(d.job_id, sid, [], {"execution_id": d.execution_id})
+                start, end = key_group_range(d.max_parallelism, d.parallelism, d.subtask)
+                msg = NotifyKvStateRegistered(d.job_id, d.vertex, KeyGroupRange(start, end), name, sid,
+                                              "sim://redis", d.execution_id)
+                self.log.append(self.log.keys.inbox(self.log.keys.job(d.job_id)),
+                                Envelope(msg, sim.world.new_id(), 0, sim.world.now, d.job_id))
             self.phase = "finish"
             return True
         if self.phase == "finish":

@@ -7,6 +7,7 @@ import pytest
 
 from sluice.api import Job
 from sluice.events import (
+    TaskSource,
     CancelJob,
     CancelTask,
     Envelope,
@@ -79,7 +80,7 @@ class Sim:
 
     def run_to_end(self, task: SubmitTask, produce: bool = True) -> None:
         self.report(task, TaskState.RUNNING)
-        if produce and task.descriptor.get("output"):
+        if produce and task.descriptor.output:
             self.produce(task)
         self.report(task, TaskState.FINISHED)
 
@@ -158,8 +159,8 @@ def test_sources_deploy_first_spread_over_taskmanagers_and_consumers_wait_for_da
     first = sim.schedule()
     assert [(t.vertex_id, t.subtask) for t in first] == [("lines -> tokenize", 0), ("lines -> tokenize", 1)]
     assert {sim.job.vertices[t.vertex_id].subtasks[t.subtask].taskmanager for t in first} == {"tm-a", "tm-b"}
-    assert first[0].descriptor["source"] == {"format": "text", "options": {}, "protocol": "operator-events",
-                                             "schema_split": {"path": "/data/in.txt", "start": 0, "end": 1, "index": 0}}
+    assert first[0].descriptor.source == TaskSource("text", {}, "operator-events",
+                                                    {"path": "/data/in.txt", "start": 0, "end": 1, "index": 0})
     for t in first:
         sim.report(t, TaskState.RUNNING)
     assert ("inbox", "client-inbox") in [d for d, _ in sim.sent] and sim.job.status == JobStatus.RUNNING
@@ -168,9 +169,9 @@ def test_sources_deploy_first_spread_over_taskmanagers_and_consumers_wait_for_da
     sim.produce(first[1])
     consumers = sim.schedule()
     assert [(t.vertex_id, t.subtask) for t in consumers] == [("count -> out", 0), ("count -> out", 1)]
-    (inp,) = consumers[1].descriptor["inputs"]
-    assert inp["key_groups"] == [64, 127] and len(core.input_paths(inp)) == 2
-    assert core.input_paths(inp)[1].endswith("/1/0")
+    (inp,) = consumers[1].descriptor.inputs
+    assert inp.key_groups == [64, 127] and len(inp.partition_paths()) == 2
+    assert inp.partition_paths()[1].endswith("/1/0")
     for t in first + consumers:
         sim.run_to_end(t)
     assert sim.job.status == JobStatus.FINISHED

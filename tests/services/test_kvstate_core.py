@@ -3,9 +3,12 @@ what a task's failure releases, disposing, and replay = live."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sluice.events import (
+    TaskQueryable,
     CancelJob,
     DisposeJob,
     Envelope,
@@ -56,7 +59,7 @@ def running(reducers: int = 2, restart: RestartStrategy | None = None) -> tuple[
 
 def reg(task: SubmitTask, name: str = "counts", vertex: str | None = None, rng: tuple[int, int] | None = None,
         job: str = "j1") -> NotifyKvStateRegistered:
-    start, end = rng or (task.descriptor["queryable"] and _range(task))
+    start, end = rng or (task.descriptor.queryable and _range(task))
     return NotifyKvStateRegistered(job, vertex or task.vertex_id, KeyGroupRange(start, end), name,
                                    f"sid-{task.execution_id}", ADDR, task.execution_id)
 
@@ -65,7 +68,7 @@ def _range(task: SubmitTask) -> tuple[int, int]:
     from sluice.services.dataplane.keygroups import key_group_range
 
     d = task.descriptor
-    return key_group_range(d["max_parallelism"], d["parallelism"], d["subtask"])
+    return key_group_range(d.max_parallelism, d.parallelism, d.subtask)
 
 
 def unreg(name: str = "counts", vertex: str = V, rng: tuple[int, int] = (0, 63), job: str = "j1"):
@@ -78,7 +81,7 @@ def refused(sim: Sim) -> list[str]:
 
 def test_the_descriptor_names_the_state_and_its_key() -> None:
     _, tasks = running()
-    assert tasks[0].descriptor["queryable"] == {"name": "counts", "key": "word"}
+    assert tasks[0].descriptor.queryable == TaskQueryable("counts", "word")
 
 
 def test_the_first_registration_creates_the_location_and_later_ones_fill_it() -> None:
@@ -220,8 +223,8 @@ def test_replaying_the_facts_gives_the_live_registry(actions) -> None:
     sim, _ = running(reducers=3, restart=RestartStrategy("fixed-delay", 100, 0))
     for kind, sub, a, b in actions:
         ex = sim.job.vertices[V].subtasks[sub]
-        task = SubmitTask("j1", ex.id, V, sub, ex.attempt, 0, {"queryable": 1, "max_parallelism": 128,
-                                                               "parallelism": 3, "subtask": sub})
+        task = SubmitTask("j1", ex.id, V, sub, ex.attempt, 0, SimpleNamespace(  # type: ignore[arg-type]
+            queryable=1, max_parallelism=128, parallelism=3, subtask=sub))
         if kind == "reg":
             sim.tell(reg(task))
         elif kind == "unreg":

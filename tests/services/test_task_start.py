@@ -3,12 +3,14 @@ steps before it undone in reverse, on real Redis (code blobs, RQ queue) and real
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rq import Queue
 from rq.serializers import JSONSerializer
 
+from sluice.events import TaskDeploymentDescriptor, TaskOutput, TaskSource
 from sluice.store import Blobs, EventLog
 from sluice.services.taskmanager.library import LibraryCache
 from sluice.services.taskmanager.tasks import Step, Task, TaskStartFailed, TaskTable, release, standard_steps, start
@@ -35,9 +37,9 @@ class Env:
         Job.fetch(task.rq_job, connection=self.queue.connection).cancel()
 
     def task(self) -> Task:
-        return Task({"job_id": "job", "execution_id": "v:0:0", "code_blob": self.blob, "module": "m",
-                     "source": {"format": "text", "options": {}, "protocol": "input-splits"},
-                     "output": {"path": self.out.as_uri()}}, slot=0)
+        return Task(TaskDeploymentDescriptor(
+            "job", "v:0:0", "v", 0, 0, 1, 128, "source", self.blob, "m", [], {}, [],
+            output=TaskOutput(self.out.as_uri(), None, 1), source=TaskSource("text", {}, "input-splits")), slot=0)
 
     def assert_clean(self) -> None:
         assert self.library.refs == {}
@@ -76,7 +78,7 @@ def test_a_started_task_holds_everything_until_released(log: EventLog, tmp_path:
     assert env.table == {"job/v:0:0": task} and task.splits == ["input-splits"]
     assert task.temp_dir.is_dir() and env.queue.count == 1
     with pytest.raises(TaskStartFailed, match="slot 0 is busy"):
-        start(Task({**task.descriptor, "execution_id": "v:1:0"}, slot=0), env.steps)
+        start(Task(replace(task.descriptor, execution_id="v:1:0"), slot=0), env.steps)
     release(task, env.steps, keep_output=True)  # FINISHED: its result partition stays for consumers
     assert env.library.refs == {} and dict(env.table) == {} and not task.temp_dir
     assert env.out.parent.exists()
@@ -85,7 +87,7 @@ def test_a_started_task_holds_everything_until_released(log: EventLog, tmp_path:
 def test_a_missing_code_blob_fails_the_first_step(log: EventLog, tmp_path: Path) -> None:
     env = Env(log, tmp_path)
     task = env.task()
-    task.descriptor["code_blob"] = "0" * 64
+    task.descriptor = replace(task.descriptor, code_blob="0" * 64)
     with pytest.raises(TaskStartFailed, match="library cache.*is not in Redis"):
         start(task, env.steps)
     env.assert_clean()
@@ -94,7 +96,7 @@ def test_a_missing_code_blob_fails_the_first_step(log: EventLog, tmp_path: Path)
 def test_a_source_with_an_unknown_split_protocol_does_not_start(log: EventLog, tmp_path: Path) -> None:
     env = Env(log, tmp_path)
     task = env.task()
-    task.descriptor["source"]["protocol"] = "carrier-pigeon"
+    task.descriptor = replace(task.descriptor, source=replace(task.descriptor.source, protocol="carrier-pigeon"))
     with pytest.raises(TaskStartFailed, match="protocol 'carrier-pigeon'"):
         start(task, env.steps)
     assert task.undone == ["task table", "library cache"]
