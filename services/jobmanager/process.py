@@ -96,6 +96,9 @@ class JobManager:
         self.errors: list[BaseException] = []
         """Unexpected errors survived (each a bug; the simulation fails a seed on one)."""
         self._next_acquire = 0
+        self.seen_server: str | None = None
+        """The Redis run id this JobManager last saw; a different one later means a restart."""
+        self.saw_restart: tuple[str, str] | None = None
         self._next_tick = 0
         self._next_trim = 0
         self._announced = False
@@ -177,6 +180,9 @@ class JobManager:
             return False
         self._next_acquire = now + max(self.lease.ttl_ms // 4, 1)
         server = self.log.server_id()
+        if self.seen_server is not None and self.seen_server != server:
+            self.saw_restart = (self.seen_server, server)  # even if the log kept no trace of it
+        self.seen_server = server
         epoch = self.lease.try_acquire(server)
         if epoch is None:
             if not self._announced:
@@ -234,11 +240,14 @@ class JobManager:
                 restoring.append((job_id, coords, r.tails.get(job_id, {})))
         grant = r.last_grant
         granted = LeadershipGranted(epoch, self.id, hostname(), server)
-        if grant is not None and grant.server and grant.server != server and not self.log.backend.durable():
+        before = grant.server if grant is not None and grant.server and grant.server != server else None
+        if before is None and self.saw_restart is not None and self.saw_restart[1] == server:
+            before = self.saw_restart[0]  # the log lost even the last leader's grant: we remember
+        if before is not None and not self.log.backend.durable():
             # Announced in the same commit as the new epoch, so a leader that dies right
-            # after still leaves the restart on record for the next one.
-            # Its tasks are failed below, once the coordinators run (they must see the facts in order).
-            self.cluster.commit_facts([*self._log_restarted(grant.server, server), granted], consequences=False)
+            # after still leaves the restart on record for the next one. Its tasks are
+            # failed below, once the coordinators run (they must see the facts in order).
+            self.cluster.commit_facts([*self._log_restarted(before, server), granted], consequences=False)
         elif grant is None or (grant.epoch, grant.leader_id, grant.server) != (epoch, self.id, server):
             self.cluster.commit_facts([granted])
         for job_id, coords, tails in restoring:
@@ -254,6 +263,7 @@ class JobManager:
         for tag in [self.tag] + [self.keys.job(j) for j in r.registered]:
             self.committer.deliver(tag)
         self.consumer.ensure_group()
+        self.saw_restart = None
         self.phase = "leading"
         self.replay = None
         self.logger.info("leading", epoch=epoch, replayed=r.facts, taskmanagers=len(self.state.membership.active()),

@@ -68,6 +68,10 @@ class SimConfig:
     jobmanagers: int | None = None
     taskmanagers: int | None = None
     jobs: int | None = None
+    max_stall_s: float = 5.0
+    """The JobManagers' stall limit (a replay step or a read is progress)."""
+    replay_page: int | None = None
+    """Facts a new leader replays per step (None: drawn from the seed)."""
 
 
 @dataclass
@@ -135,9 +139,9 @@ class JMProcess(Process):
         sim = self.sim
         self.jm = JobManager(sim.connect(self.name, self), world=sim.world, jm_id=self.name,
                              config=MembershipConfig(HEARTBEAT_MS, TIMEOUT_MS), lease_ttl_ms=LEASE_MS,
-                             jobs_config=JobsConfig(slot_timeout_ms=60_000), max_stall_s=5.0,
+                             jobs_config=JobsConfig(slot_timeout_ms=60_000), max_stall_s=sim.cfg.max_stall_s,
                              checkpoint_interval_ms=200, storage_root=f"file://{sim.home}/storage",
-                             replay_page=sim.rng.choice((3, 50, 1000)),
+                             replay_page=sim.cfg.replay_page or sim.rng.choice((3, 50, 1000)),
                              coordinator_executor=lambda name: Executor(sim, name))
         self.next_renew = 0
 

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from sluice.events import (
+    TaskDeploymentDescriptor,
     AcknowledgeRegistration,
     AlreadyRegistered,
     Envelope,
@@ -132,7 +133,8 @@ def test_bad_entries_in_the_inbox_are_parked_and_the_jobmanager_goes_on(procs: P
     log.client.xadd(inbox, {b"payload": b"{}"})
     log.client.xadd(inbox, {b"e": b'{"type":"Mystery","v":1,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,"payload":{}}'})
     log.client.xadd(inbox, {b"e": b'{"type":"RegisterTaskManager","v":2,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,"payload":{"slots":2}}'})
-    log.append(inbox, env(SubmitTask("j", "x", "v", 0, 0, 0, {})))  # well-formed, wrong inbox
+    task = TaskDeploymentDescriptor("j", "v:0:0", "v", 0, 0, 1, 128, "noop", "0" * 64, "m", [], {}, [])
+    log.append(inbox, env(SubmitTask("j", "v:0:0", "v", 0, 0, 0, task)))  # well-formed, wrong inbox
     procs.start("tm1", "taskmanager", "--resource-id", "tm-1")
     wait_until(lambda: registered(log) == {"tm-1"}, "a registration after the bad entries")
     dead = [f for _, f in log.replay_raw(log.keys.dead(log.keys.cluster))]

@@ -1,0 +1,97 @@
+"""The deterministic simulation in the default test run: a slice of seeds under swarm
+faults, a scenario per reproduced failover bug, and replay of a seed. The long runs are
+``scripts/simulate`` and ``-m slow``."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sluice.sim.cluster import Outcome, quiet_logging, run_seed
+from sluice.sim.cli import digest
+from sluice.sim.faults import KINDS, Faults
+
+SLICE = 480
+CHUNK = 60
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quiet() -> None:
+    quiet_logging()
+
+
+def failures(outcomes: list[Outcome]) -> str:
+    bad = [o for o in outcomes if not o.ok]
+    if not bad:
+        return ""
+    first = bad[0]
+    return (f"{len(bad)} of {len(outcomes)} seeds failed: {[o.seed for o in bad]}; replay one with "
+            f"scripts/simulate --seed {first.seed}\n\n{first.trace}")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("start", range(0, SLICE, CHUNK))
+def test_a_slice_of_seeds_under_swarm_faults_is_clean(start: int) -> None:
+    """Every invariant after every step, every job ended once faults stopped."""
+    outcomes = [run_seed(seed) for seed in range(start, start + CHUNK)]
+    assert not failures(outcomes), failures(outcomes)
+
+
+def scenario(kinds: tuple[str, ...], seeds: range, **kwargs: object) -> list[Outcome]:
+    return [run_seed(seed, faults=Faults.swarm(random.Random(seed), kinds, all_on=True), **kwargs)  # type: ignore[arg-type]
+            for seed in seeds]
+
+
+# One scenario per failover bug the adversarial review reproduced (issue 9), each with the
+# faults that made it happen switched on in every seed.
+SCENARIOS = {
+    "1 outbox split between two deliverers": ("redeliver", "interleave", "cancel", "pause"),
+    "2 a new leader decides pending entries twice": ("crash", "crash_mid_call", "interleave"),
+    "3 one bad reply_to stops every JobManager": ("hostile", "crash"),
+    "4 a hostile registration forces a replay": ("hostile", "conn_loss"),
+    "5 a TaskManager handles a SubmitTask twice": ("conn_loss", "heartbeat_loss"),
+    "7 live TaskManagers declared lost after a stall": ("pause", "clock_jump", "interleave"),
+    "8 a stale attempt overwrites its replacement's sink": ("pause", "crash", "heartbeat_loss", "user_error"),
+    "lost writes and restarts of Redis": ("redis_lose", "redis_restart", "conn_loss", "crash"),
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_failover_scenarios_are_clean(name: str) -> None:
+    outcomes = scenario(SCENARIOS[name], range(1000, 1040))
+    assert not failures(outcomes), failures(outcomes)
+
+
+@pytest.mark.timeout(300)
+def test_a_replay_longer_than_the_stall_limit_still_ends_in_a_leader() -> None:
+    """Bug 6: every page of a new leader's replay is progress. Here a page is 3 facts and the
+    stall limit 0.4 s: shorter than a whole replay of these logs (two jobs, a hundred facts
+    and more, one page per step), longer than the wait between two steps of one process."""
+    outcomes = scenario(("crash",), range(2000, 2030), max_stall_s=0.4, jobs=2, replay_page=3)
+    assert not failures(outcomes), failures(outcomes)
+
+
+def test_a_seed_replays_identically() -> None:
+    for seed in (7, 8):
+        first, again = run_seed(seed), run_seed(seed)
+        assert digest(first.__dict__) == digest(again.__dict__)
+        assert (first.steps, first.facts, first.jobs) == (again.steps, again.facts, again.jobs)
+
+
+def test_every_fault_kind_is_used() -> None:
+    rng = random.Random(3)
+    on = set()
+    for _ in range(50):
+        on |= set(Faults.swarm(rng).rates)
+    assert on == set(KINDS)
+    assert set(Faults.swarm(rng, all_on=True).rates) == set(KINDS)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_a_long_run_with_every_fault_on_is_clean() -> None:
+    """``-m slow``: 3,000 seeds with every kind of fault on (scripts/simulate runs more)."""
+    outcomes = [run_seed(seed, faults=Faults.swarm(random.Random(seed), all_on=True)) for seed in range(3000)]
+    assert not failures(outcomes), failures(outcomes)
