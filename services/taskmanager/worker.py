@@ -25,6 +25,7 @@ from sluice.events import (
     UpdateTaskExecutionState,
     descriptor_from_json,
 )
+from sluice.errors import RedisUnavailable
 from sluice.services.common.shell import hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.store import EventLog, Keys, connect, server_address
@@ -115,7 +116,22 @@ def report_produced(log: EventLog, world: World, d: TaskDeploymentDescriptor) ->
 
 
 def _report(ctx: WorkerContext, d: TaskDeploymentDescriptor, state: TaskState, error: str | None = None) -> None:
-    report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, state, error)
+    _persist(lambda: report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, state, error))
+
+
+def _persist(send: Any, *, give_up_s: float = 600.0) -> None:
+    """Send a report, trying again while Redis is away (a report may then arrive twice: the
+    leader ignores a repeated one). A report lost would leave its task running for ever."""
+    delay, deadline = 0.05, time.monotonic() + give_up_s
+    while True:
+        try:
+            send()
+            return
+        except RedisUnavailable:
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def run_task(data: dict, runtime: dict) -> str:
@@ -239,7 +255,7 @@ def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, t
         if output or sink:
             df.unpersist()
     if output:
-        report_produced(ctx.log, SYSTEM, d)
+        _persist(lambda: report_produced(ctx.log, SYSTEM, d))
 
 
 def _empty_source(spark: Any, source: TaskSource) -> Any:
