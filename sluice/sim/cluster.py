@@ -37,7 +37,15 @@ from sluice.store.memory import MemoryBackend, MemoryStore
 
 from . import jobs as simjobs
 from .faults import Crash, Faults, FaultyBackend
-from .invariants import Observer, Violation, check_job_result, check_outboxes, normal_jobs, normal_membership
+from .invariants import (
+    Observer,
+    Violation,
+    check_job_result,
+    check_kvstate,
+    check_outboxes,
+    normal_jobs,
+    normal_membership,
+)
 from .tasks import SimFiles, SimSlots, SimTask
 from .world import SimWorld
 
@@ -542,6 +550,8 @@ class Simulation:
 
     def _check(self) -> None:
         self.observer.catch_up()
+        for job_id, run in self.observer.jobs.jobs.items():
+            check_kvstate(job_id, run)
         if simjobs.VIOLATIONS:
             raise Violation(simjobs.VIOLATIONS[0])
         for proc in self.jms:

@@ -165,8 +165,34 @@ def _order(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
+def check_kvstate(job_id: str, run: Any) -> None:
+    """Queryable state is served only by attempts that count: no registration names an
+    attempt that is not its subtask's current one or that failed (a failed attempt's state
+    is unregistered in the decision that fails it); a FINISHED job's state covers every key
+    group, each by a FINISHED attempt."""
+    from sluice.services.jobs.state import parse_execution_id
+
+    for name, loc in run.kvstate.locations.items():
+        for entry in loc.entries.values():
+            if entry.execution_id is None:
+                continue
+            vertex, subtask, attempt = parse_execution_id(entry.execution_id)
+            ex = run.vertices[vertex].subtasks[subtask]
+            if ex.attempt != attempt or ex.state in (TaskState.FAILED, TaskState.CANCELED):
+                raise Violation(f"job {job_id}: queryable state {name!r} key groups {entry.start}..{entry.end} are "
+                                f"served by {entry.execution_id}, but {vertex}[{subtask}] is at attempt {ex.attempt} "
+                                f"({ex.state.value})")
+            if run.status == JobStatus.FINISHED and ex.state != TaskState.FINISHED:
+                raise Violation(f"job {job_id} FINISHED with {name!r} served by {entry.execution_id}, "
+                                f"which is {ex.state.value}")
+        if run.status == JobStatus.FINISHED and loc.registered_key_groups != loc.num_key_groups:
+            raise Violation(f"job {job_id} FINISHED with {loc.registered_key_groups} of {loc.num_key_groups} key "
+                            f"groups of {name!r} registered")
+
+
 def check_job_result(sim: Simulation, job: Any, run: Any) -> None:
     """A FINISHED job consumed each split exactly once: the sink holds every split id once."""
+    check_kvstate(job.job_id, run)
     if run.status != JobStatus.FINISHED:
         if run.status == JobStatus.FAILED and not run.reason:
             raise Violation(f"job {job.job_id} FAILED without a root cause")
