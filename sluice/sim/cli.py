@@ -36,6 +36,13 @@ def _run(args: tuple[int, dict[str, Any]]) -> dict[str, Any]:
         kwargs["faults"] = Faults.none()
     if opts.get("steps"):
         kwargs["fault_steps"] = opts["steps"]
+    if opts.get("kinds"):
+        import random
+
+        kwargs["faults"] = Faults.swarm(random.Random(seed), tuple(opts["kinds"]), all_on=bool(opts.get("all_faults")))
+    for knob in ("max_stall_s", "replay_page", "jobs"):
+        if opts.get(knob):
+            kwargs[knob] = opts[knob]
     outcome = run_seed(seed, **kwargs)
     return asdict(outcome)
 
@@ -56,11 +63,23 @@ def digest(outcome: dict[str, Any]) -> str:
 @click.option("--no-faults", is_flag=True, help="A healthy cluster (the happy path).")
 @click.option("--steps", type=int, default=None, help="Steps with faults before they stop (default 1200).")
 @click.option("--stop-after", type=int, default=5, show_default=True, help="Stop after this many failing seeds.")
+@click.option("--faults", "kinds", default="", help="Only these kinds of fault, comma-separated (see sluice/sim/faults.py).")
+@click.option("--max-stall-s", type=float, default=None, help="The JobManagers' stall limit (default 5 s).")
+@click.option("--replay-page", type=int, default=None, help="Facts a new leader replays per step.")
+@click.option("--jobs", type=int, default=None, help="Jobs per world (default 1 or 2).")
 @click.option("--quiet", is_flag=True, help="Only the summary and failures.")
 def main(seeds: int | None, seed: int | None, start: int, workers: int | None, all_faults: bool, no_faults: bool,
-         steps: int | None, stop_after: int, quiet: bool) -> None:
+         steps: int | None, stop_after: int, quiet: bool, kinds: str, max_stall_s: float | None,
+         replay_page: int | None, jobs: int | None) -> None:
     """Simulate Sluice clusters under faults; every invariant is checked after every step."""
-    opts = {"all_faults": all_faults, "no_faults": no_faults, "steps": steps}
+    from .faults import KINDS
+
+    chosen = [k for k in kinds.split(",") if k]
+    unknown = sorted(set(chosen) - set(KINDS))
+    if unknown:
+        raise click.UsageError(f"unknown fault kinds {unknown}; the kinds are {', '.join(KINDS)}")
+    opts = {"all_faults": all_faults, "no_faults": no_faults, "steps": steps, "kinds": chosen,
+            "max_stall_s": max_stall_s, "replay_page": replay_page, "jobs": jobs}
     if seed is not None:
         first = _run((seed, opts))
         again = _run((seed, opts))
