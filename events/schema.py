@@ -21,7 +21,8 @@ import dataclasses
 import enum
 import types
 import typing
-from typing import Any, Callable, ClassVar, TypeVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 from sluice.errors import MissingField, UnexpectedField, WrongFieldType
 
@@ -57,11 +58,13 @@ def payload_decoder(cls: type) -> Callable[[Any], Any]:
     return dec
 
 
+@typing.dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 def record(cls: type[T]) -> type[T]:
     """A frozen, slotted dataclass usable as a nested field of events."""
     return dataclasses.dataclass(frozen=True, slots=True)(cls)
 
 
+@typing.dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 def event(type_name: str, *, version: int = 1) -> Callable[[type[T]], type[T]]:
     """Declare an event class under its protocol name with its current schema version."""
 

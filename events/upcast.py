@@ -10,7 +10,8 @@ Decoding an entry written at version ``k`` applies the steps ``k -> k+1 -> ... -
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sluice.errors import UnsupportedSchemaVersion
 

@@ -26,8 +26,8 @@ A keyed ``map`` may publish its result per key as queryable state (``queryable="
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from sluice.events import DEFAULT_MAX_PARALLELISM, JobEdge, JobGraph, JobVertex, RestartStrategy, SinkSpec, SourceSpec
 
@@ -46,16 +46,16 @@ def function_ref(fn: Callable) -> str:
 class Stream:
     """The output of a vertex, to be consumed by later vertices."""
 
-    def __init__(self, job: "Job", name: str, parallelism: int) -> None:
+    def __init__(self, job: Job, name: str, parallelism: int) -> None:
         self.job, self.name, self.parallelism = job, name, parallelism
 
     def map(self, name: str, fn: Callable, *, parallelism: int | None = None,
-            also: list["Stream | Keyed"] | None = None) -> "Stream":
+            also: list[Stream | Keyed] | None = None) -> Stream:
         """Transform this stream (forward: subtask i reads subtask i, equal parallelism).
         Chained into the upstream task when nothing else consumes it, as Flink chains."""
         return self.job._transform(name, fn, [self, *(also or [])], parallelism or self.parallelism)
 
-    def with_coordinator(self, coordinator: type) -> "Stream":
+    def with_coordinator(self, coordinator: type) -> Stream:
         """Give the vertex producing this stream an OperatorCoordinator (a class defined at
         the top level of the job file, subclassing
         ``sluice.services.coordination.coordinator.OperatorCoordinator``); its subtasks
@@ -66,7 +66,7 @@ class Stream:
                 return self
         raise ValueError(f"no vertex {self.name!r} in job {self.job.name!r}")
 
-    def key_by(self, key: str) -> "Keyed":
+    def key_by(self, key: str) -> Keyed:
         """Partition by ``key`` for the next transform: each key's rows go to one subtask."""
         return Keyed(self, key)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from sluice.errors import ConfigError, SluiceError
+from sluice.errors import ConfigError, JobNotFound, JobRefusedError, SluiceError
 from sluice.events import CancelJob, Envelope, JobGraph, JobRefused, SubmitJob, Success
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun, JobsState, evolve
@@ -17,14 +17,6 @@ from sluice.services.taskmanager.library import load_module
 from sluice.store import Blobs, EventLog
 
 __all__ = ["JobFile", "load_job", "Client", "JobNotFound", "JobRefusedError"]
-
-
-class JobNotFound(SluiceError):
-    pass
-
-
-class JobRefusedError(SluiceError):
-    pass
 
 
 @dataclass(frozen=True)

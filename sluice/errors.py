@@ -14,15 +14,28 @@
      │    ├── RedisUnavailable       the server cannot be reached
      │    ├── StaleEpoch             a fenced writer: its epoch is older than the tag's fence
      │    ├── StoreRestarted         the server restarted since the writer last looked
-     │    └── ScriptError            a Lua script answered with an error we did not expect
+     │    ├── ScriptError            a Lua script answered with an error we did not expect
+     │    ├── ScriptFailed           a script's error reply, as the backend saw it
+     │    ├── NoGroup                a consumer group (or its stream) is gone
+     │    └── CommandError           the in-memory store refused a command (WRONGTYPE, ...)
      ├── ConfigError                 a setting is missing or wrong
+     ├── InvalidJobGraph             a JobGraph that cannot run (every problem listed)
+     ├── JobNotFound                 no such job in this cluster
+     ├── JobRefusedError             the JobManager refused a submitted job
+     ├── DataplaneError              (also a ValueError) a bad argument or input of the data plane
+     │    ├── SplitError             input splits cannot be planned or read
+     │    └── SchemaError            a DataFrame lacks a column or schema
      ├── MessageRejected             a well-formed message a core refuses (parked with the reason)
      │    ├── UnexpectedMessage      a message the cluster inbox does not take
      │    └── UnexpectedJobMessage   a message a job inbox does not take
      ├── IllegalTransition           a fact that is not a legal move of a task or job (a bug)
      ├── ServiceError                a component cannot go on (names the component)
      │    ├── ContextNotBound        a coordinator used its context before leadership
-     │    └── CoordinatorError       a coordinator failed (the job's root cause)
+     │    ├── CoordinatorError       a coordinator failed (the job's root cause)
+     │    ├── NoAnswer               a task's coordinator did not answer in time
+     │    ├── TaskStartFailed        a step of starting a task failed (names the step)
+     │    ├── HandlerFailed          a core raised deciding a message (a bug: parked, state rebuilt)
+     │    └── DuplicateCommit        a leader's commit found its messages decided already
      └── QueryableStateError         reading queryable state (sluice.state)
           ├── UnknownJob             no such job
           ├── UnknownStateName       the job has no state under that name
@@ -31,9 +44,14 @@
 
 Errors carry their context (which stream, which entry, which job) as attributes and
 in their message, so a log line or a bug report explains itself.
+
+Outside the tree on purpose: the simulation's ``Crash`` (a process dies) and ``Violation``
+(an invariant broke) are BaseExceptions, so no component's error handling can swallow them.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "SluiceError",
@@ -58,6 +76,19 @@ __all__ = [
     "UnexpectedMessage",
     "UnexpectedJobMessage",
     "ServiceError",
+    "ScriptFailed",
+    "NoGroup",
+    "CommandError",
+    "InvalidJobGraph",
+    "JobNotFound",
+    "JobRefusedError",
+    "DataplaneError",
+    "SplitError",
+    "SchemaError",
+    "NoAnswer",
+    "TaskStartFailed",
+    "HandlerFailed",
+    "DuplicateCommit",
     "IllegalTransition",
     "QueryableStateError",
     "UnknownJob",
@@ -96,7 +127,7 @@ class DecodeError(EventError):
             where = f" (stream {self.stream or '?'}, entry {self.entry_id or '?'})"
         return f"{self.kind}{where}: {self.reason}"
 
-    def at(self, stream: str | None, entry_id: str | None) -> "DecodeError":
+    def at(self, stream: str | None, entry_id: str | None) -> DecodeError:
         """The same error, now naming the stream and entry it came from."""
         self.stream, self.entry_id = stream, entry_id
         self.args = (self._render(),)
@@ -239,3 +270,83 @@ class StateNotRegistered(QueryableStateError):
 
 class StateServerUnavailable(QueryableStateError):
     """The server a registration names (``address``) does not answer."""
+
+
+class ScriptFailed(StoreError):
+    """A script answered with an error; ``text`` is the error as the script wrote it (the
+    log turns the ones it expects into StaleEpoch, StoreRestarted, ...)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+
+class NoGroup(StoreError):
+    """A consumer group (or its stream) does not exist (it was deleted under a reader)."""
+
+
+class CommandError(StoreError):
+    """The in-memory store answered a command with an error (e.g. WRONGTYPE); ``text`` is
+    the error as redis-py shows it (a leading ``ERR `` dropped). Through redis-py the same
+    error is a ``redis.ResponseError``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+
+class InvalidJobGraph(SluiceError):
+    """A JobGraph that cannot run; ``problems`` lists every one found."""
+
+    def __init__(self, name: str, problems: list[str]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"job {name!r} is not valid:\n{lines}")
+
+
+class JobNotFound(SluiceError):
+    """No job with that id in this cluster."""
+
+
+class JobRefusedError(SluiceError):
+    """The JobManager refused a submitted job (the message says why)."""
+
+
+class DataplaneError(SluiceError, ValueError):
+    """An argument or input of the data plane is wrong; the message says how to fix it. Also
+    a ValueError, so plain Python callers can treat it as the bad value it is."""
+
+
+class SplitError(DataplaneError):
+    """Input splits cannot be planned or read (missing paths, unsupported formats or schemes)."""
+
+
+class SchemaError(DataplaneError):
+    """A DataFrame or an exchange directory lacks a column or schema the operation needs."""
+
+
+class NoAnswer(ServiceError):
+    """A task's coordinator did not answer in time (no JobManager leads?)."""
+
+
+class TaskStartFailed(ServiceError):
+    """Starting a task failed at ``step`` because of ``cause`` (the steps before were undone)."""
+
+    def __init__(self, step: str, cause: BaseException) -> None:
+        self.step, self.cause = step, cause
+        super().__init__(f"starting the task failed at step '{step}': {type(cause).__name__}: {cause}")
+
+
+class HandlerFailed(ServiceError):
+    """A core raised while deciding ``entry``: a bug. The entry is parked (so it can never
+    loop the leader) and the state is rebuilt from the log (it may be ahead of it)."""
+
+    def __init__(self, entry: Any, cause: BaseException) -> None:
+        self.entry, self.cause = entry, cause
+        super().__init__(f"deciding {entry.envelope.type} ({entry.stream} {entry.id}) failed: "
+                         f"{type(cause).__name__}: {cause}")
+
+
+class DuplicateCommit(ServiceError):
+    """A commit found its inbox entries already acknowledged: another leader decided them,
+    so this leader's state is behind or ahead of the log. Rebuild."""

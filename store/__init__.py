@@ -9,8 +9,8 @@ from .keys import Keys, tag_of
 from .kvstate import KvStates, server_address
 from .lease import LeaderLease, LeaseHolder, current_leader
 from .log import CommitResult, Consumed, EventLog, Out, entry_order
-from .redis_backend import RedisBackend
 from .outbox import Deliverer
+from .redis_backend import RedisBackend
 from .tables import ReadModels
 
 __all__ = [

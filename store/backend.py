@@ -22,10 +22,11 @@ a script that answers with an error raises :class:`ScriptFailed` with the error'
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from sluice.errors import StoreError
+from sluice.errors import NoGroup, ScriptFailed
 
 __all__ = ["Backend", "Delegating", "Fields", "RawEntry", "GroupState", "ScriptFailed", "NoGroup", "SCRIPTS"]
 
@@ -40,16 +41,8 @@ SCRIPTS = ("commit", "fence", "dead_letter", "deliver", "advance_cursor", "lease
 """The scripts a backend runs by name (see store/scripts.py for what each does)."""
 
 
-class ScriptFailed(StoreError):
-    """A script answered with an error; ``text`` is the error as the script wrote it."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        super().__init__(text)
 
 
-class NoGroup(StoreError):
-    """A consumer group (or its stream) does not exist (it was deleted under a reader)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +82,7 @@ class Backend(abc.ABC):
         always``). False when unknown: a restart may then have lost the last writes."""
         return False
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: most backends hold nothing to release)
         """Release connections."""
 
     # --- strings and hashes -------------------------------------------------------------
@@ -149,7 +142,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def xread(self, positions: Mapping[str, str], *, count: int, block_ms: int | None) -> list[tuple[str, str, Fields]]:
         """Entries after each stream's position (blocking up to ``block_ms`` when there are
-        none; None: don't block), as (stream, entry id, fields) in per-stream order."""
+        none; None or 0: don't block), as (stream, entry id, fields) in per-stream order."""
 
     @abc.abstractmethod
     def xtrim_minid(self, stream: str, minid: str) -> int:

@@ -8,8 +8,8 @@ reason, to the tag's dead-letter stream and acknowledged in one step, and the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from sluice.errors import DecodeError
 from sluice.events import Envelope, decode_fields

@@ -10,9 +10,8 @@ means the state was retired (its attempt failed, or the job was disposed), not "
 from __future__ import annotations
 
 from collections.abc import Iterable
-from urllib.parse import urlsplit, urlunsplit
-
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 

@@ -9,8 +9,9 @@ Redis, or the in-memory store of the simulation.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from sluice.errors import DecodeError, ScriptError, StaleEpoch, StoreError, StoreRestarted
 from sluice.events import FIELD, Envelope, decode_bytes, decode_fields, encode
@@ -65,7 +66,7 @@ class EventLog:
     def client(self) -> Any:
         """The redis-py client under a Redis backend (for tests and tools; services go
         through the log and never touch it)."""
-        return getattr(self.backend, "client")
+        return self.backend.client
 
     # --- writing -------------------------------------------------------------------------
 

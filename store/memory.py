@@ -72,7 +72,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from sluice.errors import RedisUnavailable, StoreError
+from sluice.errors import CommandError, RedisUnavailable
 
 from . import scripts
 from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptFailed
@@ -92,14 +92,6 @@ _BAD_ID = "Invalid stream ID specified as stream command argument"
 _NOT_INT = "value is not an integer or out of range"
 
 
-class CommandError(StoreError):
-    """Redis answered a command with an error (e.g. WRONGTYPE). ``text`` is the error as
-    redis-py shows it (a leading ``ERR `` dropped); through redis-py the same error is a
-    ``redis.ResponseError``, which RedisBackend lets through."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        super().__init__(text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ and delivery goes on: one bad address never stops an outbox.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from sluice.errors import ConfigError
 

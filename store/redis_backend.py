@@ -7,7 +7,8 @@ doing; error replies of scripts become :class:`~sluice.store.backend.ScriptFaile
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import redis
 
@@ -164,7 +165,7 @@ class RedisBackend(Backend):
         if not positions:
             return []
         with translate_errors("following " + ", ".join(positions)):
-            reply = self.client.xread(dict(positions), count=count, block=block_ms)
+            reply = self.client.xread(dict(positions), count=count, block=block_ms or None)
         return [(_s(stream), _s(raw_id), fields) for stream, entries in reply or () for raw_id, fields in entries]
 
     def xtrim_minid(self, stream: str, minid: str) -> int:
@@ -208,7 +209,8 @@ class RedisBackend(Backend):
             return []
         with translate_errors("reading " + ", ".join(streams)):
             try:
-                reply = self.client.xreadgroup(group, consumer, dict(streams), count=count, block=block_ms)
+                # 0 means "don't wait" here (to Redis, BLOCK 0 waits for ever)
+                reply = self.client.xreadgroup(group, consumer, dict(streams), count=count, block=block_ms or None)
             except redis.ResponseError as exc:
                 if "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc):  # a stream deleted while we read
                     raise NoGroup(str(exc)) from exc

@@ -19,7 +19,8 @@ Every operation is amortised O(1); the snapshot is small when assignment is orde
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["SplitAssigner", "ranges", "unranges"]
 
@@ -126,7 +127,7 @@ class SplitAssigner:
         }
 
     @classmethod
-    def restore(cls, hosts: Sequence[Sequence[str]] | int, snap: dict[str, Any]) -> "SplitAssigner":
+    def restore(cls, hosts: Sequence[Sequence[str]] | int, snap: dict[str, Any]) -> SplitAssigner:
         a = cls(hosts)
         if snap.get("n") != a.n:
             raise ValueError(f"the checkpoint is for {snap.get('n')} splits but the plan has {a.n}")

@@ -36,7 +36,8 @@ then ``start`` is called, once per leader.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sluice.errors import ContextNotBound, CoordinatorError
 
@@ -48,7 +49,7 @@ class OperatorCoordinator:
 
     deterministic: bool = False
 
-    def __init__(self, context: "CoordinatorContext") -> None:
+    def __init__(self, context: CoordinatorContext) -> None:
         self.context = context
 
     def start(self) -> None:

@@ -11,9 +11,9 @@ each coordinator, then the facts after it. See ``coordinator`` for the delivery 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -28,7 +28,6 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
-
 from sluice.services.jobs.state import execution_id, parse_execution_id
 
 from .coordinator import CoordinatorContext, OperatorCoordinator

@@ -8,7 +8,6 @@ import subprocess
 import time
 from pathlib import Path
 
-
 from sluice.errors import ConfigError, RedisUnavailable
 from sluice.store.connection import ping, shutdown
 

@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from sluice.errors import ConfigError, RedisUnavailable
 from sluice.services.common.shell import new_id
 from sluice.store.connection import ping

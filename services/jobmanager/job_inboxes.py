@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sluice.errors import MessageRejected
+from sluice.errors import DuplicateCommit, HandlerFailed, MessageRejected
 from sluice.events import ExecutionGraphBuilt, JobRefused, JobStatus, SubmitJob
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
@@ -26,19 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["JobInboxes", "HandlerFailed", "DuplicateCommit"]
 
 
-class HandlerFailed(Exception):
-    """A core raised while deciding ``entry``: a bug. The entry is parked (so it can never
-    loop the leader) and the state is rebuilt from the log (it may be ahead of it)."""
-
-    def __init__(self, entry: Entry, cause: BaseException) -> None:
-        self.entry, self.cause = entry, cause
-        super().__init__(f"deciding {entry.envelope.type} ({entry.stream} {entry.id}) failed: "
-                         f"{type(cause).__name__}: {cause}")
 
 
-class DuplicateCommit(Exception):
-    """A commit found its inbox entries already acknowledged: another leader decided them,
-    so this leader's state is behind or ahead of the log. Rebuild."""
 
 
 class JobInboxes:

@@ -15,9 +15,10 @@ from typing import Any
 
 from sluice.events import CoordinatorCheckpointed, Event, JobRegistered, LeadershipGranted
 from sluice.services.coordination.runtime import operator_of
-from sluice.services.jobs.state import JobsState
+from sluice.services.jobs.state import TERMINAL_JOB, JobsState
 from sluice.services.jobs.state import evolve as jobs_evolve
-from sluice.services.membership.core import Membership, evolve as membership_evolve
+from sluice.services.membership.core import Membership
+from sluice.services.membership.core import evolve as membership_evolve
 from sluice.store import EventLog, LeaderLease
 
 __all__ = ["Lease", "Replay", "Rebuilt", "Checkpoint"]
@@ -57,7 +58,7 @@ class Lease:
         if stalled > self.max_stall_s:
             self.lost = True
             self.lease.epoch = None
-            return f"main loop stalled for {stalled:.0f} s (limit {self.max_stall_s:.0f} s): letting the lease lapse"
+            return f"main loop stalled for {stalled:.1f} s (limit {self.max_stall_s:.1f} s): letting the lease lapse"
         if not self.lease.renew():
             self.lost = True
             return "the lease is gone (expired and taken, or the server restarted)"
@@ -153,6 +154,8 @@ class Replay:
                         tails.setdefault(op, []).append(env.event)
                 r.facts += len(page)
                 yield
-            r.checkpoints[job_id] = checkpoints
-            r.tails[job_id] = tails
+            job = r.jobs.jobs.get(job_id)
+            if job is not None and job.status not in TERMINAL_JOB:  # an ended job has no coordinators to restore
+                r.checkpoints[job_id] = checkpoints
+                r.tails[job_id] = tails
             yield

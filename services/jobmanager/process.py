@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from sluice.errors import MessageRejected, RedisUnavailable, StaleEpoch, StoreRestarted
 from sluice.events import LeadershipGranted, LogRestarted, TaskManagerLost
@@ -100,6 +101,7 @@ class JobManager:
         """The Redis run id this JobManager last saw; a different one later means a restart."""
         self.saw_restart: tuple[str, str] | None = None
         self._next_tick = 0
+        self._behind_since: int | None = None
         self._next_trim = 0
         self._announced = False
 
@@ -164,7 +166,14 @@ class JobManager:
                 self._take_over()
             return True
         entries = self.consumer.read(count=self.batch, block_ms=block_ms)
+        now = self.world.now_ms()
         caught_up = self.consumer.read_counts.get(self.inbox, 0) < self.batch
+        if caught_up:
+            self._behind_since = None
+        elif self._behind_since is None:
+            self._behind_since = now
+        elif now - self._behind_since > self.config.heartbeat_timeout_ms:
+            caught_up = True  # never reaching the end of a busy inbox must not put timeouts off for ever
         if entries:
             self.handle_batch(entries)
             self.job_inboxes.schedule_all()

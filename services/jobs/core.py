@@ -16,19 +16,9 @@ from dataclasses import dataclass, field
 from sluice.errors import UnexpectedJobMessage
 from sluice.events import (
     AttemptsRenumbered,
-    ProducerPartitions,
-    TaskDeploymentDescriptor,
-    TaskInput,
-    TaskOutput,
-    TaskQueryable,
-    TaskSink,
-    TaskSource,
     CancelJob,
     CancelTask,
     Envelope,
-    OperatorEvent,
-    RequestNextInputSplit,
-    TriggerCheckpoint,
     Event,
     ExecutionGraphBuilt,
     JobStatus,
@@ -37,19 +27,27 @@ from sluice.events import (
     JobWaitingForSlots,
     NotifyKvStateRegistered,
     NotifyKvStateUnregistered,
+    OperatorEvent,
+    ProducerPartitions,
+    RequestNextInputSplit,
     ScheduleOrUpdateConsumers,
     SubmitJob,
     SubmitTask,
     Success,
+    TaskDeploymentDescriptor,
+    TaskInput,
     TaskOperationResult,
+    TaskOutput,
+    TaskQueryable,
     TaskRestartScheduled,
+    TaskSink,
+    TaskSource,
     TaskState,
+    TriggerCheckpoint,
     UpdateTaskExecutionState,
 )
-
-from sluice.services.kvstate import core as kvstate
-
 from sluice.services.coordination.runtime import has_coordinator
+from sluice.services.kvstate import core as kvstate
 
 from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
 

@@ -117,7 +117,7 @@ class JobRun:
         for v in self.vertices.values():
             yield from v.subtasks
 
-    def current(self, eid: str) -> "Execution | None":
+    def current(self, eid: str) -> Execution | None:
         """The execution ``eid`` names, if it is its subtask's current attempt."""
         try:
             vertex, subtask, attempt = parse_execution_id(eid)
@@ -253,6 +253,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         ex = job.vertices[ev.vertex_id].subtasks[ev.subtask]
         if ex.state not in RESTART_FROM or ev.attempt <= ex.attempt:
             from sluice.errors import IllegalTransition
+
             from .machine import story
 
             raise IllegalTransition(

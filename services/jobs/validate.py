@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from types import ModuleType
 
-from sluice.errors import SluiceError
+from sluice.errors import InvalidJobGraph
 from sluice.events import JobGraph
 
 __all__ = ["InvalidJobGraph", "validate", "problems"]
@@ -16,11 +16,6 @@ SINK_FORMATS = ("parquet", "csv")
 RESTARTS = ("fixed-delay", "exponential-backoff", "none")
 
 
-class InvalidJobGraph(SluiceError):
-    def __init__(self, name: str, problems: list[str]) -> None:
-        self.problems = problems
-        lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"job {name!r} is not valid:\n{lines}")
 
 
 def validate(graph: JobGraph, module: ModuleType | None = None) -> None:

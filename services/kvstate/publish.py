@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
+
 from sluice.events import Envelope, KeyGroupRange, NotifyKvStateRegistered, TaskDeploymentDescriptor
 from sluice.services.common.shell import new_id, now_ms
 from sluice.services.dataplane.errors import SchemaError

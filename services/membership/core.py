@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sluice.errors import MessageRejected, UnexpectedMessage
-from sluice.events.ids import id_problem
 from sluice.events import (
     PROTOCOL_VERSION,
     AcknowledgeRegistration,
@@ -31,6 +30,7 @@ from sluice.events import (
     TaskManagerUnregistered,
     UnregisterTaskManager,
 )
+from sluice.events.ids import id_problem
 
 __all__ = [
     "MembershipConfig",
@@ -80,7 +80,7 @@ class TaskManagerRow:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TaskManagerRow":
+    def from_dict(cls, d: dict) -> TaskManagerRow:
         return cls(**d)
 
 
@@ -208,7 +208,7 @@ def _register(state: Membership, msg: RegisterTaskManager, config: MembershipCon
     return Decision(facts=facts, replies=((msg.resource_id, AcknowledgeRegistration(msg.resource_id, msg.session, state.epoch, *intervals)),))
 
 
-def decide_timeouts(state: Membership, monitor: "HeartbeatMonitor", now: int, config: MembershipConfig) -> Decision:
+def decide_timeouts(state: Membership, monitor: HeartbeatMonitor, now: int, config: MembershipConfig) -> Decision:
     """TaskManagers not heard from for the heartbeat timeout are lost."""
     facts = []
     for row in state.active():

@@ -8,10 +8,10 @@ projector carries on from its table and position instead of replaying everything
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
-
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from sluice.events import (
     Envelope,
@@ -28,7 +28,8 @@ from sluice.events import (
 from sluice.services.jobs.state import JobsState
 from sluice.services.jobs.state import evolve as jobs_evolve
 from sluice.services.kvstate import registry as kvreg
-from sluice.services.membership.core import Membership, TaskManagerRow, evolve as membership_evolve
+from sluice.services.membership.core import Membership, TaskManagerRow
+from sluice.services.membership.core import evolve as membership_evolve
 
 __all__ = ["Projection", "PROJECTIONS", "TASKMANAGERS", "LEADERSHIP", "JOBS", "EXECUTION_GRAPH", "KVSTATE",
            "JOB_PROJECTIONS"]

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from typing import Any
 
-from sluice.errors import RedisUnavailable, ServiceError
+from sluice.errors import NoAnswer, RedisUnavailable, ServiceError
 from sluice.events import (
     Envelope,
     NextInputSplit,
@@ -32,8 +32,6 @@ __all__ = ["TaskEvents", "NoAnswer", "current", "install"]
 
 
 
-class NoAnswer(ServiceError):
-    """The coordinator did not answer in time (no JobManager leads?)."""
 
 
 class TaskEvents:

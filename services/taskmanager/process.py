@@ -271,7 +271,7 @@ class TaskManager:
                 "undo failed", step=step, error=str(exc)))
         except TaskStartFailed as exc:
             if isinstance(exc.cause, RedisUnavailable):  # not the task's fault: start it again later
-                raise exc.cause
+                raise exc.cause from exc
             self.logger.warning("task start failed", task=task.id, step=exc.step, error=str(exc.cause),
                                 undone=task.undone)
             self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, False, str(exc)))

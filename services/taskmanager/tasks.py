@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlparse
 
+from sluice.errors import TaskStartFailed
 from sluice.events import TaskDeploymentDescriptor
 
 from .library import LibraryCache
@@ -60,10 +61,6 @@ class Step:
     undo: Callable[[Task], None]
 
 
-class TaskStartFailed(Exception):
-    def __init__(self, step: str, cause: BaseException) -> None:
-        self.step, self.cause = step, cause
-        super().__init__(f"starting the task failed at step '{step}': {type(cause).__name__}: {cause}")
 
 
 def start(task: Task, steps: list[Step], on_undo_error: Callable[[str, BaseException], None] | None = None) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sluice.errors import RedisUnavailable
 from sluice.events import (
     Envelope,
     ScheduleOrUpdateConsumers,
@@ -25,7 +26,6 @@ from sluice.events import (
     UpdateTaskExecutionState,
     descriptor_from_json,
 )
-from sluice.errors import RedisUnavailable
 from sluice.services.common.shell import hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.store import EventLog, Keys, connect, server_address
@@ -184,7 +184,7 @@ def _execute(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, tem
         task_events.install(None)
 
 
-def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path, events: "task_events.TaskEvents") -> Any:
+def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path, events: task_events.TaskEvents) -> Any:
     """Ask the source coordinator for splits until there are none left, reading each as it
     comes (at most ``io_rate`` bytes a second when the TaskManager limits it); then one
     DataFrame of everything this subtask read."""
@@ -222,7 +222,7 @@ def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_di
 
 
 def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path, spark: Any,
-               events: "task_events.TaskEvents") -> None:
+               events: task_events.TaskEvents) -> None:
     from sluice.services.dataplane import exchange
 
     if d.kind == "source":

@@ -23,7 +23,7 @@ class BenchCluster:
         self.url = ""
         self.log: EventLog | None = None
 
-    def __enter__(self) -> "BenchCluster":
+    def __enter__(self) -> BenchCluster:
         self.url = self.redis.start()
         self.log = EventLog(connect(self.url), Keys(self.prefix))
         return self

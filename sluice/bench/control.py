@@ -74,7 +74,7 @@ def deploy_time(cluster: BenchCluster, n: int, source: str) -> tuple[float, floa
     return deployed or 0.0, time.perf_counter() - t
 
 
-def run(*, sizes: list[int] = [100, 1000, 10000]) -> dict[int, tuple[float, float, float]]:
+def run(*, sizes: tuple[int, ...] = (100, 1000, 10000)) -> dict[int, tuple[float, float, float]]:
     out = {}
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as home:
         source = Path(home) / "in.txt"

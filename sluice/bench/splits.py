@@ -81,7 +81,7 @@ class RawPair:
                 continue
             entries = reply[0][1]
             pipe = r.pipeline(transaction=False)
-            for entry_id, fields in entries:
+            for _entry_id, fields in entries:
                 body = orjson.loads(fields[b"e"])
                 i = body["seq"]
                 answer = {"type": "split", "to": body["subtask"],

@@ -11,4 +11,4 @@ step; a failing seed prints a readable trace and replays identically.
 
 from .cluster import Outcome, SimConfig, Simulation, run_seed
 
-__all__ = ["SimConfig", "Simulation", "Outcome", "run_seed"]
+__all__ = ["Outcome", "SimConfig", "Simulation", "run_seed"]

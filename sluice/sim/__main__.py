@@ -8,6 +8,6 @@ if os.environ.get("PYTHONHASHSEED") != "0":
     os.environ["PYTHONHASHSEED"] = "0"
     os.execv(sys.executable, [sys.executable, "-m", "sluice.sim", *sys.argv[1:]])
 
-from .cli import main  # noqa: E402
+from .cli import main
 
 main()

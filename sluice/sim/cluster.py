@@ -19,13 +19,14 @@ import shutil
 import tempfile
 import traceback
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sluice.client import Client, JobFile
 from sluice.errors import RedisUnavailable
-from sluice.events import Envelope, JobStatus, RegisterTaskManager, SubmitJob, TaskManagerHeartbeat
+from sluice.events import Envelope, RegisterTaskManager, SubmitJob, TaskManagerHeartbeat
 from sluice.services.jobmanager import JobManager
 from sluice.services.jobs.core import JobsConfig
 from sluice.services.membership.core import MembershipConfig
@@ -49,7 +50,7 @@ from .invariants import (
 from .tasks import SimFiles, SimSlots, SimTask
 from .world import SimWorld
 
-__all__ = ["SimConfig", "Simulation", "Outcome", "run_seed"]
+__all__ = ["Outcome", "SimConfig", "Simulation", "run_seed"]
 
 HEARTBEAT_MS = 100
 TIMEOUT_MS = 1000
@@ -304,8 +305,7 @@ class ClientProcess(Process):
             self.log.append_raw(rng.choice((cluster, keys.inbox(keys.job(job.job_id)))),
                                 {b"e": rng.choice((b"{not json", b'{"type":"Nope","v":1}', b"\xff"))})
         else:
-            from sluice.events import UpdateTaskExecutionState, TaskState
-            from sluice.events import OperatorEvent
+            from sluice.events import OperatorEvent, TaskState, UpdateTaskExecutionState
 
             ev = rng.choice((
                 UpdateTaskExecutionState(job.job_id, "src:99:0", TaskState.FINISHED, None, "src", 99, 0, "tm0", 0),
@@ -585,7 +585,7 @@ class Simulation:
 
     def _check_tables(self) -> None:
         """The projector's tables equal the tables of a replay of the log."""
-        from sluice.services.projector.core import PROJECTIONS, JOB_PROJECTIONS
+        from sluice.services.projector.core import JOB_PROJECTIONS, PROJECTIONS
         from sluice.store import ReadModels
 
         proj = self.projector.projector

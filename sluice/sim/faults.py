@@ -16,7 +16,7 @@ from sluice.store.backend import Backend, Delegating
 if TYPE_CHECKING:
     from .cluster import Simulation
 
-__all__ = ["KINDS", "Faults", "Crash", "FaultyBackend"]
+__all__ = ["KINDS", "Crash", "Faults", "FaultyBackend"]
 
 KINDS = (
     "crash",            # a process dies (JobManager, TaskManager, worker, projector) and restarts
@@ -24,7 +24,8 @@ KINDS = (
     "conn_loss",        # a call fails with the connection lost, before or after it took effect
     "pause",            # a process stops being scheduled for a while (GC, a frozen VM)
     "interleave",       # other processes run inside one process's call to the log
-    "redeliver",        # recovery delivers outboxes again, racing the leader's own delivery
+    "redeliver",        # recovery delivers outboxes again, racing the leader's own delivery; a commit
+                        # that consumed inbox entries reaches Redis twice (a client retrying a lost reply)
     "heartbeat_loss",   # a TaskManager's heartbeats do not get through
     "clock_jump",       # time jumps ahead: leases expire, timeouts fire
     "redis_restart",    # Redis restarts and loses nothing (appendfsync always)
@@ -48,7 +49,7 @@ class Faults:
     rates: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def swarm(cls, rng: random.Random, kinds: tuple[str, ...] = KINDS, *, all_on: bool = False) -> "Faults":
+    def swarm(cls, rng: random.Random, kinds: tuple[str, ...] = KINDS, *, all_on: bool = False) -> Faults:
         rates = {}
         for kind in kinds:
             if all_on or rng.random() < 0.5:
@@ -56,7 +57,7 @@ class Faults:
         return cls(rates)
 
     @classmethod
-    def none(cls) -> "Faults":
+    def none(cls) -> Faults:
         return cls({})
 
     def on(self, kind: str) -> bool:
@@ -72,7 +73,7 @@ class FaultyBackend(Delegating):
     may fail before or after it took effect (connection lost, or the process dying in
     between), or other processes may run while it waits."""
 
-    def __init__(self, inner: Backend, sim: "Simulation", actor: str, owner: Any = None) -> None:
+    def __init__(self, inner: Backend, sim: Simulation, actor: str, owner: Any = None) -> None:
         super().__init__(inner)
         self.sim, self.actor, self.owner = sim, actor, owner
 
@@ -88,14 +89,14 @@ class FaultyBackend(Delegating):
             if rng.random() < 0.5:
                 sim.note(f"{self.actor}: connection lost before {name}")
                 raise RedisUnavailable(f"(simulated) connection lost before {name}")
-            result = call()
+            call()
             sim.note(f"{self.actor}: connection lost after {name} took effect")
             raise RedisUnavailable(f"(simulated) connection lost after {name}")
         if faults.hit(rng, "crash_mid_call", 0.0005) and sim.can_crash(self.actor):
             if rng.random() < 0.5:
                 sim.note(f"{self.actor}: dies before {name}")
                 raise Crash(self.actor)
-            result = call()
+            call()
             sim.note(f"{self.actor}: dies after {name} took effect")
             raise Crash(self.actor)
         if name == "xadd" and self.actor.startswith("tm") and faults.hit(rng, "heartbeat_loss", 0.02):
@@ -107,4 +108,12 @@ class FaultyBackend(Delegating):
         result = super().script(name, keys, args)
         if name == "commit" and result and result[0] in (b"OK", "OK"):
             self.sim.committed(self.actor, int(args[0]), keys[0])
+            sim = self.sim
+            if sim.faulting and int(args[3]) > 0 and sim.faults.hit(sim.rng, "redeliver", 0.05):
+                # The same commit arrives again (a retry after a lost reply): it consumed its
+                # inbox entries already, so it must change nothing.
+                sim.note(f"{self.actor}: a commit of {keys[1]} reaches Redis twice")
+                again = self.inner.script(name, keys, args)
+                if again and again[0] not in (b"DUP", "DUP"):
+                    sim.committed(self.actor, int(args[0]), keys[0])
         return result

@@ -15,7 +15,7 @@ from typing import Any
 from sluice.events import JobEdge, JobGraph, JobVertex, RestartStrategy, SinkSpec, SourceSpec
 from sluice.services.coordination.coordinator import OperatorCoordinator
 
-__all__ = ["SimJob", "draw_job", "CODE", "EchoCoordinator", "AsyncEchoCoordinator", "VIOLATIONS"]
+__all__ = ["CODE", "VIOLATIONS", "AsyncEchoCoordinator", "EchoCoordinator", "SimJob", "draw_job"]
 
 CODE = b"# the simulation's jobs run no user code on Spark: tasks are simulated\n"
 

@@ -22,7 +22,7 @@ class SimWorld:
         return (self.now - self.start) / 1000.0
 
     def new_id(self) -> str:
-        return "%032x" % self.rng.getrandbits(128)
+        return f"{self.rng.getrandbits(128):032x}"
 
     def advance(self, ms: int) -> None:
         self.now += max(0, ms)

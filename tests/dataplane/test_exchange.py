@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from sluice.services.dataplane import (
     SCHEMA_FILE,
     DataplaneError,

@@ -8,6 +8,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sluice.services.dataplane import (
     DataplaneError,
     key_group_column,

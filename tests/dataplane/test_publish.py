@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sluice.services.dataplane import DataplaneError
 from sluice.services.dataplane.publish import (
     LEGACY_ATTEMPT,

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sluice.services.dataplane import SplitError, materialize_split, plan_splits, read_split
 
 

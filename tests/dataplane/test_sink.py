@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
 from sluice.services.dataplane import write_sink
 from sluice.services.dataplane.publish import Outcome
 
@@ -106,6 +107,7 @@ def staged(root: Path, subtask: int, attempt: int, *files: str) -> str:
 
 def test_the_shell_keeps_compression_extensions_and_skips_spark_bookkeeping(tmp_path: Path) -> None:
     from pyarrow.fs import LocalFileSystem
+
     from sluice.services.dataplane.exchange import _publish
 
     staging = staged(tmp_path, 2, 1, "part-00001-9f8e-c000.csv.gz", "part-00000-9f8e-c000.csv.gz")
@@ -117,6 +119,7 @@ def test_the_shell_keeps_compression_extensions_and_skips_spark_bookkeeping(tmp_
 
 def test_the_shell_takes_back_what_it_moved_when_publishing_fails(tmp_path: Path) -> None:
     from pyarrow.fs import LocalFileSystem
+
     from sluice.services.dataplane.exchange import _publish
 
     class FailingSecondMove:

@@ -10,7 +10,6 @@ import time
 import pytest
 
 from sluice.events import (
-    TaskDeploymentDescriptor,
     AcknowledgeRegistration,
     AlreadyRegistered,
     Envelope,
@@ -18,6 +17,7 @@ from sluice.events import (
     LeadershipGranted,
     RefuseRegistration,
     SubmitTask,
+    TaskDeploymentDescriptor,
     TaskManagerHeartbeat,
     TaskManagerLost,
     TaskManagerUnregistered,

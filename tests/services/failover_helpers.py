@@ -28,6 +28,7 @@ from sluice.events import (
     SubmitTask,
     TaskState,
 )
+from sluice.events.descriptor import descriptor_from_json
 from sluice.services.coordination.coordinator import OperatorCoordinator
 from sluice.services.jobmanager import JobManager
 from sluice.services.jobs.state import JobRun, JobsState, evolve
@@ -88,6 +89,7 @@ class TinySlots:
     def __init__(self) -> None:
         self.n = 0
         self.launched: list[tuple[int, dict, str]] = []
+        """(slot, task deployment descriptor as JSON, handle) of every task handed over."""
         self.cancelled: list[str] = []
         self.killed: list[int] = []
         self._exited: list[tuple[int, str]] = []
@@ -176,12 +178,13 @@ def register_message(world: Any, rid: str, session: str = "s1", *, slots: int = 
 
 
 def report(log: EventLog, world: Any, d: dict, rid: str, slot: int, state: TaskState) -> None:
-    """What the task's worker reports (the real worker function)."""
-    report_state(log, world, d, rid, slot, state)
+    """What the task's worker reports (the real worker function; ``d``: the descriptor as
+    the worker is handed it, JSON)."""
+    report_state(log, world, descriptor_from_json(d), rid, slot, state)
 
 
 def produced(log: EventLog, world: Any, d: dict) -> None:
-    report_produced(log, world, d)
+    report_produced(log, world, descriptor_from_json(d))
 
 
 # --- reading the log ------------------------------------------------------------------------
@@ -240,5 +243,5 @@ def pump(steps: Iterable[Callable[[], Any]], until: Callable[[], bool], *, round
 def register_tm(jm: JobManager, tm: TaskManager, world: ManualWorld) -> None:
     """Start ``tm`` and step both until the leader has acknowledged its registration."""
     tm.start()
-    pump([lambda: tm.step(block_ms=None), lambda: jm.step(block_ms=None)],
+    pump([lambda: tm.step(block_ms=None), lambda: jm.step(block_ms=None), jm.step_lease],
          lambda: tm.reg.state == "REGISTERED", what=f"{tm.resource_id}'s registration", world=world, advance_ms=50)

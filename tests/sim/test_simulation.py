@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from sluice.sim.cluster import Outcome, quiet_logging, run_seed
 from sluice.sim.cli import digest
+from sluice.sim.cluster import Outcome, quiet_logging, run_seed
 from sluice.sim.faults import KINDS, Faults
 
 SLICE = 480

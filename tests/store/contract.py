@@ -9,9 +9,9 @@ import time
 import pytest
 
 from sluice.errors import ScriptError, StaleEpoch, StoreError, StoreRestarted
-from sluice.store.backend import Delegating, GroupState, NoGroup, ScriptFailed
 from sluice.events import FIELD, TaskManagerRegistered, decode
 from sluice.store import Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out, ReadModels
+from sluice.store.backend import Delegating, GroupState, NoGroup, ScriptFailed
 from tests.helpers import env, heartbeat, register
 
 

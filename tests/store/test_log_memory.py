@@ -7,10 +7,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
 from sluice.events import FIELD, decode
 from sluice.store import EventLog, Keys
 from sluice.store.memory import MemoryBackend, MemoryStore
-
 from tests.helpers import env
 from tests.store.contract import LogContract, registered
 

@@ -8,11 +8,11 @@ import random
 import re
 
 import pytest
+
+from sluice.errors import RedisUnavailable, StoreRestarted
 from sluice.store import Consumed, Deliverer, EventLog, GroupConsumer, Keys, LeaderLease, Out
 from sluice.store.backend import Delegating, GroupState, ScriptFailed
 from sluice.store.memory import MemoryBackend, MemoryStore, PendingEntry
-
-from sluice.errors import RedisUnavailable, StoreRestarted
 from tests.helpers import env, heartbeat
 from tests.store.contract import registered
 
