@@ -151,6 +151,7 @@ class JMProcess(Process):
                              jobs_config=JobsConfig(slot_timeout_ms=60_000), max_stall_s=sim.cfg.max_stall_s,
                              checkpoint_interval_ms=200, storage_root=f"file://{sim.home}/storage",
                              replay_page=sim.cfg.replay_page or sim.rng.choice((3, 50, 1000)),
+                             batch=sim.rng.choice((2, 8, 500)),  # small: a backlog spans several reads
                              coordinator_executor=lambda name: Executor(sim, name))
         self.next_renew = 0
 
