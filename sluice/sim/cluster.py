@@ -405,6 +405,23 @@ class Simulation:
     def task_finished(self, task: SimTask) -> None:
         pass
 
+    def sent_by_taskmanager(self, tm: str, fields: Any) -> None:
+        """A TaskManager never reports an attempt that runs on it as having failed to start
+        (a repeated SubmitTask once cost restarts that way)."""
+        from sluice.events import TaskOperationResult, decode_bytes
+
+        raw = fields.get(b"e") if isinstance(fields, dict) else None
+        if raw is None or b"TaskOperationResult" not in raw:
+            return
+        ev = decode_bytes(raw).event
+        if isinstance(ev, TaskOperationResult) and not ev.success:
+            proc = self._tm(tm)
+            held = [t for t in proc.slots.tasks.values()  # type: ignore[attr-defined]
+                    if not t.done and (t.d.job_id, t.d.execution_id) == (ev.job_id, ev.execution_id)]
+            if held:
+                raise Violation(f"{tm} reports that {ev.execution_id} of {ev.job_id} failed to start "
+                                f"({ev.message}) while it runs there")
+
     def check_errors(self, proc: JMProcess) -> None:
         if proc.jm.errors:
             exc = proc.jm.errors[0]

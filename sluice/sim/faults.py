@@ -76,6 +76,7 @@ class FaultyBackend(Delegating):
     def __init__(self, inner: Backend, sim: Simulation, actor: str, owner: Any = None) -> None:
         super().__init__(inner)
         self.sim, self.actor, self.owner = sim, actor, owner
+        self.last_fields: Any = None
 
     def around(self, name: str, call: Any) -> Any:
         sim = self.sim
@@ -102,7 +103,14 @@ class FaultyBackend(Delegating):
         if name == "xadd" and self.actor.startswith("tm") and faults.hit(rng, "heartbeat_loss", 0.02):
             sim.note(f"{self.actor}: a message does not get through")
             raise RedisUnavailable("(simulated) network trouble")
-        return call()
+        result = call()
+        if name == "xadd" and self.actor.startswith("tm"):
+            sim.sent_by_taskmanager(self.actor.split(".")[0], self.last_fields)
+        return result
+
+    def xadd(self, stream: str, fields: Any, *, maxlen: int | None = None) -> str:
+        self.last_fields = fields
+        return super().xadd(stream, fields, maxlen=maxlen)
 
     def script(self, name: str, keys: Any, args: Any) -> Any:
         result = super().script(name, keys, args)
