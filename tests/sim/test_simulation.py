@@ -4,6 +4,8 @@ faults, a scenario per reproduced failover bug, and replay of a seed. The long r
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import random
 
 import pytest
@@ -30,11 +32,24 @@ def failures(outcomes: list[Outcome]) -> str:
             f"scripts/simulate --seed {first.seed}\n\n{first.trace}")
 
 
+def _seed(seed: int) -> Outcome:
+    quiet_logging()
+    return run_seed(seed)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """Processes for the slice, one per core (spawned: this process may hold Spark's threads)."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(min(os.cpu_count() or 1, 4)) as p:
+        yield p
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("start", range(0, SLICE, CHUNK))
-def test_a_slice_of_seeds_under_swarm_faults_is_clean(start: int) -> None:
+def test_a_slice_of_seeds_under_swarm_faults_is_clean(start: int, pool) -> None:
     """Every invariant after every step, every job ended once faults stopped."""
-    outcomes = [run_seed(seed) for seed in range(start, start + CHUNK)]
+    outcomes = pool.map(_seed, range(start, start + CHUNK), chunksize=4)
     assert not failures(outcomes), failures(outcomes)
 
 
