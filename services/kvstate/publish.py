@@ -34,7 +34,7 @@ def publish(log: EventLog, d: TaskDeploymentDescriptor, df: Any, address: str) -
     columns = list(df.columns)
     if not key or key not in columns:
         raise SchemaError(
-            f"vertex {d['vertex']!r} publishes queryable state {name!r} keyed by its input key {key!r}, but its "
+            f"vertex {d.vertex!r} publishes queryable state {name!r} keyed by its input key {key!r}, but its "
             f"result has no such column (columns: {', '.join(columns) or 'none'}); keep the key column in the result"
         )
     job_id, eid = d.job_id, d.execution_id
