@@ -137,7 +137,7 @@ def descriptor_from_json(data: Any) -> TaskDeploymentDescriptor:
         data = orjson.loads(data)
     if isinstance(data, TaskDeploymentDescriptor):
         return data
-    return _decode(upgrade(data))  # type: ignore[no-any-return]
+    return _decode(upgrade(data))
 
 
 def descriptor_to_json(d: TaskDeploymentDescriptor) -> Any:

@@ -73,10 +73,10 @@ def event(type_name: str, *, version: int = 1) -> Callable[[type[T]], type[T]]:
             raise TypeError(f"{cls.__name__} must subclass Event")
         if type_name in EVENT_TYPES:
             raise TypeError(f"event type {type_name!r} is declared twice")
-        cls.TYPE = type_name  # type: ignore[attr-defined]
-        cls.VERSION = version  # type: ignore[attr-defined]
+        cls.TYPE = type_name
+        cls.VERSION = version
         dc = dataclasses.dataclass(frozen=True, slots=True)(cls)
-        EVENT_TYPES[type_name] = dc  # type: ignore[assignment]
+        EVENT_TYPES[type_name] = dc
         return dc
 
     return wrap
@@ -163,7 +163,7 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
             return {k: _check(x) for k, x in v.items()}
 
         return conv_dict, ""
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         dec = payload_decoder(tp)
 
         def conv_record(v: Any, _dec: Callable = dec) -> Any:
@@ -179,15 +179,16 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
 _SCALARS = {str: frozenset({str}), int: frozenset({int}), bool: frozenset({bool})}
 
 
-def _scalar_container(kind: type, kind_name: str, allowed: frozenset, path: str, item: str) -> Callable[[Any], Any]:
+def _scalar_container(kind: type[list[Any]] | type[dict[str, Any]], kind_name: str, allowed: frozenset, path: str,
+                      item: str) -> Callable[[Any], Any]:
     """A list or dict of one scalar type, checked at C speed (no per-item Python call)."""
 
     def check(v: Any) -> Any:
         if type(v) is not kind:
             _fail_type(path, kind_name, v)
-        types_seen = set(map(type, v.values() if kind is dict else v))
+        types_seen = set(map(type, v.values() if isinstance(v, dict) else v))
         if not types_seen <= allowed:
-            bad = next(x for x in (v.values() if kind is dict else v) if type(x) not in allowed)
+            bad = next(x for x in (v.values() if isinstance(v, dict) else v) if type(x) not in allowed)
             _fail_type(path + ("{}" if kind is dict else "[]"), item, bad)
         return v
 
