@@ -22,13 +22,15 @@ a script that answers with an error raises :class:`ScriptFailed` with the error'
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sluice.errors import NoGroup, ScriptFailed
 
 __all__ = ["Backend", "Delegating", "Fields", "RawEntry", "GroupState", "ScriptFailed", "NoGroup", "SCRIPTS"]
+
+_T = TypeVar("_T")
 
 Fields = dict[bytes, bytes]
 """A stream entry's fields as the server returns them."""
@@ -199,21 +201,21 @@ class Delegating(Backend):
     def __init__(self, inner: Backend) -> None:
         self.inner = inner
 
-    def around(self, name: str, call: Any) -> Any:
+    def around(self, name: str, call: Callable[[], _T]) -> _T:
         """Run ``call()`` (the inner backend's method ``name``); override to intervene."""
         return call()
 
     def server_id(self) -> str:
-        return self.around("server_id", self.inner.server_id)  # type: ignore[no-any-return]
+        return self.around("server_id", self.inner.server_id)
 
     def time_ms(self) -> int:
-        return self.around("time_ms", self.inner.time_ms)  # type: ignore[no-any-return]
+        return self.around("time_ms", self.inner.time_ms)
 
     def describe(self) -> str:
         return self.inner.describe()
 
     def durable(self) -> bool:
-        return self.around("durable", self.inner.durable)  # type: ignore[no-any-return]
+        return self.around("durable", self.inner.durable)
 
     def address(self) -> str | None:
         return self.inner.address()
@@ -222,58 +224,58 @@ class Delegating(Backend):
         self.inner.close()
 
     def get(self, key: str) -> bytes | None:
-        return self.around("get", lambda: self.inner.get(key))  # type: ignore[no-any-return]
+        return self.around("get", lambda: self.inner.get(key))
 
     def set(self, key: str, value: bytes, *, nx: bool = False) -> bool:
-        return self.around("set", lambda: self.inner.set(key, value, nx=nx))  # type: ignore[no-any-return]
+        return self.around("set", lambda: self.inner.set(key, value, nx=nx))
 
     def exists(self, *keys: str) -> int:
-        return self.around("exists", lambda: self.inner.exists(*keys))  # type: ignore[no-any-return]
+        return self.around("exists", lambda: self.inner.exists(*keys))
 
     def delete(self, *keys: str) -> int:
-        return self.around("delete", lambda: self.inner.delete(*keys))  # type: ignore[no-any-return]
+        return self.around("delete", lambda: self.inner.delete(*keys))
 
     def hget(self, key: str, field: str) -> bytes | None:
-        return self.around("hget", lambda: self.inner.hget(key, field))  # type: ignore[no-any-return]
+        return self.around("hget", lambda: self.inner.hget(key, field))
 
     def hgetall(self, key: str) -> dict[bytes, bytes]:
-        return self.around("hgetall", lambda: self.inner.hgetall(key))  # type: ignore[no-any-return]
+        return self.around("hgetall", lambda: self.inner.hgetall(key))
 
     def hkeys(self, key: str) -> list[bytes]:
-        return self.around("hkeys", lambda: self.inner.hkeys(key))  # type: ignore[no-any-return]
+        return self.around("hkeys", lambda: self.inner.hkeys(key))
 
     def hset(self, key: str, mapping: Mapping[str, bytes]) -> int:
-        return self.around("hset", lambda: self.inner.hset(key, mapping))  # type: ignore[no-any-return]
+        return self.around("hset", lambda: self.inner.hset(key, mapping))
 
     def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
-        return self.around("get_and_hgetall", lambda: self.inner.get_and_hgetall(key, hash_key))  # type: ignore[no-any-return]
+        return self.around("get_and_hgetall", lambda: self.inner.get_and_hgetall(key, hash_key))
 
     def hgetall_with_ttl(self, key: str) -> tuple[dict[bytes, bytes], int]:
-        return self.around("hgetall_with_ttl", lambda: self.inner.hgetall_with_ttl(key))  # type: ignore[no-any-return]
+        return self.around("hgetall_with_ttl", lambda: self.inner.hgetall_with_ttl(key))
 
     def xadd(self, stream: str, fields: Mapping[bytes, bytes], *, maxlen: int | None = None) -> str:
-        return self.around("xadd", lambda: self.inner.xadd(stream, fields, maxlen=maxlen))  # type: ignore[no-any-return]
+        return self.around("xadd", lambda: self.inner.xadd(stream, fields, maxlen=maxlen))
 
     def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
-        return self.around("xadd_many", lambda: self.inner.xadd_many(items))  # type: ignore[no-any-return]
+        return self.around("xadd_many", lambda: self.inner.xadd_many(items))
 
     def xrange(self, stream: str, after: str | None, count: int) -> list[RawEntry]:
-        return self.around("xrange", lambda: self.inner.xrange(stream, after, count))  # type: ignore[no-any-return]
+        return self.around("xrange", lambda: self.inner.xrange(stream, after, count))
 
     def last_id(self, stream: str) -> str | None:
-        return self.around("last_id", lambda: self.inner.last_id(stream))  # type: ignore[no-any-return]
+        return self.around("last_id", lambda: self.inner.last_id(stream))
 
     def xlen(self, stream: str) -> int:
-        return self.around("xlen", lambda: self.inner.xlen(stream))  # type: ignore[no-any-return]
+        return self.around("xlen", lambda: self.inner.xlen(stream))
 
     def xread(self, positions: Mapping[str, str], *, count: int, block_ms: int | None) -> list[tuple[str, str, Fields]]:
-        return self.around("xread", lambda: self.inner.xread(positions, count=count, block_ms=block_ms))  # type: ignore[no-any-return]
+        return self.around("xread", lambda: self.inner.xread(positions, count=count, block_ms=block_ms))
 
     def xtrim_minid(self, stream: str, minid: str) -> int:
-        return self.around("xtrim_minid", lambda: self.inner.xtrim_minid(stream, minid))  # type: ignore[no-any-return]
+        return self.around("xtrim_minid", lambda: self.inner.xtrim_minid(stream, minid))
 
     def scan_streams(self, pattern: str) -> list[str]:
-        return self.around("scan_streams", lambda: self.inner.scan_streams(pattern))  # type: ignore[no-any-return]
+        return self.around("scan_streams", lambda: self.inner.scan_streams(pattern))
 
     def group_create(self, stream: str, group: str, start: str) -> None:
         self.around("group_create", lambda: self.inner.group_create(stream, group, start))
@@ -282,20 +284,20 @@ class Delegating(Backend):
         self.around("group_setid", lambda: self.inner.group_setid(stream, group, start))
 
     def group_state(self, stream: str, group: str) -> GroupState | None:
-        return self.around("group_state", lambda: self.inner.group_state(stream, group))  # type: ignore[no-any-return]
+        return self.around("group_state", lambda: self.inner.group_state(stream, group))
 
     def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
                    block_ms: int | None) -> list[tuple[str, str, Fields | None]]:
-        return self.around("xreadgroup", lambda: self.inner.xreadgroup(  # type: ignore[no-any-return]
+        return self.around("xreadgroup", lambda: self.inner.xreadgroup(
             group, consumer, streams, count=count, block_ms=block_ms))
 
     def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
                    count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
-        return self.around("xautoclaim", lambda: self.inner.xautoclaim(  # type: ignore[no-any-return]
+        return self.around("xautoclaim", lambda: self.inner.xautoclaim(
             stream, group, consumer, min_idle_ms=min_idle_ms, start=start, count=count))
 
     def xack(self, stream: str, group: str, ids: Sequence[str]) -> int:
-        return self.around("xack", lambda: self.inner.xack(stream, group, ids))  # type: ignore[no-any-return]
+        return self.around("xack", lambda: self.inner.xack(stream, group, ids))
 
     def script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return self.around("script:" + name, lambda: self.inner.script(name, keys, args))

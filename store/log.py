@@ -66,7 +66,10 @@ class EventLog:
     def client(self) -> Any:
         """The redis-py client under a Redis backend (for tests and tools; services go
         through the log and never touch it)."""
-        return self.backend.client
+        backend = self.backend
+        if isinstance(backend, RedisBackend):
+            return backend.client
+        raise AttributeError(f"a {type(backend).__name__} has no redis-py client")
 
     # --- writing -------------------------------------------------------------------------
 

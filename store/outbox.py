@@ -62,8 +62,8 @@ class Deliverer:
                 if not target:
                     continue  # not addressed: nothing to deliver
                 by_target.setdefault(target.decode(errors="replace"), []).extend((entry_id, fields.get(b"e", b"")))
-            for target, pairs in by_target.items():
-                sent += self._deliver_to(target, pairs, server)
+            for to, pairs in by_target.items():
+                sent += self._deliver_to(to, pairs, server)
             after = entries[-1][0]
             try:
                 backend.script("advance_cursor", [self.cursor_key], [server, after])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -31,6 +31,19 @@ def translate_errors(what: str) -> Iterator[None]:
 
 def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+# What redis-py returns on the connections Sluice makes (RESP2, bytes: decode_responses is
+# off). Its annotations also allow str and RESP3's dict shapes, which these never get.
+_Entries = list[tuple[bytes, Fields]]
+_PendingEntries = list[tuple[bytes, Fields | None]]
+"""Entries read through a group: an entry deleted while pending comes back without fields."""
+
+
+def _arg(mapping: Mapping[str, Any] | Mapping[bytes, Any]) -> dict[Any, Any]:
+    """A copy of ``mapping`` to pass to redis-py, whose parameters are dicts invariant in
+    the key type (a ``dict[str, str]`` is not a ``dict[KeyT, StreamIdT]``)."""
+    return dict(mapping)
 
 
 class RedisBackend(Backend):
@@ -71,7 +84,7 @@ class RedisBackend(Backend):
     # --- strings and hashes ---
     def get(self, key: str) -> bytes | None:
         with translate_errors(f"reading {key}"):
-            return self.client.get(key)  # type: ignore[no-any-return]
+            return cast("bytes | None", self.client.get(key))
 
     def set(self, key: str, value: bytes, *, nx: bool = False) -> bool:
         with translate_errors(f"writing {key}"):
@@ -89,21 +102,21 @@ class RedisBackend(Backend):
 
     def hget(self, key: str, field: str) -> bytes | None:
         with translate_errors(f"reading {key}"):
-            return self.client.hget(key, field)  # type: ignore[no-any-return]
+            return cast("bytes | None", self.client.hget(key, field))
 
     def hgetall(self, key: str) -> dict[bytes, bytes]:
         with translate_errors(f"reading {key}"):
-            return dict(self.client.hgetall(key))
+            return dict(cast("dict[bytes, bytes]", self.client.hgetall(key)))
 
     def hkeys(self, key: str) -> list[bytes]:
         with translate_errors(f"reading {key}"):
-            return list(self.client.hkeys(key))
+            return list(cast("list[bytes]", self.client.hkeys(key)))
 
     def hset(self, key: str, mapping: Mapping[str, bytes]) -> int:
         if not mapping:
             return 0
         with translate_errors(f"writing {key}"):
-            return int(self.client.hset(key, mapping=dict(mapping)))
+            return int(self.client.hset(key, mapping=_arg(mapping)))
 
     def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
         with translate_errors(f"reading {key} and {hash_key}"):
@@ -124,7 +137,7 @@ class RedisBackend(Backend):
     # --- streams ---
     def xadd(self, stream: str, fields: Mapping[bytes, bytes], *, maxlen: int | None = None) -> str:
         with translate_errors(f"appending to {stream}"):
-            return _s(self.client.xadd(stream, dict(fields), maxlen=maxlen, approximate=True))
+            return _s(self.client.xadd(stream, _arg(fields), maxlen=maxlen, approximate=True))
 
     def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
         if not items:
@@ -132,7 +145,7 @@ class RedisBackend(Backend):
         with translate_errors(f"appending to {items[0][0]}" + (" and others" if len(items) > 1 else "")):
             pipe = self.client.pipeline(transaction=False)
             for stream, fields in items:
-                pipe.xadd(stream, dict(fields))
+                pipe.xadd(stream, _arg(fields))
             return [_s(i) for i in pipe.execute()]
 
     def xrange(self, stream: str, after: str | None, count: int) -> list[RawEntry]:
@@ -154,7 +167,7 @@ class RedisBackend(Backend):
 
     def last_id(self, stream: str) -> str | None:
         with translate_errors(f"reading {stream}"):
-            last = self.client.xrevrange(stream, "+", "-", count=1)
+            last = cast(_Entries, self.client.xrevrange(stream, "+", "-", count=1))
         return _s(last[0][0]) if last else None
 
     def xlen(self, stream: str) -> int:
@@ -165,7 +178,8 @@ class RedisBackend(Backend):
         if not positions:
             return []
         with translate_errors("following " + ", ".join(positions)):
-            reply = self.client.xread(dict(positions), count=count, block=block_ms or None)
+            reply = cast("list[tuple[bytes, _Entries]] | None",
+                         self.client.xread(_arg(positions), count=count, block=block_ms or None))
         return [(_s(stream), _s(raw_id), fields) for stream, entries in reply or () for raw_id, fields in entries]
 
     def xtrim_minid(self, stream: str, minid: str) -> int:
@@ -210,7 +224,9 @@ class RedisBackend(Backend):
         with translate_errors("reading " + ", ".join(streams)):
             try:
                 # 0 means "don't wait" here (to Redis, BLOCK 0 waits for ever)
-                reply = self.client.xreadgroup(group, consumer, dict(streams), count=count, block=block_ms or None)
+                reply = cast("list[tuple[bytes, _PendingEntries]] | None",
+                             self.client.xreadgroup(group, consumer, _arg(streams), count=count,
+                                                    block=block_ms or None))
             except redis.ResponseError as exc:
                 if "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc):  # a stream deleted while we read
                     raise NoGroup(str(exc)) from exc
