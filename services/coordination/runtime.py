@@ -103,6 +103,7 @@ class JobCoordinators:
                     holder.coordinator = SourceCoordinator(ctx, splits.get(v.name, []),
                                                            v.source.protocol if v.source else "operator-events")
                 else:
+                    assert v.coordinator is not None  # has_coordinator: a vertex not a source names one
                     holder.coordinator = load(v.coordinator)(ctx)
             except Exception as exc:
                 holder.failed = f"creating the coordinator of {v.name!r} failed:\n{describe(exc)}"
@@ -167,8 +168,8 @@ class JobCoordinators:
         h = self.holders.get(op) if op is not None else None
         if h is None or h.coordinator is None:
             return
-        c, t = h.coordinator, type(ev)
-        if t is UpdateTaskExecutionState:
+        c = h.coordinator
+        if type(ev) is UpdateTaskExecutionState:
             h.dirty = True
             if ev.state == TaskState.RUNNING:
                 self._call(h, c.subtask_ready, ev.subtask, ev.attempt)
@@ -176,21 +177,21 @@ class JobCoordinators:
                 self._call(h, c.subtask_finished, ev.subtask, ev.attempt)
             elif ev.state in (TaskState.FAILED, TaskState.CANCELED):
                 self._call(h, c.subtask_failed, ev.subtask, ev.attempt, ev.error)
-        elif t is TaskRestartScheduled:
+        elif type(ev) is TaskRestartScheduled:
             h.dirty = True
             h.context._attempts[ev.subtask] = ev.attempt
             self._call(h, c.subtask_reset, ev.subtask, ev.attempt)
-        elif t is OperatorEvent:
+        elif type(ev) is OperatorEvent:
             if ev.to_coordinator:
                 h.dirty = True
                 self._call(h, c.handle_event_from_operator, ev.subtask, ev.attempt, ev.body)
             elif h.muted:
                 h.recorded.append(ev)
-        elif t is RequestNextInputSplit:
+        elif type(ev) is RequestNextInputSplit:
             h.dirty = True
             attempt = parse_execution_id(ev.execution_id)[2]
             self._call(h, c.handle_event_from_operator, ev.subtask, attempt, {"type": REQUEST, "host": ev.host})
-        elif t is NextInputSplit and h.muted:
+        elif type(ev) is NextInputSplit and h.muted:
             h.recorded.append(ev)
 
     def _call(self, h: _Holder, fn: Callable, *args: Any) -> None:
@@ -294,11 +295,10 @@ def _first_difference(a: list[Event], b: list[Event]) -> str:
 
 def operator_of(ev: Event) -> str | None:
     """The operator (vertex) a fact concerns, for the facts coordinators are fed."""
-    t = type(ev)
-    if t is UpdateTaskExecutionState or t is TaskRestartScheduled or t is RequestNextInputSplit:
-        return ev.vertex_id  # type: ignore[attr-defined]
-    if t is OperatorEvent or t is CoordinatorCheckpointed:
-        return ev.operator_id  # type: ignore[attr-defined]
-    if t is NextInputSplit:
-        return parse_execution_id(ev.execution_id)[0]  # type: ignore[attr-defined]
+    if type(ev) is UpdateTaskExecutionState or type(ev) is TaskRestartScheduled or type(ev) is RequestNextInputSplit:
+        return ev.vertex_id
+    if type(ev) is OperatorEvent or type(ev) is CoordinatorCheckpointed:
+        return ev.operator_id
+    if type(ev) is NextInputSplit:
+        return parse_execution_id(ev.execution_id)[0]
     return None

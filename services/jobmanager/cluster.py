@@ -8,7 +8,7 @@ after a stall are heard before anyone is declared lost).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sluice.errors import MessageRejected
 from sluice.events import (
@@ -138,6 +138,7 @@ class ClusterInbox:
         """TaskManagers not heard from within the heartbeat timeout are lost."""
         decision = decide_timeouts(self.jm.state.membership, self.jm.state.monitor, now, self.jm.config)
         for fact in decision.facts:
-            self.jm.logger.warning("taskmanager lost", resource_id=fact.resource_id, reason=fact.reason)
+            lost = cast(TaskManagerLost, fact)  # the only fact decide_timeouts decides
+            self.jm.logger.warning("taskmanager lost", resource_id=lost.resource_id, reason=lost.reason)
         if decision.facts:
             self.commit_facts(decision.facts)

@@ -27,7 +27,7 @@ __all__ = ["dispose_job", "retired_state"]
 
 def retired_state(facts: Iterable[Event]) -> list[str]:
     """State ids that committed facts retired (unregistered attempts, a disposed job)."""
-    return [s for f in facts if type(f) in (NotifyKvStateUnregistered, JobDisposed) for s in f.state_ids]
+    return [s for f in facts if type(f) is NotifyKvStateUnregistered or type(f) is JobDisposed for s in f.state_ids]
 
 
 def dispose_job(jm: JobManager, entry: Entry, msg: DisposeJob) -> None:

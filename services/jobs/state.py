@@ -108,6 +108,9 @@ class JobRun:
     # Queryable state: registration name -> KvStateLocation (services/kvstate).
     kvstate: kvreg.KvStateRegistry = field(default_factory=kvreg.KvStateRegistry)
     history: list[tuple[int, str]] = field(default_factory=list)
+    floor: int = 0
+    """The number of the job's first attempts (ExecutionGraphBuilt), raised when the job's
+    attempts are renumbered (AttemptsRenumbered)."""
 
     @property
     def name(self) -> str:
@@ -203,8 +206,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
     """Apply one job fact to ``state`` in place (and return it). A fact that is not a legal
     move (services/jobs/machine.py) raises IllegalTransition with the subtask's story."""
     ev = env.event
-    t = type(ev)
-    if t is UpdateTaskExecutionState:
+    if type(ev) is UpdateTaskExecutionState:
         job = state.jobs.get(ev.job_id)
         if job is None:
             return state
@@ -233,7 +235,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
             vertex.finished += 1
         if (ev.state in _STARTED) != (old in _STARTED):
             vertex.started += 1 if ev.state in _STARTED else -1
-    elif t is ScheduleOrUpdateConsumers:
+    elif type(ev) is ScheduleOrUpdateConsumers:
         job = state.jobs.get(ev.job_id)
         if job is None:
             return state
@@ -248,7 +250,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
                     job.ready.append(consumer.subtasks[ev.subtask])
                 elif vertex.produced == len(vertex.subtasks):
                     job.ready.extend(consumer.subtasks)
-    elif t is TaskRestartScheduled:
+    elif type(ev) is TaskRestartScheduled:
         job = state.jobs[ev.job_id]
         ex = job.vertices[ev.vertex_id].subtasks[ev.subtask]
         if ex.state not in RESTART_FROM or ev.attempt <= ex.attempt:
@@ -274,23 +276,23 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         ex.not_before, ex.produced, ex.since = ev.not_before, False, env.ts
         job.restarts = ev.restarts
         job.ready.append(ex)
-    elif (t is OperatorEvent and ev.to_coordinator) or t is RequestNextInputSplit:
+    elif (type(ev) is OperatorEvent and ev.to_coordinator) or type(ev) is RequestNextInputSplit:
         job = state.jobs.get(ev.job_id)
         if job is not None and ev.seq:
-            attempt = ev.attempt if t is OperatorEvent else parse_execution_id(ev.execution_id)[2]
-            ex = job.vertices[ev.operator_id if t is OperatorEvent else ev.vertex_id].subtasks[ev.subtask]
+            attempt = ev.attempt if isinstance(ev, OperatorEvent) else parse_execution_id(ev.execution_id)[2]
+            ex = job.vertices[ev.operator_id if isinstance(ev, OperatorEvent) else ev.vertex_id].subtasks[ev.subtask]
             if ex.attempt == attempt and ev.seq > ex.seq:
                 ex.seq = ev.seq
-    elif t is JobSubmitted:
+    elif type(ev) is JobSubmitted:
         state.jobs[ev.job_id] = JobRun(ev.job_id, ev.graph, ev.code_blob, ev.module, ev.reply_to, ev.params,
                                        ev.splits, ev.storage_root, env.ts)
-    elif t is ExecutionGraphBuilt:
+    elif type(ev) is ExecutionGraphBuilt:
         _build(state.jobs[ev.job_id], ev.first_attempt)
         state.jobs[ev.job_id].floor = ev.first_attempt
-    elif t is AttemptsRenumbered:
+    elif type(ev) is AttemptsRenumbered:
         job = state.jobs[ev.job_id]
         job.floor = max(job.floor, ev.attempt_floor)
-    elif t is JobStatusChanged:
+    elif type(ev) is JobStatusChanged:
         job = state.jobs[ev.job_id]
         check_job(job.job_id, job.status, ev.status, job.history)
         _remember(job.history, env.ts, f"{job.status.value}->{ev.status.value}")
@@ -300,11 +302,11 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         if ev.status in TERMINAL_JOB:
             job.ended_at = env.ts
             job.ready.clear()
-    elif t is JobWaitingForSlots:
+    elif type(ev) is JobWaitingForSlots:
         job = state.jobs[ev.job_id]
         if job.waiting_since is None:
             job.waiting_since = env.ts
-    if t in kvreg.FACTS and (job := state.jobs.get(ev.job_id)) is not None:
+    if kvreg.is_fact(ev) and (job := state.jobs.get(ev.job_id)) is not None:
         kvreg.evolve(job.kvstate, ev)
     return state
 

@@ -112,7 +112,8 @@ def _register(job: JobRun, msg: NotifyKvStateRegistered, loc: KvStateLocation | 
     return Verdict([msg])
 
 
-def _refuse(job: JobRun | None, job_id: str, msg: Event, reason: str) -> Verdict:
+def _refuse(job: JobRun | None, job_id: str, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered,
+            reason: str) -> Verdict:
     facts: list[Event] = []
     if job is not None:
         facts.append(KvStateNotificationRefused(job_id, msg.TYPE, msg.vertex_id, msg.registration_name, reason))
@@ -129,10 +130,9 @@ def _retired(loc: KvStateLocation, start: int, end: int) -> list[str]:
 def released(job: JobRun, ev: Event) -> list[Event]:
     """The unregistrations a just-recorded fact causes: an attempt that failed or was
     cancelled drops what it registered; a job that failed or was cancelled drops everything."""
-    t = type(ev)
-    if t is UpdateTaskExecutionState and ev.state in (TaskState.FAILED, TaskState.CANCELED):
+    if type(ev) is UpdateTaskExecutionState and ev.state in (TaskState.FAILED, TaskState.CANCELED):
         pick = lambda e: e.execution_id == ev.execution_id
-    elif t is JobStatusChanged and ev.status in (JobStatus.FAILED, JobStatus.CANCELED):
+    elif type(ev) is JobStatusChanged and ev.status in (JobStatus.FAILED, JobStatus.CANCELED):
         pick = lambda e: True
     else:
         return []

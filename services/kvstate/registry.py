@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from sluice.events import Event, JobDisposed, JobSubmitted, NotifyKvStateRegistered, NotifyKvStateUnregistered
 
@@ -20,11 +21,19 @@ __all__ = [
     "KvStateLocation",
     "KvStateRegistry",
     "evolve",
+    "is_fact",
     "location_row",
 ]
 
 FACTS = frozenset({JobSubmitted, NotifyKvStateRegistered, NotifyKvStateUnregistered, JobDisposed})
 """The facts ``evolve`` applies (everything else leaves the registry alone)."""
+
+Fact = JobSubmitted | NotifyKvStateRegistered | NotifyKvStateUnregistered | JobDisposed
+
+
+def is_fact(ev: Event) -> TypeGuard[Fact]:
+    """Whether ``ev`` is one of :data:`FACTS` (each names its job)."""
+    return type(ev) in FACTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +98,7 @@ class KvStateRegistry:
 
 
 def evolve(reg: KvStateRegistry, ev: Event) -> KvStateRegistry:
-    t = type(ev)
-    if t is NotifyKvStateRegistered:
+    if type(ev) is NotifyKvStateRegistered:
         loc = reg.locations.get(ev.registration_name)
         if loc is None:  # the first registration creates the location
             loc = reg.locations[ev.registration_name] = KvStateLocation(
@@ -99,15 +107,15 @@ def evolve(reg: KvStateRegistry, ev: Event) -> KvStateRegistry:
         loc.register(KvStateEntry(r.start, r.end, ev.state_id, ev.server_address, ev.execution_id))
         reg.state_ids.add(ev.state_id)
         reg.disposed = False
-    elif t is NotifyKvStateUnregistered:
+    elif type(ev) is NotifyKvStateUnregistered:
         loc = reg.locations.get(ev.registration_name)
         if loc is not None:
             loc.unregister(ev.key_group_range.start, ev.key_group_range.end)
             if not loc.entries:
                 del reg.locations[ev.registration_name]
-    elif t is JobSubmitted:
+    elif type(ev) is JobSubmitted:
         reg.job_id, reg.num_key_groups = ev.job_id, ev.graph.max_parallelism
-    elif t is JobDisposed:
+    elif type(ev) is JobDisposed:
         reg.locations.clear()
         reg.disposed = True
     return reg

@@ -122,21 +122,20 @@ class Decision:
 def evolve(state: Membership, env: Envelope) -> Membership:
     """Apply one fact to ``state`` (in place) and return it. Unknown facts change nothing."""
     ev = env.event
-    t = type(ev)
-    if t is TaskManagerRegistered:
+    if type(ev) is TaskManagerRegistered:
         state.taskmanagers[ev.resource_id] = TaskManagerRow(
             ev.resource_id, ev.session, ev.host, ev.slots, ev.labels, "REGISTERED", env.ts
         )
-    elif t is TaskManagerLost or t is TaskManagerUnregistered:
+    elif type(ev) is TaskManagerLost or type(ev) is TaskManagerUnregistered:
         row = state.taskmanagers.get(ev.resource_id)
         if row is not None and row.session == ev.session:
-            row.status = "LOST" if t is TaskManagerLost else "UNREGISTERED"
+            row.status = "LOST" if type(ev) is TaskManagerLost else "UNREGISTERED"
             row.since = env.ts
             row.reason = ev.reason
-    elif t is LeadershipGranted:
+    elif type(ev) is LeadershipGranted:
         state.epoch = ev.epoch
         state.leader_id = ev.leader_id
-    elif t is LogRestarted:
+    elif type(ev) is LogRestarted:
         state.attempt_floor = max(state.attempt_floor, ev.attempt_floor)
         state.restart_reason = ev.reason
     return state
