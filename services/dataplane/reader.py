@@ -25,7 +25,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from sluice.services.dataplane.errors import SplitError
 from sluice.services.dataplane.splits import COMPRESSED_SUFFIXES, FORMATS, Split
@@ -149,7 +149,7 @@ def _materialize_lines(split: Split, fmt: str, options: Mapping[str, object], ou
 def _materialize_parquet(split: Split, out: Path) -> None:
     import pyarrow.parquet as pq
 
-    first, last = split["row_groups"]  # type: ignore[misc]
+    first, last = cast("list[int]", split["row_groups"])
     try:
         pf = pq.ParquetFile(str(split["path"]))
     except FileNotFoundError as exc:

@@ -12,12 +12,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sluice.errors import ConfigError, RedisUnavailable
 from sluice.services.common.shell import new_id
 from sluice.store.connection import ping
 
 from .redis_server import RedisServer, stop_server
+
+if TYPE_CHECKING:
+    from .spark_connect import SparkConnectServer
 
 __all__ = ["EmbeddedCluster", "ProcessInfo", "alive"]
 
@@ -54,6 +58,7 @@ class EmbeddedCluster:
         self.state_file = self.home / "cluster.json"
         self.logs = self.home / "logs"
         self._server: RedisServer | None = None
+        self._spark: SparkConnectServer | None = None
         self.transient_redis = False
         """True when this process started Redis just for itself (to stop it when done)."""
 
@@ -119,13 +124,13 @@ class EmbeddedCluster:
         return url
 
     def wait_spark(self, timeout: float = 120.0) -> None:
-        if getattr(self, "_spark", None) is not None:
+        if self._spark is not None:
             self._spark.wait_ready(timeout)
 
     def stop_spark(self) -> None:
         data = self._read()
         rec = data.pop("spark", None)
-        if getattr(self, "_spark", None) is not None:
+        if self._spark is not None:
             self._spark.stop()
             self._spark = None
         elif rec and alive(int(rec["pid"])):

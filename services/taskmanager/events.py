@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 from sluice.errors import NoAnswer, RedisUnavailable, ServiceError
 from sluice.events import (
+    JSON,
     Envelope,
     NextInputSplit,
     OperatorEvent,
@@ -64,10 +65,10 @@ class TaskEvents:
         """Ask the coordinator for this subtask's next split (the answer comes to the inbox)."""
         seq = self._next_seq()
         if self.protocol == "input-splits":
-            msg: Any = RequestNextInputSplit(self.job_id, self.vertex, self.subtask, self.execution_id, self.host,
-                                             seq)
+            msg: RequestNextInputSplit | OperatorEvent = RequestNextInputSplit(
+                self.job_id, self.vertex, self.subtask, self.execution_id, self.host, seq)
         else:
-            msg = OperatorEvent(self.job_id, self.vertex, self.subtask, True, {"type": REQUEST, "host": self.host},
+            msg = OperatorEvent(self.job_id, self.vertex, self.subtask, True, JSON({"type": REQUEST, "host": self.host}),
                                 self.attempt, seq)
         self._send(msg)
 
@@ -124,13 +125,14 @@ class TaskEvents:
 
     def resend(self) -> None:
         """Send again the message that did not get through (if any)."""
-        if self.unsent is None:
+        unsent = self.unsent
+        if unsent is None:
             return
         delay = 0.05
         deadline = time.monotonic() + self.answer_timeout_s
         while True:
             try:
-                self.log.append(self.job_inbox, self.unsent)
+                self.log.append(self.job_inbox, unsent)
                 self.unsent = None
                 return
             except RedisUnavailable:
@@ -147,7 +149,7 @@ class TaskEvents:
             ev = decode_fields(fields, stream=self.inbox, entry_id=entry_id).event
             if isinstance(ev, NextInputSplit):
                 if ev.execution_id == self.execution_id:
-                    self._splits.append(ev.split)
+                    self._splits.append(cast("dict | None", ev.split))  # a split is a JSON object
             elif isinstance(ev, OperatorEvent) and ev.attempt == self.attempt and not ev.to_coordinator:
                 body = ev.body
                 if self.is_source and isinstance(body, dict) and body.get("type") in (SPLIT, NO_MORE):

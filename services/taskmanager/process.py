@@ -20,6 +20,7 @@ import sys
 import threading
 from collections import OrderedDict, deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sluice.errors import RedisUnavailable
 from sluice.events import (
@@ -46,6 +47,9 @@ from .library import LibraryCache
 from .slots import ProcessSlots, Slots
 from .tasks import Task, TaskStartFailed, TaskTable, release, standard_steps, start
 
+if TYPE_CHECKING:
+    from sluice.services.embedded.spark_connect import SparkConnectServer
+
 __all__ = ["TaskManager", "GROUP"]
 
 GROUP = "taskmanager"
@@ -62,7 +66,7 @@ class TaskManager:
         self.log, self.keys, self.world = log, log.keys, world
         self.spark_remote = spark_remote
         self.io_rate = io_rate
-        self._spark_server = None
+        self._spark_server: SparkConnectServer | None = None
         self.inbox_retention_ms = inbox_retention_ms
         self._next_trim = 0
         host = host if host is not None else hostname()

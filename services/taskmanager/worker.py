@@ -14,7 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sluice.errors import RedisUnavailable
 from sluice.events import (
@@ -191,6 +191,7 @@ def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_di
     from sluice.services.dataplane import reader
 
     source = d.source
+    assert source is not None  # the jobs core gives every source vertex's descriptor its TaskSource
     rate = float(runtime.get("io_rate") or 0)
     files: list[Path] = []
     ranges: list[tuple[int, int]] = []
@@ -216,7 +217,7 @@ def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_di
         first = source.schema_split
         if first is None or source.format == "text":
             return _empty_source(spark, source)
-        path = reader.materialize_split(first, source.options, temp_dir / "schema")
+        path = reader.materialize_split(cast("dict[str, object]", first), source.options, temp_dir / "schema")
         return reader.read_materialized(spark, source.format, source.options, [path]).limit(0)
     return reader.read_materialized(spark, source.format, source.options, files)
 
@@ -229,8 +230,10 @@ def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, t
         df = _read_source(spark, d, runtime, temp_dir, events)
         inputs = [df]
     else:
+        # key_groups is [first, last]; read_inputs checks that it is
         inputs = [exchange.read_inputs(spark, inp.partition_paths(),
-                                       key_groups=tuple(inp.key_groups) if inp.key_groups else None)
+                                       key_groups=cast("tuple[int, int]", tuple(inp.key_groups)) if inp.key_groups
+                                       else None)
                   for inp in d.inputs]
         df = inputs[0]
     if d.functions:
