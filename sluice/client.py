@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Literal, overload
 
 from sluice.errors import ConfigError, JobNotFound, JobRefusedError, SluiceError
 from sluice.events import CancelJob, Envelope, JobGraph, JobRefused, SubmitJob, Success
@@ -25,7 +26,8 @@ class JobFile:
     code: bytes
     digest: str
     module_name: str
-    module: ModuleType
+    module: ModuleType | None
+    """The imported job file (None for a made-up one that is only submitted: the simulation's, a benchmark's)."""
     graph: JobGraph
     params: dict[str, str]
 
@@ -91,6 +93,12 @@ class Client:
                 poll()
             time.sleep(0.05)
         raise SluiceError(f"job {job_id} did not start within {timeout:.0f} s")
+
+    @overload
+    def job(self, job_id: str, *, missing_ok: Literal[False] = False) -> JobRun: ...
+
+    @overload
+    def job(self, job_id: str, *, missing_ok: bool) -> JobRun | None: ...
 
     def job(self, job_id: str, *, missing_ok: bool = False) -> JobRun | None:
         """The job's ExecutionGraph, folded from its fact stream (incrementally)."""

@@ -21,11 +21,18 @@ class BenchCluster:
         self.redis = RedisServer(None)
         self.procs: list[subprocess.Popen] = []
         self.url = ""
-        self.log: EventLog | None = None
+        self._log: EventLog | None = None
+
+    @property
+    def log(self) -> EventLog:
+        """The cluster's log (once the cluster is entered: ``with BenchCluster(...) as cluster``)."""
+        if self._log is None:
+            raise RuntimeError("the bench cluster is not started: use it in a with statement")
+        return self._log
 
     def __enter__(self) -> BenchCluster:
         self.url = self.redis.start()
-        self.log = EventLog(connect(self.url), Keys(self.prefix))
+        self._log = EventLog(connect(self.url), Keys(self.prefix))
         return self
 
     def __exit__(self, *exc: object) -> None:

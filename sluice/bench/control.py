@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -54,7 +55,7 @@ def build_time(n: int, source: str) -> float:
 def deploy_time(cluster: BenchCluster, n: int, source: str) -> tuple[float, float]:
     code = b"def identity(df):\n    return df\n"
     g = graph(n, source)
-    job = JobFile(Path("x.py"), code, hashlib.sha256(code).hexdigest(), "sluice.bench.control", None,  # type: ignore[arg-type]
+    job = JobFile(Path("x.py"), code, hashlib.sha256(code).hexdigest(), "sluice.bench.control", None,
                   g, {})
     client = Client(cluster.log)
     t = time.perf_counter()
@@ -74,7 +75,7 @@ def deploy_time(cluster: BenchCluster, n: int, source: str) -> tuple[float, floa
     return deployed or 0.0, time.perf_counter() - t
 
 
-def run(*, sizes: tuple[int, ...] = (100, 1000, 10000)) -> dict[int, tuple[float, float, float]]:
+def run(*, sizes: Sequence[int] = (100, 1000, 10000)) -> dict[int, tuple[float, float, float]]:
     out = {}
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as home:
         source = Path(home) / "in.txt"

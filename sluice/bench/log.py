@@ -35,6 +35,7 @@ LABELS = {"zone": "europe-west4-a", "rack": "r17"}
 
 def sample_event(i: int) -> Envelope:
     rid = f"tm-{i % 1000:04d}"
+    ev: TaskManagerLost | TaskManagerRegistered
     if i % 3 == 2:
         ev = TaskManagerLost(rid, f"session-{i // 1000:08d}", "no heartbeat for 5012 ms (timeout 5000 ms), worker gone")
     else:

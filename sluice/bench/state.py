@@ -23,6 +23,7 @@ from rich.table import Table
 
 from sluice.events import (
     Envelope,
+    Event,
     JobEdge,
     JobGraph,
     JobSubmitted,
@@ -63,7 +64,7 @@ def _publish(log: EventLog, url: str, keys: int, parallelism: int, maxp: int = 1
     graph = JobGraph("bench", [JobVertex("src", "source", 1, source=SourceSpec("text", ["/x"], 1)),
                                JobVertex("count", "transform", parallelism, ["m:f"], queryable=NAME)],
                      [JobEdge("src", "count", "keyed", "word")], maxp)
-    facts = [JobSubmitted(JOB, graph, "blob", "m", "inbox", {}, {}, "file:///tmp")]
+    facts: list[Event] = [JobSubmitted(JOB, graph, "blob", "m", "inbox", {}, {}, "file:///tmp")]
     words = [f"word-{i}" for i in range(keys)]
     store = KvStates(log.backend, log.keys)
     for sub in range(parallelism):

@@ -71,7 +71,7 @@ def _sluice(cluster: BenchCluster, tasks: int) -> float:
     j = Job("noop", max_parallelism=max(128, tasks))
     j.noop("noop", parallelism=tasks)
     code = b"# no code: the job is one no-op vertex\n"
-    job = JobFile(Path("noop.py"), code, hashlib.sha256(code).hexdigest(), "sluice_bench_noop", None,  # type: ignore[arg-type]
+    job = JobFile(Path("noop.py"), code, hashlib.sha256(code).hexdigest(), "sluice_bench_noop", None,
                   j.graph(), {})
     client = Client(cluster.log)
     t = time.perf_counter()

@@ -39,7 +39,7 @@ def generate(path: Path, megabytes: int, seed: int = 1) -> None:
 
 def plain(spark, source: str, output: str) -> float:
     sys.path.insert(0, str(ROOT / "examples"))
-    import wordcount  # the example's own transformations
+    import wordcount  # type: ignore[import-not-found]  # examples/wordcount.py, on sys.path from the line above
 
     t = time.perf_counter()
     words = wordcount.tokenize(spark.read.text(source))
@@ -122,6 +122,7 @@ def _job_times(home: Path, env: dict) -> tuple[float, dict[str, float]]:
                 elif ev.state == TaskState.FINISHED and ev.execution_id in running:
                     key = f"{ev.vertex_id}: task time, summed"
                     stages[key] = stages.get(key, 0.0) + (env_.ts - running[ev.execution_id]) / 1000
+        assert job.ended_at is not None  # `sluice run` returned 0: the job ended
         return (job.ended_at - job.submitted_at) / 1000, stages
     finally:
         cluster.stop_redis()

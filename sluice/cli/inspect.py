@@ -166,7 +166,7 @@ def splits(obj: Context, job_id: str, as_json: bool) -> None:
         table.add_row(str(r.split), escape(r.what), f"{escape(r.vertex)}[{r.subtask}]", str(r.attempt), at,
                       str(r.epoch), r.outcome)
     console.print(table)
-    per = {}
+    per: dict[tuple[str, int], int] = {}
     for r in rows:
         if r.outcome == "finished":
             per[(r.vertex, r.subtask)] = per.get((r.vertex, r.subtask), 0) + 1

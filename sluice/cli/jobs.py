@@ -21,7 +21,7 @@ from collections import Counter
 import click
 import orjson
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from sluice.client import Client, load_job
 from sluice.errors import ConfigError, SluiceError
@@ -103,7 +103,7 @@ def follow(client: Client, job_id: str) -> JobRun:
     job = client.job(job_id, missing_ok=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
-        bars: dict[str, int] = {}
+        bars: dict[str, TaskID] = {}
         while True:
             job = client.job(job_id, missing_ok=True)
             if job is not None:

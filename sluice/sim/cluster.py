@@ -261,7 +261,7 @@ class ClientProcess(Process):
                 last = self.submitted.get(job.job_id)
                 if not known and (last is None or now - last > 5_000):
                     digest = hashlib.sha256(simjobs.CODE).hexdigest()
-                    self.api.submit(JobFile(Path("sim.py"), simjobs.CODE, digest, "sim_job", None,  # type: ignore[arg-type]
+                    self.api.submit(JobFile(Path("sim.py"), simjobs.CODE, digest, "sim_job", None,
                                                job.graph, {}), job_id=job.job_id)
                     self.submitted[job.job_id] = now
                     sim.note(f"client: submitted {job.job_id}")
@@ -306,13 +306,13 @@ class ClientProcess(Process):
             self.log.append_raw(rng.choice((cluster, keys.inbox(keys.job(job.job_id)))),
                                 {b"e": rng.choice((b"{not json", b'{"type":"Nope","v":1}', b"\xff"))})
         else:
-            from sluice.events import OperatorEvent, TaskState, UpdateTaskExecutionState
+            from sluice.events import JSON, OperatorEvent, TaskState, UpdateTaskExecutionState
 
             ev = rng.choice((
                 UpdateTaskExecutionState(job.job_id, "src:99:0", TaskState.FINISHED, None, "src", 99, 0, "tm0", 0),
                 UpdateTaskExecutionState(job.job_id, "nope", TaskState.RUNNING),
-                OperatorEvent(job.job_id, "src", -1, True, {"type": "request-split"}, 0),
-                OperatorEvent(job.job_id, "zzz", 0, True, {}, 0),
+                OperatorEvent(job.job_id, "src", -1, True, JSON({"type": "request-split"}), 0),
+                OperatorEvent(job.job_id, "zzz", 0, True, JSON({}), 0),
             ))
             self.log.append(keys.inbox(keys.job(job.job_id)), Envelope(ev, sim.world.new_id(), 0, sim.world.now,
                                                                       job.job_id))

@@ -48,7 +48,7 @@ class Observer:
 
         self.generation = self.sim.store.generation
         self.reader = MemoryBackend(self.sim.store, name="observer")
-        self.reader._generation = self.generation  # type: ignore[attr-defined]  # it saw this restart
+        self.reader._generation = self.generation  # it saw this restart
         self.log = EventLog(self.reader, self.sim.keys)
         self.membership = Membership()
         self.jobs = JobsState()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sluice.events import JobEdge, JobGraph, JobVertex, RestartStrategy, SinkSpec, SourceSpec
 from sluice.services.coordination.coordinator import OperatorCoordinator
@@ -80,7 +80,7 @@ class EchoCoordinator(OperatorCoordinator):
         self.answered = 0
 
     def handle_event_from_operator(self, subtask: int, attempt: int, event: Any) -> None:
-        hello = event.get("hello") if isinstance(event, dict) else None
+        hello = cast(str, event.get("hello") if isinstance(event, dict) else None)  # the sim's tasks say a str
         if event.get("boom") if isinstance(event, dict) else False:
             raise RuntimeError(f"the coordinator of {self.context.operator_id} cannot take {event!r}")
         if hello in self.seen:
@@ -111,7 +111,7 @@ class AsyncEchoCoordinator(EchoCoordinator):
         self.queued: dict[str, tuple[int, int]] = {}
 
     def handle_event_from_operator(self, subtask: int, attempt: int, event: Any) -> None:
-        hello = event.get("hello") if isinstance(event, dict) else None
+        hello = cast(str, event.get("hello") if isinstance(event, dict) else None)  # the sim's tasks say a str
         if event.get("boom") if isinstance(event, dict) else False:
             raise RuntimeError(f"the coordinator of {self.context.operator_id} cannot take {event!r}")
         if hello in self.seen:
