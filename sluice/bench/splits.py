@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 import orjson
 from rich.console import Console
@@ -31,7 +32,7 @@ from rich.table import Table
 
 from sluice.api import Job
 from sluice.client import Client, JobFile
-from sluice.events import JobRefused
+from sluice.events import JobRefused, TaskDeploymentDescriptor, TaskSource
 from sluice.services.common.shell import configure_logging
 from sluice.services.embedded import RedisServer
 from sluice.services.jobmanager.process import JobManager
@@ -45,6 +46,8 @@ __all__ = ["run"]
 console = Console()
 
 PROTOCOLS = ("operator-events", "input-splits")
+_Entries = list[tuple[bytes, dict[bytes, bytes]]]
+"""A stream's entries as redis-py returns them here (RESP2, bytes)."""
 TARGET = 2.0  # Sluice p50 <= TARGET x raw p50
 
 
@@ -67,7 +70,7 @@ class RawPair:
         self.server_side = connect(url)
         self.client.delete(self.req, self.rep)
         self.client.xgroup_create(self.req, self.GROUP, id="0", mkstream=True)
-        self.last = "0-0"
+        self.last: str | bytes = "0-0"
         self.seq = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._respond, name="bench-raw-responder", daemon=True)
@@ -76,7 +79,8 @@ class RawPair:
     def _respond(self) -> None:
         r = self.server_side
         while not self.stop.is_set():
-            reply = r.xreadgroup(self.GROUP, "c", {self.req: ">"}, count=100, block=100)
+            reply = cast("list[tuple[bytes, _Entries]]",
+                         r.xreadgroup(self.GROUP, "c", {self.req: ">"}, count=100, block=100))
             if not reply:
                 continue
             entries = reply[0][1]
@@ -95,7 +99,7 @@ class RawPair:
         self.client.xadd(self.req, {b"e": orjson.dumps({"type": "request-split", "subtask": 0, "host": "bench",
                                                          "seq": self.seq})})
         while True:
-            reply = self.client.xread({self.rep: self.last}, count=1, block=10_000)
+            reply = cast("list[tuple[bytes, _Entries]]", self.client.xread({self.rep: self.last}, count=1, block=10_000))
             if reply:
                 entry_id, fields = reply[0][1][0]
                 self.last = entry_id
@@ -120,7 +124,7 @@ def submit(log: EventLog, protocol: str, n_splits: int, out: Path) -> TaskEvents
     (source,) = [v for v in graph.vertices if v.source is not None]
     code = b"# the splits benchmark: nothing runs\n"
     job = JobFile(Path("bench_splits.py"), code, hashlib.sha256(code).hexdigest(), "sluice.bench.splits",
-                  None, graph, {})  # type: ignore[arg-type]
+                  None, graph, {})
     client = Client(log)
     job_id = client.submit(job)
     deadline = time.monotonic() + 30
@@ -138,8 +142,10 @@ def submit(log: EventLog, protocol: str, n_splits: int, out: Path) -> TaskEvents
         if time.monotonic() > deadline:
             raise RuntimeError("the JobManager did not build the benchmark job's ExecutionGraph within 30 s")
         time.sleep(0.01)
-    descriptor = {"job_id": job_id, "vertex": source.name, "subtask": 0, "attempt": 0,
-                  "execution_id": f"{source.name}:0:0", "kind": "source", "source": {"protocol": protocol}}
+    descriptor = TaskDeploymentDescriptor(
+        job_id=job_id, execution_id=f"{source.name}:0:0", vertex=source.name, subtask=0, attempt=0,
+        parallelism=source.parallelism, max_parallelism=graph.max_parallelism, kind="source", code_blob=job.digest,
+        module=job.module_name, functions=[], params={}, inputs=[], source=TaskSource("range", {}, protocol))
     return TaskEvents(log, descriptor, "bench", answer_timeout_s=30.0)
 
 
