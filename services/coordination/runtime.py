@@ -258,11 +258,12 @@ class JobCoordinators:
         return OperatorEvent(self.job_id, v.name, subtask, False, body, attempt)
 
     def _checkpoint(self, h: _Holder, out: Flush, now: int) -> None:
+        assert h.coordinator is not None  # flush checkpoints only the holders that have one
         cid = h.checkpoint_id + 1
         later: list = []
         try:
             with h.context.lock:
-                state = h.coordinator.checkpoint_coordinator(cid)  # type: ignore[union-attr]
+                state = h.coordinator.checkpoint_coordinator(cid)
                 state = orjson.loads(orjson.dumps(state))  # a copy: the live state may change on
                 self._drain(h, out, now, later)  # what it sent up to the snapshot belongs to it
         except Exception as exc:

@@ -64,8 +64,8 @@ class SparkConnectServer:
 
         self.proc = subprocess.Popen(cmd if detach else guarded(cmd), stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=detach)
-        if self.log_file:
-            out.close()  # type: ignore[union-attr]
+        if not isinstance(out, int):  # a log file, not DEVNULL
+            out.close()
         if wait:
             self.wait_ready(timeout)
         return self.url
