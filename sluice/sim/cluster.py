@@ -489,8 +489,9 @@ class Simulation:
             if jm.renewal_due(now):
                 self._run_call(jm, jm.renew)
         actors: list[Any] = [p for p in self.processes if p is not exclude and p.runnable(now)]
-        actors += [t for t in self.tasks if t is not exclude and not t.done and t.runnable(now)
-                   and self._tm(t.slots.tm).runnable(now)]
+        # A task's worker is a process of its own: it goes on while its TaskManager is paused
+        # (and so becomes a stale attempt when that TaskManager is declared lost).
+        actors += [t for t in self.tasks if t is not exclude and not t.done and t.runnable(now)]
         actors += [e for e in self.executors if e.queue and not e.closed]
         if not actors:
             self.world.advance(self.rng.randint(5, 50))
