@@ -538,9 +538,16 @@ class Simulation:
             victims += [t for t in self.tasks if not t.done and t.started]
             self._crash(rng.choice(victims))
         if f.hit(rng, "pause", 0.003):
-            p = rng.choice(self.processes[:-1])
-            p.paused_until = self.world.now + rng.choice((200, 800, 1500, 3000, 8000))
-            self.note(f"{p.name} paused for {(p.paused_until - self.world.now) / 1000:.1f} s")
+            running = [t for t in self.tasks if t.started and not t.done]
+            pause = rng.choice((200, 800, 1500, 3000, 8000))
+            if running and rng.random() < 0.3:  # a worker process freezes (a long GC, a stuck read)
+                task = rng.choice(running)
+                task.busy_until = max(task.busy_until, self.world.now + pause)
+                self.note(f"{task.name} paused for {pause / 1000:.1f} s")
+            else:
+                p = rng.choice(self.processes[:-1])
+                p.paused_until = self.world.now + pause
+                self.note(f"{p.name} paused for {pause / 1000:.1f} s")
         if f.hit(rng, "clock_jump", 0.002):
             ms = rng.choice((300, 700, 1500, 4000))
             self.world.advance(ms)
