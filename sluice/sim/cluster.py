@@ -548,6 +548,11 @@ class Simulation:
                 p = rng.choice(self.processes[:-1])
                 p.paused_until = self.world.now + pause
                 self.note(f"{p.name} paused for {pause / 1000:.1f} s")
+                if isinstance(p, TMProcess) and rng.random() < 0.5:  # the whole host freezes (a paused VM)
+                    for task in running:
+                        if task.slots.tm == p.name:
+                            task.busy_until = max(task.busy_until, p.paused_until)
+                    self.note(f"the host of {p.name} freezes with it: its workers too")
         if f.hit(rng, "clock_jump", 0.002):
             ms = rng.choice((300, 700, 1500, 4000))
             self.world.advance(ms)
