@@ -200,6 +200,8 @@ class Delegating(Backend):
 
     def __init__(self, inner: Backend) -> None:
         self.inner = inner
+        self.appending: Mapping[bytes, bytes] | None = None
+        """The fields an ``xadd`` in progress appends (for an ``around`` that looks at them)."""
 
     def around(self, name: str, call: Callable[[], _T]) -> _T:
         """Run ``call()`` (the inner backend's method ``name``); override to intervene."""
@@ -254,6 +256,7 @@ class Delegating(Backend):
         return self.around("hgetall_with_ttl", lambda: self.inner.hgetall_with_ttl(key))
 
     def xadd(self, stream: str, fields: Mapping[bytes, bytes], *, maxlen: int | None = None) -> str:
+        self.appending = fields  # what the call appends, for an ``around`` that looks at it
         return self.around("xadd", lambda: self.inner.xadd(stream, fields, maxlen=maxlen))
 
     def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:

@@ -76,7 +76,6 @@ class FaultyBackend(Delegating):
     def __init__(self, inner: Backend, sim: Simulation, actor: str, owner: Any = None) -> None:
         super().__init__(inner)
         self.sim, self.actor, self.owner = sim, actor, owner
-        self.last_fields: Any = None
 
     def around(self, name: str, call: Any) -> Any:
         sim = self.sim
@@ -105,12 +104,9 @@ class FaultyBackend(Delegating):
             raise RedisUnavailable("(simulated) network trouble")
         result = call()
         if name == "xadd" and self.actor.startswith("tm"):
-            sim.sent_by_taskmanager(self.actor.split(".")[0], self.last_fields)
+            sim.sent_by_taskmanager(self.actor.split(".")[0], self.appending)
         return result
 
-    def xadd(self, stream: str, fields: Any, *, maxlen: int | None = None) -> str:
-        self.last_fields = fields
-        return super().xadd(stream, fields, maxlen=maxlen)
 
     def script(self, name: str, keys: Any, args: Any) -> Any:
         result = super().script(name, keys, args)
