@@ -24,7 +24,7 @@ from sluice.events import (
     descriptor_from_json,
 )
 from sluice.services.dataplane.keygroups import key_group_range
-from sluice.services.dataplane.publish import Publication, current
+from sluice.services.dataplane.publish import Publication, is_marker, parse
 from sluice.services.kvstate.codec import state_id
 from sluice.services.taskmanager.events import TaskEvents
 from sluice.services.taskmanager.worker import report_produced, report_state
@@ -47,10 +47,12 @@ class SimFiles:
         return sorted(p[len(head):] for p in self.files if p.startswith(head) and "/" not in p[len(head):])
 
     def sink_ids(self, directory: str) -> list[int]:
-        """What a reader of a sink directory gets: its current files' ids, in one list."""
+        """What a plain reader of a sink directory gets (Spark reads every data file in it,
+        hidden ones aside): the ids of all its data files, in one list."""
         out: list[int] = []
-        for name in current(self.listing(directory)):
-            out += self.files[directory.rstrip("/") + "/" + name]
+        for name in self.listing(directory):
+            if parse(name) is not None and not is_marker(name):
+                out += self.files[directory.rstrip("/") + "/" + name]
         return out
 
 
