@@ -158,8 +158,14 @@ def on_message(state: JobsState, job_id: str, env: Envelope, config: JobsConfig,
                 _fail(rec, job, ex, f"deployment failed on {ex.taskmanager}: {msg.message}", config)
     elif isinstance(msg, ScheduleOrUpdateConsumers):
         ex = job.current(msg.execution_id)
-        if ex is not None and not ex.produced and job.status not in TERMINAL_JOB:
-            rec.fact(msg)
+        if ex is not None and (msg.vertex_id, msg.subtask, msg.attempt) != (ex.vertex, ex.subtask, ex.attempt):
+            ex = None  # its fields disagree with the attempt it names: malformed
+        if ex is not None and not ex.produced and job.status not in TERMINAL_JOB \
+                and ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING):
+            # Recorded as the leader knows the attempt, whatever else the message claims.
+            rec.fact(ScheduleOrUpdateConsumers(job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
+        else:
+            rec.decision.note = f"ScheduleOrUpdateConsumers from {msg.execution_id}, which is not running; ignored"
     elif isinstance(msg, (RequestNextInputSplit, OperatorEvent)):
         _coordinator_input(rec, job, msg)
     elif isinstance(msg, TriggerCheckpoint):

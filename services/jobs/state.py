@@ -124,10 +124,12 @@ class JobRun:
         """The execution ``eid`` names, if it is its subtask's current attempt."""
         try:
             vertex, subtask, attempt = parse_execution_id(eid)
+            if subtask < 0:
+                return None  # not an index from the end: "v:-1:0" names no subtask
             ex = self.vertices[vertex].subtasks[subtask]
         except (ValueError, KeyError, IndexError):
             return None
-        return ex if ex.attempt == attempt else None
+        return ex if ex.attempt == attempt and ex.id == eid else None
 
     def inputs_available(self, ex: Execution) -> bool:
         for edge in self.vertices[ex.vertex].inputs:

@@ -24,7 +24,7 @@ is disposed (``dispose``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from sluice.events import (
@@ -109,6 +109,8 @@ def _register(job: JobRun, msg: NotifyKvStateRegistered, loc: KvStateLocation | 
         v = _refuse(job, job.job_id, msg, reason)
         v.fail_vertex, v.fail = msg.vertex_id, ex
         return v
+    if ex is not None and msg.execution_id != ex.id:
+        msg = replace(msg, execution_id=ex.id)  # recorded under the attempt's own id
     return Verdict([msg])
 
 
@@ -139,9 +141,12 @@ def released(job: JobRun, ev: Event) -> list[Event]:
     out: list[Event] = []
     for name, loc in sorted(job.kvstate.locations.items()):
         entries: list[KvStateEntry] = [e for _, e in sorted(loc.entries.items()) if pick(e)]
+        going = {(e.start, e.end) for e in entries}
+        still_used = {e.state_id for key, e in loc.entries.items() if key not in going}
         for e in entries:
+            retired = [] if e.state_id in still_used else [e.state_id]  # another range still serves it
             out.append(NotifyKvStateUnregistered(job.job_id, loc.vertex, KeyGroupRange(e.start, e.end), name,
-                                                 [e.state_id]))
+                                                 retired))
     return out
 
 

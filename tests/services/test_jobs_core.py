@@ -7,7 +7,6 @@ import pytest
 
 from sluice.api import Job
 from sluice.events import (
-    TaskSource,
     CancelJob,
     CancelTask,
     Envelope,
@@ -22,14 +21,15 @@ from sluice.events import (
     SubmitTask,
     Success,
     TaskOperationResult,
+    TaskSource,
     TaskState,
     UpdateTaskExecutionState,
 )
 from sluice.services.jobs import core
 from sluice.services.jobs.state import JobsState, evolve
 from sluice.services.jobs.validate import InvalidJobGraph, problems, validate
-from tests.services import jobfixtures
 from tests.helpers import env
+from tests.services import jobfixtures
 
 CFG = core.JobsConfig(slot_timeout_ms=10_000)
 
@@ -277,20 +277,21 @@ def test_stale_and_illegal_updates_change_nothing() -> None:
     assert not d.facts and "not a legal move" in d.note
 
 
-def test_replaying_the_facts_gives_the_live_state() -> None:
+def test_consumers_read_a_restarted_producer_at_its_new_attempt() -> None:
+    # Replay = live is not tested here: both sides would fold with the same evolve. The state
+    # machine in test_jobs_model.py checks it among the invariants that give it meaning.
     sim = Sim(wordcount(RestartStrategy("fixed-delay", 3, 0)), {"tm-a": 2, "tm-b": 1})
     producers = sim.schedule()
     sim.report(producers[0], TaskState.FAILED, "flaky")
-    producers = [p for p in producers[1:]] + sim.schedule()
+    producers = producers[1:] + sim.schedule()
+    assert sorted((t.subtask, t.attempt) for t in producers) == [(0, 1), (1, 0)]
     for t in producers:
         sim.run_to_end(t)
-    for t in sim.schedule():
+    consumers = sim.schedule()
+    assert len(consumers) == 2
+    for t in consumers:
+        (inp,) = t.descriptor.inputs
+        assert [p.split("/")[-2:] for p in inp.partition_paths()] == [["0", "1"], ["1", "0"]]
         sim.run_to_end(t)
-    assert sim.job.status == JobStatus.FINISHED
-    replayed = sim.replayed().jobs["j1"]
-    live = sim.job
-    assert replayed.status == live.status and replayed.restarts == live.restarts == 1
-    for name, v in live.vertices.items():
-        assert [(e.state, e.attempt, e.taskmanager, e.slot, e.error) for e in v.subtasks] == \
-               [(e.state, e.attempt, e.taskmanager, e.slot, e.error) for e in replayed.vertices[name].subtasks]
-    assert any(isinstance(ev, Success) for _, ev in sim.sent)
+    assert sim.job.status == JobStatus.FINISHED and sim.job.restarts == 1
+    assert [ev for _, ev in sim.sent if isinstance(ev, Success)] == [Success("j1")]

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from sluice.api import Job
 from sluice.events import (
-    TaskQueryable,
     CancelJob,
     DisposeJob,
     Envelope,
@@ -22,13 +23,12 @@ from sluice.events import (
     NotifyKvStateUnregistered,
     RestartStrategy,
     SubmitTask,
+    TaskQueryable,
     TaskState,
 )
 from sluice.services.jobs.state import JobsState, evolve
 from sluice.services.kvstate import core as kvcore
 from sluice.services.kvstate.registry import KvStateRegistry, location_row
-
-from sluice.api import Job
 from tests.services import jobfixtures
 from tests.services.test_jobs_core import Sim
 

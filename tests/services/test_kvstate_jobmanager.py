@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import orjson
+
 from sluice.events import (
     CancelJob,
     DisposeJob,
@@ -27,7 +28,6 @@ from sluice.services.jobmanager import JobManager
 from sluice.services.jobs.state import JobsState, evolve
 from sluice.services.membership import MembershipConfig
 from sluice.store import EventLog, KvStates, Out
-
 from tests.e2e.conftest import wait_until
 from tests.services.test_kvstate_core import V, running
 from tests.services.test_state_client import commit

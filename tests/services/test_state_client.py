@@ -8,14 +8,14 @@ import socket
 
 import orjson
 import pytest
+
+from sluice.errors import StateNotRegistered, StateServerUnavailable, UnknownJob, UnknownStateName
 from sluice.events import Envelope, KeyGroupRange, NotifyKvStateRegistered, TaskState
 from sluice.services.dataplane.keygroups import key_group_of
 from sluice.services.projector import Projector
 from sluice.services.projector.core import KVSTATE
-from sluice.store import EventLog, KvStates, Out, ReadModels, server_address
-
-from sluice.errors import StateNotRegistered, StateServerUnavailable, UnknownJob, UnknownStateName
 from sluice.state import StateClient
+from sluice.store import EventLog, KvStates, Out, ReadModels, server_address
 from tests.services.test_kvstate_core import V, running
 
 WORDS = [f"w{i}" for i in range(300)]

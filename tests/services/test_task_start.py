@@ -11,9 +11,9 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from sluice.events import TaskDeploymentDescriptor, TaskOutput, TaskSource
-from sluice.store import Blobs, EventLog
 from sluice.services.taskmanager.library import LibraryCache
 from sluice.services.taskmanager.tasks import Step, Task, TaskStartFailed, TaskTable, release, standard_steps, start
+from sluice.store import Blobs, EventLog
 
 STEPS = ["library cache", "task table", "split provider", "result partitions", "temp files", "launch"]
 
