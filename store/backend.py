@@ -202,6 +202,8 @@ class Delegating(Backend):
         self.inner = inner
         self.appending: Mapping[bytes, bytes] | None = None
         """The fields an ``xadd`` in progress appends (for an ``around`` that looks at them)."""
+        self.scripting: tuple[str, Sequence[str], Sequence[Any]] | None = None
+        """The script in progress: (name, keys, args)."""
 
     def around(self, name: str, call: Callable[[], _T]) -> _T:
         """Run ``call()`` (the inner backend's method ``name``); override to intervene."""
@@ -303,4 +305,5 @@ class Delegating(Backend):
         return self.around("xack", lambda: self.inner.xack(stream, group, ids))
 
     def script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        self.scripting = (name, keys, args)  # the script in progress, for an ``around`` that looks at it
         return self.around("script:" + name, lambda: self.inner.script(name, keys, args))

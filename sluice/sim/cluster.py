@@ -344,6 +344,8 @@ class Simulation:
         self.tasks: list[SimTask] = []
         self.executors: list[Executor] = []
         self.live: dict[tuple[str, str], SimTask] = {}
+        self.fenced: list[tuple[str, str, int, int]] = []
+        """Commits that ran below their tag's fence (each must have been refused)."""
         self.epochs: dict[int, tuple[str, int]] = {}
         self.slow_tm = f"tm{rng.randrange(3)}" if self.faults.on("slow_reader") else None
         simjobs.VIOLATIONS.clear()
@@ -382,7 +384,13 @@ class Simulation:
         return self.faults.on("crash_mid_call") and not actor.startswith("client")
 
     def committed(self, actor: str, epoch: int, fence_key: str) -> None:
-        """At most one leader commits per epoch (in what the log keeps)."""
+        """At most one leader commits per epoch (in what the log keeps), and a commit below
+        its tag's fence never lands."""
+        stale = [f for f in self.fenced if f[0] == actor and f[1] == fence_key and f[2] == epoch]
+        if stale:
+            raise Violation(f"{actor} committed to {fence_key} at epoch {epoch}, below the tag's fence at epoch "
+                            f"{stale[0][3]}: a deposed leader's write landed")
+        self.fenced.clear()
         if not actor.startswith("jm") or epoch <= 0:
             return
         writer = actor
@@ -404,6 +412,16 @@ class Simulation:
 
     def task_finished(self, task: SimTask) -> None:
         pass
+
+    def fence_check(self, actor: str, fence_key: str, epoch: int, call: Any) -> None:
+        """A deposed leader's write never lands: a commit at an epoch below its tag's fence
+        (as it stands when the commit runs) must be refused."""
+        if self.store.down:
+            return
+        peek = MemoryBackend(self.store, name="fence-check")
+        fence = peek.get(fence_key)
+        if fence is not None and epoch < int(fence):
+            self.fenced.append((actor, fence_key, epoch, int(fence)))
 
     def sent_by_taskmanager(self, tm: str, fields: Any) -> None:
         """A TaskManager never reports an attempt that runs on it as having failed to start

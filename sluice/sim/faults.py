@@ -79,7 +79,12 @@ class FaultyBackend(Delegating):
 
     def around(self, name: str, call: Any) -> Any:
         sim = self.sim
+        # What this call runs, taken now: another step of this process (its lease renewal)
+        # may run while it waits.
+        scripting = self.scripting if name == "script:commit" else None
         if not sim.faulting:
+            if scripting is not None:
+                sim.fence_check(self.actor, scripting[1][0], int(scripting[2][0]), call)
             return call()
         rng, faults = sim.rng, sim.faults
         sim.calls += 1
@@ -102,6 +107,8 @@ class FaultyBackend(Delegating):
         if name == "xadd" and self.actor.startswith("tm") and faults.hit(rng, "heartbeat_loss", 0.02):
             sim.note(f"{self.actor}: a message does not get through")
             raise RedisUnavailable("(simulated) network trouble")
+        if scripting is not None:
+            sim.fence_check(self.actor, scripting[1][0], int(scripting[2][0]), call)
         result = call()
         if name == "xadd" and self.actor.startswith("tm"):
             sim.sent_by_taskmanager(self.actor.split(".")[0], self.appending)
