@@ -200,8 +200,9 @@ class JobInboxes:
         flush = coords.flush(now, force=decision.checkpoint or ending)
         if flush.failures:
             reason = "\n".join(flush.failures)
-            jm.logger.error("coordinator failed; failing the job", job=job_id, reason=reason.splitlines()[0])
             failed = jobs.fail_job(jm.state.jobs, job_id, reason, now)
+            if failed.facts:  # a failed coordinator stays failed: say so once, when the job fails
+                jm.logger.error("coordinator failed; failing the job", job=job_id, reason=reason.splitlines()[0])
             for ev in failed.facts:
                 coords.feed(ev)
             decision.facts += failed.facts

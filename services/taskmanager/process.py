@@ -87,6 +87,7 @@ class TaskManager:
         self.cancelling: set[str] = set()
         self.owed: deque[tuple[str, Envelope]] = deque()
         """Reports to jobs not yet sent (Redis was away): sent, in order, before anything else."""
+        self._exits: deque[tuple[int, str]] = deque()  # workers seen dead, not yet recorded
         self.handled: OrderedDict[str, None] = OrderedDict()
         self.server: str | None = None
         self._recovering = False
@@ -280,15 +281,18 @@ class TaskManager:
                                 undone=task.undone)
             self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, False, str(exc)))
             return
-        self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, True, None))
+        # Reports are queued first and sent once the bookkeeping is done: a Redis error while
+        # sending must not leave the task half-recorded (its reports stay owed).
+        self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, True, None), flush=False)
         if not self.execute:  # a TaskManager that finishes tasks without running them (benchmarks)
             d = task.descriptor
-            self._to_job(msg.job_id, self._state(task, TaskState.RUNNING))
+            self._to_job(msg.job_id, self._state(task, TaskState.RUNNING), flush=False)
             if d.output:
                 self._to_job(msg.job_id, ScheduleOrUpdateConsumers(d.job_id, d.execution_id, d.vertex,
-                                                                   d.subtask, d.attempt))
-            self._to_job(msg.job_id, self._state(task, TaskState.FINISHED))
+                                                                   d.subtask, d.attempt), flush=False)
+            self._to_job(msg.job_id, self._state(task, TaskState.FINISHED), flush=False)
             release(task, self.steps, keep_output=True)
+        self._flush()
 
     def _cancelled(self, msg: CancelTask) -> UpdateTaskExecutionState:
         try:
@@ -351,8 +355,9 @@ class TaskManager:
             self.slots.kill(task.slot)  # the supervisor reports CANCELED and starts a new worker
             return
         self._cancel_launch(task)
-        self._to_job(msg.job_id, self._state(task, TaskState.CANCELED))
+        self._to_job(msg.job_id, self._state(task, TaskState.CANCELED), flush=False)
         release(task, self.steps, keep_output=False)
+        self._flush()
 
     def _drop(self, task: Task, why: str) -> None:
         """Stop a task the leader no longer counts (no report: it was failed already). Its
@@ -379,17 +384,26 @@ class TaskManager:
     # --- workers -------------------------------------------------------------------------
 
     def _supervise(self) -> None:
-        for slot, how in self.slots.exited():
+        """Record the workers that died. Each exit is seen once, so it is kept until it is
+        recorded (its report queued, its slot freed), and reports are sent only after: a Redis
+        error on the way must not lose an exit (its slot would stay busy, its task unreported)."""
+        self._exits.extend(self.slots.exited())
+        while self._exits:
+            slot, how = self._exits[0]
             task = self.tasks.slot_busy(slot)
             if task is None:
                 self.logger.warning("worker died", slot=slot, how=how)
+                self._exits.popleft()
                 continue
+            self._cancel_launch(task)  # still queued? the replacement worker must not run it
             if task.id in self.cancelling:
                 self.cancelling.discard(task.id)
-                self._to_job(task.descriptor.job_id, self._state(task, TaskState.CANCELED))
+                self._to_job(task.descriptor.job_id, self._state(task, TaskState.CANCELED), flush=False)
             else:
                 self.logger.warning("worker died mid-task", slot=slot, task=task.id, how=how)
                 self._to_job(task.descriptor.job_id, self._state(
-                    task, TaskState.FAILED, f"the worker process of slot {slot} died ({how}) while running the task"))
-            self._cancel_launch(task)  # still queued? the replacement worker must not run it
+                    task, TaskState.FAILED, f"the worker process of slot {slot} died ({how}) while running the task"),
+                    flush=False)
             release(task, self.steps, keep_output=False)
+            self._exits.popleft()
+        self._flush()

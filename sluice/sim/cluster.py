@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.client import Client, JobFile
-from sluice.errors import RedisUnavailable
+from sluice.errors import JobNotFound, RedisUnavailable
 from sluice.events import Envelope, RegisterTaskManager, SubmitJob, TaskManagerHeartbeat
 from sluice.services.jobmanager import JobManager
 from sluice.services.jobs.core import JobsConfig
@@ -269,7 +269,11 @@ class ClientProcess(Process):
             if sim.faulting and sim.faults.hit(sim.rng, "cancel", 0.01):
                 job = sim.rng.choice(self.jobs)
                 if job.job_id in sim.observer.jobs.jobs and job.job_id not in self.cancelled:
-                    self.api.cancel(job.job_id, "(simulated) the user cancels")
+                    try:
+                        self.api.cancel(job.job_id, "(simulated) the user cancels")
+                    except JobNotFound:  # a restart of Redis lost it since: it is submitted again
+                        sim.note(f"client: {job.job_id} is gone (Redis lost its last writes)")
+                        return True
                     self.cancelled.add(job.job_id)
                     sim.note(f"client: cancelled {job.job_id}")
                     return True

@@ -639,3 +639,55 @@ def test_bug7_after_a_stall_heartbeats_in_a_long_backlog_keep_a_live_taskmanager
     for rid in ("tm-1", "tm-2"):
         assert events(log, keys.inbox(keys.taskmanager(rid)), DisconnectTaskManager) == []
     assert a.errors == []
+
+
+# --- found by the simulation: a Redis error while reporting one dead worker loses the next ------------
+
+
+class JobReportFailsOnce(Delegating):
+    """The first append to ``stream`` once ``armed`` raises RedisUnavailable before it reaches
+    the server (a dropped connection)."""
+
+    def __init__(self, inner: Any, stream: str) -> None:
+        super().__init__(inner)
+        self.stream, self.armed, self.failed = stream, False, False
+
+    def xadd(self, stream: str, fields: Any, *, maxlen: int | None = None) -> str:
+        if self.armed and not self.failed and stream == self.stream:
+            self.failed = True
+            raise RedisUnavailable(f"(injected) connection lost appending to {stream}")
+        return self.inner.xadd(stream, fields, maxlen=maxlen)
+
+
+@pytest.mark.timeout(30)
+def test_every_dead_worker_is_reported_though_redis_fails_while_reporting(log: EventLog, tmp_path: Path) -> None:
+    """Both workers of a TaskManager die in one pass (the leader cancelled the job, or the
+    host ran out of memory). Reporting the first fails with a Redis error. Each worker's
+    exit is seen once, so both must still be reported and both slots freed. Seed 201358 of
+    `scripts/simulate --all-faults` found this: the old code sent each report at once, the
+    error ended the pass, and the second exit was lost for good: its task stayed CANCELING,
+    its slot busy, and the job never left FAILING."""
+    keys = log.keys
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    job_inbox = keys.inbox(keys.job("j1"))
+    faulty = JobReportFailsOnce(log.backend, job_inbox)
+    slots = TinySlots()
+    t = tm(EventLog(faulty, keys), world, tmp_path, slots, n=2)
+    register_tm(a, t, world)
+    submit(log, world, "j1", source_graph("j1", parallelism=2))
+    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: len(t.tasks) == 2,
+         what="two tasks on the TaskManager", world=world, advance_ms=10)
+    slots._exited += [(0, "signal 9"), (1, "signal 9")]
+    faulty.armed = True
+    with pytest.raises(RedisUnavailable):
+        t.step(block_ms=None)
+    assert faulty.failed
+    for _ in range(3):
+        t.step(block_ms=None)
+    failed = [u for u in events(log, job_inbox, UpdateTaskExecutionState) if u.state == TaskState.FAILED]
+    assert sorted(u.subtask for u in failed) == [0, 1]
+    assert len(t.tasks) == 0  # both slots free again
+    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+         lambda: job_state(log, "j1").restarts == 2, what="both subtasks restarted", world=world, advance_ms=10)
