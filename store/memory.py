@@ -753,6 +753,17 @@ class MemoryStore:
         if epoch < fence:  # type: ignore[operator]
             raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")  # type: ignore[arg-type]
         n = int(_tonumber(argv[3]))  # type: ignore[arg-type]
+        checked: set[str] = set()
+        for i in range(4 + n, len(argv), 3):  # every check before the first write
+            index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
+            if not 1 <= index <= len(keys):
+                raise TypeError("Lua redis() command arguments must be strings or integers")
+            key = keys[index - 1]
+            if key not in checked:
+                checked.add(key)
+                kind = self._type(key, now)
+                if kind != "stream" and kind != "none":
+                    raise ScriptFailed(f"{scripts.NOT_A_STREAM} {key} is a {kind}")
         group = argv[2]
         if group != b"" and n > 0:
             name = _s(group)
@@ -783,12 +794,15 @@ class MemoryStore:
         return out
 
     def _dead_letter(self, keys: list[str], argv: list[bytes], now: int) -> Any:
-        if argv[0] != b"" and self._xack(keys[0], _s(argv[0]), [_s(argv[1])], now) == 0:
+        if argv[0] != b"" and not self._is_pending(keys[0], _s(argv[0]), _s(argv[1]), now):
             return 0
         fields = {b"stream": keys[0].encode(), b"entry": argv[1], b"kind": argv[2], b"reason": argv[3]}
         for i in range(4, len(argv), 2):
             fields[b"field:" + argv[i]] = argv[i + 1]
-        return self._xadd(keys[1], fields, now).encode()
+        parked = self._xadd(keys[1], fields, now).encode()
+        if argv[0] != b"":
+            self._xack(keys[0], _s(argv[0]), [_s(argv[1])], now)
+        return parked
 
     def _deliver(self, keys: list[str], argv: list[bytes], now: int) -> int:
         self._restarted(argv[0])

@@ -52,7 +52,8 @@ COMMIT = _RESTARTED + """
 -- ARGV[5+n ..] per event, three values: index into KEYS, encoded envelope, outbox target ('' if none)
 -- Returns {'OK', id...} | {'DUP'} (an entry was already acknowledged: a redelivery; nothing
 -- is written or acknowledged) | error 'SLUICE_STALE <fence>' | error 'SLUICE_RESTARTED <run id>'
--- | error 'SLUICE_BAD_COMMIT ...' (the same entry twice: a bug in the writer)
+-- | error 'SLUICE_BAD_COMMIT ...' (the same entry twice: a bug in the writer) | error
+-- 'SLUICE_NOT_A_STREAM <key> is a <type>'. An error reply means nothing was written.
 local err = restarted(ARGV[2])
 if err then
   return err
@@ -63,6 +64,19 @@ if epoch < fence then
   return redis.error_reply('SLUICE_STALE ' .. fence)
 end
 local n = tonumber(ARGV[4])
+-- Every check comes before the first write (a script that fails half-way keeps what it
+-- wrote, and an acknowledged entry whose events were not appended is lost).
+local checked = {}
+for i = 5 + n, #ARGV, 3 do
+  local key = KEYS[tonumber(ARGV[i])]
+  if not checked[key] then
+    checked[key] = true
+    local kind = redis.call('TYPE', key)['ok']
+    if kind ~= 'stream' and kind ~= 'none' then
+      return redis.error_reply('SLUICE_NOT_A_STREAM ' .. key .. ' is a ' .. kind)
+    end
+  end
+end
 if ARGV[3] ~= '' and n > 0 then
   if n == 1 then
     if redis.call('XACK', KEYS[2], ARGV[3], ARGV[5]) == 0 then
@@ -110,8 +124,9 @@ DEAD_LETTER = """
 -- ARGV[3]  error kind, ARGV[4] reason (what is wrong, for a person)
 -- ARGV[5..] the entry's own fields and values, kept as they were
 -- Returns the dead-letter entry id, or 0 when the entry was already parked by another consumer.
+-- The entry is parked before it is acknowledged: if parking fails, it stays pending.
 if ARGV[1] ~= '' then
-  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
     return 0
   end
 end
@@ -120,7 +135,11 @@ for i = 5, #ARGV, 2 do
   args[#args + 1] = 'field:' .. ARGV[i]
   args[#args + 1] = ARGV[i + 1]
 end
-return redis.call('XADD', unpack(args))
+local id = redis.call('XADD', unpack(args))
+if ARGV[1] ~= '' then
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+end
+return id
 """
 
 DELIVER = _NEWER + _RESTARTED + """

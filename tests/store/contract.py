@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -589,13 +590,17 @@ class LogContract:
             b.script("commit", [fence, inbox, facts], [5, "", "jm", 2, ids[1], ids[1], 3, b"z", ""])
         with pytest.raises(ScriptFailed, match="^NOGROUP"):
             b.script("commit", [fence, inbox, facts], [5, "", "nogroup", 2, ids[1], ids[0], 3, b"z", ""])
-        # A later epoch raises the fence in the commit; a commit that fails half-way keeps
-        # what it did before the failure (Redis scripts do not roll back).
+        # Redis scripts do not roll back, so every check comes first: a commit that names a
+        # key that is not a stream writes nothing, and its inbox entry stays pending.
         table = log.keys.table(tag, "t")
         b.hset(table, {"x": b"1"})
-        with pytest.raises(ScriptFailed, match="^WRONGTYPE"):
-            b.script("commit", [fence, fence, facts, table], [7, "", "", 0, 3, b"w", "", 4, b"w", ""])
-        assert b.get(fence) == b"7" and b.xlen(facts) == 4
+        with pytest.raises(ScriptFailed, match=f"^SLUICE_NOT_A_STREAM {table} is a hash$"):
+            b.script("commit", [fence, inbox, facts, table], [7, "", "jm", 1, ids[1], 3, b"w", "", 4, b"w", ""])
+        assert b.get(fence) == b"5" and b.xlen(facts) == 3
+        assert _pending(b, inbox, "jm") == 1
+        # A later epoch raises the fence in the commit.
+        assert b.script("commit", [fence, inbox, facts], [7, "", "jm", 1, ids[1], 3, b"w", ""])[0] == b"OK"
+        assert b.get(fence) == b"7" and b.xlen(facts) == 4 and _pending(b, inbox, "jm") == 0
 
     def test_dead_letter_and_delivery_script_replies(self, log: EventLog) -> None:
         b = log.backend
@@ -608,6 +613,16 @@ class LogContract:
         (_, fields), = b.xrange(dead, None, 10)
         assert fields == {b"stream": inbox.encode(), b"entry": entry.encode(), b"kind": b"kind", b"reason": b"why",
                           b"field:n": b"0"}
+        # Parking comes before the acknowledgement: when it fails, the entry stays pending.
+        later = b.xadd(inbox, {b"n": b"1"})
+        assert [i for _, i, _ in b.xreadgroup("g", "a", {inbox: ">"}, count=10, block_ms=None)] == [later]
+        b.set(dead, b"x")  # the dead-letter stream is not a stream: parking fails
+        with pytest.raises(ScriptFailed, match="WRONGTYPE"):
+            b.script("dead_letter", [inbox, dead], ["g", later, "k", "w"])
+        assert _pending(b, inbox, "g") == 1
+        b.delete(dead)
+        assert isinstance(b.script("dead_letter", [inbox, dead], ["g", later, "k", "w"]), bytes)
+        assert _pending(b, inbox, "g") == 0
         target, delivered = log.keys.inbox(target_tag), log.keys.delivered(target_tag)
         assert b.script("deliver", [target, delivered], ["", "o", "1-1", b"a", "1-2", b"b"]) == 2
         assert b.script("deliver", [target, delivered], ["", "o", "1-2", b"b", "2-0", b"c"]) == 1
@@ -685,3 +700,9 @@ class LogContract:
             assert found == set(names.values())
         finally:
             b.delete("{" + log.keys.prefix + "x:cluster}:inbox")
+
+
+def _pending(b: Any, stream: str, group: str) -> int:
+    state = b.group_state(stream, group)
+    assert state is not None
+    return state.pending
