@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["KEY_GROUP_COLUMN", "SCHEMA_FILE", "SINK_FORMATS", "read_inputs", "write_partition", "write_sink"]
+__all__ = ["KEY_GROUP_COLUMN", "SCHEMA_FILE", "SINK_FORMATS", "read_inputs", "sweep_sink", "write_partition",
+           "write_sink"]
 
 KEY_GROUP_COLUMN = "_kg"
 """The partition column of keyed output: the row's key group."""
@@ -255,6 +256,24 @@ def write_sink(df: DataFrame, path: str, subtask: int, attempt: int, format: str
     finally:
         with contextlib.suppress(OSError):  # private and hidden: a leftover harms no reader
             _delete(fs, f"{root}/{staging}", directory=True)
+
+
+def sweep_sink(path: str, subtask: int) -> int:
+    """Delete the files of ``subtask``'s attempts older than its newest published one
+    (``publish.superseded``); returns how many went. Safe at any time; a TaskManager runs it
+    after killing a stale attempt that may have died halfway through publishing."""
+    from pyarrow import fs as pafs
+
+    path = _check_path(path, "sink path")
+    fs, root = _filesystem(path)
+    try:
+        listing = [i.base_name for i in fs.get_file_info(pafs.FileSelector(root))]
+    except FileNotFoundError:
+        return 0
+    gone = publish.superseded(listing, subtask)
+    for name in gone:
+        _delete(fs, f"{root}/{name}")
+    return len(gone)
 
 
 _SPARK_PART = re.compile(r"part-.*-c\d+\.(.+)")

@@ -85,9 +85,10 @@ every older file its step-3 listing saw is gone. A reader after the job ends the
 sees exactly one attempt per subtask, with one exception: a stale attempt on a lost
 TaskManager that passed step 1 *before* the final attempt published may still be between
 steps 2 and 4; its files are visible until its step 4 withdraws them a few file
-operations later (or for good, if its process dies in between: a TaskManager that learns
-it was declared lost should cancel its tasks, as Flink's do, and :func:`current` reads
-past it).
+operations later. If its process dies in between (its TaskManager, told it was declared
+lost, kills its tasks as Flink's do), the TaskManager deletes what it left once the worker
+is dead (:func:`superseded`); only a TaskManager that dies itself at that moment leaves
+them, and :func:`current` reads past them.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ __all__ = [
     "Publication",
     "Step",
     "current",
+    "superseded",
     "is_marker",
     "marker_name",
     "names",
@@ -197,6 +199,17 @@ def plan(existing: Iterable[str], subtask: int, attempt: int) -> Plan:
         if parsed[1] < attempt:
             older.append(name)
     return Plan(newest, newest is not None and newest > attempt, _markers_first(older))
+
+
+def superseded(existing: Iterable[str], subtask: int) -> tuple[str, ...]:
+    """From one listing, the files of ``subtask``'s attempts older than its newest published
+    one (markers first): what that attempt's step 3 deletes. Anyone may delete them at any
+    time: once a newer attempt published, an older one is never the one that counts. This
+    cleans up after a stale attempt that moved files in after the newest one's step 3 and
+    died before its own step 4 withdrew them."""
+    listed = list(existing)
+    newest = plan(listed, subtask, 0).newest
+    return () if newest is None else plan(listed, subtask, newest).delete
 
 
 def current(existing: Iterable[str]) -> tuple[str, ...]:

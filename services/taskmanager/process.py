@@ -365,10 +365,26 @@ class TaskManager:
         and then consumers read it (the leader decides which attempt's output counts)."""
         self.logger.warning("dropping task", task=task.id, why=why)
         self._cancel_launch(task)
-        if self._task_started(task) and self.slots.alive(task.slot):
-            self.slots.kill(task.slot, wait=True)
+        if self._task_started(task):
+            if self.slots.alive(task.slot):
+                self.slots.kill(task.slot, wait=True)
+            self._sweep_sink(task)
         self.cancelling.discard(task.id)
         release(task, self.steps, keep_output=True)
+
+    def _sweep_sink(self, task: Task) -> None:
+        """The task's worker is dead. If it was a stale attempt of a sink subtask, it may have
+        died halfway through publishing, after the newer attempt had cleaned up: its files
+        would stay in the sink for good. Delete every file of the subtask's attempts older
+        than its newest published one (always safe: those attempts never count)."""
+        sink = task.descriptor.sink
+        if sink is None:
+            return
+        try:
+            self.slots.sweep_sink(sink.path, task.descriptor.subtask)
+        except Exception as exc:  # the storage is away: the newer attempt's own clean-up remains
+            self.logger.warning("could not clean the sink after a killed attempt", task=task.id, sink=sink.path,
+                                error=f"{type(exc).__name__}: {exc}"[:300])
 
     def _drop_all_tasks(self, why: str) -> None:
         """The leader no longer counts this TaskManager in: its tasks were failed (and maybe
@@ -396,6 +412,7 @@ class TaskManager:
                 self._exits.popleft()
                 continue
             self._cancel_launch(task)  # still queued? the replacement worker must not run it
+            self._sweep_sink(task)
             if task.id in self.cancelling:
                 self.cancelling.discard(task.id)
                 self._to_job(task.descriptor.job_id, self._state(task, TaskState.CANCELED), flush=False)

@@ -48,6 +48,10 @@ class Slots(Protocol):
     def stop(self) -> None:
         """Stop every worker."""
 
+    def sweep_sink(self, path: str, subtask: int) -> None:
+        """Delete the sink files of ``subtask``'s attempts older than its newest published
+        one (what a killed stale attempt left halfway through publishing)."""
+
 
 class ProcessSlots:
     """One ``sluice worker`` process per slot, fed through the slot's RQ queue."""
@@ -123,3 +127,8 @@ class ProcessSlots:
                 proc.kill()
                 proc.wait()
         self.workers.clear()
+
+    def sweep_sink(self, path: str, subtask: int) -> None:
+        from sluice.services.dataplane.exchange import sweep_sink
+
+        sweep_sink(path, subtask)

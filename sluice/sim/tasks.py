@@ -24,7 +24,7 @@ from sluice.events import (
     descriptor_from_json,
 )
 from sluice.services.dataplane.keygroups import key_group_range
-from sluice.services.dataplane.publish import Publication, is_marker, parse
+from sluice.services.dataplane.publish import Publication, is_marker, parse, superseded
 from sluice.services.kvstate.codec import state_id
 from sluice.services.taskmanager.events import TaskEvents
 from sluice.services.taskmanager.worker import report_produced, report_state
@@ -106,6 +106,14 @@ class SimSlots:
         for task in list(self.tasks.values()):
             task.end("its TaskManager stopped")
         self.tasks.clear()
+
+    def sweep_sink(self, path: str, subtask: int) -> None:
+        files = self.sim.files
+        gone = superseded(files.listing(path), subtask)
+        for name in gone:
+            files.files.pop(f"{path.rstrip('/')}/{name}", None)
+        if gone:
+            self.sim.note(f"{self.tm} deletes {len(gone)} superseded file(s) of sink subtask {subtask}")
 
 
 @dataclass

@@ -30,6 +30,7 @@ from sluice.services.dataplane.publish import (
     part_name,
     plan,
     staging_name,
+    superseded,
 )
 
 S = 3  # the subtask whose attempts race
@@ -307,3 +308,49 @@ def test_attempts_that_die_midway(data: st.DataObject) -> None:
             assert mine == set(r.pub.names) and r.pub.outcome is Outcome.PUBLISHED
         elif not r.crashed and any(b > a for b in finished_movers):
             assert mine == set(), (a, sorted(d.files))
+
+
+def sweep(d: Directory) -> None:
+    """What a TaskManager does after it killed an attempt: delete what is superseded."""
+    for name in superseded(sorted(d.files), S):
+        d.files.discard(name)
+
+
+def test_superseded_names_the_attempts_older_than_the_newest_marker() -> None:
+    files = {*names(S, 1, ["csv"]), part_name(S, 2, 0, "csv"), *names(S, 4, ["csv", "csv"]),
+             part_name(S, 6, 0, "csv"), "part-00003-000.csv", *FOREIGN}
+    gone = superseded(files, S)  # older than attempt 4, the newest published: markers first
+    assert gone == (marker_name(S, 1), "part-00003-000.csv", part_name(S, 1, 0, "csv"), part_name(S, 2, 0, "csv"))
+    assert superseded(files, 7) == ()  # no published attempt: nothing is superseded
+    assert superseded(set(FOREIGN) | {"part-00003-000.csv"}, S) == ()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_sweeps_at_any_moment_and_after_the_dead_leave_exactly_the_newest_published_attempt(
+        data: st.DataObject) -> None:
+    """Attempts die between any two operations, and sweeps run at random moments (a
+    TaskManager that killed a stale attempt). A sweep never takes a file of the newest
+    published attempt (readers still find it whole), and once every attempt stopped, a sweep
+    leaves exactly the newest mover's files if it finished, whichever older ones died
+    halfway through publishing (they left files no step 3 or 4 would remove)."""
+    attempts = sorted(data.draw(st.sets(st.integers(0, 12), min_size=2, max_size=4), label="attempts"))
+    d = Directory(set(FOREIGN) | older_leftovers(attempts[0]),
+                  {a: data.draw(st.integers(0, 2), label=f"data files of attempt {a}") for a in attempts})
+    dies = data.draw(st.sets(st.sampled_from(attempts), max_size=len(attempts) - 1), label="attempts that die")
+    while runnable := d.runnable():
+        a = data.draw(st.sampled_from(runnable))
+        if a in dies and data.draw(st.integers(0, 4)) == 0:
+            d.runners[a].crashed = True
+        if not d.runners[a].crashed:
+            d.tick(a)
+        if data.draw(st.integers(0, 5)) == 0:
+            sweep(d)
+        d.check_readers_see_a_whole_attempt()
+        d.check_others_untouched()
+    sweep(d)
+    d.check_others_untouched()
+    movers = [a for a, r in d.runners.items() if r.passed_check]
+    newest = max(movers, default=None)
+    if newest is not None and not d.runners[newest].crashed:
+        assert d.of_s() == set(d.runners[newest].pub.names), sorted(d.files)

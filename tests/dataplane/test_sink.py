@@ -140,3 +140,21 @@ def test_the_shell_takes_back_what_it_moved_when_publishing_fails(tmp_path: Path
     with pytest.raises(OSError, match="disk full"):
         _publish(FailingSecondMove(), str(tmp_path), staging, 0, 1, "csv")
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != staging) == ["part-00000-000.csv"]
+
+
+def test_a_sweep_deletes_what_a_stale_attempt_left_halfway_and_nothing_else(tmp_path: Path) -> None:
+    """Attempt 1 of subtask 0 moved a data file in after attempt 2 published, and died
+    before its own re-check withdrew it: a plain reader would count its rows twice. The
+    TaskManager that killed it sweeps the sink: the superseded files go; the newest
+    attempt's, other subtasks' and foreign files stay."""
+    from sluice.services.dataplane.exchange import sweep_sink
+    from sluice.services.dataplane.publish import marker_name, part_name
+
+    keep = [part_name(0, 2, 0, "csv"), marker_name(0, 2), part_name(1, 0, 0, "csv"), marker_name(1, 0),
+            "_SUCCESS", "notes.txt"]
+    stale = [part_name(0, 1, 0, "csv"), part_name(0, 1, 1, "csv")]
+    for name in keep + stale:
+        (tmp_path / name).write_text("x\n")
+    assert sweep_sink(str(tmp_path), 0) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)
+    assert sweep_sink(str(tmp_path), 0) == 0 and sweep_sink(str(tmp_path / "missing"), 0) == 0

@@ -92,6 +92,7 @@ class TinySlots:
         """(slot, task deployment descriptor as JSON, handle) of every task handed over."""
         self.cancelled: list[str] = []
         self.killed: list[int] = []
+        self.swept: list[tuple[str, int]] = []
         self._exited: list[tuple[int, str]] = []
 
     def start(self, slots: int) -> None:
@@ -121,6 +122,9 @@ class TinySlots:
 
     def stop(self) -> None:
         pass
+
+    def sweep_sink(self, path: str, subtask: int) -> None:
+        self.swept.append((path, subtask))
 
 
 HANDLED: list[tuple[int, int, int, Any]] = []

@@ -691,3 +691,25 @@ def test_every_dead_worker_is_reported_though_redis_fails_while_reporting(log: E
     assert len(t.tasks) == 0  # both slots free again
     pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
          lambda: job_state(log, "j1").restarts == 2, what="both subtasks restarted", world=world, advance_ms=10)
+
+
+@pytest.mark.timeout(30)
+def test_a_dropped_attempt_is_killed_then_its_sink_subtask_swept(log: EventLog, tmp_path: Path) -> None:
+    """A TaskManager told it was declared lost kills its attempts. One may have died halfway
+    through publishing its sink, after its replacement had cleaned up (seed 1006015 of the
+    long simulation run: every row of the sink twice), so once the worker is dead the
+    TaskManager sweeps that sink subtask (tests/dataplane shows what a sweep deletes)."""
+    keys = log.keys
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    slots = TinySlots()
+    t = tm(log, world, tmp_path, slots, n=1)
+    register_tm(a, t, world)
+    submit(log, world, "j1", source_graph("j1"))
+    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: len(t.tasks) == 1,
+         what="the task on the TaskManager", world=world, advance_ms=10)
+    log.append(keys.inbox(keys.taskmanager("tm-1")), Envelope(
+        DisconnectTaskManager("tm-1", t.reg.session, 1, "declared lost"), world.new_id(), 1, world.now_ms()))
+    t.step(block_ms=None)
+    assert slots.killed == [0] and slots.swept == [("file:///tmp/j1-out", 0)] and len(t.tasks) == 0
