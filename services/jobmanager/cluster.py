@@ -89,10 +89,12 @@ class ClusterInbox:
                                                ev.session):
                     jm.job_inboxes.commit(d)
 
-    def commit_facts(self, facts: list[Event] | tuple[Event, ...], *, consequences: bool = True) -> None:
+    def commit_facts(self, facts: list[Event] | tuple[Event, ...], *, consequences: bool = True,
+                     now: int | None = None) -> None:
         """Commit cluster facts and fold them; ``consequences=False``: a lost TaskManager's
-        tasks are not failed here (a new leader does that once its coordinators run)."""
-        envs = self.jm.committer.commit(self.jm.tag, list(facts))
+        tasks are not failed here (a new leader does that once its coordinators run).
+        ``now``: when they were decided (their envelopes' time)."""
+        envs = self.jm.committer.commit(self.jm.tag, list(facts), now=now)
         if not envs:
             return
         if consequences:
@@ -141,4 +143,4 @@ class ClusterInbox:
             lost = cast(TaskManagerLost, fact)  # the only fact decide_timeouts decides
             self.jm.logger.warning("taskmanager lost", resource_id=lost.resource_id, reason=lost.reason)
         if decision.facts:
-            self.commit_facts(decision.facts)
+            self.commit_facts(decision.facts, now=now)

@@ -102,6 +102,9 @@ class JobManager:
         self.saw_restart: tuple[str, str] | None = None
         self._next_tick = 0
         self._behind_since: int | None = None
+        self.timeouts_while_behind = False
+        """Heartbeat timeouts are decided though the cluster inbox has not been read to its end
+        (it has stayed behind for longer than the timeout): a live TaskManager may be lost."""
         self._next_trim = 0
         self._announced = False
 
@@ -166,22 +169,36 @@ class JobManager:
                 self._take_over()
             return True
         entries = self.consumer.read(count=self.batch, block_ms=block_ms)
-        now = self.world.now_ms()
+        read_at = self.world.now_ms()
         caught_up = self.consumer.read_counts.get(self.inbox, 0) < self.batch
-        if caught_up:
-            self._behind_since = None
-        elif self._behind_since is None:
-            self._behind_since = now
-        elif now - self._behind_since > self.config.heartbeat_timeout_ms:
-            caught_up = True  # never reaching the end of a busy inbox must not put timeouts off for ever
         if entries:
             self.handle_batch(entries)
             self.job_inboxes.schedule_all()
         now = self.world.now_ms()
         if now >= self._next_tick:
-            self.tick(now, caught_up=caught_up)
+            self.tick(now, caught_up=self._timeouts_ready(now, caught_up, read_at))
             self._next_tick = now + min(self.config.heartbeat_interval_ms, 200)
         return bool(entries)
+
+    def _timeouts_ready(self, now: int, caught_up: bool, read_at: int) -> bool:
+        """Whether heartbeat timeouts may be decided now: only on a fresh view of the cluster
+        inbox, read to its end (heartbeats still waiting in a backlog, or sent while this
+        step stalled after its read, would make live TaskManagers look lost). Never put off
+        for longer than the timeout itself: a busy inbox or slow steps must not keep dead
+        TaskManagers counted for ever."""
+        timeout = self.config.heartbeat_timeout_ms
+        ready = caught_up and now - read_at <= timeout // 2
+        if ready:
+            self._behind_since = None
+        elif self._behind_since is None:
+            self._behind_since = now
+        elif now - self._behind_since > timeout:
+            if not self.timeouts_while_behind:
+                self.logger.warning("the cluster inbox stays behind; deciding heartbeat timeouts anyway",
+                                    behind_ms=now - self._behind_since, batch=self.batch)
+            ready = True
+        self.timeouts_while_behind = ready and self._behind_since is not None
+        return ready
 
     def _try_lead(self) -> bool:
         now = self.world.now_ms()

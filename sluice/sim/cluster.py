@@ -26,7 +26,8 @@ from typing import Any
 
 from sluice.client import Client, JobFile
 from sluice.errors import JobNotFound, RedisUnavailable
-from sluice.events import Envelope, RegisterTaskManager, SubmitJob, TaskManagerHeartbeat
+from sluice.events import FIELD, Envelope, RegisterTaskManager, SubmitJob, TaskManagerHeartbeat, TaskManagerLost
+from sluice.events.envelope import decode_bytes
 from sluice.services.jobmanager import JobManager
 from sluice.services.jobs.core import JobsConfig
 from sluice.services.membership.core import MembershipConfig
@@ -34,6 +35,7 @@ from sluice.services.projector import Projector
 from sluice.services.taskmanager.core import RegistrationConfig
 from sluice.services.taskmanager.process import TaskManager
 from sluice.store import Deliverer, EventLog, Keys, tag_of
+from sluice.store.log import entry_order
 from sluice.store.memory import MemoryBackend, MemoryStore
 
 from . import jobs as simjobs
@@ -402,6 +404,44 @@ class Simulation:
         if seen is not None and seen[0] != writer:
             raise Violation(f"two leaders commit at epoch {epoch}: {seen[0]} and {writer} (to {fence_key})")
         self.epochs[epoch] = (writer, self.world.now)
+
+    def check_losses(self, owner: Any, keys: Any, args: Any) -> None:
+        """A TaskManager is declared lost for its silence only if it was silent: not while a
+        heartbeat it sent well within the timeout before the decision waits, never read, in
+        the cluster inbox. (A leader decides on a view read to the end at most half a
+        timeout before, so whatever came before that was read; unless it says it decides
+        while behind, after the inbox stayed behind for longer than the timeout.)"""
+        if not isinstance(owner, JMProcess) or keys[0] != self.keys.fence(self.keys.cluster):
+            return
+        n = int(args[3])
+        lost = []
+        for i in range(4 + n, len(args), 3):
+            raw = args[i + 1]
+            env = decode_bytes(raw if isinstance(raw, bytes) else str(raw).encode())
+            if isinstance(env.event, TaskManagerLost) and env.event.reason.startswith("no heartbeat"):
+                lost.append(env)
+        if not lost or owner.jm.timeouts_while_behind:
+            return
+        inbox = self.keys.inbox(self.keys.cluster)
+        delivered = self.store.groups(inbox).get("jobmanager")
+        for env in lost:
+            ev = env.event
+            assert isinstance(ev, TaskManagerLost)
+            for entry_id, fields in self.store.entries(inbox):
+                ms = entry_order(entry_id)
+                if delivered is not None and ms <= entry_order(delivered):
+                    continue
+                if not env.ts - TIMEOUT_MS < ms[0] < env.ts - TIMEOUT_MS // 2:
+                    continue
+                try:
+                    said = decode_bytes(fields[FIELD]).event
+                except Exception:
+                    continue
+                if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)) \
+                        and (said.resource_id, said.session) == (ev.resource_id, ev.session):
+                    raise Violation(f"{owner.name} declared {ev.resource_id} lost ({ev.reason}) at "
+                                    f"{env.ts - self.world.start}, while its {said.TYPE} {entry_id}, sent "
+                                    f"{env.ts - ms[0]} ms before, waited unread in the cluster inbox")
 
     def task_started(self, task: SimTask) -> None:
         other = self.live.get(task.key)
