@@ -713,3 +713,63 @@ def test_a_dropped_attempt_is_killed_then_its_sink_subtask_swept(log: EventLog, 
         DisconnectTaskManager("tm-1", t.reg.session, 1, "declared lost"), world.new_id(), 1, world.now_ms()))
     t.step(block_ms=None)
     assert slots.killed == [0] and slots.swept == [("file:///tmp/j1-out", 0)] and len(t.tasks) == 0
+
+
+class StallInCommit(Delegating):
+    """Once ``armed``: the next commit script stalls (the test clock moves ``ms``, and
+    ``meanwhile()`` runs: others go on) before it reaches the server."""
+
+    def __init__(self, inner: Any, world: ManualWorld, ms: int, meanwhile: Any) -> None:
+        super().__init__(inner)
+        self.world, self.ms, self.meanwhile, self.armed = world, ms, meanwhile, False
+
+    def script(self, name: str, keys: Any, args: Any) -> Any:
+        if self.armed and name == "commit":
+            self.armed = False
+            self.world.advance(self.ms)
+            self.meanwhile()
+        return self.inner.script(name, keys, args)
+
+
+@pytest.mark.timeout(30)
+def test_bug7_a_stall_after_the_read_does_not_make_live_taskmanagers_look_lost(log: EventLog,
+                                                                              tmp_path: Path) -> None:
+    """The leader reads the cluster inbox to its end, then its step stalls for 2 s while it
+    commits (a GC pause, a slow Redis; timeout 1 s). Both TaskManagers keep sending
+    heartbeats meanwhile. Timeouts decided right after the stall would judge tm-2 on a view
+    2 s old, with its heartbeats unread: the leader waits for its next read instead. The
+    simulation found this window once it checked that no TaskManager is declared lost while
+    a heartbeat it sent within the timeout waits unread. Timeouts still work: tm-2, silent
+    afterwards, is lost."""
+    keys = log.keys
+    world = ManualWorld()
+    inbox = keys.inbox(keys.cluster)
+
+    def beat(rid: str) -> Envelope:
+        return Envelope(TaskManagerHeartbeat(rid, "s1", 1, 1), world.new_id(), 0, world.now_ms())
+
+    stall = StallInCommit(log.backend, world, 2_000,
+                          lambda: log.append_batch(inbox, [beat("tm-1"), beat("tm-2")]))
+    a = jm(EventLog(stall, keys), world, "jm-a", tmp_path, config=MembershipConfig(100, 1000))
+    lead(a, world)
+    for rid in ("tm-1", "tm-2"):
+        log.append(inbox, register_message(world, rid, epoch=1))
+    pump([lambda: a.step(block_ms=None)], lambda: len(a.state.membership.active()) == 2,
+         what="two registrations", world=world, advance_ms=10)
+
+    def lost() -> list[str]:
+        return [f.resource_id for f in events(log, keys.facts(keys.cluster), TaskManagerLost)]
+
+    world.advance(300)
+    log.append(inbox, beat("tm-1"))
+    stall.armed = True
+    a.step(block_ms=None)  # reads tm-1's heartbeat, stalls 2 s in its commit
+    assert not stall.armed and lost() == []
+    a.step(block_ms=None)  # reads what came during the stall: both are alive
+    assert lost() == [] and sorted(r.resource_id for r in a.state.membership.active()) == ["tm-1", "tm-2"]
+    for _ in range(8):  # then only tm-1 speaks
+        world.advance(200)
+        log.append(inbox, beat("tm-1"))
+        a.step(block_ms=None)
+    assert lost() == ["tm-2"]
+    assert a.errors == []
