@@ -168,8 +168,8 @@ class JobManager:
             if self.replay.step():
                 self._take_over()
             return True
+        read_at = self.world.now_ms()  # the view is at least this fresh (the call may stall after its read)
         entries = self.consumer.read(count=self.batch, block_ms=block_ms)
-        read_at = self.world.now_ms()
         caught_up = self.consumer.read_counts.get(self.inbox, 0) < self.batch
         if entries:
             self.handle_batch(entries)

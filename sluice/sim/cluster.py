@@ -155,6 +155,7 @@ class JMProcess(Process):
                              replay_page=sim.cfg.replay_page or sim.rng.choice((3, 50, 1000)),
                              batch=sim.rng.choice((2, 8, 500)),  # small: a backlog spans several reads
                              coordinator_executor=lambda name: Executor(sim, name))
+        sim.jm_instances[self.name] = self.jm
         self.next_renew = 0
 
     def renewal_due(self, now: int) -> bool:
@@ -347,6 +348,7 @@ class Simulation:
         self.calls = 0
         self.steps = 0
         self.notes: deque[str] = deque(maxlen=80)
+        self.jm_instances: dict[str, JobManager] = {}  # by connection name: every instance ever started
         self.tasks: list[SimTask] = []
         self.executors: list[Executor] = []
         self.live: dict[tuple[str, str], SimTask] = {}
@@ -405,13 +407,14 @@ class Simulation:
             raise Violation(f"two leaders commit at epoch {epoch}: {seen[0]} and {writer} (to {fence_key})")
         self.epochs[epoch] = (writer, self.world.now)
 
-    def check_losses(self, owner: Any, keys: Any, args: Any) -> None:
+    def check_losses(self, actor: str, keys: Any, args: Any) -> None:
         """A TaskManager is declared lost for its silence only if it was silent: not while a
         heartbeat it sent well within the timeout before the decision waits, never read, in
         the cluster inbox. (A leader decides on a view read to the end at most half a
         timeout before, so whatever came before that was read; unless it says it decides
         while behind, after the inbox stayed behind for longer than the timeout.)"""
-        if not isinstance(owner, JMProcess) or keys[0] != self.keys.fence(self.keys.cluster):
+        jm = self.jm_instances.get(actor)  # the instance that commits (it may be one that died since)
+        if jm is None or keys[0] != self.keys.fence(self.keys.cluster):
             return
         n = int(args[3])
         lost = []
@@ -420,7 +423,7 @@ class Simulation:
             env = decode_bytes(raw if isinstance(raw, bytes) else str(raw).encode())
             if isinstance(env.event, TaskManagerLost) and env.event.reason.startswith("no heartbeat"):
                 lost.append(env)
-        if not lost or owner.jm.timeouts_while_behind:
+        if not lost or jm.timeouts_while_behind:
             return
         inbox = self.keys.inbox(self.keys.cluster)
         delivered = self.store.groups(inbox).get("jobmanager")
@@ -439,7 +442,7 @@ class Simulation:
                     continue
                 if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)) \
                         and (said.resource_id, said.session) == (ev.resource_id, ev.session):
-                    raise Violation(f"{owner.name} declared {ev.resource_id} lost ({ev.reason}) at "
+                    raise Violation(f"{actor} declared {ev.resource_id} lost ({ev.reason}) at "
                                     f"{env.ts - self.world.start}, while its {said.TYPE} {entry_id}, sent "
                                     f"{env.ts - ms[0]} ms before, waited unread in the cluster inbox")
 
