@@ -262,12 +262,10 @@ def sweep_sink(path: str, subtask: int) -> int:
     """Delete the files of ``subtask``'s attempts older than its newest published one
     (``publish.superseded``); returns how many went. Safe at any time; a TaskManager runs it
     after killing a stale attempt that may have died halfway through publishing."""
-    from pyarrow import fs as pafs
-
     path = _check_path(path, "sink path")
     fs, root = _filesystem(path)
     try:
-        listing = [i.base_name for i in fs.get_file_info(pafs.FileSelector(root))]
+        listing = _names(fs, root)
     except FileNotFoundError:
         return 0
     gone = publish.superseded(listing, subtask)
@@ -296,7 +294,7 @@ def _publish(fs: FileSystem, root: str, staging: str, subtask: int, attempt: int
     sources = {name: info.path for name, info in zip(pub.names, staged)}  # the marker has none: created empty
     try:
         while not pub.done:
-            listing = [i.base_name for i in fs.get_file_info(pafs.FileSelector(root))] if pub.needs_listing else None
+            listing = _names(fs, root) if pub.needs_listing else None
             pub, action = pub.advance(listing)
             for name in action.move:
                 if name in sources:
@@ -315,6 +313,13 @@ def _publish(fs: FileSystem, root: str, staging: str, subtask: int, attempt: int
         raise
     assert pub.outcome is not None
     return pub.outcome
+
+
+def _names(fs: FileSystem, root: str) -> list[str]:
+    """One listing of a sink directory: the base names of what is in it."""
+    from pyarrow import fs as pafs
+
+    return [i.base_name for i in fs.get_file_info(pafs.FileSelector(root))]
 
 
 def _delete(fs: FileSystem, path: str, *, directory: bool = False) -> None:

@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["JobInboxes", "HandlerFailed", "DuplicateCommit"]
 
 
-
-
-
-
 class JobInboxes:
     def __init__(self, jm: JobManager) -> None:
         self.jm = jm

@@ -133,12 +133,8 @@ class KvStateMachine(JobsMachine):
     @initialize(slots=st.lists(st.integers(1, 3), min_size=1, max_size=len(TMS)),
                 graph=graphs(queryable=True, restarts=KV_RESTARTS), warmup=st.integers(0, 6))
     def cluster_starts(self, slots: list[int], graph: JobGraph, warmup: int) -> None:
-        """TaskManagers register, a job is submitted, and the cluster works ``warmup`` rounds."""
-        for rid, n in zip(TMS, slots):
-            self.register_taskmanager(rid, n, restarted=False, announce=True)
-        self.submit(graph)
-        if warmup:
-            self.cluster_works(warmup)
+        """As in the jobs model, with a job that publishes queryable state."""
+        JobsMachine.cluster_starts(self, slots, graph, warmup)
 
     @precondition(lambda self: len(self.job_ids) < 3)
     @rule(graph=graphs(queryable=True, restarts=KV_RESTARTS))
