@@ -8,7 +8,21 @@ from pathlib import Path
 
 from sluice.errors import ConfigError
 
-__all__ = ["Settings", "env_int"]
+__all__ = ["Settings", "env_int", "appendfsync"]
+
+FSYNC_POLICIES = ("everysec", "always")
+
+
+def appendfsync(raw: str | None = None) -> str:
+    """The embedded Redis's AOF fsync policy: ``everysec`` (the default: a crash of Redis may
+    lose its last second of acknowledged writes, which the cluster detects and pays for by
+    running unfinished tasks again) or ``always`` (nothing acknowledged is ever lost, at the
+    price of an fsync per write). From ``$SLUICE_REDIS_APPENDFSYNC`` unless given."""
+    value = (raw if raw is not None else os.environ.get("SLUICE_REDIS_APPENDFSYNC") or "everysec").strip().lower()
+    if value not in FSYNC_POLICIES:
+        raise ConfigError(f"appendfsync {value!r} is not one Sluice supports: use 'everysec' or 'always' "
+                          "($SLUICE_REDIS_APPENDFSYNC or --appendfsync)")
+    return value
 
 
 def env_int(name: str, default: int) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice.config import appendfsync
 from sluice.errors import ConfigError, RedisUnavailable
 from sluice.services.common.shell import new_id
 from sluice.store.connection import ping
@@ -89,7 +90,7 @@ class EmbeddedCluster:
             return str(rec["url"])
         if not start:
             raise RedisUnavailable(f"no embedded Redis runs for {self.home}; start one with `sluice cluster start`")
-        server = RedisServer(self.home / "redis")
+        server = RedisServer(self.home / "redis", fsync=appendfsync(self.env.get("SLUICE_REDIS_APPENDFSYNC")))
         url = server.start(detach=detach)
         self._server = server
         self.transient_redis = not detach

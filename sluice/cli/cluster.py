@@ -62,6 +62,11 @@ def _registered(tms: dict, names: set[str]) -> bool:
     return all(tms.get(n, {}).get("status") == "REGISTERED" for n in names)
 
 
+def _fsync(obj: Context, appendfsync: str | None) -> None:
+    if appendfsync is not None:
+        obj.cluster.env["SLUICE_REDIS_APPENDFSYNC"] = appendfsync
+
+
 def _start(obj: Context, taskmanagers: int, slots: int, detach: bool) -> tuple[EmbeddedCluster, EventLog, list]:
     cluster = obj.cluster
     if cluster.processes("jobmanager"):
@@ -99,10 +104,14 @@ def cluster() -> None:
 @click.option("--taskmanagers", "-n", default=2, show_default=True, type=click.IntRange(0, 64))
 @click.option("--slots", "-s", default=2, show_default=True, type=click.IntRange(1, 1024))
 @click.option("--hold", is_flag=True, help="Keep the cluster up until Ctrl-C.")
+@click.option("--appendfsync", type=click.Choice(["everysec", "always"]), default=None,
+              help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
+                   "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.")
 @click.pass_obj
-def up(obj: Context, taskmanagers: int, slots: int, hold: bool) -> None:
+def up(obj: Context, taskmanagers: int, slots: int, hold: bool, appendfsync: str | None) -> None:
     """Start the embedded cluster, show it once every TaskManager registered, then stop it."""
     started = time.monotonic()
+    _fsync(obj, appendfsync)
     cluster, log, _ = _start(obj, taskmanagers, slots, detach=False)
     show(*cluster_table(log))
     console.print(f"cluster up in {time.monotonic() - started:.1f} s; data in {cluster.home}/")
@@ -128,9 +137,13 @@ def cluster_table_offline(obj: Context) -> tuple[dict, dict]:
 @cluster.command()
 @click.option("--taskmanagers", "-n", default=2, show_default=True, type=click.IntRange(0, 64))
 @click.option("--slots", "-s", default=2, show_default=True, type=click.IntRange(1, 1024))
+@click.option("--appendfsync", type=click.Choice(["everysec", "always"]), default=None,
+              help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
+                   "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.")
 @click.pass_obj
-def start(obj: Context, taskmanagers: int, slots: int) -> None:
+def start(obj: Context, taskmanagers: int, slots: int, appendfsync: str | None) -> None:
     """Start the embedded cluster in the background (stop it with `sluice cluster stop`)."""
+    _fsync(obj, appendfsync)
     cluster, log, _ = _start(obj, taskmanagers, slots, detach=True)
     show(*cluster_table(log))
     console.print(f"running in the background; Redis at {cluster.redis_url(start=False)}")
