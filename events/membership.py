@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from .schema import Event, event
+from .schema import Event, event, record
+from .types import TaskState
 
 __all__ = [
+    "AttemptReport",
     "RegisterTaskManager",
     "AcknowledgeRegistration",
     "AlreadyRegistered",
@@ -19,6 +21,7 @@ __all__ = [
     "JobManagerHeartbeat",
     "UnregisterTaskManager",
     "DisconnectTaskManager",
+    "TaskStatesRecorded",
     "TaskManagerRegistered",
     "TaskManagerLost",
     "TaskManagerUnregistered",
@@ -29,13 +32,30 @@ __all__ = [
 # --- messages: TaskManager -> JobManager --------------------------------------------------
 
 
-@event("RegisterTaskManager", version=2)
+@record
+class AttemptReport:
+    """One line of a TaskManager's slot report: an attempt it holds (``state`` DEPLOYING
+    until its worker took it, then RUNNING), or one that ended here whose final state
+    (FINISHED, FAILED, CANCELED, with its ``error``) the leader has not yet confirmed."""
+
+    job_id: str
+    execution_id: str
+    state: TaskState
+    error: str | None = None
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.job_id}/{self.execution_id}"
+
+
+@event("RegisterTaskManager", version=3)
 class RegisterTaskManager(Event):
     """A TaskManager asks the leader at ``epoch`` to join with ``slots`` slots.
 
     ``session`` is new at every start of the TaskManager process, so the leader can tell
     a repeated request (same session) from a restarted TaskManager (new session).
-    Version 2 added ``labels``.
+    Version 2 added ``labels``; version 3 the slot report ``attempts`` (what it holds,
+    and final states not yet confirmed), which the leader reconciles with its own view.
     """
 
     resource_id: str
@@ -45,14 +65,18 @@ class RegisterTaskManager(Event):
     protocol_version: int
     epoch: int
     labels: dict[str, str] = field(default_factory=dict)
+    attempts: list[AttemptReport] = field(default_factory=list)
 
 
-@event("TaskManagerHeartbeat")
+@event("TaskManagerHeartbeat", version=2)
 class TaskManagerHeartbeat(Event):
+    """Version 2 added the slot report ``attempts`` (as in RegisterTaskManager)."""
+
     resource_id: str
     session: str
     epoch: int
     slots_free: int
+    attempts: list[AttemptReport] = field(default_factory=list)
 
 
 @event("UnregisterTaskManager")
@@ -102,6 +126,17 @@ class RefuseRegistration(Event):
 class JobManagerHeartbeat(Event):
     epoch: int
     leader_id: str
+
+
+@event("TaskStatesRecorded")
+class TaskStatesRecorded(Event):
+    """The leader's log has the final state of these attempts (``job/execution`` ids) that
+    the TaskManager's slot report still listed: it may forget them."""
+
+    resource_id: str
+    session: str
+    epoch: int
+    tasks: list[str]
 
 
 @event("DisconnectTaskManager")

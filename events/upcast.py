@@ -61,6 +61,22 @@ def _register_task_manager_v1_v2(payload: Payload) -> Payload:
     return payload
 
 
+@upcaster("RegisterTaskManager", 2)
+def _register_task_manager_v2_v3(payload: Payload) -> Payload:
+    """v3 added the slot report ``attempts``; older TaskManagers reported none."""
+    if isinstance(payload, dict):
+        return {**payload, "attempts": []}
+    return payload
+
+
+@upcaster("TaskManagerHeartbeat", 1)
+def _task_manager_heartbeat_v1_v2(payload: Payload) -> Payload:
+    """v2 added the slot report ``attempts``; older heartbeats reported none."""
+    if isinstance(payload, dict):
+        return {**payload, "attempts": []}
+    return payload
+
+
 @upcaster("UpdateTaskExecutionState", 1)
 def _update_task_execution_state_v1_v2(payload: Payload) -> Payload:
     """v1 named the execution only; v2 records vertex, subtask, attempt and location too."""

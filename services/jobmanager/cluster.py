@@ -17,12 +17,16 @@ from sluice.events import (
     Event,
     JobRefused,
     JobRegistered,
+    RegisterTaskManager,
     SubmitJob,
+    TaskManagerHeartbeat,
     TaskManagerLost,
     TaskManagerUnregistered,
+    TaskStatesRecorded,
 )
 from sluice.events.ids import id_problem
 from sluice.services.jobs import core as jobs
+from sluice.services.jobs.reconcile import reconcile
 from sluice.services.jobs.validate import problems
 from sluice.services.membership.core import decide, decide_timeouts, evolve
 from sluice.store import Consumed
@@ -68,6 +72,28 @@ class ClusterInbox:
         rid = getattr(msg, "resource_id", None)
         if rid is not None and jm.state.membership.is_registered(rid, getattr(msg, "session", "")):
             jm.state.monitor.observe(rid, jm.world.now_ms())
+            if isinstance(msg, (RegisterTaskManager, TaskManagerHeartbeat)):
+                self.reconcile(msg)
+
+    def reconcile(self, msg: RegisterTaskManager | TaskManagerHeartbeat) -> None:
+        """The TaskManager's slot report against the leader's view (services/jobs/reconcile.py):
+        what differs for long enough is recorded as facts, cancelled or confirmed. A crash
+        half-way is harmless: the next report finds what is left."""
+        jm = self.jm
+        now = jm.world.now_ms()
+        out = reconcile(jm.state.jobs, jm.state.reports, msg.resource_id, msg.session, msg.attempts, now,
+                        jm.config.heartbeat_timeout_ms, jm.jobs_config)
+        for note in out.notes:
+            jm.logger.warning("reconciled with a slot report", taskmanager=msg.resource_id, what=note)
+        for decision in out.decisions:
+            jm.job_inboxes.commit(decision)
+        inbox = jm.keys.inbox(jm.keys.taskmanager(msg.resource_id))
+        sends: list[tuple[str, Event]] = [(inbox, m) for m in (*out.cancels, *out.release)]
+        if out.recorded:
+            sends.append((inbox, TaskStatesRecorded(msg.resource_id, msg.session, jm.committer.epoch or 0,
+                                                    out.recorded)))
+        if sends:
+            jm.committer.commit(jm.tag, [], sends=sends)
 
     def consumed(self, entry: Entry) -> Consumed:
         return Consumed(entry.stream, self.jm.group, entry.id)
@@ -85,6 +111,7 @@ class ClusterInbox:
             ev = env.event
             if isinstance(ev, (TaskManagerLost, TaskManagerUnregistered)):
                 jm.state.monitor.forget(ev.resource_id)
+                jm.state.reports.forget(ev.resource_id)
                 for d in jobs.taskmanager_lost(jm.state.jobs, ev.resource_id, ev.reason, jm.jobs_config, env.ts,
                                                ev.session):
                     jm.job_inboxes.commit(d)

@@ -13,6 +13,7 @@ from sluice.errors import DuplicateCommit, HandlerFailed, MessageRejected
 from sluice.events import ExecutionGraphBuilt, JobRefused, JobStatus, SubmitJob
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
+from sluice.services.jobs.reconcile import deployment_timeouts
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import Consumed, tag_of
 from sluice.store.consumer import Entry
@@ -138,8 +139,15 @@ class JobInboxes:
                 for r in sorted(self.jm.state.membership.active(), key=lambda r: r.resource_id)}
 
     def tick(self, now: int) -> None:
-        total = sum(r.slots for r in self.jm.state.membership.active())
-        for d in jobs.tick(self.jm.state.jobs, self.jm.jobs_config, now, total):
+        jm = self.jm
+        total = sum(r.slots for r in jm.state.membership.active())
+        for d in jobs.tick(jm.state.jobs, jm.jobs_config, now, total):
+            self.commit(d)
+        reports = jm.state.reports
+        if not reports.leading_since:
+            reports.leading_since = now  # the first tick of this leadership
+        for d in deployment_timeouts(jm.state.jobs, reports, now, jm.jobs_config.deploy_timeout_ms, jm.jobs_config):
+            jm.logger.warning("deployment timed out", job=d.job_id, facts=len(d.facts))
             self.commit(d)
         self.flush_coordinators(now)
 

@@ -28,6 +28,7 @@ from sluice.services.common.shell import get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS, JobCoordinators
 from sluice.services.jobs import core as jobs
+from sluice.services.jobs.reconcile import Memory as SlotReports
 from sluice.services.jobs.state import TERMINAL_JOB, JobsState
 from sluice.services.membership.core import HeartbeatMonitor, Membership, MembershipConfig
 from sluice.store import Blobs, EventLog, GroupConsumer
@@ -36,7 +37,7 @@ from sluice.store.consumer import Entry
 from .cluster import ClusterInbox
 from .committer import Committer
 from .job_inboxes import DuplicateCommit, HandlerFailed, JobInboxes
-from .leadership import Lease, Replay
+from .leadership import Lease, Replay, SnapshotWriter
 
 __all__ = ["JobManager", "LeaderState", "GROUP"]
 
@@ -52,6 +53,8 @@ class LeaderState:
     jobs: JobsState = field(default_factory=JobsState)
     monitor: HeartbeatMonitor = field(default_factory=HeartbeatMonitor)
     coords: dict[str, JobCoordinators] = field(default_factory=dict)
+    reports: SlotReports = field(default_factory=SlotReports)
+    """What the TaskManagers' slot reports showed lately (services/jobs/reconcile.py)."""
 
 
 class JobManager:
@@ -220,7 +223,9 @@ class JobManager:
         self._announced = False
         self.committer.begin(epoch, server)
         self.phase = "replaying"
-        self.replay = Replay(self.log, self.committer.fence, page=self.replay_page)
+        self.replay = Replay(self.log, self.committer.fence, page=self.replay_page, logger=self.logger,
+                             monotonic=self.world.monotonic)
+        self.logger.info("replaying the log", epoch=epoch)
         return True
 
     def step_down(self) -> None:
@@ -231,6 +236,7 @@ class JobManager:
         self.replay = None
         self.committer.end()
         self.state = LeaderState()
+        self.snapshots: SnapshotWriter | None = None
         self._next_acquire = 0
 
     def _unexpected(self, exc: BaseException, what: str) -> None:
@@ -253,7 +259,7 @@ class JobManager:
         self.registered = set(r.registered)
         self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
         restoring = []
-        for job_id in r.registered:
+        for job_id in r.live:  # archived jobs (ended) are not followed: loaded when asked about
             job = r.jobs.jobs.get(job_id)
             if job is None or job.status not in TERMINAL_JOB:
                 self.job_inboxes.follow(job_id)
@@ -276,6 +282,8 @@ class JobManager:
             self.cluster.commit_facts([*self._log_restarted(before, server), granted], consequences=False)
         elif grant is None or (grant.epoch, grant.leader_id, grant.server) != (epoch, self.id, server):
             self.cluster.commit_facts([granted])
+        else:
+            granted = grant if grant is not None else granted  # the log's last grant is already ours
         for job_id, coords, tails in restoring:
             coords.start(now)
             coords.replay(tails)
@@ -286,13 +294,15 @@ class JobManager:
         for d in jobs.log_restarted(self.state.jobs, members.restart_reason, now, members.attempt_floor):
             self.job_inboxes.commit(d)
         self.state.monitor.restart(self.state.membership, now)
-        for tag in [self.tag] + [self.keys.job(j) for j in r.registered]:
+        for tag in [self.tag] + [self.keys.job(j) for j in r.live]:
             self.committer.deliver(tag)
         self.consumer.ensure_group()
         self.saw_restart = None
+        self.snapshots = SnapshotWriter(self, r, granted)
         self.phase = "leading"
         self.replay = None
-        self.logger.info("leading", epoch=epoch, replayed=r.facts, taskmanagers=len(self.state.membership.active()),
+        self.logger.info("leading", epoch=epoch, replayed=r.facts, from_snapshots=r.from_snapshots,
+                         archived=len(r.archived), taskmanagers=len(self.state.membership.active()),
                          jobs=len(self.state.jobs.jobs))
         # Messages a previous leader read but never committed: ours now (each once).
         self.handle_batch(self.consumer.recover())
@@ -358,6 +368,9 @@ class JobManager:
         if now >= self._next_trim:
             self.log.trim_consumed(self.inbox, GROUP, keep_ms=self.inbox_retention_ms, now_ms=now)
             self._next_trim = now + min(self.inbox_retention_ms, 10_000)
+        snapshots = getattr(self, "snapshots", None)
+        if snapshots is not None:  # ended jobs are archived at once; the rest every interval
+            snapshots.tick(now)
 
     def _dead_lettered(self, stream: str, entry_id: str, error: Exception) -> None:
         self.logger.warning("entry parked in dead letters", stream=stream, entry=entry_id, error=str(error)[:300])

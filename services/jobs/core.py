@@ -81,6 +81,8 @@ LEGAL: frozenset[tuple[TaskState, TaskState]] = frozenset({
 @dataclass(frozen=True)
 class JobsConfig:
     slot_timeout_ms: int = 300_000
+    deploy_timeout_ms: int = 60_000
+    """An attempt DEPLOYING this long, not held by its TaskManager, fails (services/jobs/reconcile.py)."""
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from sluice.errors import RedisUnavailable
 from sluice.events import (
     AcknowledgeRegistration,
+    AttemptReport,
     CancelTask,
     DisconnectTaskManager,
     Envelope,
@@ -33,6 +34,7 @@ from sluice.events import (
     SubmitTask,
     TaskOperationResult,
     TaskState,
+    TaskStatesRecorded,
     UnregisterTaskManager,
     UpdateTaskExecutionState,
     descriptor_to_json,
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["TaskManager", "GROUP"]
 
 GROUP = "taskmanager"
-_REMEMBERED = 10_000  # inbox entries remembered as handled
+_REMEMBERED = 10_000  # inbox entries remembered as handled, and final states kept unconfirmed
 
 
 class TaskManager:
@@ -89,6 +91,9 @@ class TaskManager:
         """Reports to jobs not yet sent (Redis was away): sent, in order, before anything else."""
         self._exits: deque[tuple[int, str]] = deque()  # workers seen dead, not yet recorded
         self.handled: OrderedDict[str, None] = OrderedDict()
+        self.finals: OrderedDict[str, AttemptReport] = OrderedDict()
+        """Final states of tasks that ended here, kept (and listed in every slot report)
+        until the leader confirms its log has them: a report lost on the way is not lost."""
         self.server: str | None = None
         self._recovering = False
         self._started = False
@@ -169,6 +174,10 @@ class TaskManager:
                 self._cancel_task(msg)
             elif isinstance(msg, UpdateTaskExecutionState):
                 self._task_ended(msg)
+            elif isinstance(msg, TaskStatesRecorded):
+                if msg.session == self.reg.session:
+                    for tid in msg.tasks:
+                        self.finals.pop(tid, None)
             else:
                 # The leader no longer counts our tasks in (it declared us lost, and tells us to
                 # register again, or acknowledges a fresh registration): drop them here too.
@@ -193,8 +202,22 @@ class TaskManager:
             self._server_restarted(server)
         leader = current_leader(self.log)
         free = self.reg.slots - len(self.tasks)
-        for send in self.reg.tick(self.world.now_ms(), leader.epoch if leader else None, free):
+        for send in self.reg.tick(self.world.now_ms(), leader.epoch if leader else None, free, self.slot_report()):
             self._send(send.message)
+
+    def slot_report(self) -> list[AttemptReport]:
+        """What this TaskManager holds (DEPLOYING until handed to its worker, then RUNNING)
+        and the final states the leader has not confirmed yet."""
+        held = [AttemptReport(t.descriptor.job_id, t.descriptor.execution_id,
+                              TaskState.RUNNING if t.rq_job else TaskState.DEPLOYING) for t in self.tasks.values()]
+        return held + list(self.finals.values())
+
+    def _final(self, task: Task, state: TaskState, error: str | None = None) -> None:
+        """Remember a task's final state until the leader confirms it."""
+        d = task.descriptor
+        self.finals[task.id] = AttemptReport(d.job_id, d.execution_id, state, error)
+        while len(self.finals) > _REMEMBERED:
+            self.finals.popitem(last=False)
 
     def _server_restarted(self, server: str) -> None:
         """Redis restarted. If it keeps every acknowledged write, nothing was lost: go on.
@@ -207,6 +230,7 @@ class TaskManager:
         self.logger.warning("the Redis server restarted and may have lost writes; dropping tasks and registering "
                             "again", run_id=server[:8], tasks=len(self.tasks))
         self._drop_all_tasks("the Redis server restarted")
+        self.finals.clear()  # the leader runs every unfinished attempt again, renumbered
         self.consumer.skip_to_end()
         self.reg = Registration(self.resource_id, self.world.new_id(), self.reg.host, self.reg.slots,
                                 self.reg.config, self.reg.labels)
@@ -291,6 +315,7 @@ class TaskManager:
                 self._to_job(msg.job_id, ScheduleOrUpdateConsumers(d.job_id, d.execution_id, d.vertex,
                                                                    d.subtask, d.attempt), flush=False)
             self._to_job(msg.job_id, self._state(task, TaskState.FINISHED), flush=False)
+            self._final(task, TaskState.FINISHED)
             release(task, self.steps, keep_output=True)
         self._flush()
 
@@ -356,6 +381,7 @@ class TaskManager:
             return
         self._cancel_launch(task)
         self._to_job(msg.job_id, self._state(task, TaskState.CANCELED), flush=False)
+        self._final(task, TaskState.CANCELED)
         release(task, self.steps, keep_output=False)
         self._flush()
 
@@ -395,6 +421,8 @@ class TaskManager:
     def _task_ended(self, msg: UpdateTaskExecutionState) -> None:
         task = self.tasks.get(f"{msg.job_id}/{msg.execution_id}")
         if task is not None and msg.state.terminal:
+            if msg.taskmanager == self.resource_id:  # its worker's report (not the leader's release)
+                self._final(task, msg.state, msg.error)
             release(task, self.steps, keep_output=msg.state == TaskState.FINISHED)
 
     # --- workers -------------------------------------------------------------------------
@@ -416,11 +444,12 @@ class TaskManager:
             if task.id in self.cancelling:
                 self.cancelling.discard(task.id)
                 self._to_job(task.descriptor.job_id, self._state(task, TaskState.CANCELED), flush=False)
+                self._final(task, TaskState.CANCELED)
             else:
                 self.logger.warning("worker died mid-task", slot=slot, task=task.id, how=how)
-                self._to_job(task.descriptor.job_id, self._state(
-                    task, TaskState.FAILED, f"the worker process of slot {slot} died ({how}) while running the task"),
-                    flush=False)
+                error = f"the worker process of slot {slot} died ({how}) while running the task"
+                self._to_job(task.descriptor.job_id, self._state(task, TaskState.FAILED, error), flush=False)
+                self._final(task, TaskState.FAILED, error)
             release(task, self.steps, keep_output=False)
             self._exits.popleft()
         self._flush()

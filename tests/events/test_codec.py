@@ -162,8 +162,20 @@ def test_an_old_version_is_upcast_to_the_current_one() -> None:
     v1 = orjson.loads(encode(current))
     v1["v"] = 1
     del v1["payload"]["labels"]  # what a v1 writer wrote
-    assert events.RegisterTaskManager.VERSION == 2
+    del v1["payload"]["attempts"]
+    assert events.RegisterTaskManager.VERSION == 3
     assert decode(orjson.dumps(v1)) == current
+
+
+def test_a_v1_heartbeat_reads_as_one_with_an_empty_slot_report() -> None:
+    current = Envelope(events.TaskManagerHeartbeat("tm", "s", 4, 2), "id", 4, 5)
+    v1 = orjson.loads(encode(current))
+    v1["v"] = 1
+    del v1["payload"]["attempts"]
+    assert decode(orjson.dumps(v1)) == current
+    report = Envelope(events.TaskManagerHeartbeat("tm", "s", 4, 2, [
+        events.AttemptReport("j", "v:0:1", events.TaskState.FAILED, "boom")]), "id", 4, 5)
+    assert decode(encode(report)) == report
 
 
 def test_a_version_without_an_upcaster_is_refused_clearly() -> None:

@@ -1,0 +1,211 @@
+"""Reconciliation, pure: a TaskManager's slot report against the leader's view of it, as
+Flink's JobMaster reconciles a TaskExecutor's execution deployment report.
+
+A TaskManager reports, with every registration and heartbeat, the attempts it holds and
+the final states it has not yet seen confirmed. The leader compares that with the
+attempts it placed there:
+
+* **missing**: an attempt it thinks is running there (INITIALIZING, RUNNING, CANCELING)
+  that the TaskManager does not hold and has no final state for (its end was never
+  recorded anywhere) fails, and is restarted as any failure is;
+* **unknown**: an attempt the TaskManager holds that the leader does not count (an older
+  attempt, one that failed or was cancelled, another TaskManager's, a job it does not
+  run) is cancelled there; one the leader has as FINISHED is released there instead (a
+  cancel would delete the output its consumers read);
+* **lost final**: a final state the TaskManager reports for an attempt the leader still
+  has running is accepted, as if its report had arrived;
+* **recorded**: final states the log already has are confirmed, so the TaskManager can
+  forget them;
+* **deployment timeout**: an attempt DEPLOYING for longer than the timeout that its
+  TaskManager does not report holding fails (its SubmitTask or the answer was lost).
+
+Reports travel on the cluster inbox, the attempts' own reports on their jobs' inboxes,
+so one may overtake the other: a difference must persist over two reports and a grace
+period (the heartbeat timeout) before the leader acts on it. What the leader remembers
+between reports (``Memory``) is soft state, like the heartbeat monitor: a new leader
+starts it afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sluice.events import AttemptReport, CancelTask, TaskState, UpdateTaskExecutionState
+
+from .core import Decision, JobsConfig, _fail, _maybe_complete, _Recorder, _update
+from .state import TERMINAL_JOB, JobsState
+
+__all__ = ["Memory", "Reconciled", "reconcile", "deployment_timeouts"]
+
+_WATCHED = (TaskState.INITIALIZING, TaskState.RUNNING, TaskState.CANCELING)
+"""States in which an attempt must be in its TaskManager's report (DEPLOYING: the
+TaskManager may not have its SubmitTask yet; the deployment timeout covers it)."""
+
+
+@dataclass
+class _Seen:
+    """One difference: first seen at ``since``, in ``reports`` consecutive reports."""
+
+    since: int
+    reports: int = 1
+
+
+@dataclass
+class _PerTaskManager:
+    at: int = 0
+    held: frozenset[str] = frozenset()
+    differences: dict[tuple[str, str], _Seen] = field(default_factory=dict)
+    """(kind, task id) -> when first seen; kind: missing, unknown, final, finished."""
+    cancelled: dict[str, int] = field(default_factory=dict)
+    """Task id -> when a cancel was last sent for it (sent again after the grace period)."""
+
+
+@dataclass
+class Memory:
+    """The leader's soft memory of slot reports, per TaskManager."""
+
+    taskmanagers: dict[str, _PerTaskManager] = field(default_factory=dict)
+    leading_since: int = 0
+    """When this leader began (deployment timeouts count from then at the earliest)."""
+
+    def forget(self, resource_id: str) -> None:
+        self.taskmanagers.pop(resource_id, None)
+
+    def holds(self, resource_id: str, task_id: str) -> bool:
+        tm = self.taskmanagers.get(resource_id)
+        return tm is not None and task_id in tm.held
+
+
+@dataclass
+class Reconciled:
+    """What one slot report causes: job decisions (facts) and messages to the TaskManager."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    cancels: list[CancelTask] = field(default_factory=list)
+    release: list[UpdateTaskExecutionState] = field(default_factory=list)
+    """Attempts the leader has as FINISHED that the TaskManager still holds: freed there."""
+    recorded: list[str] = field(default_factory=list)
+    """Final states the log has: the TaskManager may forget them."""
+    notes: list[str] = field(default_factory=list)
+
+
+def _split(task_id: str) -> tuple[str, str]:
+    job_id, _, execution_id = task_id.partition("/")
+    return job_id, execution_id
+
+
+def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, report: list[AttemptReport],
+              now: int, grace_ms: int, config: JobsConfig) -> Reconciled:
+    """Compare TaskManager ``resource_id`` (registered as ``session``)'s slot report with the
+    attempts placed on it; the state is changed by the decisions, as they are decided."""
+    out = Reconciled()
+    tm = memory.taskmanagers.setdefault(resource_id, _PerTaskManager())
+    previous, tm.differences = tm.differences, {}
+    held = {r.task_id: r for r in report if not r.state.terminal}
+    finals = {r.task_id: r for r in report if r.state.terminal}
+    tm.at, tm.held = now, frozenset(held)
+    recorders: dict[str, _Recorder] = {}
+
+    def due(kind: str, task_id: str) -> bool:
+        """Whether a difference has lasted long enough to act on (and remember it)."""
+        seen = previous.get((kind, task_id))
+        seen = _Seen(seen.since, seen.reports + 1) if seen is not None else _Seen(now)
+        tm.differences[(kind, task_id)] = seen
+        return seen.reports >= 2 and now - seen.since >= grace_ms
+
+    def recorder(job_id: str) -> _Recorder:
+        if job_id not in recorders:
+            recorders[job_id] = _Recorder(state, job_id, now)
+        return recorders[job_id]
+
+    # Missing: placed here, running, and neither held nor ended here.
+    for job in state.jobs.values():
+        if job.status in TERMINAL_JOB:
+            continue
+        for ex in job.executions():
+            if ex.taskmanager != resource_id or ex.state not in _WATCHED:
+                continue
+            if ex.session is not None and ex.session != session:
+                continue  # an earlier registration's: the TaskManager-lost path fails it
+            task_id = f"{job.job_id}/{ex.id}"
+            if task_id in held or task_id in finals or not due("missing", task_id):
+                continue
+            rec = recorder(job.job_id)
+            if ex.state == TaskState.CANCELING:
+                rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
+                                                  ex.attempt, ex.taskmanager, ex.slot))
+            else:
+                _fail(rec, job, ex, f"TaskManager {resource_id} no longer holds it and never reported its end "
+                                    "(its slot report does not list it)", config)
+            _maybe_complete(rec, job)
+            out.notes.append(f"{task_id} missing on {resource_id}: failed")
+
+    # Final states reported here.
+    for task_id, line in finals.items():
+        job_id, execution_id = _split(task_id)
+        job = state.jobs.get(job_id)
+        ex = job.current(execution_id) if job is not None else None
+        if job is None or job.status in TERMINAL_JOB or ex is None or ex.state.terminal \
+                or ex.taskmanager != resource_id:
+            out.recorded.append(task_id)  # the log has its end, or does not count the attempt
+            continue
+        if not due("final", task_id):
+            continue
+        rec = recorder(job_id)
+        before = len(rec.decision.facts)
+        _update(rec, job, UpdateTaskExecutionState(job_id, execution_id, line.state, line.error, ex.vertex, ex.subtask,
+                                                   ex.attempt, resource_id, ex.slot), config)
+        if len(rec.decision.facts) > before:
+            out.notes.append(f"{task_id}: its {line.state.value} report was lost; taken from the slot report")
+
+    # Attempts held here that the leader does not count.
+    for task_id in held:
+        job_id, execution_id = _split(task_id)
+        job = state.jobs.get(job_id)
+        ex = job.current(execution_id) if job is not None else None
+        if ex is not None and ex.taskmanager == resource_id and not ex.state.terminal:
+            continue  # as it should be
+        if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.FINISHED:
+            if due("finished", task_id):  # no TaskManager named: the leader's release, not a worker's report
+                out.release.append(UpdateTaskExecutionState(job_id, execution_id, TaskState.FINISHED, None, ex.vertex,
+                                                            ex.subtask, ex.attempt, None, ex.slot))
+            continue
+        if not due("unknown", task_id):
+            continue
+        last = tm.cancelled.get(task_id)
+        if last is not None and now - last < grace_ms:
+            continue
+        tm.cancelled[task_id] = now
+        why = ("its job is not running" if job is None or job.status in TERMINAL_JOB
+               else "the leader does not count this attempt (it failed, was cancelled, or was replaced)")
+        out.cancels.append(CancelTask(job_id, execution_id, f"reconciled with the slot report of {resource_id}: {why}"))
+        out.notes.append(f"{task_id} unknown on {resource_id}: cancelled")
+    tm.cancelled = {t: at for t, at in tm.cancelled.items() if t in held}
+    out.decisions = [rec.decision for rec in recorders.values() if rec.decision]
+    return out
+
+
+def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: int,
+                        config: JobsConfig) -> list[Decision]:
+    """Attempts DEPLOYING for longer than ``timeout_ms`` (counted from this leader's start
+    at the earliest) that their TaskManager does not report holding fail, and are restarted
+    as any failure is; the TaskManager is told to cancel them in case they arrive late."""
+    out = []
+    for job in list(state.jobs.values()):
+        if job.status in TERMINAL_JOB:
+            continue
+        rec = _Recorder(state, job.job_id, now)
+        for ex in list(job.executions()):
+            if ex.state != TaskState.DEPLOYING or ex.taskmanager is None:
+                continue
+            waited = now - max(ex.since, memory.leading_since)
+            if waited <= timeout_ms or memory.holds(ex.taskmanager, f"{job.job_id}/{ex.id}"):
+                continue
+            tm = ex.taskmanager
+            _fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
+                                "(its SubmitTask or the answer was lost)", config)
+            rec.send(("tm", tm), CancelTask(job.job_id, ex.id, "deployment timed out"))
+        _maybe_complete(rec, job)
+        if rec.decision:
+            out.append(rec.decision)
+    return out

@@ -1,0 +1,247 @@
+"""Reconciliation, pure: slot reports against the leader's view (services/jobs/reconcile.py).
+
+Every difference is acted on only once it has lasted two reports and the grace period
+(reports and the attempts' own reports travel on different streams); then a lost final
+state is accepted, a missing attempt fails and restarts, an unknown one is cancelled (a
+finished one released), and a deployment no TaskManager took times out.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.events import (
+    AttemptReport,
+    CancelTask,
+    Envelope,
+    JobStatus,
+    RestartStrategy,
+    SubmitTask,
+    TaskRestartScheduled,
+    TaskState,
+    UpdateTaskExecutionState,
+)
+from sluice.services.jobs import core
+from sluice.services.jobs.reconcile import Memory, deployment_timeouts, reconcile
+from sluice.services.jobs.state import JobsState, evolve
+from tests.services.test_jobs_core import CFG, wordcount
+from tests.services.test_jobs_core import Sim as _Sim
+
+GRACE = 5_000
+
+
+class Sim(_Sim):
+    """The jobs core driven as the shell does, each fact recorded with its time."""
+
+    def record(self, decision: core.Decision) -> core.Decision:
+        self.__dict__.setdefault("timed", []).extend((f, self.now) for f in decision.facts)
+        return super().record(decision)
+
+    def replayed(self) -> JobsState:
+        state = JobsState()
+        for fact, at in self.__dict__.get("timed", []):
+            evolve(state, Envelope(fact, "", 0, at))
+        return state
+
+    def replays_to_live(self) -> bool:
+        """The live state equals a fold of its facts (but for ``ready``, the scheduler's work
+        queue, which the live scheduler drains as it deploys)."""
+        def norm(state: JobsState) -> JobsState:
+            for job in state.jobs.values():
+                job.ready.clear()
+            return state
+
+        live = copy.deepcopy(self.state)
+        return norm(live) == norm(self.replayed())
+
+
+def started(sim: Sim) -> list[SubmitTask]:
+    """Two source subtasks deployed (one on each TaskManager) and RUNNING."""
+    tasks = sim.schedule()
+    for t in tasks:
+        sim.report(t, TaskState.RUNNING)
+    return tasks
+
+
+def where(sim: Sim, t: SubmitTask) -> str:
+    tm = sim.job.vertices[t.vertex_id].subtasks[t.subtask].taskmanager
+    assert tm is not None
+    return tm
+
+
+def line(t: SubmitTask, state: TaskState, error: str | None = None) -> AttemptReport:
+    return AttemptReport("j1", t.execution_id, state, error)
+
+
+def run(sim: Sim, memory: Memory, tm: str, report: list[AttemptReport]):
+    out = reconcile(sim.state, memory, tm, "s", report, sim.now, GRACE, CFG)
+    for d in out.decisions:
+        sim.record(d)
+    return out
+
+
+def test_a_consistent_report_changes_nothing_however_often_it_comes() -> None:
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    tasks = started(sim)
+    memory = Memory()
+    for _ in range(5):
+        for t in tasks:
+            out = run(sim, memory, where(sim, t), [line(t, TaskState.RUNNING)])
+            assert (out.decisions, out.cancels, out.release, out.recorded) == ([], [], [], [])
+        sim.now += GRACE
+    assert sim.job.status == JobStatus.RUNNING
+
+
+def test_a_lost_final_state_is_accepted_after_two_reports_and_the_grace_period() -> None:
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    t, _ = started(sim)
+    tm, memory = where(sim, t), Memory()
+    failed = [line(t, TaskState.FAILED, "ValueError: bad row 7")]
+    assert run(sim, memory, tm, failed).decisions == []  # its own report may be on the way
+    sim.now += GRACE - 1
+    assert run(sim, memory, tm, failed).decisions == []  # not yet: within the grace period
+    sim.now += 1
+    out = run(sim, memory, tm, failed)
+    facts = [f for d in out.decisions for f in d.facts]
+    assert isinstance(facts[0], UpdateTaskExecutionState) and facts[0].state == TaskState.FAILED
+    assert facts[0].error == "ValueError: bad row 7"
+    assert any(isinstance(f, TaskRestartScheduled) for f in facts)  # restarted as any failure is
+    # Now the log has it: the next report's line is confirmed, so the TaskManager forgets it.
+    assert run(sim, memory, tm, failed).recorded == [f"j1/{t.execution_id}"]
+    assert sim.replays_to_live()
+
+
+def test_a_lost_finished_report_finishes_the_subtask() -> None:
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    t, _ = started(sim)
+    sim.produce(t)
+    tm, memory = where(sim, t), Memory()
+    for _ in range(2):
+        run(sim, memory, tm, [line(t, TaskState.FINISHED)])
+        sim.now += GRACE
+    assert sim.job.vertices[t.vertex_id].subtasks[t.subtask].state == TaskState.FINISHED
+    assert sim.job.restarts == 0
+
+
+def test_an_attempt_its_taskmanager_no_longer_holds_fails_and_restarts() -> None:
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    t, other = started(sim)
+    tm, memory = where(sim, t), Memory()
+    assert run(sim, memory, tm, []).decisions == []
+    sim.now += GRACE
+    out = run(sim, memory, tm, [])
+    (fact, restart) = [f for d in out.decisions for f in d.facts][:2]
+    assert fact.state == TaskState.FAILED and "no longer holds it" in (fact.error or "")
+    assert isinstance(restart, TaskRestartScheduled) and restart.attempt == t.attempt + 1
+    # The other TaskManager's attempt is not touched by this one's report.
+    assert sim.job.vertices[other.vertex_id].subtasks[other.subtask].state == TaskState.RUNNING
+
+
+def test_a_difference_that_goes_away_starts_over() -> None:
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    t, _ = started(sim)
+    tm, memory = where(sim, t), Memory()
+    run(sim, memory, tm, [])  # an old report, overtaken
+    sim.now += GRACE
+    run(sim, memory, tm, [line(t, TaskState.RUNNING)])
+    sim.now += GRACE
+    assert run(sim, memory, tm, []).decisions == []  # one report only since it went missing
+    assert sim.job.vertices[t.vertex_id].subtasks[t.subtask].state == TaskState.RUNNING
+
+
+def test_an_attempt_the_leader_does_not_count_is_cancelled_once_per_grace_period() -> None:
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    t, _ = started(sim)
+    tm, memory = where(sim, t), Memory()
+    stale = AttemptReport("j1", t.execution_id.rsplit(":", 1)[0] + ":7", TaskState.RUNNING)  # a newer attempt
+    gone = AttemptReport("no-such-job", "v:0:0", TaskState.RUNNING)
+    report = [line(t, TaskState.RUNNING), stale, gone]
+    assert run(sim, memory, tm, report).cancels == []
+    sim.now += GRACE
+    out = run(sim, memory, tm, report)
+    assert sorted((c.job_id, c.execution_id) for c in out.cancels) == sorted(
+        [("j1", stale.execution_id), ("no-such-job", "v:0:0")])
+    assert "its job is not running" in next(c for c in out.cancels if c.job_id == "no-such-job").reason
+    sim.now += 1
+    assert run(sim, memory, tm, report).cancels == []  # sent already; again only after the grace period
+    sim.now += GRACE
+    assert len(run(sim, memory, tm, report).cancels) == 2
+    assert sim.job.status == JobStatus.RUNNING and sim.job.restarts == 0
+
+
+def test_a_finished_attempt_still_held_is_released_not_cancelled() -> None:
+    """A cancel would delete the output the consumers read."""
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    t, _ = started(sim)
+    sim.produce(t)
+    sim.report(t, TaskState.FINISHED)
+    tm, memory = where(sim, t), Memory()
+    for _ in range(2):
+        out = run(sim, memory, tm, [line(t, TaskState.RUNNING)])
+        sim.now += GRACE
+    assert out.cancels == [] and [(r.execution_id, r.state, r.taskmanager) for r in out.release] == [
+        (t.execution_id, TaskState.FINISHED, None)]
+
+
+def test_a_deployment_no_taskmanager_took_times_out_and_restarts() -> None:
+    sim = Sim(wordcount(RestartStrategy("fixed-delay", 2, 0)), {"tm-a": 1, "tm-b": 1})
+    a, b = sim.schedule()  # both DEPLOYING
+    tm_a = where(sim, a)
+    memory = Memory(leading_since=sim.now)
+    run(sim, memory, where(sim, b), [line(b, TaskState.DEPLOYING)])  # b's TaskManager has it
+    sim.now += 60_000
+    assert deployment_timeouts(sim.state, memory, sim.now, 60_000, CFG) == []
+    sim.now += 1
+    (d,) = deployment_timeouts(sim.state, memory, sim.now, 60_000, CFG)
+    sim.record(d)
+    assert d.facts[0].execution_id == a.execution_id and "not acknowledged within 60 s" in (d.facts[0].error or "")
+    assert [(dest, type(m)) for dest, m in d.sends] == [(("tm", tm_a), CancelTask)]
+    assert sim.job.vertices[b.vertex_id].subtasks[b.subtask].state == TaskState.DEPLOYING
+    assert sim.job.vertices[a.vertex_id].subtasks[a.subtask].attempt == a.attempt + 1
+
+
+def test_a_new_leader_gives_deployments_a_full_timeout() -> None:
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim.schedule()
+    sim.now += 120_000
+    assert deployment_timeouts(sim.state, Memory(leading_since=sim.now - 1_000), sim.now, 60_000, CFG) == []
+
+
+_KINDS = st.sampled_from(["held", "missing", "finished", "failed", "stale", "unknown-job"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(kinds=st.lists(st.tuples(st.integers(0, 1), _KINDS), min_size=1, max_size=12),
+       gaps=st.lists(st.integers(0, 2 * GRACE), min_size=12, max_size=12))
+def test_whatever_the_reports_the_facts_replay_to_the_live_state(kinds, gaps) -> None:
+    """Reports of any shape, at any pace: the state stays a fold of the recorded facts;
+    a TaskManager's first report, or one within the grace period of its first, never
+    causes anything; and an attempt a report shows as held is never failed or cancelled."""
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    tasks = started(sim)
+    placed = [where(sim, t) for t in tasks]
+    memory = Memory()
+    first: dict[str, int] = {}
+    for (which, kind), gap in zip(kinds, gaps):
+        t, tm = tasks[which], placed[which]
+        report = {
+            "held": [line(t, TaskState.RUNNING)],
+            "missing": [],
+            "finished": [line(t, TaskState.FINISHED)],
+            "failed": [line(t, TaskState.FAILED, "boom")],
+            "stale": [AttemptReport("j1", t.execution_id.rsplit(":", 1)[0] + ":9", TaskState.RUNNING)],
+            "unknown-job": [AttemptReport("other", "v:0:0", TaskState.RUNNING)],
+        }[kind]
+        first.setdefault(tm, sim.now)
+        current = sim.job.vertices[t.vertex_id].subtasks[t.subtask]
+        running = current.attempt == t.attempt and not current.state.terminal
+        out = run(sim, memory, tm, report)
+        if out.decisions or out.cancels or out.release:
+            assert sim.now - first[tm] >= GRACE
+        if kind == "held" and running:
+            assert out.decisions == [] and out.cancels == []
+        sim.now += gap
+    assert sim.replays_to_live()
