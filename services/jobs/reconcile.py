@@ -11,7 +11,8 @@ attempts it placed there:
 * **unknown**: an attempt the TaskManager holds that the leader does not count (an older
   attempt, one that failed or was cancelled, another TaskManager's, a job it does not
   run) is cancelled there; one the leader has as FINISHED is released there instead (a
-  cancel would delete the output its consumers read);
+  cancel would delete the output its consumers read); one the leader is cancelling is
+  told again (its CancelTask was lost);
 * **lost final**: a final state the TaskManager reports for an attempt the leader still
   has running is accepted, as if its report had arrived;
 * **recorded**: final states the log already has are confirmed, so the TaskManager can
@@ -163,6 +164,13 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
         job_id, execution_id = _split(task_id)
         job = state.jobs.get(job_id)
         ex = job.current(execution_id) if job is not None else None
+        if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.CANCELING:
+            # Still held though the leader cancelled it: the CancelTask was lost, say it again.
+            if due("cancelling", task_id) and now - tm.cancelled.get(task_id, now - grace_ms) >= grace_ms:
+                tm.cancelled[task_id] = now
+                out.cancels.append(CancelTask(job_id, execution_id, "cancelled (said again: the TaskManager still "
+                                                                    "holds it)"))
+            continue
         if ex is not None and ex.taskmanager == resource_id and not ex.state.terminal:
             continue  # as it should be
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.FINISHED:
@@ -201,10 +209,10 @@ def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: 
             waited = now - max(ex.since, memory.leading_since)
             if waited <= timeout_ms or memory.holds(ex.taskmanager, f"{job.job_id}/{ex.id}"):
                 continue
-            tm = ex.taskmanager
+            tm, eid = ex.taskmanager, ex.id  # before the failure: a restart renumbers ``ex``
+            rec.send(("tm", tm), CancelTask(job.job_id, eid, "deployment timed out"))
             _fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
                                 "(its SubmitTask or the answer was lost)", config)
-            rec.send(("tm", tm), CancelTask(job.job_id, ex.id, "deployment timed out"))
         _maybe_complete(rec, job)
         if rec.decision:
             out.append(rec.decision)
