@@ -11,6 +11,7 @@ from .lease import LeaderLease, LeaseHolder, current_leader
 from .log import CommitResult, Consumed, EventLog, Out, entry_order
 from .outbox import Deliverer
 from .redis_backend import RedisBackend
+from .snapshots import Snapshots, StoredSnapshot
 from .tables import ReadModels
 
 __all__ = [
@@ -35,4 +36,6 @@ __all__ = [
     "ReadModels",
     "KvStates",
     "server_address",
+    "Snapshots",
+    "StoredSnapshot",
 ]

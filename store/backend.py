@@ -39,7 +39,7 @@ RawEntry = tuple[str, Fields]
 """(entry id, fields) of one stream entry."""
 
 SCRIPTS = ("commit", "fence", "dead_letter", "deliver", "advance_cursor", "lease_acquire", "lease_renew",
-           "lease_release", "project")
+           "lease_release", "project", "snapshot")
 """The scripts a backend runs by name (see store/scripts.py for what each does)."""
 
 

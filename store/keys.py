@@ -14,6 +14,8 @@ every key one atomic commit touches lives in one slot:
     {<p>:cluster}:epoch        the epoch counter, increased at every takeover
     {<p>:cluster}:table:<name> a read model (e.g. taskmanagers), with
     {<p>:cluster}:position:<name>  the fact stream position it reflects
+    {<p>:cluster}:snapshot     the leader's state folded from this tag's facts, with the
+                               fact entry id it covers (a hash: pos, data)
     {<p>:job:<id>}:…           the same shapes, per job, and
     {<p>:job:<id>}:task:<v>:<i>:inbox  events to subtask i of vertex v (splits, operator events)
     {<p>:job:<id>}:kvstate:<state id>  one task attempt's queryable state (a hash)
@@ -120,6 +122,11 @@ class Keys:
     @staticmethod
     def position(tag: str, name: str) -> str:
         return tag + ":position:" + name
+
+    @staticmethod
+    def snapshot(tag: str) -> str:
+        """A hash: ``pos`` (the last fact entry id folded in) and ``data`` (the encoded state)."""
+        return tag + ":snapshot"
 
     @staticmethod
     def task_inbox(tag: str, vertex: str, subtask: int) -> str:

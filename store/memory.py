@@ -478,6 +478,7 @@ class MemoryStore:
             "deliver": self._deliver, "advance_cursor": self._advance_cursor,
             "lease_acquire": self._lease_acquire, "lease_renew": self._lease_renew,
             "lease_release": self._lease_release, "project": self._project,
+            "snapshot": self._snapshot,
         }
 
     # --- faults -------------------------------------------------------------------------
@@ -883,6 +884,16 @@ class MemoryStore:
             self._hdel(keys[1], argv[i:], now)
         self._set(keys[0], argv[1])
         return 1
+
+    def _snapshot(self, keys: list[str], argv: list[bytes], now: int) -> bytes:
+        self._restarted(argv[1])
+        fence = _tonumber(_or(self._get(keys[0], now), b"0"))
+        if _tonumber(argv[0]) < fence:  # type: ignore[operator]
+            raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")  # type: ignore[arg-type]
+        s = self._stream(keys[1], now)
+        pos = s.sids[-1].encode() if s is not None and s.sids else b"0-0"
+        self._hset(keys[2], {b"pos": pos, b"data": argv[2]}, now)
+        return pos
 
 
 # --- a connection --------------------------------------------------------------------------

@@ -7,7 +7,7 @@ so prefixes and Redis Cluster hash tags stay right. Each script touches one hash
 from __future__ import annotations
 
 __all__ = ["COMMIT", "DEAD_LETTER", "DELIVER", "ADVANCE_CURSOR", "LEASE_ACQUIRE", "LEASE_RENEW", "LEASE_RELEASE",
-           "FENCE", "PROJECT", "BY_NAME", "STALE", "RESTARTED", "NOT_A_STREAM", "BAD_COMMIT"]
+           "FENCE", "PROJECT", "SNAPSHOT", "BY_NAME", "STALE", "RESTARTED", "NOT_A_STREAM", "BAD_COMMIT"]
 
 STALE = "SLUICE_STALE"
 RESTARTED = "SLUICE_RESTARTED"
@@ -302,6 +302,31 @@ redis.call('SET', KEYS[1], ARGV[3])
 return 1
 """
 
+SNAPSHOT = _RESTARTED + """
+-- Store a leader's snapshot of one tag's state, with the fact entry id it covers, fenced.
+-- KEYS[1] fence key of the tag, KEYS[2] the tag's fact stream, KEYS[3] the snapshot hash
+-- ARGV[1] writer epoch, ARGV[2] the server run id the writer expects ('' to skip the check),
+-- ARGV[3] the encoded snapshot
+-- The position is the fact stream's last entry ('0-0' when empty), read here: only the leader
+-- of the fence's epoch appends facts to the tag, so its state covers exactly those facts.
+-- Returns the position written | error 'SLUICE_STALE <fence>' | error 'SLUICE_RESTARTED <run id>'
+local err = restarted(ARGV[2])
+if err then
+  return err
+end
+local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) < fence then
+  return redis.error_reply('SLUICE_STALE ' .. fence)
+end
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+local pos = '0-0'
+if #last > 0 then
+  pos = last[1][1]
+end
+redis.call('HSET', KEYS[3], 'pos', pos, 'data', ARGV[3])
+return pos
+"""
+
 
 BY_NAME = {
     "commit": COMMIT,
@@ -313,5 +338,6 @@ BY_NAME = {
     "lease_renew": LEASE_RENEW,
     "lease_release": LEASE_RELEASE,
     "project": PROJECT,
+    "snapshot": SNAPSHOT,
 }
 """The Lua of every script the backends run by name."""

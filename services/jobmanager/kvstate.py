@@ -17,6 +17,8 @@ from sluice.services.jobs.core import Decision
 from sluice.services.jobs.state import evolve
 from sluice.services.kvstate.core import dispose
 
+from .leadership import restore_job
+
 if TYPE_CHECKING:
     from sluice.store.consumer import Entry
 
@@ -32,6 +34,7 @@ def retired_state(facts: Iterable[Event]) -> list[str]:
 
 def dispose_job(jm: JobManager, entry: Entry, msg: DisposeJob) -> None:
     env = entry.envelope
+    restore_job(jm, msg.job_id)  # an ended job left the leader's memory: brought back from its snapshot
     facts, reply = dispose(jm.state.jobs, msg)
     if facts:
         now = jm.world.now_ms()

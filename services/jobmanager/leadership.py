@@ -4,24 +4,63 @@ A JobManager leads while it holds the lease. Taking over is a fold of the log: t
 cluster's facts (membership, which jobs exist), then each job's facts, each job's tag
 fenced before its facts are read so a deposed leader can no longer add to them. The
 fold is done a page at a time (``Replay.step``): every page is progress, so a long log
-never looks like a stalled main loop, and the lease is renewed all along.
+never looks like a stalled main loop, and the lease is renewed all along; a long replay
+says how far it got in the log every few seconds.
+
+Snapshots make it short (``SnapshotWriter``): the leader stores each tag's state with the
+fact entry id it covers, and a new leader starts from the snapshot and folds only the facts
+after it. A job that ended leaves the replay (it is *archived* in the cluster snapshot, and
+loaded from its own snapshot when something asks about it: ``restore_job``), so recovery
+costs what the live jobs cost, not the history. A snapshot that cannot be read means a full
+replay of that tag, with a warning.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sluice.events import CoordinatorCheckpointed, Event, JobRegistered, LeadershipGranted
+from sluice.events import (
+    CoordinatorCheckpointed,
+    Envelope,
+    Event,
+    ExecutionGraphBuilt,
+    JobRegistered,
+    JobSubmitted,
+    LeadershipGranted,
+    TaskRestartScheduled,
+)
 from sluice.services.coordination.runtime import operator_of
 from sluice.services.jobs.state import TERMINAL_JOB, JobsState
 from sluice.services.jobs.state import evolve as jobs_evolve
 from sluice.services.membership.core import Membership
 from sluice.services.membership.core import evolve as membership_evolve
-from sluice.store import EventLog, LeaderLease
+from sluice.store import EventLog, LeaderLease, Snapshots, entry_order
 
-__all__ = ["Lease", "Replay", "Rebuilt", "Checkpoint"]
+from .snapshot import (
+    ClusterSnapshot,
+    JobSnapshot,
+    SnapshotUnreadable,
+    decode_cluster,
+    decode_job,
+    encode_cluster,
+    encode_job,
+    install_job,
+    job_snapshot,
+)
+
+if TYPE_CHECKING:
+    from .process import JobManager
+
+__all__ = ["Lease", "Replay", "Rebuilt", "Checkpoint", "SnapshotWriter", "restore_job", "load_job",
+           "SNAPSHOT_INTERVAL_MS"]
+
+SNAPSHOT_INTERVAL_MS = int(os.environ.get("SLUICE_SNAPSHOT_INTERVAL_MS", "5000"))
+"""How often the leader snapshots the tags whose facts grew (a job that ended: at once)."""
+_PROGRESS_EVERY_S = 2.0
 
 Checkpoint = tuple[int, Any, "list[int] | None"]
 """A coordinator's last checkpoint: (checkpoint id, state, each subtask's attempt then)."""
@@ -79,23 +118,79 @@ class Rebuilt:
     membership: Membership = field(default_factory=Membership)
     jobs: JobsState = field(default_factory=JobsState)
     registered: list[str] = field(default_factory=list)
+    """Every job ever registered, in order (an id stays taken after its job ended)."""
+    archived: list[str] = field(default_factory=list)
+    """Registered jobs that ended and left the replay (not in ``jobs``: see restore_job)."""
     checkpoints: dict[str, dict[str, Checkpoint]] = field(default_factory=dict)
     """Per job and coordinator, the last checkpoint."""
     tails: dict[str, dict[str, list[Event]]] = field(default_factory=dict)
     """Per job and coordinator, the facts it was fed after its last checkpoint."""
     last_grant: LeadershipGranted | None = None
     facts: int = 0
+    from_snapshots: int = 0
+    """Tags whose replay started from a snapshot."""
+    positions: dict[str, str] = field(default_factory=dict)
+    """Per live job, the last fact entry id folded in."""
+
+    @property
+    def live(self) -> list[str]:
+        """Registered jobs the replay folded (all but the archived), in order."""
+        archived = set(self.archived)
+        return [j for j in self.registered if j not in archived]
+
+
+def _fold_job(r: Rebuilt, job_id: str, env: Envelope, checkpoints: dict[str, Checkpoint],
+              tails: dict[str, list[Event]]) -> None:
+    """One fact of a job: into the jobs state, and its coordinators' checkpoints and tails."""
+    jobs_evolve(r.jobs, env)
+    op = operator_of(env.event)
+    if op is None:
+        return
+    if isinstance(env.event, CoordinatorCheckpointed):
+        run = r.jobs.jobs[job_id].vertices.get(op)
+        attempts = [ex.attempt for ex in run.subtasks] if run else None
+        checkpoints[op] = (env.event.checkpoint_id, env.event.state, attempts)
+        tails[op] = []
+    else:
+        tails.setdefault(op, []).append(env.event)
+
+
+def read_snapshot(log: EventLog, tag: str, decode: Callable[[bytes], Any],
+                  warn: Callable[..., None] | None) -> tuple[str, Any] | None:
+    """(position, decoded snapshot) of ``tag``, or None when there is none or it cannot be
+    used (then ``warn`` is told why, and the tag is replayed in full)."""
+    stored = Snapshots(log).read(tag)
+    if stored is None:
+        return None
+    try:
+        snap = decode(stored.data)
+        entry_order(stored.position)
+        last = log.last_id(log.keys.facts(tag)) or "0-0"
+        if entry_order(stored.position) > entry_order(last):
+            raise SnapshotUnreadable(f"it covers facts up to {stored.position}, but the log ends at {last}")
+    except (SnapshotUnreadable, ValueError) as exc:
+        if warn is not None:
+            warn("snapshot unreadable; replaying the log in full", tag=tag, error=str(exc)[:300])
+        return None
+    return stored.position, snap
 
 
 class Replay:
     """Rebuild from the log one page per ``step`` (True when done); ``fence(tag)`` is
-    called for each job's tag before its facts are read."""
+    called for each job's tag before its snapshot and facts are read. With ``snapshots``
+    each tag starts from its snapshot, and archived jobs are skipped."""
 
-    def __init__(self, log: EventLog, fence: Callable[[str], None], *, page: int = 1000) -> None:
+    def __init__(self, log: EventLog, fence: Callable[[str], None], *, page: int = 1000, snapshots: bool = True,
+                 logger: Any = None, monotonic: Callable[[], float] | None = None) -> None:
         self.log, self.fence, self.page = log, fence, page
+        self.snapshots = snapshots
+        self.logger, self._monotonic = logger, monotonic
         self.result = Rebuilt()
         self._steps: Iterator[None] = self._run()
         self.done = False
+        self.jobs_done = 0
+        self._started = monotonic() if monotonic is not None else 0.0
+        self._said = self._started
 
     def step(self) -> bool:
         if self.done:
@@ -104,11 +199,22 @@ class Replay:
             next(self._steps)
         except StopIteration:
             self.done = True
+        if self.logger is not None and self._monotonic is not None and not self.done:
+            now = self._monotonic()
+            if now - self._said >= _PROGRESS_EVERY_S:  # a long replay is progress, not a stall: say so
+                self._said = now
+                r = self.result
+                self.logger.info("replaying the log", facts=r.facts, jobs=f"{self.jobs_done}/{len(r.live)}",
+                                 archived=len(r.archived), from_snapshots=r.from_snapshots,
+                                 seconds=round(now - self._started, 1))
         return self.done
 
-    def _pages(self, stream: str) -> Iterator[list[tuple[str, Any]]]:
-        """The stream's envelopes a page at a time (decoded like ``EventLog.replay``)."""
-        after = "0-0"
+    def _warn(self, what: str, **kw: Any) -> None:
+        if self.logger is not None:
+            self.logger.warning(what, **kw)
+
+    def _pages(self, stream: str, after: str = "0-0") -> Iterator[list[tuple[str, Any]]]:
+        """The stream's envelopes after ``after`` a page at a time (decoded like ``EventLog.replay``)."""
         while True:
             page = []
             for entry_id, env in self.log.replay(stream, after, page=self.page):
@@ -124,7 +230,16 @@ class Replay:
     def _run(self) -> Iterator[None]:
         r = self.result
         keys = self.log.keys
-        for page in self._pages(keys.facts(keys.cluster)):
+        after = "0-0"
+        if self.snapshots:
+            got = read_snapshot(self.log, keys.cluster, decode_cluster, self._warn)
+            if got is not None:
+                after, c = got
+                r.membership, r.registered, r.last_grant = c.membership, list(c.registered), c.last_grant
+                r.archived = list(c.archived)
+                r.from_snapshots += 1
+            yield
+        for page in self._pages(keys.facts(keys.cluster), after):
             for _, env in page:
                 membership_evolve(r.membership, env)
                 ev = env.event
@@ -134,28 +249,201 @@ class Replay:
                     r.last_grant = ev
             r.facts += len(page)
             yield
-        for job_id in r.registered:
+        for job_id in r.live:
             tag = keys.job(job_id)
             self.fence(tag)  # from now on a deposed leader cannot write to this job
             checkpoints: dict[str, Checkpoint] = {}
             tails: dict[str, list[Event]] = {}
-            for page in self._pages(keys.facts(tag)):
+            after = "0-0"
+            if self.snapshots:
+                got = read_snapshot(self.log, tag, functools.partial(decode_job, job_id=job_id), self._warn)
+                if got is not None:
+                    after, snap = got
+                    install_job(r.jobs, snap)
+                    checkpoints, tails = snap.checkpoints, snap.tails
+                    r.from_snapshots += 1
+            for page in self._pages(keys.facts(tag), after):
                 for _, env in page:
-                    jobs_evolve(r.jobs, env)
-                    op = operator_of(env.event)
-                    if op is None:
-                        continue
-                    if isinstance(env.event, CoordinatorCheckpointed):
-                        run = r.jobs.jobs[job_id].vertices.get(op)
-                        attempts = [ex.attempt for ex in run.subtasks] if run else None
-                        checkpoints[op] = (env.event.checkpoint_id, env.event.state, attempts)
-                        tails[op] = []
-                    else:
-                        tails.setdefault(op, []).append(env.event)
+                    _fold_job(r, job_id, env, checkpoints, tails)
+                after = page[-1][0]
                 r.facts += len(page)
                 yield
+            r.positions[job_id] = after
             job = r.jobs.jobs.get(job_id)
             if job is not None and job.status not in TERMINAL_JOB:  # an ended job has no coordinators to restore
                 r.checkpoints[job_id] = checkpoints
                 r.tails[job_id] = tails
+            self.jobs_done += 1
             yield
+
+
+def load_job(log: EventLog, job_id: str, *, snapshots: bool = True,
+             warn: Callable[..., None] | None = None) -> JobSnapshot:
+    """One job's state as its log has it: its snapshot (when usable) and the facts after it."""
+    tag = log.keys.job(job_id)
+    r = Rebuilt()
+    checkpoints: dict[str, Checkpoint] = {}
+    tails: dict[str, list[Event]] = {}
+    after = "0-0"
+    if snapshots:
+        got = read_snapshot(log, tag, lambda data: decode_job(data, job_id), warn)
+        if got is not None:
+            after, snap = got
+            install_job(r.jobs, snap)
+            checkpoints, tails = snap.checkpoints, snap.tails
+    for _, env in log.replay(log.keys.facts(tag), after):
+        _fold_job(r, job_id, env, checkpoints, tails)
+    return job_snapshot(r.jobs, job_id, checkpoints, tails)
+
+
+def restore_job(jm: JobManager, job_id: str) -> bool:
+    """Bring an archived job (ended, left out of the replay) back into the leader's state,
+    for a message about it (``sluice job dispose``); whether it is there now. Its tag is
+    fenced first, as the replay fences a live job's."""
+    if job_id in jm.state.jobs.jobs:
+        return True
+    if job_id not in jm.registered or jm.epoch is None:
+        return False
+    jm.committer.fence(jm.keys.job(job_id))
+    snap = load_job(jm.log, job_id, warn=jm.logger.warning)
+    if snap.run is None:
+        return False
+    install_job(jm.state.jobs, snap)
+    jm.logger.info("archived job loaded", job=job_id, status=snap.run.status.value)
+    return True
+
+
+class SnapshotWriter:
+    """The leader's snapshots: every ``interval_ms`` each tag whose facts grew since its last
+    snapshot, and at once a job that ended (then archived: left out of later replays and
+    dropped from memory). Written through the fenced ``snapshot`` script: a deposed leader's
+    write is refused (StaleEpoch, and it steps down)."""
+
+    def __init__(self, jm: JobManager, r: Rebuilt, grant: LeadershipGranted | None,
+                 interval_ms: int = SNAPSHOT_INTERVAL_MS) -> None:
+        self.jm, self.interval_ms = jm, interval_ms
+        self.store = Snapshots(jm.log)
+        self.order = list(r.registered)
+        self.archived = list(r.archived)
+        self.last_grant = grant
+        self.lengths: dict[str, int] = {}
+        """Per tag, the length of its fact stream at its last snapshot."""
+        self.trails = {j: CoordinatorTrail.of(r.jobs, j, r.positions.get(j, "0-0"), r.checkpoints.get(j, {}),
+                                              r.tails.get(j, {})) for j in r.live if j in r.jobs.jobs}
+        self.next_due = 0
+        self.written = 0
+
+    def _registered(self) -> list[str]:
+        known = set(self.order)
+        self.order += sorted(j for j in self.jm.registered if j not in known)
+        return self.order
+
+    def _write(self, tag: str, data: bytes) -> str:
+        jm = self.jm
+        assert jm.committer.epoch is not None
+        pos = self.store.write(tag, jm.committer.epoch, data, server=jm.committer.server)
+        self.written += 1
+        return pos
+
+    def _job(self, job_id: str) -> bool:
+        jm = self.jm
+        tag = jm.keys.job(job_id)
+        trail = self.trails.get(job_id)
+        if trail is None:
+            trail = self.trails[job_id] = CoordinatorTrail()
+        for entry_id, env in jm.log.replay(jm.keys.facts(tag), trail.pos):  # what the leader wrote since
+            trail.fold(entry_id, env)
+        ended = jm.state.jobs.jobs[job_id].status in TERMINAL_JOB  # an ended job has no coordinators to restore
+        try:
+            data = encode_job(job_snapshot(jm.state.jobs, job_id, {} if ended else trail.checkpoints,
+                                           {} if ended else trail.tails))
+        except (TypeError, ValueError) as exc:  # orjson: a value it cannot encode (a bug; replay still works)
+            jm.logger.warning("job snapshot not written", job=job_id, error=str(exc)[:300])
+            return False
+        pos = self._write(tag, data)
+        if pos != trail.pos:  # only this leader appends to the tag: never; if it did, replay this job in full
+            jm.logger.warning("job snapshot does not match its log; dropped", job=job_id, pos=pos, read=trail.pos)
+            self.store.delete(tag)
+            self.trails.pop(job_id, None)
+            return False
+        self.lengths[tag] = jm.log.length(jm.keys.facts(tag))
+        return True
+
+    def _cluster(self) -> None:
+        jm = self.jm
+        snap = ClusterSnapshot(jm.state.membership, self._registered(), self.last_grant, self.archived)
+        try:
+            data = encode_cluster(snap)
+        except (TypeError, ValueError) as exc:
+            jm.logger.warning("cluster snapshot not written", error=str(exc)[:300])
+            return
+        self._write(jm.tag, data)
+        self.lengths[jm.tag] = jm.log.length(jm.keys.facts(jm.tag))
+
+    def tick(self, now: int) -> None:
+        jm = self.jm
+        ended = [j for j, job in jm.state.jobs.jobs.items()
+                 if job.status in TERMINAL_JOB and j not in jm.state.coords and not _holds_slots(jm.state.jobs, j)]
+        archived = [j for j in ended if self._job(j)]
+        if archived:
+            self.archived += [j for j in archived if j not in self.archived]
+            self._cluster()
+            for j in archived:  # in its snapshot and in the archive: it leaves the leader's memory
+                del jm.state.jobs.jobs[j]
+                self.trails.pop(j, None)
+            jm.logger.info("jobs archived", jobs=len(archived), archived=len(self.archived))
+        if now < self.next_due:
+            return
+        self.next_due = now + self.interval_ms
+        for job_id in list(jm.state.jobs.jobs):
+            tag = jm.keys.job(job_id)
+            if jm.log.length(jm.keys.facts(tag)) != self.lengths.get(tag):
+                self._job(job_id)
+        if jm.log.length(jm.keys.facts(jm.tag)) != self.lengths.get(jm.tag) or archived:
+            self._cluster()
+
+
+def _holds_slots(state: JobsState, job_id: str) -> bool:
+    return any(j == job_id for held in state.pool.used.values() for j, _ in held)
+
+
+@dataclass
+class CoordinatorTrail:
+    """A live job's coordinators' last checkpoints and the facts fed to them since, as the
+    replay finds them (``_fold_job``), kept up to date from the job's facts after ``pos``:
+    what a job snapshot stores for them. Only the subtasks' attempt numbers are followed
+    besides (a checkpoint records them), not the whole job."""
+
+    pos: str = "0-0"
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
+    tails: dict[str, list[Event]] = field(default_factory=dict)
+    parallelism: dict[str, int] = field(default_factory=dict)
+    attempts: dict[str, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, state: JobsState, job_id: str, pos: str, checkpoints: dict[str, Checkpoint],
+           tails: dict[str, list[Event]]) -> CoordinatorTrail:
+        job = state.jobs.get(job_id)
+        trail = cls(pos, dict(checkpoints), {op: list(evs) for op, evs in tails.items()})
+        if job is not None:
+            trail.parallelism = {v.name: v.parallelism for v in job.graph.vertices}
+            trail.attempts = {name: [ex.attempt for ex in v.subtasks] for name, v in job.vertices.items()}
+        return trail
+
+    def fold(self, entry_id: str, env: Envelope) -> None:
+        ev = env.event
+        if type(ev) is JobSubmitted:
+            self.parallelism = {v.name: v.parallelism for v in ev.graph.vertices}
+        elif type(ev) is ExecutionGraphBuilt:
+            self.attempts = {name: [ev.first_attempt] * p for name, p in self.parallelism.items()}
+        elif type(ev) is TaskRestartScheduled:
+            self.attempts[ev.vertex_id][ev.subtask] = ev.attempt
+        op = operator_of(ev)
+        if op is not None:
+            if isinstance(ev, CoordinatorCheckpointed):
+                attempts = self.attempts.get(op)
+                self.checkpoints[op] = (ev.checkpoint_id, ev.state, list(attempts) if attempts is not None else None)
+                self.tails[op] = []
+            else:
+                self.tails.setdefault(op, []).append(ev)
+        self.pos = entry_id

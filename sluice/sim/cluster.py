@@ -30,6 +30,7 @@ from sluice.events import FIELD, Envelope, RegisterTaskManager, SubmitJob, TaskM
 from sluice.events.envelope import decode_bytes
 from sluice.services.jobmanager import JobManager
 from sluice.services.jobs.core import JobsConfig
+from sluice.services.jobs.state import TERMINAL_JOB, JobsState
 from sluice.services.membership.core import MembershipConfig
 from sluice.services.projector import Projector
 from sluice.services.taskmanager.core import RegistrationConfig
@@ -658,7 +659,13 @@ class Simulation:
         # A leader that has not yet seen a restart of Redis may be ahead of what the log kept:
         # it finds out at its next write, and rebuilds.
         if leader is not None and leader.committer.server == self.store.run_id:
-            live, logged = normal_jobs(leader.state.jobs), normal_jobs(self.observer.jobs)
+            # Jobs that ended leave the leader's memory (archived in its snapshots): the rest must match.
+            logged_jobs = JobsState({j: run for j, run in self.observer.jobs.jobs.items() if j in leader.state.jobs.jobs},
+                                    self.observer.jobs.pool)
+            for job_id, run in self.observer.jobs.jobs.items():
+                if job_id not in leader.state.jobs.jobs and run.status not in TERMINAL_JOB:
+                    raise Violation(f"job {job_id} is {run.status.value} in the log, but not in the leader's state")
+            live, logged = normal_jobs(leader.state.jobs), normal_jobs(logged_jobs)
             if live != logged:
                 raise Violation("the leader's state differs from the replay of the log:\n" + _diff(live, logged))
             if normal_membership(leader.state.membership) != normal_membership(self.observer.membership):

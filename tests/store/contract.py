@@ -11,7 +11,7 @@ import pytest
 
 from sluice.errors import ScriptError, StaleEpoch, StoreError, StoreRestarted
 from sluice.events import FIELD, TaskManagerRegistered, decode
-from sluice.store import Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out, ReadModels
+from sluice.store import Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out, ReadModels, Snapshots
 from sluice.store.backend import Delegating, GroupState, NoGroup, ScriptFailed
 from tests.helpers import env, heartbeat, register
 
@@ -75,6 +75,24 @@ class LogContract:
             log.commit(tag, 3, [Out(facts, env(registered("b"), epoch=3))])
         with pytest.raises(StaleEpoch):
             log.fence(tag, 2)
+
+    def test_a_snapshot_covers_the_facts_there_are_and_is_fenced(self, log: EventLog) -> None:
+        tag = log.keys.job("j1")
+        facts = log.keys.facts(tag)
+        snaps = Snapshots(log)
+        assert snaps.read(tag) is None
+        assert snaps.write(tag, 3, b"empty") == "0-0"
+        (last,) = log.commit(tag, 3, [Out(facts, env(registered("a"), epoch=3))]).ids
+        assert snaps.write(tag, 3, b"one") == last
+        stored = snaps.read(tag)
+        assert stored is not None and (stored.position, stored.data) == (last, b"one")
+        log.fence(tag, 4)
+        with pytest.raises(StaleEpoch):  # a deposed leader writes no snapshot
+            snaps.write(tag, 3, b"stale")
+        stored = snaps.read(tag)
+        assert stored is not None and stored.data == b"one"
+        with pytest.raises(StoreRestarted):
+            snaps.write(tag, 4, b"x", server="0" * 40)
 
     def test_commit_acknowledges_the_inbox_entry_and_a_redelivery_is_a_no_op(self, log: EventLog) -> None:
         tag = log.keys.cluster
