@@ -1,0 +1,3 @@
+from sluice.chaos.cli import main
+
+main()

@@ -1,0 +1,26 @@
+"""``scripts/chaos`` (``python -m sluice.chaos``): the seeded chaos suite on real processes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .campaign import campaign
+
+__all__ = ["main"]
+
+
+@click.command()
+@click.option("--runs", default=1, show_default=True, type=click.IntRange(1), help="Runs, with seeds S, S+1, ...")
+@click.option("--seed", default=1, show_default=True, type=int, help="Seed of the first run (S).")
+@click.option("--kills", default=4, show_default=True, type=click.IntRange(1), help="Strikes per run.")
+@click.option("--dir", "root", default=".sluice/chaos", show_default=True, type=click.Path(file_okay=False),
+              help="Where each run's cluster home (logs, Redis AOF, input, output) is kept.")
+def main(runs: int, seed: int, kills: int, root: str) -> None:
+    """Run real clusters (redis-server, two JobManagers, TaskManagers, RQ workers, the projector,
+    Spark Connect) through a keyed three-stage job while seeded strikes kill -9 or freeze the
+    leader, TaskManagers, workers and Redis. Exit 1 when a run failed (its replay command is printed)."""
+    results = campaign(runs, seed, kills, Path(root))
+    sys.exit(0 if all(r.ok for r in results) else 1)
