@@ -82,3 +82,14 @@ def state(keys: int, lookups: int, parallelism: int, redis_url: str | None) -> N
 
 def register(cli: click.Group) -> None:
     cli.add_command(bench)
+
+
+@bench.command()
+@click.option("--sizes", default="10000,100000,1000000", show_default=True, help="Facts in the running job's log.")
+@click.option("--finished", default=1000, show_default=True, help="Finished jobs beside one running job.")
+@click.option("--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server).")
+def recovery(sizes: str, finished: int, redis_url: str | None) -> None:
+    """Failover: JobManager start to serving, full replay vs from snapshots, as the log grows."""
+    from sluice.bench.recovery import run
+
+    run(sizes=[int(s) for s in sizes.split(",")], finished=finished, redis_url=redis_url)

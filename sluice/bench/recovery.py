@@ -1,0 +1,195 @@
+"""Benchmark of failover: a JobManager's start to serving (phase "leading"), as the log grows.
+
+The logs are written through the real store (fenced commits) on a private redis-server:
+one TaskManager registered on the cluster tag, and one running job whose subtasks go
+through attempt after attempt (SCHEDULED, DEPLOYING, INITIALIZING, RUNNING, FAILED, a
+restart), 10^4, 10^5 and 10^6 facts. For each, a real ``JobManager`` takes over twice: with
+no snapshot (a full replay) and from the snapshots the previous leader wrote. Then a
+cluster holding 1,000 finished jobs and one running job (the finished ones archived out of
+the replay).
+
+Targets (issue 10): at most 1 s at 10^6 events with snapshots, at most 5 s without.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from sluice.events import (
+    Event,
+    JobRegistered,
+    JobStatus,
+    JobStatusChanged,
+    SubmitJob,
+    TaskManagerRegistered,
+    TaskRestartScheduled,
+    TaskState,
+    UpdateTaskExecutionState,
+)
+from sluice.services.embedded import RedisServer
+from sluice.services.jobmanager.process import JobManager
+from sluice.services.jobs import core
+from sluice.services.jobs.state import JobsState
+from sluice.store import EventLog, Keys, Out, Snapshots, connect
+
+__all__ = ["run"]
+
+console = Console()
+TM, SESSION = "tm-0", "tm-0-session"
+EPOCH = 1
+
+
+def _graph(name: str, parallelism: int):
+    from sluice.api import Job
+
+    j = Job(name)
+    j.read_range("src", 0, parallelism * 10, per_split=10, parallelism=parallelism) \
+        .write_parquet("out", "/tmp/sluice-bench-recovery-out")
+    return j.graph()
+
+
+class _Writer:
+    """Facts committed through the real log, folded as they go (so they stay legal)."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log, self.keys = log, log.keys
+        self.state = JobsState()
+        self.ts = 1_700_000_000_000
+        self.n = 0
+
+    def commit(self, tag: str, facts: Sequence[Event], batch: int = 500) -> None:
+        from sluice.events import Envelope
+        from sluice.services.jobs.state import evolve
+
+        job = self.keys.job_id_of(tag)
+        stream = self.keys.facts(tag)
+        for i in range(0, len(facts), batch):
+            envs = []
+            for f in facts[i:i + batch]:
+                self.ts += 1
+                self.n += 1
+                env = Envelope(f, f"{self.n:032x}", EPOCH, self.ts, job)
+                envs.append(env)
+                if job is not None:
+                    evolve(self.state, env)
+            self.log.commit(tag, EPOCH, [Out(stream, e) for e in envs])
+
+    def cluster(self, jobs: list[str]) -> None:
+        self.commit(self.keys.cluster, [TaskManagerRegistered(TM, SESSION, "bench-host", 1 << 20)]
+                    + [JobRegistered(j, j) for j in jobs])
+
+    def job(self, job_id: str, parallelism: int, facts: int, *, finish: bool = False) -> None:
+        """A job of ``parallelism`` subtasks and about ``facts`` facts: attempts that run and
+        fail, the last ones left RUNNING (or FINISHED)."""
+        graph = _graph(job_id, parallelism)
+        v = graph.vertices[0].name
+        d = core.submit(self.state, SubmitJob(job_id, graph, "0" * 64, "bench", "{bench:client:c}:inbox"),
+                        {v: []}, "file:///tmp/sluice-bench-recovery", self.ts)
+        tag = self.keys.job(job_id)
+        self.commit(tag, [*d.facts, JobStatusChanged(job_id, JobStatus.RUNNING)])
+        per_cycle = 6 * parallelism
+        cycles = max((facts - len(d.facts)) // per_cycle, 1)
+        for cycle in range(cycles):
+            last = cycle == cycles - 1
+            out: list[Event] = []
+            for i in range(parallelism):
+                eid = f"{v}:{i}:{cycle}"
+                out.append(UpdateTaskExecutionState(job_id, eid, TaskState.SCHEDULED, None, v, i, cycle, TM, i,
+                                                    SESSION))
+                for s in (TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING):
+                    out.append(UpdateTaskExecutionState(job_id, eid, s, None, v, i, cycle))
+                if not last:
+                    out.append(UpdateTaskExecutionState(job_id, eid, TaskState.FAILED, "bench: a task failure", v,
+                                                        i, cycle))
+                    out.append(TaskRestartScheduled(job_id, v, i, cycle + 1, 0, cycle + 1))
+                elif finish:
+                    out.append(UpdateTaskExecutionState(job_id, eid, TaskState.FINISHED, None, v, i, cycle))
+            if last and finish:
+                out.append(JobStatusChanged(job_id, JobStatus.FINISHED))
+            self.commit(tag, out)
+
+
+def _take_over(log: EventLog, name: str) -> tuple[float, JobManager]:
+    """Seconds from a JobManager's start to serving."""
+    t = time.perf_counter()
+    jm = JobManager(log, jm_id=name, lease_ttl_ms=60_000, max_stall_s=600, replay_page=2000)
+    while jm.phase != "leading":
+        jm.step()
+        if jm.phase == "standby" and jm.lease.epoch is None and jm.errors:
+            raise RuntimeError(f"the JobManager failed: {jm.errors[-1]!r}")
+    return time.perf_counter() - t, jm
+
+
+def _leave(jm: JobManager, *, snapshot: bool) -> None:
+    if snapshot and jm.snapshots is not None:
+        jm.snapshots.next_due = 0
+        jm.snapshots.tick(jm.world.now_ms())
+    jm.job_inboxes.close_coordinators()
+    jm.lease.release()
+
+
+def _fresh(client, prefix: str) -> EventLog:
+    keys = Keys(prefix)
+    for k in client.scan_iter(match=keys.pattern):
+        client.delete(k)
+    return EventLog(client, keys)
+
+
+def _drop_snapshots(log: EventLog, jobs: list[str]) -> None:
+    snaps = Snapshots(log)
+    for tag in [log.keys.cluster] + [log.keys.job(j) for j in jobs]:
+        snaps.delete(tag)
+
+
+def run(*, sizes: Sequence[int] = (10_000, 100_000, 1_000_000), finished: int = 1000, redis_url: str | None = None,
+        parallelism: int = 100) -> dict[str, tuple[float, float]]:
+    server = None
+    if redis_url is None:
+        server = RedisServer(None)
+        redis_url = server.start()
+    results: dict[str, tuple[float, float]] = {}
+    try:
+        client = connect(redis_url)
+        for n in sizes:
+            log = _fresh(client, f"bench-recovery-{n}")
+            w = _Writer(log)
+            w.cluster(["live"])
+            w.job("live", parallelism, n - 2)
+            console.print(f"[dim]log of {w.n:,} facts written[/dim]")
+            results[f"{w.n:,} events"] = _measure(log, ["live"])
+        log = _fresh(client, "bench-recovery-history")
+        w = _Writer(log)
+        jobs = [f"done-{i:04d}" for i in range(finished)] + ["live"]
+        w.cluster(jobs)
+        for j in jobs[:-1]:
+            w.job(j, 4, 30, finish=True)
+        w.job("live", parallelism, 1000)
+        console.print(f"[dim]log of {finished:,} finished jobs and a running one ({w.n:,} facts) written[/dim]")
+        results[f"{finished:,} finished + 1 running job ({w.n:,} events)"] = _measure(log, jobs)
+    finally:
+        if server is not None:
+            server.stop()
+    table = Table(title="JobManager start to serving (phase leading)")
+    table.add_column("log")
+    table.add_column("full replay", justify="right")
+    table.add_column("from snapshots", justify="right")
+    table.add_column("ratio", justify="right")
+    for what, (full, snap) in results.items():
+        table.add_row(what, f"{full:.3f} s", f"{snap:.3f} s", f"{full / snap:.1f}x" if snap else "-")
+    console.print(table)
+    console.print("targets: <= 5 s at 10^6 events with a full replay, <= 1 s from snapshots")
+    return results
+
+
+def _measure(log: EventLog, jobs: list[str]) -> tuple[float, float]:
+    _drop_snapshots(log, jobs)
+    full, jm = _take_over(log, "bench-jm-full")
+    assert jm.replay is None and jm.state.jobs.jobs, "the JobManager rebuilt no job"
+    _leave(jm, snapshot=True)  # it leaves snapshots (and archives the finished jobs)
+    snap, jm2 = _take_over(log, "bench-jm-snap")
+    _leave(jm2, snapshot=False)
+    return full, snap
