@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -11,7 +15,9 @@ from redis.retry import Retry
 
 from sluice.errors import ConfigError, RedisUnavailable
 
-__all__ = ["connect", "redact", "ping", "shutdown", "PASSWORD_ENV"]
+__all__ = ["connect", "redact", "ping", "shutdown", "Outage", "PASSWORD_ENV"]
+
+T = TypeVar("T")
 
 PASSWORD_ENV = "SLUICE_REDIS_PASSWORD"
 """If set, the password for the Redis URL's user, so it need not be written in the URL."""
@@ -84,3 +90,67 @@ def shutdown(url: str) -> None:
         _quick(url, 2.0).shutdown(nosave=True)
     except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError):
         pass
+
+
+class Outage:
+    """Riding out a time when Redis does not answer.
+
+    ``wait()`` blocks until ``probe`` succeeds, trying again with a growing delay (at most
+    ``max_delay_s``), and says so on stderr once when Redis goes away and once when it is
+    back, never once per try. ``give_up`` is asked at every try for a reason to stop
+    waiting (say, the process that owns this one is gone); with one, or after ``limit_s``,
+    ``wait()`` raises RedisUnavailable with that reason. The caller then does again what
+    failed: an outage costs time, not the work done so far.
+    """
+
+    def __init__(self, probe: Callable[[], object], *, who: str, url: str,
+                 give_up: Callable[[], str | None] = lambda: None, limit_s: float | None = None,
+                 max_delay_s: float = 2.0, say: Callable[[str], None] | None = None) -> None:
+        self.probe, self.who, self.url = probe, who, redact(url)
+        self.give_up, self.limit_s, self.max_delay_s = give_up, limit_s, max_delay_s
+        self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.outages = 0
+        self.waited_s = 0.0
+        """Seconds spent waiting, over every outage (for tests and logs)."""
+
+    def reachable(self) -> bool:
+        try:
+            self.probe()
+            return True
+        except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError, OSError):
+            return False
+
+    def wait(self, cause: BaseException | None = None) -> float:
+        """Block until Redis answers again; returns the seconds waited (0.0: it answered at once)."""
+        if self.reachable():
+            return 0.0
+        began = time.monotonic()
+        self.outages += 1
+        why = f" ({cause})" if cause is not None else ""
+        self.say(f"{self.who}: Redis at {self.url} is away{why}; waiting for it to come back")
+        delay = 0.05
+        while True:
+            reason = self.give_up()
+            waited = time.monotonic() - began
+            if reason is None and self.limit_s is not None and waited > self.limit_s:
+                reason = f"it has been away for more than {self.limit_s:.0f} s"
+            if reason is not None:
+                self.say(f"{self.who}: gave up waiting for Redis at {self.url} after {waited:.1f} s: {reason}")
+                raise RedisUnavailable(f"{self.who} gave up waiting for Redis at {self.url} after {waited:.1f} s: "
+                                       f"{reason}", url=self.url)
+            time.sleep(delay)
+            delay = min(delay * 2, self.max_delay_s)
+            if self.reachable():
+                waited = time.monotonic() - began
+                self.waited_s += waited
+                self.say(f"{self.who}: Redis at {self.url} is back after {waited:.1f} s")
+                return waited
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """``fn()``, done again after every outage until it gets through (so ``fn`` must be
+        safe to repeat: a write whose reply was lost may have landed)."""
+        while True:
+            try:
+                return fn()
+            except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
+                self.wait(exc)

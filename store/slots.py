@@ -4,8 +4,12 @@ rest of what talks to Redis."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from sluice.errors import RedisUnavailable
+
+from .connection import Outage
 from .log import EventLog
 from .redis_backend import RedisBackend, translate_errors
 
@@ -57,13 +61,67 @@ class SlotQueues:
             return True
 
 
-def work_slot(log: EventLog, resource_id: str, slot: int) -> None:
+def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | None = None) -> None:
     """Run one slot's RQ SimpleWorker until it is stopped (no fork per job: a Spark session
-    must never be forked, so it and the job's imported code stay warm across tasks)."""
+    must never be forked, so it and the job's imported code stay warm across tasks).
+
+    RQ's own bookkeeping (its heartbeat, a job's status after the task ran) ends its loop
+    when Redis is away. With ``outage``, the worker then waits for Redis and works on, in
+    the same process: a task that finished keeps its result (it reported it itself), and
+    the slot's worker does not die (its TaskManager would count that as a task failure).
+    """
+    import redis
     from rq import Queue, SimpleWorker
+    from rq.exceptions import StopRequested
     from rq.serializers import JSONSerializer
+
+    class SlotWorker(SimpleWorker):
+        stopping = False
+
+        def request_stop(self, signum: Any, frame: Any) -> None:
+            self.stopping = True
+            super().request_stop(signum, frame)
+
+        def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
+            """RQ calls this first after a failed wait for a task and after each task: the
+            place to wait through an outage (RQ would retry every few seconds, a log line
+            each time, or end its loop)."""
+            try:
+                return super().heartbeat(*args, **kwargs)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if outage is None:
+                    raise
+                outage.wait(exc)
+                return super().heartbeat(*args, **kwargs)
+
+        def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:
+            """RQ's command listener retries every 2 s while Redis is away, with a log line
+            each time; it retries quietly here (the worker's main loop says it once)."""
+            if outage is not None and isinstance(exc, redis.ConnectionError):
+                time.sleep(2.0)
+                return
+            super()._pubsub_exception_handler(exc, pubsub, pubsub_thread)
 
     client = _client(log)
     queue = Queue(log.keys.slot_queue(resource_id, slot), connection=client, serializer=JSONSerializer)
-    SimpleWorker([queue], connection=client, serializer=JSONSerializer).work(with_scheduler=False,
-                                                                            logging_level="WARNING")
+    quick_ends = 0
+    while True:
+        worker = SlotWorker([queue], connection=client, serializer=JSONSerializer)  # a new name each time
+        try:
+            worker.work(with_scheduler=False, logging_level="WARNING")
+        except StopRequested:
+            return
+        except (redis.ConnectionError, redis.TimeoutError, RedisUnavailable):
+            pass  # its teardown could not reach Redis either
+        if worker.stopping or outage is None:
+            return
+        try:
+            if outage.wait() > 0:
+                quick_ends = 0
+                continue
+        except StopRequested:
+            return
+        quick_ends += 1  # Redis answers: RQ's loop ended for another reason (or Redis blinked)
+        if quick_ends > 3:
+            raise RuntimeError(f"the RQ worker of slot {slot} keeps ending while Redis answers; see its log above")
+        time.sleep(0.5 * quick_ends)

@@ -28,21 +28,23 @@ from sluice.events import (
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.coordination.source import NO_MORE, REQUEST, SPLIT
 from sluice.store import EventLog
+from sluice.store.connection import Outage
 
 __all__ = ["TaskEvents", "NoAnswer", "current", "install"]
 
 
-
-
-
 class TaskEvents:
     def __init__(self, log: EventLog, descriptor: TaskDeploymentDescriptor, host: str, *, answer_timeout_s: float = 600.0,
-                 world: World = SYSTEM, blocking: bool = True) -> None:
+                 world: World = SYSTEM, blocking: bool = True, outage: Outage | None = None) -> None:
         """``blocking``: the real worker's mode, where a send that fails because Redis is away
         is tried again (the same message) until it gets through; the simulation's steps
-        take ``blocking=False`` and call ``resend()`` themselves."""
+        take ``blocking=False`` and call ``resend()`` themselves. ``outage``: how a blocking
+        attempt waits for Redis when it is away (as long as its TaskManager lives; the time
+        spent waiting does not count against ``answer_timeout_s``); without one, sends are
+        retried for at most ``answer_timeout_s`` and a failed read raises."""
         d = descriptor
         self.log, self.host, self.world, self.blocking = log, host, world, blocking
+        self.outage = outage if blocking else None
         self._seq = 0
         self.unsent: Envelope | None = None
         """A message whose sending failed: it may or may not be in the inbox, so it is sent
@@ -94,7 +96,7 @@ class TaskEvents:
             if left <= 0:
                 raise NoAnswer(f"{self.execution_id} asked for a split and got no answer in "
                                f"{self.answer_timeout_s:.0f} s: is a JobManager running?")
-            self._poll(min(left, 1.0))
+            deadline += self._poll(min(left, 1.0))
         return self._splits.popleft()
 
     # --- operator events ---
@@ -135,15 +137,25 @@ class TaskEvents:
                 self.log.append(self.job_inbox, unsent)
                 self.unsent = None
                 return
-            except RedisUnavailable:
+            except RedisUnavailable as exc:
+                if self.outage is not None:
+                    self.outage.wait(exc)  # raises only when this worker's TaskManager is gone
+                    continue
                 if not self.blocking or time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    def _poll(self, block_s: float) -> None:
-        entries = self.log.follow({self.inbox: self.position}, block_ms=max(int(block_s * 1000), 1) if block_s else None,
-                                  count=100)
+    def _poll(self, block_s: float) -> float:
+        """Read the inbox; returns the seconds spent waiting for Redis to come back (0.0
+        unless it was away and this attempt waits through outages)."""
+        try:
+            entries = self.log.follow({self.inbox: self.position},
+                                      block_ms=max(int(block_s * 1000), 1) if block_s else None, count=100)
+        except RedisUnavailable as exc:
+            if self.outage is None:
+                raise
+            return self.outage.wait(exc)
         for _, entry_id, fields in entries:
             self.position = entry_id
             ev = decode_fields(fields, stream=self.inbox, entry_id=entry_id).event
@@ -156,6 +168,7 @@ class TaskEvents:
                     self._splits.append(body.get("split"))
                 else:
                     self._events.append(body)
+        return 0.0
 
 
 _current: TaskEvents | None = None

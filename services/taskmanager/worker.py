@@ -3,6 +3,12 @@
 The worker is an RQ ``SimpleWorker`` (no fork per job: a Spark session must never be
 forked), so the Spark session and the job's imported code stay warm across tasks. The
 task reports its states to the job's inbox itself, and tells its TaskManager when it ended.
+
+When Redis is away, a task waits for it wherever it needs it (a report, a split request,
+its inbox, its queryable state) and then does that step again: it keeps what it finished,
+and an outage of the log costs time, not a restart. It waits as long as its TaskManager
+lives (the worker's parent; ``$SLUICE_WORKER_REDIS_WAIT_S`` caps a single wait, default
+one hour), saying once in its log that Redis is away and once that it is back.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ import shutil
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sluice.errors import RedisUnavailable
 from sluice.events import (
@@ -29,11 +36,14 @@ from sluice.events import (
 from sluice.services.common.shell import hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.store import EventLog, Keys, connect, server_address
+from sluice.store.connection import Outage
 
 from . import events as task_events
 from .library import load_module
 
 __all__ = ["run_task", "spark_session", "WorkerContext", "RUN_TASK", "report_state", "report_produced"]
+
+T = TypeVar("T")
 
 RUN_TASK = "sluice.services.taskmanager.worker.run_task"
 """The RQ job function, by name (RQ's JSON serializer carries names, never pickles)."""
@@ -46,16 +56,33 @@ class WorkerContext:
     slot: int
     address: str = ""
     """Where this worker's queryable state is served: its Redis, without the password."""
+    outage: Outage | None = None
+    """How this worker waits for Redis when it is away (None: it does not wait)."""
 
 
 _context: WorkerContext | None = None
 _spark: Any = None
 _spark_lock = threading.Lock()
 
+WAIT_ENV = "SLUICE_WORKER_REDIS_WAIT_S"
+"""Seconds a worker waits at most for Redis in one outage (default: an hour; it stops
+waiting at once when its TaskManager is gone)."""
+
 
 def init_worker(url: str, prefix: str, resource_id: str, slot: int) -> WorkerContext:
+    """This process's worker context. If Redis is away (the worker was started, or
+    restarted, during an outage) it waits for it instead of dying."""
     global _context
-    _context = WorkerContext(EventLog(connect(url), Keys(prefix)), resource_id, slot, server_address(url))
+    client = connect(url, check=False)
+    parent = os.getppid()
+
+    def owner_gone() -> str | None:
+        return None if os.getppid() == parent else f"its TaskManager (pid {parent}) is gone"
+
+    outage = Outage(client.ping, who=f"sluice worker {resource_id}/slot {slot}", url=url, give_up=owner_gone,
+                    limit_s=float(os.environ.get(WAIT_ENV) or 3600))
+    outage.wait()
+    _context = WorkerContext(EventLog(client, Keys(prefix)), resource_id, slot, server_address(url), outage)
     return _context
 
 
@@ -116,17 +143,20 @@ def report_produced(log: EventLog, world: World, d: TaskDeploymentDescriptor) ->
 
 
 def _report(ctx: WorkerContext, d: TaskDeploymentDescriptor, state: TaskState, error: str | None = None) -> None:
-    _persist(lambda: report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, state, error))
+    _persist(ctx, lambda: report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, state, error))
 
 
-def _persist(send: Any, *, give_up_s: float = 600.0) -> None:
-    """Send a report, trying again while Redis is away (a report may then arrive twice: the
-    leader ignores a repeated one). A report lost would leave its task running for ever."""
+def _persist(ctx: WorkerContext, send: Callable[[], T], *, give_up_s: float = 600.0) -> T:
+    """Do a step that writes to Redis, doing it again after Redis was away (a report may
+    then arrive twice: the leader ignores a repeated one). A report lost would leave its task
+    running for ever, so the worker waits as long as its TaskManager lives; a context with
+    no ``outage`` retries for ``give_up_s``."""
+    if ctx.outage is not None:
+        return ctx.outage.call(send)
     delay, deadline = 0.05, time.monotonic() + give_up_s
     while True:
         try:
-            send()
-            return
+            return send()
         except RedisUnavailable:
             if time.monotonic() + delay > deadline:
                 raise
@@ -176,7 +206,7 @@ def describe_error(exc: BaseException, limit: int = 8000) -> str:
 def _execute(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path) -> None:
     spark = spark_session(runtime.get("spark_remote"))
     temp_dir.mkdir(parents=True, exist_ok=True)
-    events = task_events.TaskEvents(ctx.log, d, runtime.get("host") or hostname())
+    events = task_events.TaskEvents(ctx.log, d, runtime.get("host") or hostname(), outage=ctx.outage)
     task_events.install(events)
     try:
         _run_chain(ctx, d, runtime, temp_dir, spark, events)
@@ -254,11 +284,11 @@ def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, t
     if queryable:  # services/kvstate/publish.py: write the state, then register it
         from sluice.services.kvstate.publish import publish
 
-        publish(ctx.log, d, df, ctx.address)
+        _persist(ctx, lambda: publish(ctx.log, d, df, ctx.address))  # the hash is rewritten whole: repeatable
         if output or sink:
             df.unpersist()
     if output:
-        _persist(lambda: report_produced(ctx.log, SYSTEM, d))
+        _persist(ctx, lambda: report_produced(ctx.log, SYSTEM, d))
 
 
 def _empty_source(spark: Any, source: TaskSource) -> Any:

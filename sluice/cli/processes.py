@@ -76,7 +76,7 @@ def worker(obj: Context, resource_id: str, slot: int) -> None:
     ctx = init_worker(obj.url, obj.settings.prefix, resource_id, slot)
     if os.environ.get("SLUICE_SPARK_REMOTE"):
         warm_up()
-    work_slot(ctx.log, resource_id, slot)
+    work_slot(ctx.log, resource_id, slot, outage=ctx.outage)
 
 
 @click.command()
