@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.errors import DuplicateCommit, HandlerFailed, MessageRejected
-from sluice.events import ExecutionGraphBuilt, JobRefused, JobStatus, SubmitJob
+from sluice.events import (
+    ExecutionGraphBuilt,
+    JobRefused,
+    JobStatus,
+    SubmitJob,
+    TaskOperationResult,
+    UpdateTaskExecutionState,
+)
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.reconcile import deployment_timeouts
@@ -79,6 +86,8 @@ class JobInboxes:
                            subtasks=sum(v.parallelism for v in env.event.graph.vertices))
             return jobs.submit(jm.state.jobs, env.event, splits, jm.storage_root, now,
                                jm.state.membership.attempt_floor)
+        if isinstance(env.event, (UpdateTaskExecutionState, TaskOperationResult)):
+            jm.state.reports.heard(f"{job_id}/{env.event.execution_id}")  # for reconciliation
         decision = jobs.on_message(jm.state.jobs, job_id, env, jm.jobs_config, now)
         if decision.note:
             jm.logger.debug("job message", job=job_id, note=decision.note)

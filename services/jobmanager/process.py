@@ -174,8 +174,14 @@ class JobManager:
         read_at = self.world.now_ms()  # the view is at least this fresh (the call may stall after its read)
         entries = self.consumer.read(count=self.batch, block_ms=block_ms)
         caught_up = self.consumer.read_counts.get(self.inbox, 0) < self.batch
+        reports = self.state.reports
+        reports.read(caught_up)  # slot reports read later were sent after what this read saw
         if entries:
-            self.handle_batch(entries)
+            reports.reading = True
+            try:
+                self.handle_batch(entries)
+            finally:
+                reports.reading = False
             self.job_inboxes.schedule_all()
         now = self.world.now_ms()
         if now >= self._next_tick:

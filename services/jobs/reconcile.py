@@ -22,7 +22,11 @@ attempts it placed there:
 
 Reports travel on the cluster inbox, the attempts' own reports on their jobs' inboxes,
 so one may overtake the other: a difference must persist over two reports and a grace
-period (the heartbeat timeout) before the leader acts on it. What the leader remembers
+period (the heartbeat timeout) before the leader acts on it. An attempt is found missing
+only on a report its TaskManager sent after it last heard of the attempt: the leader reads
+every inbox in one call, so a report read after a read that reached the end of the
+cluster inbox was appended after everything that read saw (``Memory.read``, ``heard``). A
+backlog of old heartbeats never fails a running attempt. What the leader remembers
 between reports (``Memory``) is soft state, like the heartbeat monitor: a new leader
 starts it afresh.
 """
@@ -31,10 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sluice.events import AttemptReport, CancelTask, TaskState, UpdateTaskExecutionState
+from sluice.events import AttemptReport, CancelTask, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
 
 from .core import Decision, JobsConfig, _fail, _maybe_complete, _Recorder, _update
-from .state import TERMINAL_JOB, JobsState
+from .state import HOLDS_SLOT, TERMINAL_JOB, JobsState
 
 __all__ = ["Memory", "Reconciled", "reconcile", "deployment_timeouts"]
 
@@ -68,6 +72,35 @@ class Memory:
     taskmanagers: dict[str, _PerTaskManager] = field(default_factory=dict)
     leading_since: int = 0
     """When this leader began (deployment timeouts count from then at the earliest)."""
+    batch: int = 0
+    """The number of the leader's current read of its inboxes (from 1)."""
+    fresh: int = -1
+    """The latest read before the current one that reached the end of the cluster inbox."""
+    reading: bool = False
+    """True while the entries of a read (not old ones reclaimed) are handled."""
+    heard_at: dict[str, int] = field(default_factory=dict)
+    """Task id -> the read in which a message about the attempt last came from its side."""
+    _caught_up: int = -1
+
+    def read(self, caught_up: bool) -> None:
+        """The leader read its inboxes (``caught_up``: to the end of the cluster inbox)."""
+        self.batch += 1
+        self.fresh = self._caught_up
+        if caught_up:
+            self._caught_up = self.batch
+
+    def heard(self, task_id: str) -> None:
+        """A message from the attempt's TaskManager or worker is being handled."""
+        self.heard_at[task_id] = self.batch
+
+    def evidence(self, task_id: str) -> bool:
+        """Whether the report being handled was sent after the leader last heard of the
+        attempt (0: before this leadership, when the log already had it)."""
+        return self.reading and self.heard_at.get(task_id, 0) <= self.fresh
+
+    def keep(self, task_ids: set[str]) -> None:
+        """Forget what was heard of attempts no longer placed anywhere."""
+        self.heard_at = {t: b for t, b in self.heard_at.items() if t in task_ids}
 
     def forget(self, resource_id: str) -> None:
         self.taskmanagers.pop(resource_id, None)
@@ -129,7 +162,13 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
             if ex.session is not None and ex.session != session:
                 continue  # an earlier registration's: the TaskManager-lost path fails it
             task_id = f"{job.job_id}/{ex.id}"
-            if task_id in held or task_id in finals or not due("missing", task_id):
+            if task_id in held or task_id in finals:
+                continue
+            if not memory.evidence(task_id):  # an old report: it says nothing either way
+                if ("missing", task_id) in previous:
+                    tm.differences[("missing", task_id)] = previous[("missing", task_id)]
+                continue
+            if not due("missing", task_id):
                 continue
             rec = recorder(job.job_id)
             if ex.state == TaskState.CANCELING:
@@ -154,6 +193,10 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
             continue
         rec = recorder(job_id)
         before = len(rec.decision.facts)
+        if line.state == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
+            # A finished producer wrote its partition (its worker says so before it finishes):
+            # that report was lost too, and consumers wait for it.
+            rec.fact(ScheduleOrUpdateConsumers(job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
         _update(rec, job, UpdateTaskExecutionState(job_id, execution_id, line.state, line.error, ex.vertex, ex.subtask,
                                                    ex.attempt, resource_id, ex.slot), config)
         if len(rec.decision.facts) > before:
@@ -199,11 +242,14 @@ def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: 
     at the earliest) that their TaskManager does not report holding fail, and are restarted
     as any failure is; the TaskManager is told to cancel them in case they arrive late."""
     out = []
+    placed: set[str] = set()
     for job in list(state.jobs.values()):
         if job.status in TERMINAL_JOB:
             continue
         rec = _Recorder(state, job.job_id, now)
         for ex in list(job.executions()):
+            if ex.state in HOLDS_SLOT:
+                placed.add(f"{job.job_id}/{ex.id}")
             if ex.state != TaskState.DEPLOYING or ex.taskmanager is None:
                 continue
             waited = now - max(ex.since, memory.leading_since)
@@ -216,4 +262,5 @@ def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: 
         _maybe_complete(rec, job)
         if rec.decision:
             out.append(rec.decision)
+    memory.keep(placed)
     return out

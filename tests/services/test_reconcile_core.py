@@ -76,8 +76,15 @@ def line(t: SubmitTask, state: TaskState, error: str | None = None) -> AttemptRe
     return AttemptReport("j1", t.execution_id, state, error)
 
 
-def run(sim: Sim, memory: Memory, tm: str, report: list[AttemptReport]):
-    out = reconcile(sim.state, memory, tm, "s", report, sim.now, GRACE, CFG)
+def run(sim: Sim, memory: Memory, tm: str, report: list[AttemptReport], *, caught_up: bool = True):
+    """One read of the leader's inboxes (``caught_up``: to the end of the cluster inbox) that
+    brought this report."""
+    memory.read(caught_up)
+    memory.reading = True
+    try:
+        out = reconcile(sim.state, memory, tm, "s", report, sim.now, GRACE, CFG)
+    finally:
+        memory.reading = False
     for d in out.decisions:
         sim.record(d)
     return out
@@ -130,7 +137,8 @@ def test_an_attempt_its_taskmanager_no_longer_holds_fails_and_restarts() -> None
     sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, other = started(sim)
     tm, memory = where(sim, t), Memory()
-    assert run(sim, memory, tm, []).decisions == []
+    assert run(sim, memory, tm, []).decisions == []  # the leader's first read: no report yet counts
+    assert run(sim, memory, tm, []).decisions == []  # missing, seen once
     sim.now += GRACE
     out = run(sim, memory, tm, [])
     (fact, restart) = [f for d in out.decisions for f in d.facts][:2]
@@ -138,6 +146,35 @@ def test_an_attempt_its_taskmanager_no_longer_holds_fails_and_restarts() -> None
     assert isinstance(restart, TaskRestartScheduled) and restart.attempt == t.attempt + 1
     # The other TaskManager's attempt is not touched by this one's report.
     assert sim.job.vertices[other.vertex_id].subtasks[other.subtask].state == TaskState.RUNNING
+
+
+def test_a_backlog_of_reports_older_than_the_attempt_never_fails_it() -> None:
+    """The leader heard of the attempt (its RUNNING) in a read that did not reach the end of
+    the cluster inbox: every report read since may predate it, however many and however
+    late. Only a report read after a read that reached the end counts."""
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    t, _ = started(sim)
+    tm, memory = where(sim, t), Memory()
+    memory.read(False)
+    memory.heard(f"j1/{t.execution_id}")
+    for _ in range(5):
+        sim.now += GRACE
+        assert run(sim, memory, tm, [], caught_up=False).decisions == []
+    assert run(sim, memory, tm, []).decisions == []  # this read reaches the end: later ones count
+    sim.now += GRACE
+    assert run(sim, memory, tm, []).decisions == []  # first report that counts
+    sim.now += GRACE
+    assert run(sim, memory, tm, []).decisions != []
+
+
+def test_reclaimed_reports_are_no_evidence() -> None:
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    t, _ = started(sim)
+    tm, memory = where(sim, t), Memory()
+    for _ in range(4):
+        memory.read(True)  # not ``reading``: entries another consumer left pending, of any age
+        assert reconcile(sim.state, memory, tm, "s", [], sim.now, GRACE, CFG).decisions == []
+        sim.now += GRACE
 
 
 def test_a_difference_that_goes_away_starts_over() -> None:
