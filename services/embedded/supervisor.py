@@ -24,7 +24,7 @@ from .redis_server import RedisServer, stop_server
 if TYPE_CHECKING:
     from .spark_connect import SparkConnectServer
 
-__all__ = ["EmbeddedCluster", "ProcessInfo", "alive"]
+__all__ = ["EmbeddedCluster", "ProcessInfo", "alive", "descendants", "Stopped"]
 
 _SHORT = {"taskmanager": "tm", "jobmanager": "jm", "projector": "projector"}
 
@@ -36,12 +36,55 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie child still answers kill(0); reap it if it is ours.
+    # A zombie still answers kill(0); reap it if it is ours, else ask /proc.
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
+        if done != 0:
+            return False
     except ChildProcessError:
-        return True
+        pass
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return not Path("/proc").is_dir()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _ours(pid: int, *marks: str) -> bool:
+    """Whether ``pid`` still runs one of our programs (not a stranger that got a recycled
+    pid): its command line holds one of ``marks``. Without /proc, trust the pid."""
+    if not Path("/proc").is_dir():
+        return alive(pid)
+    cmd = _cmdline(pid)
+    return alive(pid) and any(m in cmd for m in marks)
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """Every live process below ``pids`` (their children, grandchildren, ...), from /proc:
+    a TaskManager's RQ workers and the Spark Connect server it may have started."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d.name))
+    out: list[int] = []
+    todo = list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.append(child)
+                todo.append(child)
+    return [p for p in out if alive(p)]
 
 
 @dataclass
@@ -49,6 +92,13 @@ class ProcessInfo:
     role: str
     pid: int
     name: str
+
+
+@dataclass
+class Stopped:
+    """What ``stop_everything`` did, for the user: (what, pid) per way each process went."""
+    terminated: list[tuple[str, int]]
+    killed: list[tuple[str, int]]
 
 
 class EmbeddedCluster:
@@ -97,6 +147,11 @@ class EmbeddedCluster:
         data["redis"] = {"url": url, "pid": server.pid, "port": server.port}
         self._write(data)
         return url
+
+    def redis_record(self) -> dict | None:
+        """What ``cluster.json`` says of the embedded Redis (url, pid, port), if anything."""
+        rec = self._read().get("redis")
+        return dict(rec) if rec else None
 
     def stop_redis(self) -> None:
         data = self._read()
@@ -166,6 +221,56 @@ class EmbeddedCluster:
         data["processes"] = [p for p in data.get("processes", []) if alive(p["pid"])] + [info.__dict__]
         self._write(data)
         return info
+
+    def stop_everything(self, *, grace: float = 10.0) -> Stopped:
+        """Stop every process this cluster started without asking Redis anything (it may be
+        dead): the recorded JobManagers, TaskManagers and projector, the RQ workers and Spark
+        Connect servers below them, the recorded Spark Connect server and Redis. SIGTERM
+        first, SIGKILL for whatever still runs after ``grace`` seconds."""
+        data = self._read()
+        targets: dict[int, str] = {}
+        for p in data.get("processes", []):
+            if _ours(int(p["pid"]), "sluice"):
+                targets[int(p["pid"])] = f"{p['role']} {p['name']}"
+        for pid in descendants(list(targets)):  # found before their parents go (then they move to init)
+            cmd = _cmdline(pid)
+            what = "RQ worker" if " worker " in cmd else "Spark Connect server" if "SparkConnectServer" in cmd \
+                else "guard" if "sluice.services.common.guard" in cmd else "child"
+            targets.setdefault(pid, f"{what} (child of the cluster)")
+        spark = data.get("spark")
+        if spark and _ours(int(spark["pid"]), "SparkConnectServer", "spark"):
+            targets.setdefault(int(spark["pid"]), "Spark Connect server")
+        redis = data.get("redis")
+        if redis and redis.get("pid") and _ours(int(redis["pid"]), "redis-server"):
+            targets.setdefault(int(redis["pid"]), "redis-server")
+        terminated: list[tuple[str, int]] = []
+        for pid in targets:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(alive(p) for p in targets):
+            time.sleep(0.05)
+        killed: list[tuple[str, int]] = []
+        for pid, what in targets.items():
+            if alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append((what, pid))
+                except ProcessLookupError:
+                    terminated.append((what, pid))
+            else:
+                terminated.append((what, pid))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(alive(p) for _, p in killed):
+            time.sleep(0.05)
+        self._server = None
+        self._spark = None
+        for key in ("processes", "spark", "redis"):
+            data.pop(key, None)
+        self._write(data)
+        return Stopped(terminated, killed)
 
     def terminate(self, infos: list[ProcessInfo], *, timeout: float = 15.0) -> None:
         """SIGTERM (graceful: TaskManagers unregister), then SIGKILL what is left."""

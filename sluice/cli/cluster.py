@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 import time
 
 import click
@@ -9,10 +12,12 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from sluice.errors import ServiceError
+from sluice.errors import RedisUnavailable, ServiceError
 from sluice.services.embedded import EmbeddedCluster
+from sluice.services.embedded.supervisor import Stopped, alive, descendants
 from sluice.services.projector import Projector
 from sluice.store import EventLog, ReadModels
+from sluice.store.connection import ping, redact
 
 from .context import Context
 
@@ -82,17 +87,67 @@ def _start(obj: Context, taskmanagers: int, slots: int, detach: bool) -> tuple[E
     return cluster, log, tms
 
 
-def _stop(cluster: EmbeddedCluster, log: EventLog) -> None:
-    tms = cluster.processes("taskmanager")
-    names = {t.name for t in tms}
-    cluster.terminate(tms)
+def _stop(cluster: EmbeddedCluster, log: EventLog | None) -> None:
+    """Stop everything the embedded cluster started. With Redis answering, TaskManagers
+    get SIGTERM and are given time to unregister; without (``log`` None, or Redis gone
+    meanwhile) nothing waits on Redis: every recorded process and its children get SIGTERM,
+    then SIGKILL after a grace period."""
+    if log is None:
+        _stop_without_redis(cluster)
+        return
+    children = descendants([p.pid for p in cluster.processes()])  # RQ workers, Spark servers of TaskManagers
     try:
-        wait_for(log, lambda leader, rows: all(rows.get(n, {}).get("status") != "REGISTERED" for n in names),
-                 "waiting for TaskManagers to unregister", timeout=15)
-    except ServiceError as exc:
-        console.print(f"[yellow]{exc}[/]")
+        tms = cluster.processes("taskmanager")
+        names = {t.name for t in tms}
+        cluster.terminate(tms)
+        try:
+            wait_for(log, lambda leader, rows: all(rows.get(n, {}).get("status") != "REGISTERED" for n in names),
+                     "waiting for TaskManagers to unregister", timeout=15)
+        except ServiceError as exc:
+            console.print(f"[yellow]{exc}[/]")
+    except RedisUnavailable as exc:
+        console.print(f"[yellow]Redis went away while stopping ({exc})[/]")
+        _stop_without_redis(cluster)
+        return
     cluster.terminate(cluster.processes())
+    left = [pid for pid in children if alive(pid)]
+    for pid in left:  # their parent is gone: nothing else will stop them
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if left:
+        console.print(f"killed {len(left)} processes the cluster's processes left behind (pids {', '.join(map(str, left))})")
     cluster.stop_redis()
+
+
+def _stop_without_redis(cluster: EmbeddedCluster) -> None:
+    rec = cluster.redis_record()
+    where = f"at {redact(rec['url'])} " if rec else ""
+    console.print(f"[yellow]the cluster's Redis {where}does not answer: stopping its processes without waiting for "
+                  f"TaskManagers to unregister (SIGTERM, then SIGKILL after {_GRACE_S:.0f} s)[/]", soft_wrap=True)
+    say(cluster.stop_everything(grace=_GRACE_S))
+
+
+_GRACE_S = 10.0
+
+
+def say(stopped: Stopped) -> None:
+    for what, pid in stopped.terminated:
+        console.print(f"stopped {what} (pid {pid})")
+    for what, pid in stopped.killed:
+        console.print(f"[yellow]killed {what} (pid {pid}): still running {_GRACE_S:.0f} s after SIGTERM[/]")
+    if not stopped.terminated and not stopped.killed:
+        console.print("no process of the cluster was running")
+
+
+def _redis_answers(obj: Context) -> bool:
+    """Whether the cluster's Redis (given, or the embedded one recorded) answers, without
+    starting one."""
+    if obj.settings.redis_url:
+        return True  # a Redis the cluster does not own: commands say themselves if it is away
+    rec = obj.cluster.redis_record()
+    return rec is not None and ping(rec["url"], timeout=1.0)
 
 
 @click.group()
@@ -152,10 +207,10 @@ def start(obj: Context, taskmanagers: int, slots: int, appendfsync: str | None) 
 @cluster.command()
 @click.pass_obj
 def stop(obj: Context) -> None:
-    """Stop the background embedded cluster (TaskManagers unregister first)."""
+    """Stop the background embedded cluster (TaskManagers unregister first). If its Redis is
+    dead, every process it started still goes (SIGTERM, then SIGKILL)."""
     cluster = obj.cluster
-    log = obj.log()
-    _stop(cluster, log)
+    _stop(cluster, obj.log() if _redis_answers(obj) else None)
     console.print("stopped")
 
 
@@ -192,7 +247,21 @@ def scale(obj: Context, taskmanagers: int, slots: int) -> None:
 @click.pass_obj
 def status(obj: Context, job_id: str | None, as_json: bool) -> None:
     """The cluster (leader, epoch, TaskManagers), or one job's ExecutionGraph with JOB_ID.
-    Works on a stopped embedded cluster too."""
+    Works on a stopped embedded cluster too. Exits 1 when Redis is away, saying which of
+    the embedded cluster's processes still run."""
+    running = [] if obj.settings.redis_url else obj.cluster.processes()
+    if running and not _redis_answers(obj):
+        rec = obj.cluster.redis_record() or {}
+        pid = rec.get("pid")
+        why = ("its process is gone" if pid and not alive(int(pid)) else "its process runs but does not answer") \
+            if pid else "none is recorded"
+        click.secho(f"error: the embedded cluster's Redis {redact(rec.get('url', ''))} is away ({why}); "
+                    "still running:", fg="red", err=True)
+        for p in running:
+            click.echo(f"  {p.role} {p.name} (pid {p.pid})", err=True)
+        click.echo("`sluice cluster stop` stops them; `sluice cluster start` starts the cluster again on its data",
+                   err=True)
+        sys.exit(1)
     if job_id:
         from .jobs import show_job, table_json
 
@@ -203,11 +272,17 @@ def status(obj: Context, job_id: str | None, as_json: bool) -> None:
             show_job(job)
         return
     leader, tms = cluster_table(obj.log())
+    procs = [{"role": p.role, "name": p.name, "pid": p.pid} for p in running]
     if as_json:
-        click.echo(orjson.dumps({"leader": leader or None, "taskmanagers": sorted(tms.values(), key=lambda r: r["resource_id"])},
-                                option=orjson.OPT_INDENT_2).decode())
+        body: dict = {"leader": leader or None, "taskmanagers": sorted(tms.values(), key=lambda r: r["resource_id"])}
+        if procs:
+            body["processes"] = procs
+        click.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
     else:
         show(leader, tms)
+        if procs:
+            console.print("embedded cluster processes running: " + ", ".join(
+                f"{p['role']} {p['name']} (pid {p['pid']})" for p in procs), soft_wrap=True)
 
 
 def register(cli: click.Group) -> None:
