@@ -26,7 +26,16 @@ from typing import Any
 
 from sluice.client import Client, JobFile
 from sluice.errors import JobNotFound, RedisUnavailable
-from sluice.events import FIELD, Envelope, RegisterTaskManager, SubmitJob, TaskManagerHeartbeat, TaskManagerLost
+from sluice.events import (
+    FIELD,
+    Envelope,
+    RegisterTaskManager,
+    SubmitJob,
+    TaskManagerHeartbeat,
+    TaskManagerLost,
+    TaskState,
+    UpdateTaskExecutionState,
+)
 from sluice.events.envelope import decode_bytes
 from sluice.services.jobmanager import JobManager
 from sluice.services.jobs.core import JobsConfig
@@ -446,6 +455,25 @@ class Simulation:
                     raise Violation(f"{actor} declared {ev.resource_id} lost ({ev.reason}) at "
                                     f"{env.ts - self.world.start}, while its {said.TYPE} {entry_id}, sent "
                                     f"{env.ts - ms[0]} ms before, waited unread in the cluster inbox")
+
+    def check_reconciled(self, actor: str, keys: Any, args: Any) -> None:
+        """An attempt is failed as missing from its TaskManager's slot report only if that
+        TaskManager (the same registration) does not hold it."""
+        jm = self.jm_instances.get(actor)
+        if jm is None:
+            return
+        n = int(args[3])
+        for i in range(4 + n, len(args), 3):
+            raw = args[i + 1]
+            env = decode_bytes(raw if isinstance(raw, bytes) else str(raw).encode())
+            ev = env.event
+            if not (isinstance(ev, UpdateTaskExecutionState) and ev.state == TaskState.FAILED
+                    and "no longer holds it" in (ev.error or "")):
+                continue
+            tm = next((p.tm for p in self.tms if p.name == ev.taskmanager), None)
+            if tm is not None and f"{ev.job_id}/{ev.execution_id}" in tm.tasks:
+                raise Violation(f"{actor} failed {ev.job_id}/{ev.execution_id} as missing from the slot report of "
+                                f"{ev.taskmanager}, which holds it")
 
     def task_started(self, task: SimTask) -> None:
         other = self.live.get(task.key)

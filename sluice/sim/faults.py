@@ -120,6 +120,7 @@ class FaultyBackend(Delegating):
         if name == "commit" and result and result[0] in (b"OK", "OK"):
             self.sim.committed(self.actor, int(args[0]), keys[0])
             self.sim.check_losses(self.actor, keys, args)
+            self.sim.check_reconciled(self.actor, keys, args)
             sim = self.sim
             if sim.faulting and int(args[3]) > 0 and sim.faults.hit(sim.rng, "redeliver", 0.05):
                 # The same commit arrives again (a retry after a lost reply): it consumed its
