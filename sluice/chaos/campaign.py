@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ __all__ = ["campaign"]
 
 def campaign(runs: int, seed: int, kills: int, root: Path, *, timing: Timing = Timing(),
              console: Console | None = None) -> list[RunResult]:
-    console = console or Console(emoji=False, highlight=False)
+    console = console or Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 160)
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

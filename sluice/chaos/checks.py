@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from sluice.events import JobRegistered
+from sluice.events import JobRegistered, TaskState, UpdateTaskExecutionState
 from sluice.services.projector.core import EXECUTION_GRAPH, JOB_PROJECTIONS, PROJECTIONS, Projection, expand
 from sluice.store import EventLog, ReadModels, entry_order
 
-__all__ = ["tables_differ", "epochs_go_back", "refusal", "REFUSALS", "job_ids"]
+__all__ = ["finished_at", "tables_differ", "epochs_go_back", "refusal", "REFUSALS", "job_ids"]
 
 REFUSALS = ("deposed", "lost the lease", "StaleEpoch")
 """What a JobManager's log says when it learns it no longer leads (services/jobmanager/process.py):
@@ -20,6 +20,16 @@ a commit refused by the fence (``deposed``, from StaleEpoch), or its lease gone 
 def job_ids(log: EventLog) -> list[str]:
     return [env.event.job_id for _, env in log.replay(log.keys.facts(log.keys.cluster))
             if isinstance(env.event, JobRegistered)]
+
+
+def finished_at(log: EventLog) -> list[int]:
+    """When (server ms, from the entry ids) every task FINISHED, in every job, sorted."""
+    out = []
+    for job_id in job_ids(log):
+        for entry_id, env in log.replay(log.keys.facts(log.keys.job(job_id))):
+            if isinstance(env.event, UpdateTaskExecutionState) and env.event.state == TaskState.FINISHED:
+                out.append(int(entry_id.split("-")[0]))
+    return sorted(out)
 
 
 def _replayed(log: EventLog, tag: str, projection: Projection, upto: str | None) -> dict[str, dict]:

@@ -15,7 +15,8 @@ __all__ = ["main"]
 @click.command()
 @click.option("--runs", default=1, show_default=True, type=click.IntRange(1), help="Runs, with seeds S, S+1, ...")
 @click.option("--seed", default=1, show_default=True, type=int, help="Seed of the first run (S).")
-@click.option("--kills", default=4, show_default=True, type=click.IntRange(1), help="Strikes per run.")
+@click.option("--kills", default=4, show_default=True, type=click.IntRange(0),
+              help="Strikes per run (0: the job alone, for a baseline).")
 @click.option("--dir", "root", default=".sluice/chaos", show_default=True, type=click.Path(file_okay=False),
               help="Where each run's cluster home (logs, Redis AOF, input, output) is kept.")
 def main(runs: int, seed: int, kills: int, root: str) -> None:

@@ -25,6 +25,7 @@ def totals(results: Sequence[RunResult]) -> dict[str, dict[str, object]]:
             "strikes": len(mine),
             "survived": sum(1 for r, o in mine if r.jobs_ok and o.recovered_s is not None and not o.failures),
             "recovery_s": times,
+            "progress_s": [o.progress_s for _, o in mine if o.progress_s is not None],
         }
     return out
 
@@ -50,25 +51,29 @@ def summary(console: Console, results: Sequence[RunResult], seed: int, kills: in
 
     kinds = Table(title="strikes by kind (recovery: kill -> next leader leading / TaskManager registered / "
                         "worker replaced / leader rebuilt on the restarted Redis; freezes: from SIGCONT for a "
-                        "TaskManager, from SIGSTOP for the leader)")
-    for col in ("kind", "strikes", "survived", "recovery median s", "max s", "min s"):
+                        "TaskManager, from SIGSTOP for the leader; next task FINISHED: from the strike to the next task of any job finishing (a task lasts tens of seconds))")
+    for col in ("kind", "strikes", "survived", "recovery median s", "max s", "min s", "next task FINISHED median s",
+                "max s"):
         kinds.add_column(col)
     all_times: list[float] = []
+    all_progress: list[float] = []
+    survived = 0
     for kind, t in totals(results).items():
-        times = t["recovery_s"]
-        assert isinstance(times, list)
+        times, progress = t["recovery_s"], t["progress_s"]
+        assert isinstance(times, list) and isinstance(progress, list)
         all_times += times
-        kinds.add_row(kind, str(t["strikes"]), str(t["survived"]), *_fmt(times))
+        all_progress += progress
+        survived += int(str(t["survived"]))
+        kinds.add_row(kind, str(t["strikes"]), str(t["survived"]), *_fmt(times), *_fmt(progress)[:2])
     n = sum(len(r.strikes) for r in results)
-    survived = sum(int(t["survived"]) for t in totals(results).values())  # type: ignore[call-overload]
-    kinds.add_row("[b]all[/]", f"[b]{n}[/]", f"[b]{survived}[/]", *_fmt(all_times))
+    kinds.add_row("[b]all[/]", f"[b]{n}[/]", f"[b]{survived}[/]", *_fmt(all_times), *_fmt(all_progress)[:2])
     console.print(kinds)
     fsyncs = {f: sum(1 for r in results for o in r.strikes if r.fsync == f and o.kind.value == "redis-restart")
               for f in ("always", "everysec")}
     console.print(f"redis restarts under appendfsync always: {fsyncs['always']}, everysec: {fsyncs['everysec']}")
     for r in results:
         for note in r.notes:
-            console.print(f"[dim]run {r.seed}: {note}[/]", soft_wrap=True, markup=False)
+            console.print(f"run {r.seed}: {note}", soft_wrap=True, markup=False, style="dim")
     failed = [r for r in results if not r.ok]
     if not failed:
         console.print(f"[green]{len(results)} runs, {n} strikes: every job's output exact, replay equals the "

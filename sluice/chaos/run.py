@@ -58,10 +58,16 @@ def run_once(seed: int, kills: int, root: Path, spark: str, *, timing: Timing = 
         jobs = Jobs(cluster, result.workload.path, want, home / "output")
         result.jobs = jobs.submitted
         _strike_all(cluster, jobs, strikes, result, say)
+        if not jobs.submitted:  # no strikes: the job alone
+            jobs.ensure_running()
         jobs.finish_all()
         result.failures += jobs.failures
         result.jobs_ok = not jobs.failures and bool(jobs.submitted)
         result.failures += cluster.died()
+        done = checks.finished_at(cluster.log)
+        for o in result.strikes:
+            after = [ms for ms in done if ms > o.at * 1000]
+            o.progress_s = (after[0] - o.at * 1000) / 1000 if after else None
         result.failures += [f"replay differs: {d}" for d in checks.tables_differ(cluster.log)]
         result.failures += [f"fencing: {d}" for d in checks.epochs_go_back(cluster.log)]
     except Exception as exc:  # the harness or the cluster broke: the run failed, say how

@@ -29,6 +29,8 @@ class Outcome:
     failures: list[str] = field(default_factory=list)
     at: float = 0.0
     """When it struck (time.time())."""
+    progress_s: float | None = None
+    """From the strike to the next task FINISHED in any job (the job making progress again)."""
 
 
 def strike(c: ChaosCluster, s: Strike) -> Outcome:
