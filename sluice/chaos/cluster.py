@@ -23,6 +23,7 @@ from sluice.services.membership.core import evolve as membership_evolve
 from sluice.store import EventLog, Keys, LeaseHolder, connect, current_leader
 
 from . import procs
+from .procs import Ident
 
 __all__ = ["Timing", "ChaosCluster", "poll"]
 
@@ -79,8 +80,9 @@ class ChaosCluster:
     slots: int = 2
     procs: dict[str, Proc] = field(default_factory=dict)
     """Every Sluice process started, by name (the dead ones stay: the leak check wants them)."""
-    seen: set[int] = field(default_factory=set)
-    """Every pid the run started or saw as one of its workers, redis-servers included."""
+    seen: set[Ident] = field(default_factory=set)
+    """Every process the run started or saw as one of its workers, redis-servers included
+    (by pid and start time: a pid reused by someone else's process is never touched)."""
     retired: set[str] = field(default_factory=set)
     """Names of processes killed on purpose."""
     redis_pid: int = 0
@@ -103,7 +105,7 @@ class ChaosCluster:
         self.url = embedded.redis_url(detach=True)
         rec = json.loads((self.home / "cluster.json").read_text())["redis"]  # what the supervisor started
         self.redis_pid, self.port = int(rec["pid"]), int(rec["port"])
-        self.seen.add(self.redis_pid)
+        self._see(self.redis_pid)
         self.log = EventLog(connect(self.url), Keys(self.prefix))
         self.spawn("projector")
         self.spawn("jobmanager")
@@ -124,7 +126,7 @@ class ChaosCluster:
             args = ("--slots", str(self.slots))
         info = self.embedded.spawn(role, self.url, *args, name=name)
         p = self.procs[name] = Proc(role, name, info.pid)
-        self.seen.add(info.pid)
+        self._see(info.pid)
         return p
 
     # --- what runs -----------------------------------------------------------------------
@@ -171,10 +173,16 @@ class ChaosCluster:
             out.append(f"{p.role} {name} (pid {p.pid}) exited on its own; its log ends: {last[:300]}")
         return out
 
+    def _see(self, *pids: int) -> None:
+        for pid in pids:
+            who = procs.ident(pid)
+            if who is not None:
+                self.seen.add(who)
+
     def sample_workers(self) -> None:
         """Remember every worker process seen (they come and go with the TaskManagers)."""
         for tm in self.live("taskmanager"):
-            self.seen.update(procs.workers_of(tm.pid))
+            self._see(*procs.workers_of(tm.pid))
 
     def full_strength(self, taskmanagers: int) -> bool:
         """Two JobManagers alive, one leading, and ``taskmanagers`` live ones registered."""
@@ -203,14 +211,15 @@ class ChaosCluster:
                 time.sleep(0.2)
         self._redis.append(server)
         self.redis_pid = int(server.pid or 0)
-        self.seen.add(self.redis_pid)
+        self._see(self.redis_pid)
 
     # --- stop ----------------------------------------------------------------------------
 
     def stop(self) -> tuple[int, str]:
         """``sluice cluster stop`` on this cluster's home (what a user runs); its exit code and output."""
-        for pid in self.seen:
-            procs.kill(pid, 18)  # SIGCONT: a frozen process could not stop
+        for who in self.seen:
+            if procs.same(who):
+                procs.kill(who[0], 18)  # SIGCONT: a frozen process could not stop
         cmd = [sys.executable, "-m", "sluice", "--home", str(self.home), "--prefix", self.prefix, "cluster", "stop"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **self.env()})
@@ -228,7 +237,7 @@ class ChaosCluster:
         return out
 
     def _running(self) -> set[int]:
-        ours = {p for p in self.seen if procs.alive(p)}
+        ours = {who[0] for who in self.seen if procs.same(who)}
         ours |= set(procs.find(lambda a: procs.option(a, "--prefix") == self.prefix))
         ours |= set(procs.find(lambda a: procs.option(a, "--home") == str(self.home)))
         ours |= set(procs.find(lambda a: a[0].startswith("redis-server") and (

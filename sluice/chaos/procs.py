@@ -11,17 +11,35 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["alive", "argv", "children", "descendants", "kill", "wait_gone", "workers_of", "find", "option"]
+__all__ = ["Ident", "ident", "same", "alive", "argv", "children", "descendants", "kill", "wait_gone", "workers_of", "find", "option"]
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
     """(state letter, parent pid), or None when the process is gone."""
+    fields = _fields(pid)
+    return (fields[0], int(fields[1])) if fields else None
+
+
+def _fields(pid: int) -> list[str] | None:
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = raw.rsplit(")", 1)[1].split()
-    return fields[0], int(fields[1])
+    return raw.rsplit(")", 1)[1].split()
+
+
+Ident = tuple[int, int]
+"""(pid, start time in clock ticks since boot): names one process even after its pid is reused."""
+
+
+def ident(pid: int) -> Ident | None:
+    fields = _fields(pid)
+    return (pid, int(fields[19])) if fields else None
+
+
+def same(who: Ident) -> bool:
+    """``who`` still runs (its pid was not reused by another process since)."""
+    return alive(who[0]) and ident(who[0]) == who
 
 
 def alive(pid: int) -> bool:

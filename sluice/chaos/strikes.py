@@ -97,7 +97,7 @@ def _tm_kill(c: ChaosCluster, s: Strike, out: Outcome) -> None:
     tms = c.live("taskmanager")
     p = _pick(tms, s.pick)
     out.target = p.name
-    c.seen.update(procs.workers_of(p.pid))
+    c.sample_workers()
     t0 = time.monotonic()
     procs.kill(p.pid, signal.SIGKILL)
     c.retired.add(p.name)
@@ -114,13 +114,13 @@ def _worker_kill(c: ChaosCluster, s: Strike, out: Outcome) -> None:
         return
     tm, pid = _pick(found, s.pick)
     out.target = f"worker {pid} of {tm.name}"
-    c.seen.add(pid)
+    c.sample_workers()
     t0 = time.monotonic()
     procs.kill(pid, signal.SIGKILL)
 
     def replaced() -> bool:
         now = procs.workers_of(tm.pid)
-        c.seen.update(now)
+        c.sample_workers()
         return pid not in now and len(now) >= c.slots
 
     if poll(replaced, RECOVERY_TIMEOUT_S):
