@@ -185,9 +185,19 @@ class JobManager:
             self.job_inboxes.schedule_all()
         now = self.world.now_ms()
         if now >= self._next_tick:
+            self._check_server()
             self.tick(now, caught_up=self._timeouts_ready(now, caught_up, read_at))
             self._next_tick = now + min(self.config.heartbeat_interval_ms, 200)
         return bool(entries)
+
+    def _check_server(self) -> None:
+        """Notice a restart of Redis even while nothing is written (redis-py reconnects
+        without a word): the state in memory may be ahead of what the server kept, so it
+        is rebuilt from the log (``step`` steps down on StoreRestarted)."""
+        server = self.log.server_id()
+        if self.committer.server and server != self.committer.server:
+            self.saw_restart = (self.committer.server, server)
+            raise StoreRestarted(tag=self.tag, run_id=server)
 
     def _timeouts_ready(self, now: int, caught_up: bool, read_at: int) -> bool:
         """Whether heartbeat timeouts may be decided now: only on a fresh view of the cluster

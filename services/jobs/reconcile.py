@@ -183,9 +183,9 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
     # Final states reported here.
     for task_id, line in finals.items():
         job_id, execution_id = _split(task_id)
-        job = state.jobs.get(job_id)
-        ex = job.current(execution_id) if job is not None else None
-        if job is None or job.status in TERMINAL_JOB or ex is None or ex.state.terminal \
+        found = state.jobs.get(job_id)
+        ex = found.current(execution_id) if found is not None else None
+        if found is None or found.status in TERMINAL_JOB or ex is None or ex.state.terminal \
                 or ex.taskmanager != resource_id:
             out.recorded.append(task_id)  # the log has its end, or does not count the attempt
             continue
@@ -193,11 +193,11 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
             continue
         rec = recorder(job_id)
         before = len(rec.decision.facts)
-        if line.state == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
+        if line.state == TaskState.FINISHED and found.vertices[ex.vertex].outputs and not ex.produced:
             # A finished producer wrote its partition (its worker says so before it finishes):
             # that report was lost too, and consumers wait for it.
             rec.fact(ScheduleOrUpdateConsumers(job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
-        _update(rec, job, UpdateTaskExecutionState(job_id, execution_id, line.state, line.error, ex.vertex, ex.subtask,
+        _update(rec, found, UpdateTaskExecutionState(job_id, execution_id, line.state, line.error, ex.vertex, ex.subtask,
                                                    ex.attempt, resource_id, ex.slot), config)
         if len(rec.decision.facts) > before:
             out.notes.append(f"{task_id}: its {line.state.value} report was lost; taken from the slot report")
@@ -205,8 +205,8 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
     # Attempts held here that the leader does not count.
     for task_id in held:
         job_id, execution_id = _split(task_id)
-        job = state.jobs.get(job_id)
-        ex = job.current(execution_id) if job is not None else None
+        found = state.jobs.get(job_id)
+        ex = found.current(execution_id) if found is not None else None
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.CANCELING:
             # Still held though the leader cancelled it: the CancelTask was lost, say it again.
             if due("cancelling", task_id) and now - tm.cancelled.get(task_id, now - grace_ms) >= grace_ms:
@@ -227,7 +227,7 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
         if last is not None and now - last < grace_ms:
             continue
         tm.cancelled[task_id] = now
-        why = ("its job is not running" if job is None or job.status in TERMINAL_JOB
+        why = ("its job is not running" if found is None or found.status in TERMINAL_JOB
                else "the leader does not count this attempt (it failed, was cancelled, or was replaced)")
         out.cancels.append(CancelTask(job_id, execution_id, f"reconciled with the slot report of {resource_id}: {why}"))
         out.notes.append(f"{task_id} unknown on {resource_id}: cancelled")
