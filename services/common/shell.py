@@ -12,7 +12,7 @@ import time
 
 import structlog
 
-__all__ = ["new_id", "now_ms", "hostname", "configure_logging", "stop_on_signals", "get_logger"]
+__all__ = ["new_id", "now_ms", "hostname", "configure_logging", "stop_on_signals", "get_logger", "RedisAway"]
 
 
 def new_id() -> str:
@@ -71,3 +71,36 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGINT, handler)
     return stop
 
+
+
+class RedisAway:
+    """A service loop's view of Redis outages: one warning when Redis goes away and one line
+    when it is back (with how long it was gone), never one per retry; and the wait before
+    the next try, growing from 0.1 s to at most ``max_s`` (short, so heartbeats flow again
+    soon after Redis returns and nobody is timed out for the outage)."""
+
+    def __init__(self, logger: structlog.typing.FilteringBoundLogger, *, max_s: float = 1.0) -> None:
+        self.logger, self.max_s = logger, max_s
+        self.since: float | None = None
+        self.delay = 0.1
+
+    def away(self, error: BaseException) -> float:
+        """A step met an outage; the seconds to wait before the next try."""
+        import time
+
+        if self.since is None:
+            self.since = time.monotonic()
+            self.delay = 0.1
+            self.logger.warning("Redis is away; waiting for it (nothing is lost: work in hand is kept and "
+                                "reported when it is back)", error=str(error)[:300])
+        else:
+            self.delay = min(self.delay * 2, self.max_s)
+        return self.delay
+
+    def back(self) -> None:
+        """A step got through."""
+        if self.since is not None:
+            import time
+
+            self.logger.warning("Redis is back", after_s=round(time.monotonic() - self.since, 1))
+            self.since = None

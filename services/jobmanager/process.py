@@ -24,7 +24,7 @@ from typing import Any
 
 from sluice.errors import MessageRejected, RedisUnavailable, StaleEpoch, StoreRestarted
 from sluice.events import LeadershipGranted, LogRestarted, TaskManagerLost
-from sluice.services.common.shell import get_logger, hostname
+from sluice.services.common.shell import RedisAway, get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS, JobCoordinators
 from sluice.services.jobs import core as jobs
@@ -397,16 +397,14 @@ class JobManager:
         """Stand by until leading, lead until deposed or stopped; survive Redis outages."""
         renewer = threading.Thread(target=self._renew_loop, args=(stop,), name="lease-renewal", daemon=True)
         renewer.start()
-        backoff = 0.1
+        away = RedisAway(self.logger)
         try:
             while not stop.is_set():
                 try:
                     did = self.step(block_ms=50 if self.leading else 0)
-                    backoff = 0.1
-                except RedisUnavailable as exc:
-                    self.logger.error("redis unavailable, retrying", error=str(exc), retry_in_s=backoff)
-                    stop.wait(backoff)
-                    backoff = min(backoff * 2, 5.0)
+                    away.back()
+                except RedisUnavailable as exc:  # it stepped down: it rebuilds from the log when back
+                    stop.wait(away.away(exc))
                     continue
                 if not did and self.phase == "standby":
                     stop.wait(self.lease.ttl_ms / 4000)

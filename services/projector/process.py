@@ -8,7 +8,7 @@ from typing import Any
 
 from sluice.errors import RedisUnavailable, StoreRestarted
 from sluice.events import decode_fields
-from sluice.services.common.shell import get_logger
+from sluice.services.common.shell import RedisAway, get_logger
 from sluice.store import EventLog, ReadModels, entry_order
 
 from .core import EXECUTION_GRAPH, JOB_PROJECTIONS, JOBS, PROJECTIONS, Projection, expand
@@ -86,17 +86,20 @@ class Projector:
                 self.running.append(r)
 
     def run(self, stop: threading.Event, *, block_ms: int = 200) -> None:
-        backoff = 0.1
-        self.load()
+        """Project until stopped; a Redis outage (also at the start) is waited out, then the
+        tables are loaded again (the server may have restarted and lost writes)."""
+        away = RedisAway(self.logger)
+        loaded = False
         while not stop.is_set():
             try:
+                if not loaded:
+                    self.load()
+                    loaded = True
                 self.step(block_ms=block_ms)
-                backoff = 0.1
+                away.back()
             except RedisUnavailable as exc:
-                self.logger.error("redis unavailable, retrying", error=str(exc), retry_in_s=backoff)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-                self._reload()
+                stop.wait(away.away(exc))
+                loaded = False
 
     def catch_up(self) -> int:
         """Project everything in the log now (no blocking); returns the events applied."""

@@ -39,7 +39,7 @@ from sluice.events import (
     UpdateTaskExecutionState,
     descriptor_to_json,
 )
-from sluice.services.common.shell import get_logger, hostname
+from sluice.services.common.shell import RedisAway, get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.store import Blobs, EventLog, GroupConsumer, current_leader
 from sluice.store.consumer import Entry
@@ -112,6 +112,7 @@ class TaskManager:
 
     def run(self, stop: threading.Event) -> int:
         """Serve until stopped (0) or refused for good (2)."""
+        away = RedisAway(self.logger)
         backoff = 0.1
         try:
             while not stop.is_set():
@@ -119,11 +120,10 @@ class TaskManager:
                     if not self._started:
                         self.start()
                     self.step(block_ms=50)
+                    away.back()
                     backoff = 0.1
-                except RedisUnavailable as exc:
-                    self.logger.error("redis unavailable, retrying", error=str(exc), retry_in_s=backoff)
-                    stop.wait(backoff)
-                    backoff = min(backoff * 2, 5.0)
+                except RedisUnavailable as exc:  # tasks keep running; reports owed are kept
+                    stop.wait(away.away(exc))
                     continue
                 except Exception as exc:  # a bug: say where, and go on with what is pending
                     self.logger.exception("unexpected error in the TaskManager's loop", error=str(exc)[:300])

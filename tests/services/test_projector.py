@@ -76,3 +76,43 @@ def test_racing_and_restarting_projectors_apply_each_event_once(log: EventLog) -
     for p in (a, b):
         tm = next(r for r in p.running if r.projection.name == "taskmanagers")
         assert expected_rows(tm.state) == expected_rows(fold(log))
+
+
+def test_the_projector_rides_out_redis_going_away_and_coming_back(aof_redis, keys, capsys) -> None:
+    """Redis away while the projector runs (and stays away across its reload): it waits,
+    says so once, and projects what comes after Redis is back."""
+    import threading
+    import time
+
+    from sluice.store import connect
+
+    log = EventLog(connect(aof_redis.url), keys)
+    write_facts(log, 20, seed=1)
+    projector = Projector(log)
+    stop = threading.Event()
+    runner = threading.Thread(target=projector.run, args=(stop,), kwargs={"block_ms": 50}, daemon=True)
+    runner.start()
+    try:
+        def table_is_fold() -> bool:
+            _, rows = ReadModels(log).read(keys.cluster, TASKMANAGERS.name)
+            return rows == {rid: row.to_dict() for rid, row in fold(log).taskmanagers.items()}
+
+        deadline = time.monotonic() + 10
+        while not table_is_fold():
+            assert time.monotonic() < deadline, "the projector did not catch up"
+            time.sleep(0.05)
+        aof_redis.stop()
+        time.sleep(1.5)
+        assert runner.is_alive()
+        aof_redis.start()
+        log = EventLog(connect(aof_redis.url), keys)
+        write_facts(log, 20, seed=2)
+        deadline = time.monotonic() + 15
+        while not table_is_fold():
+            assert runner.is_alive() and time.monotonic() < deadline, "the projector did not come back"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        runner.join(10)
+    out = capsys.readouterr().out
+    assert out.count("Redis is away") == 1 and out.count("Redis is back") == 1
