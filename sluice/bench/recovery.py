@@ -79,7 +79,7 @@ class _Writer:
             self.log.commit(tag, EPOCH, [Out(stream, e) for e in envs])
 
     def cluster(self, jobs: list[str]) -> None:
-        self.commit(self.keys.cluster, [TaskManagerRegistered(TM, SESSION, "bench-host", 1 << 20)]
+        self.commit(self.keys.cluster, [TaskManagerRegistered(TM, SESSION, "bench-host", 256)]
                     + [JobRegistered(j, j) for j in jobs])
 
     def job(self, job_id: str, parallelism: int, facts: int, *, finish: bool = False) -> None:
