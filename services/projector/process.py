@@ -9,7 +9,9 @@ from typing import Any
 from sluice.errors import RedisUnavailable, StoreRestarted
 from sluice.events import decode_fields
 from sluice.services.common.shell import RedisAway, get_logger
-from sluice.store import EventLog, ReadModels, entry_order
+from sluice.services.jobmanager.snapshot import SnapshotUnreadable, decode_job, install_job
+from sluice.services.jobs.state import JobsState
+from sluice.store import EventLog, ReadModels, Snapshots, entry_order
 
 from .core import EXECUTION_GRAPH, JOB_PROJECTIONS, JOBS, PROJECTIONS, Projection, expand
 
@@ -61,10 +63,35 @@ class Projector:
             return
         r.state = r.projection.initial()  # rebuilt by replaying up to the stored position
         if r.position is not None:
-            for entry_id, env in self.log.replay(r.stream):
+            after = self._seed(r)
+            for entry_id, env in self.log.replay(r.stream, after):
                 if entry_order(entry_id) > entry_order(r.position):
                     break
                 r.projection.evolve(r.state, env)
+
+    def _seed(self, r: _Running) -> str:
+        """A job table's state starts from the leader's snapshot of the job when it covers no
+        more than the table does (the same fold, so the same state): only the facts after
+        it are replayed, and a restart costs what the job did lately, not its history.
+        Returns the entry id after which to fold ('0-0': everything)."""
+        job_id = self.log.keys.job_id_of(r.tag)
+        if job_id is None or r.projection not in JOB_PROJECTIONS or r.position is None:
+            return "0-0"
+        stored = Snapshots(self.log).read(r.tag)
+        if stored is None or entry_order(stored.position) > entry_order(r.position):
+            return "0-0"
+        try:
+            snap = decode_job(stored.data, job_id)
+        except SnapshotUnreadable as exc:
+            self.logger.warning("snapshot unreadable; replaying the job's facts in full", job=job_id, why=str(exc))
+            return "0-0"
+        if r.projection is EXECUTION_GRAPH:
+            state = JobsState()
+            install_job(state, snap)
+            r.state = state
+        else:
+            r.state = snap.run.kvstate if snap.run is not None else r.projection.initial()
+        return stored.position
 
     def _add_jobs(self) -> None:
         """Every registered job gets its ExecutionGraph and KvStateLocation tables."""
@@ -113,7 +140,8 @@ class Projector:
     def step(self, *, block_ms: int | None = 200) -> int:
         if self.log.server_id() != self.server:
             # Redis restarted: our tables may have lost writes that our memory still holds.
-            self.logger.info("the Redis server restarted; reloading the tables")
+            if self.server:  # (not loaded yet otherwise)
+                self.logger.info("the Redis server restarted; reloading the tables")
             self._reload()
         by_stream: dict[str, list[_Running]] = {}
         for r in self.running:

@@ -114,3 +114,44 @@ def test_a_deposed_leader_writes_no_snapshot(log: EventLog) -> None:
     assert Snapshots(log).read(log.keys.job("live")) == before
     jm.step()  # in the main loop the refusal makes it step down
     jm.job_inboxes.close_coordinators()
+
+
+def test_a_restarted_projector_starts_a_job_table_from_the_leaders_snapshot(log: EventLog) -> None:
+    """A job's ExecutionGraph and KvStateLocation tables, rebuilt by a projector that starts
+    again, fold only the facts after the leader's snapshot (when the snapshot covers no
+    more than the tables), and equal the tables a full fold gives."""
+    from sluice.services.projector import Projector
+    from sluice.store import ReadModels
+
+    _log_with(log, facts=900)
+    _, jm = _take_over(log, "jm-a")
+    _snapshot_and_leave(jm)  # covers every fact so far
+    Projector(log).catch_up()  # and so do the tables
+    tables = ReadModels(log)
+    tag = log.keys.job("live")
+    full = {name: tables.read(tag, name) for name in ("executiongraph", "kvstate")}
+    restarted = Projector(log)
+    folded: list[str] = []
+    real = log.replay
+
+    def counting(stream: str, after: str = "0-0", **kw):
+        for entry_id, env in real(stream, after, **kw):
+            if stream == log.keys.facts(tag):
+                folded.append(entry_id)
+            yield entry_id, env
+
+    log.replay = counting  # type: ignore[method-assign]
+    try:
+        restarted.load()
+    finally:
+        del log.replay
+    assert folded == []  # nothing to fold: the snapshot covers the tables' position
+    seeded = {r.projection.name: r.state for r in restarted.running if r.tag == tag}
+    fresh = Projector(log)
+    Snapshots(log).delete(tag)
+    fresh.load()
+    assert normal_jobs(seeded["executiongraph"]) == normal_jobs(
+        next(r.state for r in fresh.running if r.tag == tag and r.projection.name == "executiongraph"))
+    assert seeded["kvstate"] == next(r.state for r in fresh.running if r.tag == tag and r.projection.name == "kvstate")
+    restarted.catch_up()
+    assert {name: tables.read(tag, name) for name in ("executiongraph", "kvstate")} == full
