@@ -20,9 +20,12 @@ from .context import Context
               help="Seconds a job may wait for free slots before it fails.")
 @click.option("--checkpoint-interval", envvar="SLUICE_CHECKPOINT_INTERVAL_MS", default=2000, show_default=True,
               type=int, help="Milliseconds between checkpoints of a coordinator that has new inputs.")
+@click.option("--deploy-timeout", envvar="SLUICE_DEPLOY_TIMEOUT_S", default=60, show_default=True,
+              type=click.IntRange(1), help="Seconds a deployment may go unanswered (its TaskManager does not "
+                                           "report holding it) before the attempt fails and runs again.")
 @click.pass_obj
 def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_timeout: int,
-               checkpoint_interval: int) -> None:
+               checkpoint_interval: int, deploy_timeout: int) -> None:
     """Run a JobManager: it leads when it holds the lease, and stands by otherwise."""
     from sluice.services.jobmanager import JobManager
     from sluice.services.jobs.core import JobsConfig
@@ -31,7 +34,8 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
     s = obj.settings
     root = storage_root or (s.home / "storage").resolve().as_uri()
     jm = JobManager(obj.log(), config=MembershipConfig(s.heartbeat_interval_ms, s.heartbeat_timeout_ms),
-                    jobs_config=JobsConfig(slot_timeout_ms=slot_timeout * 1000),
+                    jobs_config=JobsConfig(slot_timeout_ms=slot_timeout * 1000,
+                                           deploy_timeout_ms=deploy_timeout * 1000),
                     lease_ttl_ms=s.lease_ttl_ms, jm_id=jm_id, storage_root=root,
                     checkpoint_interval_ms=checkpoint_interval)
     jm.run(stop_on_signals())
