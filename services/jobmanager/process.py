@@ -401,8 +401,10 @@ class JobManager:
         try:
             while not stop.is_set():
                 try:
+                    if away.since is not None:  # a standby's step may not touch Redis: ask it
+                        self.log.server_id()
+                        away.back()
                     did = self.step(block_ms=50 if self.leading else 0)
-                    away.back()
                 except RedisUnavailable as exc:  # it stepped down: it rebuilds from the log when back
                     stop.wait(away.away(exc))
                     continue
