@@ -110,7 +110,7 @@ def test_public_apis() -> None:
     assert set(sluice.store.__all__) == {
         "Backend", "RedisBackend", "Blobs", "connect", "redact", "Entry", "GroupConsumer", "Keys", "tag_of", "LeaderLease", "LeaseHolder",
         "current_leader", "CommitResult", "Consumed", "EventLog", "Out", "entry_order", "Deliverer", "ReadModels",
-        "KvStates", "server_address",
+        "KvStates", "server_address", "Snapshots", "StoredSnapshot",
     }
     for name in sluice.events.__all__ + sluice.store.__all__:
         assert getattr(sluice.events, name, None) is not None or getattr(sluice.store, name, None) is not None, name
