@@ -55,7 +55,8 @@ class RegisterTaskManager(Event):
     ``session`` is new at every start of the TaskManager process, so the leader can tell
     a repeated request (same session) from a restarted TaskManager (new session).
     Version 2 added ``labels``; version 3 the slot report ``attempts`` (what it holds,
-    and final states not yet confirmed), which the leader reconciles with its own view.
+    and final states not yet confirmed), which the leader reconciles with its own view
+    (None: no report, from a TaskManager of an earlier version: nothing is reconciled).
     """
 
     resource_id: str
@@ -65,18 +66,19 @@ class RegisterTaskManager(Event):
     protocol_version: int
     epoch: int
     labels: dict[str, str] = field(default_factory=dict)
-    attempts: list[AttemptReport] = field(default_factory=list)
+    attempts: list[AttemptReport] | None = None
 
 
 @event("TaskManagerHeartbeat", version=2)
 class TaskManagerHeartbeat(Event):
-    """Version 2 added the slot report ``attempts`` (as in RegisterTaskManager)."""
+    """Version 2 added the slot report ``attempts`` (as in RegisterTaskManager). None: no
+    report (a TaskManager of an earlier version), which is not the same as an empty one."""
 
     resource_id: str
     session: str
     epoch: int
     slots_free: int
-    attempts: list[AttemptReport] = field(default_factory=list)
+    attempts: list[AttemptReport] | None = None
 
 
 @event("UnregisterTaskManager")

@@ -63,17 +63,18 @@ def _register_task_manager_v1_v2(payload: Payload) -> Payload:
 
 @upcaster("RegisterTaskManager", 2)
 def _register_task_manager_v2_v3(payload: Payload) -> Payload:
-    """v3 added the slot report ``attempts``; older TaskManagers reported none."""
+    """v3 added the slot report ``attempts``; older TaskManagers send none (None: not an
+    empty report, which would say they hold nothing)."""
     if isinstance(payload, dict):
-        return {**payload, "attempts": []}
+        return {**payload, "attempts": None}
     return payload
 
 
 @upcaster("TaskManagerHeartbeat", 1)
 def _task_manager_heartbeat_v1_v2(payload: Payload) -> Payload:
-    """v2 added the slot report ``attempts``; older heartbeats reported none."""
+    """v2 added the slot report ``attempts``; older heartbeats carry none (None, as above)."""
     if isinstance(payload, dict):
-        return {**payload, "attempts": []}
+        return {**payload, "attempts": None}
     return payload
 
 

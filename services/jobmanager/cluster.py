@@ -80,6 +80,8 @@ class ClusterInbox:
         what differs for long enough is recorded as facts, cancelled or confirmed. A crash
         half-way is harmless: the next report finds what is left."""
         jm = self.jm
+        if msg.attempts is None:
+            return  # a TaskManager of an earlier version: it sends no slot report
         now = jm.world.now_ms()
         out = reconcile(jm.state.jobs, jm.state.reports, msg.resource_id, msg.session, msg.attempts, now,
                         jm.config.heartbeat_timeout_ms, jm.jobs_config)

@@ -16,6 +16,7 @@ from sluice.events import (
     JobStatus,
     SubmitJob,
     TaskOperationResult,
+    TaskState,
     UpdateTaskExecutionState,
 )
 from sluice.services.coordination.runtime import JobCoordinators
@@ -37,6 +38,7 @@ __all__ = ["JobInboxes", "HandlerFailed", "DuplicateCommit"]
 class JobInboxes:
     def __init__(self, jm: JobManager) -> None:
         self.jm = jm
+        self._next_deploy_check = 0
 
     # --- which inboxes are read ---
     def follow(self, job_id: str) -> None:
@@ -113,6 +115,9 @@ class JobInboxes:
                                    now=decision.now)
         if envs is None:
             raise DuplicateCommit(f"a job commit for {decision.job_id} was a duplicate")
+        for ev in decision.facts:  # a slot report says something of a deployment only once sent after it
+            if isinstance(ev, UpdateTaskExecutionState) and ev.state == TaskState.DEPLOYING:
+                jm.state.reports.heard(f"{decision.job_id}/{ev.execution_id}")
         coords = jm.state.coords.get(decision.job_id)
         if coords is not None:
             coords.committed()
@@ -155,9 +160,12 @@ class JobInboxes:
         reports = jm.state.reports
         if not reports.leading_since:
             reports.leading_since = now  # the first tick of this leadership
-        for d in deployment_timeouts(jm.state.jobs, reports, now, jm.jobs_config.deploy_timeout_ms, jm.jobs_config):
-            jm.logger.warning("deployment timed out", job=d.job_id, facts=len(d.facts))
-            self.commit(d)
+        if now >= self._next_deploy_check:  # once a second is plenty for a timeout of a minute
+            self._next_deploy_check = now + 1000
+            for d in deployment_timeouts(jm.state.jobs, reports, now, jm.jobs_config.deploy_timeout_ms,
+                                         jm.jobs_config):
+                jm.logger.warning("deployment timed out", job=d.job_id, facts=len(d.facts))
+                self.commit(d)
         self.flush_coordinators(now)
 
     # --- coordinators ---

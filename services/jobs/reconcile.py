@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from sluice.events import AttemptReport, CancelTask, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
 
 from .core import Decision, JobsConfig, _fail, _maybe_complete, _Recorder, _update
-from .state import HOLDS_SLOT, TERMINAL_JOB, JobsState
+from .state import TERMINAL_JOB, JobsState
 
 __all__ = ["Memory", "Reconciled", "reconcile", "deployment_timeouts"]
 
@@ -57,8 +57,6 @@ class _Seen:
 
 @dataclass
 class _PerTaskManager:
-    at: int = 0
-    held: frozenset[str] = frozenset()
     differences: dict[tuple[str, str], _Seen] = field(default_factory=dict)
     """(kind, task id) -> when first seen; kind: missing, unknown, final, finished."""
     cancelled: dict[str, int] = field(default_factory=dict)
@@ -105,9 +103,12 @@ class Memory:
     def forget(self, resource_id: str) -> None:
         self.taskmanagers.pop(resource_id, None)
 
-    def holds(self, resource_id: str, task_id: str) -> bool:
+    def unanswered(self, resource_id: str, task_id: str) -> bool:
+        """Whether the TaskManager's reports (two at least, each sent after the deployment)
+        have gone on not listing the attempt, held or ended."""
         tm = self.taskmanagers.get(resource_id)
-        return tm is not None and task_id in tm.held
+        seen = tm.differences.get(("deploying", task_id)) if tm is not None else None
+        return seen is not None and seen.reports >= 2
 
 
 @dataclass
@@ -137,7 +138,6 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
     previous, tm.differences = tm.differences, {}
     held = {r.task_id: r for r in report if not r.state.terminal}
     finals = {r.task_id: r for r in report if r.state.terminal}
-    tm.at, tm.held = now, frozenset(held)
     recorders: dict[str, _Recorder] = {}
 
     def due(kind: str, task_id: str) -> bool:
@@ -152,27 +152,28 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
             recorders[job_id] = _Recorder(state, job_id, now)
         return recorders[job_id]
 
-    # Missing: placed here, running, and neither held nor ended here.
-    for job in state.jobs.values():
-        if job.status in TERMINAL_JOB:
-            continue
-        for ex in job.executions():
-            if ex.taskmanager != resource_id or ex.state not in _WATCHED:
+    # Attempts placed here (they hold its slots): missing ones, and deployments not taken.
+    for slot in sorted(state.pool.by_tm.get(resource_id, ())):
+        for job_id, eid in sorted(state.pool.used.get((resource_id, slot), ())):
+            job = state.jobs.get(job_id)
+            ex = job.current(eid) if job is not None and job.status not in TERMINAL_JOB else None
+            if job is None or ex is None or ex.taskmanager != resource_id:
                 continue
             if ex.session is not None and ex.session != session:
                 continue  # an earlier registration's: the TaskManager-lost path fails it
-            task_id = f"{job.job_id}/{ex.id}"
-            if task_id in held or task_id in finals:
+            task_id = f"{job_id}/{eid}"
+            kind = "deploying" if ex.state == TaskState.DEPLOYING else "missing" if ex.state in _WATCHED else None
+            if kind is None or task_id in held or task_id in finals:
                 continue
             if not memory.evidence(task_id):  # an old report: it says nothing either way
-                if ("missing", task_id) in previous:
-                    tm.differences[("missing", task_id)] = previous[("missing", task_id)]
+                if (kind, task_id) in previous:
+                    tm.differences[(kind, task_id)] = previous[(kind, task_id)]
                 continue
-            if not due("missing", task_id):
+            if not due(kind, task_id) or kind == "deploying":  # (the deployment timeout decides)
                 continue
-            rec = recorder(job.job_id)
+            rec = recorder(job_id)
             if ex.state == TaskState.CANCELING:
-                rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
+                rec.fact(UpdateTaskExecutionState(job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
                                                   ex.attempt, ex.taskmanager, ex.slot))
             else:
                 _fail(rec, job, ex, f"TaskManager {resource_id} no longer holds it and never reported its end "
@@ -200,7 +201,7 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
         _update(rec, found, UpdateTaskExecutionState(job_id, execution_id, line.state, line.error, ex.vertex, ex.subtask,
                                                    ex.attempt, resource_id, ex.slot), config)
         if len(rec.decision.facts) > before:
-            out.notes.append(f"{task_id}: its {line.state.value} report was lost; taken from the slot report")
+            out.notes.append(f"{task_id}: its {line.state.value} report is late or lost; taken from the slot report")
 
     # Attempts held here that the leader does not count.
     for task_id in held:
@@ -239,28 +240,27 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
 def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: int,
                         config: JobsConfig) -> list[Decision]:
     """Attempts DEPLOYING for longer than ``timeout_ms`` (counted from this leader's start
-    at the earliest) that their TaskManager does not report holding fail, and are restarted
-    as any failure is; the TaskManager is told to cancel them in case they arrive late."""
-    out = []
+    at the earliest) whose TaskManager's reports, sent since the deployment, go on not
+    listing them (held or ended) fail, and are restarted as any failure is; the TaskManager
+    is told to cancel them in case they arrive late. A TaskManager that sends no report is
+    left to its heartbeat timeout."""
+    out: dict[str, _Recorder] = {}
     placed: set[str] = set()
-    for job in list(state.jobs.values()):
-        if job.status in TERMINAL_JOB:
-            continue
-        rec = _Recorder(state, job.job_id, now)
-        for ex in list(job.executions()):
-            if ex.state in HOLDS_SLOT:
-                placed.add(f"{job.job_id}/{ex.id}")
-            if ex.state != TaskState.DEPLOYING or ex.taskmanager is None:
+    for (tm, _slot), holders in sorted(state.pool.used.items()):
+        for job_id, eid in sorted(holders):
+            task_id = f"{job_id}/{eid}"
+            placed.add(task_id)
+            job = state.jobs.get(job_id)
+            ex = job.current(eid) if job is not None and job.status not in TERMINAL_JOB else None
+            if job is None or ex is None or ex.state != TaskState.DEPLOYING or ex.taskmanager != tm:
                 continue
             waited = now - max(ex.since, memory.leading_since)
-            if waited <= timeout_ms or memory.holds(ex.taskmanager, f"{job.job_id}/{ex.id}"):
+            if waited <= timeout_ms or not memory.unanswered(tm, task_id):
                 continue
-            tm, eid = ex.taskmanager, ex.id  # before the failure: a restart renumbers ``ex``
-            rec.send(("tm", tm), CancelTask(job.job_id, eid, "deployment timed out"))
+            rec = out.setdefault(job_id, _Recorder(state, job_id, now))
+            rec.send(("tm", tm), CancelTask(job_id, eid, "deployment timed out"))  # before: a restart renumbers ex
             _fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
                                 "(its SubmitTask or the answer was lost)", config)
-        _maybe_complete(rec, job)
-        if rec.decision:
-            out.append(rec.decision)
+            _maybe_complete(rec, job)
     memory.keep(placed)
-    return out
+    return [rec.decision for rec in out.values() if rec.decision]

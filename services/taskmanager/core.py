@@ -8,7 +8,7 @@ ticks with the current time; outputs are what the shell should do next.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -61,7 +61,8 @@ class Registration:
     last_leader_contact: int = 0
     refusal: str | None = None
     history: list[str] = field(default_factory=list)
-    report: list[AttemptReport] = field(default_factory=list)
+    reporter: Callable[[], Sequence[AttemptReport]] = field(default=lambda: (), repr=False, compare=False)
+    """The slot report, made when a registration or heartbeat goes out (so it is current)."""
 
     def _to(self, state: State, why: str) -> None:
         self.history.append(f"{self.state} -> {state}: {why}")
@@ -70,12 +71,8 @@ class Registration:
 
     # --- inputs --------------------------------------------------------------------------
 
-    def tick(self, now: int, leader_epoch: int | None, slots_free: int,
-             attempts: Sequence[AttemptReport] = ()) -> list[Send]:
-        """Time passes; ``leader_epoch`` is the epoch of the current lease holder, if any;
-        ``attempts`` is the slot report that goes with a registration or heartbeat (the
-        latest one is kept for a registration a message from the leader sets off)."""
-        self.report = list(attempts)
+    def tick(self, now: int, leader_epoch: int | None, slots_free: int) -> list[Send]:
+        """Time passes; ``leader_epoch`` is the epoch of the current lease holder, if any."""
         if self.state == "REFUSED":
             return []
         if self.state == "REGISTERED":
@@ -88,7 +85,7 @@ class Registration:
             elif now >= self.next_heartbeat:
                 self.next_heartbeat = now + self.config.heartbeat_interval_ms
                 return [Send(TaskManagerHeartbeat(self.resource_id, self.session, self.epoch or 0, slots_free,
-                                                  list(attempts)))]
+                                                  list(self.reporter())))]
             return []
         if now < self.next_attempt or leader_epoch is None:
             return []
@@ -97,7 +94,7 @@ class Registration:
         self.next_attempt = now + self.backoff_ms
         self._to("REGISTERING", f"registering with the leader at epoch {leader_epoch}")
         return [Send(RegisterTaskManager(self.resource_id, self.session, self.host, self.slots,
-                                         PROTOCOL_VERSION, leader_epoch, dict(self.labels), list(attempts)))]
+                                         PROTOCOL_VERSION, leader_epoch, dict(self.labels), list(self.reporter())))]
 
     def receive(self, msg: Event, now: int) -> list[Send]:
         """A message from the leader arrived in this TaskManager's inbox."""
@@ -136,4 +133,4 @@ class Registration:
         self._to("UNREGISTERED", why)
         self.backoff_ms = 0
         self.next_attempt = now
-        return self.tick(now, epoch, 0, self.report)
+        return self.tick(now, epoch, 0)

@@ -56,6 +56,7 @@ __all__ = ["TaskManager", "GROUP"]
 
 GROUP = "taskmanager"
 _REMEMBERED = 10_000  # inbox entries remembered as handled, and final states kept unconfirmed
+_REPORTED_ERROR = 2_000  # characters of a failure kept in the slot report
 
 
 class TaskManager:
@@ -73,7 +74,8 @@ class TaskManager:
         self._next_trim = 0
         host = host if host is not None else hostname()
         self.resource_id = resource_id or f"tm-{host}-{world.new_id()[:8]}"
-        self.reg = Registration(self.resource_id, world.new_id(), host, slots, config, labels or {})
+        self.reg = Registration(self.resource_id, world.new_id(), host, slots, config, labels or {},
+                                reporter=self.slot_report)
         self.inbox = self.keys.inbox(self.keys.taskmanager(self.resource_id))
         self.cluster_inbox = self.keys.inbox(self.keys.cluster)
         self.logger = get_logger("taskmanager", tm=self.resource_id)
@@ -202,7 +204,7 @@ class TaskManager:
             self._server_restarted(server)
         leader = current_leader(self.log)
         free = self.reg.slots - len(self.tasks)
-        for send in self.reg.tick(self.world.now_ms(), leader.epoch if leader else None, free, self.slot_report()):
+        for send in self.reg.tick(self.world.now_ms(), leader.epoch if leader else None, free):
             self._send(send.message)
 
     def slot_report(self) -> list[AttemptReport]:
@@ -215,6 +217,8 @@ class TaskManager:
     def _final(self, task: Task, state: TaskState, error: str | None = None) -> None:
         """Remember a task's final state until the leader confirms it."""
         d = task.descriptor
+        if error is not None and len(error) > _REPORTED_ERROR:  # the job's inbox has it whole; heartbeats stay small
+            error = error[:_REPORTED_ERROR] + "\n… (truncated)"
         self.finals[task.id] = AttemptReport(d.job_id, d.execution_id, state, error)
         while len(self.finals) > _REMEMBERED:
             self.finals.popitem(last=False)
@@ -233,7 +237,7 @@ class TaskManager:
         self.finals.clear()  # the leader runs every unfinished attempt again, renumbered
         self.consumer.skip_to_end()
         self.reg = Registration(self.resource_id, self.world.new_id(), self.reg.host, self.reg.slots,
-                                self.reg.config, self.reg.labels)
+                                self.reg.config, self.reg.labels, reporter=self.slot_report)
         self._recovering = False
 
     def leave(self) -> None:

@@ -32,6 +32,11 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
     from sluice.services.membership import MembershipConfig
 
     s = obj.settings
+    if deploy_timeout * 1000 < 2 * s.heartbeat_timeout_ms:
+        raise click.BadParameter(
+            f"{deploy_timeout} s is shorter than twice the heartbeat timeout ({s.heartbeat_timeout_ms} ms): a "
+            "TaskManager's slot reports need that long to answer for a deployment; give at least "
+            f"{-(-2 * s.heartbeat_timeout_ms // 1000)} s", param_hint="--deploy-timeout")
     root = storage_root or (s.home / "storage").resolve().as_uri()
     jm = JobManager(obj.log(), config=MembershipConfig(s.heartbeat_interval_ms, s.heartbeat_timeout_ms),
                     jobs_config=JobsConfig(slot_timeout_ms=slot_timeout * 1000,

@@ -160,7 +160,7 @@ class JMProcess(Process):
         sim = self.sim
         self.jm = JobManager(sim.connect(self.name, self), world=sim.world, jm_id=self.name,
                              config=MembershipConfig(HEARTBEAT_MS, TIMEOUT_MS), lease_ttl_ms=LEASE_MS,
-                             jobs_config=JobsConfig(slot_timeout_ms=60_000), max_stall_s=sim.cfg.max_stall_s,
+                             jobs_config=JobsConfig(slot_timeout_ms=60_000, deploy_timeout_ms=3 * TIMEOUT_MS), max_stall_s=sim.cfg.max_stall_s,
                              checkpoint_interval_ms=200, storage_root=f"file://{sim.home}/storage",
                              replay_page=sim.cfg.replay_page or sim.rng.choice((3, 50, 1000)),
                              batch=sim.rng.choice((2, 8, 500)),  # small: a backlog spans several reads

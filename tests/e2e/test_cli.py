@@ -154,6 +154,15 @@ def test_bad_settings_get_clear_errors(tmp_path: Path, args: list[str], says: st
 
 
 @pytest.mark.timeout(90 + MARGIN)  # the command
+def test_a_deployment_timeout_shorter_than_slot_reports_can_answer_is_refused(tmp_path: Path, redis_url: str,
+                                                                             prefix: str) -> None:
+    proc = sluice(tmp_path, "--redis", redis_url, "--prefix", prefix, "jobmanager", "--deploy-timeout", "1",
+                  check=False, timeout=30)  # with the tests' heartbeat timeout of 800 ms
+    assert proc.returncode == 2
+    assert "shorter than twice the heartbeat timeout (800 ms)" in proc.stderr and "at least 2 s" in proc.stderr
+
+
+@pytest.mark.timeout(90 + MARGIN)  # the command
 def test_an_unknown_stream_is_named_with_the_ones_that_exist(tmp_path: Path, redis_url: str, prefix: str) -> None:
     proc = sluice(tmp_path, "--redis", redis_url, "--prefix", prefix, "inspect", "tail", "nosuch", check=False)
     assert proc.returncode == 1 and "no stream 'nosuch'" in proc.stderr

@@ -167,12 +167,14 @@ def test_an_old_version_is_upcast_to_the_current_one() -> None:
     assert decode(orjson.dumps(v1)) == current
 
 
-def test_a_v1_heartbeat_reads_as_one_with_an_empty_slot_report() -> None:
+def test_a_v1_heartbeat_reads_as_one_without_a_slot_report() -> None:
+    """None, not an empty report: an empty one would say the TaskManager holds nothing, and
+    the leader would fail everything an older TaskManager runs."""
     current = Envelope(events.TaskManagerHeartbeat("tm", "s", 4, 2), "id", 4, 5)
     v1 = orjson.loads(encode(current))
     v1["v"] = 1
     del v1["payload"]["attempts"]
-    assert decode(orjson.dumps(v1)) == current
+    assert decode(orjson.dumps(v1)) == current and current.event.attempts is None
     report = Envelope(events.TaskManagerHeartbeat("tm", "s", 4, 2, [
         events.AttemptReport("j", "v:0:1", events.TaskState.FAILED, "boom")]), "id", 4, 5)
     assert decode(encode(report)) == report

@@ -223,21 +223,62 @@ def test_a_finished_attempt_still_held_is_released_not_cancelled() -> None:
         (t.execution_id, TaskState.FINISHED, None)]
 
 
+def deployed(sim: Sim, memory: Memory, *, caught_up: bool = True) -> list[SubmitTask]:
+    """Both sources deployed (DEPLOYING), in the leader's current read."""
+    tasks = sim.schedule()
+    memory.read(caught_up)
+    for t in tasks:
+        memory.heard(f"j1/{t.execution_id}")
+    return tasks
+
+
 def test_a_deployment_no_taskmanager_took_times_out_and_restarts() -> None:
     sim = Sim(wordcount(RestartStrategy("fixed-delay", 2, 0)), {"tm-a": 1, "tm-b": 1})
-    a, b = sim.schedule()  # both DEPLOYING
-    tm_a = where(sim, a)
     memory = Memory(leading_since=sim.now)
-    run(sim, memory, where(sim, b), [line(b, TaskState.DEPLOYING)])  # b's TaskManager has it
-    sim.now += 60_000
+    a, b = deployed(sim, memory)
+    tm_a, tm_b = where(sim, a), where(sim, b)
+    for _ in range(3):
+        run(sim, memory, tm_b, [line(b, TaskState.DEPLOYING)])  # b's TaskManager has it
+        run(sim, memory, tm_a, [])  # a's never got it
+        sim.now += 20_000
     assert deployment_timeouts(sim.state, memory, sim.now, 60_000, CFG) == []
     sim.now += 1
     (d,) = deployment_timeouts(sim.state, memory, sim.now, 60_000, CFG)
     sim.record(d)
     assert d.facts[0].execution_id == a.execution_id and "not acknowledged within 60 s" in (d.facts[0].error or "")
-    assert [(dest, type(m)) for dest, m in d.sends] == [(("tm", tm_a), CancelTask)]
+    assert [(dest, type(m), m.execution_id) for dest, m in d.sends] == [(("tm", tm_a), CancelTask, a.execution_id)]
     assert sim.job.vertices[b.vertex_id].subtasks[b.subtask].state == TaskState.DEPLOYING
     assert sim.job.vertices[a.vertex_id].subtasks[a.subtask].attempt == a.attempt + 1
+
+
+def test_a_deployment_is_timed_out_only_on_reports_sent_after_it() -> None:
+    """Reports read while the cluster inbox has stayed behind since the deployment may
+    predate it, however late they are read (a backlog of heartbeats and registration
+    retries): they say nothing. Only reports read after a read that reached the end count."""
+    sim = Sim(wordcount(RestartStrategy("fixed-delay", 2, 0)), {"tm-a": 1, "tm-b": 1})
+    memory = Memory(leading_since=sim.now)
+    a, _ = deployed(sim, memory, caught_up=False)
+    tm = where(sim, a)
+    for _ in range(4):
+        sim.now += 30_000
+        run(sim, memory, tm, [], caught_up=False)  # old reports, read late
+    assert deployment_timeouts(sim.state, memory, sim.now, 60_000, CFG) == []
+    for caught_up in (True, False, False):  # the backlog is read to its end: what comes after counts
+        run(sim, memory, tm, [], caught_up=caught_up)
+    assert len(deployment_timeouts(sim.state, memory, sim.now, 60_000, CFG)) == 1
+
+
+def test_a_deployment_its_taskmanager_reports_ended_is_answered() -> None:
+    """A task that ends between two heartbeats is never listed as held, only as a final
+    state (always so on a TaskManager that does not execute): that answers the deployment."""
+    sim = Sim(wordcount(RestartStrategy("fixed-delay", 2, 0)), {"tm-a": 1, "tm-b": 1})
+    memory = Memory(leading_since=sim.now)
+    a, _ = deployed(sim, memory)
+    tm = where(sim, a)
+    for _ in range(3):
+        run(sim, memory, tm, [line(a, TaskState.FINISHED)])
+        sim.now += 3_000
+    assert deployment_timeouts(sim.state, memory, sim.now, 5_000, CFG) == []
 
 
 def test_a_new_leader_gives_deployments_a_full_timeout() -> None:

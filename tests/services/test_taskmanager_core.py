@@ -49,7 +49,7 @@ def test_sends_heartbeats_once_registered() -> None:
     assert sent(r.tick(0, 1, 2)) == ["TaskManagerHeartbeat"]
     assert r.tick(20, 1, 2) == []
     (hb,) = r.tick(50, 1, 1)
-    assert hb.message == TaskManagerHeartbeat("tm-1", "s1", 1, 1)
+    assert hb.message == TaskManagerHeartbeat("tm-1", "s1", 1, 1, [])  # an empty slot report: it holds nothing
 
 
 def test_registers_again_with_a_new_leader() -> None:
