@@ -21,7 +21,7 @@ from sluice.events import (
 )
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
-from sluice.services.jobs.reconcile import deployment_timeouts
+from sluice.services.jobs.reconcile import accept_lost_finals, deployment_timeouts
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import Consumed, tag_of
 from sluice.store.consumer import Entry
@@ -132,6 +132,22 @@ class JobInboxes:
             if self.following(decision.job_id):
                 self.unfollow(decision.job_id)
                 jm.logger.info("job ended", job=decision.job_id, status=job.status.value, reason=job.reason)
+
+    def accept_lost_finals(self) -> None:
+        """Final states from slot reports whose own reports are lost (services/jobs/reconcile.py):
+        judged right after a read's messages were handled, on what that read saw."""
+        jm = self.jm
+        counts = jm.consumer.read_counts
+
+        def caught_up(job_id: str) -> bool:
+            return counts.get(jm.keys.inbox(jm.keys.job(job_id)), 0) < jm.batch
+
+        reports = jm.state.reports
+        for d in accept_lost_finals(jm.state.jobs, reports, caught_up, jm.world.now_ms(), jm.jobs_config):
+            self.commit(d)
+        for task_id in reports.accepted:
+            jm.logger.warning("a final state taken from a slot report: its own report was lost", task=task_id)
+        reports.accepted.clear()
 
     # --- scheduling and time ---
     def schedule_all(self) -> None:

@@ -182,6 +182,9 @@ class JobManager:
                 self.handle_batch(entries)
             finally:
                 reports.reading = False
+        if reports.finals:  # on what this read saw of the jobs' inboxes
+            self.job_inboxes.accept_lost_finals()
+        if entries:
             self.job_inboxes.schedule_all()
         now = self.world.now_ms()
         if now >= self._next_tick:

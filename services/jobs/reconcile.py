@@ -14,7 +14,8 @@ attempts it placed there:
   cancel would delete the output its consumers read); one the leader is cancelling is
   told again (its CancelTask was lost);
 * **lost final**: a final state the TaskManager reports for an attempt the leader still
-  has running is accepted, as if its report had arrived;
+  has running is accepted, as if its report had arrived, once the job's inbox was read to
+  its end after the report (so it is lost, not late);
 * **recorded**: final states the log already has are confirmed, so the TaskManager can
   forget them;
 * **deployment timeout**: an attempt DEPLOYING for longer than the timeout that its
@@ -33,6 +34,7 @@ starts it afresh.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sluice.events import AttemptReport, CancelTask, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
@@ -40,7 +42,7 @@ from sluice.events import AttemptReport, CancelTask, ScheduleOrUpdateConsumers, 
 from .core import Decision, JobsConfig, _fail, _maybe_complete, _Recorder, _update
 from .state import TERMINAL_JOB, JobsState
 
-__all__ = ["Memory", "Reconciled", "reconcile", "deployment_timeouts"]
+__all__ = ["Memory", "Reconciled", "reconcile", "accept_lost_finals", "deployment_timeouts"]
 
 _WATCHED = (TaskState.INITIALIZING, TaskState.RUNNING, TaskState.CANCELING)
 """States in which an attempt must be in its TaskManager's report (DEPLOYING: the
@@ -76,6 +78,11 @@ class Memory:
     """The latest read before the current one that reached the end of the cluster inbox."""
     reading: bool = False
     """True while the entries of a read (not old ones reclaimed) are handled."""
+    finals: dict[str, tuple[int, str, AttemptReport]] = field(default_factory=dict)
+    """Task id -> (the read that brought it, TaskManager, line): final states reported for
+    attempts the leader still has running, until taken or no longer reported."""
+    accepted: list[str] = field(default_factory=list)
+    """Task ids whose final state was taken from a slot report (for the log; the shell empties it)."""
     heard_at: dict[str, int] = field(default_factory=dict)
     """Task id -> the read in which a message about the attempt last came from its side."""
     _caught_up: int = -1
@@ -102,6 +109,7 @@ class Memory:
 
     def forget(self, resource_id: str) -> None:
         self.taskmanagers.pop(resource_id, None)
+        self.finals = {t: f for t, f in self.finals.items() if f[1] != resource_id}
 
     def unanswered(self, resource_id: str, task_id: str) -> bool:
         """Whether the TaskManager's reports (two at least, each sent after the deployment)
@@ -181,7 +189,10 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
             _maybe_complete(rec, job)
             out.notes.append(f"{task_id} missing on {resource_id}: failed")
 
-    # Final states reported here.
+    # Final states reported here: confirmed when the log has them; otherwise kept until the
+    # job's inbox has been read to its end since (``accept_lost_finals``).
+    for task_id in [t for t, (_, rid, _) in memory.finals.items() if rid == resource_id and t not in finals]:
+        del memory.finals[task_id]  # no longer reported: confirmed, or dropped with its TaskManager's tasks
     for task_id, line in finals.items():
         job_id, execution_id = _split(task_id)
         found = state.jobs.get(job_id)
@@ -189,19 +200,9 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
         if found is None or found.status in TERMINAL_JOB or ex is None or ex.state.terminal \
                 or ex.taskmanager != resource_id:
             out.recorded.append(task_id)  # the log has its end, or does not count the attempt
+            memory.finals.pop(task_id, None)
             continue
-        if not due("final", task_id):
-            continue
-        rec = recorder(job_id)
-        before = len(rec.decision.facts)
-        if line.state == TaskState.FINISHED and found.vertices[ex.vertex].outputs and not ex.produced:
-            # A finished producer wrote its partition (its worker says so before it finishes):
-            # that report was lost too, and consumers wait for it.
-            rec.fact(ScheduleOrUpdateConsumers(job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
-        _update(rec, found, UpdateTaskExecutionState(job_id, execution_id, line.state, line.error, ex.vertex, ex.subtask,
-                                                   ex.attempt, resource_id, ex.slot), config)
-        if len(rec.decision.facts) > before:
-            out.notes.append(f"{task_id}: its {line.state.value} report is late or lost; taken from the slot report")
+        memory.finals.setdefault(task_id, (memory.batch, resource_id, line))
 
     # Attempts held here that the leader does not count.
     for task_id in held:
@@ -235,6 +236,39 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
     tm.cancelled = {t: at for t, at in tm.cancelled.items() if t in held}
     out.decisions = [rec.decision for rec in recorders.values() if rec.decision]
     return out
+
+
+def accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[str], bool], now: int,
+                       config: JobsConfig) -> list[Decision]:
+    """Final states TaskManagers report for attempts the leader still has running, whose
+    own reports are lost: taken from the slot reports. Lost, not late: an attempt's final
+    report goes to its job's inbox before its TaskManager lists it, so once the leader has
+    read that inbox to its end (``caught_up(job_id)``, in a read after the one that brought
+    the slot report) and the attempt still runs, the report is not coming. Taking it
+    earlier would overtake what the attempt sent before it (its queryable state, its
+    partition being ready). Called after a read's messages were handled."""
+    out: dict[str, _Recorder] = {}
+    notes = []
+    for task_id, (seen_in, resource_id, line) in list(memory.finals.items()):
+        job_id, execution_id = _split(task_id)
+        job = state.jobs.get(job_id)
+        ex = job.current(execution_id) if job is not None and job.status not in TERMINAL_JOB else None
+        if job is None or ex is None or ex.state.terminal or ex.taskmanager != resource_id:
+            del memory.finals[task_id]
+            continue
+        if seen_in >= memory.batch or not caught_up(job_id):
+            continue
+        del memory.finals[task_id]
+        rec = out.setdefault(job_id, _Recorder(state, job_id, now))
+        if line.state == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
+            # A finished producer wrote its partition (its worker says so before it finishes):
+            # that report was lost too, and consumers wait for it.
+            rec.fact(ScheduleOrUpdateConsumers(job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
+        _update(rec, job, UpdateTaskExecutionState(job_id, execution_id, line.state, line.error, ex.vertex, ex.subtask,
+                                                   ex.attempt, resource_id, ex.slot), config)
+        notes.append(task_id)
+    memory.accepted += notes
+    return [rec.decision for rec in out.values() if rec.decision]
 
 
 def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: int,

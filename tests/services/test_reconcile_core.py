@@ -25,7 +25,7 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 from sluice.services.jobs import core
-from sluice.services.jobs.reconcile import Memory, deployment_timeouts, reconcile
+from sluice.services.jobs.reconcile import Memory, accept_lost_finals, deployment_timeouts, reconcile
 from sluice.services.jobs.state import JobsState, evolve
 from tests.services.test_jobs_core import CFG, wordcount
 from tests.services.test_jobs_core import Sim as _Sim
@@ -102,34 +102,59 @@ def test_a_consistent_report_changes_nothing_however_often_it_comes() -> None:
     assert sim.job.status == JobStatus.RUNNING
 
 
-def test_a_lost_final_state_is_accepted_after_two_reports_and_the_grace_period() -> None:
+def next_read(sim: Sim, memory: Memory, *, job_caught_up: bool) -> list:
+    """The leader's next read of its inboxes (``job_caught_up``: it read the job's inbox to
+    its end), its messages handled: lost final states are judged."""
+    memory.read(True)
+    decisions = accept_lost_finals(sim.state, memory, lambda job_id: job_caught_up, sim.now, CFG)
+    for d in decisions:
+        sim.record(d)
+    return decisions
+
+
+def test_a_lost_final_state_is_taken_once_the_jobs_inbox_was_read_to_its_end_after_the_report() -> None:
+    """The worker's own report goes to the job's inbox before its TaskManager lists the final
+    state: a read of that inbox to its end after the slot report, with the attempt still
+    running, proves the report lost (not late)."""
     sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
     tm, memory = where(sim, t), Memory()
     failed = [line(t, TaskState.FAILED, "ValueError: bad row 7")]
-    assert run(sim, memory, tm, failed).decisions == []  # its own report may be on the way
-    sim.now += GRACE - 1
-    assert run(sim, memory, tm, failed).decisions == []  # not yet: within the grace period
-    sim.now += 1
     out = run(sim, memory, tm, failed)
-    facts = [f for d in out.decisions for f in d.facts]
+    assert (out.decisions, out.recorded) == ([], [])
+    for _ in range(3):  # the job's inbox is behind: its report may be on the way, however long it takes
+        sim.now += GRACE
+        assert next_read(sim, memory, job_caught_up=False) == []
+    facts = [f for d in next_read(sim, memory, job_caught_up=True) for f in d.facts]
     assert isinstance(facts[0], UpdateTaskExecutionState) and facts[0].state == TaskState.FAILED
     assert facts[0].error == "ValueError: bad row 7"
     assert any(isinstance(f, TaskRestartScheduled) for f in facts)  # restarted as any failure is
+    assert memory.accepted == [f"j1/{t.execution_id}"]
     # Now the log has it: the next report's line is confirmed, so the TaskManager forgets it.
     assert run(sim, memory, tm, failed).recorded == [f"j1/{t.execution_id}"]
     assert sim.replays_to_live()
 
 
-def test_a_lost_finished_report_finishes_the_subtask() -> None:
+def test_a_final_state_in_the_same_read_as_its_report_is_not_taken() -> None:
+    """Judged only on a read after the one that brought the slot report: the job's messages
+    of that read (the report itself among them) are handled after the cluster's."""
     sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
-    sim.produce(t)
     tm, memory = where(sim, t), Memory()
-    for _ in range(2):
-        run(sim, memory, tm, [line(t, TaskState.FINISHED)])
-        sim.now += GRACE
-    assert sim.job.vertices[t.vertex_id].subtasks[t.subtask].state == TaskState.FINISHED
+    run(sim, memory, tm, [line(t, TaskState.FINISHED)])
+    assert accept_lost_finals(sim.state, memory, lambda job_id: True, sim.now, CFG) == []
+    sim.report(t, TaskState.FINISHED)  # the report arrives in that read after all
+    assert next_read(sim, memory, job_caught_up=True) == [] and memory.finals == {}
+
+
+def test_a_lost_finished_report_finishes_the_subtask_with_its_partition() -> None:
+    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    t, _ = started(sim)
+    tm, memory = where(sim, t), Memory()
+    run(sim, memory, tm, [line(t, TaskState.FINISHED)])
+    next_read(sim, memory, job_caught_up=True)
+    ex = sim.job.vertices[t.vertex_id].subtasks[t.subtask]
+    assert ex.state == TaskState.FINISHED and ex.produced  # consumers do not wait for a lost "produced"
     assert sim.job.restarts == 0
 
 
