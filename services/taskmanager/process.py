@@ -48,6 +48,7 @@ from .core import Registration, RegistrationConfig
 from .library import LibraryCache
 from .slots import ProcessSlots, Slots
 from .tasks import Task, TaskStartFailed, TaskTable, release, standard_steps, start
+from .tempdirs import TempDir
 
 if TYPE_CHECKING:
     from sluice.services.embedded.spark_connect import SparkConnectServer
@@ -72,6 +73,7 @@ class TaskManager:
         self._spark_server: SparkConnectServer | None = None
         self.inbox_retention_ms = inbox_retention_ms
         self._next_trim = 0
+        self._next_sweep = 0
         host = host if host is not None else hostname()
         self.resource_id = resource_id or f"tm-{host}-{world.new_id()[:8]}"
         self.reg = Registration(self.resource_id, world.new_id(), host, slots, config, labels or {},
@@ -84,7 +86,8 @@ class TaskManager:
         self.execute = execute
         self.tasks = TaskTable()
         self.library = LibraryCache(Blobs(log), self.home / "cache")
-        self.steps = standard_steps(self.library, self.tasks, self.home / "tmp" / self.resource_id,
+        self.temp = TempDir(self.home / "tmp", self.resource_id)
+        self.steps = standard_steps(self.library, self.tasks, self.temp.path,
                                     self._launch, self._cancel_launch)
         self.slots: Slots = runner or ProcessSlots(log, self.resource_id, redis_url=redis_url, home=self.home,
                                                    spark_remote=lambda: self.spark_remote)
@@ -109,6 +112,9 @@ class TaskManager:
         self.consumer.skip_to_end()
         self.logger.info("starting", slots=self.reg.slots, session=self.reg.session, host=self.reg.host)
         if self.execute and not self._started:
+            if isinstance(self.slots, ProcessSlots):  # real worker processes: temp files on this host
+                self.temp.claim()
+                self._sweep_temp()
             self.slots.start(self.reg.slots)
         self._started = True
 
@@ -199,6 +205,8 @@ class TaskManager:
         if now >= self._next_trim:
             self.log.trim_consumed(self.inbox, GROUP, keep_ms=self.inbox_retention_ms, now_ms=now)
             self._next_trim = now + min(self.inbox_retention_ms, 10_000)
+        if self.temp.claimed and now >= self._next_sweep:
+            self._sweep_temp()
         server = self.log.server_id()
         if self.server is not None and server != self.server:
             self._server_restarted(server)
@@ -249,7 +257,15 @@ class TaskManager:
         except RedisUnavailable as exc:
             self.logger.warning("could not say goodbye; the leader will time this TaskManager out", error=str(exc))
 
+    def _sweep_temp(self) -> None:
+        """Remove the temp directories of TaskManagers of this home that died (killed, their
+        files left behind): at the start, then every minute."""
+        self._next_sweep = self.world.now_ms() + 60_000
+        for path in self.temp.sweep():
+            self.logger.info("removed the temp files of a TaskManager that is gone", path=str(path))
+
     def shutdown(self) -> None:
+        self.temp.release()
         self.slots.stop()
         if self._spark_server is not None:
             self._spark_server.stop()
