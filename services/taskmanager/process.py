@@ -113,8 +113,11 @@ class TaskManager:
         self.logger.info("starting", slots=self.reg.slots, session=self.reg.session, host=self.reg.host)
         if self.execute and not self._started:
             if isinstance(self.slots, ProcessSlots):  # real worker processes: temp files on this host
-                self.temp.claim()
-                self._sweep_temp()
+                try:
+                    self.temp.claim()
+                    self._sweep_temp()
+                except (OSError, RuntimeError) as exc:  # the tasks' own temp step says what is wrong
+                    self.logger.warning("temp files of dead TaskManagers will not be swept", error=str(exc)[:300])
             self.slots.start(self.reg.slots)
         self._started = True
 

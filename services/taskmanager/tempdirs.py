@@ -3,10 +3,11 @@
 A TaskManager keeps its tasks' temp files (split copies, staged outputs) under
 ``<home>/tmp/<resource id>/``. It removes each task's files when the task ends, but one
 killed with SIGKILL removes nothing, and a new TaskManager has a new resource id: its
-files would stay for good. So every TaskManager holds an exclusive ``flock`` on a
-``.lock`` file in its directory for as long as it lives (the kernel lets go of it when the
-process dies, however it dies), and sweeps the directories of the same home whose lock
-it can take: their TaskManager is gone.
+files would stay for good. So every TaskManager holds an exclusive ``flock`` on
+``<home>/tmp/<resource id>.lock`` (beside its directory, which holds only its tasks'
+files) for as long as it lives (the kernel lets go of it when the process dies, however
+it dies), and sweeps the directories of the same home whose lock it can take: their
+TaskManager is gone.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 __all__ = ["TempDir"]
 
-_LOCK = ".lock"
+_LOCK = ".lock"  # the suffix of a directory's lock file, beside it
 _UNLOCKED_GRACE_S = 600.0
 """A directory without a lock file (a TaskManager of an earlier version, or one that died
 between creating its directory and locking it) is swept only when older than this."""
@@ -29,16 +30,16 @@ class TempDir:
     def __init__(self, root: Path, resource_id: str) -> None:
         self.root = Path(root)
         self.path = self.root / resource_id
+        self.lock = self.root / (resource_id + _LOCK)
         self._fd: int | None = None
 
     def claim(self, *, wait_s: float = 10.0) -> None:
-        """Create this TaskManager's directory and hold its lock until the process ends (a
-        sweep that holds it for a moment is waited for; a live TaskManager with the same
-        resource id is an error)."""
-        lock = self.path / _LOCK
+        """Hold this TaskManager's lock until the process ends (a sweep that holds it for a
+        moment is waited for; a live TaskManager with the same resource id is an error)."""
+        lock = self.lock
         deadline = time.monotonic() + wait_s
         while True:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(parents=True, exist_ok=True)  # (its own directory is made by its first task)
             fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -66,7 +67,7 @@ class TempDir:
         """A TaskManager that stops leaves nothing: its lock file goes, and its directory when
         its tasks left it empty."""
         if self._fd is not None:
-            (self.path / _LOCK).unlink(missing_ok=True)
+            self.lock.unlink(missing_ok=True)
             os.close(self._fd)
             self._fd = None
             try:
@@ -75,18 +76,21 @@ class TempDir:
                 pass
 
     def sweep(self) -> list[Path]:
-        """Remove the directories of dead TaskManagers under the same root; what was removed."""
+        """Remove the directories (and lock files) of dead TaskManagers under the same root;
+        the directories removed."""
         removed = []
         try:
-            others = [p for p in self.root.iterdir() if p.is_dir() and p != self.path]
+            names = {p.name[:-len(_LOCK)] if p.name.endswith(_LOCK) else p.name for p in self.root.iterdir()}
         except FileNotFoundError:
             return []
-        for other in others:
-            held = _take(other)
+        for name in sorted(names - {self.path.name}):
+            other, lock = self.root / name, self.root / (name + _LOCK)
+            held = _take(other, lock)
             if held is None:
                 continue
             try:  # removed while holding its lock: a TaskManager starting again under that id waits for us
                 shutil.rmtree(other, ignore_errors=True)
+                lock.unlink(missing_ok=True)
             finally:
                 if held >= 0:
                     os.close(held)
@@ -95,11 +99,11 @@ class TempDir:
         return removed
 
 
-def _take(path: Path) -> int | None:
+def _take(path: Path, lock: Path) -> int | None:
     """The lock of a dead TaskManager's directory, taken (its fd; -1 for an old directory
     without a lock file); None while its TaskManager lives."""
     try:
-        fd = os.open(path / _LOCK, os.O_RDWR)
+        fd = os.open(lock, os.O_RDWR)
     except FileNotFoundError:
         try:
             return -1 if time.time() - path.stat().st_mtime > _UNLOCKED_GRACE_S else None

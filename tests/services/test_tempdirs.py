@@ -19,7 +19,7 @@ import sys, time
 from pathlib import Path
 from sluice.services.taskmanager.tempdirs import TempDir
 t = TempDir(Path(sys.argv[1]), sys.argv[2]); t.claim()
-(t.path / "split-0.txt").write_text("left behind")
+t.path.mkdir(); (t.path / "split-0.txt").write_text("left behind")
 print("claimed", flush=True); time.sleep(60)
 """
 
@@ -38,10 +38,11 @@ def test_a_killed_taskmanagers_files_are_swept_and_a_live_ones_never(tmp_path: P
         me = TempDir(tmp_path, "tm-me")
         me.claim()
         assert me.sweep() == [tmp_path / "tm-dead"]
-        assert not (tmp_path / "tm-dead").exists()
+        assert not (tmp_path / "tm-dead").exists() and not (tmp_path / "tm-dead.lock").exists()
         assert (tmp_path / "tm-live" / "split-0.txt").exists()  # its owner lives
+        (tmp_path / "tm-me").mkdir()  # its first task makes it
         me.release()
-        assert not (tmp_path / "tm-me").exists()  # a TaskManager that stops leaves nothing
+        assert not (tmp_path / "tm-me").exists() and not (tmp_path / "tm-me.lock").exists()  # it leaves nothing
     finally:
         live.kill()
         live.wait()
