@@ -464,7 +464,8 @@ class TaskManager:
                 continue
             self._cancel_launch(task)  # still queued? the replacement worker must not run it
             self._sweep_sink(task)
-            if task.id in self.cancelling:
+            cancelled = task.id in self.cancelling
+            if cancelled:
                 self.cancelling.discard(task.id)
                 self._to_job(task.descriptor.job_id, self._state(task, TaskState.CANCELED), flush=False)
                 self._final(task, TaskState.CANCELED)
@@ -473,6 +474,9 @@ class TaskManager:
                 error = f"the worker process of slot {slot} died ({how}) while running the task"
                 self._to_job(task.descriptor.job_id, self._state(task, TaskState.FAILED, error), flush=False)
                 self._final(task, TaskState.FAILED, error)
-            release(task, self.steps, keep_output=False)
+            # Its output stays unless the leader had cancelled it: the worker may have died right
+            # after reporting FINISHED to the job (its copy to this TaskManager lost with it), and
+            # then consumers read that partition (the leader decides which attempt counts).
+            release(task, self.steps, keep_output=not cancelled)
             self._exits.popleft()
         self._flush()

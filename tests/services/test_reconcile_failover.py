@@ -40,7 +40,9 @@ from tests.services.failover_helpers import (
     TinySlots,
     events,
     job_state,
+    keyed_graph,
     lead,
+    produced,
     pump,
     register_tm,
     report,
@@ -196,3 +198,30 @@ def test_a_cancel_task_lost_on_the_way_is_said_again(log: EventLog, tmp_path: Pa
             log.client.xdel(inbox, entry_id)  # lost
     run(world, a, t, lambda: job_state(log, "j1").status == JobStatus.CANCELED, "the job cancelled")
     assert slots.killed == [0] and not t.tasks
+
+
+def test_a_worker_that_dies_right_after_reporting_finished_keeps_its_partition(log: EventLog,
+                                                                               tmp_path: Path) -> None:
+    """The producer's worker reports FINISHED to the job and dies before its copy reaches its
+    TaskManager. The TaskManager sees a worker die mid-task and reports FAILED (the leader
+    ignores it: the attempt FINISHED), but must not delete the partition the consumer is
+    about to read: the consumer is deployed and finds it."""
+    world, a, t, slots = setup(log, tmp_path)
+    submit(log, world, "j1", keyed_graph("j1"))
+    run(world, a, t, lambda: bool(slots.launched), "the producer's deployment")
+    d = launched(slots, 0)
+    assert d["vertex"] == "src" and d["output"] is not None
+    partition = Path(d["output"]["path"].removeprefix("file://"))
+    partition.mkdir(parents=True)
+    (partition / "part-0.parquet").write_bytes(b"rows")  # what the producer wrote
+    report(log, world, d, "tm-1", 0, TaskState.RUNNING)
+    produced(log, world, d)
+    tm_inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
+    losing = LosesWrites(log.backend, tm_inbox, lambda f: b"FINISHED" in next(iter(f.values())))
+    report(EventLog(losing, log.keys), world, d, "tm-1", 0, TaskState.FINISHED)
+    assert losing.lost == 1
+    slots._exited.append((0, "signal 9"))  # and the worker is gone
+    run(world, a, t, lambda: any(x["vertex"] == "agg" for _, x, _ in slots.launched), "the consumer's deployment")
+    assert (partition / "part-0.parquet").read_bytes() == b"rows"
+    job = job_state(log, "j1")
+    assert job.vertices["src"].subtasks[0].state == TaskState.FINISHED and job.restarts == 0
