@@ -37,7 +37,7 @@ from sluice.store.consumer import Entry
 from .cluster import ClusterInbox
 from .committer import Committer
 from .job_inboxes import DuplicateCommit, HandlerFailed, JobInboxes
-from .leadership import Lease, Replay, SnapshotWriter
+from .leadership import Lease, Replay, SnapshotWriter, gc_paused
 
 __all__ = ["JobManager", "LeaderState", "GROUP"]
 
@@ -169,7 +169,8 @@ class JobManager:
         if self.phase == "replaying":
             assert self.replay is not None
             if self.replay.step():
-                self._take_over()
+                with gc_paused():  # restoring coordinators folds their tails: as much work as a page
+                    self._take_over()
             return True
         read_at = self.world.now_ms()  # the view is at least this fresh (the call may stall after its read)
         entries = self.consumer.read(count=self.batch, block_ms=block_ms)
