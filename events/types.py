@@ -28,9 +28,16 @@ class TaskState(str, enum.Enum):
     CANCELED = "CANCELED"
     FAILED = "FAILED"
 
+    # str's own hash (in C), which agrees with the str equality members compare by, where
+    # Enum's is a Python call: states are hashed in the hot path of every replay.
+    __hash__ = str.__hash__
+
     @property
     def terminal(self) -> bool:
-        return self in (TaskState.FINISHED, TaskState.CANCELED, TaskState.FAILED)
+        return self in _TERMINAL_TASK
+
+
+_TERMINAL_TASK = frozenset({TaskState.FINISHED, TaskState.CANCELED, TaskState.FAILED})
 
 
 class JobStatus(str, enum.Enum):
@@ -42,6 +49,8 @@ class JobStatus(str, enum.Enum):
     CANCELED = "CANCELED"
     FINISHED = "FINISHED"
     RESTARTING = "RESTARTING"
+
+    __hash__ = str.__hash__  # (as TaskState's)
 
 
 @record
