@@ -52,7 +52,7 @@ from sluice.services.kvstate import core as kvstate
 from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
 
 __all__ = ["JobsConfig", "Decision", "Dest", "submit", "MAX_DEPLOY_PER_PASS", "on_message", "schedule",
-           "taskmanager_lost", "orphans", "log_restarted", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
+           "taskmanager_lost", "gone", "orphans", "log_restarted", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
 
 Dest = tuple[str, str]
 """Where a message goes: ("tm", resource_id) or ("inbox", stream key)."""
@@ -434,6 +434,16 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
 # --- cluster events and time ---------------------------------------------------------------------
 
 
+def gone(rec: _Recorder, job: JobRun, ex: Execution, reason: str, config: JobsConfig) -> None:
+    """An attempt its TaskManager no longer runs (lost, or it does not hold it): one being
+    cancelled is CANCELED, any other FAILED with ``reason`` (and restarted if it may be)."""
+    if ex.state == TaskState.CANCELING:
+        rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
+                                          ex.attempt, ex.taskmanager, ex.slot))
+    else:
+        _fail(rec, job, ex, reason, config)
+
+
 def taskmanager_lost(state: JobsState, resource_id: str, reason: str, config: JobsConfig, now: int,
                      session: str | None = None) -> list[Decision]:
     """Every execution on a lost TaskManager (``session``: only on that registration of it)
@@ -446,11 +456,7 @@ def taskmanager_lost(state: JobsState, resource_id: str, reason: str, config: Jo
         for ex in list(job.executions()):
             if ex.taskmanager == resource_id and ex.state in HOLDS_SLOT \
                     and (session is None or ex.session is None or ex.session == session):
-                if ex.state == TaskState.CANCELING:
-                    rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex,
-                                                      ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
-                else:
-                    _fail(rec, job, ex, f"TaskManager {resource_id} was lost ({reason})", config)
+                gone(rec, job, ex, f"TaskManager {resource_id} was lost ({reason})", config)
         _maybe_complete(rec, job)
         if rec.decision:
             out.append(rec.decision)
@@ -474,11 +480,7 @@ def orphans(state: JobsState, active: dict[str, str], reasons: dict[str, str], c
             if current is not None and (ex.session is None or ex.session == current):
                 continue
             why = reasons.get(ex.taskmanager) or "not registered"
-            if ex.state == TaskState.CANCELING:
-                rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex,
-                                                  ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
-            else:
-                _fail(rec, job, ex, f"TaskManager {ex.taskmanager} was lost ({why})", config)
+            gone(rec, job, ex, f"TaskManager {ex.taskmanager} was lost ({why})", config)
         _maybe_complete(rec, job)
         if rec.decision:
             out.append(rec.decision)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from sluice.events import AttemptReport, CancelTask, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
 
-from .core import Decision, JobsConfig, _fail, _maybe_complete, _Recorder, _update
+from .core import Decision, JobsConfig, _fail, _maybe_complete, _Recorder, _update, gone
 from .state import TERMINAL_JOB, JobsState
 
 __all__ = ["Memory", "Reconciled", "reconcile", "accept_lost_finals", "deployment_timeouts"]
@@ -155,6 +155,14 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
         tm.differences[(kind, task_id)] = seen
         return seen.reports >= 2 and now - seen.since >= grace_ms
 
+    def cancel_due(task_id: str) -> bool:
+        """Whether a cancel may be sent for it now (once per grace period; and remember it)."""
+        last = tm.cancelled.get(task_id)
+        if last is not None and now - last < grace_ms:
+            return False
+        tm.cancelled[task_id] = now
+        return True
+
     def recorder(job_id: str) -> _Recorder:
         if job_id not in recorders:
             recorders[job_id] = _Recorder(state, job_id, now)
@@ -180,12 +188,8 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
             if not due(kind, task_id) or kind == "deploying":  # (the deployment timeout decides)
                 continue
             rec = recorder(job_id)
-            if ex.state == TaskState.CANCELING:
-                rec.fact(UpdateTaskExecutionState(job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
-                                                  ex.attempt, ex.taskmanager, ex.slot))
-            else:
-                _fail(rec, job, ex, f"TaskManager {resource_id} no longer holds it and never reported its end "
-                                    "(its slot report does not list it)", config)
+            gone(rec, job, ex, f"TaskManager {resource_id} no longer holds it and never reported its end "
+                               "(its slot report does not list it)", config)
             _maybe_complete(rec, job)
             out.notes.append(f"{task_id} missing on {resource_id}: failed")
 
@@ -211,8 +215,7 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
         ex = found.current(execution_id) if found is not None else None
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.CANCELING:
             # Still held though the leader cancelled it: the CancelTask was lost, say it again.
-            if due("cancelling", task_id) and now - tm.cancelled.get(task_id, now - grace_ms) >= grace_ms:
-                tm.cancelled[task_id] = now
+            if due("cancelling", task_id) and cancel_due(task_id):
                 out.cancels.append(CancelTask(job_id, execution_id, "cancelled (said again: the TaskManager still "
                                                                     "holds it)"))
             continue
@@ -223,12 +226,8 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
                 out.release.append(UpdateTaskExecutionState(job_id, execution_id, TaskState.FINISHED, None, ex.vertex,
                                                             ex.subtask, ex.attempt, None, ex.slot))
             continue
-        if not due("unknown", task_id):
+        if not due("unknown", task_id) or not cancel_due(task_id):
             continue
-        last = tm.cancelled.get(task_id)
-        if last is not None and now - last < grace_ms:
-            continue
-        tm.cancelled[task_id] = now
         why = ("its job is not running" if found is None or found.status in TERMINAL_JOB
                else "the leader does not count this attempt (it failed, was cancelled, or was replaced)")
         out.cancels.append(CancelTask(job_id, execution_id, f"reconciled with the slot report of {resource_id}: {why}"))

@@ -9,9 +9,11 @@ import signal
 import time
 from dataclasses import dataclass, field
 
+from sluice.store import LeaseHolder
+
 from . import procs
 from .checks import refusal
-from .cluster import ChaosCluster, poll
+from .cluster import ChaosCluster, Proc, poll
 from .kinds import Kind, Strike
 
 __all__ = ["Outcome", "strike", "RECOVERY_TIMEOUT_S"]
@@ -51,13 +53,23 @@ def _new_leader(c: ChaosCluster, old_epoch: int, old_holder: str) -> bool:
     return h is not None and h.epoch > old_epoch and h.holder != old_holder
 
 
-def _leader_kill(c: ChaosCluster, s: Strike, out: Outcome) -> None:
+def _leader(c: ChaosCluster, out: Outcome, verb: str) -> tuple[LeaseHolder, Proc] | None:
+    """The leader to strike (its lease and its process), named in ``out``; None (a failure
+    said) when there is none within a minute."""
     holder = poll(c.leading, 60)
     if holder is None:
-        out.failures.append("no leader to kill within 60 s")
-        return
+        out.failures.append(f"no leader to {verb} within 60 s")
+        return None
     p = c.procs[holder.holder]
     out.target = f"{p.name} (epoch {holder.epoch})"
+    return holder, p
+
+
+def _leader_kill(c: ChaosCluster, s: Strike, out: Outcome) -> None:
+    found = _leader(c, out, "kill")
+    if found is None:
+        return
+    holder, p = found
     t0 = time.monotonic()
     procs.kill(p.pid, signal.SIGKILL)
     c.retired.add(p.name)
@@ -68,12 +80,10 @@ def _leader_kill(c: ChaosCluster, s: Strike, out: Outcome) -> None:
 
 
 def _leader_stop(c: ChaosCluster, s: Strike, out: Outcome) -> None:
-    holder = poll(c.leading, 60)
-    if holder is None:
-        out.failures.append("no leader to freeze within 60 s")
+    found = _leader(c, out, "freeze")
+    if found is None:
         return
-    p = c.procs[holder.holder]
-    out.target = f"{p.name} (epoch {holder.epoch})"
+    holder, p = found
     log_file = c.log_file(p.name)
     offset = log_file.stat().st_size if log_file.exists() else 0
     t0 = time.monotonic()

@@ -32,13 +32,23 @@ def expected_counts(path: Path) -> dict[str, int]:
     return out
 
 
-def ride_out(redis: RedisServer, prefix: str, spark_remote: str, spark, tmp_path: Path, outage_s: float) -> None:
-    """Run the job on a JobManager and a TaskManager (two slots), kill -9 Redis while its
-    sources run (one of them about to finish and report), bring Redis back on the same
-    port and data after ``outage_s``, and check everything. Under ``appendfsync always``
-    nothing is lost and nothing runs again; under ``everysec`` the last second may be lost,
-    so the leader renumbers and runs again every unfinished attempt (no restart counted)
-    and the TaskManager drops its tasks and registers afresh."""
+def ride_out(fsync: str, prefix: str, spark_remote: str, spark, tmp_path: Path, outage_s: float) -> None:
+    """On a private Redis with that fsync policy, run the job on a JobManager and a
+    TaskManager (two slots), kill -9 Redis while its sources run (one of them about to
+    finish and report), bring Redis back on the same port and data after ``outage_s``,
+    and check everything. Under ``appendfsync always`` nothing is lost and nothing runs
+    again; under ``everysec`` the last second may be lost, so the leader renumbers and
+    runs again every unfinished attempt (no restart counted) and the TaskManager drops its
+    tasks and registers afresh."""
+    redis = RedisServer(tmp_path / "redis", fsync=fsync)
+    redis.start()
+    try:
+        _ride_out(redis, prefix, spark_remote, spark, tmp_path, outage_s)
+    finally:
+        redis.stop()
+
+
+def _ride_out(redis: RedisServer, prefix: str, spark_remote: str, spark, tmp_path: Path, outage_s: float) -> None:
     durable = redis.fsync == "always"
     url = redis.url
     procs = Processes(url, prefix, tmp_path)
@@ -91,12 +101,7 @@ def ride_out(redis: RedisServer, prefix: str, spark_remote: str, spark, tmp_path
 @pytest.mark.timeout(SPARK_START + 90 + 120 + 25 + 120 + MARGIN + TEARDOWN)
 def test_a_job_rides_out_redis_killed_and_back_after_20_s(tmp_path: Path, prefix: str, spark_remote: str,
                                                            spark) -> None:
-    redis = RedisServer(tmp_path / "redis", fsync="always")
-    redis.start()
-    try:
-        ride_out(redis, prefix, spark_remote, spark, tmp_path, outage_s=20)
-    finally:
-        redis.stop()
+    ride_out("always", prefix, spark_remote, spark, tmp_path, outage_s=20)
 
 
 @pytest.mark.timeout(SPARK_START + 90 + 120 + 5 + 120 + MARGIN + TEARDOWN)
@@ -104,23 +109,13 @@ def test_a_job_survives_redis_killed_under_everysec(tmp_path: Path, prefix: str,
     """kill -9 of a Redis that fsyncs every second: it may have lost acknowledged writes,
     and every process notices the restart by the server's run id (redis-py reconnects
     without a word). The job costs time, not data: exact output, no restart counted."""
-    redis = RedisServer(tmp_path / "redis", fsync="everysec")
-    redis.start()
-    try:
-        ride_out(redis, prefix, spark_remote, spark, tmp_path, outage_s=2)
-    finally:
-        redis.stop()
+    ride_out("everysec", prefix, spark_remote, spark, tmp_path, outage_s=2)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(SPARK_START + 90 + 120 + 65 + 120 + MARGIN + TEARDOWN)
 def test_a_job_rides_out_redis_away_for_a_minute(tmp_path: Path, prefix: str, spark_remote: str, spark) -> None:
-    redis = RedisServer(tmp_path / "redis", fsync="always")
-    redis.start()
-    try:
-        ride_out(redis, prefix, spark_remote, spark, tmp_path, outage_s=60)
-    finally:
-        redis.stop()
+    ride_out("always", prefix, spark_remote, spark, tmp_path, outage_s=60)
 
 
 def test_a_split_request_waits_through_redis_killed_and_back(tmp_path: Path, prefix: str) -> None:
