@@ -356,9 +356,11 @@ class TaskManager:
                                         d.attempt, self.resource_id, task.slot)
 
     def _launch(self, task: Task) -> str:
-        # INITIALIZING goes out before the task is queued: an idle worker picks it up at
-        # once and reports RUNNING, which must not overtake it.
-        self._to_job(task.descriptor.job_id, self._state(task, TaskState.INITIALIZING), flush=False)
+        # INITIALIZING is *sent* before the task is queued: an idle worker picks it up at once
+        # and reports RUNNING, which must not overtake it (the leader drops a late INITIALIZING,
+        # and the log would skip a state). A Redis error here fails this step, not the task:
+        # the start is undone and tried again (a repeated INITIALIZING is ignored).
+        self._to_job(task.descriptor.job_id, self._state(task, TaskState.INITIALIZING))
         if not self.execute:
             return "not-executed"
         runtime = {"code_path": str(task.code_path), "temp_dir": str(task.temp_dir), "host": self.reg.host,

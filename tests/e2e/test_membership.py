@@ -46,7 +46,10 @@ def test_taskmanagers_register_and_the_table_is_the_fold_of_the_log(procs: Proce
     procs.start("tm2", "taskmanager", "--resource-id", "tm-2", "--slots", "3")
     wait_until(lambda: registered(log) == {"tm-1", "tm-2"}, "two registrations")
     assert membership(log).total_slots == 5
-    assert [type(e.event) for e in replies(log, "tm-1")] == [AcknowledgeRegistration]
+    # One acknowledgement; a registration retried while the leader was busy (it retries after
+    # 100 ms, doubling, as Flink's does) is answered AlreadyRegistered, never a second ack.
+    got = [type(e.event) for e in replies(log, "tm-1")]
+    assert got[0] is AcknowledgeRegistration and set(got[1:]) <= {AlreadyRegistered}, got
     # The projector's table is the live fold; a projector rebuilding from scratch agrees.
     tables = ReadModels(log)
     live = {k: TASKMANAGERS.row(membership(log), k) for k in membership(log).taskmanagers}

@@ -476,6 +476,46 @@ def test_bug5_a_failed_acknowledgement_does_not_start_a_task_twice(log: EventLog
     assert events(log, keys.facts(keys.job("j1")), TaskRestartScheduled) == []
 
 
+class EagerWorker(TinySlots):
+    """An idle worker: it takes the task the moment it is queued and reports RUNNING before
+    the TaskManager's launch step returns."""
+
+    def __init__(self, log: EventLog, world: Any) -> None:
+        super().__init__()
+        self.log, self.world = log, world
+
+    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str) -> str:
+        report(self.log, self.world, descriptor, "tm-1", slot, TaskState.RUNNING)
+        return super().launch(slot, descriptor, runtime, task_id=task_id, handle=handle)
+
+
+@pytest.mark.timeout(30)
+def test_an_idle_worker_reporting_running_at_once_does_not_overtake_initializing(log: EventLog,
+                                                                                 tmp_path: Path) -> None:
+    """The TaskManager's INITIALIZING is in the job's inbox before the task is queued, so a
+    worker that reports RUNNING at once comes after it and the log has every state in order.
+    (When INITIALIZING was only queued until the end of the start, the leader, already at
+    RUNNING, dropped it: the e2e word count saw SCHEDULED, DEPLOYING, RUNNING, FINISHED.)"""
+    keys = log.keys
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    slots = EagerWorker(log, world)
+    t = tm(log, world, tmp_path, slots, n=1)
+    register_tm(a, t, world)
+    submit(log, world, "j1", source_graph("j1"))
+    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: bool(slots.launched),
+         what="the launch", world=world, advance_ms=10)
+    pump([lambda: a.step(block_ms=None)],
+         lambda: job_state(log, "j1").vertices["src"].subtasks[0].state == TaskState.RUNNING,
+         what="RUNNING", world=world, advance_ms=10)
+    job_inbox = keys.inbox(keys.job("j1"))
+    assert [u.state for u in events(log, job_inbox, UpdateTaskExecutionState)] == [TaskState.INITIALIZING,
+                                                                                 TaskState.RUNNING]
+    facts = [f.state for f in events(log, keys.facts(keys.job("j1")), UpdateTaskExecutionState)]
+    assert facts == [TaskState.SCHEDULED, TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING]
+
+
 # --- bug 6: a replay longer than the stall limit still ends in leadership -----------------------------
 
 
