@@ -22,6 +22,10 @@ every key one atomic commit touches lives in one slot:
     {<p>:tm:<id>}:…            the same shapes, per TaskManager (its inbox)
     {<p>:client:<id>}:inbox    replies to one client (Success, JobRefused)
     {<p>:blob}:<sha256>        a job's code, content-addressed
+
+and, outside the hash tags (RQ names its own keys): the RQ queue of each TaskManager slot,
+``<p>:<resource id>:slot-<n>`` (key ``rq:queue:<p>:…``), served by the RQ worker named
+``<resource id>/slot-<n>@<host>.<pid>``, as ``rq info`` shows them.
 """
 
 from __future__ import annotations
@@ -141,8 +145,17 @@ class Keys:
         return tag + ":kvstate:" + _check_id(state_id, "state id")
 
     def slot_queue(self, resource_id: str, slot: int) -> str:
-        """The RQ queue of one TaskManager slot (RQ adds its own ``rq:queue:`` prefix)."""
-        return f"{self.prefix}.{_check_id(resource_id, 'TaskManager resource id')}.{int(slot)}"
+        """The RQ queue of one TaskManager slot, ``<p>:<resource id>:slot-<n>``, as ``rq info``
+        lists it (RQ keeps it under its own ``rq:queue:`` key)."""
+        return f"{self.prefix}:{_check_id(resource_id, 'TaskManager resource id')}:slot-{int(slot)}"
+
+    @staticmethod
+    def slot_worker(resource_id: str, slot: int, host: str, pid: int, incarnation: int = 1) -> str:
+        """The RQ worker name of one slot's worker, ``<resource id>/slot-<n>@<host>.<pid>``
+        (``.<k>`` appended for the k-th worker of one process: RQ refuses a name whose
+        registration has not expired, and a killed worker's lingers for minutes)."""
+        name = f"{_check_id(resource_id, 'TaskManager resource id')}/slot-{int(slot)}@{host}.{int(pid)}"
+        return name if incarnation <= 1 else f"{name}.{int(incarnation)}"
 
     # --- cluster-wide ---
     @property
