@@ -4,6 +4,8 @@ rest of what talks to Redis."""
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from typing import Any
 
@@ -63,7 +65,8 @@ class SlotQueues:
 
 def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | None = None) -> None:
     """Run one slot's RQ SimpleWorker until it is stopped (no fork per job: a Spark session
-    must never be forked, so it and the job's imported code stay warm across tasks).
+    must never be forked, so it and the job's imported code stay warm across tasks). It is
+    named for its TaskManager and slot (``Keys.slot_worker``), as ``rq info`` lists it.
 
     RQ's own bookkeeping (its heartbeat, a job's status after the task ran) ends its loop
     when Redis is away. With ``outage``, the worker then waits for Redis and works on, in
@@ -104,9 +107,11 @@ def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | No
 
     client = _client(log)
     queue = Queue(log.keys.slot_queue(resource_id, slot), connection=client, serializer=JSONSerializer)
-    quick_ends = 0
+    quick_ends = incarnation = 0
     while True:
-        worker = SlotWorker([queue], connection=client, serializer=JSONSerializer)  # a new name each time
+        incarnation += 1  # a new name each time: the last one's registration may outlive it
+        name = log.keys.slot_worker(resource_id, slot, socket.gethostname(), os.getpid(), incarnation)
+        worker = SlotWorker([queue], name=name, connection=client, serializer=JSONSerializer)
         try:
             worker.work(with_scheduler=False, logging_level="WARNING")
         except StopRequested:
