@@ -8,9 +8,10 @@ from pathlib import Path
 
 from sluice.errors import ConfigError
 
-__all__ = ["Settings", "env_int", "appendfsync"]
+__all__ = ["Settings", "env_int", "appendfsync", "spark_log_level"]
 
 FSYNC_POLICIES = ("everysec", "always")
+SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 
 
 def appendfsync(raw: str | None = None) -> str:
@@ -22,6 +23,17 @@ def appendfsync(raw: str | None = None) -> str:
     if value not in FSYNC_POLICIES:
         raise ConfigError(f"appendfsync {value!r} is not one Sluice supports: use 'everysec' or 'always' "
                           "($SLUICE_REDIS_APPENDFSYNC or --appendfsync)")
+    return value
+
+
+def spark_log_level(raw: str | None = None) -> str:
+    """The level the Spark (Connect) servers Sluice starts log at: ``WARN`` by default (at
+    INFO a job writes tens of thousands of lines), raised with ``$SLUICE_SPARK_LOG_LEVEL``
+    (e.g. ``INFO`` or ``DEBUG`` to see what Spark does)."""
+    value = (raw if raw is not None else os.environ.get("SLUICE_SPARK_LOG_LEVEL") or "WARN").strip().upper()
+    if value not in SPARK_LOG_LEVELS:
+        raise ConfigError(f"Spark log level {value!r} is not a log4j level: use one of {', '.join(SPARK_LOG_LEVELS)} "
+                          "($SLUICE_SPARK_LOG_LEVEL)")
     return value
 
 

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,14 +100,20 @@ def aof_redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="session")
-def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One Spark Connect server (local[2]) for the whole test run; workers and tests connect to it."""
+def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Spark Connect server (local[2]) for the whole test run, at the default log level."""
     from sluice.services.embedded.spark_connect import SparkConnectServer
 
     server = SparkConnectServer(master="local[2]", log_file=tmp_path_factory.mktemp("spark") / "connect.log")
-    url = server.start()
-    yield url
+    server.start()
+    yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_remote(spark_server: Any) -> str:
+    """The shared Spark Connect server's URL; workers and tests connect to it."""
+    return spark_server.url
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from sluice.config import spark_log_level
 from sluice.errors import ConfigError, ServiceError
 
 from .redis_server import free_port
@@ -22,6 +23,27 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+# Plain lines on stderr (which start() sends to the log file), at the level asked for; the
+# same layout as Spark's own defaults without its JSON structured logging.
+_LOG4J2 = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+
+
+def log4j2_config(directory: Path, level: str) -> Path:
+    """A log4j2 configuration file for a Spark JVM logging at ``level``, written in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"sluice-log4j2-{level.lower()}.properties"
+    path.write_text(_LOG4J2.format(level=level.lower()))
+    return path
+
+
 def check_java() -> None:
     from shutil import which
 
@@ -30,11 +52,13 @@ def check_java() -> None:
 
 
 class SparkConnectServer:
-    """``spark-submit … SparkConnectServer`` on a free port, ``local[*]`` by default."""
+    """``spark-submit … SparkConnectServer`` on a free port, ``local[*]`` by default, logging
+    at ``log_level`` (default: $SLUICE_SPARK_LOG_LEVEL, else WARN)."""
 
     def __init__(self, *, master: str = "local[*]", port: int | None = None, log_file: Path | None = None,
-                 conf: dict[str, str] | None = None) -> None:
+                 conf: dict[str, str] | None = None, log_level: str | None = None) -> None:
         self.master = master
+        self.log_level = spark_log_level(log_level)
         self.port = port or free_port()
         self.log_file = log_file
         self.conf = {
@@ -55,6 +79,12 @@ class SparkConnectServer:
         home = spark_home()
         cmd = [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
                "--name", "sluice-spark-connect", "--master", self.master]
+        import tempfile
+
+        logs = self.log_file.parent if self.log_file else Path(tempfile.gettempdir())
+        config = log4j2_config(logs, self.log_level)
+        cmd += ["--driver-java-options", f"-Dlog4j2.configurationFile=file:{config}",
+                "--conf", f"spark.log.level={self.log_level}"]
         for k, v in self.conf.items():
             cmd += ["--conf", f"{k}={v}"]
         env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
