@@ -1,5 +1,6 @@
 """Queryable state from the command line: ``sluice state get JOB NAME KEY`` and
-``sluice job dispose JOB``.
+``sluice job dispose JOB``; the ``job`` group also holds ``export`` and ``import``
+(sluice/cli/job_archive.py).
 
 ``sluice state get JOB NAME KEY --json`` prints one object (stable)::
 
@@ -96,5 +97,9 @@ def dispose(obj: Context, job_id: str) -> None:
 
 
 def register(cli: click.Group) -> None:
+    from .job_archive import export_job, import_job
+
+    job.add_command(export_job)
+    job.add_command(import_job)
     cli.add_command(state)
     cli.add_command(job)
