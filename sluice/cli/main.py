@@ -36,9 +36,9 @@ def cli(ctx: click.Context, redis_url: str | None, prefix: str, home: str) -> No
 
 
 def _register() -> None:
-    from . import bench, cluster, inspect, jobs, processes, state
+    from . import bench, cluster, inspect, jobs, processes, replay, state
 
-    for module in (cluster, processes, inspect, jobs, bench, state):
+    for module in (cluster, processes, inspect, jobs, bench, state, replay):
         module.register(cli)
 
 
