@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.errors import MessageRejected, RedisUnavailable, StaleEpoch, StoreRestarted
-from sluice.events import LeadershipGranted, LogRestarted, TaskManagerLost
+from sluice.events import Envelope, Event, LeadershipGranted, LogRestarted, TaskManagerLost
+from sluice.services.common.metrics import JobManagerMetrics, jobmanager_gauges
 from sluice.services.common.shell import RedisAway, get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS, JobCoordinators
@@ -31,7 +32,7 @@ from sluice.services.jobs import core as jobs
 from sluice.services.jobs.reconcile import Memory as SlotReports
 from sluice.services.jobs.state import TERMINAL_JOB, JobsState
 from sluice.services.membership.core import HeartbeatMonitor, Membership, MembershipConfig
-from sluice.store import Blobs, EventLog, GroupConsumer
+from sluice.store import Blobs, Consumed, EventLog, GroupConsumer
 from sluice.store.consumer import Entry
 
 from .cluster import ClusterInbox
@@ -88,7 +89,9 @@ class JobManager:
         self.inbox = self.keys.inbox(self.tag)
         self.logger = get_logger("jobmanager", jm=self.id)
         self.lease = Lease(log, self.id, lease_ttl_ms, max_stall_s, world.monotonic)
-        self.committer = Committer(log, world, self.id, GROUP, self.logger)
+        self.metrics = JobManagerMetrics()
+        self.metrics.collect_with(lambda: jobmanager_gauges(self))
+        self.committer = _MeteredCommitter(log, world, self.id, GROUP, self.logger, self.metrics)
         self.blobs = Blobs(log)
         self.cluster = ClusterInbox(self)
         self.job_inboxes = JobInboxes(self)
@@ -110,6 +113,7 @@ class JobManager:
         (it has stayed behind for longer than the timeout): a live TaskManager may be lost."""
         self._next_trim = 0
         self._announced = False
+        self._took_lease = 0.0
 
     @property
     def epoch(self) -> int | None:
@@ -241,6 +245,7 @@ class JobManager:
                 self._announced = True
             return False
         self._announced = False
+        self._took_lease = self.world.monotonic()
         self.committer.begin(epoch, server)
         self.phase = "replaying"
         self.replay = Replay(self.log, self.committer.fence, page=self.replay_page, logger=self.logger,
@@ -258,6 +263,7 @@ class JobManager:
         self.state = LeaderState()
         self.snapshots: SnapshotWriter | None = None
         self._next_acquire = 0
+        self.metrics.forget()
 
     def _unexpected(self, exc: BaseException, what: str) -> None:
         self.errors.append(exc)
@@ -335,6 +341,7 @@ class JobManager:
         for d in jobs.orphans(self.state.jobs, active, reasons, self.jobs_config, now):
             self.job_inboxes.commit(d)
         self.job_inboxes.schedule_all()
+        self.metrics.recovery.observe(self.world.monotonic() - self._took_lease)
 
     def _log_restarted(self, before: str, now_server: str) -> list:
         """The Redis server restarted since the last leader took over, and does not keep every
@@ -355,6 +362,7 @@ class JobManager:
     def handle_batch(self, entries: list[Entry]) -> None:
         """Cluster messages one by one; each job's messages decided in order and committed
         together (one group commit per job and batch)."""
+        self.metrics.handled_entries([e.envelope for e in entries])
         seen: set[tuple[str, str]] = set()
         by_job: dict[str, list[Entry]] = {}
         for entry in entries:
@@ -393,6 +401,7 @@ class JobManager:
             snapshots.tick(now)
 
     def _dead_lettered(self, stream: str, entry_id: str, error: Exception) -> None:
+        self.metrics.parked(getattr(error, "kind", "undecodable"))
         self.logger.warning("entry parked in dead letters", stream=stream, entry=entry_id, error=str(error)[:300])
 
     # --- the real process ----------------------------------------------------------------
@@ -434,3 +443,29 @@ class JobManager:
                 continue  # the main loop sees it too; the lease may still be ours
             except Exception as exc:  # never let the renewal thread die silently
                 self._unexpected(exc, "lease renewal failed")
+
+
+class _MeteredCommitter(Committer):
+    """The committer, counting what it writes for the metrics (services/common/metrics.py)."""
+
+    def __init__(self, log: EventLog, world: World, jm_id: str, group: str, logger: Any,
+                 metrics: JobManagerMetrics) -> None:
+        super().__init__(log, world, jm_id, group, logger)
+        self.metrics = metrics
+
+    def commit(self, tag: str, facts: Sequence[Event], *, sends: Sequence[tuple[str, Event]] = (),
+               consumed: Consumed | None = None, cause: str | None = None,
+               deliver_to: dict[int, str] | None = None, now: int | None = None) -> list[Envelope] | None:
+        envs = super().commit(tag, facts, sends=sends, consumed=consumed, cause=cause, deliver_to=deliver_to,
+                              now=now)
+        if envs is not None:
+            self.metrics.committed(envs, [ev for _, ev in sends], self.world.now_ms())
+        return envs
+
+    def park(self, entry: Entry, kind: str, reason: str) -> None:
+        super().park(entry, kind, reason)
+        self.metrics.parked(kind)
+
+    def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:
+        super()._undeliverable(entry_id, target, reason)
+        self.metrics.parked("undeliverable")

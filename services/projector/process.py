@@ -8,6 +8,7 @@ from typing import Any
 
 from sluice.errors import RedisUnavailable, StoreRestarted
 from sluice.events import decode_fields
+from sluice.services.common.metrics import ProjectorMetrics, projector_gauges
 from sluice.services.common.shell import RedisAway, get_logger
 from sluice.services.jobmanager.snapshot import SnapshotUnreadable, decode_job, install_job
 from sluice.services.jobs.state import JobsState
@@ -43,6 +44,8 @@ class Projector:
         self.tables = ReadModels(log)
         self.server = ""
         self.logger = get_logger("projector")
+        self.metrics = ProjectorMetrics()
+        self.metrics.collect_with(lambda: projector_gauges(self))
         tag = log.keys.cluster
         self.running = [_Running(p, tag, log.keys.facts(tag), None, p.initial()) for p in projections]
 
@@ -158,8 +161,10 @@ class Projector:
             entries = self.log.follow(positions, block_ms=block_ms, count=1000)
         if not entries:
             return 0
+        types = []
         for stream, entry_id, fields in entries:
             env = decode_fields(fields, stream=stream, entry_id=entry_id)
+            types.append(env.event.TYPE)
             for r in by_stream[stream]:
                 if r.position is not None and entry_order(entry_id) <= entry_order(r.position):
                     continue
@@ -184,10 +189,12 @@ class Projector:
             if written:
                 r.position = new_pos
                 r.dirty.clear()
+                self.metrics.table_writes.inc()
             else:
                 self.logger.debug("table moved under us; reloading", table=r.projection.name)
                 self._reload()
                 break
+        self.metrics.handled(types)
         self._add_jobs()
         return len(entries)
 

@@ -39,6 +39,7 @@ from sluice.events import (
     UpdateTaskExecutionState,
     descriptor_to_json,
 )
+from sluice.services.common.metrics import TaskManagerMetrics, taskmanager_gauges
 from sluice.services.common.shell import RedisAway, get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.store import Blobs, EventLog, GroupConsumer, current_leader
@@ -81,6 +82,8 @@ class TaskManager:
         self.inbox = self.keys.inbox(self.keys.taskmanager(self.resource_id))
         self.cluster_inbox = self.keys.inbox(self.keys.cluster)
         self.logger = get_logger("taskmanager", tm=self.resource_id)
+        self.metrics = TaskManagerMetrics()
+        self.metrics.collect_with(lambda: taskmanager_gauges(self))
         self.consumer = GroupConsumer(log, self.inbox, GROUP, self.resource_id, on_dead_letter=self._dead_lettered)
         self.home = Path(home)
         self.execute = execute
@@ -162,6 +165,7 @@ class TaskManager:
                 self._recovering = False
             else:
                 entries = self.consumer.read(count=100, block_ms=block_ms)
+            self.metrics.handled(e.envelope.type for e in entries)
             for entry in entries:
                 self._handle(entry)
             self._supervise()
@@ -231,6 +235,7 @@ class TaskManager:
         if error is not None and len(error) > _REPORTED_ERROR:  # the job's inbox has it whole; heartbeats stay small
             error = error[:_REPORTED_ERROR] + "\n… (truncated)"
         self.finals[task.id] = AttemptReport(d.job_id, d.execution_id, state, error)
+        self.metrics.tasks_ended.labels(state._value_).inc()
         while len(self.finals) > _REMEMBERED:
             self.finals.popitem(last=False)
 
@@ -276,6 +281,7 @@ class TaskManager:
 
     def _send(self, message: Event, cause: str | None = None) -> None:
         self.log.append(self.cluster_inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), None, cause))
+        self.metrics.appended((message.TYPE,), "inbox")
 
     def _to_job(self, job_id: str, message: Event, *, flush: bool = True) -> None:
         """Report to a job. A report is owed until it is sent: one that fails (Redis away) is
@@ -292,8 +298,10 @@ class TaskManager:
             stream, env = self.owed[0]
             self.log.append(stream, env)
             self.owed.popleft()
+            self.metrics.appended((env.type,), "inbox")
 
     def _dead_lettered(self, stream: str, entry_id: str, error: Exception) -> None:
+        self.metrics.parked(getattr(error, "kind", "undecodable"))
         self.logger.warning("entry parked in dead letters", stream=stream, entry=entry_id, error=str(error)[:300])
 
     # --- tasks ---------------------------------------------------------------------------

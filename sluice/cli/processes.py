@@ -12,6 +12,30 @@ from sluice.services.common.shell import stop_on_signals
 from .context import Context
 
 
+def metrics_options(role: str):
+    """``--metrics-port`` (env ``SLUICE_<ROLE>_METRICS_PORT``; 0: off) and ``--metrics-host``
+    (env ``SLUICE_METRICS_HOST``) for a long-running process."""
+    env = f"SLUICE_{role.upper()}_METRICS_PORT"
+
+    def add(f):
+        f = click.option("--metrics-host", envvar="SLUICE_METRICS_HOST", default="0.0.0.0", show_default=True,
+                         metavar="ADDRESS", help="The address the metrics endpoint listens on.")(f)
+        return click.option("--metrics-port", envvar=env, default=0, show_default=True, metavar="PORT",
+                            type=click.IntRange(0, 65535),
+                            help=f"Serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: no metrics; ${env}).")(f)
+    return add
+
+
+def serve_metrics(process, role: str, port: int, host: str) -> None:
+    """Start the process's metrics endpoint (ConfigError, said by the CLI, when it cannot)."""
+    if port:
+        from sluice.services.common.metrics import serve
+
+        option = f"--metrics-port (or $SLUICE_{role.upper()}_METRICS_PORT)"
+        endpoint = serve(process.metrics, port, host, option=option)
+        process.logger.info("serving metrics", url=endpoint.url)
+
+
 @click.command()
 @click.option("--id", "jm_id", default=None, help="JobManager id (default: host and a random suffix).")
 @click.option("--storage-root", envvar="SLUICE_STORAGE_ROOT", default=None,
@@ -23,9 +47,10 @@ from .context import Context
 @click.option("--deploy-timeout", envvar="SLUICE_DEPLOY_TIMEOUT_S", default=60, show_default=True,
               type=click.IntRange(1), help="Seconds a deployment may go unanswered (its TaskManager does not "
                                            "report holding it) before the attempt fails and runs again.")
+@metrics_options("jobmanager")
 @click.pass_obj
 def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_timeout: int,
-               checkpoint_interval: int, deploy_timeout: int) -> None:
+               checkpoint_interval: int, deploy_timeout: int, metrics_port: int, metrics_host: str) -> None:
     """Run a JobManager: it leads when it holds the lease, and stands by otherwise."""
     from sluice.services.jobmanager import JobManager
     from sluice.services.jobs.core import JobsConfig
@@ -43,6 +68,7 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
                                            deploy_timeout_ms=deploy_timeout * 1000),
                     lease_ttl_ms=s.lease_ttl_ms, jm_id=jm_id, storage_root=root,
                     checkpoint_interval_ms=checkpoint_interval)
+    serve_metrics(jm, "jobmanager", metrics_port, metrics_host)
     jm.run(stop_on_signals())
 
 
@@ -58,9 +84,10 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
                                       "shares a disk fairly, as Flink's rate-limited sources do.")
 @click.option("--no-execute", is_flag=True, hidden=True,
               help="Acknowledge and finish tasks without running them (control-plane benchmarks).")
+@metrics_options("taskmanager")
 @click.pass_obj
 def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | None, spark: str | None,
-                io_rate: float, no_execute: bool) -> None:
+                io_rate: float, no_execute: bool, metrics_port: int, metrics_host: str) -> None:
     """Run a TaskManager: register with the leader, run tasks on one RQ worker per slot,
     heartbeat, and unregister on SIGTERM."""
     from sluice.services.taskmanager import RegistrationConfig, TaskManager
@@ -71,6 +98,7 @@ def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | N
                                                jobmanager_timeout_ms=s.heartbeat_timeout_ms),
                      home=s.home, redis_url=obj.url, execute=not no_execute, spark_remote=spark,
                      io_rate=io_rate)
+    serve_metrics(tm, "taskmanager", metrics_port, metrics_host)
     sys.exit(tm.run(stop_on_signals()))
 
 @click.command(hidden=True)
@@ -89,12 +117,15 @@ def worker(obj: Context, resource_id: str, slot: int) -> None:
 
 
 @click.command()
+@metrics_options("projector")
 @click.pass_obj
-def projector(obj: Context) -> None:
+def projector(obj: Context, metrics_port: int, metrics_host: str) -> None:
     """Run the projector: keep the read-model tables in step with the log."""
     from sluice.services.projector import Projector
 
-    Projector(obj.log()).run(stop_on_signals())
+    p = Projector(obj.log())
+    serve_metrics(p, "projector", metrics_port, metrics_host)
+    p.run(stop_on_signals())
 
 
 def register(cli: click.Group) -> None:
