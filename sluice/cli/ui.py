@@ -1,0 +1,41 @@
+"""``sluice ui``: the web dashboard (jobs, a job's DAG, attempts, Gantt and time slider,
+TaskManagers, streams, queryable state), served with Starlette under uvicorn."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from .context import Context
+
+__all__ = ["register", "ui"]
+
+
+@click.command()
+@click.option("--port", default=8087, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on (0: any free port).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0 to serve other machines).")
+@click.option("--token-env", default="SLUICE_UI_TOKEN", show_default=True, metavar="NAME",
+              help="Environment variable holding the token that allows cancelling jobs from the "
+                   "dashboard (POST with Authorization: Bearer TOKEN). Unset: read-only.")
+@click.pass_obj
+def ui(obj: Context, port: int, host: str, token_env: str) -> None:
+    """Serve the web dashboard until interrupted."""
+    from sluice.ui.app import create_app
+    from sluice.ui.serve import UiServer, bind
+
+    token = os.environ.get(token_env) or None
+    sock = bind(host, port)  # a port in use is refused here, before anything starts
+    app = create_app(obj.log(), token=token, token_env=token_env)
+    server = UiServer(app, sock)
+    where = f"http://{host}:{sock.getsockname()[1]}/"
+    mode = f"cancelling allowed with the token in ${token_env}" if token else \
+        f"read-only (set ${token_env} to allow cancelling)"
+    click.echo(f"Sluice dashboard on {where} ({mode}); Ctrl-C stops it")
+    server.run()
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(ui)

@@ -1,0 +1,50 @@
+"""Errors as the dashboard answers them: JSON ``{"error": message}`` with the status the
+kind of error means (a job that is not there: 404, a bad ``?at=``: 400, Redis down: 503)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sluice.errors import (
+    ConfigError,
+    JobNotFound,
+    RedisUnavailable,
+    SluiceError,
+    StateNotRegistered,
+    StateServerUnavailable,
+    UnknownJob,
+    UnknownStateName,
+)
+from sluice.views.history import BadMoment
+
+__all__ = ["ApiError", "status_of", "error_response", "handle_sluice_error"]
+
+
+class ApiError(SluiceError):
+    """An answer other than 200 that the dashboard itself decides (not found, forbidden...)."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.headers = status, headers or {}
+
+
+def status_of(exc: SluiceError) -> int:
+    if isinstance(exc, ApiError):
+        return exc.status
+    if isinstance(exc, JobNotFound | UnknownJob | UnknownStateName):
+        return 404
+    if isinstance(exc, StateNotRegistered | StateServerUnavailable | RedisUnavailable):
+        return 503
+    if isinstance(exc, BadMoment | ConfigError):
+        return 400
+    return 500
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def handle_sluice_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SluiceError)
+    return error_response(status_of(exc), str(exc), getattr(exc, "headers", None))

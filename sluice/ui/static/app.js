@@ -1,0 +1,282 @@
+// Sluice dashboard: one small script, no framework. Every page reads the JSON endpoints of
+// the same origin (/api/...); the job page follows its job's log with server-sent events
+// and fetches its data once per event (events that arrive during a fetch are coalesced
+// into one more fetch). SVG (the DAG, the Gantt chart) is drawn here as markup.
+"use strict";
+
+const COLOURS = {
+  CREATED: "#d9d9d9", SCHEDULED: "#c6dbef", DEPLOYING: "#9ecae1", INITIALIZING: "#6baed6",
+  RUNNING: "#4292c6", FINISHED: "#74c476", CANCELING: "#fdd0a2", CANCELED: "#fd8d3c", FAILED: "#ef3b2c",
+};
+const app = document.getElementById("app");
+const stats = document.body.dataset; // counters a test (or a curious user) can read
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
+}
+function when(ms) { return ms == null ? "" : new Date(ms).toISOString().replace("T", " ").replace("Z", ""); }
+function secs(s) { return s == null ? "" : s < 60 ? `${s.toFixed(1)} s` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`; }
+function badge(state) { return `<span class="badge" style="background:${COLOURS[state] || "#eee"}">${esc(state)}</span>`; }
+
+async function api(path, options) {
+  const response = await fetch(path, options);
+  const body = await response.json().catch(() => ({error: `${response.status} ${response.statusText}`}));
+  if (!response.ok) throw new Error(body.error || `${response.status} ${response.statusText}`);
+  return body;
+}
+function fail(where, error) { where.innerHTML = `<p class="error">${esc(error.message)}</p>`; }
+
+// A table of rows (objects); columns: [[heading, row => html]] (default: every key, as text).
+function table(rows, columns, cls = "") {
+  if (!rows.length) return `<p class="muted">none</p>`;
+  columns = columns || Object.keys(rows[0]).map((k) => [k, (r) => esc(typeof r[k] === "object" && r[k] !== null ? JSON.stringify(r[k]) : r[k])]);
+  const head = columns.map(([h]) => `<th>${esc(h)}</th>`).join("");
+  const body = rows.map((r) => `<tr>${columns.map(([, f]) => `<td>${f(r)}</td>`).join("")}</tr>`).join("");
+  return `<table class="${cls}"><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
+}
+
+// --- pages ---------------------------------------------------------------------------------
+
+async function jobsPage() {
+  app.innerHTML = `<h1>Jobs <button id="refresh">Refresh</button></h1><div id="jobs"></div>`;
+  const out = document.getElementById("jobs");
+  const load = async () => {
+    try {
+      const jobs = await api("/api/jobs");
+      out.innerHTML = table(jobs, [
+        ["job", (j) => `<a href="/jobs/${encodeURIComponent(j.job_id)}">${esc(j.job_id)}</a>`],
+        ["name", (j) => esc(j.name)], ["state", (j) => badge(j.status)],
+        ["submitted", (j) => esc(when(j.submitted_at))], ["duration", (j) => esc(secs(j.duration_s))],
+        ["tasks done", (j) => `${j.tasks_done} / ${j.tasks_total}`], ["restarts", (j) => esc(j.restarts)],
+      ], "jobs");
+    } catch (e) { fail(out, e); }
+  };
+  document.getElementById("refresh").onclick = load;
+  await load();
+}
+
+async function taskmanagersPage() {
+  app.innerHTML = `<h1>TaskManagers <button id="refresh">Refresh</button></h1><div id="tms"></div>`;
+  const out = document.getElementById("tms");
+  const load = async () => {
+    try {
+      const tms = await api("/api/taskmanagers");
+      out.innerHTML = table(tms, [
+        ["TaskManager", (t) => esc(t.resource_id)], ["host", (t) => esc(t.host)], ["state", (t) => esc(t.state)],
+        ["slots in use", (t) => `${t.slots_in_use} / ${t.slots_total}`],
+        ["slots held", (t) => t.slots.map((s) => `slot ${esc(s.slot)}: <a href="/jobs/${encodeURIComponent(s.job_id)}">${esc(s.job_id)}</a> ${esc(s.execution_id)}`).join("<br>")],
+        ["last heartbeat", (t) => t.last_heartbeat == null ? "—" : `${esc(when(t.last_heartbeat))} <span class="muted">(${esc(secs((Date.now() - t.last_heartbeat) / 1000))} ago)</span>`],
+        ["registered", (t) => esc(when(t.registered_at))], ["reason", (t) => esc(t.reason)],
+      ], "taskmanagers");
+    } catch (e) { fail(out, e); }
+  };
+  document.getElementById("refresh").onclick = load;
+  await load();
+}
+
+async function streamsPage() {
+  app.innerHTML = `<h1>Streams <button id="refresh">Refresh</button></h1><div id="stats"></div>`;
+  const out = document.getElementById("stats");
+  const load = async () => {
+    try {
+      const s = await api("/api/stats");
+      out.innerHTML = Object.entries(s).map(([name, value]) => `<section><h2>${esc(name.replace(/_/g, " "))}</h2>${
+        Array.isArray(value) ? table(value.map((v) => (typeof v === "object" && v !== null ? v : {value: v})), null, name)
+          : typeof value === "object" && value !== null ? table(Object.entries(value).map(([k, v]) => ({name: k, value: v})), null, name)
+            : `<p>${esc(value)}</p>`}</section>`).join("");
+    } catch (e) { fail(out, e); }
+  };
+  document.getElementById("refresh").onclick = load;
+  await load();
+}
+
+function stateBox(jobId = "") {
+  return `<form class="state-box">
+    <label>job <input name="job" value="${esc(jobId)}" required></label>
+    <label>name <input name="name" placeholder="word-counts" required></label>
+    <label>key <input name="key" required></label>
+    <label>type <select name="type"><option>string</option><option>long</option></select></label>
+    <button type="submit">Look up</button></form><div class="state-result"></div>`;
+}
+function wireStateBox(root) {
+  const form = root.querySelector(".state-box"), out = root.querySelector(".state-result");
+  form.onsubmit = async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(form), part = (k) => encodeURIComponent(f.get(k));
+    out.className = "state-result";
+    out.textContent = "…";
+    try {
+      const found = await api(`/api/state/${part("job")}/${part("name")}/${part("key")}?type=${part("type")}`);
+      out.innerHTML = found.value == null
+        ? `<p class="muted">no value for this key (key group ${esc(found.key_group)}, vertex ${esc(found.vertex)})</p>`
+        : `<pre>${esc(JSON.stringify(found.value, null, 2))}</pre><p class="muted">key group ${esc(found.key_group)}, vertex ${esc(found.vertex)}, state ${esc(found.state_id)} at ${esc(found.address)}</p>`;
+    } catch (e) { out.className = "state-result error"; out.textContent = e.message; }
+  };
+}
+
+function statePage() {
+  app.innerHTML = `<h1>Queryable state</h1>${stateBox()}`;
+  wireStateBox(app);
+}
+
+// --- the job page ----------------------------------------------------------------------------
+
+function dag(graph) {
+  const layer = {}, incoming = {};
+  graph.vertices.forEach((v) => { layer[v.id] = 0; incoming[v.id] = []; });
+  graph.edges.forEach((e) => incoming[e.target] && incoming[e.target].push(e.source));
+  for (let round = 0; round < graph.vertices.length; round++) {  // longest path from a source
+    graph.vertices.forEach((v) => incoming[v.id].forEach((s) => { layer[v.id] = Math.max(layer[v.id], (layer[s] ?? 0) + 1); }));
+  }
+  const rows = {}, pos = {}, W = 190, H = 70;
+  graph.vertices.forEach((v) => {
+    const l = layer[v.id], r = (rows[l] = (rows[l] ?? -1) + 1);
+    pos[v.id] = {x: 20 + l * (W + 70), y: 20 + r * (H + 30)};
+  });
+  const width = 40 + (Math.max(0, ...Object.values(layer)) + 1) * (W + 70), height = 40 + (Math.max(0, ...Object.values(rows)) + 1) * (H + 30);
+  const edges = graph.edges.map((e) => {
+    const a = pos[e.source], b = pos[e.target];
+    if (!a || !b) return "";
+    const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2;
+    return `<g class="edge"><path d="M${x1},${y1} C${x1 + 35},${y1} ${x2 - 35},${y2} ${x2 - 6},${y2}" marker-end="url(#arrow)"${e.exchange === "keyed" ? ' stroke-dasharray="5,4"' : ""}/>
+      <text x="${(x1 + x2) / 2}" y="${(y1 + y2) / 2 - 6}">${esc(e.exchange)}${e.key ? " by " + esc(e.key) : ""}</text></g>`;
+  }).join("");
+  const nodes = graph.vertices.map((v) => {
+    const {x, y} = pos[v.id], counts = Object.entries(v.states).map(([s, n]) => `${s} ${n}`).join(", ");
+    return `<g class="vertex" data-vertex="${esc(v.id)}" data-status="${esc(v.status)}">
+      <rect x="${x}" y="${y}" width="${W}" height="${H}" rx="8" fill="${COLOURS[v.status] || "#fff"}"/>
+      <text x="${x + 10}" y="${y + 20}" class="name">${esc(v.name)} ×${esc(v.parallelism)}</text>
+      <text x="${x + 10}" y="${y + 40}" class="status">${esc(v.status)}</text>
+      <text x="${x + 10}" y="${y + 58}" class="counts">${esc(counts)}</text></g>`;
+  }).join("");
+  return `<svg class="dag" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" aria-label="ExecutionGraph">
+    <defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z"/></marker></defs>
+    ${edges}${nodes}</svg>`;
+}
+
+function gantt(attempts, endMs) {
+  if (!attempts.length) return `<p class="muted">no attempts yet</p>`;
+  const start = Math.min(...attempts.map((a) => a.states[0].at));
+  const end = Math.max(start + 1, endMs, ...attempts.map((a) => a.ended_at ?? 0));
+  const L = 170, W = 760, R = 22, x = (t) => L + ((t - start) / (end - start)) * W;
+  const bars = attempts.map((a, i) => {
+    const y = 24 + i * R, stop = a.ended_at ?? end;
+    const segments = a.states.map((s, k) => {
+      const next = k + 1 < a.states.length ? a.states[k + 1].at : stop;
+      return `<rect x="${x(s.at)}" y="${y}" width="${Math.max(1, x(next) - x(s.at))}" height="${R - 6}" fill="${COLOURS[s.state] || "#ccc"}"><title>${esc(s.state)} ${esc(secs(s.duration_s))}</title></rect>`;
+    }).join("");
+    return `<g class="bar" data-attempt="${esc(`${a.vertex}:${a.subtask}:${a.attempt}`)}" data-final="${esc(a.final)}">
+      <text x="4" y="${y + 12}">${esc(a.vertex)}[${a.subtask}] #${a.attempt}</text>${segments}</g>`;
+  }).join("");
+  const height = 30 + attempts.length * R;
+  return `<svg class="gantt" width="${L + W + 20}" height="${height}" viewBox="0 0 ${L + W + 20} ${height}" role="img" aria-label="attempts over time">
+    <text x="${L}" y="14" class="axis">${esc(when(start))}</text><text x="${L + W}" y="14" class="axis" text-anchor="end">+${esc(secs((end - start) / 1000))}</text>
+    ${bars}</svg>`;
+}
+
+function attemptsTable(attempts) {
+  return table(attempts, [
+    ["subtask", (a) => `${esc(a.vertex)}[${a.subtask}]`], ["attempt", (a) => esc(a.attempt)], ["state", (a) => badge(a.final)],
+    ["TaskManager", (a) => esc(a.taskmanager ?? "—")], ["slot", (a) => esc(a.slot ?? "—")],
+    ["splits", (a) => a.splits.map((s) => `${esc(s.split)} <span class="muted">${esc(s.outcome)}</span>`).join(", ")],
+    ["started", (a) => esc(when(a.started_at))], ["duration", (a) => esc(secs(a.duration_s))],
+    ["states", (a) => a.states.map((s) => `${esc(s.state)} ${esc(secs(s.duration_s))}`).join(" → ")],
+  ], "attempts");
+}
+
+async function jobPage(jobId) {
+  const base = `/api/jobs/${encodeURIComponent(jobId)}`;
+  app.innerHTML = `<h1>Job <span id="job-id">${esc(jobId)}</span> <span id="job-status"></span></h1>
+    <p id="job-summary" class="muted"></p>
+    <section class="slider"><label>log entry <input type="range" id="slider" min="0" max="0" value="0"></label>
+      <button id="live" disabled>Live</button> <span id="moment"></span> <span id="behind" class="muted"></span></section>
+    <section><h2>ExecutionGraph</h2><div id="dag"></div></section>
+    <section id="root-cause" hidden><h2>Root cause</h2><p id="root-text"></p><pre id="root-trace"></pre></section>
+    <section><h2>Attempts</h2><div id="gantt"></div><div id="attempts"></div></section>
+    <section><h2>Queryable state</h2><div id="kvstate"></div>${stateBox(jobId)}</section>
+    <section><details><summary>Events</summary><div id="events"></div></details></section>
+    <section class="cancel"><h2>Cancel</h2><input type="password" id="token" placeholder="dashboard token" autocomplete="off">
+      <button id="cancel">Cancel job</button> <span id="cancel-result"></span></section>`;
+  wireStateBox(app);
+  const $ = (id) => document.getElementById(id);
+  const slider = $("slider");
+  let entries = [], at = null, fetching = false, again = false, latest = null;
+  stats.sseEvents = 0; stats.loads = 0;
+
+  function show(tl, graph, kv) {
+    const job = tl.job;
+    $("job-status").innerHTML = badge(job.status);
+    $("job-summary").textContent = `${job.name} · ${job.tasks_done} of ${job.tasks_total} tasks done · ${secs(job.duration_s)} · ${tl.restarts} restarts`;
+    $("dag").innerHTML = dag(graph);
+    $("gantt").innerHTML = gantt(tl.attempts, at ? Number(at.split("-")[0]) : Date.now());
+    $("attempts").innerHTML = attemptsTable(tl.attempts);
+    $("kvstate").innerHTML = table(Array.isArray(kv) ? kv : Object.entries(kv).map(([k, v]) => (typeof v === "object" && v !== null && !Array.isArray(v) ? {name: k, ...v} : {name: k, value: v})), null, "kvstate");
+    const rc = tl.root_cause;
+    $("root-cause").hidden = !rc;
+    $("root-text").textContent = rc ? rc.text : "";
+    $("root-trace").textContent = rc ? rc.traceback || "" : "";
+    $("events").innerHTML = table(tl.events, [["time", (e) => esc(when(e.at))], ["entry", (e) => esc(e.entry)], ["kind", (e) => esc(e.kind)], ["what", (e) => esc(e.text)]], "events");
+  }
+
+  function placeSlider() {
+    slider.max = Math.max(0, entries.length - 1);
+    slider.value = at === null ? slider.max : Math.max(0, entries.indexOf(at));
+    const i = Number(slider.value);
+    $("moment").textContent = entries.length ? `${at === null ? "live: " : ""}entry ${i + 1} of ${entries.length} (${entries[i]}, ${when(Number(entries[i].split("-")[0]))})` : "";
+    $("live").disabled = at === null;
+    if (at === null) $("behind").textContent = "";
+  }
+
+  async function load() {  // one fetch of the page's data, at the slider's moment
+    stats.loads = Number(stats.loads) + 1;
+    const q = at === null ? "" : `?at=${encodeURIComponent(at)}`;
+    try {
+      const [tl, graph, kv] = await Promise.all([api(base + q), api(`${base}/graph${q}`), api(`${base}/kvstate${q}`)]);
+      if (at === null) entries = tl.entries;  // the slider's stops: every entry up to now
+      show(tl, graph, kv);
+      placeSlider();
+      stats.shownAt = at ?? "live";
+    } catch (e) { fail($("dag"), e); }
+  }
+  async function refresh() {  // coalesce: at most one fetch running, and one more after it
+    if (fetching) { again = true; return; }
+    fetching = true;
+    try { do { again = false; await load(); } while (again); } finally { fetching = false; }
+  }
+
+  slider.addEventListener("change", () => {
+    const i = Number(slider.value);
+    at = i >= entries.length - 1 ? null : entries[i];
+    refresh();
+  });
+  $("live").onclick = () => { at = null; refresh(); };
+  $("cancel").onclick = async () => {
+    const out = $("cancel-result");
+    try {
+      const token = $("token").value;
+      const r = await api(`${base}/cancel`, {method: "POST", headers: token ? {Authorization: `Bearer ${token}`} : {}});
+      out.className = ""; out.textContent = `cancel requested (the job was ${r.status})`;
+    } catch (e) { out.className = "error"; out.textContent = e.message; }
+  };
+
+  const source = new EventSource(`${base}/events`);
+  source.addEventListener("changed", (ev) => {
+    stats.sseEvents = Number(stats.sseEvents) + 1;
+    latest = JSON.parse(ev.data).entry;
+    stats.latest = latest;
+    if (at === null) refresh();  // looking at the past: the slider stays where it is
+    else $("behind").textContent = `· the log has moved on to ${latest}: Live shows it`;
+  });
+  source.onerror = () => { if (source.readyState === EventSource.CLOSED) fail($("dag"), new Error("the live stream closed: reload the page")); };
+}
+
+// --- routing -----------------------------------------------------------------------------------
+
+const path = location.pathname;
+const route = path.startsWith("/jobs/") ? "jobs" : (path.slice(1) || "jobs");
+document.querySelectorAll("nav a[data-nav]").forEach((a) => a.classList.toggle("here", a.dataset.nav === route));
+if (path.startsWith("/jobs/")) jobPage(decodeURIComponent(path.slice("/jobs/".length)));
+else if (path === "/taskmanagers") taskmanagersPage();
+else if (path === "/streams") streamsPage();
+else if (path === "/state") statePage();
+else jobsPage();
