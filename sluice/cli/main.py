@@ -36,9 +36,9 @@ def cli(ctx: click.Context, redis_url: str | None, prefix: str, home: str) -> No
 
 
 def _register() -> None:
-    from . import bench, cluster, inspect, jobs, processes, replay, state
+    from . import bench, cluster, inspect, jobs, processes, replay, state, ui
 
-    for module in (cluster, processes, inspect, jobs, bench, state, replay):
+    for module in (cluster, processes, inspect, jobs, bench, state, replay, ui):
         module.register(cli)
 
 
