@@ -1,0 +1,148 @@
+"""What ``sluice inspect`` and the dashboard read from Redis that the services never need:
+a stream's memory, its consumer groups (lag, pending entries, the oldest pending one),
+entries read backwards from a moment, one entry by id, and re-driving a dead letter.
+
+Each read over several streams is one round trip (a pipeline). These need a real Redis
+(``MEMORY USAGE`` and ``XINFO`` have no counterpart in the simulation's backend): on any
+other backend they raise StoreError saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from sluice.errors import StoreError
+
+from .keys import tag_of
+from .log import EventLog
+from .redis_backend import RedisBackend, translate_errors
+
+__all__ = ["GroupInfo", "stream_memory", "consumer_groups", "entries_before", "entry", "redrive_entry",
+           "DEAD_FIELD_PREFIX"]
+
+DEAD_FIELD_PREFIX = b"field:"
+"""A dead letter keeps the parked entry's own fields under this prefix (store/scripts.py)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """One consumer group of one stream."""
+
+    stream: str
+    name: str
+    consumers: int
+    pending: int
+    lag: int | None
+    """Entries not yet delivered to the group (None: Redis cannot say, after XGROUP SETID)."""
+    last_delivered: str
+    oldest_pending: str | None
+    """The id of the oldest entry delivered and not acknowledged."""
+    oldest_pending_idle_ms: int | None
+    """How long since it was last delivered."""
+
+
+def _redis(log: EventLog, what: str) -> redis.Redis:
+    backend = log.backend
+    if not isinstance(backend, RedisBackend):
+        raise StoreError(f"{what} needs a Redis server; this log is on a {type(backend).__name__}")
+    return backend.client
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def stream_memory(log: EventLog, streams: Sequence[str]) -> dict[str, int | None]:
+    """Bytes each stream takes in Redis (MEMORY USAGE, all of its nodes counted; None when
+    the server refuses the command or the stream is gone)."""
+    if not streams:
+        return {}
+    client = _redis(log, "reading the streams' memory")
+    with translate_errors("reading the streams' memory"):
+        pipe = client.pipeline(transaction=False)
+        for s in streams:
+            pipe.memory_usage(s, samples=0)
+        answers = pipe.execute(raise_on_error=False)
+    return {s: (int(a) if isinstance(a, int) else None) for s, a in zip(streams, answers)}
+
+
+def consumer_groups(log: EventLog, streams: Sequence[str]) -> list[GroupInfo]:
+    """Every consumer group of each stream, with its oldest pending entry (two round trips)."""
+    if not streams:
+        return []
+    client = _redis(log, "reading the consumer groups")
+    with translate_errors("reading the consumer groups"):
+        pipe = client.pipeline(transaction=False)
+        for s in streams:
+            pipe.xinfo_groups(s)
+        answers = pipe.execute(raise_on_error=False)
+        found: list[tuple[str, dict[str, Any]]] = []
+        for s, groups in zip(streams, answers):
+            if isinstance(groups, Exception):
+                continue  # not a stream (any more)
+            found += [(s, g) for g in groups]
+        pipe = client.pipeline(transaction=False)
+        for s, g in found:
+            pipe.xpending_range(s, _s(g["name"]), min="-", max="+", count=1)
+        oldest = pipe.execute(raise_on_error=False) if found else []
+    out = []
+    for (s, g), first in zip(found, oldest):
+        head = first[0] if isinstance(first, list) and first else None
+        lag = g.get("lag")
+        out.append(GroupInfo(
+            stream=s, name=_s(g["name"]), consumers=int(g.get("consumers") or 0), pending=int(g.get("pending") or 0),
+            lag=int(lag) if lag is not None else None, last_delivered=_s(g.get("last-delivered-id") or b"0-0"),
+            oldest_pending=_s(head["message_id"]) if head else None,
+            oldest_pending_idle_ms=int(head["time_since_delivered"]) if head else None))
+    return out
+
+
+def entries_before(log: EventLog, stream: str, until: str | None, count: int) -> list[tuple[str, dict[bytes, bytes]]]:
+    """Up to ``count`` entries of ``stream`` at or before entry id ``until`` (None: the
+    end), newest first."""
+    client = _redis(log, "reading a stream backwards")
+    with translate_errors(f"reading {stream} backwards"):
+        rows = cast("list[tuple[bytes, dict[bytes, bytes]]]",
+                    client.xrevrange(stream, max=until or "+", min="-", count=count))
+    return [(_s(i), dict(f)) for i, f in rows]
+
+
+def entry(log: EventLog, stream: str, entry_id: str) -> dict[bytes, bytes] | None:
+    """The fields of one entry (None: no such entry)."""
+    client = _redis(log, "reading one entry")
+    with translate_errors(f"reading {entry_id} of {stream}"):
+        try:
+            rows = cast("list[tuple[bytes, dict[bytes, bytes]]]",
+                        client.xrange(stream, min=entry_id, max=entry_id, count=1))
+        except redis.ResponseError as exc:  # not an entry id, or not a stream
+            raise StoreError(f"cannot read entry {entry_id!r} of {stream}: {exc}") from exc
+    return dict(rows[0][1]) if rows else None
+
+
+def redrive_entry(log: EventLog, dead: str, entry_id: str, target: str, fields: dict[bytes, bytes]) -> str | None:
+    """Append ``fields`` to ``target`` and delete dead letter ``entry_id`` from ``dead``, in
+    one transaction (both keys live in one hash tag). The new entry's id, or None when the
+    dead letter was gone already (someone re-drove it first: nothing is appended)."""
+    if tag_of(dead) != tag_of(target):
+        raise StoreError(f"dead letter {entry_id} of {dead} names {target}, a stream of another tag: "
+                         "a dead letter goes back to a stream of its own tag only")
+    client = _redis(log, "re-driving a dead letter")
+    with translate_errors(f"re-driving {entry_id} of {dead} to {target}"):
+        with client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(dead)
+                    if not pipe.xrange(dead, min=entry_id, max=entry_id, count=1):
+                        pipe.unwatch()
+                        return None
+                    pipe.multi()
+                    pipe.xadd(target, cast("dict[Any, Any]", fields))
+                    pipe.xdel(dead, entry_id)
+                    new_id, _ = pipe.execute()
+                    return _s(new_id)
+                except redis.WatchError:
+                    continue
