@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -14,7 +15,7 @@ from rich.table import Table
 
 from sluice.errors import RedisUnavailable, ServiceError
 from sluice.services.embedded import EmbeddedCluster
-from sluice.services.embedded.supervisor import Stopped, alive, descendants
+from sluice.services.embedded.supervisor import ProcessInfo, Stopped, alive, descendants
 from sluice.services.projector import Projector
 from sluice.store import EventLog, ReadModels
 from sluice.store.connection import ping, redact
@@ -72,15 +73,46 @@ def _fsync(obj: Context, appendfsync: str | None) -> None:
         obj.cluster.env["SLUICE_REDIS_APPENDFSYNC"] = appendfsync
 
 
+_METRICS_HOST = "127.0.0.1"
+
+
+def free_port(host: str = _METRICS_HOST) -> int:
+    """A TCP port nothing listens on now (the OS's pick), for a process about to start."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(cluster: EmbeddedCluster, role: str, url: str, *args: str, detach: bool = True) -> ProcessInfo:
+    """Start one of the embedded cluster's processes with its metrics endpoint on a free port
+    of this host, recorded in cluster.json (``metrics``: process name -> URL)."""
+    port = free_port()
+    info = cluster.spawn(role, url, *args, "--metrics-port", str(port), "--metrics-host", _METRICS_HOST,
+                         detach=detach)
+    data = cluster._read()  # the supervisor's own reader and writer of cluster.json
+    live = {p["name"] for p in data.get("processes", [])}
+    endpoints = {n: u for n, u in data.get("metrics", {}).items() if n in live}
+    endpoints[info.name] = f"http://{_METRICS_HOST}:{port}/metrics"
+    data["metrics"] = endpoints
+    cluster._write(data)
+    return info
+
+
+def metrics_endpoints(cluster: EmbeddedCluster) -> dict[str, str]:
+    """The metrics URL of each process of the embedded cluster that runs, by name."""
+    recorded = cluster._read().get("metrics", {})
+    return {p.name: recorded[p.name] for p in cluster.processes() if p.name in recorded}
+
+
 def _start(obj: Context, taskmanagers: int, slots: int, detach: bool) -> tuple[EmbeddedCluster, EventLog, list]:
     cluster = obj.cluster
     if cluster.processes("jobmanager"):
         raise ServiceError(f"an embedded cluster already runs in {cluster.home}; `sluice cluster stop` it first")
     url = cluster.redis_url(detach=detach)
     log = obj.log()
-    cluster.spawn("projector", url, detach=detach)
-    cluster.spawn("jobmanager", url, detach=detach)
-    tms = [cluster.spawn("taskmanager", url, "--slots", str(slots), detach=detach) for _ in range(taskmanagers)]
+    spawn(cluster, "projector", url, detach=detach)
+    spawn(cluster, "jobmanager", url, detach=detach)
+    tms = [spawn(cluster, "taskmanager", url, "--slots", str(slots), detach=detach) for _ in range(taskmanagers)]
     names = {t.name for t in tms}
     wait_for(log, lambda leader, rows: bool(leader) and _registered(rows, names),
              f"waiting for {taskmanagers} TaskManagers to register")
@@ -88,6 +120,17 @@ def _start(obj: Context, taskmanagers: int, slots: int, detach: bool) -> tuple[E
 
 
 def _stop(cluster: EmbeddedCluster, log: EventLog | None) -> None:
+    """Stop everything the embedded cluster started (see ``_stop_processes``); cluster.json
+    then names no metrics endpoints."""
+    try:
+        _stop_processes(cluster, log)
+    finally:
+        data = cluster._read()
+        if data.pop("metrics", None) is not None:
+            cluster._write(data)
+
+
+def _stop_processes(cluster: EmbeddedCluster, log: EventLog | None) -> None:
     """Stop everything the embedded cluster started. With Redis answering, TaskManagers
     get SIGTERM and are given time to unregister; without (``log`` None, or Redis gone
     meanwhile) nothing waits on Redis: every recorded process and its children get SIGTERM,
@@ -201,6 +244,8 @@ def start(obj: Context, taskmanagers: int, slots: int, appendfsync: str | None) 
     _fsync(obj, appendfsync)
     cluster, log, _ = _start(obj, taskmanagers, slots, detach=True)
     show(*cluster_table(log))
+    endpoints = metrics_endpoints(cluster)
+    show_endpoints([{"role": p.role, "name": p.name, "metrics": endpoints.get(p.name)} for p in cluster.processes()])
     console.print(f"running in the background; Redis at {cluster.redis_url(start=False)}")
 
 
@@ -227,7 +272,7 @@ def scale(obj: Context, taskmanagers: int, slots: int) -> None:
     log = obj.log()
     running = cluster.processes("taskmanager")
     if taskmanagers > len(running):
-        new = [cluster.spawn("taskmanager", url, "--slots", str(slots)) for _ in range(taskmanagers - len(running))]
+        new = [spawn(cluster, "taskmanager", url, "--slots", str(slots)) for _ in range(taskmanagers - len(running))]
         names = {t.name for t in new}
         leader, tms = wait_for(log, lambda leader, rows: _registered(rows, names), f"waiting for {len(new)} new TaskManagers")
     elif taskmanagers < len(running):
@@ -272,7 +317,8 @@ def status(obj: Context, job_id: str | None, as_json: bool) -> None:
             show_job(job)
         return
     leader, tms = cluster_table(obj.log())
-    procs = [{"role": p.role, "name": p.name, "pid": p.pid} for p in running]
+    endpoints = metrics_endpoints(obj.cluster) if running else {}
+    procs = [{"role": p.role, "name": p.name, "pid": p.pid, "metrics": endpoints.get(p.name)} for p in running]
     if as_json:
         body: dict = {"leader": leader or None, "taskmanagers": sorted(tms.values(), key=lambda r: r["resource_id"])}
         if procs:
@@ -283,6 +329,16 @@ def status(obj: Context, job_id: str | None, as_json: bool) -> None:
         if procs:
             console.print("embedded cluster processes running: " + ", ".join(
                 f"{p['role']} {p['name']} (pid {p['pid']})" for p in procs), soft_wrap=True)
+        if endpoints:
+            show_endpoints(procs)
+
+
+def show_endpoints(procs: list[dict]) -> None:
+    """Where each process serves its Prometheus metrics."""
+    console.print("metrics (Prometheus):")
+    for p in procs:
+        if p.get("metrics"):
+            console.print(f"  {p['role']} {p['name']}: {p['metrics']}", soft_wrap=True, highlight=False)
 
 
 def register(cli: click.Group) -> None:
