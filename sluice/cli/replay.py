@@ -54,10 +54,13 @@ def replay(obj: Context, job_id: str | None, cluster_only: bool, until: str | No
         except SluiceError as exc:
             click.secho(f"error: {exc}", fg="red", err=True)
             sys.exit(2)
-    from sluice.views.history import resolve_at
+    from sluice.views.history import BadMoment, resolve_at
     from sluice.views.replay import rebuild, rebuild_json, write_into
 
-    at = resolve_at(until)
+    try:
+        at = resolve_at(until)
+    except BadMoment as exc:
+        raise click.BadParameter(str(exc).replace("--at ", "", 1), param_hint="--until") from None
     log = obj.log()
     built = rebuild(log, at, job=job_id, cluster=cluster_only)
     if into is not None:
@@ -124,7 +127,8 @@ def _time(ms: Any) -> str:
 def show(data: dict[str, Any]) -> None:
     """The rebuild, as tables."""
     at = data["at"]
-    console.print(f"[bold]as of {escape(at['said'] or 'now')}[/]" + (f" (entry {at['entry']})" if at["entry"] else ""))
+    shown = f" (entry {at['entry']})" if at["entry"] and at["entry"] != at["said"] else ""
+    console.print(f"[bold]as of {escape(at['said'] or 'now')}[/]{shown}")
     cluster = data.get("cluster")
     if cluster is not None:
         t = cluster["tables"]

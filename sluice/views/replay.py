@@ -154,7 +154,7 @@ def check(log: EventLog, *, job: str | None = None, cluster: bool = False) -> Ch
     if job is None or cluster:
         scopes.append(("cluster", keys.cluster, PROJECTIONS))
     if job is not None:
-        job_at(log, job)  # (a job the log never had: say so)
+        job_at(log, job, Moment("0-0"))  # (folds nothing: says so when the log never had the job)
         job_ids = [job]
     else:
         job_ids = [] if cluster else sorted(cluster_at(log).jobs)
