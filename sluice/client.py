@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Literal, overload
+from typing import Literal, TypeVar, overload
 
 from sluice.errors import ConfigError, JobNotFound, JobRefusedError, SluiceError
+from sluice.errors_display import short_exception
 from sluice.events import CancelJob, Envelope, JobGraph, JobRefused, SubmitJob, Success
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun, JobsState, evolve
@@ -18,6 +20,8 @@ from sluice.services.taskmanager.library import load_module
 from sluice.store import Blobs, EventLog
 
 __all__ = ["JobFile", "load_job", "Client", "JobNotFound", "JobRefusedError"]
+
+E = TypeVar("E", JobRefused, Success)
 
 
 @dataclass(frozen=True)
@@ -44,12 +48,17 @@ def load_job(path: str | Path, params: dict[str, str] | None = None) -> JobFile:
     try:
         module = load_module(path.resolve(), name)
     except Exception as exc:
-        raise ConfigError(f"job file {path} cannot be imported: {type(exc).__name__}: {exc}") from exc
+        raise ConfigError(f"job file {path} cannot be imported: {type(exc).__name__}: {exc}\n"
+                          + short_exception(exc)) from exc
     build = getattr(module, "job", None)
     if not callable(build):
         raise ConfigError(f"job file {path} must define a function job(params) that returns a JobGraph")
     params = dict(params or {})
-    graph = build(params)
+    try:
+        graph = build(params)
+    except Exception as exc:
+        raise ConfigError(f"job(params) in {path} raised {type(exc).__name__}: {exc} (params: {params})\n"
+                          + short_exception(exc)) from exc
     if not isinstance(graph, JobGraph):
         raise ConfigError(f"job(params) in {path} returned {type(graph).__name__}, not a JobGraph (call .graph())")
     validate(graph, module)
@@ -65,6 +74,8 @@ class Client:
         self.inbox = self.keys.inbox(self.keys.client(self.id))
         self._positions: dict[str, str] = {}
         self._jobs = JobsState()
+        self._inbox_pos = "0-0"
+        self._replies: list[JobRefused | Success] = []
 
     def submit(self, job: JobFile, *, job_id: str | None = None) -> str:
         job_id = job_id or self.world.new_id()[:16]
@@ -74,25 +85,68 @@ class Client:
                         Envelope(msg, self.world.new_id(), 0, self.world.now_ms(), job_id))
         return job_id
 
-    def wait_accepted(self, job_id: str, timeout: float = 60.0, poll=None) -> None:
-        """Block until the job's sources run (Success) or it is refused (raises)."""
+    def wait_accepted(self, job_id: str, timeout: float = 60.0, poll: Callable[[], object] | None = None) -> JobRun:
+        """Block until the JobManager accepted the job: its ExecutionGraph exists (JobSubmitted
+        in its facts), before any task is deployed. JobRefusedError if it was refused;
+        SluiceError if no JobManager answered within ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        pos = "0-0"
-        while time.monotonic() < deadline:
-            for entry_id, env in self.log.replay(self.inbox, pos):
-                pos = entry_id
-                ev = env.event
-                if isinstance(ev, JobRefused) and ev.job_id == job_id:
-                    raise JobRefusedError(f"job {job_id} was refused: {ev.reason}")
-                if isinstance(ev, Success) and ev.job_id == job_id:
-                    return
+        while True:
+            self._check_refused(job_id)
             job = self.job(job_id, missing_ok=True)
-            if job is not None and job.ended_at is not None:
-                return
+            if job is not None:
+                return job
+            if time.monotonic() >= deadline:
+                raise SluiceError(
+                    f"no JobManager accepted or refused job {job_id} within {timeout:g} s: is one running and "
+                    "leading (`sluice status`)? The submission waits in the cluster's inbox: a JobManager that "
+                    f"starts takes it in, and `sluice status {job_id}` shows it then")
             if poll:
                 poll()
             time.sleep(0.05)
-        raise SluiceError(f"job {job_id} did not start within {timeout:.0f} s")
+
+    def wait_running(self, job_id: str, timeout: float = 60.0, poll: Callable[[], object] | None = None) -> JobRun:
+        """Block until every source subtask of the job runs (the leader's Success: the job is
+        RUNNING), or the job ended. With more subtasks than free slots that is only once the
+        first ones finished. Raises as ``wait_accepted`` does, and SluiceError if the job was
+        accepted but does not run within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        job = self.wait_accepted(job_id, timeout, poll)
+        while not self._answers(job_id, Success) and job.ended_at is None:
+            if time.monotonic() >= deadline:
+                raise SluiceError(
+                    f"job {job_id} was accepted but its sources do not all run after {timeout:g} s "
+                    f"({job.status.value}): not enough free slots? `sluice status` shows the TaskManagers, "
+                    f"`sluice status {job_id}` the job's tasks")
+            if poll:
+                poll()
+            time.sleep(0.05)
+            job = self.job(job_id)
+        return job
+
+    def wait_ended(self, job_id: str, timeout: float | None = None,
+                   poll: Callable[[], object] | None = None) -> JobRun:
+        """Block until the job is FINISHED, FAILED or CANCELED (it must exist: ``wait_accepted``
+        first); SluiceError after ``timeout`` seconds if one is given."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (job := self.job(job_id)).status not in TERMINAL_JOB:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SluiceError(f"job {job_id} has not ended after {timeout:g} s: it is {job.status.value}")
+            if poll:
+                poll()
+            time.sleep(0.1)
+        return job
+
+    def _answers(self, job_id: str, kind: type[E]) -> list[E]:
+        """The leader's replies of ``kind`` about ``job_id`` in this client's inbox so far."""
+        for entry_id, env in self.log.replay(self.inbox, self._inbox_pos):
+            self._inbox_pos = entry_id
+            if isinstance(env.event, (JobRefused, Success)):
+                self._replies.append(env.event)
+        return [ev for ev in self._replies if isinstance(ev, kind) and ev.job_id == job_id]
+
+    def _check_refused(self, job_id: str) -> None:
+        for ev in self._answers(job_id, JobRefused):
+            raise JobRefusedError(f"job {job_id} was refused: {ev.reason}")
 
     @overload
     def job(self, job_id: str, *, missing_ok: Literal[False] = False) -> JobRun: ...

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from sluice.client import Client, load_job
 from sluice.errors import ConfigError, SluiceError
+from sluice.errors_display import short_traceback
 from sluice.events import JobStatus
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun
 
@@ -95,7 +96,8 @@ def show_job(job: dict) -> None:
         console.print(f"  output: {path}", soft_wrap=True, markup=False)
     if job["status"] in ("FAILED", "FAILING") and job["reason"]:
         console.print("[red]root cause:[/]", soft_wrap=True)
-        console.print(job["reason"], soft_wrap=True, markup=False)
+        console.print(short_traceback(job["reason"], hint=f"`sluice status {job['job_id']} --json`"),
+                      soft_wrap=True, markup=False)
 
 
 def follow(client: Client, job_id: str) -> JobRun:
@@ -156,17 +158,32 @@ def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slo
 
 @click.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE")
-@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until the job's sources run.")
+@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="A job parameter (repeatable).")
+@click.option("--wait-running", is_flag=True,
+              help="Also wait until every source subtask runs (with more subtasks than free slots: "
+                   "until the first ones finished).")
+@click.option("--wait", "wait_end", is_flag=True,
+              help="Wait until the job ends, with progress; exit 0 FINISHED, 1 FAILED, 3 CANCELED.")
+@click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds to wait for a JobManager to accept the job (with --wait-running: for its "
+                   "sources to run too).")
 @click.pass_obj
-def submit(obj: Context, file: str, params: tuple[str, ...], wait: bool) -> None:
-    """Submit a job file to a running cluster; prints the job id."""
+def submit(obj: Context, file: str, params: tuple[str, ...], wait_running: bool, wait_end: bool,
+           timeout: float) -> None:
+    """Submit a job file to a running cluster; prints the job id once a JobManager accepted
+    it (exit 1 with the reason if it refused it)."""
     job_file = load_job(file, parse_params(params))
     client = Client(obj.log())
     job_id = client.submit(job_file)
-    if wait:
-        client.wait_accepted(job_id)
+    if wait_running:
+        client.wait_running(job_id, timeout)
+    else:
+        client.wait_accepted(job_id, timeout)
     click.echo(job_id)
+    if wait_end:
+        job = follow(client, job_id)
+        show_job(job_json(job))
+        sys.exit(EXIT.get(job.status, 1))
 
 
 @click.command("list")
