@@ -21,7 +21,7 @@ from .keys import tag_of
 from .log import EventLog
 from .redis_backend import RedisBackend, translate_errors
 
-__all__ = ["GroupInfo", "stream_memory", "consumer_groups", "entries_before", "entry", "redrive_entry",
+__all__ = ["GroupInfo", "stream_summaries", "consumer_groups", "entries_before", "entry", "redrive_entry",
            "DEAD_FIELD_PREFIX"]
 
 DEAD_FIELD_PREFIX = b"field:"
@@ -56,18 +56,26 @@ def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def stream_memory(log: EventLog, streams: Sequence[str]) -> dict[str, int | None]:
-    """Bytes each stream takes in Redis (MEMORY USAGE, all of its nodes counted; None when
-    the server refuses the command or the stream is gone)."""
+def stream_summaries(log: EventLog, streams: Sequence[str]) -> dict[str, tuple[int, int | None, str | None]]:
+    """Each stream's (length, bytes it takes in Redis, its last entry id), in one round
+    trip. Memory is ``MEMORY USAGE`` (Redis's estimate from samples; None when the server
+    refuses the command); a stream gone meanwhile reads (0, None, None)."""
     if not streams:
         return {}
-    client = _redis(log, "reading the streams' memory")
-    with translate_errors("reading the streams' memory"):
+    client = _redis(log, "reading the streams' sizes")
+    with translate_errors("reading the streams' sizes"):
         pipe = client.pipeline(transaction=False)
         for s in streams:
-            pipe.memory_usage(s, samples=0)
+            pipe.xlen(s)
+            pipe.memory_usage(s)
+            pipe.xrevrange(s, count=1)
         answers = pipe.execute(raise_on_error=False)
-    return {s: (int(a) if isinstance(a, int) else None) for s, a in zip(streams, answers)}
+    out: dict[str, tuple[int, int | None, str | None]] = {}
+    for i, s in enumerate(streams):
+        length, memory, last = answers[3 * i: 3 * i + 3]
+        out[s] = (int(length) if isinstance(length, int) else 0, int(memory) if isinstance(memory, int) else None,
+                  _s(last[0][0]) if isinstance(last, list) and last else None)
+    return out
 
 
 def consumer_groups(log: EventLog, streams: Sequence[str]) -> list[GroupInfo]:

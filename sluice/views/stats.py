@@ -1,0 +1,84 @@
+"""The log now: its streams, what flowed through them lately, the consumer groups and the
+dead letters (``sluice inspect stats``, the dashboard's Streams page).
+
+JSON::
+
+    {"now": ms (Redis's clock), "window_s": float,
+     "streams": [{"stream", "kind" (inbox, facts, outbox, dead), "length", "memory_bytes",
+                  "last_entry"}],
+     "events": [{"type", "count", "rate_per_s", "by_kind": {"inbox": n, "facts": n, "outbox": n}}],
+     "groups": [{"stream", "group", "consumers", "lag", "pending", "oldest_pending",
+                 "oldest_pending_age_s", "oldest_pending_idle_s"}],
+     "dead_letters": {"total": n, "by_reason": [{"kind", "reason", "count"}]}}
+
+Event counts cover the entries of the last ``window_s`` seconds (by their ids: Redis's
+clock) of every inbox, fact stream and outbox; an event appears once per stream it is in
+(a message in an inbox, then the fact it caused). ``memory_bytes`` is Redis's ``MEMORY
+USAGE`` (an estimate from samples of the stream's nodes). ``lag`` is None when Redis
+cannot say (a group moved with ``XGROUP SETID``); the oldest pending entry's age is since it was
+appended, its idle time since it was last delivered. Streams and events are sorted by name,
+groups by stream, dead-letter reasons by count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import orjson
+
+from sluice.store import EventLog, entry_order
+from sluice.store.inspection import consumer_groups, stream_summaries
+
+from .deadletters import dead_letters
+
+__all__ = ["stats"]
+
+
+def _kind(log: EventLog, stream: str) -> str:
+    return stream.rsplit(":", 1)[-1] if log.keys.is_stream_name(stream) else "other"
+
+
+def stats(log: EventLog, window_s: float = 60) -> dict:
+    now = log.backend.time_ms()
+    streams = log.streams()
+    summaries = stream_summaries(log, streams)
+    start = now - int(window_s * 1000)
+    counts: Counter[str] = Counter()
+    by_kind: dict[str, Counter[str]] = {}
+    rows = []
+    for s in streams:
+        length, memory, last = summaries.get(s, (0, None, None))
+        kind = _kind(log, s)
+        rows.append({"stream": s, "kind": kind, "length": length, "memory_bytes": memory, "last_entry": last})
+        if kind == "dead" or last is None or entry_order(last)[0] < start:
+            continue
+        for _, fields in log.replay_raw(s, after=f"{start - 1}-{2**64 - 1}" if start > 0 else "0-0"):
+            kind_of = _event_type(fields.get(b"e"))
+            counts[kind_of] += 1
+            by_kind.setdefault(kind_of, Counter())[kind] += 1
+    events = [{"type": t, "count": n, "rate_per_s": round(n / window_s, 6), "by_kind": dict(by_kind[t])}
+              for t, n in sorted(counts.items())]
+    groups = [{"stream": g.stream, "group": g.name, "consumers": g.consumers, "lag": g.lag, "pending": g.pending,
+               "oldest_pending": g.oldest_pending,
+               "oldest_pending_age_s": None if g.oldest_pending is None else
+               round(max(now - entry_order(g.oldest_pending)[0], 0) / 1000, 3),
+               "oldest_pending_idle_s": None if g.oldest_pending_idle_ms is None else
+               round(g.oldest_pending_idle_ms / 1000, 3)}
+              for g in consumer_groups(log, [s for s in streams if _kind(log, s) != "dead"])]
+    letters = dead_letters(log) if any(_kind(log, s) == "dead" for s in streams) else []
+    reasons = Counter((d["kind"] or "", d["reason"] or "") for d in letters)
+    return {"now": now, "window_s": window_s, "streams": rows, "events": events, "groups": groups,
+            "dead_letters": {"total": len(letters),
+                             "by_reason": [{"kind": k, "reason": r, "count": n}
+                                           for (k, r), n in sorted(reasons.items(), key=lambda x: (-x[1], x[0]))]}}
+
+
+def _event_type(data: bytes | None) -> str:
+    if data is None:
+        return "(no envelope)"
+    try:
+        env = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return "(not JSON)"
+    kind = env.get("type") if isinstance(env, dict) else None
+    return kind if isinstance(kind, str) else "(no type)"
