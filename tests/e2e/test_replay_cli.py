@@ -123,3 +123,24 @@ def removed_after(log: EventLog) -> Iterator[EventLog]:
         client = log.client
         for key in client.scan_iter(match=log.keys.pattern, count=1000):
             client.delete(key)
+
+
+def test_export_and_import_say_what_is_wrong(log: EventLog, redis_url: str, tmp_path: Path) -> None:
+    """(In this process, as the test above.)"""
+    from sluice.cli.job_archive import export_job, import_job
+    from sluice.errors import ConfigError, SluiceError
+
+    obj = Context(Settings(redis_url=redis_url, prefix=log.keys.prefix))
+    runner = CliRunner()
+    unknown = runner.invoke(export_job, ["nope", str(tmp_path / "x.jsonl")], obj=obj)
+    assert isinstance(unknown.exception, SluiceError) and "job 'nope' not found" in str(unknown.exception)
+    missing = runner.invoke(import_job, [str(tmp_path / "gone.jsonl")], obj=obj)
+    assert isinstance(missing.exception, SluiceError)
+    assert str(missing.exception) == f"cannot read {tmp_path / 'gone.jsonl'}: No such file or directory"
+    (tmp_path / "empty.jsonl").write_text("")
+    empty = runner.invoke(import_job, [str(tmp_path / "empty.jsonl"), "--prefix", "a b"], obj=obj)
+    assert isinstance(empty.exception, SluiceError) and "empty.jsonl is empty: not a Sluice export" in str(empty.exception)
+    (tmp_path / "one.jsonl").write_text('{"sluice_export": 1, "job_id": "j1", "prefix": "p", "exported_at": 0, '
+                                        '"counts": {"entries": 0, "blobs": 0, "streams": {}}}\n')
+    bad_prefix = runner.invoke(import_job, [str(tmp_path / "one.jsonl"), "--prefix", "a b"], obj=obj)
+    assert isinstance(bad_prefix.exception, ConfigError) and "key prefix 'a b' is not usable" in str(bad_prefix.exception)

@@ -84,6 +84,11 @@ def test_an_imported_job_is_the_job_that_was_exported(log: EventLog, other: Even
     result = check(other)
     assert result.agree and all(t.lag == 0 for t in result.tables) and len(result.tables) == 5
     assert result.tables[-2].position == job_at(log, "j1").last_entry
+    # Code the store lost is named, and the rest is exported without it.
+    digest = hashlib.sha256(CODE).hexdigest()
+    other.backend.delete(other.keys.blob(digest))
+    without = collect(other, "j1")
+    assert without.missing_blobs == [digest] and without.blobs == [] and len(without.entries) == len(lines) - 2
     # The prefix now holds the job: a second import there is refused, saying how to pick one.
     with pytest.raises(PrefixInUse, match=rf"prefix '{other.keys.prefix}' is not empty: it holds "
                                           r"\{.*; import into a fresh prefix: pass another --prefix"):
