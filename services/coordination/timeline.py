@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sluice.events import Envelope, NextInputSplit, OperatorEvent, TaskState, UpdateTaskExecutionState
+from sluice.events import (
+    Envelope,
+    NextInputSplit,
+    OperatorEvent,
+    TaskRestartScheduled,
+    TaskState,
+    UpdateTaskExecutionState,
+)
 from sluice.services.jobs.state import parse_execution_id
 
 __all__ = ["Assignment", "split_timeline", "describe_split"]
@@ -26,7 +33,8 @@ class Assignment:
     at: int
     epoch: int
     outcome: str = "reading"
-    """reading (held by a running attempt), finished, or returned (its attempt failed)."""
+    """reading (held by a running attempt), finished, or returned (its attempt failed, or
+    had ended when the answer was recorded)."""
 
 
 def describe_split(split: dict) -> str:
@@ -39,8 +47,14 @@ def describe_split(split: dict) -> str:
 
 
 def split_timeline(envs: Iterable[Envelope]) -> list[Assignment]:
+    """The assignments in log order. An answer recorded after its attempt ended (the
+    request, the attempt's FAILED and its restart were one batch, and the coordinators'
+    answers are committed after the batch's facts) went to an attempt that never read it:
+    the coordinator took the split back, so its row is ``returned`` at once."""
     rows: list[Assignment] = []
     held: dict[tuple[str, int, int], list[Assignment]] = {}
+    ended: set[tuple[str, int, int]] = set()
+    current: dict[tuple[str, int], int] = {}
     for env in envs:
         ev = env.event
         split = None
@@ -52,11 +66,17 @@ def split_timeline(envs: Iterable[Envelope]) -> list[Assignment]:
             split = ev.split
         elif isinstance(ev, UpdateTaskExecutionState) and ev.state.terminal:
             outcome = "finished" if ev.state == TaskState.FINISHED else "returned"
+            ended.add((ev.vertex_id, ev.subtask, ev.attempt))
             for row in held.pop((ev.vertex_id, ev.subtask, ev.attempt), []):
                 row.outcome = outcome
+        elif isinstance(ev, TaskRestartScheduled):
+            current[(ev.vertex_id, ev.subtask)] = ev.attempt
         if isinstance(split, dict):
             row = Assignment(int(split.get("index", -1)), describe_split(split), vertex, subtask, attempt, env.ts,
                              env.epoch)
             rows.append(row)
-            held.setdefault((vertex, subtask, attempt), []).append(row)
+            if (vertex, subtask, attempt) in ended or attempt < current.get((vertex, subtask), attempt):
+                row.outcome = "returned"
+            else:
+                held.setdefault((vertex, subtask, attempt), []).append(row)
     return rows

@@ -1,0 +1,85 @@
+"""What ``inspect splits`` says became of each split, on facts made by the coordination
+core (no Redis): the JobManager's loop is played by hand, feeding facts and committing
+what the coordinators flush after them, as one batch commits them."""
+
+from __future__ import annotations
+
+from sluice.events import (
+    Envelope,
+    Event,
+    JobVertex,
+    RequestNextInputSplit,
+    SourceSpec,
+    TaskRestartScheduled,
+    TaskState,
+    UpdateTaskExecutionState,
+)
+from sluice.services.coordination.runtime import JobCoordinators
+from sluice.services.coordination.source import plan_range
+from sluice.services.coordination.timeline import split_timeline
+
+JOB = "j1"
+
+
+class Loop:
+    """The JobManager's main loop over one job's coordinators: each ``batch`` feeds its facts
+    and appends them, then what the coordinators did, to the log (``facts``)."""
+
+    def __init__(self, parallelism: int = 2, splits: int = 3) -> None:
+        src = JobVertex("src", "source", parallelism, source=SourceSpec("range", [], 1, {}, "input-splits"))
+        self.coords = JobCoordinators(JOB, [src], {"src": plan_range(0, splits, 1)}, lambda name: type)
+        self.coords.start(0)
+        self.facts: list[Event] = []
+        self.now = 1000
+
+    def batch(self, *facts: Event) -> None:
+        for ev in facts:
+            self.coords.feed(ev)
+            self.facts.append(ev)
+        self.now += 10
+        self.facts += [ev for ev, _ in self.coords.flush(self.now).facts]
+        self.coords.committed()
+
+    def envelopes(self) -> list[Envelope]:
+        return [Envelope(ev, f"id{i}", 1, 1000 + i, JOB) for i, ev in enumerate(self.facts)]
+
+
+def request(subtask: int, attempt: int, seq: int) -> RequestNextInputSplit:
+    return RequestNextInputSplit(JOB, "src", subtask, f"src:{subtask}:{attempt}", "host-a", seq)
+
+
+def state(subtask: int, attempt: int, to: TaskState) -> UpdateTaskExecutionState:
+    return UpdateTaskExecutionState(JOB, f"src:{subtask}:{attempt}", to, "boom" if to == TaskState.FAILED else None,
+                                    "src", subtask, attempt, "tm-1", subtask)
+
+
+def test_a_split_answered_after_its_attempt_failed_in_the_same_batch_is_returned_not_reading() -> None:
+    loop = Loop()
+    for subtask in (0, 1):
+        loop.batch(state(subtask, 0, TaskState.RUNNING))
+    # One batch: attempt 0 of src[0] asks, fails, and is restarted. The coordinators answer
+    # after the batch's facts, so the log has the answer after the FAILED.
+    loop.batch(request(0, 0, 1), state(0, 0, TaskState.FAILED),
+               TaskRestartScheduled(JOB, "src", 0, 1, loop.now, 1))
+    # Then attempt 1 and src[1] read the rest, and finish.
+    loop.batch(state(0, 1, TaskState.RUNNING))
+    for seq in range(1, 5):
+        loop.batch(request(0, 1, seq))
+    loop.batch(request(1, 0, 1))
+    loop.batch(state(0, 1, TaskState.FINISHED), state(1, 0, TaskState.FINISHED))
+
+    rows = split_timeline(loop.envelopes())
+    by_attempt = {(r.subtask, r.attempt, r.split): r.outcome for r in rows}
+    assert (0, 0, 0) in by_attempt  # the split attempt 0 was answered with, after it failed
+    assert by_attempt[(0, 0, 0)] == "returned"
+    assert "reading" not in by_attempt.values()
+    finished = sorted(r.split for r in rows if r.outcome == "finished")
+    assert finished == [0, 1, 2]  # assignment is right: every split read to its end exactly once
+
+
+def test_a_split_held_by_a_running_attempt_is_reading() -> None:
+    loop = Loop(parallelism=1)
+    loop.batch(state(0, 0, TaskState.RUNNING))
+    loop.batch(request(0, 0, 1))
+    (row,) = split_timeline(loop.envelopes())
+    assert (row.split, row.attempt, row.outcome) == (0, 0, "reading")
