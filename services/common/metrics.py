@@ -7,9 +7,9 @@ Two kinds:
 * counters and histograms the process's loop moves as it goes: events appended and
   handled (by type, counted per batch), dead letters parked, task state changes and
   restarts, the time to recover leadership, split round trips;
-* gauges read at scrape time from what the process holds in memory (slots, tasks by
-  state, jobs by status) and, through ``store/metrics_reads.py``, from Redis (inbox lag
-  and pending entries, dead-letter streams), so the loop pays nothing for them.
+* gauges read at scrape time (``gauges.py``) from what the process holds in memory
+  (slots, tasks by state, jobs by status) and, through ``store/metrics_reads.py``, from
+  Redis (inbox lag and pending entries, dead-letter streams), so the loop pays nothing.
 
 ``serve`` starts prometheus_client's HTTP server on a daemon thread.
 
@@ -23,13 +23,13 @@ import errno
 import threading
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from sluice.errors import ConfigError, SluiceError
+from sluice.errors import ConfigError
 from sluice.events import (
     Envelope,
     Event,
@@ -43,17 +43,8 @@ from sluice.services.coordination.source import NO_MORE, REQUEST, SPLIT
 
 from .shell import hostname
 
-if TYPE_CHECKING:
-    from sluice.services.jobmanager.process import JobManager
-    from sluice.services.jobs.state import JobsState
-    from sluice.services.membership.core import Membership
-    from sluice.services.projector.process import Projector
-    from sluice.services.taskmanager.process import TaskManager
-    from sluice.store.metrics_reads import InboxReading
-
 __all__ = ["Metrics", "JobManagerMetrics", "TaskManagerMetrics", "ProjectorMetrics", "StateCollector", "Endpoint",
-           "serve", "cluster_families", "inbox_families", "dead_letter_family", "taskmanager_families", "store_families",
-           "jobmanager_gauges", "taskmanager_gauges", "projector_gauges"]
+           "serve"]
 
 RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 SPLIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -75,17 +66,26 @@ class Metrics:
         self.dead_letters_parked = Counter(
             "sluice_dead_letters_parked", "Entries this process parked in a dead-letter stream, by kind of "
             "reason.", ["kind"], registry=r)
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, counter: Counter, *labels: str) -> Any:
+        """``counter.labels(*labels)``, looked up once (labels() takes a lock and builds a key)."""
+        key = (counter, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(*labels)
+        return child
 
     def handled(self, types: Iterable[str]) -> None:
         for t, n in Tally(types).items():
-            self.events_handled.labels(t).inc(n)
+            self._child(self.events_handled, t).inc(n)
 
     def appended(self, types: Iterable[str], stream: str) -> None:
         for t, n in Tally(types).items():
-            self.events_appended.labels(t, stream).inc(n)
+            self._child(self.events_appended, t, stream).inc(n)
 
     def parked(self, kind: str) -> None:
-        self.dead_letters_parked.labels(kind).inc()
+        self._child(self.dead_letters_parked, kind).inc()
 
     def collect_with(self, read: Callable[[], Iterable[Metric]]) -> None:
         """Add gauges computed at scrape time by ``read``."""
@@ -113,7 +113,11 @@ class JobManagerMetrics(Metrics):
         """Inbox messages about to be decided; split requests start their round trip."""
         if not envs:
             return
-        self.handled(e.event.TYPE for e in envs)
+        types = Tally(e.event.TYPE for e in envs)
+        for t, n in types.items():
+            self._child(self.events_handled, t).inc(n)
+        if RequestNextInputSplit.TYPE not in types and OperatorEvent.TYPE not in types:
+            return
         for env in envs:
             key = _request(env.event)
             if key is not None and key not in self._asked:
@@ -123,17 +127,20 @@ class JobManagerMetrics(Metrics):
 
     def committed(self, envs: Sequence[Envelope], sends: Sequence[Event], now_ms: int) -> None:
         """Facts (and outbox messages) the leader committed."""
-        self.appended((e.event.TYPE for e in envs), "facts")
+        types = Tally(e.event.TYPE for e in envs)
+        for t, n in types.items():
+            self._child(self.events_appended, t, "facts").inc(n)
         if sends:
             self.appended((ev.TYPE for ev in sends), "outbox")
-        for env in envs:
-            ev = env.event
-            if type(ev) is UpdateTaskExecutionState:
-                self.task_transitions.labels(ev.state._value_).inc()
-            elif type(ev) is TaskRestartScheduled:
-                self.restarts.inc()
-            else:
-                key = _answer(ev)
+        if UpdateTaskExecutionState.TYPE in types:
+            states = Tally(e.event.state._value_ for e in envs if type(e.event) is UpdateTaskExecutionState)
+            for state, n in states.items():
+                self._child(self.task_transitions, state).inc(n)
+        if TaskRestartScheduled.TYPE in types:
+            self.restarts.inc(types[TaskRestartScheduled.TYPE])
+        if self._asked and (NextInputSplit.TYPE in types or OperatorEvent.TYPE in types):
+            for env in envs:
+                key = _answer(env.event)
                 if key is not None and key in self._asked:
                     self.split_round_trip.observe(max(now_ms - self._asked.pop(key), 0) / 1000)
 
@@ -204,134 +211,6 @@ class StateCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         return []  # nothing to check at registration: the gauges' names are fixed
-
-
-def _gauge(name: str, doc: str, labels: Sequence[str] = (), values: dict[tuple[str, ...], float] | None = None,
-           value: float | None = None) -> GaugeMetricFamily:
-    g = GaugeMetricFamily(name, doc, labels=list(labels) if labels else None, value=value)
-    for key, v in (values or {}).items():
-        g.add_metric(list(key), v)
-    return g
-
-
-def cluster_families(leading: bool, epoch: int | None, membership: Membership, jobs: JobsState) -> list[Metric]:
-    """The leader's view: slots, TaskManagers, tasks by state and jobs by status (the jobs it
-    holds in memory: running ones, and ended ones until they are archived)."""
-    active = list(membership.active())
-    total = sum(r.slots for r in active)
-    by_tm = jobs.pool.by_tm
-    used = sum(len([s for s in by_tm.get(r.resource_id, ()) if s < r.slots]) for r in active)
-    tasks: Tally[str] = Tally()
-    statuses: Tally[str] = Tally()
-    for job in list(jobs.jobs.values()):
-        statuses[job.status._value_] += 1
-        for v in list(job.vertices.values()):
-            for ex in v.subtasks:
-                tasks[ex.state._value_] += 1
-    return [
-        _gauge("sluice_jobmanager_leading", "1 while this JobManager leads, else 0.", value=int(leading)),
-        _gauge("sluice_jobmanager_epoch", "The epoch this JobManager leads at (0: standby).", value=epoch or 0),
-        _gauge("sluice_cluster_taskmanagers", "TaskManagers registered with the leader.", value=len(active)),
-        _gauge("sluice_cluster_slots", "Slots of registered TaskManagers, free or in use.", ["state"],
-               {("free",): total - used, ("in_use",): used}),
-        _gauge("sluice_tasks", "Subtasks' current attempts of the jobs the leader holds, by state.", ["state"],
-               {(s,): n for s, n in sorted(tasks.items())}),
-        _gauge("sluice_jobs", "Jobs the leader holds in memory, by status.", ["status"],
-               {(s,): n for s, n in sorted(statuses.items())}),
-    ]
-
-
-def inbox_families(readings: Iterable[InboxReading], kind_of: Callable[[str], str]) -> list[Metric]:
-    """Lag and pending entries, summed per kind of inbox (``kind_of(stream)``: cluster, jobs,
-    taskmanager), so the series stay few however many jobs come and go."""
-    lag: Tally[str] = Tally()
-    pending: Tally[str] = Tally()
-    for r in readings:
-        kind = kind_of(r.stream)
-        lag[kind] += r.lag
-        pending[kind] += r.pending
-    return [
-        _gauge("sluice_inbox_lag_entries", "Inbox entries not yet read by this process's consumer group.",
-               ["inbox"], {(k,): n for k, n in sorted(lag.items())}),
-        _gauge("sluice_inbox_pending_entries", "Inbox entries read and not yet acknowledged.", ["inbox"],
-               {(k,): n for k, n in sorted(pending.items())}),
-    ]
-
-
-def dead_letter_family(counts: dict[str, int], kind_of: Callable[[str], str]) -> Metric:
-    """Entries held in the dead-letter streams of the tags this process serves."""
-    by_kind: Tally[str] = Tally()
-    for tag, n in counts.items():
-        by_kind[kind_of(tag)] += n
-    return _gauge("sluice_dead_letter_entries", "Entries in the dead-letter streams of the tags this process "
-                  "reads (parked: undecodable, refused, undeliverable).", ["scope"],
-                  {(k,): n for k, n in sorted(by_kind.items())})
-
-
-def taskmanager_families(registered: bool, slots: int, held: Iterable[str]) -> list[Metric]:
-    """A TaskManager's own view: its slots and the tasks it holds (``held``: their states)."""
-    tasks = Tally(held)
-    used = sum(tasks.values())
-    return [
-        _gauge("sluice_taskmanager_registered", "1 while registered with a leader, else 0.", value=int(registered)),
-        _gauge("sluice_taskmanager_slots", "This TaskManager's slots, free or in use.", ["state"],
-               {("free",): max(slots - used, 0), ("in_use",): used}),
-        _gauge("sluice_taskmanager_tasks", "Tasks this TaskManager holds, by state.", ["state"],
-               {(s,): n for s, n in sorted(tasks.items())}),
-    ]
-
-
-def jobmanager_gauges(jm: JobManager) -> list[Metric]:
-    """Everything a JobManager's endpoint computes when scraped."""
-    from sluice.store import tag_of
-    from sluice.store.metrics_reads import dead_letter_counts, inbox_readings
-
-    state = jm.state  # replaced whole when it steps down: read once
-    out = cluster_families(jm.leading, jm.epoch, state.membership, state.jobs)
-    streams = list(jm.consumer.streams)
-
-    def kind(stream_or_tag: str) -> str:
-        return "cluster" if stream_or_tag in (jm.inbox, jm.tag) else "jobs"
-
-    def read() -> list[Metric]:
-        tags = list(dict.fromkeys(tag_of(s) for s in streams))
-        return [*inbox_families(inbox_readings(jm.log, streams, jm.group), kind),
-                dead_letter_family(dead_letter_counts(jm.log, tags), kind)]
-
-    return out + store_families(read, jm.logger)
-
-
-def taskmanager_gauges(tm: TaskManager) -> list[Metric]:
-    """Everything a TaskManager's endpoint computes when scraped."""
-    from sluice.store import tag_of
-    from sluice.store.metrics_reads import dead_letter_counts, inbox_readings
-
-    held = [r.state._value_ for r in tm.slot_report() if not r.state.terminal]
-    out = taskmanager_families(tm.reg.state == "REGISTERED", tm.reg.slots, held)
-
-    def read() -> list[Metric]:
-        tag = tag_of(tm.inbox)
-        return [*inbox_families(inbox_readings(tm.log, [tm.inbox], tm.consumer.group), lambda _: "taskmanager"),
-                dead_letter_family(dead_letter_counts(tm.log, [tag]), lambda _: "taskmanager")]
-
-    return out + store_families(read, tm.logger)
-
-
-def projector_gauges(p: Projector) -> list[Metric]:
-    """Everything the projector's endpoint computes when scraped."""
-    tables: Tally[str] = Tally(r.projection.name for r in list(p.running))
-    return [_gauge("sluice_projector_tables", "Read-model tables the projector keeps, by projection.", ["projection"],
-                   {(name,): n for name, n in sorted(tables.items())})]
-
-
-def store_families(read: Callable[[], list[Metric]], logger: Any) -> list[Metric]:
-    """``read()``'s families, or none when Redis does not answer (the scrape still serves the
-    process's own metrics; the loop says Redis is away)."""
-    try:
-        return read()
-    except SluiceError as exc:
-        logger.debug("metrics: Redis readings skipped", error=str(exc)[:200])
-        return []
 
 
 # --- the HTTP endpoint -----------------------------------------------------------------------

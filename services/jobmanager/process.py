@@ -24,7 +24,8 @@ from typing import Any
 
 from sluice.errors import MessageRejected, RedisUnavailable, StaleEpoch, StoreRestarted
 from sluice.events import Envelope, Event, LeadershipGranted, LogRestarted, TaskManagerLost
-from sluice.services.common.metrics import JobManagerMetrics, jobmanager_gauges
+from sluice.services.common.gauges import jobmanager_gauges
+from sluice.services.common.metrics import JobManagerMetrics
 from sluice.services.common.shell import RedisAway, get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS, JobCoordinators

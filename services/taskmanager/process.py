@@ -39,7 +39,8 @@ from sluice.events import (
     UpdateTaskExecutionState,
     descriptor_to_json,
 )
-from sluice.services.common.metrics import TaskManagerMetrics, taskmanager_gauges
+from sluice.services.common.gauges import taskmanager_gauges
+from sluice.services.common.metrics import TaskManagerMetrics
 from sluice.services.common.shell import RedisAway, get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.store import Blobs, EventLog, GroupConsumer, current_leader

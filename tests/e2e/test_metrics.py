@@ -160,7 +160,8 @@ def test_the_embedded_cluster_records_its_endpoints_and_status_shows_them(tmp_pa
         assert len(set(recorded.values())) == 3
         text = sluice(tmp_path, "status").stdout
         for role, url in by_role.items():
-            assert url in text and url.startswith("http://127.0.0.1:")
+            assert url.startswith("http://127.0.0.1:")
+            assert any(line.strip().startswith(role) and line.endswith(url) for line in text.splitlines()), text
         tm = wait_until(lambda: (s := _try(by_role["taskmanager"])) and get(s, "sluice_taskmanager_registered") == 1
                         and s, "the TaskManager's endpoint")
         assert get(tm, "sluice_taskmanager_slots", state="free") == 2

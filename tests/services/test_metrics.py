@@ -20,16 +20,8 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
-from sluice.services.common.metrics import (
-    JobManagerMetrics,
-    StateCollector,
-    TaskManagerMetrics,
-    cluster_families,
-    dead_letter_family,
-    inbox_families,
-    serve,
-    taskmanager_families,
-)
+from sluice.services.common.gauges import cluster_families, dead_letter_family, inbox_families, taskmanager_families
+from sluice.services.common.metrics import JobManagerMetrics, StateCollector, TaskManagerMetrics, serve
 from sluice.services.membership.core import Membership, evolve
 from sluice.store.metrics_reads import InboxReading
 from tests.helpers import env
