@@ -34,7 +34,11 @@ def ui(obj: Context, port: int, host: str, token_env: str) -> None:
     mode = f"cancelling allowed with the token in ${token_env}" if token else \
         f"read-only (set ${token_env} to allow cancelling)"
     click.echo(f"Sluice dashboard on {where} ({mode}); Ctrl-C stops it")
-    server.run()
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn has shut down and re-raised the Ctrl-C it caught
+        pass
+    click.echo("dashboard stopped")
 
 
 def register(cli: click.Group) -> None:

@@ -17,7 +17,7 @@ from starlette.staticfiles import StaticFiles
 from sluice.errors import SluiceError
 from sluice.store import EventLog
 
-from . import cancel, live, state
+from . import api, cancel, live, state
 from .errors import error_response, handle_sluice_error
 from .openapi import OpenApi
 
@@ -47,6 +47,7 @@ def create_app(log: EventLog, *, token: str | None = None, token_env: str = "SLU
     """The dashboard over ``log``. ``token``: what a cancel request must carry (None: read-only);
     ``token_env``: the variable it came from, for messages (the token itself is never shown)."""
     routes: list[BaseRoute] = [
+        *api.routes(),
         *cancel.routes(),
         *state.routes(),
         Route("/api/jobs/{job_id}/events", live.job_events),

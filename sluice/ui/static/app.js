@@ -77,13 +77,24 @@ async function taskmanagersPage() {
 async function streamsPage() {
   app.innerHTML = `<h1>Streams <button id="refresh">Refresh</button></h1><div id="stats"></div>`;
   const out = document.getElementById("stats");
+  const age = (s) => (s == null ? "" : secs(s));
   const load = async () => {
     try {
       const s = await api("/api/stats");
-      out.innerHTML = Object.entries(s).map(([name, value]) => `<section><h2>${esc(name.replace(/_/g, " "))}</h2>${
-        Array.isArray(value) ? table(value.map((v) => (typeof v === "object" && v !== null ? v : {value: v})), null, name)
-          : typeof value === "object" && value !== null ? table(Object.entries(value).map(([k, v]) => ({name: k, value: v})), null, name)
-            : `<p>${esc(value)}</p>`}</section>`).join("");
+      const dead = s.dead_letters || {total: 0, by_reason: []};
+      out.innerHTML = `<h2>Streams</h2>${table(s.streams, [
+        ["stream", (r) => esc(r.stream)], ["kind", (r) => esc(r.kind)], ["length", (r) => esc(r.length)],
+        ["memory", (r) => (r.memory_bytes == null ? "" : `${(r.memory_bytes / 1024).toFixed(1)} KiB`)],
+        ["last entry", (r) => esc(r.last_entry ?? "")]], "streams")}
+      <h2>Consumer groups</h2>${table(s.groups, [
+        ["stream", (g) => esc(g.stream)], ["group", (g) => esc(g.group)], ["consumers", (g) => esc(g.consumers)],
+        ["lag", (g) => esc(g.lag ?? "unknown")], ["pending", (g) => esc(g.pending)],
+        ["oldest pending", (g) => esc(g.oldest_pending ?? "")], ["its age", (g) => esc(age(g.oldest_pending_age_s))]], "groups")}
+      <h2>Dead letters: ${esc(dead.total)}</h2>${table(dead.by_reason, [
+        ["stream kind", (d) => esc(d.kind)], ["reason", (d) => esc(d.reason)], ["count", (d) => esc(d.count)]], "dead-letters")}
+      <h2>Events in the last ${esc(s.window_s)} s</h2>${table(s.events, [
+        ["type", (e) => esc(e.type)], ["count", (e) => esc(e.count)], ["per second", (e) => esc(e.rate_per_s)],
+        ["where", (e) => esc(Object.entries(e.by_kind).map(([k, n]) => `${k} ${n}`).join(", "))]], "events")}`;
     } catch (e) { fail(out, e); }
   };
   document.getElementById("refresh").onclick = load;
@@ -206,11 +217,14 @@ async function jobPage(jobId) {
   function show(tl, graph, kv) {
     const job = tl.job;
     $("job-status").innerHTML = badge(job.status);
-    $("job-summary").textContent = `${job.name} · ${job.tasks_done} of ${job.tasks_total} tasks done · ${secs(job.duration_s)} · ${tl.restarts} restarts`;
+    $("job-summary").textContent = `${job.name} · ${job.tasks_done} of ${job.tasks_total} tasks done · ${secs(job.duration_s)} · ${tl.restarts} restart${tl.restarts === 1 ? "" : "s"}`;
     $("dag").innerHTML = dag(graph);
-    $("gantt").innerHTML = gantt(tl.attempts, at ? Number(at.split("-")[0]) : Date.now());
+    $("gantt").innerHTML = gantt(tl.attempts, at ? Number(at.split("-")[0]) : job.ended_at ?? Date.now());
     $("attempts").innerHTML = attemptsTable(tl.attempts);
-    $("kvstate").innerHTML = table(Array.isArray(kv) ? kv : Object.entries(kv).map(([k, v]) => (typeof v === "object" && v !== null && !Array.isArray(v) ? {name: k, ...v} : {name: k, value: v})), null, "kvstate");
+    $("kvstate").innerHTML = table(kv, [
+      ["name", (r) => esc(r.name)], ["vertex", (r) => esc(r.vertex)],
+      ["key groups registered", (r) => `${esc(r.registered_key_groups)} / ${esc(r.num_key_groups)}`],
+      ["ranges", (r) => r.ranges.map((g) => `${esc(g.start)}–${esc(g.end)}: ${esc(g.state_id)} at ${esc(g.address)}`).join("<br>")]], "kvstate");
     const rc = tl.root_cause;
     $("root-cause").hidden = !rc;
     $("root-text").textContent = rc ? rc.text : "";
@@ -267,7 +281,10 @@ async function jobPage(jobId) {
     if (at === null) refresh();  // looking at the past: the slider stays where it is
     else $("behind").textContent = `· the log has moved on to ${latest}: Live shows it`;
   });
-  source.onerror = () => { if (source.readyState === EventSource.CLOSED) fail($("dag"), new Error("the live stream closed: reload the page")); };
+  source.onerror = async () => {  // the browser retries a dropped stream by itself; a refused one is closed
+    if (source.readyState !== EventSource.CLOSED) return;
+    try { await api(base); fail($("dag"), new Error("the live stream was refused: reload the page")); } catch (e) { fail($("dag"), e); }
+  };
 }
 
 // --- routing -----------------------------------------------------------------------------------

@@ -1,0 +1,92 @@
+"""The dashboard's JSON endpoints: each is a view of ``sluice.views`` (the same data
+``sluice inspect ... --json`` prints) at ``?at=`` (an entry id, milliseconds or an ISO time;
+now when absent).
+
+Handlers are plain functions: Starlette runs them in its thread pool, where they may read
+Redis (through ``store/``) without holding up the event loop. Each handler's docstring is
+its OpenAPI summary (first line) and description; ``@query`` names its query parameters.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .errors import ApiError
+from .params import AT, at_of, known_job, log_of, query
+
+__all__ = ["routes"]
+
+
+@query(at=AT)
+def list_jobs(request: Request) -> Response:
+    """Every job: state, duration, tasks done out of the total."""
+    from sluice.views.jobs import jobs
+
+    return JSONResponse(jobs(log_of(request), at_of(request)))
+
+
+@query(at=AT)
+def job_timeline(request: Request) -> Response:
+    """One job's timeline: its events, every attempt (TaskManager, slot, splits, durations), the root
+    cause with the user's traceback, restarts, and the ids of its fact entries (the time slider's stops)."""
+    from sluice.views.timeline import timeline
+
+    log = log_of(request)
+    return JSONResponse(timeline(log, known_job(log, request.path_params["job_id"]), at_of(request)))
+
+
+@query(at=AT)
+def job_graph(request: Request) -> Response:
+    """One job's ExecutionGraph: vertices with their parallelism, per-state counts and status; edges
+    with their exchange kind."""
+    from sluice.views.graph import graph
+
+    log = log_of(request)
+    return JSONResponse(graph(log, known_job(log, request.path_params["job_id"]), at_of(request)))
+
+
+@query(at=AT)
+def job_kvstate(request: Request) -> Response:
+    """One job's KvStateLocation table: registration name -> vertex, key-group ranges, state ids
+    and servers."""
+    from sluice.views.kvstate import kvstate
+
+    log = log_of(request)
+    return JSONResponse(kvstate(log, known_job(log, request.path_params["job_id"]), at_of(request)))
+
+
+@query(at=AT)
+def list_taskmanagers(request: Request) -> Response:
+    """Every TaskManager with its slots and its last heartbeat."""
+    from sluice.views.taskmanagers import taskmanagers
+
+    return JSONResponse(taskmanagers(log_of(request), at_of(request)))
+
+
+@query(window="Seconds of the log the event counts and rates cover (default 60).")
+def cluster_stats(request: Request) -> Response:
+    """Streams (length, memory), event counts and rates by type, consumer groups with their lag and
+    pending entries, dead letters by reason."""
+    from sluice.views.stats import stats
+
+    raw = request.query_params.get("window", "60")
+    try:
+        window = float(raw)
+        if not window > 0:
+            raise ValueError
+    except ValueError:
+        raise ApiError(400, f"window={raw!r} is not a number of seconds above 0 (like window=60)") from None
+    return JSONResponse(stats(log_of(request), window))
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/api/jobs", list_jobs),
+        Route("/api/jobs/{job_id}", job_timeline),
+        Route("/api/jobs/{job_id}/graph", job_graph),
+        Route("/api/jobs/{job_id}/kvstate", job_kvstate),
+        Route("/api/taskmanagers", list_taskmanagers),
+        Route("/api/stats", cluster_stats),
+    ]

@@ -1,0 +1,148 @@
+"""The dashboard in a real browser (Debian's Chromium, headless, driven by Playwright) while a
+job runs: the DAG changes state live through the event stream without a reload, the time
+slider shows the job as it was at an earlier entry, the Gantt chart has one bar per attempt,
+the queryable-state box says what is wrong, and nothing is loaded from another origin. A
+screenshot of the job page is kept in $SLUICE_TEST_ARTIFACTS (build/test-artifacts)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.ui.driven import DrivenJob
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--no-first-run"]
+ARTIFACTS = Path(os.environ.get("SLUICE_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "build" / "test-artifacts"))
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no browser: {CHROMIUM} is missing (scripts/setup "
+                                                             "installs Debian's chromium with apt-get, as root)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    """One headless Chromium for the module's tests (each gets a page of its own)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, served: str) -> Iterator:
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    p = context.new_page()
+    p.requests = []  # every URL the page asked for
+    p.on("request", lambda r: p.requests.append(r.url))
+    yield p
+    context.close()  # before the server stops: its event streams end with the page
+
+
+@pytest.mark.timeout(90)
+def test_the_job_page_follows_the_run_live_and_travels_back(driven: DrivenJob, served: str, page) -> None:
+    from playwright.sync_api import expect
+
+    driven.submit()
+    driven.run()
+    page.goto(f"{served}/jobs/j1")
+    vertex = page.locator('svg.dag g.vertex[data-vertex="src"]')
+    expect(vertex).to_have_attribute("data-status", "RUNNING")
+    expect(vertex.locator("text.status")).to_have_text("RUNNING")
+    page.evaluate("window.sameDocument = true")  # gone if the page reloads
+
+    driven.fail_first()
+    driven.finish()
+    expect(vertex).to_have_attribute("data-status", "FINISHED")
+    expect(vertex.locator("rect")).to_have_attribute("fill", "#74c476")
+    expect(page.locator("#job-status")).to_have_text("FINISHED")
+    assert page.evaluate("window.sameDocument") is True
+    loads, told = (int(page.evaluate(f"document.body.dataset.{k}")) for k in ("loads", "sseEvents"))
+    assert 1 <= loads <= told  # one fetch per event at most, never polling
+
+    api = httpx.Client(base_url=served, timeout=10)
+    now = api.get("/api/jobs/j1").json()
+    expect(page.locator("svg.gantt g.bar")).to_have_count(len(now["attempts"]))
+    assert len(now["attempts"]) == 3
+    expect(page.locator('svg.gantt g.bar[data-attempt="src:0:0"]')).to_have_attribute("data-final", "FAILED")
+    expect(page.locator("#root-text")).to_contain_text("cannot split line 17")
+    expect(page.locator("#root-trace")).to_contain_text('File "job.py", line 7, in tokenize')
+
+    # The slider to the first entry: the job as it was then.
+    entries = now["entries"]
+    slider = page.locator("#slider")
+    expect(slider).to_have_attribute("max", str(len(entries) - 1))
+    slider.focus()
+    slider.press("Home")
+    expect(page.locator("body")).to_have_attribute("data-shown-at", entries[0])
+    first = api.get("/api/jobs/j1", params={"at": entries[0]}).json()
+    expect(page.locator("#job-status")).to_have_text(first["job"]["status"])
+    assert first["job"]["status"] != "FINISHED"
+    expect(page.locator("svg.gantt g.bar")).to_have_count(len(first["attempts"]))
+
+    # ...then forward to the entry where subtask 0 failed: two attempts, one failed.
+    failed = next(e["entry"] for e in now["events"] if e.get("state") == "FAILED")
+    for _ in range(entries.index(failed)):
+        slider.press("ArrowRight")
+    expect(page.locator("body")).to_have_attribute("data-shown-at", failed)
+    expect(vertex).to_have_attribute("data-status", "FAILED")
+    expect(page.locator("#job-status")).to_have_text("RUNNING")
+    expect(page.locator("svg.gantt g.bar")).to_have_count(2)
+    expect(page.locator("#moment")).to_contain_text(f"entry {entries.index(failed) + 1} of {len(entries)}")
+
+    page.locator("#live").click()
+    expect(page.locator("body")).to_have_attribute("data-shown-at", "live")
+    expect(vertex).to_have_attribute("data-status", "FINISHED")
+
+    # The queryable-state box says what is wrong.
+    box = page.locator(".state-box")
+    box.locator('input[name="name"]').fill("nope")
+    box.locator('input[name="key"]').fill("x")
+    box.locator("button").click()
+    result = page.locator(".state-result")
+    expect(result).to_have_class("state-result error")
+    expect(result).to_contain_text("no queryable state named 'nope'")
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-job.png"), full_page=True)
+    assert page.requests and all(url.startswith(served) for url in page.requests), page.requests
+
+
+@pytest.mark.timeout(60)
+def test_the_other_pages_show_the_cluster(driven: DrivenJob, served: str, page) -> None:
+    from playwright.sync_api import expect
+
+    driven.all_the_way()
+    page.goto(served)
+    row = page.locator("table.jobs tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("FINISHED")
+    expect(row).to_contain_text("2 / 2")
+    row.locator("a").click()
+    expect(page).to_have_url(f"{served}/jobs/j1")
+    expect(page.locator('svg.dag g.vertex[data-vertex="src"]')).to_have_attribute("data-status", "FINISHED")
+
+    page.goto(f"{served}/taskmanagers")
+    tm = page.locator("table.taskmanagers tbody tr")
+    expect(tm).to_contain_text("tm-1")
+    expect(tm).to_contain_text("0 / 2")
+
+    page.goto(f"{served}/streams")
+    expect(page.locator("table.streams")).to_contain_text("facts")
+
+    page.goto(f"{served}/jobs/ghost")
+    expect(page.locator("#dag .error")).to_contain_text("job 'ghost' not found")
+
+    page.goto(f"{served}/state")
+    box = page.locator(".state-box")
+    for name, value in (("job", "ghost"), ("name", "counts"), ("key", "x")):
+        box.locator(f'input[name="{name}"]').fill(value)
+    box.locator("button").click()
+    expect(page.locator(".state-result")).to_contain_text("ghost")
+    expect(page.locator(".state-result")).to_have_class("state-result error")

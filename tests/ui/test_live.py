@@ -1,0 +1,52 @@
+"""The job page's event stream, served by uvicorn: it follows the job's fact stream and says
+"changed, at entry X" once per batch of new facts; it resumes after Last-Event-ID."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import orjson
+
+from sluice.store import EventLog
+from tests.ui.driven import DrivenJob
+
+
+def changes(lines: Iterator[str]) -> Iterator[tuple[str, dict]]:
+    """(id, data) of each "changed" event of a server-sent event stream."""
+    fields: dict[str, str] = {}
+    for line in lines:
+        if line == "":
+            if fields.get("event") == "changed":
+                yield fields["id"], orjson.loads(fields["data"])
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value.removeprefix(" ")
+
+
+def test_the_stream_says_where_the_log_is_then_follows_it(driven: DrivenJob, log: EventLog, served: str) -> None:
+    driven.submit()
+    facts = log.keys.facts(log.keys.job("j1"))
+    with httpx.Client(base_url=served, timeout=30) as http:
+        with http.stream("GET", "/api/jobs/j1/events") as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            seen = changes(r.iter_lines())
+            first_id, first = next(seen)
+            assert first == {"entry": log.last_id(facts), "new": 0} and first_id == first["entry"]
+            driven.run()  # the leader records both subtasks RUNNING
+            got: list[dict] = []
+            while not got or got[-1]["entry"] != log.last_id(facts):
+                got.append(next(seen)[1])
+            after = [e for e, _ in log.replay(facts, first["entry"])]
+            assert sum(g["new"] for g in got) == len(after) > 0  # every new fact counted, none twice
+
+        # A browser that reconnects says where it was; the stream goes on from there.
+        with http.stream("GET", "/api/jobs/j1/events", headers={"Last-Event-ID": first["entry"]}) as r:
+            _, resumed = next(changes(r.iter_lines()))
+            assert resumed == {"entry": log.last_id(facts), "new": len(after)}
+
+
+def test_a_stream_for_a_job_that_is_not_there_is_404(driven: DrivenJob, served: str) -> None:
+    r = httpx.get(f"{served}/api/jobs/nope/events", timeout=10)
+    assert r.status_code == 404 and "job 'nope' not found" in r.json()["error"]
