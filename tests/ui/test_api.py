@@ -11,10 +11,16 @@ from importlib.resources import files
 import pytest
 
 from sluice.events import CancelJob
-from sluice.store import EventLog
+from sluice.state import StateClient
+from sluice.store import EventLog, server_address
+from sluice.ui.app import create_app
+from sluice.views.archive import collect, export_lines, load, parse
 from tests.services.failover_helpers import events
-from tests.ui.conftest import TOKEN
+from tests.services.test_kvstate_core import running
+from tests.services.test_state_client import _url, commit, publish
+from tests.ui.conftest import TOKEN, TestClient
 from tests.ui.driven import TRACEBACK, DrivenJob
+from tests.views.test_replay import second_prefix
 
 
 def test_every_view_is_served_as_json(finished: DrivenJob, client) -> None:
@@ -164,3 +170,44 @@ def test_the_assets_ship_in_the_package_and_load_nothing_from_elsewhere(client) 
     shell = c.get("/jobs/j1").text
     for ref in re.findall(r'(?:src|href)="([^"]*)"', shell):
         assert ref.startswith("/") and not ref.startswith("//") or ref.startswith("data:"), ref
+
+
+def test_an_imported_job_is_served_as_the_original(finished: DrivenJob, log: EventLog, client) -> None:
+    """Export the job's log, import it under a fresh prefix: every job endpoint answers the same,
+    now and at an earlier entry."""
+    c = client()
+    with second_prefix(log) as other:
+        load(other, parse(export_lines(collect(log, "j1"), exported_at=1), "j1.jsonl"))
+        imported = TestClient(create_app(other))
+        entries = c.get("/api/jobs/j1").json()["entries"]
+        for at in (None, entries[len(entries) // 2]):
+            q = {} if at is None else {"at": at}
+            for path in ("/api/jobs", "/api/jobs/j1", "/api/jobs/j1/graph", "/api/jobs/j1/kvstate"):
+                assert imported.get(path, params=q).json() == c.get(path, params=q).json(), (path, at)
+        [tm] = imported.get("/api/taskmanagers").json()
+        assert (tm["resource_id"], tm["state"], tm["slots_total"]) == ("tm-1", "REGISTERED", 2)
+        imported.close()
+
+
+@pytest.fixture
+def counts(log: EventLog) -> str:
+    """Job j1's keyed vertex publishes "counts" (w0..w299 -> {"word", "count": len}) as its tasks
+    would; the address of the Redis that holds it."""
+    sim, tasks = running()
+    address = server_address(_url(log))
+    for t in tasks:
+        publish(log, sim, t, address)
+    commit(log, sim.log)
+    return address
+
+
+def test_the_state_lookup_answers_what_sluice_state_get_does(log: EventLog, counts: str, client) -> None:
+    address = counts
+    c = client()
+    r = c.get("/api/state/j1/counts/w17")
+    assert r.status_code == 200
+    want = StateClient(log).lookup("j1", "counts", "w17")
+    assert r.json() == {"job_id": "j1", "name": "counts", "key": "w17", "key_group": want.key_group,
+                        "vertex": want.vertex, "state_id": want.state_id, "address": address,
+                        "value": {"word": "w17", "count": 3}}
+    assert c.get("/api/state/j1/counts/not-a-word").json()["value"] is None
