@@ -144,10 +144,12 @@ def projector_gauges(p: Projector) -> list[Metric]:
 
 
 def store_families(read: Callable[[], list[Metric]], logger: Any) -> list[Metric]:
-    """``read()``'s families, or none when Redis does not answer (the scrape still serves the
-    process's own metrics; the loop says Redis is away)."""
+    """``read()``'s families, or none when Redis does not answer or answers something unexpected
+    (the scrape still serves the process's own metrics: a monitoring read never fails it)."""
     try:
         return read()
-    except SluiceError as exc:
+    except SluiceError as exc:  # Redis away: the loop says so in the log
         logger.debug("metrics: Redis readings skipped", error=str(exc)[:200])
-        return []
+    except Exception as exc:
+        logger.warning("metrics: Redis readings failed", error=f"{type(exc).__name__}: {exc}"[:300])
+    return []

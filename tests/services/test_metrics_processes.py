@@ -5,6 +5,7 @@ and pending entries, dead letters) follow the inboxes."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,17 @@ def test_inbox_lag_pending_and_dead_letters_are_read_from_redis_when_scraped(log
     assert value(tm.metrics.registry, "sluice_inbox_lag_entries", inbox="taskmanager") == 0
     assert value(tm.metrics.registry, "sluice_dead_letter_entries", scope="taskmanager") == 1
     assert value(tm.metrics.registry, "sluice_dead_letters_parked_total", kind="malformed envelope") == 1
+
+
+def test_a_scrape_while_redis_is_away_still_serves_what_the_process_holds(tmp_path: Path) -> None:
+    from sluice.store import Keys, connect
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+    away = EventLog(connect(url, check=False, timeout=0.5), Keys("away"))
+    jm = JobManager(away, world=ManualWorld(), jm_id="jm-away")
+    reg = jm.metrics.registry
+    assert value(reg, "sluice_jobmanager_leading") == 0
+    assert value(reg, "sluice_cluster_slots", state="free") == 0
+    assert value(reg, "sluice_inbox_lag_entries", inbox="cluster") is None  # not read: not made up
