@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.services.failover_helpers import keyed_graph, submit
 from tests.ui.driven import DrivenJob
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -128,10 +129,21 @@ def test_the_other_pages_show_the_cluster(driven: DrivenJob, served: str, page) 
     expect(page).to_have_url(f"{served}/jobs/j1")
     expect(page.locator('svg.dag g.vertex[data-vertex="src"]')).to_have_attribute("data-status", "FINISHED")
 
+    # A second job of two vertices (src -> keyed agg), submitted but not run: drawn with its edge.
+    submit(driven.log, driven.world, "j2", keyed_graph("j2"))
+    driven._pump(lambda: len(driven.slots.launched) == 4, "j2's source deployed")
+    page.goto(f"{served}/jobs/j2")
+    expect(page.locator("svg.dag g.vertex")).to_have_count(2)
+    expect(page.locator("svg.dag g.edge")).to_have_count(1)
+    expect(page.locator("svg.dag g.edge")).to_contain_text("keyed by id")
+    expect(page.locator('svg.dag g.vertex[data-vertex="agg"]')).to_have_attribute("data-status", "CREATED")
+
     page.goto(f"{served}/taskmanagers")
     tm = page.locator("table.taskmanagers tbody tr")
     expect(tm).to_contain_text("tm-1")
-    expect(tm).to_contain_text("0 / 2")
+    expect(tm).to_contain_text("1 / 2")
+    expect(tm).to_contain_text(": free")  # one slot of the two
+    expect(tm.locator("a")).to_have_text("j2")
 
     page.goto(f"{served}/streams")
     expect(page.locator("table.streams")).to_contain_text("facts")

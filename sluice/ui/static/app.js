@@ -48,6 +48,7 @@ async function jobsPage() {
         ["name", (j) => esc(j.name)], ["state", (j) => badge(j.status)],
         ["submitted", (j) => esc(when(j.submitted_at))], ["duration", (j) => esc(secs(j.duration_s))],
         ["tasks done", (j) => `${j.tasks_done} / ${j.tasks_total}`], ["restarts", (j) => esc(j.restarts)],
+        ["reason", (j) => esc((j.reason || "").split("\n")[0])],
       ], "jobs");
     } catch (e) { fail(out, e); }
   };
@@ -64,7 +65,10 @@ async function taskmanagersPage() {
       out.innerHTML = table(tms, [
         ["TaskManager", (t) => esc(t.resource_id)], ["host", (t) => esc(t.host)], ["state", (t) => esc(t.state)],
         ["slots in use", (t) => `${t.slots_in_use} / ${t.slots_total}`],
-        ["slots held", (t) => t.slots.map((s) => `slot ${esc(s.slot)}: <a href="/jobs/${encodeURIComponent(s.job_id)}">${esc(s.job_id)}</a> ${esc(s.execution_id)}`).join("<br>")],
+        ["slots", (t) => Array.from({length: t.slots_total}, (_, i) => {
+          const held = t.slots.filter((s) => s.slot === i);
+          return `slot ${i}: ${held.length ? held.map((s) => `<a href="/jobs/${encodeURIComponent(s.job_id)}">${esc(s.job_id)}</a> ${esc(s.execution_id)}`).join(", ") : '<span class="muted">free</span>'}`;
+        }).join("<br>")],
         ["last heartbeat", (t) => t.last_heartbeat == null ? "—" : `${esc(when(t.last_heartbeat))} <span class="muted">(${esc(secs((Date.now() - t.last_heartbeat) / 1000))} ago)</span>`],
         ["registered", (t) => esc(when(t.registered_at))], ["reason", (t) => esc(t.reason)],
       ], "taskmanagers");
