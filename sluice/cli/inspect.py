@@ -1,4 +1,6 @@
-"""``sluice inspect``: the streams, decoded, as they are (also ``scripts/inspect``)."""
+"""``sluice inspect``: the streams, decoded, as they are, and the views of ``sluice.views``
+(jobs, a job's timeline, its graph, queryable state, TaskManagers, stats, dead letters)
+at any moment of the log (also ``scripts/inspect``)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ from rich.markup import escape
 from sluice.errors import DecodeError, SluiceError
 from sluice.events import decode_fields
 from sluice.store import EventLog, entry_order
+from sluice.views.history import Moment
 
 from .context import Context
+from .inspect_jobs import at_option, register_job_views
+from .inspect_log import register_log_views
 
 console = Console(highlight=False, emoji=False, soft_wrap=True)
 
@@ -80,7 +85,7 @@ def _fmt(v: object) -> str:
 
 @click.group()
 def inspect() -> None:
-    """Look at the log: streams, events, dead letters."""
+    """Look at the log: streams, events, jobs, graphs, dead letters, now or at any past moment."""
 
 
 @inspect.command()
@@ -88,12 +93,15 @@ def inspect() -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events as they come.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--count", "-n", default=None, type=int, help="Only the last N events.")
+@at_option
 @click.pass_obj
-def tail(obj: Context, streams: tuple[str, ...], follow: bool, as_json: bool, count: int | None) -> None:
+def tail(obj: Context, streams: tuple[str, ...], follow: bool, as_json: bool, count: int | None, at: Moment) -> None:
     """Print the events of all streams (or the named ones), decoded, in order.
 
     Streams are named in full ({sluice:cluster}:facts) or short (cluster:facts, facts, tm:ID:inbox).
     """
+    if follow and at.entry is not None:
+        raise click.UsageError("--follow prints what comes next: it cannot be used with --at (a past moment)")
     log = obj.log()
     names = resolve(log, streams)
     entries: list[tuple[str, str, dict]] = []
@@ -101,6 +109,8 @@ def tail(obj: Context, streams: tuple[str, ...], follow: bool, as_json: bool, co
     for s in names:
         last = "0-0"
         for entry_id, fields in log.replay_raw(s):
+            if not at.includes(entry_id):
+                break
             entries.append((s, entry_id, fields))
             last = entry_id
         positions[s] = last
@@ -140,20 +150,22 @@ def list_streams(obj: Context) -> None:
 @inspect.command("splits")
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per assignment.")
+@at_option
 @click.pass_obj
-def splits(obj: Context, job_id: str, as_json: bool) -> None:
+def splits(obj: Context, job_id: str, as_json: bool, at: Moment) -> None:
     """Which subtask took which split of JOB_ID, when, under which leader epoch, and what
     became of it (finished, returned by a failed attempt, or still being read)."""
     from dataclasses import asdict
 
     from rich.table import Table
 
-    from sluice.client import Client
     from sluice.services.coordination.timeline import split_timeline
+    from sluice.views.history import facts_until
+    from sluice.views.jobs import require_job
 
     log = obj.log()
-    Client(log).job(job_id)  # "job not found" for an unknown job
-    rows = split_timeline(env for _, env in log.replay(log.keys.facts(log.keys.job(job_id))))
+    require_job(log, job_id)  # "job not found" for an unknown job
+    rows = split_timeline(env for _, env in facts_until(log, log.keys.facts(log.keys.job(job_id)), at))
     if as_json:
         for r in rows:
             sys.stdout.write(orjson.dumps(asdict(r)).decode() + "\n")
@@ -162,8 +174,8 @@ def splits(obj: Context, job_id: str, as_json: bool) -> None:
     for col in ("split", "reads", "subtask", "attempt", "at", "epoch", "outcome"):
         table.add_column(col)
     for r in rows:
-        at = time.strftime("%H:%M:%S", time.localtime(r.at / 1000)) + f".{r.at % 1000:03d}"
-        table.add_row(str(r.split), escape(r.what), f"{escape(r.vertex)}[{r.subtask}]", str(r.attempt), at,
+        when = time.strftime("%H:%M:%S", time.localtime(r.at / 1000)) + f".{r.at % 1000:03d}"
+        table.add_row(str(r.split), escape(r.what), f"{escape(r.vertex)}[{r.subtask}]", str(r.attempt), when,
                       str(r.epoch), r.outcome)
     console.print(table)
     per: dict[tuple[str, int], int] = {}
@@ -173,6 +185,10 @@ def splits(obj: Context, job_id: str, as_json: bool) -> None:
     if per:
         console.print("finished splits per subtask: " + ", ".join(
             f"{escape(v)}[{s}]={n}" for (v, s), n in sorted(per.items())))
+
+
+register_job_views(inspect)
+register_log_views(inspect)
 
 
 def register(cli: click.Group) -> None:
