@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import orjson
 import redis
 
 from sluice.errors import StoreError
@@ -22,7 +23,7 @@ from .log import EventLog
 from .redis_backend import RedisBackend, translate_errors
 
 __all__ = ["GroupInfo", "stream_summaries", "consumer_groups", "entries_before", "entry", "redrive_entry",
-           "DEAD_FIELD_PREFIX"]
+           "DEAD_FIELD_PREFIX", "projected_row"]
 
 DEAD_FIELD_PREFIX = b"field:"
 """A dead letter keeps the parked entry's own fields under this prefix (store/scripts.py)."""
@@ -154,3 +155,18 @@ def redrive_entry(log: EventLog, dead: str, entry_id: str, target: str, fields: 
                     return _s(new_id)
                 except redis.WatchError:
                     continue
+
+
+def projected_row(log: EventLog, tag: str, table: str, key: str, stream: str) -> tuple[str | None, Any, str | None]:
+    """(the position table ``table`` of ``tag`` reflects, its row ``key`` decoded or None,
+    the last entry of fact stream ``stream``), read in one transaction: the row is up to date
+    when the position is that last entry."""
+    client = _redis(log, "reading a projected row")
+    with translate_errors(f"reading row {key} of {table} in {tag}"):
+        pipe = client.pipeline(transaction=True)
+        pipe.get(log.keys.position(tag, table))
+        pipe.hget(log.keys.table(tag, table), key)
+        pipe.xrevrange(stream, count=1)
+        pos, raw, last = pipe.execute()
+    return (_s(pos) if pos else None, orjson.loads(raw) if raw else None,
+            _s(last[0][0]) if last else None)

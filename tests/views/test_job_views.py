@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from sluice.errors import JobNotFound
-from sluice.events import Envelope, NextInputSplit, RequestNextInputSplit, TaskState
+from sluice.events import Envelope, JobRegistered, NextInputSplit, RequestNextInputSplit, TaskState
 from sluice.events.descriptor import descriptor_from_json
+from sluice.services.projector import Projector
 from sluice.services.taskmanager.worker import report_state
-from sluice.store import EventLog
+from sluice.store import EventLog, ReadModels
 from sluice.views.graph import graph, to_dot
 from sluice.views.history import Moment, resolve_at
 from sluice.views.jobs import jobs
@@ -184,3 +185,27 @@ def test_an_unknown_job_is_named_with_where_to_look(log: EventLog) -> None:
             view(log, "nope")
     with pytest.raises(JobNotFound, match="job 'a b' not found"):
         graph(log, "a b")
+
+
+@pytest.mark.timeout(90)
+def test_now_the_job_list_reads_an_up_to_date_projected_row_instead_of_folding(log: EventLog, ran: Run) -> None:
+    folded = jobs(log)
+    Projector(log).catch_up()
+    Projector(log).catch_up()  # the job tables come after the cluster's jobs table names the job
+    projected = jobs(log)
+
+    def steady(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r.items() if r["ended_at"] is not None or k != "duration_s"} for r in rows]
+
+    assert steady(projected) == steady(folded)
+    # Read from the row: a row the projector wrote (here, a wrong one) is what the list shows...
+    tag = log.keys.job("j1")
+    position, rows = ReadModels(log).read(tag, "executiongraph")
+    ReadModels(log).write(tag, "executiongraph", expected=position, position=position or "",
+                          rows={"job": dict(rows["job"], restarts=7)})
+    assert [r["restarts"] for r in jobs(log) if r["job_id"] == "j1"] == [7]
+    # ...while it is up to date; once the job has a newer fact, its log is folded again.
+    log.append(log.keys.facts(tag), Envelope(JobRegistered("j1", "j1"), "x", 1, 1, "j1"))
+    assert [r["restarts"] for r in jobs(log) if r["job_id"] == "j1"] == [1]
+    # In the past, always the fold.
+    assert [r["restarts"] for r in jobs(log, resolve_at(ran.mid)) if r["job_id"] == "j1"] == [1]
