@@ -124,14 +124,18 @@ def warm_up() -> None:
 def report_state(log: EventLog, world: World, d: TaskDeploymentDescriptor, resource_id: str, slot: int, state: TaskState,
                  error: str | None = None) -> None:
     """A task's state change: to its job's inbox, and a final one to its TaskManager too
-    (which releases what the task held)."""
+    (which releases what the task held), the TaskManager's first, in one round trip: the
+    leader gives the freed slot to the next attempt as soon as it reads the final state, and
+    that SubmitTask must come after the final state in the TaskManager's inbox, or it finds
+    the slot still busy and kills the worker (losing its warm Spark session)."""
     keys = log.keys
     ev = UpdateTaskExecutionState(d.job_id, d.execution_id, state, error, d.vertex, d.subtask,
                                   d.attempt, resource_id, slot)
     env = Envelope(ev, world.new_id(), 0, world.now_ms(), d.job_id)
-    log.append(keys.inbox(keys.job(d.job_id)), env)
     if state.terminal:
-        log.append(keys.inbox(keys.taskmanager(resource_id)), env)
+        log.append_each([(keys.inbox(keys.taskmanager(resource_id)), env), (keys.inbox(keys.job(d.job_id)), env)])
+    else:
+        log.append(keys.inbox(keys.job(d.job_id)), env)
 
 
 def report_produced(log: EventLog, world: World, d: TaskDeploymentDescriptor) -> None:

@@ -516,6 +516,49 @@ def test_an_idle_worker_reporting_running_at_once_does_not_overtake_initializing
     assert facts == [TaskState.SCHEDULED, TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING]
 
 
+class LeaderActsAfterEachWrite(Delegating):
+    """A worker's connection after whose every append the leader steps at once (as a leader
+    waiting in XREADGROUP does): whatever it decides lands between two of the worker's writes."""
+
+    def __init__(self, inner: Any, leader_step: Any) -> None:
+        super().__init__(inner)
+        self.leader_step = leader_step
+
+    def around(self, name: str, call: Any) -> Any:
+        out = call()
+        if name in ("xadd", "xadd_many"):
+            self.leader_step()
+        return out
+
+
+@pytest.mark.timeout(30)
+def test_a_finished_tasks_slot_given_to_the_next_attempt_at_once_does_not_kill_its_worker(
+        log: EventLog, tmp_path: Path) -> None:
+    """One slot, two subtasks: the worker's FINISHED frees the slot and the leader sends the
+    next subtask's SubmitTask to it straight away. The TaskManager must read the FINISHED
+    first (the worker writes it to the TaskManager's inbox before the job's), so it frees
+    the slot and launches the next task in the same worker. (With the job's inbox written
+    first, the SubmitTask overtook the FINISHED: the TaskManager found the slot busy and
+    killed the worker, warm Spark session and all.)"""
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    slots = TinySlots()
+    t = tm(log, world, tmp_path, slots, n=1)
+    register_tm(a, t, world)
+    submit(log, world, "j1", source_graph("j1", parallelism=2))
+    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: len(slots.launched) == 1,
+         what="the first launch", world=world, advance_ms=10)
+    worker = EventLog(LeaderActsAfterEachWrite(log.backend, lambda: a.step(block_ms=None)), log.keys)
+    (slot, d, _), = slots.launched
+    report(worker, world, d, "tm-1", slot, TaskState.RUNNING)
+    report(worker, world, d, "tm-1", slot, TaskState.FINISHED)
+    pump([lambda: t.step(block_ms=None), lambda: a.step(block_ms=None)], lambda: len(slots.launched) == 2,
+         what="the second launch", world=world, advance_ms=10)
+    assert slots.killed == []
+    assert [launched[1]["subtask"] for launched in slots.launched] == [0, 1]
+
+
 # --- bug 6: a replay longer than the stall limit still ends in leadership -----------------------------
 
 
