@@ -11,7 +11,8 @@ A row (JSON)::
 ``state`` is REGISTERED, LOST or UNREGISTERED (departed TaskManagers keep their row);
 ``registered_at`` is when its current registration was recorded, ``since`` when its state
 last changed. Slots in use are the ones the attempts of the jobs hold at the moment
-(folded from every registered job's facts); a departed TaskManager has none free. The last
+(folded from every registered job's facts; now, read from a job's projected ExecutionGraph
+when it is up to date); a departed TaskManager has none free. The last
 heartbeat is the newest ``TaskManagerHeartbeat`` of its current session in the cluster
 inbox at or before the moment (Redis's time of the entry; None when the inbox no longer
 holds one: inboxes are trimmed once read).
@@ -21,12 +22,16 @@ from __future__ import annotations
 
 from sluice.errors import DecodeError
 from sluice.events import TaskManagerHeartbeat, TaskManagerRegistered, decode_fields
-from sluice.store import EventLog, entry_order
+from sluice.services.jobs.state import HOLDS_SLOT
+from sluice.services.projector.core import EXECUTION_GRAPH
+from sluice.store import EventLog, ReadModels, entry_order
 from sluice.store.inspection import entries_before
 
 from .history import Moment, cluster_at, facts_until, job_at
 
 __all__ = ["taskmanagers", "HEARTBEATS_SEARCHED"]
+
+_HOLDS = frozenset(s.value for s in HOLDS_SLOT)
 
 HEARTBEATS_SEARCHED = 5000
 """How many cluster inbox entries, newest first, are searched for the last heartbeats."""
@@ -39,7 +44,10 @@ def taskmanagers(log: EventLog, at: Moment = Moment(None)) -> list[dict]:
     for job_id in cluster.jobs:
         if log.last_id(log.keys.facts(log.keys.job(job_id))) is None:
             continue
-        for tm, slot, job, eid in job_at(log, job_id, at).graph.pool.holders():
+        holders = _held_now(log, job_id) if at.entry is None else None
+        if holders is None:
+            holders = job_at(log, job_id, at).graph.pool.holders()
+        for tm, slot, job, eid in holders:
             if tm in held:
                 held[tm].append({"slot": slot, "job_id": job, "execution_id": eid})
     beats = _last_heartbeats(log, at, {rid: r.session for rid, r in rows.items() if r.status == "REGISTERED"})
@@ -57,6 +65,18 @@ def taskmanagers(log: EventLog, at: Moment = Moment(None)) -> list[dict]:
                     "slots": slots, "last_heartbeat": entry_order(beat)[0] if beat else None,
                     "last_heartbeat_entry": beat})
     return out
+
+
+def _held_now(log: EventLog, job_id: str) -> list[tuple[str, int, str, str]] | None:
+    """The slots a job's attempts hold now, from its projected ExecutionGraph when that is up
+    to date (None: it is not; fold the log)."""
+    tag = log.keys.job(job_id)
+    position, rows = ReadModels(log).read(tag, EXECUTION_GRAPH.name)
+    if position is None or position != log.last_id(log.keys.facts(tag)):
+        return None
+    return sorted((r["taskmanager"], r["slot"], job_id, f"{r['vertex']}:{r['subtask']}:{r['attempt']}")
+                  for key, r in rows.items() if key != "job" and r.get("taskmanager") is not None
+                  and r.get("slot") is not None and r.get("state") in _HOLDS)
 
 
 def _registrations(log: EventLog, at: Moment) -> dict[tuple[str, str], int]:

@@ -188,11 +188,13 @@ def test_an_unknown_job_is_named_with_where_to_look(log: EventLog) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_now_the_job_list_reads_an_up_to_date_projected_row_instead_of_folding(log: EventLog, ran: Run) -> None:
-    folded = jobs(log)
+def test_now_the_lists_read_up_to_date_projected_rows_instead_of_folding(log: EventLog, ran: Run) -> None:
+    folded, tms = jobs(log), taskmanagers(log)
     Projector(log).catch_up()
     Projector(log).catch_up()  # the job tables come after the cluster's jobs table names the job
     projected = jobs(log)
+    assert taskmanagers(log) == tms and tms[0]["slots"] == [{"slot": tms[0]["slots"][0]["slot"], "job_id": "j2",
+                                                             "execution_id": "src:0:0"}]
 
     def steady(rows: list[dict]) -> list[dict]:
         return [{k: v for k, v in r.items() if r["ended_at"] is not None or k != "duration_s"} for r in rows]
@@ -202,10 +204,13 @@ def test_now_the_job_list_reads_an_up_to_date_projected_row_instead_of_folding(l
     tag = log.keys.job("j1")
     position, rows = ReadModels(log).read(tag, "executiongraph")
     ReadModels(log).write(tag, "executiongraph", expected=position, position=position or "",
-                          rows={"job": dict(rows["job"], restarts=7)})
+                          rows={"job": dict(rows["job"], restarts=7),
+                                "src/1": dict(rows["src/1"], state="RUNNING", taskmanager="tm-1", slot=1)})
     assert [r["restarts"] for r in jobs(log) if r["job_id"] == "j1"] == [7]
+    assert {"slot": 1, "job_id": "j1", "execution_id": "src:1:0"} in taskmanagers(log)[0]["slots"]
     # ...while it is up to date; once the job has a newer fact, its log is folded again.
     log.append(log.keys.facts(tag), Envelope(JobRegistered("j1", "j1"), "x", 1, 1, "j1"))
     assert [r["restarts"] for r in jobs(log) if r["job_id"] == "j1"] == [1]
+    assert taskmanagers(log) == tms
     # In the past, always the fold.
     assert [r["restarts"] for r in jobs(log, resolve_at(ran.mid)) if r["job_id"] == "j1"] == [1]
