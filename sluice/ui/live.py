@@ -11,7 +11,7 @@ The first event is sent at once and names the stream's last entry, so a page fet
 data in answer to it and misses nothing that happened between loading and subscribing.
 The page then fetches the JSON once per event (and coalesces events that arrive while it
 fetches): no polling. A reconnecting browser sends ``Last-Event-ID`` and resumes after it.
-Between batches a comment line goes out every few seconds, which is how a closed page is
+Between batches a comment line goes out every second, which is how a closed page is
 noticed and its stream ended.
 """
 
@@ -32,7 +32,7 @@ from .params import known_job
 
 __all__ = ["job_events", "BLOCK_MS"]
 
-BLOCK_MS = 2000
+BLOCK_MS = 1000
 """How long one read blocks when nothing happens (and so how soon a closed page is noticed)."""
 
 _ENTRY = re.compile(r"^\d+-\d+$")

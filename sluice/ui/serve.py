@@ -7,6 +7,7 @@ import errno
 import socket
 import threading
 import time
+from types import FrameType
 
 import uvicorn
 from starlette.applications import Starlette
@@ -43,16 +44,28 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn that tells the app it is stopping as soon as it is asked to (Ctrl-C, SIGTERM),
+    so open event streams end by themselves instead of holding the shutdown up."""
+
+    def __init__(self, config: uvicorn.Config, stopping: threading.Event) -> None:
+        super().__init__(config)
+        self.stopping = stopping
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.stopping.set()
+        super().handle_exit(sig, frame)
+
+
 class UiServer:
-    """uvicorn serving ``app`` on a bound socket. Open event streams end within a few
-    seconds of a stop (the app's ``state.stopping`` is set, and uvicorn's graceful shutdown
-    is bounded)."""
+    """uvicorn serving ``app`` on a bound socket. Open event streams end within a second of
+    a stop (the app's ``state.stopping`` is set; uvicorn's graceful shutdown is bounded too)."""
 
     def __init__(self, app: Starlette, sock: socket.socket) -> None:
         self.app, self.sock = app, sock
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, lifespan="off",
                                 access_log=False)
-        self.server = uvicorn.Server(config)
+        self.server = _Server(config, app.state.stopping)
         self._thread: threading.Thread | None = None
 
     @property

@@ -52,9 +52,16 @@ def test_sluice_ui_serves_the_dashboard_and_never_shows_the_token(finished: Driv
         assert httpx.get(url, timeout=10).text.startswith("<!doctype html>")
         r = httpx.post(f"{url}api/jobs/j1/cancel", headers={"Authorization": f"Bearer {secret}"}, timeout=10)
         assert r.status_code == 409  # allowed, but the job has ended
+        # A page left open: Ctrl-C still stops the server at once and cleanly, ending its stream.
+        with httpx.stream("GET", f"{url}api/jobs/j1/events", timeout=30) as events:
+            lines = events.iter_lines()
+            assert next(ln for ln in lines if ln.startswith("event:")) == "event: changed"
+            proc.send_signal(signal.SIGINT)
+            list(lines)  # returns: the stream ends when the server stops
     out, err = proc.communicate()
     assert secret not in line + out + err
-    assert proc.returncode == 0, err
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert out.strip() == "dashboard stopped"
 
 
 def test_a_port_in_use_is_refused_with_what_to_do(log: EventLog, redis_url: str) -> None:
