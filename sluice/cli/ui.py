@@ -16,7 +16,8 @@ __all__ = ["register", "ui"]
 @click.option("--port", default=8087, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on (0: any free port).")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (0.0.0.0 to serve other machines).")
+              help="Address to listen on (0.0.0.0 to serve other machines: plain HTTP, so put a TLS proxy "
+                   "in front before allowing cancels there).")
 @click.option("--token-env", default="SLUICE_UI_TOKEN", show_default=True, metavar="NAME",
               help="Environment variable holding the token that allows cancelling jobs from the "
                    "dashboard (POST with Authorization: Bearer TOKEN). Unset: read-only.")
@@ -30,7 +31,7 @@ def ui(obj: Context, port: int, host: str, token_env: str) -> None:
     sock = bind(host, port)  # a port in use is refused here, before anything starts
     app = create_app(obj.log(), token=token, token_env=token_env)
     server = UiServer(app, sock)
-    where = f"http://{host}:{sock.getsockname()[1]}/"
+    where = server.url + "/"
     mode = f"cancelling allowed with the token in ${token_env}" if token else \
         f"read-only (set ${token_env} to allow cancelling)"
     click.echo(f"Sluice dashboard on {where} ({mode}); Ctrl-C stops it")

@@ -27,14 +27,22 @@ def list_jobs(request: Request) -> Response:
     return JSONResponse(jobs(log_of(request), at_of(request)))
 
 
-@query(at=AT)
+@query(at=AT, events="Only the last N events (the page asks for a few hundred; absent: all of them). "
+                      "``entries`` always lists every fact entry.")
 def job_timeline(request: Request) -> Response:
     """One job's timeline: its events, every attempt (TaskManager, slot, splits, durations), the root
     cause with the user's traceback, restarts, and the ids of its fact entries (the time slider's stops)."""
     from sluice.views.timeline import timeline
 
     log = log_of(request)
-    return JSONResponse(timeline(log, known_job(log, request.path_params["job_id"]), at_of(request)))
+    raw = request.query_params.get("events")
+    if raw is not None and not raw.isdigit():
+        raise ApiError(400, f"events={raw!r} is not a count of events: send a whole number like events=200, "
+                            "or leave it out for all of them")
+    tl = timeline(log, known_job(log, request.path_params["job_id"]), at_of(request))
+    if raw is not None:
+        tl["events"] = tl["events"][-int(raw):] if int(raw) else []
+    return JSONResponse(tl)
 
 
 @query(at=AT)

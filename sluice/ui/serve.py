@@ -71,7 +71,8 @@ class UiServer:
     @property
     def url(self) -> str:
         host, port = self.sock.getsockname()[:2]
-        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def run(self) -> None:
         """Serve in the foreground until interrupted (Ctrl-C, SIGTERM)."""

@@ -8,6 +8,7 @@ const COLOURS = {
   CREATED: "#d9d9d9", SCHEDULED: "#c6dbef", DEPLOYING: "#9ecae1", INITIALIZING: "#6baed6",
   RUNNING: "#4292c6", FINISHED: "#74c476", CANCELING: "#fdd0a2", CANCELED: "#fd8d3c", FAILED: "#ef3b2c",
 };
+const EVENTS = 300; // the job page's events table: the last this many of the moment shown
 const app = document.getElementById("app");
 const stats = document.body.dataset; // counters a test (or a curious user) can read
 
@@ -209,7 +210,7 @@ async function jobPage(jobId) {
     <section id="root-cause" hidden><h2>Root cause</h2><p id="root-text"></p><pre id="root-trace"></pre></section>
     <section><h2>Attempts</h2><div id="gantt"></div><div id="attempts"></div></section>
     <section><h2>Queryable state</h2><div id="kvstate"></div>${stateBox(jobId)}</section>
-    <section><details><summary>Events</summary><div id="events"></div></details></section>
+    <section><details><summary>Events (the last ${EVENTS})</summary><div id="events"></div></details></section>
     <section class="cancel"><h2>Cancel</h2><input type="password" id="token" placeholder="dashboard token" autocomplete="off">
       <button id="cancel">Cancel job</button> <span id="cancel-result"></span></section>`;
   wireStateBox(app);
@@ -249,7 +250,8 @@ async function jobPage(jobId) {
     stats.loads = Number(stats.loads) + 1;
     const q = at === null ? "" : `?at=${encodeURIComponent(at)}`;
     try {
-      const [tl, graph, kv] = await Promise.all([api(base + q), api(`${base}/graph${q}`), api(`${base}/kvstate${q}`)]);
+      const [tl, graph, kv] = await Promise.all([api(`${base}?events=${EVENTS}${q && "&" + q.slice(1)}`),
+        api(`${base}/graph${q}`), api(`${base}/kvstate${q}`)]);
       if (at === null) entries = tl.entries;  // the slider's stops: every entry up to now
       show(tl, graph, kv);
       placeSlider();
