@@ -97,9 +97,18 @@ def test_the_job_page_follows_the_run_live_and_travels_back(driven: DrivenJob, s
     expect(page.locator("svg.gantt g.bar")).to_have_count(2)
     expect(page.locator("#moment")).to_contain_text(f"entry {entries.index(failed) + 1} of {len(entries)}")
 
+    # The moment is in the address: reloading it (or sending it to someone) shows the same.
+    expect(page).to_have_url(f"{served}/jobs/j1?at={failed}")
+    page.reload()
+    expect(page.locator("body")).to_have_attribute("data-shown-at", failed)
+    expect(vertex).to_have_attribute("data-status", "FAILED")
+    expect(slider).to_have_attribute("max", str(len(entries) - 1))
+    expect(page.locator("#moment")).to_contain_text(f"entry {entries.index(failed) + 1} of {len(entries)}")
+
     page.locator("#live").click()
     expect(page.locator("body")).to_have_attribute("data-shown-at", "live")
     expect(vertex).to_have_attribute("data-status", "FINISHED")
+    expect(page).to_have_url(f"{served}/jobs/j1")
 
     # The queryable-state box says what is wrong.
     box = page.locator(".state-box")
@@ -109,6 +118,18 @@ def test_the_job_page_follows_the_run_live_and_travels_back(driven: DrivenJob, s
     result = page.locator(".state-result")
     expect(result).to_have_class("state-result error")
     expect(result).to_contain_text("no queryable state named 'nope'")
+
+    # The TaskManagers as they were at a moment of the job.
+    slider.focus()
+    for _ in range(len(entries) - 1 - entries.index(failed)):
+        slider.press("ArrowLeft")
+    expect(page.locator("body")).to_have_attribute("data-shown-at", failed)
+    page.locator("#tms-then").click()
+    expect(page.locator(".moment")).to_contain_text(failed)
+    held = api.get("/api/taskmanagers", params={"at": failed}).json()[0]["slots_in_use"]
+    expect(page.locator("table.taskmanagers tbody tr")).to_contain_text(f"{held} / 2")
+    assert held > 0
+    page.go_back()
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-job.png"), full_page=True)

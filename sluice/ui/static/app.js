@@ -10,6 +10,7 @@ const COLOURS = {
 };
 const EVENTS = 300; // the job page's events table: the last this many of the moment shown
 const app = document.getElementById("app");
+const AT = new URLSearchParams(location.search).get("at"); // a page opened at a past moment (?at=)
 const stats = document.body.dataset; // counters a test (or a curious user) can read
 
 function esc(value) {
@@ -38,14 +39,19 @@ function table(rows, columns, cls = "") {
 
 // --- pages ---------------------------------------------------------------------------------
 
+function atQuery() { return AT ? `?at=${encodeURIComponent(AT)}` : ""; }
+function atNote() {
+  return AT ? `<p class="moment">As it was at ${esc(AT)} · <a href="${location.pathname}">now</a></p>` : "";
+}
+
 async function jobsPage() {
-  app.innerHTML = `<h1>Jobs <button id="refresh">Refresh</button></h1><div id="jobs"></div>`;
+  app.innerHTML = `<h1>Jobs <button id="refresh">Refresh</button></h1>${atNote()}<div id="jobs"></div>`;
   const out = document.getElementById("jobs");
   const load = async () => {
     try {
-      const jobs = await api("/api/jobs");
+      const jobs = await api(`/api/jobs${atQuery()}`);
       out.innerHTML = table(jobs, [
-        ["job", (j) => `<a href="/jobs/${encodeURIComponent(j.job_id)}">${esc(j.job_id)}</a>`],
+        ["job", (j) => `<a href="/jobs/${encodeURIComponent(j.job_id)}${atQuery()}">${esc(j.job_id)}</a>`],
         ["name", (j) => esc(j.name)], ["state", (j) => badge(j.status)],
         ["submitted", (j) => esc(when(j.submitted_at))], ["duration", (j) => esc(secs(j.duration_s))],
         ["tasks done", (j) => `${j.tasks_done} / ${j.tasks_total}`], ["restarts", (j) => esc(j.restarts)],
@@ -58,11 +64,11 @@ async function jobsPage() {
 }
 
 async function taskmanagersPage() {
-  app.innerHTML = `<h1>TaskManagers <button id="refresh">Refresh</button></h1><div id="tms"></div>`;
+  app.innerHTML = `<h1>TaskManagers <button id="refresh">Refresh</button></h1>${atNote()}<div id="tms"></div>`;
   const out = document.getElementById("tms");
   const load = async () => {
     try {
-      const tms = await api("/api/taskmanagers");
+      const tms = await api(`/api/taskmanagers${atQuery()}`);
       out.innerHTML = table(tms, [
         ["TaskManager", (t) => esc(t.resource_id)], ["host", (t) => esc(t.host)], ["state", (t) => esc(t.state)],
         ["slots in use", (t) => `${t.slots_in_use} / ${t.slots_total}`],
@@ -203,7 +209,7 @@ function attemptsTable(attempts) {
 async function jobPage(jobId) {
   const base = `/api/jobs/${encodeURIComponent(jobId)}`;
   app.innerHTML = `<h1>Job <span id="job-id">${esc(jobId)}</span> <span id="job-status"></span></h1>
-    <p id="job-summary" class="muted"></p>
+    <p id="job-summary" class="muted"></p><p><a id="tms-then" href="/taskmanagers">TaskManagers at this moment</a></p>
     <section class="slider"><label>log entry <input type="range" id="slider" min="0" max="0" value="0"></label>
       <button id="live" disabled>Live</button> <span id="moment"></span> <span id="behind" class="muted"></span></section>
     <section><h2>ExecutionGraph</h2><div id="dag"></div></section>
@@ -216,7 +222,7 @@ async function jobPage(jobId) {
   wireStateBox(app);
   const $ = (id) => document.getElementById(id);
   const slider = $("slider");
-  let entries = [], at = null, fetching = false, again = false, latest = null;
+  let entries = [], at = AT, fetching = false, again = false, latest = null;
   stats.sseEvents = 0; stats.loads = 0;
 
   function show(tl, graph, kv) {
@@ -248,13 +254,16 @@ async function jobPage(jobId) {
 
   async function load() {  // one fetch of the page's data, at the slider's moment
     stats.loads = Number(stats.loads) + 1;
-    const q = at === null ? "" : `?at=${encodeURIComponent(at)}`;
+    const q = at === null ? "" : `&at=${encodeURIComponent(at)}`;
     try {
-      const [tl, graph, kv] = await Promise.all([api(`${base}?events=${EVENTS}${q && "&" + q.slice(1)}`),
-        api(`${base}/graph${q}`), api(`${base}/kvstate${q}`)]);
-      if (at === null) entries = tl.entries;  // the slider's stops: every entry up to now
+      const [tl, graph, kv, now] = await Promise.all([api(`${base}?events=${EVENTS}${q}`),
+        api(`${base}/graph?${q.slice(1)}`), api(`${base}/kvstate?${q.slice(1)}`),
+        at !== null && !entries.length ? api(`${base}?events=0`) : null]);  // opened at a past moment
+      entries = (at === null ? tl : now || {entries}).entries;  // the slider's stops: every entry up to now
       show(tl, graph, kv);
       placeSlider();
+      history.replaceState(null, "", at === null ? location.pathname : `?at=${encodeURIComponent(at)}`);
+      $("tms-then").href = `/taskmanagers${at === null ? "" : `?at=${encodeURIComponent(at)}`}`;
       stats.shownAt = at ?? "live";
     } catch (e) { fail($("dag"), e); }
   }
@@ -284,8 +293,8 @@ async function jobPage(jobId) {
     stats.sseEvents = Number(stats.sseEvents) + 1;
     latest = JSON.parse(ev.data).entry;
     stats.latest = latest;
-    if (at === null) refresh();  // looking at the past: the slider stays where it is
-    else $("behind").textContent = `· the log has moved on to ${latest}: Live shows it`;
+    if (at === null || !entries.length) refresh();  // the first event, or live: fetch
+    else $("behind").textContent = `· the log has moved on to ${latest}: Live shows it`;  // the past stays
   });
   source.onerror = async () => {  // the browser retries a dropped stream by itself; a refused one is closed
     if (source.readyState !== EventSource.CLOSED) return;
