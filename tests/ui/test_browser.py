@@ -119,6 +119,9 @@ def test_the_job_page_follows_the_run_live_and_travels_back(driven: DrivenJob, s
     expect(result).to_have_class("state-result error")
     expect(result).to_contain_text("no queryable state named 'nope'")
 
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-job.png"), full_page=True)
+
     # The TaskManagers as they were at a moment of the job.
     slider.focus()
     for _ in range(len(entries) - 1 - entries.index(failed)):
@@ -129,10 +132,7 @@ def test_the_job_page_follows_the_run_live_and_travels_back(driven: DrivenJob, s
     held = api.get("/api/taskmanagers", params={"at": failed}).json()[0]["slots_in_use"]
     expect(page.locator("table.taskmanagers tbody tr")).to_contain_text(f"{held} / 2")
     assert held > 0
-    page.go_back()
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "dashboard-job.png"), full_page=True)
     assert page.requests and all(url.startswith(served) for url in page.requests), page.requests
 
 
