@@ -110,13 +110,14 @@ def consumer_groups(log: EventLog, streams: Sequence[str]) -> list[GroupInfo]:
     return out
 
 
-def entries_before(log: EventLog, stream: str, until: str | None, count: int) -> list[tuple[str, dict[bytes, bytes]]]:
+def entries_before(log: EventLog, stream: str, until: str | None, count: int, *,
+                   since: str = "-") -> list[tuple[str, dict[bytes, bytes]]]:
     """Up to ``count`` entries of ``stream`` at or before entry id ``until`` (None: the
-    end), newest first."""
+    end) and at or after ``since`` (an entry id, or ``-``: the start), newest first."""
     client = _redis(log, "reading a stream backwards")
     with translate_errors(f"reading {stream} backwards"):
         rows = cast("list[tuple[bytes, dict[bytes, bytes]]]",
-                    client.xrevrange(stream, max=until or "+", min="-", count=count))
+                    client.xrevrange(stream, max=until or "+", min=since, count=count))
     return [(_s(i), dict(f)) for i, f in rows]
 
 

@@ -84,6 +84,15 @@ def test_job_graph_and_the_lists_in_json_and_in_rich_now_and_in_the_middle(
     assert orjson.loads(inspect(redis_url, log, "kvstate", "j1", "--json").output) == []
     assert "no queryable state registered" in inspect(redis_url, log, "kvstate", "j1").output
 
+    every = [orjson.loads(line) for line in inspect(redis_url, log, "tail", "--json").output.splitlines()]
+    last = [orjson.loads(line) for line in inspect(redis_url, log, "tail", "-n", "3", "--json").output.splitlines()]
+    assert last == every[-3:] and len(every) > 50
+    upto = [orjson.loads(line)["entry"] for line in
+            inspect(redis_url, log, "tail", "job:j1:facts", "--json", "--at", ran.mid).output.splitlines()]
+    assert upto == t["entries"][:t["entries"].index(ran.mid) + 1]
+    assert [orjson.loads(line)["entry"] for line in inspect(redis_url, log, "tail", "job:j1:facts", "-n", "2",
+                                                             "--at", ran.mid, "--json").output.splitlines()] == upto[-2:]
+
     splits = [orjson.loads(line) for line in inspect(redis_url, log, "splits", "j1", "--json").output.splitlines()]
     assert {s["outcome"] for s in splits} == {"returned", "finished"}
     early = inspect(redis_url, log, "splits", "j1", "--json", "--at", ran.mid).output.splitlines()

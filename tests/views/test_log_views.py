@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import sluice.views.stats as stats_module
 from sluice.errors import JobNotFound
 from sluice.events import (
     FIELD,
@@ -29,7 +30,8 @@ from tests.services.test_failover_regressions import jm
 
 
 @pytest.mark.timeout(60)
-def test_stats_dead_letters_and_a_redrive_once_the_cause_is_fixed(log: EventLog, tmp_path: Path) -> None:
+def test_stats_dead_letters_and_a_redrive_once_the_cause_is_fixed(log: EventLog, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     keys = log.keys
     world = ManualWorld()
     a = jm(log, world, "jm-a", tmp_path)
@@ -75,6 +77,15 @@ def test_stats_dead_letters_and_a_redrive_once_the_cause_is_fixed(log: EventLog,
     assert mine["oldest_pending_age_s"] >= 0 and mine["oldest_pending_idle_s"] >= 0
     assert s["dead_letters"]["total"] == 3
     assert {(r["kind"], r["count"]) for r in s["dead_letters"]["by_reason"]} >= {("refused", 1), ("undeliverable", 1)}
+
+    # A stream with more entries in the window than are read is sampled: its newest entries,
+    # rates over the time they span.
+    monkeypatch.setattr(stats_module, "READ_PER_STREAM", 2)
+    few = stats(log, window_s=3600)
+    assert few["events_sampled"] == [inbox]  # the one inbox with entries (2: as many as read, maybe more)
+    assert sum(e["by_kind"].get("inbox", 0) for e in few["events"]) == 2
+    assert s["events_sampled"] == []
+    monkeypatch.undo()
 
     # Re-driving the good one: back on the cluster inbox, gone from the dead letters, taken.
     out = redrive(log, parked["id"], parked["dead_stream"])  # (its id alone may be another tag's dead letter's too)
