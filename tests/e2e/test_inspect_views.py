@@ -7,6 +7,7 @@ parsed and checked against the views, the rich output checked for what a person 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -147,3 +148,11 @@ def test_every_bad_input_says_what_was_wrong_and_what_to_do(log: EventLog, redis
         assert result.exit_code != 0 and said in told, (args, told)
     done = scripts_inspect(redis_url, log, "job", "nope")  # as a user sees it
     assert done.returncode == 1 and done.stderr.startswith("error: job 'nope' not found under prefix"), done.stderr
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed (apt-get install graphviz)")
+@pytest.mark.timeout(60)
+def test_png_renders_the_graph_with_graphviz(log: EventLog, redis_url: str, ran: Run, tmp_path: Path) -> None:
+    out = tmp_path / "j2.png"
+    inspect(redis_url, log, "graph", "j2", "--png", str(out))
+    assert out.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
