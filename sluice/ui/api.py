@@ -9,6 +9,8 @@ its OpenAPI summary (first line) and description; ``@query`` names its query par
 
 from __future__ import annotations
 
+import math
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -82,7 +84,7 @@ def cluster_stats(request: Request) -> Response:
     raw = request.query_params.get("window", "60")
     try:
         window = float(raw)
-        if not window > 0:
+        if not (math.isfinite(window) and window > 0):
             raise ValueError
     except ValueError:
         raise ApiError(400, f"window={raw!r} is not a number of seconds above 0 (like window=60)") from None

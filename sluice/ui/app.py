@@ -18,7 +18,7 @@ from sluice.errors import SluiceError
 from sluice.store import EventLog
 
 from . import api, cancel, live, state
-from .errors import error_response, handle_sluice_error
+from .errors import error_response, handle_bug, handle_sluice_error
 from .openapi import OpenApi
 
 __all__ = ["create_app", "PAGES"]
@@ -55,7 +55,8 @@ def create_app(log: EventLog, *, token: str | None = None, token_env: str = "SLU
         Mount("/static", StaticFiles(packages=[("sluice.ui", "static")]), name="static"),
         *(Route(path, page, include_in_schema=False) for path in PAGES),
     ]
-    app = Starlette(routes=routes, exception_handlers={SluiceError: handle_sluice_error, 404: not_found})
+    app = Starlette(routes=routes, exception_handlers={SluiceError: handle_sluice_error, 404: not_found,
+                                                        Exception: handle_bug})
     app.state.log = log
     app.state.token = token or None
     app.state.token_env = token_env

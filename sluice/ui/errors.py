@@ -18,7 +18,7 @@ from sluice.errors import (
 )
 from sluice.views.history import BadMoment
 
-__all__ = ["ApiError", "status_of", "error_response", "handle_sluice_error"]
+__all__ = ["ApiError", "status_of", "error_response", "handle_sluice_error", "handle_bug"]
 
 
 class ApiError(SluiceError):
@@ -48,3 +48,9 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
 async def handle_sluice_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SluiceError)
     return error_response(status_of(exc), str(exc), getattr(exc, "headers", None))
+
+
+async def handle_bug(request: Request, exc: Exception) -> Response:
+    """Anything else is a bug: said as JSON like every error (uvicorn logs the traceback)."""
+    return error_response(500, f"the dashboard failed answering {request.url.path} ({type(exc).__name__}: {exc}): "
+                               "a bug in Sluice; the output of `sluice ui` has the traceback")

@@ -9,6 +9,7 @@ import re
 from importlib.resources import files
 
 import pytest
+from starlette.routing import Route
 
 from sluice.events import CancelJob
 from sluice.state import StateClient
@@ -93,8 +94,9 @@ def test_a_job_that_is_not_there_is_404_saying_where_the_jobs_are(finished: Driv
 
 def test_bad_query_values_are_400_with_what_to_send(finished: DrivenJob, client) -> None:
     c = client()
-    r = c.get("/api/stats", params={"window": "a while"})
-    assert r.status_code == 400 and "window='a while'" in r.json()["error"] and "window=60" in r.json()["error"]
+    for window in ("a while", "0", "inf", "nan"):
+        r = c.get("/api/stats", params={"window": window})
+        assert r.status_code == 400 and f"window={window!r}" in r.json()["error"] and "window=60" in r.json()["error"]
     r = c.get("/api/state/j1/counts/abc", params={"type": "long"})
     assert r.status_code == 400 and "integer key" in r.json()["error"]
     r = c.get("/api/state/j1/counts/abc", params={"type": "float"})
@@ -215,3 +217,17 @@ def test_the_state_lookup_answers_what_sluice_state_get_does(log: EventLog, coun
                         "vertex": want.vertex, "state_id": want.state_id, "address": address,
                         "value": {"word": "w17", "count": 3}}
     assert c.get("/api/state/j1/counts/not-a-word").json()["value"] is None
+
+
+def test_a_bug_is_answered_as_json_saying_where_the_traceback_is(log: EventLog) -> None:
+    app = create_app(log)
+
+    def broken(request):
+        raise KeyError("vertex")
+
+    app.router.routes.append(Route("/api/broken", broken))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.get("/api/broken")
+    assert r.status_code == 500
+    assert r.json()["error"] == ("the dashboard failed answering /api/broken (KeyError: 'vertex'): a bug in Sluice; "
+                                 "the output of `sluice ui` has the traceback")
