@@ -156,3 +156,18 @@ def test_png_renders_the_graph_with_graphviz(log: EventLog, redis_url: str, ran:
     out = tmp_path / "j2.png"
     inspect(redis_url, log, "graph", "j2", "--png", str(out))
     assert out.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.timeout(60)
+def test_after_export_and_import_the_commands_show_the_same_job(log: EventLog, redis_url: str, ran: Run) -> None:
+    from sluice.views.archive import collect, export_lines, load, parse
+    from tests.views.test_replay import second_prefix
+
+    with second_prefix(log) as there:
+        load(there, parse(list(export_lines(collect(log, "j1"), exported_at=1)), "test export"))
+        for args in (("job", "j1", "--json"), ("job", "j1", "--json", "--at", ran.mid), ("graph", "j1", "--json"),
+                     ("kvstate", "j1", "--json"), ("splits", "j1", "--json")):
+            assert inspect(redis_url, there, *args).output == inspect(redis_url, log, *args).output, args
+        (row,) = orjson.loads(inspect(redis_url, there, "jobs", "--json").output)
+        assert (row["job_id"], row["status"], row["restarts"]) == ("j1", "FINISHED", 1)
+        assert "last failure: src[0] attempt 0 failed: ValueError: boom" in inspect(redis_url, there, "job", "j1").output
