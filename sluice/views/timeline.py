@@ -36,7 +36,10 @@ from sluice.events import (
     JobStatusChanged,
     JobSubmitted,
     JobWaitingForSlots,
+    KvStateNotificationRefused,
     NextInputSplit,
+    NotifyKvStateRegistered,
+    NotifyKvStateUnregistered,
     OperatorEvent,
     RequestNextInputSplit,
     ScheduleOrUpdateConsumers,
@@ -129,10 +132,17 @@ def _describe(env: Envelope) -> tuple[str, str, dict]:
             {"vertex": ev.operator_id}
     if isinstance(ev, JobDisposed):
         return "disposed", "job disposed: its queryable state released", {}
+    if isinstance(ev, NotifyKvStateRegistered):
+        r = ev.key_group_range
+        return "kvstate", (f"queryable state {ev.registration_name!r} of {ev.vertex_id}: key groups {r.start}..{r.end} "
+                           f"registered by {ev.execution_id or 'an attempt'} at {ev.server_address}"), {}
+    if isinstance(ev, NotifyKvStateUnregistered):
+        r = ev.key_group_range
+        return "kvstate", (f"queryable state {ev.registration_name!r} of {ev.vertex_id}: key groups {r.start}..{r.end} "
+                           "unregistered"), {}
+    if isinstance(ev, KvStateNotificationRefused):
+        return "kvstate", f"queryable state {ev.registration_name!r}: {ev.notification} refused: {ev.reason}", {}
     kind = type(ev).__name__
-    if kind.startswith(("NotifyKvState", "KvState")):
-        name = getattr(ev, "registration_name", "")
-        return "kvstate", f"{kind} {name}".strip(), {}
     return kind, kind, {}
 
 

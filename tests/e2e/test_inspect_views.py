@@ -137,6 +137,7 @@ def test_every_bad_input_says_what_was_wrong_and_what_to_do(log: EventLog, redis
         (("inspect", "stats", "--window", "soon"), "'soon' is not a time window: give seconds above 0, like 60s"),
         (("inspect", "dead-letters", "--redrive", "1-1"), "no dead letter 1-1 under prefix"),
         (("inspect", "dead-letters", "--redrive", "x"), "'x' is not a dead letter's id"),
+        (("inspect", "dead-letters", "--redrive", "1-1", "--stream", "nope"), "no stream 'nope' under prefix"),
         (("inspect", "tail", "--follow", "--at", "1-1"), "--follow prints what comes next"),
         (("inspect", "graph", "j1", "--png", str(tmp_path / "g.png")), "apt-get install graphviz"),
     ]

@@ -25,6 +25,7 @@ from sluice.views.deadletters import UnknownDeadLetter, dead_letters, redrive
 from sluice.views.history import resolve_at
 from sluice.views.kvstate import kvstate
 from sluice.views.stats import stats
+from sluice.views.timeline import timeline
 from tests.services.failover_helpers import CODE, ManualWorld, events, lead, source_graph
 from tests.services.test_failover_regressions import jm
 
@@ -124,6 +125,8 @@ def test_the_kvstate_table_now_and_before_a_registration(log: EventLog) -> None:
     assert [(r["start"], r["end"], r["state_id"], r["execution_id"]) for r in row["ranges"]] == \
         [(0, 63, "state-a", "src:0:0"), (64, 127, "state-b", "src:1:0")]
     assert kvstate(log, "j1", resolve_at(before)) == []
+    told = [e["text"] for e in timeline(log, "j1")["events"] if e["kind"] == "kvstate"]
+    assert told[0] == "queryable state 'counts' of src: key groups 0..63 registered by src:0:0 at redis://a:1/0"
     with pytest.raises(JobNotFound, match="job 'nope' not found"):
         kvstate(log, "nope")
 
