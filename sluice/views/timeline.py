@@ -18,9 +18,9 @@ JSON::
 split-request, split, no-more-splits, operator-event, checkpoint, kvstate, renumbered,
 disposed (any other fact: its type). An attempt starts when it is SCHEDULED (deployed)
 and ends at its final state; durations of what has not ended run to the moment (now: the
-wall clock). The root cause is the job's when it failed (its reason, with the failed
-attempt's traceback), else the last failure of an attempt (then ``job_failed`` is false),
-else None.
+wall clock). The root cause is the job's when it failed (its reason, with the traceback
+of the attempt whose failure failed it, if one did), else the last failure of an attempt
+(then ``job_failed`` is false), else None.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def headline(error: str | None) -> str:
     lines = [ln for ln in (error or "").strip().splitlines() if ln.strip()]
     if not lines:
         return ""
-    if any(ln.startswith("Traceback") for ln in lines):
+    if any("Traceback (most recent call last)" in ln for ln in lines):
         return lines[-1].strip()
     return lines[0].strip()
 
@@ -230,9 +230,11 @@ def _root_cause(job: dict, last_failure: tuple[dict, int] | None) -> dict | None
     if failed:
         reason = job["reason"]
         attempt = last_failure[0] if last_failure is not None else None
-        trace = attempt["error"] if attempt is not None and attempt["error"] else reason
-        return {"text": _summary(reason), "traceback": trace, "attempt": _eid(attempt), "at": job["ended_at"] or
-                (last_failure[1] if last_failure else None), "job_failed": True}
+        if attempt is None or not attempt["error"] or attempt["error"] not in reason:
+            attempt = None  # the job failed for a reason of its own (a coordinator, a state clash)
+        return {"text": _summary(reason), "traceback": attempt["error"] if attempt is not None else reason,
+                "attempt": _eid(attempt), "at": job["ended_at"] or (last_failure[1] if last_failure else None),
+                "job_failed": True}
     if last_failure is None:
         return None
     a, ts = last_failure

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from sluice.errors import JobNotFound
-from sluice.events import Envelope, JobRegistered, NextInputSplit, RequestNextInputSplit, TaskState
+from sluice.events import (
+    Envelope,
+    JobGraph,
+    JobRegistered,
+    NextInputSplit,
+    RequestNextInputSplit,
+    RestartStrategy,
+    TaskState,
+)
 from sluice.events.descriptor import descriptor_from_json
 from sluice.services.projector import Projector
 from sluice.services.taskmanager.worker import report_state
@@ -214,3 +222,28 @@ def test_now_the_lists_read_up_to_date_projected_rows_instead_of_folding(log: Ev
     assert taskmanagers(log) == tms
     # In the past, always the fold.
     assert [r["restarts"] for r in jobs(log, resolve_at(ran.mid)) if r["job_id"] == "j1"] == [1]
+
+
+@pytest.mark.timeout(60)
+def test_a_job_that_fails_without_restart_has_its_root_cause_with_the_traceback(log: EventLog, tmp_path: Path) -> None:
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    slots = TinySlots()
+    t = tm(log, world, tmp_path, slots, n=1)
+    register_tm(a, t, world)
+    g = source_graph("j3")
+    submit(log, world, "j3", JobGraph(g.name, g.vertices, g.edges, g.max_parallelism, RestartStrategy("none")))
+    pump([a.step, t.step], lambda: len(slots.launched) == 1, what="the launch", world=world, advance_ms=10)
+    slot, d, _ = slots.launched[0]
+    report(log, world, d, "tm-1", slot, TaskState.RUNNING)
+    report_state(log, world, descriptor_from_json(d), "tm-1", slot, TaskState.FAILED, TRACEBACK)
+    pump([a.step, t.step], lambda: job_state(log, "j3").ended_at is not None, what="the job's end", world=world,
+         advance_ms=10)
+    tl = timeline(log, "j3")
+    assert tl["job"]["status"] == "FAILED" and tl["restarts"] == 0
+    assert tl["root_cause"] == {"text": "task src[0] failed (restart strategy: none): ValueError: boom",
+                                "traceback": TRACEBACK, "attempt": "src:0:0", "at": tl["job"]["ended_at"],
+                                "job_failed": True}
+    (row,) = jobs(log)
+    assert row["status"] == "FAILED" and TRACEBACK in row["reason"] and row["tasks_done"] == 0
