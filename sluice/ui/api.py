@@ -29,21 +29,33 @@ def list_jobs(request: Request) -> Response:
     return JSONResponse(jobs(log_of(request), at_of(request)))
 
 
-@query(at=AT, events="Only the last N events (the page asks for a few hundred; absent: all of them). "
-                      "``entries`` always lists every fact entry.")
+def _count(request: Request, name: str, example: int) -> int | None:
+    """A ``?name=N`` count (None when absent); anything but a whole number is a 400."""
+    raw = request.query_params.get(name)
+    if raw is not None and not raw.isdigit():
+        raise ApiError(400, f"{name}={raw!r} is not a count of {name}: send a whole number like {name}={example}, "
+                            "or leave it out for all of them")
+    return None if raw is None else int(raw)
+
+
+@query(at=AT, events="Only the last N events (absent: all of them). ``entries`` always lists every fact entry.",
+       attempts="Only the N attempts that started last, in the usual order (absent: all of them); "
+                "``attempts_total`` then says how many there are.")
 def job_timeline(request: Request) -> Response:
     """One job's timeline: its events, every attempt (TaskManager, slot, splits, durations), the root
     cause with the user's traceback, restarts, and the ids of its fact entries (the time slider's stops)."""
     from sluice.views.timeline import timeline
 
     log = log_of(request)
-    raw = request.query_params.get("events")
-    if raw is not None and not raw.isdigit():
-        raise ApiError(400, f"events={raw!r} is not a count of events: send a whole number like events=200, "
-                            "or leave it out for all of them")
+    events, attempts = _count(request, "events", 200), _count(request, "attempts", 500)
     tl = timeline(log, known_job(log, request.path_params["job_id"]), at_of(request))
-    if raw is not None:
-        tl["events"] = tl["events"][-int(raw):] if int(raw) else []
+    if events is not None:
+        tl["events"] = tl["events"][len(tl["events"]) - events:] if events < len(tl["events"]) else tl["events"]
+    if attempts is not None:
+        tl["attempts_total"] = len(tl["attempts"])
+        latest = sorted(range(len(tl["attempts"])), key=lambda i: tl["attempts"][i]["states"][0]["at"])[-attempts:] \
+            if attempts else []
+        tl["attempts"] = [tl["attempts"][i] for i in sorted(latest)]
     return JSONResponse(tl)
 
 

@@ -38,8 +38,13 @@ def test_every_view_is_served_as_json(finished: DrivenJob, client) -> None:
     assert tl["root_cause"]["traceback"] == TRACEBACK and "cannot split line 17" in tl["root_cause"]["text"]
     assert tl["restarts"] == 1
     assert tl["entries"] == [e["entry"] for e in tl["events"]] and len(tl["entries"]) > 10
-    last = c.get("/api/jobs/j1", params={"events": "3"}).json()
+    last = c.get("/api/jobs/j1", params={"events": "3", "attempts": "2"}).json()
     assert last["events"] == tl["events"][-3:] and last["entries"] == tl["entries"]
+    # The two that started last (the restart began after both first attempts), in the usual order.
+    assert [(a["subtask"], a["attempt"]) for a in last["attempts"]] == [(0, 1), (1, 0)]
+    assert last["attempts_total"] == 3
+    none = c.get("/api/jobs/j1", params={"events": "0", "attempts": "0"}).json()
+    assert none["events"] == [] and none["attempts"] == [] and none["entries"] == tl["entries"]
 
     g = c.get("/api/jobs/j1/graph").json()
     assert [(v["id"], v["parallelism"], v["states"], v["status"]) for v in g["vertices"]] == \
@@ -103,6 +108,8 @@ def test_bad_query_values_are_400_with_what_to_send(finished: DrivenJob, client)
     assert r.status_code == 400 and "type=string or type=long" in r.json()["error"]
     r = c.get("/api/jobs/j1", params={"events": "-1"})
     assert r.status_code == 400 and "events=200" in r.json()["error"]
+    r = c.get("/api/jobs/j1", params={"attempts": "many"})
+    assert r.status_code == 400 and "attempts='many' is not a count of attempts" in r.json()["error"]
     r = c.get("/no/such/page")
     assert r.status_code == 404 and "/api/openapi.json" in r.json()["error"]
 

@@ -9,6 +9,7 @@ const COLOURS = {
   RUNNING: "#4292c6", FINISHED: "#74c476", CANCELING: "#fdd0a2", CANCELED: "#fd8d3c", FAILED: "#ef3b2c",
 };
 const EVENTS = 300; // the job page's events table: the last this many of the moment shown
+const ATTEMPTS = 400; // the job page's attempts and Gantt chart: the ones that started last
 const app = document.getElementById("app");
 const AT = new URLSearchParams(location.search).get("at"); // a page opened at a past moment (?at=)
 const stats = document.body.dataset; // counters a test (or a curious user) can read
@@ -231,7 +232,8 @@ async function jobPage(jobId) {
     $("job-summary").textContent = `${job.name} · ${job.tasks_done} of ${job.tasks_total} tasks done · ${secs(job.duration_s)} · ${tl.restarts} restart${tl.restarts === 1 ? "" : "s"}`;
     $("dag").innerHTML = dag(graph);
     $("gantt").innerHTML = gantt(tl.attempts, at ? Number(at.split("-")[0]) : job.ended_at ?? Date.now());
-    $("attempts").innerHTML = attemptsTable(tl.attempts);
+    $("attempts").innerHTML = (tl.attempts_total > tl.attempts.length
+      ? `<p class="muted">the ${tl.attempts.length} attempts that started last, of ${tl.attempts_total}</p>` : "") + attemptsTable(tl.attempts);
     $("kvstate").innerHTML = table(kv, [
       ["name", (r) => esc(r.name)], ["vertex", (r) => esc(r.vertex)],
       ["key groups registered", (r) => `${esc(r.registered_key_groups)} / ${esc(r.num_key_groups)}`],
@@ -256,9 +258,9 @@ async function jobPage(jobId) {
     stats.loads = Number(stats.loads) + 1;
     const q = at === null ? "" : `&at=${encodeURIComponent(at)}`;
     try {
-      const [tl, graph, kv, now] = await Promise.all([api(`${base}?events=${EVENTS}${q}`),
+      const [tl, graph, kv, now] = await Promise.all([api(`${base}?events=${EVENTS}&attempts=${ATTEMPTS}${q}`),
         api(`${base}/graph?${q.slice(1)}`), api(`${base}/kvstate?${q.slice(1)}`),
-        at !== null && !entries.length ? api(`${base}?events=0`) : null]);  // opened at a past moment
+        at !== null && !entries.length ? api(`${base}?events=0&attempts=0`) : null]);  // opened at a past moment
       entries = (at === null ? tl : now || {entries}).entries;  // the slider's stops: every entry up to now
       show(tl, graph, kv);
       placeSlider();
