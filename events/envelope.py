@@ -112,7 +112,7 @@ def decode_bytes(raw: bytes | str) -> Envelope:
     if not (type(version) is int and type(epoch) is int and type(ts) is int and type(eid) is str and eid
             and (job is None or type(job) is str) and (cause is None or type(cause) is str)):
         raise _field_error(version, epoch, ts, eid, job, cause)
-    spec = _SPECS.get(type_name)
+    spec = _SPECS.get(type_name) if type(type_name) is str else None
     if spec is None:
         spec = _spec(type_name)
     cls, current, decoder = spec
@@ -122,7 +122,10 @@ def decode_bytes(raw: bytes | str) -> Envelope:
         ev = decoder(payload)
     except DecodeError as exc:
         raise type(exc)(f"{type_name} v{version}: {exc.reason}") from None
-    return Envelope(ev, eid, epoch, ts, job, cause)
+    return _new_envelope(Envelope, (ev, eid, epoch, ts, job, cause))  # Envelope(...) without its Python __new__
+
+
+_new_envelope = tuple.__new__
 
 
 _SPECS: dict[str, tuple[type[Event], int, Any]] = {}

@@ -239,6 +239,11 @@ def _compile(cls: type) -> Callable[[Any], Any]:
             ns[f"_c{i}"] = conv
 
     def check_lines(i: int, f: dataclasses.Field, conv: Callable | None, test: str, indent: str) -> list[str]:
+        tp = hints[f.name]
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):  # inline: the member by value, else the error
+            ns[f"_e{i}"] = {m.value: m for m in tp}
+            return [f"{indent}try:", f"{indent}    a{i} = _e{i}[a{i}]",
+                    f"{indent}except (KeyError, TypeError):", f"{indent}    _c{i}(a{i})"]
         if conv is not None:
             return [f"{indent}a{i} = _c{i}(a{i})"]
         if test != "True":

@@ -149,19 +149,22 @@ class EventLog:
     def replay(self, stream: str, after: str = "0-0", *, page: int = 1000) -> Iterator[tuple[str, Envelope]]:
         """Every event of ``stream`` after entry ``after``, decoded, in order, read in pages.
 
-        Undecodable entries raise DecodeError naming the stream and entry: a fact stream
-        is written only through commits, so one is a corrupted log, not bad input.
+        Undecodable entries raise DecodeError naming the stream and entry (after the
+        entries before it): a fact stream is written only through commits, so one is a
+        corrupted log, not bad input.
         """
-        for entry_id, fields in self._pages(stream, after, page):
-            raw = fields.get(FIELD)
-            if raw is not None and len(fields) == 1:  # the one shape commits write
-                try:
-                    env = decode_bytes(raw)
-                except DecodeError as exc:
-                    raise exc.at(stream, entry_id) from None
-                yield entry_id, env
-            else:
-                yield entry_id, decode_fields(fields, stream=stream, entry_id=entry_id)
+        for batch in self._batches(stream, after, page):
+            envs = _decode_fast(batch)
+            yield from envs if envs is not None else _decode_each(stream, batch)
+
+    def replay_pages(self, stream: str, after: str = "0-0", *,
+                     page: int = 1000) -> Iterator[list[tuple[str, Envelope]]]:
+        """``replay`` a page at a time: each page's (entry id, envelope) pairs, decoded in one
+        tight loop (a JobManager's replay decodes millions; a generator step per entry cost
+        a tenth of it). An undecodable entry raises DecodeError before its page is given."""
+        for batch in self._batches(stream, after, page):
+            envs = _decode_fast(batch)
+            yield envs if envs is not None else list(_decode_each(stream, batch))
 
     def replay_raw(self, stream: str, after: str = "0-0", *, page: int = 1000) -> Iterator[tuple[str, dict[bytes, bytes]]]:
         """Like replay, but the entries' fields undecoded (for inspection and dead letters)."""
@@ -172,10 +175,16 @@ class EventLog:
         return self.backend.xrange(stream, after, count)
 
     def _pages(self, stream: str, after: str, page: int) -> Iterator[tuple[str, dict[bytes, bytes]]]:
+        for batch in self._batches(stream, after, page):
+            yield from batch
+
+    def _batches(self, stream: str, after: str, page: int) -> Iterator[list[tuple[str, dict[bytes, bytes]]]]:
+        """The stream's raw entries after ``after``, one XRANGE of up to ``page`` at a time."""
         start: str | None = after
         while True:
             batch = self.backend.xrange(stream, start, page)
-            yield from batch
+            if batch:
+                yield batch
             if len(batch) < page:
                 return
             start = batch[-1][0]
@@ -215,6 +224,28 @@ class EventLog:
     def streams(self) -> list[str]:
         """Every stream under this prefix (inboxes, facts, outboxes, dead letters), sorted."""
         return sorted(name for name in self.backend.scan_streams(self.keys.pattern) if self.keys.is_stream_name(name))
+
+
+def _decode_fast(batch: list[tuple[str, Any]]) -> list[tuple[str, Envelope]] | None:
+    """A page of entries of the shape commits write (field ``e``) decoded; None when one is
+    not (or does not decode): ``_decode_each`` then finds which and says why."""
+    try:
+        return [(entry_id, decode_bytes(fields[FIELD])) for entry_id, fields in batch]
+    except (DecodeError, KeyError, TypeError):
+        return None
+
+
+def _decode_each(stream: str, batch: list[tuple[str, Any]]) -> Iterator[tuple[str, Envelope]]:
+    for entry_id, fields in batch:
+        raw = fields.get(FIELD) if isinstance(fields, dict) else None
+        if raw is not None and len(fields) == 1:  # the one shape commits write
+            try:
+                env = decode_bytes(raw)
+            except DecodeError as exc:
+                raise exc.at(stream, entry_id) from None
+            yield entry_id, env
+        else:
+            yield entry_id, decode_fields(fields, stream=stream, entry_id=entry_id)
 
 
 def _same_tag(tag: str, stream: str) -> None:

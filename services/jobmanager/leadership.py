@@ -34,6 +34,7 @@ from sluice.events import (
     JobSubmitted,
     LeadershipGranted,
     TaskRestartScheduled,
+    UpdateTaskExecutionState,
 )
 from sluice.services.coordination.runtime import operator_of
 from sluice.services.jobs.state import TERMINAL_JOB, JobsState
@@ -156,20 +157,27 @@ class Rebuilt:
         return [j for j in self.registered if j not in archived]
 
 
-def _fold_job(r: Rebuilt, job_id: str, env: Envelope, checkpoints: dict[str, Checkpoint],
+def _fold_job(r: Rebuilt, job_id: str, page: list[tuple[str, Envelope]], checkpoints: dict[str, Checkpoint],
               tails: dict[str, list[Event]]) -> None:
-    """One fact of a job: into the jobs state, and its coordinators' checkpoints and tails."""
-    jobs_evolve(r.jobs, env)
-    op = operator_of(env.event)
-    if op is None:
-        return
-    if isinstance(env.event, CoordinatorCheckpointed):
-        run = r.jobs.jobs[job_id].vertices.get(op)
-        attempts = [ex.attempt for ex in run.subtasks] if run else None
-        checkpoints[op] = (env.event.checkpoint_id, env.event.state, attempts)
-        tails[op] = []
-    else:
-        tails.setdefault(op, []).append(env.event)
+    """A page of a job's facts: into the jobs state, and its coordinators' checkpoints and
+    tails (one loop, its names local: replay runs it for every fact)."""
+    jobs = r.jobs
+    for _, env in page:
+        jobs_evolve(jobs, env)
+        ev = env.event
+        op = ev.vertex_id if type(ev) is UpdateTaskExecutionState else operator_of(ev)
+        if op is None:
+            continue
+        if type(ev) is CoordinatorCheckpointed:
+            run = jobs.jobs[job_id].vertices.get(op)
+            attempts = [ex.attempt for ex in run.subtasks] if run else None
+            checkpoints[op] = (ev.checkpoint_id, ev.state, attempts)
+            tails[op] = []
+        else:
+            tail = tails.get(op)
+            if tail is None:
+                tail = tails[op] = []
+            tail.append(ev)
 
 
 def read_snapshot(log: EventLog, tag: str, decode: Callable[[bytes], Any],
@@ -231,19 +239,9 @@ class Replay:
         if self.logger is not None:
             self.logger.warning(what, **kw)
 
-    def _pages(self, stream: str, after: str = "0-0") -> Iterator[list[tuple[str, Any]]]:
+    def _pages(self, stream: str, after: str = "0-0") -> Iterator[list[tuple[str, Envelope]]]:
         """The stream's envelopes after ``after`` a page at a time (decoded like ``EventLog.replay``)."""
-        while True:
-            page = []
-            for entry_id, env in self.log.replay(stream, after, page=self.page):
-                page.append((entry_id, env))
-                if len(page) >= self.page:
-                    break
-            if page:
-                yield page
-                after = page[-1][0]
-            if len(page) < self.page:
-                return
+        return self.log.replay_pages(stream, after, page=self.page)
 
     def _run(self) -> Iterator[None]:
         r = self.result
@@ -281,8 +279,7 @@ class Replay:
                     checkpoints, tails = snap.checkpoints, snap.tails
                     r.from_snapshots += 1
             for page in self._pages(keys.facts(tag), after):
-                for _, env in page:
-                    _fold_job(r, job_id, env, checkpoints, tails)
+                _fold_job(r, job_id, page, checkpoints, tails)
                 after = page[-1][0]
                 r.facts += len(page)
                 yield
@@ -309,8 +306,8 @@ def load_job(log: EventLog, job_id: str, *, snapshots: bool = True,
             after, snap = got
             install_job(r.jobs, snap)
             checkpoints, tails = snap.checkpoints, snap.tails
-    for _, env in log.replay(log.keys.facts(tag), after):
-        _fold_job(r, job_id, env, checkpoints, tails)
+    for page in log.replay_pages(log.keys.facts(tag), after):
+        _fold_job(r, job_id, page, checkpoints, tails)
     return job_snapshot(r.jobs, job_id, checkpoints, tails)
 
 
