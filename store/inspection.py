@@ -23,7 +23,7 @@ from .log import EventLog
 from .redis_backend import RedisBackend, translate_errors
 
 __all__ = ["GroupInfo", "stream_summaries", "consumer_groups", "entries_before", "entry", "redrive_entry",
-           "DEAD_FIELD_PREFIX", "projected_row"]
+           "DEAD_FIELD_PREFIX", "projected_row", "count_after"]
 
 DEAD_FIELD_PREFIX = b"field:"
 """A dead letter keeps the parked entry's own fields under this prefix (store/scripts.py)."""
@@ -171,3 +171,16 @@ def projected_row(log: EventLog, tag: str, table: str, key: str, stream: str) ->
         pos, raw, last = pipe.execute()
     return (_s(pos) if pos else None, orjson.loads(raw) if raw else None,
             _s(last[0][0]) if last else None)
+
+
+def count_after(log: EventLog, stream: str, entry_id: str, *, page: int = 10_000) -> int:
+    """How many entries of ``stream`` come after entry id ``entry_id`` (read a page at a time)."""
+    client = _redis(log, "counting a stream's entries")
+    n, start = 0, "(" + entry_id
+    with translate_errors(f"counting the entries of {stream} after {entry_id}"):
+        while True:
+            rows = cast("list[tuple[bytes, Any]]", client.xrange(stream, min=start, max="+", count=page))
+            n += len(rows)
+            if len(rows) < page:
+                return n
+            start = "(" + _s(rows[-1][0])

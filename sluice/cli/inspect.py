@@ -145,12 +145,21 @@ def tail(obj: Context, streams: tuple[str, ...], follow: bool, as_json: bool, co
 
 
 @inspect.command("streams")
+@at_option
 @click.pass_obj
-def list_streams(obj: Context) -> None:
-    """Every stream with its length."""
+def list_streams(obj: Context, at: Moment) -> None:
+    """Every stream with its length (at a moment: how many of the entries it holds now it had then;
+    inboxes are trimmed once read)."""
+    from sluice.store.inspection import count_after
+
     log = obj.log()
     for s in log.streams():
-        console.print(f"{escape(short(log, s)):<40} {log.length(s):>8}  [dim]{escape(s)}[/]")
+        length = log.length(s)
+        if at.entry is not None:
+            length -= count_after(log, s, at.entry)
+            if length <= 0:
+                continue  # not there yet
+        console.print(f"{escape(short(log, s)):<40} {length:>8}  [dim]{escape(s)}[/]")
 
 
 @inspect.command("splits")

@@ -94,6 +94,10 @@ def test_job_graph_and_the_lists_in_json_and_in_rich_now_and_in_the_middle(
     assert [orjson.loads(line)["entry"] for line in inspect(redis_url, log, "tail", "job:j1:facts", "-n", "2",
                                                              "--at", ran.mid, "--json").output.splitlines()] == upto[-2:]
 
+    lengths = {ln.split()[0]: int(ln.split()[1]) for ln in
+               inspect(redis_url, log, "streams", "--at", ran.mid).output.splitlines()}
+    assert lengths["job:j1:facts"] == len(upto) and not any(name.startswith("job:j2") for name in lengths)
+
     splits = [orjson.loads(line) for line in inspect(redis_url, log, "splits", "j1", "--json").output.splitlines()]
     assert {s["outcome"] for s in splits} == {"returned", "finished"}
     early = inspect(redis_url, log, "splits", "j1", "--json", "--at", ran.mid).output.splitlines()
