@@ -12,7 +12,8 @@ data in answer to it and misses nothing that happened between loading and subscr
 The page then fetches the JSON once per event (and coalesces events that arrive while it
 fetches): no polling. A reconnecting browser sends ``Last-Event-ID`` and resumes after it.
 Between batches a comment line goes out every second, which is how a closed page is
-noticed and its stream ended.
+noticed and its stream ended. When Redis goes away the stream says so (``event:
+unavailable``, ``data: {"error": ...}``) and ends; the browser reconnects by itself.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from sluice.errors import RedisUnavailable
 from sluice.store import EventLog
 
 from .params import known_job
@@ -65,7 +67,11 @@ async def job_events(request: Request) -> Response:
             yield _event(pos, 0)
         while not stopping.is_set():
             read = partial(log.follow, {stream: pos}, block_ms=BLOCK_MS, count=10_000)
-            got = await anyio.to_thread.run_sync(read, limiter=_READERS)
+            try:
+                got = await anyio.to_thread.run_sync(read, limiter=_READERS)
+            except RedisUnavailable as exc:  # say so and end: the browser reconnects after `retry`
+                yield f"event: unavailable\ndata: {orjson.dumps({'error': str(exc)}).decode()}\n\n".encode()
+                return
             if got:
                 pos = got[-1][1]
                 yield _event(pos, len(got))

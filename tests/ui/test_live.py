@@ -8,7 +8,11 @@ from collections.abc import Iterator
 import httpx
 import orjson
 
-from sluice.store import EventLog
+from sluice.events import Envelope, JobRegistered
+from sluice.services.embedded import RedisServer
+from sluice.store import EventLog, Keys, connect
+from sluice.ui.app import create_app
+from sluice.ui.serve import UiServer, bind
 from tests.ui.driven import DrivenJob
 
 
@@ -50,3 +54,25 @@ def test_the_stream_says_where_the_log_is_then_follows_it(driven: DrivenJob, log
 def test_a_stream_for_a_job_that_is_not_there_is_404(driven: DrivenJob, served: str) -> None:
     r = httpx.get(f"{served}/api/jobs/nope/events", timeout=10)
     assert r.status_code == 404 and "job 'nope' not found" in r.json()["error"]
+
+
+def test_a_stream_says_when_redis_goes_away(tmp_path) -> None:
+    """On a Redis of its own, stopped while the stream is open: one "unavailable" event naming
+    what failed, then the stream ends (the browser reconnects by itself)."""
+    server = RedisServer(tmp_path / "redis")
+    log = EventLog(connect(server.start()), Keys("gone"))
+    log.append(log.keys.facts(log.keys.job("j1")), Envelope(JobRegistered("j1", "j1"), "id-1", 0, 1, "j1"))
+    ui = UiServer(create_app(log), bind("127.0.0.1", 0))
+    url = ui.start()
+    try:
+        with httpx.stream("GET", f"{url}/api/jobs/j1/events", timeout=30) as r:
+            lines = r.iter_lines()
+            assert next(ln for ln in lines if ln.startswith("event:")) == "event: changed"
+            server.stop()
+            rest = list(lines)  # ends
+        assert "event: unavailable" in rest
+        data = orjson.loads(rest[rest.index("event: unavailable") + 1].removeprefix("data: "))
+        assert data["error"].startswith("Redis went away while following {gone:job:j1}:facts")
+    finally:
+        ui.stop()
+        server.stop()

@@ -210,7 +210,7 @@ function attemptsTable(attempts) {
 async function jobPage(jobId) {
   const base = `/api/jobs/${encodeURIComponent(jobId)}`;
   app.innerHTML = `<h1>Job <span id="job-id">${esc(jobId)}</span> <span id="job-status"></span></h1>
-    <p id="job-summary" class="muted"></p><p><a id="tms-then" href="/taskmanagers">TaskManagers at this moment</a></p>
+    <p id="trouble" class="error"></p><p id="job-summary" class="muted"></p><p><a id="tms-then" href="/taskmanagers">TaskManagers at this moment</a></p>
     <section class="slider"><label>log entry <input type="range" id="slider" min="0" max="0" value="0"></label>
       <button id="live" disabled>Live</button> <span id="moment"></span> <span id="behind" class="muted"></span></section>
     <section><h2>ExecutionGraph</h2><div id="dag"></div></section>
@@ -298,6 +298,10 @@ async function jobPage(jobId) {
     if (at === null || !entries.length) refresh();  // the first event, or live: fetch
     else $("behind").textContent = `· the log has moved on to ${latest}: Live shows it`;  // the past stays
   });
+  source.addEventListener("unavailable", (ev) => {
+    $("trouble").textContent = `${JSON.parse(ev.data).error} · reconnecting…`;
+  });
+  source.onopen = () => { $("trouble").textContent = ""; };
   source.onerror = async () => {  // the browser retries a dropped stream by itself; a refused one is closed
     if (source.readyState !== EventSource.CLOSED) return;
     try { await api(base); fail($("dag"), new Error("the live stream was refused: reload the page")); } catch (e) { fail($("dag"), e); }
