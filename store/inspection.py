@@ -173,14 +173,18 @@ def projected_row(log: EventLog, tag: str, table: str, key: str, stream: str) ->
             _s(last[0][0]) if last else None)
 
 
-def count_after(log: EventLog, stream: str, entry_id: str, *, page: int = 10_000) -> int:
-    """How many entries of ``stream`` come after entry id ``entry_id`` (read a page at a time)."""
+def count_after(log: EventLog, stream: str, entry_id: str, *, page: int = 10_000, limit: int | None = None) -> int:
+    """How many entries of ``stream`` come after entry id ``entry_id`` (read a page at a
+    time; at most ``limit`` are counted)."""
     client = _redis(log, "counting a stream's entries")
     n, start = 0, "(" + entry_id
     with translate_errors(f"counting the entries of {stream} after {entry_id}"):
         while True:
-            rows = cast("list[tuple[bytes, Any]]", client.xrange(stream, min=start, max="+", count=page))
+            want = page if limit is None else min(page, limit - n)
+            if want <= 0:
+                return n
+            rows = cast("list[tuple[bytes, Any]]", client.xrange(stream, min=start, max="+", count=want))
             n += len(rows)
-            if len(rows) < page:
+            if len(rows) < want:
                 return n
             start = "(" + _s(rows[-1][0])

@@ -8,7 +8,7 @@ JSON::
                   "last_entry"}],
      "events": [{"type", "count", "rate_per_s", "by_kind": {"inbox": n, "facts": n, "outbox": n}}],
      "events_sampled": [streams with more entries in the window than were read],
-     "groups": [{"stream", "group", "consumers", "lag", "pending", "oldest_pending",
+     "groups": [{"stream", "group", "consumers", "pending", "lag", "lag_counted", "oldest_pending",
                  "oldest_pending_age_s", "oldest_pending_idle_s"}],
      "dead_letters": {"total": n, "by_reason": [{"kind", "reason", "count"}]}}
 
@@ -16,11 +16,12 @@ Event counts cover the entries of the last ``window_s`` seconds (by their ids: R
 clock) of every inbox, fact stream and outbox; an event appears once per stream it is in
 (a message in an inbox, then the fact it caused). A stream with more than
 ``READ_PER_STREAM`` entries in the window has only its newest ones counted, and its rates
-are over the time they span (it is listed in ``events_sampled``). ``memory_bytes`` is Redis's ``MEMORY
-USAGE`` (an estimate from samples of the stream's nodes). ``lag`` is None when Redis
-cannot say (a group moved with ``XGROUP SETID``); the oldest pending entry's age is since it was
-appended, its idle time since it was last delivered. Streams and events are sorted by name,
-groups by stream, dead-letter reasons by count.
+are over the time they span (it is listed in ``events_sampled``). When Redis cannot say a
+group's ``lag`` (after ``XGROUP SETID``), the entries after its last delivered one are
+counted, up to ``LAG_COUNTED`` (then ``lag_counted`` is true). ``memory_bytes`` is Redis's
+``MEMORY USAGE`` (an estimate from samples of the stream's nodes). The oldest pending
+entry's age is since it was appended, its idle time since it was last delivered. Streams
+and events are sorted by name, groups by stream, dead-letter reasons by count.
 """
 
 from __future__ import annotations
@@ -30,11 +31,14 @@ from collections import Counter
 import orjson
 
 from sluice.store import EventLog, entry_order
-from sluice.store.inspection import consumer_groups, entries_before, stream_summaries
+from sluice.store.inspection import consumer_groups, count_after, entries_before, stream_summaries
 
 from .deadletters import dead_letters
 
-__all__ = ["stats", "READ_PER_STREAM"]
+__all__ = ["stats", "READ_PER_STREAM", "LAG_COUNTED"]
+
+LAG_COUNTED = 10_000
+"""At most this many entries are counted for a group's lag when Redis cannot say it."""
 
 READ_PER_STREAM = 20_000
 """At most this many of a stream's newest entries in the window are read for the event
@@ -73,7 +77,9 @@ def stats(log: EventLog, window_s: float = 60) -> dict:
             by_kind.setdefault(kind_of, Counter())[kind] += 1
     events = [{"type": t, "count": n, "rate_per_s": round(rates[t], 6), "by_kind": dict(by_kind[t])}
               for t, n in sorted(counts.items())]
-    groups = [{"stream": g.stream, "group": g.name, "consumers": g.consumers, "lag": g.lag, "pending": g.pending,
+    groups = [{"stream": g.stream, "group": g.name, "consumers": g.consumers, "pending": g.pending,
+               "lag": g.lag if g.lag is not None else count_after(log, g.stream, g.last_delivered, limit=LAG_COUNTED),
+               "lag_counted": g.lag is None,
                "oldest_pending": g.oldest_pending,
                "oldest_pending_age_s": None if g.oldest_pending is None else
                round(max(now - entry_order(g.oldest_pending)[0], 0) / 1000, 3),
