@@ -228,10 +228,11 @@ class EventLog:
 
 def _decode_fast(batch: list[tuple[str, Any]]) -> list[tuple[str, Envelope]] | None:
     """A page of entries of the shape commits write (field ``e``) decoded; None when one is
-    not (or does not decode): ``_decode_each`` then finds which and says why."""
+    not (or does not decode): ``_decode_each`` then finds which and says why, after the
+    entries before it."""
     try:
         return [(entry_id, decode_bytes(fields[FIELD])) for entry_id, fields in batch]
-    except (DecodeError, KeyError, TypeError):
+    except Exception:  # noqa: BLE001 (decoded again, one by one: the error is raised there)
         return None
 
 
