@@ -185,12 +185,21 @@ SLACK = {"SLUICE_HEARTBEAT_INTERVAL_MS": "200", "SLUICE_HEARTBEAT_TIMEOUT_MS": "
 
 
 @pytest.fixture
-def cluster(procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path) -> dict:
+def cluster(procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path) -> Iterator[dict]:
     """A JobManager for running jobs (storage under tmp_path), and where TaskManagers go."""
     home = tmp_path / "home"
     procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--slot-timeout", "120",
                 env={"SLUICE_HOME": str(home), **SLACK})
-    return {"home": home, "spark": spark_remote}
+    yield {"home": home, "spark": spark_remote}
+    # Whatever the test ran, the projector's tables are the fold of the log it left
+    # (`sluice replay --check`, at each table's own position).
+    from sluice.services.projector import Projector
+    from sluice.views.replay import check
+
+    Projector(log).catch_up()
+    Projector(log).catch_up()  # a job's tables are followed once the cluster's names the job
+    result = check(log)
+    assert result.agree, [vars(d) for d in result.differences[:10]]
 
 
 def start_tm(procs: Processes, cluster: dict, name: str, slots: int = 2, env: dict | None = None) -> None:
