@@ -51,6 +51,7 @@ def create_app(log: EventLog, *, token: str | None = None, token_env: str = "SLU
         *cancel.routes(),
         *state.routes(),
         Route("/api/jobs/{job_id}/events", live.job_events),
+        Route("/api/events", live.cluster_events),
         Route("/api/openapi.json", openapi, include_in_schema=False),
         Mount("/static", StaticFiles(packages=[("sluice.ui", "static")]), name="static"),
         *(Route(path, page, include_in_schema=False) for path in PAGES),

@@ -158,7 +158,7 @@ def test_the_openapi_document_lists_every_endpoint(client) -> None:
     listed = {(method, path) for path, ops in doc["paths"].items() for method in ops}
     assert listed == {
         ("get", "/api/jobs"), ("get", "/api/jobs/{job_id}"), ("get", "/api/jobs/{job_id}/graph"),
-        ("get", "/api/jobs/{job_id}/kvstate"), ("get", "/api/jobs/{job_id}/events"),
+        ("get", "/api/jobs/{job_id}/kvstate"), ("get", "/api/jobs/{job_id}/events"), ("get", "/api/events"),
         ("post", "/api/jobs/{job_id}/cancel"), ("get", "/api/taskmanagers"), ("get", "/api/stats"),
         ("get", "/api/state/{job_id}/{name}/{key}"),
     }

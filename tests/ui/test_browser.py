@@ -140,31 +140,41 @@ def test_the_job_page_follows_the_run_live_and_travels_back(driven: DrivenJob, s
 def test_the_other_pages_show_the_cluster(driven: DrivenJob, served: str, page) -> None:
     from playwright.sync_api import expect
 
-    driven.all_the_way()
+    # The jobs page, open before the job is submitted, follows it to its end without a reload.
     page.goto(served)
+    expect(page.locator("#jobs")).to_contain_text("none")
+    page.evaluate("window.sameDocument = true")
+    driven.submit()
+    driven.run()
     row = page.locator("table.jobs tbody tr")
-    expect(row).to_have_count(1)
+    expect(row).to_contain_text("RUNNING")
+    expect(row).to_contain_text("0 / 2")
+    driven.fail_first()
+    driven.finish()
     expect(row).to_contain_text("FINISHED")
     expect(row).to_contain_text("2 / 2")
+    assert page.evaluate("window.sameDocument") is True
     row.locator("a").click()
     expect(page).to_have_url(f"{served}/jobs/j1")
     expect(page.locator('svg.dag g.vertex[data-vertex="src"]')).to_have_attribute("data-status", "FINISHED")
 
-    # A second job of two vertices (src -> keyed agg), submitted but not run: drawn with its edge.
+    # The TaskManagers page follows its slots: a second job (src -> keyed agg) takes one.
+    page.goto(f"{served}/taskmanagers")
+    tm = page.locator("table.taskmanagers tbody tr")
+    expect(tm).to_contain_text("tm-1")
+    expect(tm).to_contain_text("0 / 2")
     submit(driven.log, driven.world, "j2", keyed_graph("j2"))
     driven._pump(lambda: len(driven.slots.launched) == 4, "j2's source deployed")
+    expect(tm).to_contain_text("1 / 2")
+    expect(tm).to_contain_text(": free")  # one slot of the two
+    expect(tm.locator("a")).to_have_text("j2")
+
+    # Drawn with its edge; its consumer not deployed yet.
     page.goto(f"{served}/jobs/j2")
     expect(page.locator("svg.dag g.vertex")).to_have_count(2)
     expect(page.locator("svg.dag g.edge")).to_have_count(1)
     expect(page.locator("svg.dag g.edge")).to_contain_text("keyed by id")
     expect(page.locator('svg.dag g.vertex[data-vertex="agg"]')).to_have_attribute("data-status", "CREATED")
-
-    page.goto(f"{served}/taskmanagers")
-    tm = page.locator("table.taskmanagers tbody tr")
-    expect(tm).to_contain_text("tm-1")
-    expect(tm).to_contain_text("1 / 2")
-    expect(tm).to_contain_text(": free")  # one slot of the two
-    expect(tm.locator("a")).to_have_text("j2")
 
     page.goto(f"{served}/streams")
     expect(page.locator("table.streams")).to_contain_text("facts")

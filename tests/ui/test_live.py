@@ -76,3 +76,21 @@ def test_a_stream_says_when_redis_goes_away(tmp_path) -> None:
     finally:
         ui.stop()
         server.stop()
+
+
+def test_the_cluster_stream_follows_the_cluster_and_every_job(driven: DrivenJob, log: EventLog, served: str) -> None:
+    """The jobs and TaskManagers pages' stream: a job submitted after it opened joins it, and each of
+    that job's facts is told."""
+    cluster = log.keys.facts(log.keys.cluster)
+    facts = log.keys.facts(log.keys.job("j1"))
+    with httpx.stream("GET", f"{served}/api/events", timeout=30) as r:
+        seen = changes(r.iter_lines())
+        _, first = next(seen)
+        assert first == {"entry": log.last_id(cluster), "new": 0}
+        driven.submit()
+        driven.run()
+        got: list[dict] = []
+        while not got or got[-1]["entry"] != log.last_id(facts):
+            got.append(next(seen)[1])
+    new = [e for e, _ in log.replay(cluster, first["entry"])] + [e for e, _ in log.replay(facts)]
+    assert sum(g["new"] for g in got) == len(new)  # the cluster's new facts and all of the job's

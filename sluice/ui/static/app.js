@@ -40,13 +40,41 @@ function table(rows, columns, cls = "") {
 
 // --- pages ---------------------------------------------------------------------------------
 
+// At most one load() runs at a time; calls that come during it make one more (coalesced).
+function coalesce(load) {
+  let running = false, again = false;
+  return async () => {
+    if (running) { again = true; return; }
+    running = true;
+    try { do { again = false; stats.loads = Number(stats.loads) + 1; await load(); } while (again); } finally { running = false; }
+  };
+}
+
+// Follow a server-sent stream of the log: onChange({entry, new}) per "changed" event; Redis
+// going away is shown in `trouble` until the browser's reconnection succeeds.
+function follow(url, onChange, trouble) {
+  stats.sseEvents = 0; stats.loads = 0;
+  const source = new EventSource(url);
+  source.addEventListener("changed", (ev) => { stats.sseEvents = Number(stats.sseEvents) + 1; onChange(JSON.parse(ev.data)); });
+  source.addEventListener("unavailable", (ev) => { trouble.textContent = `${JSON.parse(ev.data).error} · reconnecting…`; });
+  source.onopen = () => { trouble.textContent = ""; };
+  return source;
+}
+
+// A list page: at a past moment (?at=) loaded once; now, followed live (the cluster's facts and
+// every job's: /api/events).
+function liveOrAt(load) {
+  if (AT) load();
+  else follow("/api/events", coalesce(load), document.getElementById("trouble"));
+}
+
 function atQuery() { return AT ? `?at=${encodeURIComponent(AT)}` : ""; }
 function atNote() {
   return AT ? `<p class="moment">As it was at ${esc(AT)} · <a href="${location.pathname}">now</a></p>` : "";
 }
 
 async function jobsPage() {
-  app.innerHTML = `<h1>Jobs <button id="refresh">Refresh</button></h1>${atNote()}<div id="jobs"></div>`;
+  app.innerHTML = `<h1>Jobs</h1>${atNote()}<p id="trouble" class="error"></p><div id="jobs"></div>`;
   const out = document.getElementById("jobs");
   const load = async () => {
     try {
@@ -60,12 +88,11 @@ async function jobsPage() {
       ], "jobs");
     } catch (e) { fail(out, e); }
   };
-  document.getElementById("refresh").onclick = load;
-  await load();
+  liveOrAt(load);
 }
 
 async function taskmanagersPage() {
-  app.innerHTML = `<h1>TaskManagers <button id="refresh">Refresh</button></h1>${atNote()}<div id="tms"></div>`;
+  app.innerHTML = `<h1>TaskManagers</h1>${atNote()}<p id="trouble" class="error"></p><div id="tms"></div>`;
   const out = document.getElementById("tms");
   const load = async () => {
     try {
@@ -82,8 +109,7 @@ async function taskmanagersPage() {
       ], "taskmanagers");
     } catch (e) { fail(out, e); }
   };
-  document.getElementById("refresh").onclick = load;
-  await load();
+  liveOrAt(load);
 }
 
 async function streamsPage() {
@@ -223,8 +249,7 @@ async function jobPage(jobId) {
   wireStateBox(app);
   const $ = (id) => document.getElementById(id);
   const slider = $("slider");
-  let entries = [], at = AT, fetching = false, again = false, latest = null;
-  stats.sseEvents = 0; stats.loads = 0;
+  let entries = [], at = AT;
 
   function show(tl, graph, kv) {
     const job = tl.job;
@@ -255,7 +280,6 @@ async function jobPage(jobId) {
   }
 
   async function load() {  // one fetch of the page's data, at the slider's moment
-    stats.loads = Number(stats.loads) + 1;
     const q = at === null ? "" : `&at=${encodeURIComponent(at)}`;
     try {
       const [tl, graph, kv, now] = await Promise.all([api(`${base}?events=${EVENTS}&attempts=${ATTEMPTS}${q}`),
@@ -269,11 +293,7 @@ async function jobPage(jobId) {
       stats.shownAt = at ?? "live";
     } catch (e) { fail($("dag"), e); }
   }
-  async function refresh() {  // coalesce: at most one fetch running, and one more after it
-    if (fetching) { again = true; return; }
-    fetching = true;
-    try { do { again = false; await load(); } while (again); } finally { fetching = false; }
-  }
+  const refresh = coalesce(load);
 
   slider.addEventListener("change", () => {
     const i = Number(slider.value);
@@ -290,18 +310,10 @@ async function jobPage(jobId) {
     } catch (e) { out.className = "error"; out.textContent = e.message; }
   };
 
-  const source = new EventSource(`${base}/events`);
-  source.addEventListener("changed", (ev) => {
-    stats.sseEvents = Number(stats.sseEvents) + 1;
-    latest = JSON.parse(ev.data).entry;
-    stats.latest = latest;
+  const source = follow(`${base}/events`, ({entry}) => {
     if (at === null || !entries.length) refresh();  // the first event, or live: fetch
-    else $("behind").textContent = `· the log has moved on to ${latest}: Live shows it`;  // the past stays
-  });
-  source.addEventListener("unavailable", (ev) => {
-    $("trouble").textContent = `${JSON.parse(ev.data).error} · reconnecting…`;
-  });
-  source.onopen = () => { $("trouble").textContent = ""; };
+    else $("behind").textContent = `· the log has moved on to ${entry}: Live shows it`;  // the past stays
+  }, $("trouble"));
   source.onerror = async () => {  // the browser retries a dropped stream by itself; a refused one is closed
     if (source.readyState !== EventSource.CLOSED) return;
     try { await api(base); fail($("dag"), new Error("the live stream was refused: reload the page")); } catch (e) { fail($("dag"), e); }
