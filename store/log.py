@@ -232,7 +232,7 @@ def _decode_fast(batch: list[tuple[str, Any]]) -> list[tuple[str, Envelope]] | N
     entries before it."""
     try:
         return [(entry_id, decode_bytes(fields[FIELD])) for entry_id, fields in batch]
-    except Exception:  # noqa: BLE001 (decoded again, one by one: the error is raised there)
+    except Exception:  # decoded again, one by one: the error is raised there
         return None
 
 
