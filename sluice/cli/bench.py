@@ -93,3 +93,15 @@ def recovery(sizes: str, finished: int, redis_url: str | None) -> None:
     from sluice.bench.recovery import run
 
     run(sizes=[int(s) for s in sizes.split(",")], finished=finished, redis_url=redis_url)
+
+
+@bench.command("inspect")
+@click.option("--events", default=1_000_000, show_default=True, help="Facts in the log looked at.")
+@click.option("--finished", default=1000, show_default=True, help="Finished jobs beside one running job.")
+@click.option("--repeats", default=5, show_default=True, help="Timed runs of each (the median is shown).")
+@click.option("--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server).")
+def inspect_bench(events: int, finished: int, repeats: int, redis_url: str | None) -> None:
+    """Looking at a long log: inspect stats, inspect tail -n 100 and the dashboard's job list vs raw redis-py."""
+    from sluice.bench.inspect import run
+
+    run(events=events, finished=finished, repeats=repeats, redis_url=redis_url)
