@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.services.failover_helpers import keyed_graph, submit
+from tests.services.failover_helpers import job_state, keyed_graph, submit
+from tests.ui.conftest import TOKEN
 from tests.ui.driven import DrivenJob
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -63,6 +64,7 @@ def test_the_job_page_follows_the_run_live_and_travels_back(driven: DrivenJob, s
     expect(vertex).to_have_attribute("data-status", "FINISHED")
     expect(vertex.locator("rect")).to_have_attribute("fill", "#74c476")
     expect(page.locator("#job-status")).to_have_text("FINISHED")
+    expect(page.locator("#cancel-section")).to_be_hidden()  # nothing left to cancel
     assert page.evaluate("window.sameDocument") is True
     loads, told = (int(page.evaluate(f"document.body.dataset.{k}")) for k in ("loads", "sseEvents"))
     assert 1 <= loads <= told  # one fetch per event at most, never polling
@@ -175,6 +177,18 @@ def test_the_other_pages_show_the_cluster(driven: DrivenJob, served: str, page) 
     expect(page.locator("svg.dag g.edge")).to_have_count(1)
     expect(page.locator("svg.dag g.edge")).to_contain_text("keyed by id")
     expect(page.locator('svg.dag g.vertex[data-vertex="agg"]')).to_have_attribute("data-status", "CREATED")
+
+    # Cancelling it from the page takes the dashboard's token.
+    result = page.locator("#cancel-result")
+    page.locator("#token").fill("a guess")
+    page.locator("#cancel").click()
+    expect(result).to_contain_text("the token sent is not the dashboard's")
+    expect(result).to_have_class("error")
+    page.locator("#token").fill(TOKEN)
+    page.locator("#cancel").click()
+    expect(result).to_have_text("cancel requested (the job was CREATED)")
+    driven._pump(lambda: job_state(driven.log, "j2").status.value in ("CANCELLING", "CANCELED"), "j2's cancel")
+    expect(page.locator("#job-status")).to_have_text(job_state(driven.log, "j2").status.value)
 
     page.goto(f"{served}/streams")
     expect(page.locator("table.streams")).to_contain_text("facts")

@@ -254,7 +254,7 @@ async function jobPage(jobId) {
     <section><h2>Attempts</h2><div id="gantt"></div><div id="attempts"></div></section>
     <section><h2>Queryable state</h2><div id="kvstate"></div>${stateBox(jobId)}</section>
     <section><details><summary>Events (the last ${EVENTS})</summary><div id="events"></div></details></section>
-    <section class="cancel"><h2>Cancel</h2><input type="password" id="token" placeholder="dashboard token" autocomplete="off">
+    <section class="cancel" id="cancel-section"><h2>Cancel</h2><input type="password" id="token" placeholder="dashboard token" autocomplete="off">
       <button id="cancel">Cancel job</button> <span id="cancel-result"></span></section>`;
   wireStateBox(app);
   const $ = (id) => document.getElementById(id);
@@ -264,6 +264,7 @@ async function jobPage(jobId) {
   function show(tl, graph, kv) {
     const job = tl.job;
     $("job-status").innerHTML = badge(job.status);
+    $("cancel-section").hidden = ["FINISHED", "FAILED", "CANCELED"].includes(job.status) || at !== null;
     $("job-summary").textContent = `${job.name} · ${job.tasks_done} of ${job.tasks_total} tasks done · ${secs(job.duration_s)} · ${tl.restarts} restart${tl.restarts === 1 ? "" : "s"}`;
     $("dag").innerHTML = dag(graph);
     $("gantt").innerHTML = gantt(tl.attempts, at ? Number(at.split("-")[0]) : job.ended_at ?? Date.now());
