@@ -29,7 +29,9 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no browser: {CHR
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
     """One headless Chromium for the module's tests (each gets a page of its own)."""
-    from playwright.sync_api import sync_playwright
+    sync_playwright = pytest.importorskip(
+        "playwright.sync_api", reason="Playwright's Python package is missing: scripts/setup installs the dev extras"
+    ).sync_playwright
 
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
