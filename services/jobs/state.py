@@ -247,6 +247,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         started = new in _STARTED
         if started is not (old in _STARTED):
             vertex.started += 1 if started else -1
+        return state  # (not a queryable-state fact)
     elif type(ev) is ScheduleOrUpdateConsumers:
         job = state.jobs.get(ev.job_id)
         if job is None:
