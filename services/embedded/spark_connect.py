@@ -14,7 +14,7 @@ from sluice.errors import ConfigError, ServiceError
 
 from .redis_server import free_port
 
-__all__ = ["SparkConnectServer", "spark_home", "check_java"]
+__all__ = ["SparkConnectServer", "spark_home", "check_java", "wait_listening"]
 
 
 def spark_home() -> Path:
@@ -42,6 +42,32 @@ def log4j2_config(directory: Path, level: str) -> Path:
     path = directory / f"sluice-log4j2-{level.lower()}.properties"
     path.write_text(_LOG4J2.format(level=level.lower()))
     return path
+
+
+def wait_listening(remote: str, timeout: float = 180.0, *, poll: float = 0.1) -> None:
+    """Return once the Spark Connect server at ``remote`` (``sc://host:port[/;params]``)
+    accepts connections. A client made before that backs off exponentially inside gRPC
+    (50 ms times 4 each try, up to a minute between tries), so a task started while its
+    TaskManager's server was still coming up waited up to a minute past the moment the
+    server listened; polling the port first costs one connect per ``poll``. Raises
+    ServiceError naming the address when it does not listen within ``timeout``."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(remote.split(";", 1)[0].rstrip("/"))
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise ConfigError(f"{remote!r} is not a Spark Connect address (sc://host:port)")
+    host, port = parsed.hostname, parsed.port or 15002
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(poll, 0.2)):
+                return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise ServiceError(f"the Spark Connect server at {remote} did not listen within {timeout:.0f} s; "
+                                   "see its log (.sluice/logs/<taskmanager>-spark-connect.log)") from None
+            time.sleep(poll)
 
 
 def check_java() -> None:

@@ -102,6 +102,9 @@ def _new_session(remote: str | None) -> Any:
 
         remote = remote or os.environ.get("SLUICE_SPARK_REMOTE")
         if remote:
+            from sluice.services.embedded.spark_connect import wait_listening
+
+            wait_listening(remote)  # its TaskManager may have started it a moment ago
             _spark = SparkSession.builder.remote(remote).getOrCreate()
         else:
             _spark = (SparkSession.builder.master(os.environ.get("SLUICE_SPARK_MASTER", "local[*]"))
