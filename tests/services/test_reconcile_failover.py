@@ -9,7 +9,7 @@ the leader does not know, a CancelTask lost.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,12 @@ class LosesWrites(Delegating):
             self.lost += 1
             return "1-1"
         return super().xadd(stream, fields, maxlen=maxlen)
+
+    def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
+        lost = [stream == self.stream and bool(self.lose(fields)) for stream, fields in items]
+        self.lost += sum(lost)
+        written = iter(super().xadd_many([item for item, gone in zip(items, lost) if not gone]))
+        return ["1-1" if gone else next(written) for gone in lost]
 
 
 def setup(log: EventLog, tmp_path: Path, **jm_kw: Any) -> tuple[ManualWorld, JobManager, TaskManager, TinySlots]:
