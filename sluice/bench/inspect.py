@@ -75,7 +75,7 @@ def _raw_stats(client, log: EventLog, window_ms: int) -> Callable[[], object]:
             pipe.memory_usage(s)
         pipe.execute()
         for s in streams:
-            if s.endswith(":inbox"):
+            if log.keys.is_inbox(s):
                 client.xinfo_groups(s)
         start = f"{int(time.time() * 1000) - window_ms}-0"
         n = 0
