@@ -121,6 +121,46 @@ def entries_before(log: EventLog, stream: str, until: str | None, count: int, *,
     return [(_s(i), dict(f)) for i, f in rows]
 
 
+def newest(log: EventLog, streams: Sequence[str], until: str | None, count: int, *,
+           chunk: int = 64) -> tuple[list[tuple[str, str, dict[bytes, bytes]]], dict[str, str | None]]:
+    """The ``count`` newest entries at or before ``until`` (None: the end) across
+    ``streams``, oldest first, as (stream, id, fields); and each stream's newest entry id
+    then (None: empty). One pipelined round trip for the newest ids, then the streams
+    newest first, ``chunk`` at a time, only until no other stream can hold a newer entry:
+    about ``count`` entries read whatever the number of streams. Entries with one id in
+    two streams are in the order of the streams' names."""
+    last: dict[str, str | None] = {}
+    if not streams:
+        return [], last
+    client = _redis(log, "reading the newest entries")
+    top = until or "+"
+    with translate_errors("reading the newest entries"):
+        pipe = client.pipeline(transaction=False)
+        for s in streams:
+            pipe.xrevrange(s, max=top, count=1)
+        for s, rows in zip(streams, pipe.execute(raise_on_error=False)):
+            last[s] = _s(rows[0][0]) if isinstance(rows, list) and rows else None
+        order = sorted((s for s in streams if last[s] is not None), key=lambda s: _order(last[s]), reverse=True)
+        found: list[tuple[tuple[int, int], str, str, dict[bytes, bytes]]] = []
+        for i in range(0, len(order), chunk):
+            group = order[i:i + chunk]
+            if count <= 0 or (len(found) >= count and _order(last[group[0]]) < found[count - 1][0]):
+                break  # every stream left ends before the count-th newest already found
+            pipe = client.pipeline(transaction=False)
+            for s in group:
+                pipe.xrevrange(s, max=top, count=count)
+            for s, rows in zip(group, pipe.execute()):
+                found += [(_order(_s(e)), s, _s(e), dict(f)) for e, f in rows]
+            found.sort(key=lambda x: (x[0], x[1]), reverse=True)  # ties (one id in two streams): by stream
+            del found[count:]
+    return [(s, e, f) for _, s, e, f in reversed(found)], last
+
+
+def _order(entry_id: str | None) -> tuple[int, int]:
+    ms, _, seq = (entry_id or "0-0").partition("-")
+    return int(ms), int(seq or 0)
+
+
 def entry(log: EventLog, stream: str, entry_id: str) -> dict[bytes, bytes] | None:
     """The fields of one entry (None: no such entry)."""
     client = _redis(log, "reading one entry")

@@ -15,7 +15,7 @@ from rich.markup import escape
 from sluice.errors import DecodeError, SluiceError
 from sluice.events import decode_fields
 from sluice.store import EventLog, entry_order
-from sluice.store.inspection import entries_before
+from sluice.store.inspection import newest
 from sluice.views.history import Moment
 
 from .context import Context
@@ -107,12 +107,11 @@ def tail(obj: Context, streams: tuple[str, ...], follow: bool, as_json: bool, co
     names = resolve(log, streams)
     entries: list[tuple[str, str, dict]] = []
     positions: dict[str, str] = {}
+    if count is not None:  # the newest N across the streams, read backwards: cheap on a long log
+        entries, newest_ids = newest(log, names, at.entry, count)
+        positions = {s: i or "0-0" for s, i in newest_ids.items()}
+        names = []
     for s in names:
-        if count is not None:  # the newest N of each stream (read backwards): cheap on a long log
-            if count > 0:
-                entries += [(s, i, f) for i, f in entries_before(log, s, at.entry, count)]
-            positions[s] = log.last_id(s) or "0-0"
-            continue
         last = "0-0"
         for entry_id, fields in log.replay_raw(s):
             if not at.includes(entry_id):
