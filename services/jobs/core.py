@@ -343,7 +343,7 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int,
         return rec.decision
     ready = job.ready
     waiting = 0
-    later = []
+    later: list[Execution] = []
     deployed = 0
     for _ in range(len(ready)):
         ex = ready.popleft()
@@ -357,12 +357,16 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int,
             continue
         tm = _pick(free)
         if tm is None:
-            waiting += 1
+            # No TaskManager has a free slot: no other task can be placed this pass. Stop
+            # here (the rest keep their place in the queue): looking at every queued task on
+            # every pass made a job of N tasks on a few slots cost O(N^2) (a 3,000-task job
+            # kept the leader busy all the time).
             later.append(ex)
-            continue
+            waiting = 1 + len(ready)  # at most: the rest are not checked for inputs
+            break
         _deploy(rec, job, ex, tm, free[tm].pop(0), (sessions or {}).get(tm))
         deployed += 1
-    ready.extend(later)
+    ready.extendleft(reversed(later))  # ahead of what this pass did not look at, in order
     if waiting and job.waiting_since is None:
         rec.fact(JobWaitingForSlots(job_id, waiting, 0))
     return rec.decision

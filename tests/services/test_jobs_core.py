@@ -295,3 +295,23 @@ def test_consumers_read_a_restarted_producer_at_its_new_attempt() -> None:
         sim.run_to_end(t)
     assert sim.job.status == JobStatus.FINISHED and sim.job.restarts == 1
     assert [ev for _, ev in sim.sent if isinstance(ev, Success)] == [Success("j1")]
+
+
+def test_more_tasks_than_slots_deploy_in_order_and_a_pass_stops_at_the_first_without_a_slot() -> None:
+    """40 source subtasks on 3 slots: each pass deploys as many as there are free slots, in
+    subtask order, and leaves the rest queued in that order; the pass stops at the first
+    task that finds no slot (it looked at all 40 each time: O(N^2) for a big job)."""
+    j = Job("many")
+    j.read_text("lines", "/data/in.txt", parallelism=40).write_parquet("out", "/data/out")
+    sim = Sim(j.graph(), {"tm-a": 2, "tm-b": 1})
+    order = []
+    while len(order) < 40:
+        deployed = sim.schedule()
+        assert 1 <= len(deployed) <= 3
+        order += [t.subtask for t in deployed]
+        queued = [ex.subtask for ex in sim.job.ready if ex.state == TaskState.CREATED]
+        assert queued == list(range(len(order), 40))  # the rest, in order, none lost
+        for task in deployed:
+            sim.run_to_end(task)
+    assert order == list(range(40)) and sim.job.status == JobStatus.FINISHED
+    assert sim.replayed().jobs["j1"].status == JobStatus.FINISHED
