@@ -122,7 +122,8 @@ class JobStatusChanged(Event):
 
 @event("JobWaitingForSlots")
 class JobWaitingForSlots(Event):
-    """Deployable tasks wait: ``needed`` slots wanted, ``free`` available (0 = none at all)."""
+    """Deployable tasks wait: ``needed`` slots wanted (at most: tasks still queued behind the
+    first that found no slot are counted unchecked), ``free`` available (0 = none at all)."""
 
     job_id: str
     needed: int
