@@ -107,6 +107,10 @@ def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | No
 
     client = _client(log)
     queue = Queue(log.keys.slot_queue(resource_id, slot), connection=client, serializer=JSONSerializer)
+    # RQ lists a queue (and, once any queue is listed, only the workers of listed queues)
+    # after its first job: name it in RQ's set of queues now, so `rq info` shows the slot and
+    # its worker from the start.
+    client.sadd(Queue.redis_queues_keys, queue.key)
     quick_ends = incarnation = 0
     while True:
         incarnation += 1  # a new name each time: the last one's registration may outlive it

@@ -16,9 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from sluice.services.embedded import RedisServer
 from sluice.store import EventLog, Keys, connect
+
+
+@pytest.fixture(autouse=True)
+def _structlog_as_it_was() -> Iterator[None]:
+    """Each test leaves structlog as it found it: a command run in process (CliRunner)
+    configures logging onto the runner's stream, and a later test's log lines went there."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @contextmanager
