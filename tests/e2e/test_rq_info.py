@@ -45,8 +45,8 @@ def test_rq_info_lists_each_slot_queue_and_worker_by_taskmanager_and_slot(procs:
     ran = submit(redis_url, prefix, tmp_path, str(noop), "-p", "n=6", "--wait")
     assert ran.returncode == 0, ran.stderr + ran.stdout
     out = rq_info(redis_url)
-    # Both slots were free when the job's first pass deployed: each queue carried tasks, so
-    # RQ lists it (RQ lists a queue once something was queued in it).
+    # Both slots were free when the job's first pass deployed: each queue carried tasks, and
+    # RQ lists it with its counts (listed from the worker's start: see store/slots.py).
     for q in queues:
         assert re.search(rf"^{re.escape(q)} \| \d+, \d+ executing, \d+ finished, \d+ failed$", out, re.M), out
     # Each slot's worker by name (a worker the TaskManager replaced meanwhile under its new pid).
