@@ -104,6 +104,7 @@ def test_a_job_rides_out_redis_killed_and_back_after_20_s(tmp_path: Path, prefix
     ride_out("always", prefix, spark_remote, spark, tmp_path, outage_s=20)
 
 
+@pytest.mark.slow  # (the default run keeps the 20 s outage under always; chaos restarts under both)
 @pytest.mark.timeout(SPARK_START + 90 + 120 + 5 + 120 + MARGIN + TEARDOWN)
 def test_a_job_survives_redis_killed_under_everysec(tmp_path: Path, prefix: str, spark_remote: str, spark) -> None:
     """kill -9 of a Redis that fsyncs every second: it may have lost acknowledged writes,
