@@ -98,13 +98,14 @@ def _ride_out(redis: RedisServer, prefix: str, spark_remote: str, spark, tmp_pat
         procs.stop_all()
 
 
+@pytest.mark.slow  # (41 s: the default run keeps the shorter outage tests; the chaos suite kills Redis too)
 @pytest.mark.timeout(SPARK_START + 90 + 120 + 25 + 120 + MARGIN + TEARDOWN)
 def test_a_job_rides_out_redis_killed_and_back_after_20_s(tmp_path: Path, prefix: str, spark_remote: str,
                                                            spark) -> None:
     ride_out("always", prefix, spark_remote, spark, tmp_path, outage_s=20)
 
 
-@pytest.mark.slow  # (the default run keeps the 20 s outage under always; chaos restarts under both)
+@pytest.mark.slow  # (the chaos suite restarts Redis under both policies)
 @pytest.mark.timeout(SPARK_START + 90 + 120 + 5 + 120 + MARGIN + TEARDOWN)
 def test_a_job_survives_redis_killed_under_everysec(tmp_path: Path, prefix: str, spark_remote: str, spark) -> None:
     """kill -9 of a Redis that fsyncs every second: it may have lost acknowledged writes,
