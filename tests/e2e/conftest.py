@@ -156,8 +156,10 @@ class Processes:
         from sluice.services.common.guard import guarded
 
         with open(self.logs / f"{name}.log", "wb") as out:  # the child keeps its own copy
+            # A home of the test's own (unless the test names one): never the checkout's .sluice/.
+            home = {"SLUICE_HOME": str(self.logs / "home")}
             proc = subprocess.Popen(guarded(cmd), stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **FAST, **(env or {})})
+                                    env={**os.environ, **FAST, **home, **(env or {})})
         self.procs[name] = proc
         return proc
 
