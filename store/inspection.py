@@ -19,7 +19,7 @@ import redis
 from sluice.errors import StoreError
 
 from .keys import tag_of
-from .log import EventLog
+from .log import EventLog, entry_order
 from .redis_backend import RedisBackend, translate_errors
 
 __all__ = ["GroupInfo", "stream_summaries", "consumer_groups", "entries_before", "entry", "redrive_entry",
@@ -140,25 +140,21 @@ def newest(log: EventLog, streams: Sequence[str], until: str | None, count: int,
             pipe.xrevrange(s, max=top, count=1)
         for s, rows in zip(streams, pipe.execute(raise_on_error=False)):
             last[s] = _s(rows[0][0]) if isinstance(rows, list) and rows else None
-        order = sorted((s for s in streams if last[s] is not None), key=lambda s: _order(last[s]), reverse=True)
+        held = {s: entry_order(i) for s, i in last.items() if i is not None}
+        order = sorted(held, key=held.__getitem__, reverse=True)
         found: list[tuple[tuple[int, int], str, str, dict[bytes, bytes]]] = []
         for i in range(0, len(order), chunk):
             group = order[i:i + chunk]
-            if count <= 0 or (len(found) >= count and _order(last[group[0]]) < found[count - 1][0]):
+            if count <= 0 or (len(found) >= count and held[group[0]] < found[count - 1][0]):
                 break  # every stream left ends before the count-th newest already found
             pipe = client.pipeline(transaction=False)
             for s in group:
                 pipe.xrevrange(s, max=top, count=count)
             for s, rows in zip(group, pipe.execute()):
-                found += [(_order(_s(e)), s, _s(e), dict(f)) for e, f in rows]
+                found += [(entry_order(_s(e)), s, _s(e), dict(f)) for e, f in rows]
             found.sort(key=lambda x: (x[0], x[1]), reverse=True)  # ties (one id in two streams): by stream
             del found[count:]
     return [(s, e, f) for _, s, e, f in reversed(found)], last
-
-
-def _order(entry_id: str | None) -> tuple[int, int]:
-    ms, _, seq = (entry_id or "0-0").partition("-")
-    return int(ms), int(seq or 0)
 
 
 def entry(log: EventLog, stream: str, entry_id: str) -> dict[bytes, bytes] | None:
