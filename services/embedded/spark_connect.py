@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sluice.config import spark_log_level
@@ -51,22 +52,31 @@ def wait_listening(remote: str, timeout: float = 180.0, *, poll: float = 0.1) ->
     TaskManager's server was still coming up waited up to a minute past the moment the
     server listened; polling the port first costs one connect per ``poll``. Raises
     ServiceError naming the address when it does not listen within ``timeout``."""
-    import socket
     from urllib.parse import urlparse
 
     parsed = urlparse(remote.split(";", 1)[0].rstrip("/"))
     if parsed.scheme != "sc" or not parsed.hostname:
         raise ConfigError(f"{remote!r} is not a Spark Connect address (sc://host:port)")
-    host, port = parsed.hostname, parsed.port or 15002
+    if not _listens(parsed.hostname, parsed.port or 15002, timeout, poll):
+        raise ServiceError(f"the Spark Connect server at {remote} did not listen within {timeout:.0f} s; "
+                           "see its log (.sluice/logs/<taskmanager>-spark-connect.log)")
+
+
+def _listens(host: str, port: int, timeout: float, poll: float, check: Callable[[], None] | None = None) -> bool:
+    """Whether ``host:port`` accepts a connection within ``timeout``, trying every ``poll``
+    seconds; ``check`` runs before each try (and may raise to give up early)."""
+    import socket
+
     deadline = time.monotonic() + timeout
     while True:
+        if check is not None:
+            check()
         try:
             with socket.create_connection((host, port), timeout=max(poll, 0.2)):
-                return
+                return True
         except OSError:
             if time.monotonic() >= deadline:
-                raise ServiceError(f"the Spark Connect server at {remote} did not listen within {timeout:.0f} s; "
-                                   "see its log (.sluice/logs/<taskmanager>-spark-connect.log)") from None
+                return False
             time.sleep(poll)
 
 
@@ -127,19 +137,13 @@ class SparkConnectServer:
         return self.url
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        import socket
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def still_running() -> None:
             if self.proc is not None and self.proc.poll() is not None:
                 raise ServiceError(f"the Spark Connect server exited at start (code {self.proc.returncode}); "
                                    f"see {self.log_file or 'its output'}")
-            with socket.socket() as s:
-                s.settimeout(0.2)
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.2)
-        raise ServiceError(f"the Spark Connect server did not listen on port {self.port} within {timeout:.0f} s")
+
+        if not _listens("127.0.0.1", self.port, timeout, 0.2, still_running):
+            raise ServiceError(f"the Spark Connect server did not listen on port {self.port} within {timeout:.0f} s")
 
     @property
     def pid(self) -> int | None:
