@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from sluice.events import (
@@ -32,6 +33,7 @@ from sluice.events.descriptor import descriptor_from_json
 from sluice.services.coordination.coordinator import OperatorCoordinator
 from sluice.services.jobmanager import JobManager
 from sluice.services.jobs.state import JobRun, JobsState, evolve
+from sluice.services.taskmanager.core import RegistrationConfig
 from sluice.services.taskmanager.process import TaskManager
 from sluice.services.taskmanager.worker import report_produced, report_state
 from sluice.store import Blobs, EventLog
@@ -242,6 +244,31 @@ def pump(steps: Iterable[Callable[[], Any]], until: Callable[[], bool], *, round
             world.advance(advance_ms)
     if not until():
         raise AssertionError(f"{what} did not happen within {rounds} rounds")
+
+
+def jm(log: EventLog, world: Any, name: str, tmp_path: Path, **kw: Any) -> JobManager:
+    kw.setdefault("lease_ttl_ms", 3000)
+    return JobManager(log, world=world, jm_id=name, storage_root=f"file://{tmp_path}/storage",
+                      checkpoint_interval_ms=600_000, **kw)
+
+
+def tm(log: EventLog, world: Any, tmp_path: Path, slots: TinySlots, *, rid: str = "tm-1", n: int = 2,
+       **kw: Any) -> TaskManager:
+    return TaskManager(log, resource_id=rid, slots=n, host="host-a", world=world, runner=slots,
+                       home=tmp_path / rid, config=RegistrationConfig(50, 400, 100, 600_000), **kw)
+
+
+def started(log: EventLog, tmp_path: Path, slots: TinySlots | None = None, *, n: int = 2
+            ) -> tuple[ManualWorld, JobManager, TaskManager, TinySlots]:
+    """A leading JobManager and one registered TaskManager (``tm-1``, ``n`` slots run by
+    ``slots``, TinySlots by default), on a test clock."""
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    slots = slots if slots is not None else TinySlots()
+    t = tm(log, world, tmp_path, slots, n=n)
+    register_tm(a, t, world)
+    return world, a, t, slots
 
 
 def register_tm(jm: JobManager, tm: TaskManager, world: ManualWorld) -> None:

@@ -47,8 +47,6 @@ from sluice.events import (
 from sluice.services.common.shell import configure_logging
 from sluice.services.jobmanager import JobManager
 from sluice.services.membership import MembershipConfig
-from sluice.services.taskmanager.core import RegistrationConfig
-from sluice.services.taskmanager.process import TaskManager
 from sluice.store import Deliverer, EventLog, current_leader
 from sluice.store.backend import Delegating
 from tests.services.failover_helpers import (
@@ -56,6 +54,7 @@ from tests.services.failover_helpers import (
     ManualWorld,
     TinySlots,
     events,
+    jm,
     job_state,
     keyed_graph,
     lead,
@@ -65,8 +64,10 @@ from tests.services.failover_helpers import (
     register_tm,
     report,
     source_graph,
+    started,
     submit,
     submit_tasks,
+    tm,
 )
 
 COORDINATOR = "tests.services.failover_helpers:CountingCoordinator"
@@ -84,18 +85,6 @@ def pending(log: EventLog, stream: str, group: str = "jobmanager") -> int:
 
 def dead_letters(log: EventLog, tag: str) -> list[dict[bytes, bytes]]:
     return [fields for _, fields in log.replay_raw(log.keys.dead(tag))]
-
-
-def jm(log: EventLog, world: Any, name: str, tmp_path: Path, **kw: Any) -> JobManager:
-    kw.setdefault("lease_ttl_ms", 3000)
-    return JobManager(log, world=world, jm_id=name, storage_root=f"file://{tmp_path}/storage",
-                      checkpoint_interval_ms=600_000, **kw)
-
-
-def tm(log: EventLog, world: Any, tmp_path: Path, slots: TinySlots, *, rid: str = "tm-1", n: int = 2,
-       **kw: Any) -> TaskManager:
-    return TaskManager(log, resource_id=rid, slots=n, host="host-a", world=world, runner=slots,
-                       home=tmp_path / rid, config=RegistrationConfig(50, 400, 100, 600_000), **kw)
 
 
 # --- bug 1: two leaders delivering one long outbox deliver every entry once -------------------------------
@@ -540,12 +529,7 @@ def test_a_finished_tasks_slot_given_to_the_next_attempt_at_once_does_not_kill_i
     the slot and launches the next task in the same worker. (With the job's inbox written
     first, the SubmitTask overtook the FINISHED: the TaskManager found the slot busy and
     killed the worker, warm Spark session and all.)"""
-    world = ManualWorld()
-    a = jm(log, world, "jm-a", tmp_path)
-    lead(a, world)
-    slots = TinySlots()
-    t = tm(log, world, tmp_path, slots, n=1)
-    register_tm(a, t, world)
+    world, a, t, slots = started(log, tmp_path, n=1)
     submit(log, world, "j1", source_graph("j1", parallelism=2))
     pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: len(slots.launched) == 1,
          what="the first launch", world=world, advance_ms=10)

@@ -16,6 +16,7 @@ from sluice.store import EventLog
 from tests.services.failover_helpers import (
     ManualWorld,
     TinySlots,
+    jm,
     job_state,
     lead,
     pump,
@@ -23,8 +24,8 @@ from tests.services.failover_helpers import (
     report,
     source_graph,
     submit,
+    tm,
 )
-from tests.services.test_failover_regressions import jm, tm
 
 __all__ = ["DrivenJob", "TRACEBACK"]
 

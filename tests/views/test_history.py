@@ -17,14 +17,12 @@ from tests.services.failover_helpers import (
     ManualWorld,
     TinySlots,
     job_state,
-    lead,
     pump,
-    register_tm,
     report,
     source_graph,
+    started,
     submit,
 )
-from tests.services.test_failover_regressions import jm, tm
 
 
 def test_at_accepts_entry_ids_milliseconds_and_iso_times() -> None:
@@ -45,12 +43,7 @@ def test_a_moment_that_is_not_one_says_which_forms_are(bad: str) -> None:
 
 
 def run_a_job(log: EventLog, tmp_path: Path) -> tuple[ManualWorld, TinySlots]:
-    world = ManualWorld()
-    a = jm(log, world, "jm-a", tmp_path)
-    lead(a, world)
-    slots = TinySlots()
-    t = tm(log, world, tmp_path, slots, n=2)
-    register_tm(a, t, world)
+    world, a, t, slots = started(log, tmp_path)
     submit(log, world, "j1", source_graph("j1", parallelism=2))
     pump([a.step, t.step], lambda: len(slots.launched) == 2, what="two launches", world=world, advance_ms=10)
     for slot, d, _ in slots.launched:

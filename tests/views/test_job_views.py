@@ -33,6 +33,7 @@ from tests.services.failover_helpers import (
     ManualWorld,
     TinySlots,
     events,
+    jm,
     job_state,
     keyed_graph,
     lead,
@@ -41,8 +42,8 @@ from tests.services.failover_helpers import (
     report,
     source_graph,
     submit,
+    tm,
 )
-from tests.services.test_failover_regressions import jm, tm
 
 TRACEBACK = ('Traceback (most recent call last):\n  File "job.py", line 3, in tokenize\n'
              '    raise ValueError("boom")\nValueError: boom')

@@ -26,8 +26,7 @@ from sluice.views.history import resolve_at
 from sluice.views.kvstate import kvstate
 from sluice.views.stats import stats
 from sluice.views.timeline import timeline
-from tests.services.failover_helpers import CODE, ManualWorld, events, lead, source_graph
-from tests.services.test_failover_regressions import jm
+from tests.services.failover_helpers import CODE, ManualWorld, events, jm, lead, source_graph
 
 
 @pytest.mark.timeout(60)

@@ -24,6 +24,7 @@ from sluice.views.replay import Difference, check, rebuild, rebuild_json, write_
 from tests.services.failover_helpers import (
     ManualWorld,
     TinySlots,
+    jm,
     job_state,
     lead,
     pump,
@@ -31,8 +32,8 @@ from tests.services.failover_helpers import (
     report,
     source_graph,
     submit,
+    tm,
 )
-from tests.services.test_failover_regressions import jm, tm
 
 ERROR = "Traceback (most recent call last):\n  File \"job.py\", line 3, in tokenize\nValueError: boom"
 
