@@ -101,10 +101,11 @@ class GroupConsumer:
         """Entries delivered to this consumer earlier but not acknowledged (e.g. before a crash)."""
         return self._read("0", count, None)
 
-    def reclaim(self, *, min_idle_ms: int, count: int = 100) -> list[Entry]:
-        """Take over entries another consumer left pending for at least ``min_idle_ms``."""
+    def reclaim(self, *, min_idle_ms: int, count: int = 100, streams: list[str] | None = None) -> list[Entry]:
+        """Take over entries another consumer left pending for at least ``min_idle_ms`` (of
+        ``streams``, or of every stream read)."""
         out: list[Entry] = []
-        for stream in list(self.streams):
+        for stream in list(self.streams if streams is None else streams):
             if stream not in self._ensured:
                 self._ensure(stream, "0")
             start = "0-0"
@@ -121,13 +122,14 @@ class GroupConsumer:
                     break
         return out
 
-    def recover(self, *, count: int = 1000) -> list[Entry]:
+    def recover(self, *, count: int = 1000, streams: list[str] | None = None) -> list[Entry]:
         """Every entry read before and not acknowledged, by any consumer of the group (a
         new leader takes over what the old one had read but not committed), each once, in
-        stream order per stream."""
+        stream order per stream; of ``streams`` (a stream it begins to read), or of all."""
         seen: set[tuple[str, str]] = set()
         out: list[Entry] = []
-        for entry in self.reclaim(min_idle_ms=0, count=count) + self.pending_all(count=count):
+        for entry in (self.reclaim(min_idle_ms=0, count=count, streams=streams)
+                      + self.pending_all(count=count, streams=streams)):
             key = (entry.stream, entry.id)
             if key not in seen:
                 seen.add(key)
@@ -136,10 +138,10 @@ class GroupConsumer:
         out.sort(key=lambda e: (order.get(e.stream, len(order)), entry_order(e.id)))
         return out
 
-    def pending_all(self, *, count: int = 1000) -> list[Entry]:
-        """Every entry pending for this consumer (all pages)."""
+    def pending_all(self, *, count: int = 1000, streams: list[str] | None = None) -> list[Entry]:
+        """Every entry pending for this consumer (all pages; of ``streams``, or of all)."""
         out: list[Entry] = []
-        positions = {s: "0" for s in self.streams}
+        positions = {s: "0" for s in (self.streams if streams is None else streams)}
         while positions:
             batch = self._read_from(positions, count, None)
             if not batch:

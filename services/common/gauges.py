@@ -107,6 +107,8 @@ def jobmanager_gauges(jm: JobManager) -> list[Metric]:
 
     state = jm.state  # replaced whole when it steps down: read once
     out = cluster_families(jm.leading, jm.epoch, state.membership, state.jobs)
+    out.append(_gauge("sluice_jobs_recovering", "Live jobs a leader that already serves is still rebuilding from "
+                      "the log.", value=len(jm.recovering)))
     streams = list(jm.consumer.streams)
 
     def kind(stream_or_tag: str) -> str:

@@ -104,6 +104,10 @@ class JobManagerMetrics(Metrics):
             "sluice_leadership_recovery_seconds", "From taking the lease to leading: replaying the log, "
             "restoring coordinators, recovering what the last leader left undone.", buckets=RECOVERY_BUCKETS,
             registry=r)
+        self.all_recovered = Histogram(
+            "sluice_leadership_jobs_recovered_seconds", "From taking the lease to every live job rebuilt, when "
+            "the leader began to serve before (a rebuild longer than its serve-after time).",
+            buckets=RECOVERY_BUCKETS, registry=r)
         self.split_round_trip = Histogram(
             "sluice_split_round_trip_seconds", "From a source subtask's split request (its send time) to the "
             "leader's answer committed (a split, or none left).", buckets=SPLIT_BUCKETS, registry=r)

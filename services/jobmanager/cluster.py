@@ -83,7 +83,11 @@ class ClusterInbox:
         if msg.attempts is None:
             return  # a TaskManager of an earlier version: it sends no slot report
         now = jm.world.now_ms()
-        out = reconcile(jm.state.jobs, jm.state.reports, msg.resource_id, msg.session, msg.attempts, now,
+        attempts = msg.attempts
+        recovering = set(jm.recovering)
+        if recovering:  # jobs not yet rebuilt: nothing is known of them, so nothing is said of them
+            attempts = [a for a in attempts if a.job_id not in recovering]
+        out = reconcile(jm.state.jobs, jm.state.reports, msg.resource_id, msg.session, attempts, now,
                         jm.config.heartbeat_timeout_ms, jm.jobs_config)
         for note in out.notes:
             jm.logger.warning("reconciled with a slot report", taskmanager=msg.resource_id, what=note)

@@ -152,6 +152,8 @@ class JobInboxes:
     # --- scheduling and time ---
     def schedule_all(self) -> None:
         jm = self.jm
+        if jm.recovering:  # the slots the jobs still being rebuilt hold are not known yet
+            return
         free = None
         for job_id, job in list(jm.state.jobs.jobs.items()):
             if job.ready and job.status in (JobStatus.CREATED, JobStatus.RUNNING):
@@ -171,8 +173,8 @@ class JobInboxes:
     def tick(self, now: int) -> None:
         jm = self.jm
         total = sum(r.slots for r in jm.state.membership.active())
-        for d in jobs.tick(jm.state.jobs, jm.jobs_config, now, total):
-            self.commit(d)
+        for d in jobs.tick(jm.state.jobs, jm.jobs_config, now, total) if not jm.recovering else ():
+            self.commit(d)  # (no waiting for slots times out while nothing can be scheduled)
         reports = jm.state.reports
         if not reports.leading_since:
             reports.leading_since = now  # the first tick of this leadership

@@ -21,7 +21,7 @@ import contextlib
 import functools
 import gc
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -161,11 +161,10 @@ class Rebuilt:
         return [j for j in self.registered if j not in archived]
 
 
-def _fold_job(r: Rebuilt, job_id: str, page: list[tuple[str, Envelope]], checkpoints: dict[str, Checkpoint],
+def _fold_job(jobs: JobsState, job_id: str, page: list[tuple[str, Envelope]], checkpoints: dict[str, Checkpoint],
               tails: dict[str, list[Event]]) -> None:
     """A page of a job's facts: into the jobs state, and its coordinators' checkpoints and
     tails (one loop, its names local: replay runs it for every fact)."""
-    jobs = r.jobs
     for _, env in page:
         jobs_evolve(jobs, env)
         ev = env.event
@@ -205,36 +204,73 @@ def read_snapshot(log: EventLog, tag: str, decode: Callable[[bytes], Any],
 
 
 class Replay:
-    """Rebuild from the log one page per ``step`` (True when done); ``fence(tag)`` is
-    called for each job's tag before its snapshot and facts are read. With ``snapshots``
-    each tag starts from its snapshot, and archived jobs are skipped."""
+    """Rebuild from the log one page per ``step`` (True when every live job is rebuilt):
+    the cluster's facts first, then each live job in turn. ``fence(tag)`` is called for
+    each job's tag before its snapshot and facts are read. With ``snapshots`` each tag
+    starts from its snapshot, and archived jobs are skipped.
+
+    Each job is folded into a state of its own and installed into ``result.jobs`` whole,
+    when its last page is folded (``take_rebuilt`` says which were, since it was last
+    asked): a leader that serves while the rest are rebuilt (``ready``) never sees a job
+    half folded. ``serve_after_s``: once the cluster's facts are folded and the rebuild
+    has taken this long, ``ready`` is True though jobs are left (None: only when all
+    are rebuilt)."""
 
     def __init__(self, log: EventLog, fence: Callable[[str], None], *, page: int = 1000, snapshots: bool = True,
-                 logger: Any = None, monotonic: Callable[[], float] | None = None) -> None:
+                 logger: Any = None, monotonic: Callable[[], float] | None = None,
+                 serve_after_s: float | None = None) -> None:
         self.log, self.fence, self.page = log, fence, page
         self.snapshots = snapshots
         self.logger, self._monotonic = logger, monotonic
+        self.serve_after_s = serve_after_s
         self.result = Rebuilt()
-        self._steps: Iterator[None] = self._run()
+        self._cluster: Iterator[None] | None = self._run_cluster()
+        self.pending: list[str] = []
+        """Live jobs not yet rebuilt, in the order they will be (known once the cluster's
+        facts are folded)."""
+        self._current: tuple[str, Iterator[None]] | None = None
+        self._rebuilt: list[str] = []
         self.done = False
         self.jobs_done = 0
         self._started = monotonic() if monotonic is not None else 0.0
         self._said = self._started
+
+    @property
+    def cluster_done(self) -> bool:
+        return self._cluster is None
+
+    def ready(self) -> bool:
+        """Whether a leader may serve now: every job is rebuilt, or the cluster's facts are
+        and the rebuild has gone on for ``serve_after_s`` (the rest is rebuilt while it serves)."""
+        if self.done:
+            return True
+        if self._cluster is not None or self.serve_after_s is None or self._monotonic is None:
+            return False
+        return self._monotonic() - self._started >= self.serve_after_s
+
+    def recovering(self, job_id: str) -> bool:
+        """Whether ``job_id`` is a live job still to be rebuilt."""
+        return job_id in self.pending
+
+    def take_rebuilt(self) -> list[str]:
+        """Jobs installed into ``result.jobs`` since the last call, in order."""
+        out, self._rebuilt = self._rebuilt, []
+        return out
 
     def step(self) -> bool:
         if self.done:
             return True
         try:
             with gc_paused():
-                next(self._steps)
-                gc.freeze()  # what the replay built so far is long-lived: later passes skip it
-        except StopIteration:
-            self.done = True
-            gc.unfreeze()
+                self._advance()
+                if not self.done:
+                    gc.freeze()  # what the replay built so far is long-lived: later passes skip it
         except BaseException:
             gc.unfreeze()
             raise
-        if self.logger is not None and self._monotonic is not None and not self.done:
+        if self.done:
+            gc.unfreeze()
+        elif self.logger is not None and self._monotonic is not None:
             now = self._monotonic()
             if now - self._said >= _PROGRESS_EVERY_S:  # a long replay is progress, not a stall: say so
                 self._said = now
@@ -244,6 +280,45 @@ class Replay:
                                  seconds=round(now - self._started, 1))
         return self.done
 
+    def _advance(self) -> None:
+        """One page: of the cluster's facts, or of the job being rebuilt."""
+        if self._cluster is not None:
+            try:
+                next(self._cluster)
+                return
+            except StopIteration:
+                self._cluster = None
+                self.pending = list(self.result.live)
+        if self._current is None:
+            if not self.pending:
+                self.done = True
+                return
+            job_id = self.pending[0]
+            self._current = (job_id, self._run_job(job_id))
+        job_id, steps = self._current
+        try:
+            next(steps)
+        except StopIteration:
+            self._current = None
+            self.pending.remove(job_id)
+            if not self.pending:
+                self.done = True
+
+    def rebuild_now(self, job_id: str) -> None:
+        """Rebuild ``job_id`` to its end at once (a message about it cannot wait)."""
+        if job_id not in self.pending:
+            return
+        steps = self._current[1] if self._current is not None and self._current[0] == job_id else self._run_job(job_id)
+        with gc_paused():
+            for _ in steps:
+                pass
+        if self._current is not None and self._current[0] == job_id:
+            self._current = None
+        self.pending.remove(job_id)
+        self.done = not self.pending and self._cluster is None
+        if self.done:
+            gc.unfreeze()
+
     def _warn(self, what: str, **kw: Any) -> None:
         if self.logger is not None:
             self.logger.warning(what, **kw)
@@ -252,7 +327,7 @@ class Replay:
         """The stream's envelopes after ``after`` a page at a time (decoded like ``EventLog.replay``)."""
         return self.log.replay_pages(stream, after, page=self.page)
 
-    def _run(self) -> Iterator[None]:
+    def _run_cluster(self) -> Iterator[None]:
         r = self.result
         keys = self.log.keys
         after = "0-0"
@@ -274,56 +349,72 @@ class Replay:
                     r.last_grant = ev
             r.facts += len(page)
             yield
-        for job_id in r.live:
-            tag = keys.job(job_id)
-            self.fence(tag)  # from now on a deposed leader cannot write to this job
-            checkpoints: dict[str, Checkpoint] = {}
-            tails: dict[str, list[Event]] = {}
-            after = "0-0"
-            if self.snapshots:
-                got = read_snapshot(self.log, tag, functools.partial(decode_job, job_id=job_id), self._warn)
-                if got is not None:
-                    after, snap = got
-                    install_job(r.jobs, snap)
-                    checkpoints, tails = snap.checkpoints, snap.tails
-                    r.from_snapshots += 1
-            for page in self._pages(keys.facts(tag), after):
-                _fold_job(r, job_id, page, checkpoints, tails)
-                after = page[-1][0]
-                r.facts += len(page)
-                yield
-            r.positions[job_id] = after
-            job = r.jobs.jobs.get(job_id)
-            if job is not None and job.status not in TERMINAL_JOB:  # an ended job has no coordinators to restore
-                r.checkpoints[job_id] = checkpoints
-                r.tails[job_id] = tails
-            self.jobs_done += 1
-            yield
+
+    def _run_job(self, job_id: str) -> Iterator[None]:
+        """One job, a page per step, folded into a state of its own and installed at its end."""
+        r = self.result
+        self.fence(self.log.keys.job(job_id))  # from now on a deposed leader cannot write to this job
+
+        def folded(facts: int, from_snapshot: bool) -> None:
+            r.facts += facts
+            r.from_snapshots += from_snapshot
+
+        snap, after = yield from _rebuild_job(self.log, job_id, snapshots=self.snapshots, warn=self._warn,
+                                              page=self.page, folded=folded)
+        install_job(r.jobs, JobSnapshot(job_id, snap.run, snap.pool, {}, {}))
+        r.positions[job_id] = after
+        if snap.run is not None and snap.run.status not in TERMINAL_JOB:  # an ended job has no coordinators
+            r.checkpoints[job_id] = snap.checkpoints
+            r.tails[job_id] = snap.tails
+        self.jobs_done += 1
+        self._rebuilt.append(job_id)
+
+
+def _rebuild_job(log: EventLog, job_id: str, *, snapshots: bool, warn: Callable[..., None] | None, page: int = 1000,
+                 folded: Callable[[int, bool], None] | None = None) -> Generator[None, None, tuple[JobSnapshot, str]]:
+    """One job's state as its log has it, a page per step (its snapshot, when usable, and
+    the facts after it), in a state of its own; returns it with the last entry id folded.
+    ``folded(facts, from_snapshot)`` is told as it goes."""
+    tag = log.keys.job(job_id)
+    own = JobsState()
+    checkpoints: dict[str, Checkpoint] = {}
+    tails: dict[str, list[Event]] = {}
+    after = "0-0"
+    if snapshots:
+        got = read_snapshot(log, tag, functools.partial(decode_job, job_id=job_id), warn)
+        if got is not None:
+            after, snap = got
+            install_job(own, snap)
+            checkpoints, tails = snap.checkpoints, snap.tails
+            if folded is not None:
+                folded(0, True)
+    for facts in log.replay_pages(log.keys.facts(tag), after, page=page):
+        _fold_job(own, job_id, facts, checkpoints, tails)
+        after = facts[-1][0]
+        if folded is not None:
+            folded(len(facts), False)
+        yield
+    return job_snapshot(own, job_id, checkpoints, tails), after
 
 
 def load_job(log: EventLog, job_id: str, *, snapshots: bool = True,
              warn: Callable[..., None] | None = None) -> JobSnapshot:
     """One job's state as its log has it: its snapshot (when usable) and the facts after it."""
-    tag = log.keys.job(job_id)
-    r = Rebuilt()
-    checkpoints: dict[str, Checkpoint] = {}
-    tails: dict[str, list[Event]] = {}
-    after = "0-0"
-    if snapshots:
-        got = read_snapshot(log, tag, lambda data: decode_job(data, job_id), warn)
-        if got is not None:
-            after, snap = got
-            install_job(r.jobs, snap)
-            checkpoints, tails = snap.checkpoints, snap.tails
-    for page in log.replay_pages(log.keys.facts(tag), after):
-        _fold_job(r, job_id, page, checkpoints, tails)
-    return job_snapshot(r.jobs, job_id, checkpoints, tails)
+    steps = _rebuild_job(log, job_id, snapshots=snapshots, warn=warn)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            snap: JobSnapshot = done.value[0]
+            return snap
 
 
 def restore_job(jm: JobManager, job_id: str) -> bool:
     """Bring an archived job (ended, left out of the replay) back into the leader's state,
     for a message about it (``sluice job dispose``); whether it is there now. Its tag is
     fenced first, as the replay fences a live job's."""
+    if jm.replay is not None and jm.leading and jm.replay.recovering(job_id):
+        jm.recover_now(job_id)  # a live job not yet rebuilt: at once
     if job_id in jm.state.jobs.jobs:
         return True
     if job_id not in jm.registered or jm.epoch is None:
@@ -352,10 +443,17 @@ class SnapshotWriter:
         self.last_grant = grant
         self.lengths: dict[str, int] = {}
         """Per tag, the length of its fact stream at its last snapshot."""
-        self.trails = {j: CoordinatorTrail.of(r.jobs, j, r.positions.get(j, "0-0"), r.checkpoints.get(j, {}),
-                                              r.tails.get(j, {})) for j in r.live if j in r.jobs.jobs}
+        self.trails: dict[str, CoordinatorTrail] = {}
+        for j in r.live:
+            self.rebuilt(j, r)
         self.next_due = 0
         self.written = 0
+
+    def rebuilt(self, job_id: str, r: Rebuilt) -> None:
+        """A live job the replay has rebuilt: its snapshots start from where the replay ended."""
+        if job_id in r.jobs.jobs:
+            self.trails[job_id] = CoordinatorTrail.of(r.jobs, job_id, r.positions.get(job_id, "0-0"),
+                                                      r.checkpoints.get(job_id, {}), r.tails.get(job_id, {}))
 
     def _registered(self) -> list[str]:
         known = set(self.order)

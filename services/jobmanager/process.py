@@ -39,11 +39,14 @@ from sluice.store.consumer import Entry
 from .cluster import ClusterInbox
 from .committer import Committer
 from .job_inboxes import DuplicateCommit, HandlerFailed, JobInboxes
-from .leadership import Lease, Replay, SnapshotWriter, gc_paused
+from .leadership import Lease, Rebuilt, Replay, SnapshotWriter, gc_paused
 
 __all__ = ["JobManager", "LeaderState", "GROUP"]
 
 GROUP = "jobmanager"
+SERVE_AFTER_S = 1.0
+"""How long a new leader rebuilds before it serves the cluster, rebuilding the jobs left
+while it serves (as Flink's Dispatcher leads while its JobMasters recover their jobs)."""
 
 
 @dataclass
@@ -76,6 +79,7 @@ class JobManager:
         batch: int = 500,
         replay_page: int = 1000,
         coordinator_executor: Callable[[str], Any] | None = None,
+        serve_after_s: float | None = SERVE_AFTER_S,
     ) -> None:
         self.log, self.keys, self.world = log, log.keys, world
         self.config, self.jobs_config = config, jobs_config
@@ -84,6 +88,9 @@ class JobManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.coordinator_executor = coordinator_executor
         self.batch, self.replay_page = batch, replay_page
+        self.serve_after_s = serve_after_s
+        """A rebuild from the log longer than this serves the cluster while the jobs left are
+        rebuilt (None: serve only once every job is)."""
         self.id = jm_id or f"jm-{hostname()}-{world.new_id()[:8]}"
         self.group = GROUP
         self.tag = self.keys.cluster
@@ -173,10 +180,13 @@ class JobManager:
             return self._try_lead()
         if self.phase == "replaying":
             assert self.replay is not None
-            if self.replay.step():
+            self.replay.step()
+            if self.replay.ready():
                 with gc_paused():  # restoring coordinators folds their tails: as much work as a page
                     self._take_over()
             return True
+        if self.replay is not None:  # serving while the jobs left are rebuilt, a page per step
+            self._recover_step()
         read_at = self.world.now_ms()  # the view is at least this fresh (the call may stall after its read)
         entries = self.consumer.read(count=self.batch, block_ms=block_ms)
         caught_up = self.consumer.read_counts.get(self.inbox, 0) < self.batch
@@ -250,7 +260,7 @@ class JobManager:
         self.committer.begin(epoch, server)
         self.phase = "replaying"
         self.replay = Replay(self.log, self.committer.fence, page=self.replay_page, logger=self.logger,
-                             monotonic=self.world.monotonic)
+                             monotonic=self.world.monotonic, serve_after_s=self.serve_after_s)
         self.logger.info("replaying the log", epoch=epoch)
         return True
 
@@ -275,8 +285,11 @@ class JobManager:
     # --- taking over ---------------------------------------------------------------------
 
     def _take_over(self) -> None:
-        """The log is replayed: announce the epoch, restore coordinators, recover what the
-        previous leader left undone, and serve."""
+        """The cluster's facts and the jobs rebuilt so far are folded: announce the epoch,
+        restore their coordinators, recover what the previous leader left undone, and
+        serve. Jobs still being rebuilt (``recovering``) join one by one as their last page
+        is folded (``_job_rebuilt``); until then their inboxes wait unread, and no task is
+        scheduled (the slots they hold are not known yet)."""
         assert self.replay is not None
         r = self.replay.result
         epoch, server = self.committer.epoch, self.committer.server
@@ -285,18 +298,8 @@ class JobManager:
         self.state = LeaderState(r.membership, r.jobs)
         self.registered = set(r.registered)
         self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
-        restoring = []
-        for job_id in r.live:  # archived jobs (ended) are not followed: loaded when asked about
-            job = r.jobs.jobs.get(job_id)
-            if job is None or job.status not in TERMINAL_JOB:
-                self.job_inboxes.follow(job_id)
-            if job is not None and job.built and job.status not in TERMINAL_JOB:
-                # Coordinators exist before leadership is used: restored first, bound and started
-                # below, then fed what happened after their checkpoints.
-                coords = self.job_inboxes.create_coordinators(job_id)
-                for op, (cid, cstate, attempts) in r.checkpoints.get(job_id, {}).items():
-                    coords.restore(op, cid, cstate, attempts)
-                restoring.append((job_id, coords, r.tails.get(job_id, {})))
+        rebuilt = self.replay.take_rebuilt()
+        restoring = [(job_id, self._restore_coordinators(job_id, r)) for job_id in rebuilt]
         grant = r.last_grant
         granted = LeadershipGranted(epoch, self.id, hostname(), server)
         before = grant.server if grant is not None and grant.server and grant.server != server else None
@@ -311,38 +314,126 @@ class JobManager:
             self.cluster.commit_facts([granted])
         else:
             granted = grant if grant is not None else granted  # the log's last grant is already ours
-        for job_id, coords, tails in restoring:
-            coords.start(now)
-            coords.replay(tails)
-            self.job_inboxes.commit(jobs.Decision(job_id, now))
-        # Jobs not yet renumbered above the attempt floor (a restart of Redis that may have lost
-        # writes; a leader that died while doing this): every unfinished attempt runs again.
-        members = self.state.membership
-        for d in jobs.log_restarted(self.state.jobs, members.restart_reason, now, members.attempt_floor):
-            self.job_inboxes.commit(d)
+        for job_id, coords in restoring:
+            self._start_coordinators(job_id, coords, r, now)
+        self._renumber(now)
         self.state.monitor.restart(self.state.membership, now)
-        for tag in [self.tag] + [self.keys.job(j) for j in r.live]:
+        for tag in [self.tag] + [self.keys.job(j) for j in rebuilt]:
             self.committer.deliver(tag)
         self.consumer.ensure_group()
         self.saw_restart = None
         self.snapshots = SnapshotWriter(self, r, granted)
+        for job_id in rebuilt:
+            r.tails.pop(job_id, None)  # fed to the coordinators, and copied into the snapshot writer
         self.phase = "leading"
-        self.replay = None
+        recovering = len(self.replay.pending)
+        if not recovering:
+            self.replay = None
         self.logger.info("leading", epoch=epoch, replayed=r.facts, from_snapshots=r.from_snapshots,
                          archived=len(r.archived), taskmanagers=len(self.state.membership.active()),
-                         jobs=len(self.state.jobs.jobs))
+                         jobs=len(self.state.jobs.jobs), recovering=recovering)
         # Messages a previous leader read but never committed: ours now (each once).
         self.handle_batch(self.consumer.recover())
-        # Attempts placed on a TaskManager registration that is gone in the cluster's facts
-        # (the leader died between the two commits, or the TaskManager registered again as a
-        # new session): fail them now.
+        self._orphans(now)
+        self.job_inboxes.schedule_all()
+        self.metrics.recovery.observe(self.world.monotonic() - self._took_lease)
+
+    def _restore_coordinators(self, job_id: str, r: Rebuilt) -> JobCoordinators | None:
+        """Follow a rebuilt job's inbox (unless it ended) and create its coordinators, reset
+        to their checkpoints (bound and started by ``_start_coordinators``)."""
+        job = r.jobs.jobs.get(job_id)
+        if job is None or job.status not in TERMINAL_JOB:  # archived jobs are not followed: loaded when asked about
+            self.job_inboxes.follow(job_id)
+        if job is None or not job.built or job.status in TERMINAL_JOB:
+            return None
+        # Coordinators exist before leadership is used: restored first, then bound and
+        # started, then fed what happened after their checkpoints.
+        coords = self.job_inboxes.create_coordinators(job_id)
+        for op, (cid, cstate, attempts) in r.checkpoints.get(job_id, {}).items():
+            coords.restore(op, cid, cstate, attempts)
+        return coords
+
+    def _start_coordinators(self, job_id: str, coords: JobCoordinators | None, r: Rebuilt, now: int) -> None:
+        if coords is not None:
+            coords.start(now)
+            coords.replay(r.tails.get(job_id, {}))
+            self.job_inboxes.commit(jobs.Decision(job_id, now))
+
+    def _jobs(self, only: str | None) -> JobsState:
+        """The leader's jobs, or a view of one of them (its run and the shared slot pool)."""
+        state = self.state.jobs
+        if only is None:
+            return state
+        run = state.jobs.get(only)
+        return JobsState({only: run} if run is not None else {}, state.pool)
+
+    def _renumber(self, now: int, only: str | None = None) -> None:
+        """Jobs not yet renumbered above the attempt floor (a restart of Redis that may have lost
+        writes; a leader that died while doing this): every unfinished attempt runs again."""
+        members = self.state.membership
+        for d in jobs.log_restarted(self._jobs(only), members.restart_reason, now, members.attempt_floor):
+            self.job_inboxes.commit(d)
+
+    def _orphans(self, now: int, only: str | None = None) -> None:
+        """Attempts placed on a TaskManager registration that is gone in the cluster's facts
+        (the leader died between the two commits, the TaskManager registered again as a new
+        session, or it was lost while their job was being rebuilt): failed now."""
         members = self.state.membership
         active = {row.resource_id: row.session for row in members.active()}
         reasons = {rid: row.reason or "" for rid, row in members.taskmanagers.items()}
-        for d in jobs.orphans(self.state.jobs, active, reasons, self.jobs_config, now):
+        for d in jobs.orphans(self._jobs(only), active, reasons, self.jobs_config, now):
             self.job_inboxes.commit(d)
-        self.job_inboxes.schedule_all()
-        self.metrics.recovery.observe(self.world.monotonic() - self._took_lease)
+
+    # --- jobs rebuilt while leading ----------------------------------------------------------
+
+    @property
+    def recovering(self) -> list[str]:
+        """Live jobs this leader is still rebuilding from the log (it serves meanwhile)."""
+        return list(self.replay.pending) if self.replay is not None and self.leading else []
+
+    def _recover_step(self) -> None:
+        """A page of the rebuild of the jobs left when this leader began to serve."""
+        assert self.replay is not None
+        self.replay.step()
+        self._join_rebuilt()
+
+    def recover_now(self, job_id: str) -> None:
+        """Rebuild a job still being recovered at once (a message about it cannot wait)."""
+        assert self.replay is not None
+        self.replay.rebuild_now(job_id)
+        self._join_rebuilt()
+
+    def _join_rebuilt(self) -> None:
+        """Jobs whose rebuild ended: restored and served as a new leader's jobs are."""
+        assert self.replay is not None
+        r = self.replay.result
+        now = self.world.now_ms()
+        for job_id in self.replay.take_rebuilt():
+            coords = self._restore_coordinators(job_id, r)
+            self._start_coordinators(job_id, coords, r, now)
+            job = r.jobs.jobs.get(job_id)
+            if job is not None:  # the leader hears of its attempts now: older slot reports say nothing of them
+                for ex in job.executions():
+                    if ex.taskmanager is not None:
+                        self.state.reports.heard(f"{job_id}/{ex.id}")
+            self._renumber(now, job_id)
+            self.committer.deliver(self.keys.job(job_id))
+            if self.snapshots is not None:
+                self.snapshots.rebuilt(job_id, r)
+            r.tails.pop(job_id, None)
+            inbox = self.keys.inbox(self.keys.job(job_id))
+            if self.job_inboxes.following(job_id):
+                self.handle_batch(self.consumer.recover(streams=[inbox]))
+            self._orphans(now, job_id)
+            self.logger.info("job recovered", job=job_id, status=job.status.value if job is not None else None,
+                             left=len(self.replay.pending))
+        if self.replay.done:
+            self.logger.info("every job recovered", epoch=self.committer.epoch, replayed=r.facts,
+                             jobs=len(self.state.jobs.jobs),
+                             seconds=round(self.world.monotonic() - self._took_lease, 3))
+            self.metrics.all_recovered.observe(self.world.monotonic() - self._took_lease)
+            self.replay = None
+            self.job_inboxes.schedule_all()
 
     def _log_restarted(self, before: str, now_server: str) -> list:
         """The Redis server restarted since the last leader took over, and does not keep every
@@ -418,7 +509,7 @@ class JobManager:
                     if away.since is not None:  # a standby's step may not touch Redis: ask it
                         self.log.server_id()
                         away.back()
-                    did = self.step(block_ms=50 if self.leading else 0)
+                    did = self.step(block_ms=50 if self.leading and self.replay is None else 0)
                 except RedisUnavailable as exc:  # it stepped down: it rebuilds from the log when back
                     stop.wait(away.away(exc))
                     continue

@@ -8,7 +8,12 @@ no snapshot (a full replay) and from the snapshots the previous leader wrote. Th
 cluster holding 1,000 finished jobs and one running job (the finished ones archived out of
 the replay).
 
-Targets (issue 10): at most 1 s at 10^6 events with snapshots, at most 5 s without.
+Each takeover is timed twice: to serving (the leader leads: it answers TaskManagers and
+clients and serves the jobs rebuilt so far; a rebuild longer than ``SERVE_AFTER_S`` goes
+on while it serves) and to every live job rebuilt.
+
+Targets (issue 10): start to serving at most 1 s at 10^6 events with snapshots, at most 5 s
+without.
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 from sluice.services.embedded import RedisServer
-from sluice.services.jobmanager.process import JobManager
+from sluice.services.jobmanager.process import SERVE_AFTER_S, JobManager
 from sluice.services.jobs import core
 from sluice.services.jobs.state import JobsState
+from sluice.services.membership import MembershipConfig
 from sluice.store import EventLog, Keys, Out, Snapshots, connect
 
 __all__ = ["run"]
@@ -113,15 +119,24 @@ class _Writer:
             self.commit(tag, out)
 
 
-def _take_over(log: EventLog, name: str) -> tuple[float, JobManager]:
-    """Seconds from a JobManager's start to serving."""
+def _take_over(log: EventLog, name: str) -> tuple[float, float, JobManager]:
+    """Seconds from a JobManager's start to serving (phase leading: it answers the cluster,
+    and serves the jobs rebuilt so far), and to every live job rebuilt."""
     t = time.perf_counter()
-    jm = JobManager(log, jm_id=name, lease_ttl_ms=60_000, max_stall_s=600, replay_page=2000)
+    # No TaskManager process beats for the bench's tm-0: a leader serving while it rebuilds
+    # would declare it lost (and fail the job) after the usual timeout.
+    jm = JobManager(log, jm_id=name, lease_ttl_ms=60_000, max_stall_s=600, replay_page=2000,
+                    config=MembershipConfig(heartbeat_timeout_ms=3_600_000))
     while jm.phase != "leading":
         jm.step()
         if jm.phase == "standby" and jm.lease.epoch is None and jm.errors:
             raise RuntimeError(f"the JobManager failed: {jm.errors[-1]!r}")
-    return time.perf_counter() - t, jm
+    serving = time.perf_counter() - t
+    while jm.replay is not None:  # the jobs left, rebuilt while it serves
+        jm.step(block_ms=None)
+        if not jm.leading:
+            raise RuntimeError(f"the JobManager stopped leading: {jm.errors[-1:]!r}")
+    return serving, time.perf_counter() - t, jm
 
 
 def _leave(jm: JobManager, *, snapshot: bool) -> None:
@@ -146,12 +161,12 @@ def _drop_snapshots(log: EventLog, jobs: list[str]) -> None:
 
 
 def run(*, sizes: Sequence[int] = (10_000, 100_000, 1_000_000), finished: int = 1000, redis_url: str | None = None,
-        parallelism: int = 100) -> dict[str, tuple[float, float]]:
+        parallelism: int = 100) -> dict[str, tuple[float, float, float, float]]:
     server = None
     if redis_url is None:
         server = RedisServer(None)
         redis_url = server.start()
-    results: dict[str, tuple[float, float]] = {}
+    results: dict[str, tuple[float, float, float, float]] = {}
     facts: dict[str, int] = {}
     try:
         client = connect(redis_url)
@@ -176,25 +191,33 @@ def run(*, sizes: Sequence[int] = (10_000, 100_000, 1_000_000), finished: int = 
     finally:
         if server is not None:
             server.stop()
-    table = Table(title="JobManager start to serving (phase leading)")
+    table = Table(title="JobManager start to serving (it leads; jobs not yet rebuilt are rebuilt while it serves), "
+                        "and to every live job rebuilt")
     table.add_column("log")
-    table.add_column("full replay", justify="right")
-    table.add_column("from snapshots", justify="right")
-    table.add_column("ratio", justify="right")
+    table.add_column("full replay: serving", justify="right")
+    table.add_column("full replay: every job", justify="right")
+    table.add_column("from snapshots: serving", justify="right")
+    table.add_column("from snapshots: every job", justify="right")
+    table.add_column("ratio (every job)", justify="right")
     table.add_column("full replay per fact", justify="right")
-    for what, (full, snap) in results.items():
-        table.add_row(what, f"{full:.3f} s", f"{snap:.3f} s", f"{full / snap:.1f}x" if snap else "-",
-                      f"{full / facts[what] * 1e6:.1f} µs")
+    for what, (full, full_all, snap, snap_all) in results.items():
+        table.add_row(what, f"{full:.3f} s", f"{full_all:.3f} s", f"{snap:.3f} s", f"{snap_all:.3f} s",
+                      f"{full_all / snap_all:.1f}x" if snap_all else "-", f"{full_all / facts[what] * 1e6:.1f} µs")
     console.print(table)
-    console.print("targets: <= 5 s at 10^6 events with a full replay, <= 1 s from snapshots")
+    console.print(f"targets (start to serving): <= 5 s at 10^6 events with a full replay, <= 1 s from snapshots. "
+                  f"A leader serves once the cluster's facts are folded and it has rebuilt for {SERVE_AFTER_S:g} s "
+                  "(or every job is rebuilt, if sooner); a job is served once it is rebuilt.")
     return results
 
 
-def _measure(log: EventLog, jobs: list[str]) -> tuple[float, float]:
+def _measure(log: EventLog, jobs: list[str]) -> tuple[float, float, float, float]:
+    """(serving, every job rebuilt) with a full replay, then the same from snapshots."""
     _drop_snapshots(log, jobs)
-    full, jm = _take_over(log, "bench-jm-full")
-    assert jm.replay is None and jm.state.jobs.jobs, "the JobManager rebuilt no job"
+    full, full_all, jm = _take_over(log, "bench-jm-full")
+    live = jm.state.jobs.jobs.get("live")
+    assert jm.replay is None and live is not None and live.status == JobStatus.RUNNING, \
+        f"the running job was not rebuilt as running: {live.status if live else None}"
     _leave(jm, snapshot=True)  # it leaves snapshots (and archives the finished jobs)
-    snap, jm2 = _take_over(log, "bench-jm-snap")
+    snap, snap_all, jm2 = _take_over(log, "bench-jm-snap")
     _leave(jm2, snapshot=False)
-    return full, snap
+    return full, full_all, snap, snap_all

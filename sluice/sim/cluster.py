@@ -39,7 +39,7 @@ from sluice.events import (
 from sluice.events.envelope import decode_bytes
 from sluice.services.jobmanager import JobManager
 from sluice.services.jobs.core import JobsConfig
-from sluice.services.jobs.state import TERMINAL_JOB, JobsState
+from sluice.services.jobs.state import TERMINAL_JOB, JobsState, SlotPool
 from sluice.services.membership.core import MembershipConfig
 from sluice.services.projector import Projector
 from sluice.services.taskmanager.core import RegistrationConfig
@@ -93,6 +93,9 @@ class SimConfig:
     """The JobManagers' stall limit (a replay step or a read is progress)."""
     replay_page: int | None = None
     """Facts a new leader replays per step (None: drawn from the seed)."""
+    serve_after_s: float | None | str = "seed"
+    """A new leader's rebuild time before it serves while rebuilding the jobs left ("seed":
+    drawn from the seed; None: it serves only once every job is rebuilt)."""
 
 
 @dataclass
@@ -164,7 +167,9 @@ class JMProcess(Process):
                              checkpoint_interval_ms=200, storage_root=f"file://{sim.home}/storage",
                              replay_page=sim.cfg.replay_page or sim.rng.choice((3, 50, 1000)),
                              batch=sim.rng.choice((2, 8, 500)),  # small: a backlog spans several reads
-                             coordinator_executor=lambda name: Executor(sim, name))
+                             coordinator_executor=lambda name: Executor(sim, name),
+                             serve_after_s=sim.rng.choice((0.0, 0.05, None)) if sim.cfg.serve_after_s == "seed"
+                             else sim.cfg.serve_after_s)
         sim.jm_instances[self.name] = self.jm
         self.next_renew = 0
 
@@ -687,12 +692,20 @@ class Simulation:
         # A leader that has not yet seen a restart of Redis may be ahead of what the log kept:
         # it finds out at its next write, and rebuilds.
         if leader is not None and leader.committer.server == self.store.run_id:
-            # Jobs that ended leave the leader's memory (archived in its snapshots): the rest must match.
+            # Jobs that ended leave the leader's memory (archived in its snapshots), jobs it is
+            # still rebuilding are not in it yet (nor the slots they hold): the rest must match.
+            recovering = set(leader.recovering)
+            pool = SlotPool()
+            for tm, slot, job_id, eid in self.observer.jobs.pool.holders():
+                if job_id not in recovering:
+                    pool.take(tm, slot, job_id, eid)
             logged_jobs = JobsState({j: run for j, run in self.observer.jobs.jobs.items() if j in leader.state.jobs.jobs},
-                                    self.observer.jobs.pool)
+                                    pool)
             for job_id, run in self.observer.jobs.jobs.items():
-                if job_id not in leader.state.jobs.jobs and run.status not in TERMINAL_JOB:
+                if job_id not in leader.state.jobs.jobs and run.status not in TERMINAL_JOB and job_id not in recovering:
                     raise Violation(f"job {job_id} is {run.status.value} in the log, but not in the leader's state")
+                if job_id in leader.state.jobs.jobs and job_id in recovering:
+                    raise Violation(f"job {job_id} is in the leader's state while it is still being rebuilt")
             live, logged = normal_jobs(leader.state.jobs), normal_jobs(logged_jobs)
             if live != logged:
                 raise Violation("the leader's state differs from the replay of the log:\n" + _diff(live, logged))

@@ -33,10 +33,10 @@ def _snapshot_and_leave(jm) -> None:
 
 def test_a_new_leader_starts_from_the_snapshots_and_folds_only_the_rest(log: EventLog) -> None:
     _log_with(log)
-    _, first = _take_over(log, "jm-a")
+    *_, first = _take_over(log, "jm-a")
     assert first.snapshots is not None
     _snapshot_and_leave(first)
-    _, second = _take_over(log, "jm-b")
+    *_, second = _take_over(log, "jm-b")
     assert normal_jobs(second.state.jobs) == normal_jobs(first.state.jobs)
     assert normal_membership(second.state.membership) == normal_membership(first.state.membership)
     stored = Snapshots(log).read(log.keys.job("live"))
@@ -48,7 +48,7 @@ def test_a_replay_from_snapshots_reads_only_the_facts_after_them(log: EventLog) 
     from sluice.services.jobmanager.leadership import Replay
 
     _log_with(log, facts=900)
-    _, first = _take_over(log, "jm-a")
+    *_, first = _take_over(log, "jm-a")
     _snapshot_and_leave(first)
     full, fast = Replay(log, lambda tag: None, snapshots=False), Replay(log, lambda tag: None)
     while not full.step():
@@ -63,12 +63,12 @@ def test_a_replay_from_snapshots_reads_only_the_facts_after_them(log: EventLog) 
 
 def test_a_corrupt_snapshot_means_a_full_replay_with_a_warning(log: EventLog) -> None:
     _log_with(log)
-    _, first = _take_over(log, "jm-a")
+    *_, first = _take_over(log, "jm-a")
     _snapshot_and_leave(first)
     log.client.hset(log.keys.snapshot(log.keys.job("live")), "data", b'{"v": 1, "kind": "job", "run": 7')
     log.client.hset(log.keys.snapshot(log.keys.cluster), "data", b'{"v": 2, "kind": "cluster"}')
     with capture_logs() as logs:
-        _, second = _take_over(log, "jm-b")
+        *_, second = _take_over(log, "jm-b")
     warned = [e for e in logs if e["event"].startswith("snapshot unreadable")]
     assert {e["tag"] for e in warned} == {log.keys.cluster, log.keys.job("live")}
     assert "schema version 2" in " ".join(e["error"] for e in warned)
@@ -80,13 +80,13 @@ def test_a_corrupt_snapshot_means_a_full_replay_with_a_warning(log: EventLog) ->
 
 def test_finished_jobs_leave_the_replay_but_are_still_answered(log: EventLog) -> None:
     jobs = _log_with(log, finished=3)
-    _, first = _take_over(log, "jm-a")
+    *_, first = _take_over(log, "jm-a")
     assert len(first.state.jobs.jobs) == 4
     first.step()
     assert set(first.state.jobs.jobs) == {"live"}, "ended jobs are archived at the leader's first tick"
     _snapshot_and_leave(first)
     with capture_logs() as logs:
-        _, second = _take_over(log, "jm-b")
+        *_, second = _take_over(log, "jm-b")
     leading = next(e for e in logs if e["event"] == "leading")
     assert leading["archived"] == 3 and leading["jobs"] == 1
     assert set(second.state.jobs.jobs) == {"live"} and second.registered == set(jobs)  # ids stay taken
@@ -104,7 +104,7 @@ def test_finished_jobs_leave_the_replay_but_are_still_answered(log: EventLog) ->
 
 def test_a_deposed_leader_writes_no_snapshot(log: EventLog) -> None:
     _log_with(log)
-    _, jm = _take_over(log, "jm-a")
+    *_, jm = _take_over(log, "jm-a")
     assert jm.epoch is not None
     before = Snapshots(log).read(log.keys.job("live"))
     log.fence(log.keys.job("live"), jm.epoch + 1)  # a new leader claimed the job
@@ -124,7 +124,7 @@ def test_a_restarted_projector_starts_a_job_table_from_the_leaders_snapshot(log:
     from sluice.store import ReadModels
 
     _log_with(log, facts=900)
-    _, jm = _take_over(log, "jm-a")
+    *_, jm = _take_over(log, "jm-a")
     _snapshot_and_leave(jm)  # covers every fact so far
     Projector(log).catch_up()  # and so do the tables
     tables = ReadModels(log)
