@@ -94,8 +94,12 @@ class GroupConsumer:
         self._ensured.add(stream)
 
     def read(self, *, count: int = 100, block_ms: int | None = 100) -> list[Entry]:
-        """New entries for this consumer (blocking up to ``block_ms``; None means don't block)."""
-        return self._read(">", count, block_ms)
+        """New entries for this consumer (blocking up to ``block_ms``; None means don't block);
+        ``read_counts`` says how many each stream gave."""
+        counts: dict[str, int] = {}
+        out = self._read_from({s: ">" for s in self.streams}, count, block_ms, counts)
+        self.read_counts = counts
+        return out
 
     def pending(self, *, count: int = 100) -> list[Entry]:
         """Entries delivered to this consumer earlier but not acknowledged (e.g. before a crash)."""
@@ -174,7 +178,8 @@ class GroupConsumer:
     def _read(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
         return self._read_from({s: start for s in self.streams}, count, block_ms)
 
-    def _read_from(self, positions: dict[str, str], count: int, block_ms: int | None) -> list[Entry]:
+    def _read_from(self, positions: dict[str, str], count: int, block_ms: int | None,
+                   counts: dict[str, int] | None = None) -> list[Entry]:
         for s in positions:
             if s not in self._ensured:
                 self._ensure(s, "0")
@@ -189,7 +194,8 @@ class GroupConsumer:
         by_stream: dict[str, list[tuple[str, Fields | None]]] = {}
         for stream, entry_id, fields in reply:
             by_stream.setdefault(stream, []).append((entry_id, fields))
-        self.read_counts = {s: len(e) for s, e in by_stream.items()}
+        if counts is not None:
+            counts.update((s, len(e)) for s, e in by_stream.items())
         for stream, entries in by_stream.items():
             out += self._decode_all(stream, entries)
         return out

@@ -101,8 +101,9 @@ class JobManagerMetrics(Metrics):
             ["state"], registry=r)
         self.restarts = Counter("sluice_task_restarts", "Subtask restarts the leader scheduled.", registry=r)
         self.recovery = Histogram(
-            "sluice_leadership_recovery_seconds", "From taking the lease to leading: replaying the log, "
-            "restoring coordinators, recovering what the last leader left undone.", buckets=RECOVERY_BUCKETS,
+            "sluice_leadership_recovery_seconds", "From taking the lease to serving: replaying the log "
+            "(all of it, or as much as its serve-after time allows), restoring coordinators, recovering what the "
+            "last leader left undone.", buckets=RECOVERY_BUCKETS,
             registry=r)
         self.all_recovered = Histogram(
             "sluice_leadership_jobs_recovered_seconds", "From taking the lease to every live job rebuilt, when "

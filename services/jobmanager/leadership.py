@@ -304,14 +304,16 @@ class Replay:
             if not self.pending:
                 self.done = True
 
-    def rebuild_now(self, job_id: str) -> None:
-        """Rebuild ``job_id`` to its end at once (a message about it cannot wait)."""
+    def rebuild_now(self, job_id: str, progress: Callable[[], None] | None = None) -> None:
+        """Rebuild ``job_id`` to its end at once (a message about it cannot wait);
+        ``progress()`` is called after each page (the stall watchdog)."""
         if job_id not in self.pending:
             return
         steps = self._current[1] if self._current is not None and self._current[0] == job_id else self._run_job(job_id)
         with gc_paused():
             for _ in steps:
-                pass
+                if progress is not None:
+                    progress()
         if self._current is not None and self._current[0] == job_id:
             self._current = None
         self.pending.remove(job_id)

@@ -16,6 +16,7 @@ the order its seed picks. Nothing in a step sleeps, and time and ids come from `
 
 from __future__ import annotations
 
+import gc
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -108,6 +109,9 @@ class JobManager:
         self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
         self.phase = "standby"
         self.replay: Replay | None = None
+        self.lost_while_recovering: list[tuple[str, str | None, str, int]] = []
+        """TaskManagers lost or gone while jobs were still being rebuilt (resource id, session,
+        reason, when): applied to each of those jobs when it joins."""
         self.errors: list[BaseException] = []
         """Unexpected errors survived (each a bug; the simulation fails a seed on one)."""
         self._next_acquire = 0
@@ -133,7 +137,7 @@ class JobManager:
 
     # --- the steps -----------------------------------------------------------------------
 
-    def step(self, *, block_ms: int = 0) -> bool:
+    def step(self, *, block_ms: int | None = 0) -> bool:
         """One pass of the main loop; whether it did anything. Never raises for anything
         the cluster does (a deposed leader steps down, a restarted server or a bug makes it
         rebuild from the log) except RedisUnavailable, after which the caller waits."""
@@ -171,7 +175,7 @@ class JobManager:
             self.logger.warning("lost the lease, stepping down", epoch=self.committer.epoch, why=why)
         return True
 
-    def _step(self, block_ms: int) -> bool:
+    def _step(self, block_ms: int | None) -> bool:
         self.lease.progress()
         if self.phase != "standby" and self.lease.lost:
             self.step_down()
@@ -268,8 +272,11 @@ class JobManager:
         """Stop leading and forget the state (it is rebuilt from the log when leading again)."""
         if self.phase != "standby":
             self.job_inboxes.close_coordinators()
+        if self.replay is not None:  # abandoned midway: what it froze (gc.freeze) is garbage now
+            gc.unfreeze()
         self.phase = "standby"
         self.replay = None
+        self.lost_while_recovering = []
         self.committer.end()
         self.state = LeaderState()
         self.snapshots: SnapshotWriter | None = None
@@ -389,7 +396,8 @@ class JobManager:
     @property
     def recovering(self) -> list[str]:
         """Live jobs this leader is still rebuilding from the log (it serves meanwhile)."""
-        return list(self.replay.pending) if self.replay is not None and self.leading else []
+        replay = self.replay  # read once: the metrics endpoint asks from its own thread
+        return list(replay.pending) if replay is not None and self.leading else []
 
     def _recover_step(self) -> None:
         """A page of the rebuild of the jobs left when this leader began to serve."""
@@ -400,7 +408,7 @@ class JobManager:
     def recover_now(self, job_id: str) -> None:
         """Rebuild a job still being recovered at once (a message about it cannot wait)."""
         assert self.replay is not None
-        self.replay.rebuild_now(job_id)
+        self.replay.rebuild_now(job_id, progress=self.lease.progress)  # each page is progress
         self._join_rebuilt()
 
     def _join_rebuilt(self) -> None:
@@ -417,6 +425,9 @@ class JobManager:
                     if ex.taskmanager is not None:
                         self.state.reports.heard(f"{job_id}/{ex.id}")
             self._renumber(now, job_id)
+            for rid, session, reason, at in self.lost_while_recovering:  # its attempts there are gone
+                for d in jobs.taskmanager_lost(self._jobs(job_id), rid, reason, self.jobs_config, at, session):
+                    self.job_inboxes.commit(d)
             self.committer.deliver(self.keys.job(job_id))
             if self.snapshots is not None:
                 self.snapshots.rebuilt(job_id, r)
@@ -433,6 +444,7 @@ class JobManager:
                              seconds=round(self.world.monotonic() - self._took_lease, 3))
             self.metrics.all_recovered.observe(self.world.monotonic() - self._took_lease)
             self.replay = None
+            self.lost_while_recovering = []
             self.job_inboxes.schedule_all()
 
     def _log_restarted(self, before: str, now_server: str) -> list:
@@ -509,7 +521,7 @@ class JobManager:
                     if away.since is not None:  # a standby's step may not touch Redis: ask it
                         self.log.server_id()
                         away.back()
-                    did = self.step(block_ms=50 if self.leading and self.replay is None else 0)
+                    did = self.step(block_ms=50 if self.leading and self.replay is None else None)
                 except RedisUnavailable as exc:  # it stepped down: it rebuilds from the log when back
                     stop.wait(away.away(exc))
                     continue

@@ -26,8 +26,11 @@ from sluice.events import (
     NextInputSplit,
     RequestNextInputSplit,
     SubmitTask,
+    TaskManagerLost,
+    TaskManagerRegistered,
     TaskState,
     TaskStatesRecorded,
+    UpdateTaskExecutionState,
 )
 from sluice.services.jobs.state import JobsState
 from sluice.sim.invariants import normal_jobs
@@ -130,6 +133,38 @@ def test_a_new_leader_serves_while_a_long_job_is_rebuilt(log: EventLog, tmp_path
     answers = [(e.epoch, e.event) for _, e in log.replay(keys.facts(keys.job("big")))
                if isinstance(e.event, NextInputSplit)]
     assert len(answers) == REQUESTS + 1 and answers[-1][0] == 2 and answers[-1][1].split is not None
+    b.job_inboxes.close_coordinators()
+
+
+def test_a_taskmanager_lost_and_back_while_a_job_is_rebuilt_fails_that_jobs_attempts_there(
+        log: EventLog, tmp_path: Path) -> None:
+    """tm-1 goes quiet past the heartbeat timeout while ``big`` is being rebuilt: the leader
+    declares it lost (its tasks are dropped there) and tm-1 registers again under the same
+    session. When ``big`` joins, its attempt on tm-1 fails at once for that reason (as it
+    would have, had the job been rebuilt), not later as "missing" from a slot report. (Found
+    by review: before, the orphan check saw tm-1 registered under the attempt's session.)"""
+    keys = log.keys
+    world, _, t, _, _ = _a_long_running_job(log, tmp_path)
+    b = jm(log, world, "jm-b", tmp_path, replay_page=1, serve_after_s=0.0)
+    lead(b, world)
+    assert b.recovering == ["big"]
+    world.advance(6000)  # tm-1 silent past the heartbeat timeout (5 s)
+    pump([lambda: b.step(block_ms=None), b.step_lease],
+         lambda: bool(events(log, keys.facts(keys.cluster), TaskManagerLost)), what="tm-1 lost", world=world,
+         advance_ms=10, rounds=20)
+    assert b.recovering == ["big"]
+    steps = [lambda: t.step(block_ms=None), lambda: b.step(block_ms=None), b.step_lease]
+    pump(steps, lambda: len(events(log, keys.facts(keys.cluster), TaskManagerRegistered)) == 2,
+         what="tm-1 registered again", world=world, advance_ms=10, rounds=50)
+    sessions = {r.session for r in events(log, keys.facts(keys.cluster), TaskManagerRegistered)}
+    assert len(sessions) == 1  # registered again under the same session
+    pump(steps, lambda: not b.recovering, what="big rebuilt", world=world, advance_ms=10, rounds=400)
+    src = b.state.jobs.jobs["big"].vertices["src"].subtasks[0]
+    assert src.state in (TaskState.CREATED, TaskState.SCHEDULED, TaskState.DEPLOYING) and src.attempt == 1, src
+    failed = [f for f in events(log, keys.facts(keys.job("big")), UpdateTaskExecutionState)
+              if f.state == TaskState.FAILED]
+    assert [f.execution_id for f in failed] == ["src:0:0"] and "was lost" in (failed[0].error or ""), failed
+    assert b.errors == [] and _leader_view(b, "big") == _replayed(log, "big")
     b.job_inboxes.close_coordinators()
 
 

@@ -137,6 +137,21 @@ class LogContract:
         assert len(again.read(block_ms=None)) == 0
         assert len(again.pending()) == 3
 
+    def test_read_counts_are_the_last_reads_whatever_recovery_reads_between(self, log: EventLog) -> None:
+        """``read_counts`` (how far the last read got in each stream: the leader's "caught up")
+        are the last ``read``'s: recovering another stream's pending entries in between (a
+        job that joins while the leader handles a batch) must not change them."""
+        cluster, job = log.keys.inbox(log.keys.cluster), log.keys.inbox(log.keys.job("j1"))
+        log.append_batch(cluster, [env(heartbeat()) for _ in range(3)])
+        log.append_batch(job, [env(heartbeat()) for _ in range(2)])
+        GroupConsumer(log, job, "jm", "old").read(block_ms=None)  # an earlier leader's, left pending
+        consumer = GroupConsumer(log, [cluster], "jm", "c1")
+        assert len(consumer.read(count=2, block_ms=None)) == 2
+        assert consumer.read_counts == {cluster: 2}  # not read to its end
+        consumer.add_stream(job)
+        assert len(consumer.recover(streams=[job])) == 2
+        assert consumer.read_counts == {cluster: 2}
+
     def test_entries_left_pending_by_a_dead_consumer_are_reclaimed(self, log: EventLog) -> None:
         tag = log.keys.cluster
         inbox, facts = log.keys.inbox(tag), log.keys.facts(tag)
