@@ -271,6 +271,12 @@ def _update(rec: _Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: 
     if msg.state == TaskState.FAILED and ex.state != TaskState.CANCELING:
         _fail(rec, job, ex, msg.error or "failed without an error message", config)
         return
+    if msg.state == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
+        # A producer reports its partition complete before it finishes, but the report can
+        # come later: a deposed leader may have read it first, and this leader reclaims it
+        # only once it has been idle for a lease. Finished means produced: its consumers
+        # must not wait for a report that is now ignored.
+        rec.fact(ScheduleOrUpdateConsumers(job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
     rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, msg.state, msg.error, ex.vertex, ex.subtask, ex.attempt,
                                       ex.taskmanager, ex.slot))
     if msg.state in (TaskState.RUNNING, TaskState.FINISHED) and job.status == JobStatus.CREATED \
@@ -425,7 +431,8 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
         # A reader that gets no split still needs the source's schema: it reads the first
         # split's schema (no rows) from this one.
         plan = job.splits.get(ex.vertex) or [None]
-        source = TaskSource(spec.source.format, dict(spec.source.options), spec.source.protocol, plan[0])
+        source = TaskSource(spec.source.format, dict(spec.source.options), spec.source.protocol, plan[0],
+                            spec.source.each_split)
     if spec.sink is not None:
         sink = TaskSink(spec.sink.format, spec.sink.path, dict(spec.sink.options))
     if spec.queryable is not None:  # queryable state, keyed by the vertex's input key (services/kvstate)

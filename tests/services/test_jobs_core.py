@@ -297,6 +297,24 @@ def test_consumers_read_a_restarted_producer_at_its_new_attempt() -> None:
     assert [ev for _, ev in sim.sent if isinstance(ev, Success)] == [Success("j1")]
 
 
+def test_a_producer_that_finished_before_its_produced_report_arrived_still_lets_its_consumers_run() -> None:
+    """A deposed leader can read a producer's "partition complete" report first; the new
+    leader reclaims it only after a lease, so the FINISHED sent after it comes first. Finished
+    means produced (a worker reports its partition before it finishes): the consumers are
+    deployed, and the late report is ignored (found by simulation seed 21108, all faults)."""
+    sim = Sim(wordcount(sources=1, reducers=1), {"tm-a": 2})
+    (producer,) = sim.schedule()
+    sim.run_to_end(producer, produce=False)
+    (consumer,) = sim.schedule()
+    assert consumer.vertex_id == "count -> out"
+    late = sim.tell(ScheduleOrUpdateConsumers("j1", producer.execution_id, producer.vertex_id, producer.subtask,
+                                              producer.attempt))
+    assert not late.facts and "not running" in (late.note or "")
+    sim.run_to_end(consumer)
+    assert sim.job.status == JobStatus.FINISHED
+    assert sim.replayed().jobs["j1"].status == JobStatus.FINISHED
+
+
 def test_more_tasks_than_slots_deploy_in_order_and_a_pass_stops_at_the_first_without_a_slot() -> None:
     """40 source subtasks on 3 slots: each pass deploys as many as there are free slots, in
     subtask order, and leaves the rest queued in that order; the pass stops at the first
