@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sluice.client import Client, JobFile
 from sluice.errors import JobNotFound, RedisUnavailable
@@ -169,7 +169,7 @@ class JMProcess(Process):
                              batch=sim.rng.choice((2, 8, 500)),  # small: a backlog spans several reads
                              coordinator_executor=lambda name: Executor(sim, name),
                              serve_after_s=sim.rng.choice((0.0, 0.05, None)) if sim.cfg.serve_after_s == "seed"
-                             else sim.cfg.serve_after_s)
+                             else cast("float | None", sim.cfg.serve_after_s))
         sim.jm_instances[self.name] = self.jm
         self.next_renew = 0
 
