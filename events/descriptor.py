@@ -67,12 +67,14 @@ class TaskOutput:
 @record
 class TaskSource:
     """A source reads splits it asks its coordinator for, by ``protocol``;
-    ``schema_split`` (the plan's first split) gives a reader that got none its columns."""
+    ``schema_split`` (the plan's first split) gives a reader that got none its columns;
+    ``each_split``: its chained functions run on each split as it arrives (SourceSpec)."""
 
     format: str
     options: dict[str, str]
     protocol: str
     schema_split: JSON | None = None
+    each_split: bool = False
 
 
 @record

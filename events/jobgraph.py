@@ -20,13 +20,17 @@ class SourceSpec:
     ``split_bytes`` numbers per split). ``protocol`` is how its readers get splits:
     ``operator-events`` (FLIP-27, from the source coordinator's enumerator) or
     ``input-splits`` (the seed protocol, ``RequestNextInputSplit``); both are answered by
-    the same assignment core."""
+    the same assignment core. ``each_split``: the functions chained to the source run on
+    each split's rows alone, as the split arrives, and a reader asks for the next split only
+    once that work is done (so the Spark work is balanced, not only the reading); the
+    subtask's output is the union of the results."""
 
     format: str
     paths: list[str]
     split_bytes: int
     options: dict[str, str] = field(default_factory=dict)
     protocol: str = "operator-events"
+    each_split: bool = False
 
 
 @record

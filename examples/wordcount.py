@@ -60,8 +60,12 @@ def job(params: dict[str, str]):
         source = str(path)
     output = params.get("output") or str(Path(".sluice/output/wordcount").resolve())
     j = Job("wordcount")
+    # each_split=yes: the partial count runs on each split as it arrives (it is a combiner:
+    # the reducers sum again), which balances the Spark work across readers; worth it when
+    # a split's work is well above what a Spark job costs (about a second here).
     lines = j.read_text("lines", source, parallelism=int(params.get("parallelism", 2)),
-                        split_bytes=int(params.get("split_bytes", 64 * 1024)))
+                        split_bytes=int(params.get("split_bytes", 64 * 1024)),
+                        each_split=params.get("each_split", "no") == "yes")
     partials = lines.map("count words", partial_count)
     counts = partials.key_by("word").map("sum counts", total, parallelism=int(params.get("reducers", 2)),
                                          queryable="word-counts")

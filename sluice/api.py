@@ -102,25 +102,37 @@ class Job:
     # Every source's readers ask its coordinator for splits one at a time, so a fast reader
     # takes more than a slow one. ``protocol``: "operator-events" (FLIP-27, the default) or
     # "input-splits" (the seed protocol, RequestNextInputSplit); both balance the same way.
+    # ``each_split=True``: the functions chained to the source (the maps before its first
+    # exchange) run on each split's rows alone, as the split arrives, and a reader asks for
+    # the next split only when that work is done, so the Spark work is balanced across
+    # readers, not only the reading. The subtask's output is the union of the results: right
+    # for row-by-row functions and for a combiner whose consumer aggregates again (word
+    # count's partial count), wrong for one that needs all of a subtask's rows at once (a
+    # distinct, or an aggregate that is final). Each split then costs one Spark job.
     def read_text(self, name: str, paths: str | list[str], *, parallelism: int = 2,
-                  split_bytes: int = DEFAULT_SPLIT_BYTES, protocol: str = "operator-events") -> Stream:
-        return self._source(name, SourceSpec("text", _list(paths), split_bytes, {}, protocol), parallelism)
+                  split_bytes: int = DEFAULT_SPLIT_BYTES, protocol: str = "operator-events",
+                  each_split: bool = False) -> Stream:
+        return self._source(name, SourceSpec("text", _list(paths), split_bytes, {}, protocol, each_split), parallelism)
 
     def read_csv(self, name: str, paths: str | list[str], *, parallelism: int = 2, header: bool = True,
                  infer_schema: bool = True, split_bytes: int = DEFAULT_SPLIT_BYTES,
-                 protocol: str = "operator-events") -> Stream:
+                 protocol: str = "operator-events", each_split: bool = False) -> Stream:
         options = {"header": str(header).lower(), "inferSchema": str(infer_schema).lower()}
-        return self._source(name, SourceSpec("csv", _list(paths), split_bytes, options, protocol), parallelism)
+        return self._source(name, SourceSpec("csv", _list(paths), split_bytes, options, protocol, each_split),
+                            parallelism)
 
     def read_parquet(self, name: str, paths: str | list[str], *, parallelism: int = 2,
-                     split_bytes: int = DEFAULT_SPLIT_BYTES, protocol: str = "operator-events") -> Stream:
-        return self._source(name, SourceSpec("parquet", _list(paths), split_bytes, {}, protocol), parallelism)
+                     split_bytes: int = DEFAULT_SPLIT_BYTES, protocol: str = "operator-events",
+                     each_split: bool = False) -> Stream:
+        return self._source(name, SourceSpec("parquet", _list(paths), split_bytes, {}, protocol, each_split),
+                            parallelism)
 
     def read_range(self, name: str, start: int, end: int, *, per_split: int = 1_000_000, parallelism: int = 2,
-                   protocol: str = "operator-events") -> Stream:
+                   protocol: str = "operator-events", each_split: bool = False) -> Stream:
         """The numbers ``start`` .. ``end - 1`` in a column ``id`` (like ``spark.range``), in
         splits of ``per_split`` numbers."""
-        spec = SourceSpec("range", [], per_split, {"start": str(int(start)), "end": str(int(end))}, protocol)
+        spec = SourceSpec("range", [], per_split, {"start": str(int(start)), "end": str(int(end))}, protocol,
+                          each_split)
         return self._source(name, spec, parallelism)
 
     def noop(self, name: str, *, parallelism: int = 1) -> None:

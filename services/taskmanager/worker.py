@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -221,36 +221,45 @@ def _execute(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, tem
         task_events.install(None)
 
 
-def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path, events: task_events.TaskEvents) -> Any:
-    """Ask the source coordinator for splits until there are none left, reading each as it
-    comes (at most ``io_rate`` bytes a second when the TaskManager limits it); then one
-    DataFrame of everything this subtask read."""
+def _taken_splits(d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path,
+                  events: task_events.TaskEvents) -> Iterator[tuple[int, int] | Path]:
+    """Ask the source coordinator for splits until there are none left, each taken as it
+    comes: a range of numbers, or the split copied to a file (at most ``io_rate`` bytes a
+    second when the TaskManager limits it). The next split is asked for when the caller
+    asks for the next item, so work done between two items delays the next request."""
     from sluice.services.dataplane import reader
 
     source = d.source
     assert source is not None  # the jobs core gives every source vertex's descriptor its TaskSource
     rate = float(runtime.get("io_rate") or 0)
-    files: list[Path] = []
-    ranges: list[tuple[int, int]] = []
     while (split := events.next_split()) is not None:
         began = time.monotonic()
+        item: tuple[int, int] | Path
         if split["format"] == "range":
-            ranges.append((int(split["start"]), int(split["end"])))
-            size = 8 * (int(split["end"]) - int(split["start"]))
+            item = (int(split["start"]), int(split["end"]))
+            size = 8 * (item[1] - item[0])
         else:
-            path = reader.materialize_split(split, source.options, temp_dir / "splits")
-            files.append(path)
-            size = path.stat().st_size
+            item = reader.materialize_split(split, source.options, temp_dir / "splits")
+            size = item.stat().st_size
         if rate > 0:
             time.sleep(max(0.0, size / rate - (time.monotonic() - began)))
+        yield item
+
+
+def _source_frame(spark: Any, source: TaskSource, items: list[tuple[int, int] | Path], temp_dir: Path) -> Any:
+    """One DataFrame of taken splits (with none: no rows, but the source's columns)."""
+    from sluice.services.dataplane import reader
+
     if source.format == "range":
         from pyspark.sql import functions as F
 
+        ranges = [item for item in items if isinstance(item, tuple)]
         if not ranges:
             return spark.createDataFrame([], "id long")
         bounds = spark.createDataFrame(ranges, "s long, e long")
         return bounds.select(F.explode(F.sequence("s", F.col("e") - 1)).alias("id"))
-    if not files:  # other readers took every split: no rows, but the source's schema
+    files = [item for item in items if isinstance(item, Path)]
+    if not files:  # other readers took every split
         first = source.schema_split
         if first is None or source.format == "text":
             return _empty_source(spark, source)
@@ -259,25 +268,67 @@ def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_di
     return reader.read_materialized(spark, source.format, source.options, files)
 
 
+def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path,
+                 events: task_events.TaskEvents) -> Any:
+    """Every split this subtask takes, then one DataFrame of all it read."""
+    assert d.source is not None
+    return _source_frame(spark, d.source, list(_taken_splits(d, runtime, temp_dir, events)), temp_dir)
+
+
+def _read_each_split(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path,
+                     events: task_events.TaskEvents, chain: Callable[[Any], Any]) -> Any:
+    """The source's chained functions run on each split as it arrives, each result written
+    to a chunk in the task's own temp dir before the next split is asked for; then one
+    DataFrame of the chunks (the subtask's output, committed only when the task finishes,
+    as a whole-task read's is)."""
+    assert d.source is not None
+    chunks: list[str] = []
+    schema = None
+    for item in _taken_splits(d, runtime, temp_dir, events):
+        df = chain(_source_frame(spark, d.source, [item], temp_dir))
+        chunk = temp_dir / "chunks" / f"{len(chunks):06d}"
+        df.write.mode("overwrite").parquet(str(chunk))
+        schema = schema if schema is not None else df.schema
+        chunks.append(str(chunk))
+        if isinstance(item, Path):
+            item.unlink(missing_ok=True)  # its rows are in the chunk: the copy can go
+    if schema is None:  # other readers took every split: the chain's columns, no rows
+        return chain(_source_frame(spark, d.source, [], temp_dir))
+    return spark.read.schema(schema).parquet(*chunks)
+
+
 def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path, spark: Any,
                events: task_events.TaskEvents) -> None:
     from sluice.services.dataplane import exchange
 
+    functions: list[Callable[..., Any]] = []
+    if d.functions:
+        module = load_module(Path(runtime["code_path"]), d.module)
+        functions = [_resolve(module, ref) for ref in d.functions]
+
+    def chain(df: Any) -> Any:
+        for fn in functions:
+            df = fn(df)
+        return df
+
     if d.kind == "source":
-        df = _read_source(spark, d, runtime, temp_dir, events)
-        inputs = [df]
+        assert d.source is not None
+        if d.source.each_split and functions:
+            df = _read_each_split(spark, d, runtime, temp_dir, events, chain)
+        else:
+            df = chain(_read_source(spark, d, runtime, temp_dir, events))
     else:
         # key_groups is [first, last]; read_inputs checks that it is
         inputs = [exchange.read_inputs(spark, inp.partition_paths(),
                                        key_groups=cast("tuple[int, int]", tuple(inp.key_groups)) if inp.key_groups
                                        else None)
                   for inp in d.inputs]
-        df = inputs[0]
-    if d.functions:
-        module = load_module(Path(runtime["code_path"]), d.module)
-        for i, ref in enumerate(d.functions):
-            fn = _resolve(module, ref)
-            df = fn(*inputs) if i == 0 and len(inputs) > 1 else fn(df)
+        if functions and len(inputs) > 1:  # the first function joins the inputs
+            df = functions[0](*inputs)
+            for fn in functions[1:]:
+                df = fn(df)
+        else:
+            df = chain(inputs[0])
     output = d.output
     queryable = d.queryable
     if queryable and (output or d.sink):

@@ -197,6 +197,39 @@ def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, clust
     assert 1 / 10 <= ratio <= 1 / 3, (fast, slow)
 
 
+@pytest.mark.slow  # a minute and more: 17 Spark jobs of seconds each (tests/services/test_each_split.py is quick)
+@pytest.mark.timeout(SPARK_START + 90 + 240 + MARGIN + TEARDOWN)  # registration, the job
+def test_a_reader_slow_at_the_spark_work_takes_fewer_splits_when_each_split_is_worked_on_as_it_arrives(
+        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
+    """Two readers; the Spark work on a split takes 4 s on subtask 0 and 0.5 s on the other
+    (a sleep in the Spark server's Python worker), on top of what a Spark job per split
+    costs anyway. The source is read ``each_split``: a reader asks for its next split only
+    once its work on the last one is done, so each reader's share follows its speed at the
+    whole work: the slow one's time per split is several times the fast one's, and it takes
+    that much fewer splits. Read whole (the default), each would take about half: a reader
+    copies every split it gets before any Spark work, and copies are equally fast."""
+    start_tm(procs, cluster, "tm-1", slots=2)
+    wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
+    want = unique_lines(tmp_path / "in.txt", 3_000)  # about 70 KB: 17 splits of 4 KB
+    job_id, job = run_job(log, JOBS / "slow_work.py", {"input": str(tmp_path / "in.txt"), "parallelism": "2",
+                                                       "output": str(tmp_path / "out"), "split_bytes": "4096"},
+                          timeout=240)
+    assert job.status == JobStatus.FINISHED, job.reason
+    assert output_lines(spark, tmp_path / "out") == sorted(want)
+    rows = assert_each_split_finished_once(log, job_id)
+    per = Counter(r.subtask for r in rows)
+    at = {s: sorted(r.at for r in rows if r.subtask == s) for s in (0, 1)}
+    # Each reader's time per split: between two of its assignments it worked on one split.
+    took = {s: (t[-1] - t[0]) / (len(t) - 1) / 1000 if len(t) > 1 else None for s, t in at.items()}
+    share, speed = per[0] / per[1], (took[1] / took[0] if took[0] and took[1] else None)
+    print(f"splits per reader: slow {per[0]}, fast {per[1]} (slow/fast {share:.2f}); seconds per split: "
+          f"slow {took[0]}, fast {took[1]} (speed ratio {speed})")
+    assert per[0] >= 1 and share <= 0.45, per  # whole-task reading gives each about half
+    assert took[1] is not None and (took[0] is None or took[0] >= 2 * took[1]), took  # slow at the work itself
+    if speed is not None:  # the shares follow the speeds (a split's granularity aside)
+        assert speed / 2 <= share <= speed * 2 + 1 / per[1], (share, speed)
+
+
 @pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_a_coordinator_and_its_subtasks_talk_both_ways(procs: Processes, log: EventLog, cluster: dict, spark,
                                                      tmp_path: Path) -> None:
