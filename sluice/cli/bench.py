@@ -69,6 +69,18 @@ def wordcount(megabytes: int) -> None:
 
 
 @bench.command()
+@click.option("--splits", default=16, show_default=True, help="Splits of the input.")
+@click.option("--rows", default=2000, show_default=True, help="Rows (lines) a split.")
+@click.option("--work", default=1.0, show_default=True, help="Seconds of Spark work a split on the fast reader.")
+@click.option("--slow", default=5.0, show_default=True, help="How many times slower the slow reader's work is.")
+def balance(splits: int, rows: int, work: float, slow: float) -> None:
+    """Two readers, one slower at the Spark work: splits taken and reading time, source read whole vs each_split."""
+    from sluice.bench.balance import run
+
+    run(splits=splits, rows_per_split=rows, work_s=work, slow=slow)
+
+
+@bench.command()
 @click.option("--keys", default=100_000, show_default=True, help="Keys of published state.")
 @click.option("--lookups", default=20_000, show_default=True, help="Lookups to time (over all rounds).")
 @click.option("--parallelism", default=4, show_default=True, help="Subtasks (state hashes) publishing it.")
