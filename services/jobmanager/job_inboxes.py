@@ -173,8 +173,9 @@ class JobInboxes:
     def tick(self, now: int) -> None:
         jm = self.jm
         total = sum(r.slots for r in jm.state.membership.active())
-        for d in jobs.tick(jm.state.jobs, jm.jobs_config, now, total) if not jm.recovering else ():
-            self.commit(d)  # (no waiting for slots times out while nothing can be scheduled)
+        if not jm.recovering:  # no waiting for slots times out while nothing can be scheduled, nor for that time
+            for d in jobs.tick(jm.state.jobs, jm.jobs_config, now, total, jm.scheduling_since):
+                self.commit(d)
         reports = jm.state.reports
         if not reports.leading_since:
             reports.leading_since = now  # the first tick of this leadership

@@ -109,6 +109,9 @@ class JobManager:
         self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
         self.phase = "standby"
         self.replay: Replay | None = None
+        self.scheduling_since = 0
+        """When this leader, having rebuilt jobs while it served, could schedule again (0: it
+        waited for every job): waits for slots count from then at the earliest."""
         self.lost_while_recovering: list[tuple[str, str | None, str, int]] = []
         """TaskManagers lost or gone while jobs were still being rebuilt (resource id, session,
         reason, when): applied to each of those jobs when it joins."""
@@ -277,6 +280,7 @@ class JobManager:
         self.phase = "standby"
         self.replay = None
         self.lost_while_recovering = []
+        self.scheduling_since = 0
         self.committer.end()
         self.state = LeaderState()
         self.snapshots: SnapshotWriter | None = None
@@ -445,6 +449,7 @@ class JobManager:
             self.metrics.all_recovered.observe(self.world.monotonic() - self._took_lease)
             self.replay = None
             self.lost_while_recovering = []
+            self.scheduling_since = now
             self.job_inboxes.schedule_all()
 
     def _log_restarted(self, before: str, now_server: str) -> list:

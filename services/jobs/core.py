@@ -531,13 +531,14 @@ def log_restarted(state: JobsState, reason: str, now: int, attempt_floor: int) -
     return out
 
 
-def tick(state: JobsState, config: JobsConfig, now: int, total_slots: int) -> list[Decision]:
-    """Jobs that waited too long for slots fail."""
+def tick(state: JobsState, config: JobsConfig, now: int, total_slots: int, since: int = 0) -> list[Decision]:
+    """Jobs that waited too long for slots fail; the wait counts from ``since`` at the
+    earliest (when a leader that rebuilt jobs while serving could schedule again)."""
     out = []
     for job in list(state.jobs.values()):
         if job.waiting_since is None or job.status not in (JobStatus.CREATED, JobStatus.RUNNING):
             continue
-        waited = now - job.waiting_since
+        waited = now - max(job.waiting_since, since)
         if waited > config.slot_timeout_ms:
             rec = _Recorder(state, job.job_id, now)
             pending = sum(1 for ex in job.executions() if ex.state == TaskState.CREATED)

@@ -315,6 +315,19 @@ def test_a_producer_that_finished_before_its_produced_report_arrived_still_lets_
     assert sim.replayed().jobs["j1"].status == JobStatus.FINISHED
 
 
+def test_a_wait_for_slots_counts_from_when_the_leader_could_schedule_again() -> None:
+    """A leader that rebuilt jobs while it served scheduled nothing meanwhile: a job already
+    waiting for slots is not failed for that time (``since``), only for the wait after it."""
+    sim = Sim(wordcount(sources=3, reducers=1), {"tm-a": 1})
+    sim.schedule()
+    waiting = sim.job.waiting_since
+    assert waiting is not None
+    late = waiting + CFG.slot_timeout_ms + 1
+    assert core.tick(sim.state, CFG, late, 1, since=late - 1000) == []
+    (failed,) = core.tick(sim.state, CFG, late, 1)
+    assert any(getattr(f, "status", None) == JobStatus.FAILING for f in failed.facts)
+
+
 def test_more_tasks_than_slots_deploy_in_order_and_a_pass_stops_at_the_first_without_a_slot() -> None:
     """40 source subtasks on 3 slots: each pass deploys as many as there are free slots, in
     subtask order, and leaves the rest queued in that order; the pass stops at the first
