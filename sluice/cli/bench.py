@@ -81,6 +81,16 @@ def balance(splits: int, rows: int, work: float, slow: float) -> None:
 
 
 @bench.command()
+@click.option("--taskmanagers", "-n", default=2, show_default=True)
+@click.option("--slots", "-s", default=2, show_default=True)
+def memory(taskmanagers: int, slots: int) -> None:
+    """Resident memory of the embedded cluster per process, TaskManager and slot, vs a plain PySpark script."""
+    from sluice.bench.memory import run
+
+    run(taskmanagers=taskmanagers, slots=slots)
+
+
+@bench.command()
 @click.option("--keys", default=100_000, show_default=True, help="Keys of published state.")
 @click.option("--lookups", default=20_000, show_default=True, help="Lookups to time (over all rounds).")
 @click.option("--parallelism", default=4, show_default=True, help="Subtasks (state hashes) publishing it.")
