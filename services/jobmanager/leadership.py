@@ -235,10 +235,6 @@ class Replay:
         self._started = monotonic() if monotonic is not None else 0.0
         self._said = self._started
 
-    @property
-    def cluster_done(self) -> bool:
-        return self._cluster is None
-
     def ready(self) -> bool:
         """Whether a leader may serve now: every job is rebuilt, or the cluster's facts are
         and the rebuild has gone on for ``serve_after_s`` (the rest is rebuilt while it serves)."""
@@ -299,10 +295,7 @@ class Replay:
         try:
             next(steps)
         except StopIteration:
-            self._current = None
-            self.pending.remove(job_id)
-            if not self.pending:
-                self.done = True
+            self._ended(job_id)
 
     def rebuild_now(self, job_id: str, progress: Callable[[], None] | None = None) -> None:
         """Rebuild ``job_id`` to its end at once (a message about it cannot wait);
@@ -314,12 +307,16 @@ class Replay:
             for _ in steps:
                 if progress is not None:
                     progress()
+        self._ended(job_id)
+        if self.done:
+            gc.unfreeze()
+
+    def _ended(self, job_id: str) -> None:
+        """``job_id``'s rebuild ended (installed by ``_run_job``): it is no longer pending."""
         if self._current is not None and self._current[0] == job_id:
             self._current = None
         self.pending.remove(job_id)
         self.done = not self.pending and self._cluster is None
-        if self.done:
-            gc.unfreeze()
 
     def _warn(self, what: str, **kw: Any) -> None:
         if self.logger is not None:

@@ -299,7 +299,7 @@ class JobManager:
         """The cluster's facts and the jobs rebuilt so far are folded: announce the epoch,
         restore their coordinators, recover what the previous leader left undone, and
         serve. Jobs still being rebuilt (``recovering``) join one by one as their last page
-        is folded (``_job_rebuilt``); until then their inboxes wait unread, and no task is
+        is folded (``_join_rebuilt``); until then their inboxes wait unread, and no task is
         scheduled (the slots they hold are not known yet)."""
         assert self.replay is not None
         r = self.replay.result

@@ -306,8 +306,8 @@ def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, t
         module = load_module(Path(runtime["code_path"]), d.module)
         functions = [_resolve(module, ref) for ref in d.functions]
 
-    def chain(df: Any) -> Any:
-        for fn in functions:
+    def chain(df: Any, fns: list[Callable[..., Any]] = functions) -> Any:
+        for fn in fns:
             df = fn(df)
         return df
 
@@ -324,9 +324,7 @@ def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, t
                                        else None)
                   for inp in d.inputs]
         if functions and len(inputs) > 1:  # the first function joins the inputs
-            df = functions[0](*inputs)
-            for fn in functions[1:]:
-                df = fn(df)
+            df = chain(functions[0](*inputs), functions[1:])
         else:
             df = chain(inputs[0])
     output = d.output
