@@ -7,7 +7,7 @@ commit per job and batch), with what its coordinators did in answer, in one scri
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.errors import DuplicateCommit, HandlerFailed, MessageRejected
 from sluice.events import (
@@ -33,6 +33,20 @@ if TYPE_CHECKING:
     from .process import JobManager
 
 __all__ = ["JobInboxes", "HandlerFailed", "DuplicateCommit"]
+
+
+class _Scheduled(NamedTuple):
+    decision: jobs.Decision | None
+    free: jobs.FreeSlots | None
+
+
+def _merge(into: jobs.Decision, decision: jobs.Decision | _Scheduled | None) -> None:
+    if isinstance(decision, _Scheduled):
+        decision = decision.decision
+    if decision is not None:
+        into.facts += decision.facts
+        into.sends += decision.sends
+        into.checkpoint |= decision.checkpoint
 
 
 class JobInboxes:
@@ -66,11 +80,12 @@ class JobInboxes:
                 continue
             except Exception as exc:
                 raise HandlerFailed(entry, exc) from exc
-            merged.facts += decision.facts
-            merged.sends += decision.sends
-            merged.checkpoint |= decision.checkpoint
+            _merge(merged, decision)
             done.append(entry.id)
         if done:
+            # What the messages freed or made ready is scheduled in the same commit (one
+            # script a batch, not two); schedule_all still looks at every job afterwards.
+            _merge(merged, self._schedule(job_id))
             self.commit(merged, stream, tuple(done))
 
     def _decide(self, job_id: str, entry: Entry) -> jobs.Decision:
@@ -151,19 +166,27 @@ class JobInboxes:
 
     # --- scheduling and time ---
     def schedule_all(self) -> None:
-        jm = self.jm
-        if jm.recovering:  # the slots the jobs still being rebuilt hold are not known yet
+        if self.jm.recovering:  # the slots the jobs still being rebuilt hold are not known yet
             return
-        free = None
-        for job_id, job in list(jm.state.jobs.jobs.items()):
-            if job.ready and job.status in (JobStatus.CREATED, JobStatus.RUNNING):
-                free = free if free is not None else self._free_slots()
-                if job.waiting_since is not None and not any(free.values()):
-                    continue  # already waiting for slots and none is free: nothing to try
-                sessions = {r.resource_id: r.session for r in jm.state.membership.active()}
-                decision = jobs.schedule(jm.state.jobs, job_id, free, jm.world.now_ms(), sessions)
-                if decision:
-                    self.commit(decision)
+        free: jobs.FreeSlots | None = None
+        for job_id in list(self.jm.state.jobs.jobs):
+            decision = self._schedule(job_id, free)
+            free = decision.free
+            if decision.decision:
+                self.commit(decision.decision)
+
+    def _schedule(self, job_id: str, free: jobs.FreeSlots | None = None) -> _Scheduled:
+        """The job's ready tasks placed on free slots (``free``: what is left of the slots
+        after the jobs before it in this pass, None to look them up)."""
+        jm = self.jm
+        job = jm.state.jobs.jobs.get(job_id)
+        if jm.recovering or job is None or not job.ready or job.status not in (JobStatus.CREATED, JobStatus.RUNNING):
+            return _Scheduled(None, free)
+        free = free if free is not None else self._free_slots()
+        if job.waiting_since is not None and not any(free.values()):
+            return _Scheduled(None, free)  # already waiting for slots and none is free: nothing to try
+        sessions = {r.resource_id: r.session for r in jm.state.membership.active()}
+        return _Scheduled(jobs.schedule(jm.state.jobs, job_id, free, jm.world.now_ms(), sessions), free)
 
     def _free_slots(self) -> jobs.FreeSlots:
         used = self.jm.state.jobs.pool.by_tm

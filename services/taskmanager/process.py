@@ -43,7 +43,7 @@ from sluice.services.common.gauges import taskmanager_gauges
 from sluice.services.common.metrics import TaskManagerMetrics
 from sluice.services.common.shell import RedisAway, get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
-from sluice.store import Blobs, EventLog, GroupConsumer, current_leader
+from sluice.store import Blobs, EventLog, GroupConsumer, LeaseHolder, current_leader
 from sluice.store.consumer import Entry
 
 from .core import Registration, RegistrationConfig
@@ -60,6 +60,9 @@ __all__ = ["TaskManager", "GROUP"]
 GROUP = "taskmanager"
 _REMEMBERED = 10_000  # inbox entries remembered as handled, and final states kept unconfirmed
 _REPORTED_ERROR = 2_000  # characters of a failure kept in the slot report
+_LOOK_EVERY_MS = 50
+"""While messages keep coming, how often a TaskManager asks who leads and whether Redis
+restarted (two round trips); a step that read nothing asks every time."""
 
 
 class TaskManager:
@@ -76,6 +79,8 @@ class TaskManager:
         self.inbox_retention_ms = inbox_retention_ms
         self._next_trim = 0
         self._next_sweep = 0
+        self._next_look = 0
+        self._leader: LeaseHolder | None = None
         host = host if host is not None else hostname()
         self.resource_id = resource_id or f"tm-{host}-{world.new_id()[:8]}"
         self.reg = Registration(self.resource_id, world.new_id(), host, slots, config, labels or {},
@@ -170,7 +175,7 @@ class TaskManager:
             for entry in entries:
                 self._handle(entry)
             self._supervise()
-            self._tick()
+            self._tick(busy=bool(entries))
         except RedisUnavailable:
             self._recovering = True  # re-handle what was read but not acknowledged
             raise
@@ -208,17 +213,20 @@ class TaskManager:
                 self.handled.popitem(last=False)
         self.consumer.ack(entry.id)
 
-    def _tick(self) -> None:
+    def _tick(self, *, busy: bool = False) -> None:
         now = self.world.now_ms()
         if now >= self._next_trim:
             self.log.trim_consumed(self.inbox, GROUP, keep_ms=self.inbox_retention_ms, now_ms=now)
             self._next_trim = now + min(self.inbox_retention_ms, 10_000)
         if self.temp.claimed and now >= self._next_sweep:
             self._sweep_temp()
-        server = self.log.server_id()
-        if self.server is not None and server != self.server:
-            self._server_restarted(server)
-        leader = current_leader(self.log)
+        if not busy or now >= self._next_look:  # a stream of tasks need not ask twice a task
+            server = self.log.server_id()
+            if self.server is not None and server != self.server:
+                self._server_restarted(server)
+            self._leader = current_leader(self.log)
+            self._next_look = now + _LOOK_EVERY_MS
+        leader = self._leader
         free = self.reg.slots - len(self.tasks)
         for send in self.reg.tick(self.world.now_ms(), leader.epoch if leader else None, free):
             self._send(send.message)

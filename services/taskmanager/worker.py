@@ -124,21 +124,27 @@ def warm_up() -> None:
     threading.Thread(target=run, name="spark-warm-up", daemon=True).start()
 
 
-def report_state(log: EventLog, world: World, d: TaskDeploymentDescriptor, resource_id: str, slot: int, state: TaskState,
-                 error: str | None = None) -> None:
-    """A task's state change: to its job's inbox, and a final one to its TaskManager too
-    (which releases what the task held), the TaskManager's first, in one round trip: the
-    leader gives the freed slot to the next attempt as soon as it reads the final state, and
-    that SubmitTask must come after the final state in the TaskManager's inbox, or it finds
-    the slot still busy and kills the worker (losing its warm Spark session)."""
+def report_state(log: EventLog, world: World, d: TaskDeploymentDescriptor, resource_id: str, slot: int,
+                 *states: TaskState, error: str | None = None) -> None:
+    """A task's state changes, in order, in one round trip: each to its job's inbox, and a
+    final one to its TaskManager too (which releases what the task held), the
+    TaskManager's first: the leader gives the freed slot to the next attempt as soon as it
+    reads the final state, and that SubmitTask must come after the final state in the
+    TaskManager's inbox, or it finds the slot still busy and kills the worker (losing its
+    warm Spark session)."""
     keys = log.keys
-    ev = UpdateTaskExecutionState(d.job_id, d.execution_id, state, error, d.vertex, d.subtask,
-                                  d.attempt, resource_id, slot)
-    env = Envelope(ev, world.new_id(), 0, world.now_ms(), d.job_id)
-    if state.terminal:
-        log.append_each([(keys.inbox(keys.taskmanager(resource_id)), env), (keys.inbox(keys.job(d.job_id)), env)])
+    sends: list[tuple[str, Envelope]] = []
+    for state in states:
+        ev = UpdateTaskExecutionState(d.job_id, d.execution_id, state, error if state.terminal else None, d.vertex,
+                                      d.subtask, d.attempt, resource_id, slot)
+        env = Envelope(ev, world.new_id(), 0, world.now_ms(), d.job_id)
+        if state.terminal:
+            sends.append((keys.inbox(keys.taskmanager(resource_id)), env))
+        sends.append((keys.inbox(keys.job(d.job_id)), env))
+    if len(sends) == 1:
+        log.append(*sends[0])
     else:
-        log.append(keys.inbox(keys.job(d.job_id)), env)
+        log.append_each(sends)
 
 
 def report_produced(log: EventLog, world: World, d: TaskDeploymentDescriptor) -> None:
@@ -149,8 +155,8 @@ def report_produced(log: EventLog, world: World, d: TaskDeploymentDescriptor) ->
         world.new_id(), 0, world.now_ms(), d.job_id))
 
 
-def _report(ctx: WorkerContext, d: TaskDeploymentDescriptor, state: TaskState, error: str | None = None) -> None:
-    _persist(ctx, lambda: report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, state, error))
+def _report(ctx: WorkerContext, d: TaskDeploymentDescriptor, *states: TaskState, error: str | None = None) -> None:
+    _persist(ctx, lambda: report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, *states, error=error))
 
 
 def _persist(ctx: WorkerContext, send: Callable[[], T], *, give_up_s: float = 600.0) -> T:
@@ -178,15 +184,15 @@ def run_task(data: dict, runtime: dict) -> str:
     ctx = _context
     if ctx is None:
         raise RuntimeError("run_task needs a Sluice worker (sluice worker), not a bare RQ worker")
-    _report(ctx, d, TaskState.RUNNING)
-    if d.kind == "noop":
-        _report(ctx, d, TaskState.FINISHED)
+    if d.kind == "noop":  # nothing runs between the two: one round trip
+        _report(ctx, d, TaskState.RUNNING, TaskState.FINISHED)
         return "FINISHED"
+    _report(ctx, d, TaskState.RUNNING)
     temp_dir = Path(runtime["temp_dir"])
     try:
         _execute(ctx, d, runtime, temp_dir)
     except BaseException as exc:  # the user's error, with its traceback, is the task's cause
-        _report(ctx, d, TaskState.FAILED, describe_error(exc))
+        _report(ctx, d, TaskState.FAILED, error=describe_error(exc))
         return "FAILED"
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)

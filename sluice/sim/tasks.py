@@ -190,7 +190,7 @@ class SimTask:
             return True
         if self.phase == "report-failed":
             report_state(self.log, sim.world, d, self.slots.tm, self.slot, TaskState.FAILED,
-                         "(simulated) the user's code raised ValueError: bad row")
+                         error="(simulated) the user's code raised ValueError: bad row")
             self.end("its user code raised")
             return True
         if self.phase == "ask":

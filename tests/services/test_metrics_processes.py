@@ -77,7 +77,7 @@ def test_the_leaders_counters_agree_with_the_log(log: EventLog, tmp_path: Path) 
     assert value(jm_reg, "sluice_split_round_trip_seconds_sum") == 0.04
 
     # It fails: restarted (no delay), then its next attempt finishes.
-    report_state(log, world, descriptor_from_json(d), "tm-1", 0, TaskState.FAILED, "boom")
+    report_state(log, world, descriptor_from_json(d), "tm-1", 0, TaskState.FAILED, error="boom")
     pump(steps, lambda: len(slots.launched) == 2, what="the restart", world=world, advance_ms=10)
     slot, again, _ = slots.launched[1]
     report(log, world, again, "tm-1", slot, TaskState.RUNNING)

@@ -70,7 +70,7 @@ class DrivenJob:
         """Subtask 0's first attempt fails with the user's traceback; step until its restart
         was handed to a slot."""
         slot, d, _ = self.slots.launched[0]
-        report_state(self.log, self.world, descriptor_from_json(d), "tm-1", slot, TaskState.FAILED, TRACEBACK)
+        report_state(self.log, self.world, descriptor_from_json(d), "tm-1", slot, TaskState.FAILED, error=TRACEBACK)
         self._pump(lambda: len(self.slots.launched) == 3, "the restarted attempt's launch")
 
     def finish(self) -> None:

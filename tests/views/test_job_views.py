@@ -87,7 +87,7 @@ def run_failing_job(log: EventLog, tmp_path: Path) -> Run:
     pump(steps, lambda: len(events(log, facts, NextInputSplit)) == 1, what="the first split", world=world,
          advance_ms=10)
     failed_split = events(log, facts, NextInputSplit)[0].split["index"]
-    report_state(log, world, descriptor_from_json(d0), "tm-1", slot0, TaskState.FAILED, TRACEBACK)
+    report_state(log, world, descriptor_from_json(d0), "tm-1", slot0, TaskState.FAILED, error=TRACEBACK)
     pump(steps, lambda: len(slots.launched) == 3, what="the restarted attempt", world=world, advance_ms=10)
     mid = log.last_id(facts)
     assert mid is not None
@@ -238,7 +238,7 @@ def test_a_job_that_fails_without_restart_has_its_root_cause_with_the_traceback(
     pump([a.step, t.step], lambda: len(slots.launched) == 1, what="the launch", world=world, advance_ms=10)
     slot, d, _ = slots.launched[0]
     report(log, world, d, "tm-1", slot, TaskState.RUNNING)
-    report_state(log, world, descriptor_from_json(d), "tm-1", slot, TaskState.FAILED, TRACEBACK)
+    report_state(log, world, descriptor_from_json(d), "tm-1", slot, TaskState.FAILED, error=TRACEBACK)
     pump([a.step, t.step], lambda: job_state(log, "j3").ended_at is not None, what="the job's end", world=world,
          advance_ms=10)
     tl = timeline(log, "j3")

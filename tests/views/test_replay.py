@@ -83,7 +83,7 @@ def run_with_a_restart(log: EventLog, tmp_path: Path, job_id: str = "j1", *, fin
     pump(run.steps, running, what="both subtasks running", world=world, advance_ms=10)
     run.mid = log.last_id(log.keys.facts(log.keys.job(job_id))) or ""
     slot, d, _ = slots.launched[0]
-    report_state(log, world, descriptor_from_json(d), "tm-1", slot, TaskState.FAILED, ERROR)
+    report_state(log, world, descriptor_from_json(d), "tm-1", slot, TaskState.FAILED, error=ERROR)
     pump(run.steps, lambda: len(slots.launched) == 3, what="the restarted attempt's launch", world=world,
          advance_ms=10)
     if finish:
