@@ -34,6 +34,8 @@ from sluice.events import DEFAULT_MAX_PARALLELISM, JobEdge, JobGraph, JobVertex,
 __all__ = ["Job", "Stream", "Keyed", "function_ref", "task_context"]
 
 DEFAULT_SPLIT_BYTES = 8 * 1024 * 1024
+NOOP_KEY = "_"
+"""The key named by an edge between no-op vertices (nothing is exchanged by it)."""
 
 
 def function_ref(fn: Callable) -> str:
@@ -135,10 +137,14 @@ class Job:
                           each_split)
         return self._source(name, spec, parallelism)
 
-    def noop(self, name: str, *, parallelism: int = 1) -> None:
+    def noop(self, name: str, *, parallelism: int = 1, after: str | None = None) -> None:
         """Tasks that do nothing: they exercise the whole control plane (scheduling, deployment,
-        RQ, state reports) without Spark; for smoke tests and benchmarks."""
+        RQ, state reports) without Spark; for smoke tests and benchmarks. ``after``: another
+        no-op vertex whose every subtask feeds every subtask of this one (all-to-all, as a
+        keyed exchange is), so these start once all of those finished."""
         self.vertices.append(JobVertex(name, "noop", parallelism))
+        if after is not None:
+            self.edges.append(JobEdge(after, name, "keyed", NOOP_KEY))
 
     # --- building ---
     def graph(self) -> JobGraph:

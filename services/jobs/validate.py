@@ -90,8 +90,11 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
             if outputs[v.name]:
                 out.append(f"sink {v.name!r} has outputs; sinks end a pipeline")
         elif v.kind == "noop":
-            if inputs[v.name] or outputs[v.name]:
-                out.append(f"no-op vertex {v.name!r} cannot have inputs or outputs")
+            ends = [e.source for e in inputs[v.name]] + [e.target for e in outputs[v.name]]
+            others = sorted({n for n in ends if n in by_name and by_name[n].kind != "noop"})
+            if others:
+                out.append(f"no-op vertex {v.name!r} is connected to {', '.join(map(repr, others))}; a no-op vertex "
+                           "exchanges nothing, so it connects only to other no-op vertices")
             continue
         else:
             out.append(f"vertex {v.name!r} has kind {v.kind!r}; use source, transform, sink or noop")

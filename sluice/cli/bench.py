@@ -49,6 +49,18 @@ def control(sizes: str) -> None:
 
 
 @bench.command()
+@click.option("--sizes", default="8,32,128,512", show_default=True, help="Parallelism per vertex.")
+@click.option("--slots", default=4, show_default=True, help="Slot workers of the one TaskManager.")
+@click.option("--pyflink", default=None, metavar="PYTHON",
+              help="A Python with apache-flink installed: run PyFlink's MiniCluster as the baseline in this run.")
+def alltoall(sizes: str, slots: int, pyflink: str | None) -> None:
+    """A 2-vertex all-to-all no-op job end to end on a real cluster vs PyFlink's MiniCluster, with its memory."""
+    from sluice.bench.alltoall import run
+
+    run(sizes=[int(s) for s in sizes.split(",")], slots=slots, pyflink=pyflink)
+
+
+@bench.command()
 @click.option("--requests", default=2000, show_default=True, help="Round trips to time per path (after warm-up).")
 @click.option("--warmup", default=100, show_default=True, help="Untimed round trips per path first.")
 @click.option("--rounds", "n_rounds", default=4, show_default=True, help="Alternating rounds the requests are split in.")

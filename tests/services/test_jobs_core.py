@@ -137,6 +137,8 @@ OK_FN = "tests.services.jobfixtures:identity"
          "needs equal parallelism; use key_by"),
         (graph_with([SRC, JobVertex("a", "transform", 2, [OK_FN])], [JobEdge("src", "a", "keyed")]),
          "names no key column"),
+        (graph_with([SRC, JobVertex("n", "noop", 2)], [JobEdge("src", "n", "keyed", "_")]),
+         "no-op vertex 'n' is connected to 'src'; a no-op vertex exchanges nothing"),
     ],
 )
 def test_invalid_graphs_are_refused_with_what_to_fix(graph: JobGraph, says: str) -> None:
@@ -345,4 +347,30 @@ def test_more_tasks_than_slots_deploy_in_order_and_a_pass_stops_at_the_first_wit
         for task in deployed:
             sim.run_to_end(task)
     assert order == list(range(40)) and sim.job.status == JobStatus.FINISHED
+    assert sim.replayed().jobs["j1"].status == JobStatus.FINISHED
+
+
+def test_an_all_to_all_no_op_job_deploys_its_consumers_once_every_producer_finished() -> None:
+    """The control-plane benchmark's job (``sluice bench alltoall``): no-op vertices joined
+    all-to-all. Nothing is produced (a no-op writes no partition), so each consumer waits
+    for every producer's FINISHED, as it would for every producer's partition."""
+    j = Job("a2a", max_parallelism=128)
+    j.noop("a", parallelism=3)
+    j.noop("b", parallelism=2, after="a")
+    validate(j.graph())
+    sim = Sim(j.graph(), {"tm-a": 8})
+    producers = sim.schedule()
+    assert [t.vertex_id for t in producers] == ["a", "a", "a"]
+    for t in producers[:2]:
+        sim.report(t, TaskState.RUNNING)
+        sim.report(t, TaskState.FINISHED)
+    assert sim.schedule() == []  # one producer still runs
+    sim.report(producers[2], TaskState.RUNNING)
+    sim.report(producers[2], TaskState.FINISHED)
+    consumers = sim.schedule()
+    assert sorted(t.subtask for t in consumers) == [0, 1] and {t.vertex_id for t in consumers} == {"b"}
+    for t in consumers:
+        sim.report(t, TaskState.RUNNING)
+        sim.report(t, TaskState.FINISHED)
+    assert sim.job.status == JobStatus.FINISHED
     assert sim.replayed().jobs["j1"].status == JobStatus.FINISHED

@@ -1,0 +1,167 @@
+"""A 2-vertex all-to-all no-op job end to end, on a small real cluster (issue 11's P5).
+
+Two no-op vertices of parallelism N joined all-to-all (``Job.noop(..., after=...)``): N
+producers, then, once every one of them finished, N consumers. Every task takes the whole
+path: the leader schedules it, the TaskManager queues it for a slot, the slot's RQ worker
+runs it and reports. The cluster is one TaskManager with ``slots`` slot workers and no
+Spark (a no-op needs none). For each N: the time from submission to the job FINISHED, and
+the peak resident memory of the whole cluster (Redis, the JobManager, the TaskManager and
+its workers) while it ran.
+
+The baseline is PyFlink's MiniCluster running the same job shape (a no-op source of N,
+``rebalance``, a discarding sink of N), measured in the same run when ``--pyflink`` names a
+Python that has ``apache-flink`` installed; otherwise the figures the issue measured on this
+machine kind are shown, marked as such.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sluice.api import Job
+from sluice.client import Client, JobFile
+from sluice.events import JobStatus
+
+from .cluster import BenchCluster
+from .memory import _tree, rss_mb
+
+__all__ = ["run", "PYFLINK_MEASURED"]
+
+console = Console()
+
+PYFLINK_MEASURED = {8: 0.37, 32: 0.78, 128: 2.5, 512: 13.3}
+"""PyFlink 2.3's MiniCluster on this machine kind, seconds (issue 11's measurement)."""
+
+TARGET_MB = 1024
+
+
+def _job(n: int) -> JobFile:
+    j = Job(f"all-to-all-noop-{n}", max_parallelism=max(128, n))
+    j.noop("producers", parallelism=n)
+    j.noop("consumers", parallelism=n, after="producers")
+    code = b"# no code: the job is two no-op vertices\n"
+    return JobFile(Path("noop.py"), code, hashlib.sha256(code).hexdigest(), "sluice_bench_alltoall", None, j.graph(), {})
+
+
+class _PeakRss:
+    """The peak of the summed RSS of some process trees, sampled every 50 ms."""
+
+    def __init__(self, roots: Sequence[int]) -> None:
+        self.roots, self.peak = list(roots), 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            pids = {p for root in self.roots for p in _tree(root)}
+            self.peak = max(self.peak, sum(rss_mb(p) for p in pids))
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> _PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _sluice(cluster: BenchCluster, n: int) -> float:
+    client = Client(cluster.log)
+    t = time.perf_counter()
+    job_id = client.submit(_job(n))
+    client.wait_accepted(job_id)
+    while True:
+        state = client.job(job_id, missing_ok=True)
+        if state is not None and state.status in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED):
+            break
+        time.sleep(0.01)
+    if state.status != JobStatus.FINISHED:
+        raise RuntimeError(f"the all-to-all no-op job ended {state.status.value}: {state.reason}")
+    return time.perf_counter() - t
+
+
+PYFLINK_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runtime_mode(RuntimeExecutionMode.BATCH)
+    for n in map(int, sys.argv[1:]):
+        env.set_parallelism(n)
+        env.from_sequence(1, n).rebalance().print()  # Java operators only: no Python worker
+        t = time.perf_counter()
+        env.execute(f"a2a-{n}")
+        print(f"RESULT {n} {time.perf_counter() - t:.4f}", flush=True)
+""")
+
+
+def _pyflink(python: str, sizes: Sequence[int]) -> dict[int, float]:
+    """The same job shape on PyFlink's MiniCluster, each size once after a warm-up run."""
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-pyflink-") as tmp:
+        script = Path(tmp) / "a2a.py"
+        script.write_text(PYFLINK_SCRIPT)
+        done = subprocess.run([python, str(script), str(min(sizes)), *map(str, sizes)], capture_output=True,
+                              text=True, timeout=900)  # the first run warms the MiniCluster up
+    out = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            _, n, s = line.split()
+            out[int(n)] = float(s)  # a size run twice (the warm-up) keeps its second time
+    if not out:
+        raise RuntimeError(f"PyFlink ran no job ({python}): {done.stderr[-2000:]}")
+    return out
+
+
+def run(*, sizes: Sequence[int] = (8, 32, 128, 512), slots: int = 4, pyflink: str | None = None) -> dict[int, float]:
+    times: dict[int, float] = {}
+    peaks: dict[int, float] = {}
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as home, BenchCluster(Path(home)) as cluster:
+        jm = cluster.spawn("jobmanager")
+        # no-op tasks need no Spark: the address is never reached (and costs no name lookup)
+        tm = cluster.spawn("taskmanager", "--resource-id", "tm-a2a", "--slots", str(slots), "--spark",
+                           "sc://127.0.0.1:1")
+        cluster.wait_registered(1)
+        time.sleep(2.0)  # the slot workers start (imports) before the clock runs
+        redis_pid = cluster.redis.pid
+        with console.status("warm-up: 2 x 8"):
+            _sluice(cluster, 8)
+        for n in sizes:
+            with console.status(f"2 x {n} no-op tasks, all-to-all, on {slots} slots"), \
+                    _PeakRss([p for p in (redis_pid, jm.pid, tm.pid) if p]) as rss:
+                times[n] = _sluice(cluster, n)
+            peaks[n] = rss.peak
+    theirs: dict[int, float] = {}
+    measured = False
+    if pyflink:
+        with console.status(f"PyFlink MiniCluster ({pyflink})"):
+            theirs, measured = _pyflink(pyflink, sizes), True
+    else:
+        theirs = {n: PYFLINK_MEASURED[n] for n in sizes if n in PYFLINK_MEASURED}
+    table = Table(title=f"2-vertex all-to-all no-op job end to end: Sluice (1 TaskManager, {slots} slot workers) "
+                        "vs PyFlink's MiniCluster")
+    for col in ("N", "tasks", "Sluice s", "tasks/s", "PyFlink s", "Sluice/PyFlink", "cluster peak MB"):
+        table.add_column(col, justify="right")
+    for n in sizes:
+        base = theirs.get(n)
+        ratio = times[n] / base if base else None
+        table.add_row(f"{n:,}", f"{2 * n:,}", f"{times[n]:.2f}", f"{2 * n / times[n]:,.0f}",
+                      f"{base:.2f}" if base else "-",
+                      f"{'[green]' if ratio < 1 else '[red]'}{ratio:.2f}[/]" if ratio is not None else "-",
+                      f"{'[green]' if peaks[n] < TARGET_MB else '[red]'}{peaks[n]:,.0f}[/]")
+    console.print(table)
+    console.print(("PyFlink measured in this run." if measured else
+                   "PyFlink: the issue's figures on this machine kind (not measured in this run: pass --pyflink "
+                   "PYTHON, a Python with apache-flink installed).")
+                  + f" Targets (issue 11's P5): Sluice faster than PyFlink at 512; the cluster under {TARGET_MB:,} MB.",
+                  style="dim")
+    return times
