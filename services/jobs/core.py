@@ -415,7 +415,7 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
             # the attempts that are not the job's first), so descriptors stay O(1) per
             # consumer, not O(P).
             template = partition_path(job.storage_root, job.job_id, edge.source, 0, 0)[:-4] + "/{subtask}/{attempt}"
-            attempts = {str(p.subtask): p.attempt for p in producer.subtasks if p.attempt != job.floor}
+            attempts = producer.moved_attempts(job.floor)
             inputs.append(TaskInput(producer=ProducerPartitions(template, len(producer.subtasks), attempts, job.floor),
                                     key_groups=list(key_group_range(maxp, len(vertex.subtasks), ex.subtask)),
                                     consumer=ex.subtask))

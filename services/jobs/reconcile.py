@@ -248,16 +248,19 @@ def accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[st
     partition being ready). Called after a read's messages were handled."""
     out: dict[str, _Recorder] = {}
     notes = []
+    ready: dict[str, bool] = {}
     for task_id, (seen_in, resource_id, line) in list(memory.finals.items()):
+        if seen_in >= memory.batch:
+            continue
         job_id, execution_id = _split(task_id)
+        if not ready.setdefault(job_id, caught_up(job_id)):
+            continue  # looked at (or forgotten, if its attempt ended meanwhile) once caught up: a
+            # leader behind on a busy job's inbox does not re-examine every final of it each step
         job = state.jobs.get(job_id)
         ex = job.current(execution_id) if job is not None and job.status not in TERMINAL_JOB else None
-        if job is None or ex is None or ex.state.terminal or ex.taskmanager != resource_id:
-            del memory.finals[task_id]
-            continue
-        if seen_in >= memory.batch or not caught_up(job_id):
-            continue
         del memory.finals[task_id]
+        if job is None or ex is None or ex.state.terminal or ex.taskmanager != resource_id:
+            continue
         rec = out.setdefault(job_id, _Recorder(state, job_id, now))
         if line.state == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
             # A finished producer wrote its partition (its worker says so before it finishes):

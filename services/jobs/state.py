@@ -82,6 +82,20 @@ class VertexRun:
     finished: int = 0
     started: int = 0
     """Subtasks whose current attempt is RUNNING or FINISHED."""
+    restarted: int = field(default=0, compare=False, repr=False)
+    """How many restarts this vertex's subtasks had since this state was built or restored:
+    it only tells a cache (``moved_attempts``) that the subtasks' attempts changed."""
+    moved: tuple[tuple[int, int], dict[str, int]] | None = field(default=None, compare=False, repr=False)
+
+    def moved_attempts(self, floor: int) -> dict[str, int]:
+        """Each subtask whose attempt is not ``floor`` (the job's first), with its attempt:
+        how a consumer's descriptor names an all-to-all input compactly. Kept until a
+        subtask restarts, so deploying N consumers costs O(N), not O(N^2) (as Flink caches
+        an intermediate result's shuffle descriptors). Shared: never changed in place."""
+        key = (self.restarted, floor)
+        if self.moved is None or self.moved[0] != key:
+            self.moved = (key, {str(p.subtask): p.attempt for p in self.subtasks if p.attempt != floor})
+        return self.moved[1]
 
 
 @dataclass
@@ -285,6 +299,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         if ex.produced:
             job.vertices[ev.vertex_id].produced -= 1
         ex.attempt, ex.state, ex.taskmanager, ex.slot, ex.seq = ev.attempt, TaskState.CREATED, None, None, 0
+        job.vertices[ev.vertex_id].restarted += 1
         ex.session = None
         ex.not_before, ex.produced, ex.since = ev.not_before, False, env.ts
         job.restarts = ev.restarts
