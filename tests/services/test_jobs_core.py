@@ -374,3 +374,16 @@ def test_an_all_to_all_no_op_job_deploys_its_consumers_once_every_producer_finis
         sim.report(t, TaskState.FINISHED)
     assert sim.job.status == JobStatus.FINISHED
     assert sim.replayed().jobs["j1"].status == JobStatus.FINISHED
+
+
+def test_the_moved_attempts_cache_follows_a_restart() -> None:
+    """Consumers' descriptors share a producer vertex's moved attempts (O(N) to deploy N
+    all-to-all consumers): a restart of one of its subtasks must show in the next one."""
+    sim = Sim(wordcount(RestartStrategy("fixed-delay", 3, 0)), {"tm-a": 2, "tm-b": 1})
+    producers = sim.schedule()
+    vertex = sim.job.vertices[producers[0].vertex_id]
+    assert vertex.moved_attempts(sim.job.floor) == {}
+    sim.report(producers[0], TaskState.FAILED, "flaky")
+    assert vertex.moved_attempts(sim.job.floor) == {str(producers[0].subtask): 1}
+    assert sim.replayed().jobs["j1"].vertices[vertex.spec.name].moved_attempts(sim.job.floor) == {
+        str(producers[0].subtask): 1}
