@@ -67,7 +67,8 @@ def job(params: dict[str, str]):
                         split_bytes=int(params.get("split_bytes", 64 * 1024)),
                         each_split=params.get("each_split", "no") == "yes")
     partials = lines.map("count words", partial_count)
+    # queryable=no: no queryable state (the benchmark's like-for-like run against plain PySpark)
     counts = partials.key_by("word").map("sum counts", total, parallelism=int(params.get("reducers", 2)),
-                                         queryable="word-counts")
+                                         queryable=None if params.get("queryable") == "no" else "word-counts")
     counts.write_parquet("out", output)
     return j.graph()

@@ -72,12 +72,14 @@ def splits(requests: int, warmup: int, n_rounds: int) -> None:
 
 
 @bench.command()
-@click.option("--megabytes", default=200, show_default=True)
-def wordcount(megabytes: int) -> None:
-    """sluice run examples/wordcount.py vs the same transformations in plain PySpark."""
+@click.option("--megabytes", default="60", show_default=True, help="Sizes of text, comma-separated (e.g. 60,200).")
+@click.option("--corpus", default="small,zipf", show_default=True,
+              help="Corpora, comma-separated: small (5,000 words), zipf (Zipf's law over 500,000 words).")
+def wordcount(megabytes: str, corpus: str) -> None:
+    """sluice run examples/wordcount.py vs the same transformations in plain PySpark (job and whole process)."""
     from sluice.bench.wordcount import run
 
-    run(megabytes=megabytes)
+    run(megabytes=[int(m) for m in megabytes.split(",")], corpora=corpus.split(","))
 
 
 @bench.command()

@@ -1,0 +1,84 @@
+"""Text corpora for the word-count benchmarks.
+
+* ``small``: lines drawn from a 5,000-word vocabulary (about 5,000 distinct keys): a
+  reduce side with little to do.
+* ``zipf``: a realistic vocabulary, Zipf's law (exponent ``s``, about 1 in natural text)
+  over a lexicon of ``lexicon`` made-up words whose length grows with their rank, as in a
+  language (common words are short). At 60 MB it holds a few hundred thousand distinct
+  words: a reduce side that counts many keys, as real text (source code, logs, prose) does.
+
+Both are deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+__all__ = ["CORPORA", "write_corpus", "small_vocabulary", "zipf"]
+
+LETTERS = "etaoinshrdlcumwfgypbvkjxqz"  # in English's order of frequency
+
+
+def small_vocabulary(path: Path, megabytes: int, seed: int = 1) -> None:
+    """Random lines of words from a 5,000-word vocabulary with a skewed frequency."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" + "".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 6))) for i in range(5000)]
+    weights = [1.0 / (i + 1) for i in range(len(vocab))]
+    block = "\n".join(" ".join(rng.choices(vocab, weights, k=rng.randint(3, 15))) for _ in range(20000)) + "\n"
+    data = block.encode()
+    with path.open("wb") as f:
+        for _ in range(max(1, megabytes * 1024 * 1024 // len(data))):
+            f.write(data)
+
+
+def _lexicon(size: int, rng: random.Random) -> list[bytes]:
+    """``size`` distinct words; the word of rank r has about 2 + log2(r) / 2 letters."""
+    words: list[bytes] = []
+    seen: set[bytes] = set()
+    weights = [1.0 / (i + 1) ** 0.6 for i in range(len(LETTERS))]
+    while len(words) < size:
+        rank = len(words) + 1
+        n = max(1, int(2 + math.log2(rank) / 2 + rng.gauss(0, 1.2)))
+        word = "".join(rng.choices(LETTERS, weights, k=n)).encode()
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return words
+
+
+def zipf(path: Path, megabytes: int, seed: int = 1, *, lexicon: int = 500_000, s: float = 1.0) -> None:
+    """Lines of 4-16 words drawn by Zipf's law over a made-up lexicon (see the module doc)."""
+    import numpy as np
+
+    rng = random.Random(seed)
+    lex = np.array(_lexicon(lexicon, rng), dtype=object)
+    cdf = np.cumsum(1.0 / np.arange(1, lexicon + 1) ** s)
+    cdf /= cdf[-1]
+    gen = np.random.default_rng(seed)
+    target = megabytes * 1024 * 1024
+    written = 0
+    with path.open("wb") as f:
+        while written < target:
+            words = lex[np.searchsorted(cdf, gen.random(1_000_000))]
+            cuts = np.cumsum(gen.integers(4, 17, size=1_000_000 // 4))
+            cuts = cuts[cuts < len(words)]
+            lines = [b" ".join(line) for line in np.split(words, cuts)]
+            block = b"\n".join(lines) + b"\n"
+            if written + len(block) > target:  # the last block: the whole lines that fit
+                f.write(block[: block.rfind(b"\n", 0, target - written) + 1])
+                break
+            f.write(block)
+            written += len(block)
+
+
+CORPORA = {"small": small_vocabulary, "zipf": zipf}
+
+
+def write_corpus(kind: str, path: Path, megabytes: int, seed: int = 1) -> None:
+    try:
+        make = CORPORA[kind]
+    except KeyError:
+        raise ValueError(f"unknown corpus {kind!r}; use one of {', '.join(CORPORA)}") from None
+    make(path, megabytes, seed)
