@@ -8,7 +8,11 @@ events). Splits are known by their index in the job's split plan. A request gets
 3. else the next fresh split in plan order.
 
 Nothing is pushed ahead of time: a subtask gets a split when it asks, so a fast subtask
-takes more splits than a slow one (dynamic load balancing). The splits an attempt holds
+takes more splits than a slow one (dynamic load balancing). Given the number of
+``readers``, a reader that asks before the others have keeps its hands off their fair
+share (``floor(splits / readers)`` for each reader whose current attempt has not asked
+yet): a reader that takes its splits in one go (a whole read) could otherwise take them
+all before the next one started, and leave it idle. The splits an attempt holds
 go back to the pool when it fails, and are done when it finishes (a source task commits
 its output only when it finishes, so a failed attempt processed none of them).
 
@@ -43,13 +47,18 @@ def unranges(runs: Sequence[Sequence[int]]) -> list[int]:
 class SplitAssigner:
     """Assignment state of one source vertex's splits."""
 
-    def __init__(self, hosts: Sequence[Sequence[str]] | int) -> None:
-        """``hosts``: per split, its preferred hosts (or just the number of splits)."""
+    def __init__(self, hosts: Sequence[Sequence[str]] | int, readers: int | None = None) -> None:
+        """``hosts``: per split, its preferred hosts (or just the number of splits);
+        ``readers``: the source's parallelism (None: no share is kept for late readers)."""
         if isinstance(hosts, int):
             hosts = [()] * hosts
         self.n = len(hosts)
+        self.readers = readers
+        self.arrived: set[int] = set()
+        """Subtasks whose current attempt has asked (or that finished)."""
         self._hosts = [tuple(h) for h in hosts]
         self._taken = bytearray(self.n)  # 1: assigned (held) or done
+        self._count = 0  # how many are 1
         self._cursor = 0  # every split below it is taken or in _returned
         self._returned: deque[int] = deque()
         self._by_host: dict[str, deque[int]] = {}
@@ -63,6 +72,11 @@ class SplitAssigner:
     # --- operations ---
     def next(self, subtask: int, host: str = "") -> int | None:
         """The split ``subtask`` gets next (None: none left for it)."""
+        self.arrived.add(subtask)
+        if self.readers:
+            late = self.readers - len(self.arrived)  # readers whose current attempt has not asked yet
+            if late > 0 and self.remaining <= late * (self.n // self.readers):
+                return None  # what is left is theirs
         i = self._local(host) if host else None
         if i is None:
             while self._returned and self._taken[self._returned[0]]:
@@ -76,6 +90,7 @@ class SplitAssigner:
                     return None
                 i = self._cursor
         self._taken[i] = 1
+        self._count += 1
         self.held.setdefault(subtask, []).append(i)
         return i
 
@@ -90,8 +105,10 @@ class SplitAssigner:
     def give_back(self, subtask: int) -> list[int]:
         """The subtask's attempt failed: what it held goes back to the pool (first in line)."""
         back = self.held.pop(subtask, [])
+        self.arrived.discard(subtask)  # its next attempt asks again
         for i in reversed(back):  # the pool's order and each host's order stay the same
             self._taken[i] = 0
+            self._count -= 1
             for h in self._hosts[i]:
                 self._by_host[h].appendleft(i)
         self._returned.extendleft(reversed(back))
@@ -106,7 +123,7 @@ class SplitAssigner:
     @property
     def remaining(self) -> int:
         """Splits not assigned to anyone right now."""
-        return self.n - sum(self._taken)
+        return self.n - self._count
 
     def pool(self) -> list[int]:
         """The unassigned splits, in the order they will be handed out (ignoring locality)."""
@@ -124,11 +141,14 @@ class SplitAssigner:
             "taken_ahead": ranges(taken_ahead),
             "held": {str(s): ranges(v) if _sorted(v) else v for s, v in sorted(self.held.items())},
             "done": self.done,
+            **({"arrived": sorted(self.arrived)} if self.readers else {}),
         }
 
     @classmethod
-    def restore(cls, hosts: Sequence[Sequence[str]] | int, snap: dict[str, Any]) -> SplitAssigner:
-        a = cls(hosts)
+    def restore(cls, hosts: Sequence[Sequence[str]] | int, snap: dict[str, Any],
+                readers: int | None = None) -> SplitAssigner:
+        a = cls(hosts, readers)
+        a.arrived = set(snap.get("arrived", ()))
         if snap.get("n") != a.n:
             raise ValueError(f"the checkpoint is for {snap.get('n')} splits but the plan has {a.n}")
         a._cursor = int(snap["cursor"])
@@ -149,6 +169,7 @@ class SplitAssigner:
             for i in held:
                 a._taken[i] = 1
         a.done = int(snap["done"])
+        a._count = sum(a._taken)
         return a
 
     def __eq__(self, other: object) -> bool:

@@ -53,9 +53,9 @@ def discover(format: str, paths: list[str], split_bytes: int, options: dict[str,
 class SplitEnumerator:
     """Hands out one source's splits on request (FLIP-27's SplitEnumerator)."""
 
-    def __init__(self, splits: list[dict]) -> None:
-        self.splits = splits
-        self.assigner = SplitAssigner([s.get("hosts", ()) for s in splits])
+    def __init__(self, splits: list[dict], readers: int | None = None) -> None:
+        self.splits, self.readers = splits, readers
+        self.assigner = SplitAssigner([s.get("hosts", ()) for s in splits], readers)
 
     def handle_split_request(self, subtask: int, host: str) -> dict | None:
         """The split for this request, or None when there are no more splits."""
@@ -72,7 +72,7 @@ class SplitEnumerator:
         return self.assigner.snapshot()
 
     def restore(self, state: Any) -> None:
-        self.assigner = SplitAssigner.restore([s.get("hosts", ()) for s in self.splits], state)
+        self.assigner = SplitAssigner.restore([s.get("hosts", ()) for s in self.splits], state, self.readers)
 
 
 class SourceCoordinator(OperatorCoordinator):
@@ -81,7 +81,7 @@ class SourceCoordinator(OperatorCoordinator):
     def __init__(self, context: CoordinatorContext, splits: list[dict], protocol: str = "operator-events") -> None:
         super().__init__(context)
         self.protocol = protocol
-        self.enumerator = SplitEnumerator(splits)
+        self.enumerator = SplitEnumerator(splits, context.parallelism)
 
     def handle_event_from_operator(self, subtask: int, attempt: int, event: Any) -> None:
         if not isinstance(event, dict) or event.get("type") != REQUEST:

@@ -326,3 +326,60 @@ def test_restore_of_a_snapshot_continues_like_the_live_assigner(hosts, ops, ever
             assert b.pool() == a.pool()
     for b in restored:
         assert b.snapshot() == a.snapshot()
+
+
+# --- a fair share kept for readers that have not asked yet ----------------------------------
+
+
+def test_a_reader_that_asks_first_leaves_the_late_readers_their_share() -> None:
+    """A whole read takes its splits in one go: without a share kept for the reader that
+    starts a moment later, the first one took both splits of a word count and the other
+    sat idle (the job took twice as long)."""
+    a = SplitAssigner(2, readers=2)
+    assert a.next(1) == 0 and a.next(1) is None  # the other one's share is kept
+    assert a.next(0) == 1 and a.next(0) is None
+    b = SplitAssigner(2)  # without ``readers``: first come, first served
+    assert b.next(1) == 0 and b.next(1) == 1
+
+
+def test_once_every_reader_has_asked_they_race_for_the_rest() -> None:
+    a = SplitAssigner(10, readers=2)
+    taken = [a.next(1) for _ in range(6)]
+    assert taken == [0, 1, 2, 3, 4, None]  # five kept for reader 0
+    assert a.next(0) == 5
+    assert a.next(1) == 6 and a.next(1) == 7  # reader 0 arrived: no share is kept any more
+
+
+def test_a_failed_reader_gets_its_share_kept_again_for_its_next_attempt() -> None:
+    a = SplitAssigner(4, readers=2)
+    assert [a.next(0), a.next(0)] == [0, 1] and a.next(0) is None
+    assert [a.next(1), a.next(1)] == [2, 3]
+    a.give_back(1)  # reader 1 failed: its two splits are back, kept for its next attempt
+    assert a.next(0) is None
+    assert [a.next(1), a.next(1), a.next(1)] == [2, 3, None]
+
+
+def test_fewer_splits_than_readers_are_not_kept_back() -> None:
+    a = SplitAssigner(1, readers=3)  # floor(1 / 3) = 0 each: the first reader takes it
+    assert a.next(2) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 6), st.lists(st.integers(0, 5), max_size=200), st.randoms())
+def test_with_readers_every_split_is_handed_out_once_and_none_is_left_for_nobody(
+        n: int, readers: int, asks: list[int], rnd) -> None:
+    """Readers ask in any order, some fail; once each reader's last attempt has asked until
+    it got None, every split is held or done exactly once, and the snapshot round-trips."""
+    a = SplitAssigner(n, readers=readers)
+    for r in asks:
+        r %= readers
+        if rnd.random() < 0.1:
+            a.give_back(r)
+        else:
+            a.next(r)
+        assert a == SplitAssigner.restore(n, roundtrip(a.snapshot()), readers)
+    for r in range(readers):  # every reader asks until told there is none
+        while a.next(r) is not None:
+            pass
+    held = [i for v in a.held.values() for i in v]
+    assert sorted(held) == list(range(n)) and a.remaining == 0
