@@ -9,7 +9,7 @@ the log.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sluice.events import Envelope, Event, JobManagerHeartbeat
@@ -30,6 +30,9 @@ class Committer:
         self.epoch: int | None = None
         self.server = ""
         self._deliverers: dict[str, Deliverer] = {}
+        self.on_facts: Callable[[str, list[tuple[str, Envelope]]], None] | None = None
+        """Told each commit's facts, with their entry ids, once they are in the log (the
+        snapshot writer follows a job's facts without reading them back)."""
 
     def begin(self, epoch: int, server: str) -> None:
         """Write as the leader of ``epoch``, for the server whose run id is ``server``."""
@@ -64,6 +67,8 @@ class Committer:
         if result.duplicate:
             self.logger.info("redelivered entry ignored", entries=consumed.ids if consumed else None)
             return None
+        if envs and self.on_facts is not None:
+            self.on_facts(tag, list(zip(result.ids[: len(envs)], envs)))
         if sends:
             self.deliver(tag)
         return envs

@@ -454,6 +454,28 @@ class SnapshotWriter:
             self.trails[job_id] = CoordinatorTrail.of(r.jobs, job_id, r.positions.get(job_id, "0-0"),
                                                       r.checkpoints.get(job_id, {}), r.tails.get(job_id, {}))
 
+    def committed(self, tag: str, facts: list[tuple[str, Envelope]]) -> None:
+        """Facts this leader just committed to ``tag``: a job's trail folds them at once, so
+        its next snapshot need not read them back from the log (a big job's facts made the
+        writer a quarter of the leader's work). A job's trail starts at its first fact; a
+        trail that cannot take them is dropped, and the next snapshot replays the job."""
+        job_id = self.jm.keys.job_id_of(tag)
+        if job_id is None or not facts:
+            return
+        trail = self.trails.get(job_id)
+        if trail is None:
+            if type(facts[0][1].event) is not JobSubmitted:
+                return  # the next snapshot replays the job from its start
+            trail = self.trails[job_id] = CoordinatorTrail(fed=True)
+        elif not trail.fed:
+            return  # facts may have been committed since its position: the next snapshot reads them
+        try:
+            for entry_id, env in facts:
+                trail.fold(entry_id, env)
+        except Exception as exc:  # a bug: the snapshot replays the job instead
+            self.jm.logger.warning("snapshot trail dropped", job=job_id, error=str(exc)[:300])
+            self.trails.pop(job_id, None)
+
     def _registered(self) -> list[str]:
         known = set(self.order)
         self.order += sorted(j for j in self.jm.registered if j not in known)
@@ -474,6 +496,7 @@ class SnapshotWriter:
             trail = self.trails[job_id] = CoordinatorTrail()
         for entry_id, env in jm.log.replay(jm.keys.facts(tag), trail.pos):  # what the leader wrote since
             trail.fold(entry_id, env)
+        trail.fed = True  # up to the log's end now: every later commit is fed to it (``committed``)
         ended = jm.state.jobs.jobs[job_id].status in TERMINAL_JOB  # an ended job has no coordinators to restore
         try:
             data = encode_job(job_snapshot(jm.state.jobs, job_id, {} if ended else trail.checkpoints,
@@ -540,6 +563,9 @@ class CoordinatorTrail:
     tails: dict[str, list[Event]] = field(default_factory=dict)
     parallelism: dict[str, int] = field(default_factory=dict)
     attempts: dict[str, list[int]] = field(default_factory=dict)
+    fed: bool = False
+    """Whether it holds every fact up to the log's end, so commits may be folded as they
+    are made; False when it comes from a replay (facts may have been committed since)."""
 
     @classmethod
     def of(cls, state: JobsState, job_id: str, pos: str, checkpoints: dict[str, Checkpoint],

@@ -282,6 +282,7 @@ class JobManager:
         self.lost_while_recovering = []
         self.scheduling_since = 0
         self.committer.end()
+        self.committer.on_facts = None
         self.state = LeaderState()
         self.snapshots: SnapshotWriter | None = None
         self._next_acquire = 0
@@ -334,6 +335,7 @@ class JobManager:
         self.consumer.ensure_group()
         self.saw_restart = None
         self.snapshots = SnapshotWriter(self, r, granted)
+        self.committer.on_facts = self.snapshots.committed
         for job_id in rebuilt:
             r.tails.pop(job_id, None)  # fed to the coordinators, and copied into the snapshot writer
         self.phase = "leading"

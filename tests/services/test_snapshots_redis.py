@@ -155,3 +155,44 @@ def test_a_restarted_projector_starts_a_job_table_from_the_leaders_snapshot(log:
     assert seeded["kvstate"] == next(r.state for r in fresh.running if r.tag == tag and r.projection.name == "kvstate")
     restarted.catch_up()
     assert {name: tables.read(tag, name) for name in ("executiongraph", "kvstate")} == full
+
+
+def test_a_trail_fed_by_the_leaders_commits_equals_one_read_back_from_the_log(log: EventLog, tmp_path) -> None:
+    """The snapshot writer folds a job's facts as the leader commits them, instead of
+    reading them back (``SnapshotWriter.committed``): its coordinator trail must be exactly
+    what a full replay of the job's facts gives: split assignments, the attempts, a
+    checkpoint taken meanwhile."""
+    from sluice.events import RequestNextInputSplit, TaskState, TriggerCheckpoint
+    from sluice.services.jobmanager.leadership import CoordinatorTrail
+    from tests.services.failover_helpers import pump, report, source_graph, started, submit
+
+    world, a, t, slots = started(log, tmp_path)
+    assert a.snapshots is not None
+    keys = log.keys
+    submit(log, world, "j1", source_graph("j1", splits=6))
+    steps = [lambda: t.step(block_ms=None), lambda: a.step(block_ms=None)]
+    pump(steps, lambda: len(slots.launched) == 1, what="the source's deployment", world=world, advance_ms=10)
+    assert a.snapshots.trails["j1"].fed  # made from the job's first commit, and fed since
+    src = slots.launched[0][1]
+    report(log, world, src, "tm-1", 0, TaskState.RUNNING)
+    inbox = keys.inbox(keys.job("j1"))
+    for i in range(3):
+        if i == 1:
+            log.append(inbox, Envelope(TriggerCheckpoint("j1"), world.new_id(), 0, world.now_ms(), "j1"))
+        log.append(inbox, Envelope(RequestNextInputSplit("j1", "src", 0, src["execution_id"], "host-a"),
+                                   world.new_id(), 0, world.now_ms(), "j1"))
+        for _ in range(3):
+            world.advance(10)
+            a.step(block_ms=None)
+    fed = a.snapshots.trails["j1"]
+    replayed = CoordinatorTrail()
+    for entry_id, env in log.replay(keys.facts(keys.job("j1"))):
+        replayed.fold(entry_id, env)
+    assert fed.pos == replayed.pos == log.last_id(keys.facts(keys.job("j1")))
+    assert fed.checkpoints and fed.checkpoints == replayed.checkpoints
+    assert fed.tails and fed.tails == replayed.tails
+    assert fed.attempts == replayed.attempts and fed.parallelism == replayed.parallelism
+    a.snapshots.next_due = 0
+    a.snapshots.tick(world.now_ms())  # the snapshot is written from the fed trail: no warning, no drop
+    assert "j1" in a.snapshots.trails
+    a.job_inboxes.close_coordinators()
