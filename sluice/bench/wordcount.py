@@ -93,14 +93,18 @@ def _one(spark, url: str, tmp: Path, corpus: str, megabytes: int, parallelism: i
     want = spark.read.parquet(str(tmp / "plain-0")).count()
     if got != want:
         raise RuntimeError(f"sluice's result has {got} words, plain PySpark's {want}")
+    # cold: nothing of this process's Spark Connect client (pyspark marks the environment
+    # when a remote session is made) may reach the fresh processes
+    cold_env = {k: v for k, v in env.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
+                                                          "SPARK_LOCAL_REMOTE", "SLUICE_SPARK_REMOTE")}
     script = tmp / "plain_wordcount.py"
     script.write_text(PLAIN_SCRIPT)
     with console.status(f"plain PySpark script, cold process ({corpus}, {megabytes} MB)"):
         cold_plain = _timed([sys.executable, str(script), str(ROOT / "examples"), f"local[{parallelism}]", str(source),
-                             str(tmp / "plain-cold")], env, tmp, "the plain PySpark script")
+                             str(tmp / "plain-cold")], cold_env, tmp, "the plain PySpark script")
     with console.status(f"sluice run, cold process ({corpus}, {megabytes} MB)"):
         cold_home = tmp / f"cold-{corpus}-{megabytes}"
-        cold = _timed(_sluice_cmd(cold_home, source, tmp / "sluice-cold", parallelism, slots, size), env, tmp,
+        cold = _timed(_sluice_cmd(cold_home, source, tmp / "sluice-cold", parallelism, slots, size), cold_env, tmp,
                       "sluice run (cold)")
     return {"corpus": corpus, "mb": size / 1e6, "distinct": want, "plain": base, "job": job_s,
             "cold_plain": cold_plain, "cold": cold, "stages": stages}
