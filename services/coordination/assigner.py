@@ -12,7 +12,9 @@ takes more splits than a slow one (dynamic load balancing). Given the number of
 ``readers``, a reader that asks before the others have keeps its hands off their fair
 share (``floor(splits / readers)`` for each reader whose current attempt has not asked
 yet): a reader that takes its splits in one go (a whole read) could otherwise take them
-all before the next one started, and leave it idle. The splits an attempt holds
+all before the next one started, and leave it idle. This relies on what every reader does
+anyway: its attempt asks until it is told there are no more (one that finished without
+asking would leave its share unread; a finished reader keeps no share). The splits an attempt holds
 go back to the pool when it fails, and are done when it finishes (a source task commits
 its output only when it finishes, so a failed attempt processed none of them).
 
@@ -118,6 +120,7 @@ class SplitAssigner:
         """The subtask's attempt finished: what it held is done."""
         done = self.held.pop(subtask, [])
         self.done += len(done)
+        self.arrived.add(subtask)  # it will not ask again: nothing is kept for it
         return done
 
     @property
@@ -148,7 +151,9 @@ class SplitAssigner:
     def restore(cls, hosts: Sequence[Sequence[str]] | int, snap: dict[str, Any],
                 readers: int | None = None) -> SplitAssigner:
         a = cls(hosts, readers)
-        a.arrived = set(snap.get("arrived", ()))
+        # A checkpoint from before shares were kept does not say who asked: keep none (a
+        # share kept for a reader that already finished would never be taken).
+        a.arrived = set(snap["arrived"]) if "arrived" in snap else set(range(readers or 0))
         if snap.get("n") != a.n:
             raise ValueError(f"the checkpoint is for {snap.get('n')} splits but the plan has {a.n}")
         a._cursor = int(snap["cursor"])

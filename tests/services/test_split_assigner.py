@@ -383,3 +383,16 @@ def test_with_readers_every_split_is_handed_out_once_and_none_is_left_for_nobody
             pass
     held = [i for v in a.held.values() for i in v]
     assert sorted(held) == list(range(n)) and a.remaining == 0
+
+
+def test_nothing_is_kept_for_a_reader_that_finished_or_for_readers_an_old_checkpoint_does_not_name() -> None:
+    """A share kept for a reader that will never ask again would never be taken: the job
+    would wait for ever. A finished reader is done asking; a checkpoint written before
+    shares were kept does not say who asked, so none is kept after restoring it."""
+    a = SplitAssigner(4, readers=2)
+    a.finish(1)  # finished (it took nothing: the other reader had taken everything, say)
+    assert [a.next(0) for _ in range(5)] == [0, 1, 2, 3, None]
+    old = SplitAssigner(4, readers=2).snapshot()
+    del old["arrived"]
+    b = SplitAssigner.restore(4, roundtrip(old), readers=2)
+    assert [b.next(0) for _ in range(5)] == [0, 1, 2, 3, None]

@@ -94,12 +94,16 @@ def run_failing_job(log: EventLog, tmp_path: Path) -> Run:
     slot1, d1, _ = slots.launched[2]
     assert d1["attempt"] == 1
     report(log, world, d1, "tm-1", slot1, TaskState.RUNNING)
+    # src[1] ends without a split (as if the other reader had taken them all): nothing is
+    # kept for it any more (a reader that has not asked yet keeps its share)
+    report(log, world, first[1][1], "tm-1", first[1][0], TaskState.FINISHED)
+    pump(steps, lambda: job_state(log, "j1").vertices["src"].finished == 1, what="src[1]'s end", world=world,
+         advance_ms=10)
     for seq in range(1, 6):  # 4 splits: attempt 1 reads them all, then hears there are no more
         ask_split(log, world, d1, seq)
         pump(steps, lambda n=seq: len(events(log, facts, NextInputSplit)) == 1 + n, what=f"answer {seq}",
              world=world, advance_ms=10)
     report(log, world, d1, "tm-1", slot1, TaskState.FINISHED)
-    report(log, world, first[1][1], "tm-1", first[1][0], TaskState.FINISHED)
     pump(steps, lambda: job_state(log, "j1").ended_at is not None, what="the job's end", world=world, advance_ms=10)
     submit(log, world, "j2", keyed_graph("j2"))
     pump(steps, lambda: log.last_id(log.keys.facts(log.keys.job("j2"))) is not None
