@@ -16,12 +16,9 @@ kind are shown beside them (and are the ratio's baseline without ``--pyflink``).
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import tempfile
 import textwrap
-import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,11 +26,9 @@ from rich.console import Console
 from rich.table import Table
 
 from sluice.api import Job
-from sluice.client import Client, JobFile
-from sluice.events import JobStatus
 
 from .cluster import BenchCluster
-from .memory import _tree, rss_mb
+from .memory import PeakRss
 
 __all__ = ["run", "PYFLINK_MEASURED"]
 
@@ -45,50 +40,11 @@ PYFLINK_MEASURED = {8: 0.37, 32: 0.78, 128: 2.5, 512: 13.3}
 TARGET_MB = 1024
 
 
-def _job(n: int) -> JobFile:
+def _sluice(cluster: BenchCluster, n: int) -> float:
     j = Job(f"all-to-all-noop-{n}", max_parallelism=max(128, n))
     j.noop("producers", parallelism=n)
     j.noop("consumers", parallelism=n, after="producers")
-    code = b"# no code: the job is two no-op vertices\n"
-    return JobFile(Path("noop.py"), code, hashlib.sha256(code).hexdigest(), "sluice_bench_alltoall", None, j.graph(), {})
-
-
-class _PeakRss:
-    """The peak of the summed RSS of some process trees, sampled every 50 ms."""
-
-    def __init__(self, roots: Sequence[int]) -> None:
-        self.roots, self.peak = list(roots), 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            pids = {p for root in self.roots for p in _tree(root)}
-            self.peak = max(self.peak, sum(rss_mb(p) for p in pids))
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> _PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _sluice(cluster: BenchCluster, n: int) -> float:
-    client = Client(cluster.log)
-    t = time.perf_counter()
-    job_id = client.submit(_job(n))
-    client.wait_accepted(job_id)
-    while True:
-        state = client.job(job_id, missing_ok=True)
-        if state is not None and state.status in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED):
-            break
-        time.sleep(0.01)
-    if state.status != JobStatus.FINISHED:
-        raise RuntimeError(f"the all-to-all no-op job ended {state.status.value}: {state.reason}")
-    return time.perf_counter() - t
+    return cluster.run_noop_job(j.graph())
 
 
 PYFLINK_SCRIPT = textwrap.dedent("""
@@ -133,18 +89,13 @@ def run(*, sizes: Sequence[int] = (8, 32, 128, 512), slots: int = 4, pyflink: st
     times: dict[int, float] = {}
     peaks: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as home, BenchCluster(Path(home)) as cluster:
-        jm = cluster.spawn("jobmanager")
-        # no-op tasks need no Spark: the address is never reached (and costs no name lookup)
-        tm = cluster.spawn("taskmanager", "--resource-id", "tm-a2a", "--slots", str(slots), "--spark",
-                           "sc://127.0.0.1:1")
-        cluster.wait_registered(1)
-        time.sleep(2.0)  # the slot workers start (imports) before the clock runs
+        jm, tm = cluster.start_noop("tm-a2a", slots)
         redis_pid = cluster.redis.pid
         with console.status("warm-up: 2 x 8"):
             _sluice(cluster, 8)
         for n in sizes:
             with console.status(f"2 x {n} no-op tasks, all-to-all, on {slots} slots"), \
-                    _PeakRss([p for p in (redis_pid, jm.pid, tm.pid) if p]) as rss:
+                    PeakRss([p for p in (redis_pid, jm.pid, tm.pid) if p]) as rss:
                 times[n] = _sluice(cluster, n)
             peaks[n] = rss.peak
     theirs: dict[int, float] = {}

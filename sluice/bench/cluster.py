@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from sluice.client import Client, JobFile
+from sluice.events import JobGraph, JobStatus
 from sluice.services.embedded import RedisServer
+from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import EventLog, Keys, connect
 
-__all__ = ["BenchCluster"]
+__all__ = ["BenchCluster", "NO_SPARK"]
+
+NO_SPARK = "sc://127.0.0.1:1"
+"""The Spark address of a TaskManager that runs only no-op tasks: never reached (and,
+unlike a made-up host name, it costs its workers' warm-up no name lookups)."""
 
 
 class BenchCluster:
@@ -67,3 +75,27 @@ class BenchCluster:
                 return
             time.sleep(0.1)
         raise RuntimeError(f"{n} TaskManagers did not register within {timeout} s; see {self.home}")
+
+    def start_noop(self, resource_id: str, slots: int) -> tuple[subprocess.Popen, subprocess.Popen]:
+        """A JobManager and one TaskManager for no-op tasks (no Spark), registered, its slot
+        workers given time to start (imports) before a clock runs."""
+        jm = self.spawn("jobmanager")
+        tm = self.spawn("taskmanager", "--resource-id", resource_id, "--slots", str(slots), "--spark", NO_SPARK)
+        self.wait_registered(1)
+        time.sleep(2.0)
+        return jm, tm
+
+    def run_noop_job(self, graph: JobGraph, *, poll_s: float = 0.01) -> float:
+        """Submit a job of no-op vertices (it has no code) and wait for its end: the seconds
+        from submission to FINISHED (raises if it ended otherwise)."""
+        code = b"# no code: the job is no-op vertices only\n"
+        job = JobFile(Path("noop.py"), code, hashlib.sha256(code).hexdigest(), "sluice_bench_noop", None, graph, {})
+        client = Client(self.log)
+        t = time.perf_counter()
+        job_id = client.submit(job)
+        client.wait_accepted(job_id)  # raises if refused
+        while (state := client.job(job_id, missing_ok=True)) is None or state.status not in TERMINAL_JOB:
+            time.sleep(poll_s)
+        if state.status != JobStatus.FINISHED:
+            raise RuntimeError(f"the no-op job {graph.name} ended {state.status.value}: {state.reason}")
+        return time.perf_counter() - t

@@ -14,12 +14,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["run", "rss_mb"]
+__all__ = ["run", "rss_mb", "process_tree", "PeakRss"]
 
 console = Console()
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,10 +38,35 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _tree(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
     from sluice.services.embedded.supervisor import descendants
 
     return [pid, *descendants([pid])]
+
+
+class PeakRss:
+    """The peak of the summed RSS of some process trees (MB), sampled every ``every`` seconds
+    on a thread of its own while the ``with`` block runs."""
+
+    def __init__(self, roots: Sequence[int], every: float = 0.05) -> None:
+        self.roots, self.every, self.peak = list(roots), every, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            pids = {p for root in self.roots for p in process_tree(root)}
+            self.peak = max(self.peak, sum(rss_mb(p) for p in pids))
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _cmd(pid: int) -> str:
@@ -80,7 +107,7 @@ def run(*, taskmanagers: int = 2, slots: int = 2) -> dict[str, float]:
                     continue
                 own = rss_mb(pid)
                 workers = spark = 0.0
-                for child in _tree(pid)[1:]:
+                for child in process_tree(pid)[1:]:
                     cmd = _cmd(child)
                     if "java" in cmd.split(" ", 1)[0] or "org.apache.spark" in cmd or "pyspark.daemon" in cmd \
                             or "pyspark.worker" in cmd:
@@ -95,7 +122,7 @@ def run(*, taskmanagers: int = 2, slots: int = 2) -> dict[str, float]:
                 spark_mb.append(spark)
                 total += own + workers + spark
             if data.get("spark"):  # a Spark server shared by the cluster, when it runs one
-                shared = sum(rss_mb(q) for q in _tree(int(data["spark"]["pid"])))
+                shared = sum(rss_mb(q) for q in process_tree(int(data["spark"]["pid"])))
                 table.add_row("shared Spark Connect server", f"{shared:.0f}")
                 total += shared
             table.add_row("[b]whole cluster[/b]", f"[b]{total:.0f}[/b]")
@@ -119,26 +146,21 @@ def _plain(tmp: Path) -> float:
     """Peak RSS of a plain PySpark script's tree running the word count (its JVM is a child)."""
     script = tmp / "plain.py"
     script.write_text(textwrap.dedent(f"""
-        import sys, threading, time
+        import sys, time
         from pathlib import Path
         sys.path.insert(0, {str(ROOT / "examples")!r})
         import wordcount
         from pyspark.sql import SparkSession
-        from sluice.bench.memory import rss_mb, _tree
+        from sluice.bench.memory import PeakRss
         import os
-        peak = [0.0]
-        def watch():
-            while True:
-                peak[0] = max(peak[0], sum(rss_mb(p) for p in _tree(os.getpid())))
-                time.sleep(0.2)
-        threading.Thread(target=watch, daemon=True).start()
-        spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
-        text = Path({str(tmp / "wc.txt")!r})
-        wordcount.generate(text)
-        words = wordcount.tokenize(spark.read.text(str(text)))
-        wordcount.count(words).write.mode("overwrite").parquet({str(tmp / "plain-out")!r})
-        time.sleep(0.5)
-        print(peak[0])
+        with PeakRss([os.getpid()], every=0.2) as rss:
+            spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+            text = Path({str(tmp / "wc.txt")!r})
+            wordcount.generate(text)
+            words = wordcount.tokenize(spark.read.text(str(text)))
+            wordcount.count(words).write.mode("overwrite").parquet({str(tmp / "plain-out")!r})
+            time.sleep(0.5)
+        print(rss.peak)
         spark.stop()
     """))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)

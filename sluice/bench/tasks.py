@@ -18,8 +18,6 @@ from rich.console import Console
 from rich.table import Table
 
 from sluice.api import Job
-from sluice.client import Client, JobFile
-from sluice.events import JobStatus
 
 from .cluster import BenchCluster
 
@@ -66,34 +64,14 @@ def _raw_rq(url: str, workers: int, tasks: int) -> float:
 
 
 def _sluice(cluster: BenchCluster, tasks: int) -> float:
-    import hashlib
-
     j = Job("noop", max_parallelism=max(128, tasks))
     j.noop("noop", parallelism=tasks)
-    code = b"# no code: the job is one no-op vertex\n"
-    job = JobFile(Path("noop.py"), code, hashlib.sha256(code).hexdigest(), "sluice_bench_noop", None,
-                  j.graph(), {})
-    client = Client(cluster.log)
-    t = time.perf_counter()
-    job_id = client.submit(job)
-    client.wait_accepted(job_id)  # raises if refused
-    while True:
-        state = client.job(job_id, missing_ok=True)
-        if state is not None and state.status in (JobStatus.FINISHED, JobStatus.FAILED):
-            break
-        time.sleep(0.005)
-    if state.status != JobStatus.FINISHED:
-        raise RuntimeError(f"the no-op job failed: {state.reason}")
-    return tasks / (time.perf_counter() - t)
+    return tasks / cluster.run_noop_job(j.graph(), poll_s=0.005)
 
 
 def run(*, tasks: int = 300, slots: int = 2) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as home, BenchCluster(Path(home)) as cluster:
-        cluster.spawn("jobmanager")
-        # no-op tasks need no Spark: the address is never reached (and costs no name lookup)
-        cluster.spawn("taskmanager", "--resource-id", "tm-bench", "--slots", str(slots), "--spark", "sc://127.0.0.1:1")
-        cluster.wait_registered(1)
-        time.sleep(2.0)  # the slot workers start (imports) before the clock runs
+        cluster.start_noop("tm-bench", slots)
         with console.status(f"{tasks} no-op tasks through Sluice on {slots} slots"):
             _sluice(cluster, min(20, tasks))  # warm-up: code paths, RQ queues
             ours = _sluice(cluster, tasks)
