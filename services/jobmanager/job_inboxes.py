@@ -40,9 +40,7 @@ class _Scheduled(NamedTuple):
     free: jobs.FreeSlots | None
 
 
-def _merge(into: jobs.Decision, decision: jobs.Decision | _Scheduled | None) -> None:
-    if isinstance(decision, _Scheduled):
-        decision = decision.decision
+def _merge(into: jobs.Decision, decision: jobs.Decision | None) -> None:
     if decision is not None:
         into.facts += decision.facts
         into.sends += decision.sends
@@ -85,7 +83,7 @@ class JobInboxes:
         if done:
             # What the messages freed or made ready is scheduled in the same commit (one
             # script a batch, not two); schedule_all still looks at every job afterwards.
-            _merge(merged, self._schedule(job_id))
+            _merge(merged, self._schedule(job_id).decision)
             self.commit(merged, stream, tuple(done))
 
     def _decide(self, job_id: str, entry: Entry) -> jobs.Decision:

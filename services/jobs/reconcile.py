@@ -253,9 +253,12 @@ def accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[st
         if seen_in >= memory.batch:
             continue
         job_id, execution_id = _split(task_id)
-        if not ready.setdefault(job_id, caught_up(job_id)):
-            continue  # looked at (or forgotten, if its attempt ended meanwhile) once caught up: a
-            # leader behind on a busy job's inbox does not re-examine every final of it each step
+        if job_id not in ready:
+            ready[job_id] = caught_up(job_id)
+        if not ready[job_id]:
+            # Looked at (or forgotten, if its attempt ended meanwhile) once caught up: a leader
+            # behind on a busy job's inbox does not re-examine every final of it each step.
+            continue
         job = state.jobs.get(job_id)
         ex = job.current(execution_id) if job is not None and job.status not in TERMINAL_JOB else None
         del memory.finals[task_id]
