@@ -149,6 +149,12 @@ class SparkConnectServer:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    def terminate(self) -> None:
+        """Ask the server to stop (SIGTERM) without waiting: its JVM takes a moment to exit,
+        which can overlap stopping the rest; ``stop`` then waits for it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+
     def stop(self) -> None:
         if self.proc is None:
             return

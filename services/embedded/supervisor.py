@@ -179,9 +179,22 @@ class EmbeddedCluster:
         self.env["SLUICE_SPARK_REMOTE"] = url
         return url
 
+    def shared_spark(self) -> str | None:
+        """The URL of the Spark Connect server this cluster started for all its TaskManagers,
+        if it still runs."""
+        rec = self._read().get("spark")
+        return str(rec["url"]) if rec and _ours(int(rec["pid"]), "SparkConnectServer", "spark") else None
+
     def wait_spark(self, timeout: float = 120.0) -> None:
         if self._spark is not None:
             self._spark.wait_ready(timeout)
+
+    def spark_going(self) -> None:
+        """Ask the Spark server this process started to stop, without waiting (``stop_spark``
+        waits): for when nothing will use it any more, so that its JVM exits while the rest
+        of the cluster stops."""
+        if self._spark is not None:
+            self._spark.terminate()
 
     def stop_spark(self) -> None:
         data = self._read()
@@ -211,6 +224,9 @@ class EmbeddedCluster:
             cmd += ["--resource-id", name]
         log = open(self.logs / f"{name}.log", "ab")
         env = {**os.environ, **self.env}
+        shared = self.shared_spark()
+        if role == "taskmanager" and shared and "SLUICE_SPARK_REMOTE" not in env:
+            env["SLUICE_SPARK_REMOTE"] = shared  # a TaskManager added later (`sluice scale`) uses it too
         from sluice.services.common.guard import guarded
 
         proc = subprocess.Popen(cmd if detach else guarded(cmd), stdout=log, stderr=subprocess.STDOUT,

@@ -83,6 +83,25 @@ def wordcount(megabytes: str, corpus: str) -> None:
 
 
 @bench.command()
+@click.option("--variants", default="1:shared,2:shared,2:per-taskmanager", show_default=True,
+              help="TASKMANAGERS:SPARK_SERVERS for each `sluice run` to time (spark servers: shared or "
+                   "per-taskmanager).")
+@click.option("--runs", default=2, show_default=True, help="Rounds, each the plain script then every variant.")
+def coldstart(variants: str, runs: int) -> None:
+    """The default example from nothing (`sluice run`) vs a plain PySpark script, whole processes, with timelines."""
+    from sluice.bench.coldstart import Variant, run
+    from sluice.errors import ConfigError
+
+    chosen = []
+    for item in variants.split(","):
+        n, _, servers = item.partition(":")
+        if not n.isdigit() or servers not in ("shared", "per-taskmanager"):
+            raise ConfigError(f"--variants item {item!r} must look like 2:shared or 2:per-taskmanager")
+        chosen.append(Variant(int(n), servers))
+    run(variants=tuple(chosen), runs=runs)
+
+
+@bench.command()
 @click.option("--splits", default=16, show_default=True, help="Splits of the input.")
 @click.option("--rows", default=2000, show_default=True, help="Rows (lines) a split.")
 @click.option("--work", default=1.0, show_default=True, help="Seconds of Spark work a split on the fast reader.")

@@ -104,10 +104,29 @@ def metrics_endpoints(cluster: EmbeddedCluster) -> dict[str, str]:
     return {p.name: recorded[p.name] for p in cluster.processes() if p.name in recorded}
 
 
-def _start(obj: Context, taskmanagers: int, slots: int, detach: bool) -> tuple[EmbeddedCluster, EventLog, list]:
+SPARK_SERVERS = ("shared", "per-taskmanager")
+
+
+def spark_servers_option(f):
+    """``--spark-servers``: one Spark Connect server for the whole embedded cluster, started
+    first (its JVM is the slowest thing to start) and shared by every TaskManager; or one per
+    TaskManager, started when its first task needs Spark."""
+    return click.option(
+        "--spark-servers", type=click.Choice(SPARK_SERVERS), default="shared", show_default=True,
+        envvar="SLUICE_SPARK_SERVERS",
+        help="One Spark Connect server shared by all TaskManagers, started with the cluster, or one per "
+             "TaskManager, started on its first Spark task (a JVM each: on one host they compete for its "
+             "cores and memory; `sluice bench coldstart` measures both). $SLUICE_SPARK_SERVERS.")(f)
+
+
+def _start(obj: Context, taskmanagers: int, slots: int, detach: bool,
+           spark_servers: str = "shared") -> tuple[EmbeddedCluster, EventLog, list]:
     cluster = obj.cluster
     if cluster.processes("jobmanager"):
         raise ServiceError(f"an embedded cluster already runs in {cluster.home}; `sluice cluster stop` it first")
+    if spark_servers == "shared" and not os.environ.get("SLUICE_SPARK_REMOTE") \
+            and not cluster.env.get("SLUICE_SPARK_REMOTE"):
+        cluster.start_spark(detach=detach)  # first: it overlaps the rest of the start
     url = cluster.redis_url(detach=detach)
     log = obj.log()
     spawn(cluster, "projector", url, detach=detach)
@@ -125,6 +144,7 @@ def _stop(cluster: EmbeddedCluster, log: EventLog | None) -> None:
     try:
         _stop_processes(cluster, log)
     finally:
+        cluster.stop_spark()  # the shared server, if the cluster started one
         data = cluster._read()
         if data.pop("metrics", None) is not None:
             cluster._write(data)
@@ -205,12 +225,13 @@ def cluster() -> None:
 @click.option("--appendfsync", type=click.Choice(["everysec", "always"]), default=None,
               help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
                    "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.")
+@spark_servers_option
 @click.pass_obj
-def up(obj: Context, taskmanagers: int, slots: int, hold: bool, appendfsync: str | None) -> None:
+def up(obj: Context, taskmanagers: int, slots: int, hold: bool, appendfsync: str | None, spark_servers: str) -> None:
     """Start the embedded cluster, show it once every TaskManager registered, then stop it."""
     started = time.monotonic()
     _fsync(obj, appendfsync)
-    cluster, log, _ = _start(obj, taskmanagers, slots, detach=False)
+    cluster, log, _ = _start(obj, taskmanagers, slots, detach=False, spark_servers=spark_servers)
     show(*cluster_table(log))
     console.print(f"cluster up in {time.monotonic() - started:.1f} s; data in {cluster.home}/")
     try:
@@ -238,11 +259,12 @@ def cluster_table_offline(obj: Context) -> tuple[dict, dict]:
 @click.option("--appendfsync", type=click.Choice(["everysec", "always"]), default=None,
               help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
                    "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.")
+@spark_servers_option
 @click.pass_obj
-def start(obj: Context, taskmanagers: int, slots: int, appendfsync: str | None) -> None:
+def start(obj: Context, taskmanagers: int, slots: int, appendfsync: str | None, spark_servers: str) -> None:
     """Start the embedded cluster in the background (stop it with `sluice cluster stop`)."""
     _fsync(obj, appendfsync)
-    cluster, log, _ = _start(obj, taskmanagers, slots, detach=True)
+    cluster, log, _ = _start(obj, taskmanagers, slots, detach=True, spark_servers=spark_servers)
     show(*cluster_table(log))
     endpoints = metrics_endpoints(cluster)
     show_endpoints([{"role": p.role, "name": p.name, "metrics": endpoints.get(p.name)} for p in cluster.processes()])

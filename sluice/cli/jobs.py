@@ -13,7 +13,6 @@ Times are milliseconds since the epoch.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import Counter
@@ -29,6 +28,7 @@ from sluice.errors_display import short_traceback
 from sluice.events import JobStatus
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun
 
+from .cluster import spark_servers_option
 from .context import Context
 
 console = Console(emoji=False, highlight=False)
@@ -123,20 +123,16 @@ def follow(client: Client, job_id: str) -> JobRun:
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="A job parameter (repeatable).")
 @click.option("--taskmanagers", "-n", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--slots", "-s", default=2, show_default=True, type=click.IntRange(1, 64))
+@spark_servers_option
 @click.pass_obj
-def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slots: int) -> None:
+def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slots: int, spark_servers: str) -> None:
     """Run a job file on the embedded cluster, with progress; exit 0 when it FINISHED."""
     from .cluster import _start, _stop
 
     job_file = load_job(file, parse_params(params))  # invalid jobs fail here, before anything starts
     started = time.monotonic()
     cluster = obj.cluster
-    own_spark = not os.environ.get("SLUICE_SPARK_REMOTE")
-    if own_spark:
-        cluster.start_spark(detach=False)
-    else:
-        cluster.env["SLUICE_SPARK_REMOTE"] = os.environ["SLUICE_SPARK_REMOTE"]
-    _, log, _ = _start(obj, taskmanagers, slots, detach=False)
+    _, log, _ = _start(obj, taskmanagers, slots, detach=False, spark_servers=spark_servers)
     try:
         client = Client(log)
         with console.status("waiting for Spark"):
@@ -146,10 +142,9 @@ def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slo
                       f"{slots} slots")
         client.wait_accepted(job_id, timeout=120)
         job = follow(client, job_id)
+        cluster.spark_going()  # the job ended: no task needs Spark any more
     finally:
         _stop(cluster, log)
-        if own_spark:
-            cluster.stop_spark()
     show_job(job_json(job))
     console.print(f"total {time.monotonic() - started:.1f} s; inspect it with `sluice status {job_id}` or "
                   f"`sluice inspect tail job:{job_id}:facts`", soft_wrap=True)

@@ -64,13 +64,29 @@ def test_cluster_up_then_status_and_inspect_on_the_stopped_cluster(tmp_path: Pat
     assert orjson.loads(script.stdout)["type"] == "TaskManagerUnregistered"
 
 
+def _spark_remote_of(pid: int) -> str | None:
+    """The Spark Connect server a running process was told to use ($SLUICE_SPARK_REMOTE)."""
+    for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        if item.startswith(b"SLUICE_SPARK_REMOTE="):
+            return item.split(b"=", 1)[1].decode()
+    return None
+
+
+def _cluster_json(tmp_path: Path) -> dict:
+    return orjson.loads((tmp_path / ".sluice" / "cluster.json").read_bytes())
+
+
 @pytest.mark.timeout(7 * 90 + MARGIN)  # seven commands, 90 s each
 def test_scale_adds_and_removes_taskmanagers_at_run_time(tmp_path: Path) -> None:
     sluice(tmp_path, "cluster", "start", "--taskmanagers", "1")
+    spark = _cluster_json(tmp_path)["spark"]  # one Spark Connect server for the cluster, started with it
     try:
         assert sum(r["status"] == "REGISTERED" for r in status(tmp_path)["taskmanagers"]) == 1
         out = sluice(tmp_path, "scale", "--taskmanagers", "3").stdout
         assert "3 TaskManagers registered" in out
+        tms = [p for p in _cluster_json(tmp_path)["processes"] if p["role"] == "taskmanager"]
+        assert [_spark_remote_of(p["pid"]) for p in tms] == [spark["url"]] * 3  # the ones scale added too
+        assert "SparkConnectServer" in Path(f"/proc/{spark['pid']}/cmdline").read_text()
         out = sluice(tmp_path, "scale", "--taskmanagers", "1").stdout
         assert "1 TaskManagers registered" in out
         rows = status(tmp_path)["taskmanagers"]
@@ -79,6 +95,27 @@ def test_scale_adds_and_removes_taskmanagers_at_run_time(tmp_path: Path) -> None
     finally:
         sluice(tmp_path, "cluster", "stop", check=False)
     assert "no embedded cluster runs" in sluice(tmp_path, "scale", "-n", "2", check=False).stderr
+    assert not alive_pid(spark["pid"]), "the cluster's Spark server outlived `sluice cluster stop`"
+
+
+def alive_pid(pid: int) -> bool:
+    from sluice.services.embedded.supervisor import alive
+
+    return alive(pid)
+
+
+@pytest.mark.timeout(2 * 90 + MARGIN)  # two commands
+def test_a_spark_server_per_taskmanager_is_left_to_each_taskmanager(tmp_path: Path) -> None:
+    sluice(tmp_path, "cluster", "start", "--taskmanagers", "1", "--spark-servers", "per-taskmanager")
+    try:
+        data = _cluster_json(tmp_path)
+        assert "spark" not in data
+        (tm,) = [p for p in data["processes"] if p["role"] == "taskmanager"]
+        assert _spark_remote_of(tm["pid"]) is None  # it starts its own when a task needs Spark
+    finally:
+        sluice(tmp_path, "cluster", "stop", check=False)
+    bad = sluice(tmp_path, "cluster", "start", "--spark-servers", "two", check=False)
+    assert bad.returncode != 0 and "'two' is not one of 'shared', 'per-taskmanager'" in bad.stderr, bad.stderr
 
 
 class LineReader:
