@@ -191,8 +191,8 @@ class EmbeddedCluster:
 
     def spark_going(self) -> None:
         """Ask the Spark server this process started to stop, without waiting (``stop_spark``
-        waits): for when nothing will use it any more, so that its JVM exits while the rest
-        of the cluster stops."""
+        waits): once its clients are gone, so that its JVM exits while the rest of the
+        cluster stops."""
         if self._spark is not None:
             self._spark.terminate()
 

@@ -163,6 +163,9 @@ def _stop_processes(cluster: EmbeddedCluster, log: EventLog | None) -> None:
         tms = cluster.processes("taskmanager")
         names = {t.name for t in tms}
         cluster.terminate(tms)
+        # Only now: a worker's Spark client says goodbye to its server as it exits, and would
+        # wait for one that is going away until its TaskManager kills it.
+        cluster.spark_going()
         try:
             wait_for(log, lambda leader, rows: all(rows.get(n, {}).get("status") != "REGISTERED" for n in names),
                      "waiting for TaskManagers to unregister", timeout=15)

@@ -142,7 +142,6 @@ def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slo
                       f"{slots} slots")
         client.wait_accepted(job_id, timeout=120)
         job = follow(client, job_id)
-        cluster.spark_going()  # the job ended: no task needs Spark any more
     finally:
         _stop(cluster, log)
     show_job(job_json(job))
