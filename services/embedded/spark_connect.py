@@ -15,7 +15,7 @@ from sluice.errors import ConfigError, ServiceError
 
 from .redis_server import free_port
 
-__all__ = ["SparkConnectServer", "spark_home", "check_java", "wait_listening"]
+__all__ = ["SparkConnectServer", "spark_home", "check_java", "wait_listening", "class_archive", "build_class_archive"]
 
 
 def spark_home() -> Path:
@@ -87,13 +87,99 @@ def check_java() -> None:
         raise ConfigError("Java is not installed: Spark needs Java 17 (Debian: apt-get install openjdk-17-jre-headless)")
 
 
+def class_archive() -> Path | None:
+    """Where the Spark server's class-data archive (JDK AppCDS) for this Java and this PySpark
+    lives, whether built or not; None when ``$SLUICE_SPARK_CDS`` is ``off``. A JVM started
+    with it maps the classes Spark loads instead of loading and verifying them one by one:
+    measured here, the server listens in 3.5-3.9 s instead of 6.5-7.8 s and runs its first
+    query in 4.7 s instead of 7.3-9 s. ``$SLUICE_SPARK_CDS`` may name the file instead;
+    by default it is in ``$XDG_CACHE_HOME/sluice`` (``~/.cache/sluice``), named for what it
+    was built from (an archive of another Java or PySpark would be refused by the JVM)."""
+    import hashlib
+    from shutil import which
+
+    import pyspark
+
+    chosen = os.environ.get("SLUICE_SPARK_CDS", "").strip()
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return Path(chosen)
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else which("java")
+    if java is None:
+        return None
+    java = os.path.realpath(java)
+    jars = sorted(p.name for p in (spark_home() / "jars").glob("*.jar"))
+    key = hashlib.sha256("\n".join([java, str(os.stat(java).st_mtime_ns), pyspark.__version__, *jars]).encode())
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice"
+    return cache / f"spark-connect-{pyspark.__version__}-{key.hexdigest()[:16]}.jsa"
+
+
+# What the archive's training run does: the kinds of work Sluice's tasks ask of Spark (text
+# and Parquet scans, explode, aggregation, exchanges, partitioned writes, a cache, a collect),
+# so that the classes they load are in it.
+_TRAINING = """
+import os, sys, tempfile
+from pyspark.sql import SparkSession, functions as F
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+d = tempfile.mkdtemp(prefix="sluice-cds-")
+with open(os.path.join(d, "in.txt"), "w") as f:
+    f.write("the quick brown fox jumps over the lazy dog\\n" * 2000)
+lines = spark.read.text(os.path.join(d, "in.txt"))
+words = lines.select(F.explode(F.split(F.lower(F.col("value")), "[^a-z]+")).alias("w")).where(F.col("w") != "")
+counts = words.groupBy("w").agg(F.count(F.lit(1)).alias("n"))
+counts.withColumn("_kg", F.abs(F.hash("w")) % 2).repartition("_kg").write.mode("overwrite") \\
+    .partitionBy("_kg").parquet(os.path.join(d, "p"))
+back = spark.read.parquet(os.path.join(d, "p")).groupBy("w").agg(F.sum("n").alias("n")).cache()
+back.write.mode("overwrite").parquet(os.path.join(d, "out"))
+back.collect()
+back.unpersist()
+spark.createDataFrame([(1, 2)], "s long, e long").count()
+spark.range(10).count()
+import shutil
+shutil.rmtree(d, ignore_errors=True)
+os._exit(0)
+"""
+
+
+def build_class_archive(path: Path, *, timeout: float = 300.0) -> float:
+    """Build the class-data archive at ``path``: a Spark Connect server runs a training
+    workload and dumps the classes it loaded as it exits (a JVM dumps them at exit, which
+    takes it 10-20 s here). Written next to ``path`` and renamed into place, so a server
+    never maps a half-written one. Returns the seconds it took; raises ServiceError when
+    the archive could not be made (Spark works without it, only slower to start)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    began = time.monotonic()
+    server = SparkConnectServer(log_file=path.parent / "spark-cds-build.log", cds=False,
+                                java_options=[f"-XX:ArchiveClassesAtExit={partial}"])
+    try:
+        url = server.start(timeout=timeout)
+        done = subprocess.run([sys.executable, "-c", _TRAINING, url], capture_output=True, text=True,
+                              timeout=timeout)
+        if done.returncode != 0:
+            raise ServiceError(f"the training run for Spark's class-data archive failed:\n{done.stderr[-2000:]}")
+    finally:
+        server.stop(timeout=timeout)  # the JVM writes the archive as it exits
+    if not partial.is_file() or partial.stat().st_size == 0:
+        raise ServiceError(f"the Spark server wrote no class-data archive at {partial}; see {server.log_file}")
+    partial.replace(path)
+    return time.monotonic() - began
+
+
 class SparkConnectServer:
     """``spark-submit … SparkConnectServer`` on a free port, ``local[*]`` by default, logging
     at ``log_level`` (default: $SLUICE_SPARK_LOG_LEVEL, else WARN)."""
 
     def __init__(self, *, master: str = "local[*]", port: int | None = None, log_file: Path | None = None,
-                 conf: dict[str, str] | None = None, log_level: str | None = None) -> None:
+                 conf: dict[str, str] | None = None, log_level: str | None = None, cds: bool = True,
+                 java_options: list[str] | None = None) -> None:
         self.master = master
+        self.java_options = list(java_options or [])
+        archive = class_archive() if cds else None
+        if archive is not None and archive.is_file():  # (a stale or foreign one: the JVM warns and goes without)
+            self.java_options.append(f"-XX:SharedArchiveFile={archive}")
         self.log_level = spark_log_level(log_level)
         self.port = port or free_port()
         self.log_file = log_file
@@ -119,7 +205,7 @@ class SparkConnectServer:
 
         logs = self.log_file.parent if self.log_file else Path(tempfile.gettempdir())
         config = log4j2_config(logs, self.log_level)
-        cmd += ["--driver-java-options", f"-Dlog4j2.configurationFile=file:{config}",
+        cmd += ["--driver-java-options", " ".join([f"-Dlog4j2.configurationFile=file:{config}", *self.java_options]),
                 "--conf", f"spark.log.level={self.log_level}"]
         for k, v in self.conf.items():
             cmd += ["--conf", f"{k}={v}"]
@@ -155,12 +241,12 @@ class SparkConnectServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 20.0) -> None:
         if self.proc is None:
             return
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=20)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

@@ -274,6 +274,28 @@ def start(obj: Context, taskmanagers: int, slots: int, appendfsync: str | None, 
     console.print(f"running in the background; Redis at {cluster.redis_url(start=False)}")
 
 
+@cluster.command("prepare-spark")
+@click.option("--force", is_flag=True, help="Build it again even if there is one.")
+def prepare_spark(force: bool) -> None:
+    """Build the Spark server's class-data archive for this Java and PySpark (once; `scripts/setup`
+    does it): Spark servers started afterwards listen and answer their first query seconds
+    sooner. $SLUICE_SPARK_CDS names another file, or `off`."""
+    from sluice.services.embedded.spark_connect import build_class_archive, check_java, class_archive
+
+    archive = class_archive()
+    if archive is None:
+        console.print("no class-data archive: $SLUICE_SPARK_CDS is off (or no Java is installed)")
+        return
+    if archive.is_file() and not force:
+        console.print(f"Spark's class-data archive is ready: {archive}", soft_wrap=True)
+        return
+    check_java()
+    with console.status("building Spark's class-data archive (a Spark server runs a sample job, then writes the "
+                        "classes it loaded as it exits)"):
+        took = build_class_archive(archive)
+    console.print(f"built {archive} ({archive.stat().st_size / 1e6:,.0f} MB) in {took:.0f} s", soft_wrap=True)
+
+
 @cluster.command()
 @click.pass_obj
 def stop(obj: Context) -> None:

@@ -1,0 +1,78 @@
+"""The Spark server's class-data archive (JDK AppCDS): where it lives, that servers map it
+when it is there, that a damaged one costs nothing but the speed-up, and (slow) that one
+can be built and used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from sluice.services.embedded.spark_connect import SparkConnectServer, build_class_archive, class_archive
+
+
+def test_the_archive_is_named_for_this_pyspark_in_the_cache_or_where_the_environment_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLUICE_SPARK_CDS", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    default = class_archive()
+    assert default is not None and default.parent == tmp_path / "sluice"
+    assert default.name.startswith(f"spark-connect-{pyspark.__version__}-") and default.suffix == ".jsa"
+    assert class_archive() == default  # the same Java and PySpark: the same file
+    monkeypatch.setenv("SLUICE_SPARK_CDS", str(tmp_path / "mine.jsa"))
+    assert class_archive() == tmp_path / "mine.jsa"
+    monkeypatch.setenv("SLUICE_SPARK_CDS", "off")
+    assert class_archive() is None
+
+
+def test_a_server_maps_the_archive_only_when_there_is_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = tmp_path / "spark.jsa"
+    monkeypatch.setenv("SLUICE_SPARK_CDS", str(archive))
+    assert not any("SharedArchiveFile" in o for o in SparkConnectServer().java_options)
+    archive.write_bytes(b"x")
+    assert f"-XX:SharedArchiveFile={archive}" in SparkConnectServer().java_options
+    assert not any("SharedArchiveFile" in o for o in SparkConnectServer(cds=False).java_options)
+    monkeypatch.setenv("SLUICE_SPARK_CDS", "off")
+    assert SparkConnectServer().java_options == []
+
+
+def _answers(server: SparkConnectServer) -> int:
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(server.url).getOrCreate()
+    try:
+        return int(session.range(100).selectExpr("sum(id) AS s").collect()[0]["s"])
+    finally:
+        session.stop()
+
+
+@pytest.mark.timeout(180)
+def test_a_damaged_archive_only_loses_the_speed_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = tmp_path / "damaged.jsa"
+    archive.write_bytes(b"not a class-data archive" * 1000)
+    monkeypatch.setenv("SLUICE_SPARK_CDS", str(archive))
+    server = SparkConnectServer(master="local[1]", log_file=tmp_path / "connect.log")
+    server.start()
+    try:
+        assert _answers(server) == 4950
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_archive_is_built_and_a_server_started_with_it_answers(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = tmp_path / "cache" / "spark.jsa"
+    took = build_class_archive(archive)
+    assert archive.is_file() and archive.stat().st_size > 10_000_000, took
+    assert not list(archive.parent.glob("*.partial"))
+    monkeypatch.setenv("SLUICE_SPARK_CDS", str(archive))
+    # -Xshare:on: a JVM that cannot map the archive refuses to start instead of going without it
+    server = SparkConnectServer(master="local[1]", log_file=tmp_path / "connect.log", java_options=["-Xshare:on"])
+    server.start()
+    try:
+        assert _answers(server) == 4950
+    finally:
+        server.stop()
