@@ -125,6 +125,11 @@ class JobRun:
     floor: int = 0
     """The number of the job's first attempts (ExecutionGraphBuilt), raised when the job's
     attempts are renumbered (AttemptsRenumbered)."""
+    by_id: dict[str, tuple[Execution, int]] = field(default_factory=dict, compare=False, repr=False)
+    """A cache for ``current``: execution id -> (its execution, the attempt it was then), good
+    while the attempt is the same (a restart drops it). Slot reports, timeouts and messages
+    ask ``current`` for every attempt again and again; parsing each id cost the leader
+    a few percent of its time at 2 x 10,000 subtasks."""
 
     @property
     def name(self) -> str:
@@ -136,6 +141,9 @@ class JobRun:
 
     def current(self, eid: str) -> Execution | None:
         """The execution ``eid`` names, if it is its subtask's current attempt."""
+        hit = self.by_id.get(eid)
+        if hit is not None and hit[0].attempt == hit[1]:
+            return hit[0]
         try:
             vertex, subtask, attempt = parse_execution_id(eid)
             if subtask < 0:
@@ -143,7 +151,10 @@ class JobRun:
             ex = self.vertices[vertex].subtasks[subtask]
         except (ValueError, KeyError, IndexError):
             return None
-        return ex if ex.attempt == attempt and ex.id == eid else None
+        if ex.attempt != attempt or ex.id != eid:
+            return None
+        self.by_id[eid] = (ex, attempt)
+        return ex
 
     def inputs_available(self, ex: Execution) -> bool:
         for edge in self.vertices[ex.vertex].inputs:
@@ -176,9 +187,16 @@ class SlotPool:
 
     used: dict[tuple[str, int], set[tuple[str, str]]] = field(default_factory=dict)
     by_tm: dict[str, set[int]] = field(default_factory=dict)
+    placed: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    """Task id ("job/execution id") -> how many slots it holds (one, in a correct log): an
+    index of ``used``, so whether an attempt is placed is known without a scan."""
 
     def take(self, tm: str, slot: int, job: str, eid: str) -> None:
-        self.used.setdefault((tm, slot), set()).add((job, eid))
+        holders = self.used.setdefault((tm, slot), set())
+        if (job, eid) not in holders:
+            holders.add((job, eid))
+            task_id = f"{job}/{eid}"
+            self.placed[task_id] = self.placed.get(task_id, 0) + 1
         self.by_tm.setdefault(tm, set()).add(slot)
 
     def give_back(self, tm: str | None, slot: int | None, job: str, eid: str) -> None:
@@ -188,7 +206,13 @@ class SlotPool:
         holders = self.used.get((tm, slot))
         if holders is None:
             return
-        holders.discard((job, eid))
+        if (job, eid) in holders:
+            holders.discard((job, eid))
+            task_id = f"{job}/{eid}"
+            if self.placed[task_id] > 1:
+                self.placed[task_id] -= 1
+            else:
+                del self.placed[task_id]
         if not holders:
             del self.used[(tm, slot)]
             slots = self.by_tm.get(tm)
@@ -298,6 +322,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
             job.vertices[ev.vertex_id].started -= 1
         if ex.produced:
             job.vertices[ev.vertex_id].produced -= 1
+        job.by_id.pop(ex.id, None)  # (no longer current)
         ex.attempt, ex.state, ex.taskmanager, ex.slot, ex.seq = ev.attempt, TaskState.CREATED, None, None, 0
         job.vertices[ev.vertex_id].restarted += 1
         ex.session = None
@@ -343,6 +368,7 @@ def _build(job: JobRun, first_attempt: int = 0) -> None:
     """Expand every vertex into its subtasks and wire the edges: linear in the number of
     subtasks (an all-to-all edge is one group per consumer, never producers x consumers)."""
     graph = job.graph
+    job.by_id.clear()  # (of executions built before, if any)
     inputs: dict[str, list[JobEdge]] = {v.name: [] for v in graph.vertices}
     outputs: dict[str, list[JobEdge]] = {v.name: [] for v in graph.vertices}
     for e in graph.edges:
