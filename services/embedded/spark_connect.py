@@ -15,7 +15,8 @@ from sluice.errors import ConfigError, ServiceError
 
 from .redis_server import free_port
 
-__all__ = ["SparkConnectServer", "spark_home", "check_java", "wait_listening", "class_archive", "build_class_archive"]
+__all__ = ["SparkConnectServer", "spark_home", "check_java", "wait_listening", "class_archive", "build_class_archive",
+           "prune_class_archives"]
 
 
 def spark_home() -> Path:
@@ -94,7 +95,7 @@ def class_archive() -> Path | None:
     measured here, the server listens in 3.5-3.9 s instead of 6.5-7.8 s and runs its first
     query in 4.7 s instead of 7.3-9 s. ``$SLUICE_SPARK_CDS`` may name the file instead;
     by default it is in ``$XDG_CACHE_HOME/sluice`` (``~/.cache/sluice``), named for what it
-    was built from (an archive of another Java or PySpark would be refused by the JVM)."""
+    was built from (an archive of another Java or PySpark install would be refused by the JVM)."""
     import hashlib
     from shutil import which
 
@@ -109,8 +110,10 @@ def class_archive() -> Path | None:
     if java is None:
         return None
     java = os.path.realpath(java)
-    jars = sorted(p.name for p in (spark_home() / "jars").glob("*.jar"))
-    key = hashlib.sha256("\n".join([java, str(os.stat(java).st_mtime_ns), pyspark.__version__, *jars]).encode())
+    home = spark_home()  # the JVM checks the archive's class path: another install of the same jars won't do
+    jars = sorted(p.name for p in (home / "jars").glob("*.jar"))
+    key = hashlib.sha256("\n".join([java, str(os.stat(java).st_mtime_ns), str(home), pyspark.__version__,
+                                    *jars]).encode())
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice"
     return cache / f"spark-connect-{pyspark.__version__}-{key.hexdigest()[:16]}.jsa"
 
@@ -165,7 +168,21 @@ def build_class_archive(path: Path, *, timeout: float = 300.0) -> float:
     if not partial.is_file() or partial.stat().st_size == 0:
         raise ServiceError(f"the Spark server wrote no class-data archive at {partial}; see {server.log_file}")
     partial.replace(path)
+    path.with_suffix(".source").write_text(str(spark_home()))  # for prune_class_archives
     return time.monotonic() - began
+
+
+def prune_class_archives(directory: Path) -> list[Path]:
+    """Remove the archives in ``directory`` built for a PySpark install that is gone (a
+    deleted virtualenv or checkout): each is about 200 MB. Returns what was removed."""
+    gone = []
+    for source in directory.glob("spark-connect-*.source"):
+        if not Path(source.read_text().strip()).is_dir():
+            archive = source.with_suffix(".jsa")
+            archive.unlink(missing_ok=True)
+            source.unlink(missing_ok=True)
+            gone.append(archive)
+    return gone
 
 
 class SparkConnectServer:

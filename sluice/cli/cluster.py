@@ -280,12 +280,19 @@ def prepare_spark(force: bool) -> None:
     """Build the Spark server's class-data archive for this Java and PySpark (once; `scripts/setup`
     does it): Spark servers started afterwards listen and answer their first query seconds
     sooner. $SLUICE_SPARK_CDS names another file, or `off`."""
-    from sluice.services.embedded.spark_connect import build_class_archive, check_java, class_archive
+    from sluice.services.embedded.spark_connect import (
+        build_class_archive,
+        check_java,
+        class_archive,
+        prune_class_archives,
+    )
 
     archive = class_archive()
     if archive is None:
         console.print("no class-data archive: $SLUICE_SPARK_CDS is off (or no Java is installed)")
         return
+    for old in prune_class_archives(archive.parent):
+        console.print(f"removed {old}: built for a PySpark install that is gone", soft_wrap=True)
     if archive.is_file() and not force:
         console.print(f"Spark's class-data archive is ready: {archive}", soft_wrap=True)
         return

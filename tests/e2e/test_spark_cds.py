@@ -9,7 +9,13 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from sluice.services.embedded.spark_connect import SparkConnectServer, build_class_archive, class_archive
+from sluice.services.embedded.spark_connect import (
+    SparkConnectServer,
+    build_class_archive,
+    class_archive,
+    prune_class_archives,
+    spark_home,
+)
 
 
 def test_the_archive_is_named_for_this_pyspark_in_the_cache_or_where_the_environment_says(
@@ -35,6 +41,16 @@ def test_a_server_maps_the_archive_only_when_there_is_one(tmp_path: Path, monkey
     assert not any("SharedArchiveFile" in o for o in SparkConnectServer(cds=False).java_options)
     monkeypatch.setenv("SLUICE_SPARK_CDS", "off")
     assert SparkConnectServer().java_options == []
+
+
+def test_archives_of_installs_that_are_gone_are_pruned(tmp_path: Path) -> None:
+    live, gone, unknown = (tmp_path / f"spark-connect-4-{n}.jsa" for n in ("live", "gone", "unknown"))
+    for archive in (live, gone, unknown):
+        archive.write_bytes(b"archive")
+    live.with_suffix(".source").write_text(str(spark_home()))
+    gone.with_suffix(".source").write_text(str(tmp_path / "deleted-venv" / "pyspark"))
+    assert prune_class_archives(tmp_path) == [gone]
+    assert live.is_file() and unknown.is_file() and not gone.exists() and not gone.with_suffix(".source").exists()
 
 
 def _answers(server: SparkConnectServer) -> int:
@@ -68,6 +84,7 @@ def test_an_archive_is_built_and_a_server_started_with_it_answers(tmp_path: Path
     took = build_class_archive(archive)
     assert archive.is_file() and archive.stat().st_size > 10_000_000, took
     assert not list(archive.parent.glob("*.partial"))
+    assert archive.with_suffix(".source").read_text() == str(spark_home())
     monkeypatch.setenv("SLUICE_SPARK_CDS", str(archive))
     # -Xshare:on: a JVM that cannot map the archive refuses to start instead of going without it
     server = SparkConnectServer(master="local[1]", log_file=tmp_path / "connect.log", java_options=["-Xshare:on"])
