@@ -85,6 +85,9 @@ class Memory:
     """Task ids whose final state was taken from a slot report (for the log; the shell empties it)."""
     heard_at: dict[str, int] = field(default_factory=dict)
     """Task id -> the read in which a message about the attempt last came from its side."""
+    finals_on: dict[str, set[str]] = field(default_factory=dict)
+    """TaskManager -> the task ids of ``finals`` it reported: an index, so a report does not
+    scan every TaskManager's finals (thousands while a big job's sources end)."""
     _caught_up: int = -1
 
     def read(self, caught_up: bool) -> None:
@@ -111,6 +114,18 @@ class Memory:
     def forget(self, resource_id: str) -> None:
         self.taskmanagers.pop(resource_id, None)
         self.finals = {t: f for t, f in self.finals.items() if f[1] != resource_id}
+        self.finals_on.pop(resource_id, None)
+
+    def keep_final(self, task_id: str, resource_id: str, line: AttemptReport) -> None:
+        """A final state reported for an attempt the leader still has running (kept if kept already)."""
+        if task_id not in self.finals:
+            self.finals[task_id] = (self.batch, resource_id, line)
+            self.finals_on.setdefault(resource_id, set()).add(task_id)
+
+    def drop_final(self, task_id: str) -> None:
+        found = self.finals.pop(task_id, None)
+        if found is not None and found[1] in self.finals_on:
+            self.finals_on[found[1]].discard(task_id)
 
     def unanswered(self, resource_id: str, task_id: str) -> bool:
         """Whether the TaskManager's reports (two at least, each sent after the deployment)
@@ -199,8 +214,8 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
 
     # Final states reported here: confirmed when the log has them; otherwise kept until the
     # job's inbox has been read to its end since (``accept_lost_finals``).
-    for task_id in [t for t, (_, rid, _) in memory.finals.items() if rid == resource_id and t not in finals]:
-        del memory.finals[task_id]  # no longer reported: confirmed, or dropped with its TaskManager's tasks
+    for task_id in [t for t in memory.finals_on.get(resource_id, ()) if t not in finals]:
+        memory.drop_final(task_id)  # no longer reported: confirmed, or dropped with its TaskManager's tasks
     for task_id, line in finals.items():
         job_id, execution_id = _split(task_id)
         found = state.jobs.get(job_id)
@@ -208,9 +223,9 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
         if found is None or found.status in TERMINAL_JOB or ex is None or ex.state.terminal \
                 or ex.taskmanager != resource_id:
             out.recorded.append(task_id)  # the log has its end, or does not count the attempt
-            memory.finals.pop(task_id, None)
+            memory.drop_final(task_id)
             continue
-        memory.finals.setdefault(task_id, (memory.batch, resource_id, line))
+        memory.keep_final(task_id, resource_id, line)
 
     # Attempts held here that the leader does not count.
     for task_id in held:
@@ -265,7 +280,7 @@ def accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[st
             continue
         job = state.jobs.get(job_id)
         ex = job.current(execution_id) if job is not None and job.status not in TERMINAL_JOB else None
-        del memory.finals[task_id]
+        memory.drop_final(task_id)
         if job is None or ex is None or ex.state.terminal or ex.taskmanager != resource_id:
             continue
         rec = out.setdefault(job_id, _Recorder(state, job_id, now))

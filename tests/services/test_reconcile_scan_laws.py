@@ -99,6 +99,9 @@ class World:
                                                                              b.batch, b.fresh)
         # What was heard of attempts no longer placed is forgotten at a slightly different
         # moment (it no longer matters: an attempt that left the pool never comes back).
+        for tm, task_ids in a.finals_on.items():  # the index of finals by TaskManager is theirs
+            assert task_ids == {t for t, f in a.finals.items() if f[1] == tm}
+        assert {f[1] for f in a.finals.values()} <= set(a.finals_on)
         placed = {f"{j}/{e}" for held in self.sim.state.pool.used.values() for j, e in held}
         assert {t: n for t, n in a.heard_at.items() if t in placed} == {t: n for t, n in b.heard_at.items()
                                                                           if t in placed}
