@@ -88,6 +88,9 @@ class Memory:
     finals_on: dict[str, set[str]] = field(default_factory=dict)
     """TaskManager -> the task ids of ``finals`` it reported: an index, so a report does not
     scan every TaskManager's finals (thousands while a big job's sources end)."""
+    final_jobs: dict[str, int] = field(default_factory=dict)
+    """Job id -> how many of ``finals`` are its attempts' (so none is looked at while no such
+    job's inbox was read to its end)."""
     _caught_up: int = -1
 
     def read(self, caught_up: bool) -> None:
@@ -115,17 +118,30 @@ class Memory:
         self.taskmanagers.pop(resource_id, None)
         self.finals = {t: f for t, f in self.finals.items() if f[1] != resource_id}
         self.finals_on.pop(resource_id, None)
+        self.final_jobs = {}
+        for task_id in self.finals:
+            job_id = _split(task_id)[0]
+            self.final_jobs[job_id] = self.final_jobs.get(job_id, 0) + 1
 
     def keep_final(self, task_id: str, resource_id: str, line: AttemptReport) -> None:
         """A final state reported for an attempt the leader still has running (kept if kept already)."""
         if task_id not in self.finals:
             self.finals[task_id] = (self.batch, resource_id, line)
             self.finals_on.setdefault(resource_id, set()).add(task_id)
+            job_id = _split(task_id)[0]
+            self.final_jobs[job_id] = self.final_jobs.get(job_id, 0) + 1
 
     def drop_final(self, task_id: str) -> None:
         found = self.finals.pop(task_id, None)
-        if found is not None and found[1] in self.finals_on:
+        if found is None:
+            return
+        if found[1] in self.finals_on:
             self.finals_on[found[1]].discard(task_id)
+        job_id = _split(task_id)[0]
+        if self.final_jobs.get(job_id, 0) > 1:
+            self.final_jobs[job_id] -= 1
+        else:
+            self.final_jobs.pop(job_id, None)
 
     def unanswered(self, resource_id: str, task_id: str) -> bool:
         """Whether the TaskManager's reports (two at least, each sent after the deployment)
@@ -268,6 +284,8 @@ def accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[st
     out: dict[str, _Recorder] = {}
     notes = []
     ready: dict[str, bool] = {}
+    if not any(caught_up(job_id) for job_id in memory.final_jobs):
+        return []  # every final waits for its job's inbox: nothing to look at (caught_up asks, nothing more)
     for task_id, (seen_in, resource_id, line) in list(memory.finals.items()):
         if seen_in >= memory.batch:
             continue
