@@ -4,6 +4,8 @@ can be built and used."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pyspark
@@ -54,13 +56,15 @@ def test_archives_of_installs_that_are_gone_are_pruned(tmp_path: Path) -> None:
 
 
 def _answers(server: SparkConnectServer) -> int:
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.builder.remote(server.url).getOrCreate()
-    try:
-        return int(session.range(100).selectExpr("sum(id) AS s").collect()[0]["s"])
-    finally:
-        session.stop()
+    """A query on ``server`` from a process of its own: in this one, getOrCreate would hand
+    back the test run's session on the shared server, and stopping it would end that one."""
+    code = ("import sys; from pyspark.sql import SparkSession; "
+            "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate(); "
+            "print(s.range(100).selectExpr('sum(id) AS s').collect()[0]['s'], flush=True); "
+            "import os; os._exit(0)")
+    done = subprocess.run([sys.executable, "-c", code, server.url], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return int(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.timeout(180)
