@@ -261,7 +261,7 @@ class SparkConnectServer:
     def stop(self, timeout: float = 20.0) -> None:
         if self.proc is None:
             return
-        self.proc.terminate()
+        self.terminate()
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -224,9 +224,10 @@ class EmbeddedCluster:
             cmd += ["--resource-id", name]
         log = open(self.logs / f"{name}.log", "ab")
         env = {**os.environ, **self.env}
-        shared = self.shared_spark()
-        if role == "taskmanager" and shared and "SLUICE_SPARK_REMOTE" not in env:
-            env["SLUICE_SPARK_REMOTE"] = shared  # a TaskManager added later (`sluice scale`) uses it too
+        if role == "taskmanager" and "SLUICE_SPARK_REMOTE" not in env:
+            shared = self.shared_spark()
+            if shared:
+                env["SLUICE_SPARK_REMOTE"] = shared  # a TaskManager added later (`sluice scale`) uses it too
         from sluice.services.common.guard import guarded
 
         proc = subprocess.Popen(cmd if detach else guarded(cmd), stdout=log, stderr=subprocess.STDOUT,

@@ -2,24 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from sluice.client import Client, JobFile
 from sluice.events import JobGraph, JobStatus
 from sluice.services.embedded import RedisServer
-from sluice.services.jobs.state import TERMINAL_JOB
+from sluice.services.jobs.state import TERMINAL_JOB, JobRun
 from sluice.store import EventLog, Keys, connect
 
-__all__ = ["BenchCluster", "NO_SPARK"]
+__all__ = ["BenchCluster", "NO_SPARK", "finished_run"]
 
 NO_SPARK = "sc://127.0.0.1:1"
 """The Spark address of a TaskManager that runs only no-op tasks: never reached (and,
 unlike a made-up host name, it costs its workers' warm-up no name lookups)."""
+
+
+@contextlib.contextmanager
+def finished_run(home: Path) -> Iterator[tuple[EventLog, JobRun]]:
+    """The log and the one job of a finished ``sluice run`` in ``home``, its Redis brought back
+    on its data directory for the reading (and stopped after)."""
+    from sluice.services.embedded import EmbeddedCluster
+
+    cluster = EmbeddedCluster(home)
+    log = EventLog(connect(cluster.redis_url()), Keys("sluice"))
+    try:
+        client = Client(log)
+        (job_id,) = client.job_ids()
+        yield log, client.job(job_id)
+    finally:
+        cluster.stop_redis()
 
 
 class BenchCluster:

@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +28,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .memory import PeakRss, process_tree
-from .wordcount import PLAIN_SCRIPT, ROOT
+from .cluster import finished_run
+from .memory import PeakRss, Sampler, process_tree
+from .wordcount import PLAIN_SCRIPT, ROOT, cold_env
 
 __all__ = ["run", "Variant", "VARIANTS"]
 
@@ -71,15 +71,14 @@ class Timeline:
         return self.first_split - min(self.listening)
 
 
-class _SparkWatch:
+class _SparkWatch(Sampler):
     """Notes when each Spark Connect server below ``pid`` first accepts a connection (wall
-    clock), polling every ``every`` seconds on a thread of its own."""
+    clock), polling every ``every`` seconds."""
 
     def __init__(self, pid: int, every: float = 0.05) -> None:
-        self.pid, self.every = pid, every
+        super().__init__(every)
+        self.pid = pid
         self.listening: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _ports(self) -> set[int]:
         out = set()
@@ -92,30 +91,18 @@ class _SparkWatch:
                 out.add(int(found.group(1)))
         return out
 
-    def _watch(self) -> None:
-        while not self._stop.is_set():
-            for port in self._ports() - set(self.listening):
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=0.05):
-                        self.listening[port] = time.time()
-                except OSError:
-                    pass
-            self._stop.wait(self.every)
-
-    def __enter__(self) -> _SparkWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        for port in self._ports() - set(self.listening):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.05):
+                    self.listening[port] = time.time()
+            except OSError:
+                pass
 
 
 def _env() -> dict[str, str]:
-    """A new user's environment: nothing of this process's Spark Connect client (pyspark marks
-    the environment when a remote session is made) nor any SLUICE_ setting."""
-    drop = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")
-    return {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") and k not in drop}
+    """A new user's environment: no SLUICE_ setting, nothing of this process's Spark client."""
+    return {k: v for k, v in cold_env(os.environ).items() if not k.startswith("SLUICE_")}
 
 
 def plain_process(tmp: Path, source: Path) -> tuple[float, float]:
@@ -155,18 +142,11 @@ def sluice_process(cwd: Path, source: Path, variant: Variant) -> Timeline:
 def _from_log(home: Path, began: float, line: Timeline) -> None:
     """Submission, the first split asked for and the end, from the run's log (its Redis comes
     back on the data directory for the reading)."""
-    from sluice.client import Client
     from sluice.events import OperatorEvent, RequestNextInputSplit
     from sluice.services.coordination.source import REQUEST
-    from sluice.services.embedded import EmbeddedCluster
-    from sluice.store import EventLog, Keys, connect
 
-    cluster = EmbeddedCluster(home)
-    log = EventLog(connect(cluster.redis_url()), Keys("sluice"))
-    try:
-        client = Client(log)
-        (job_id,) = client.job_ids()
-        job = client.job(job_id)
+    with finished_run(home) as (log, job):
+        job_id = job.job_id
         line.submitted = job.submitted_at / 1000 - began
         line.ended = job.ended_at / 1000 - began if job.ended_at is not None else None
         for _, env in log.replay(log.keys.inbox(log.keys.job(job_id))):
@@ -175,8 +155,6 @@ def _from_log(home: Path, began: float, line: Timeline) -> None:
                                                          and isinstance(ev.body, dict) and ev.body.get("type") == REQUEST):
                 line.first_split = env.ts / 1000 - began
                 break
-    finally:
-        cluster.stop_redis()
 
 
 def run(*, variants: tuple[Variant, ...] = VARIANTS, runs: int = 1) -> list[tuple[float, list[tuple[Variant, Timeline]]]]:

@@ -17,6 +17,7 @@ import textwrap
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 from rich.console import Console
 from rich.table import Table
@@ -45,28 +46,43 @@ def process_tree(pid: int) -> list[int]:
     return [pid, *descendants([pid])]
 
 
-class PeakRss:
-    """The peak of the summed RSS of some process trees (MB), sampled every ``every`` seconds
-    on a thread of its own while the ``with`` block runs."""
+class Sampler:
+    """Calls ``sample`` every ``every`` seconds on a thread of its own while the ``with``
+    block runs (what a bench watches beside the process it times)."""
 
-    def __init__(self, roots: Sequence[int], every: float = 0.05) -> None:
-        self.roots, self.every, self.peak = list(roots), every, 0.0
+    def __init__(self, every: float) -> None:
+        self.every = every
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _sample(self) -> None:
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
         while not self._stop.is_set():
-            pids = {p for root in self.roots for p in process_tree(root)}
-            self.peak = max(self.peak, sum(rss_mb(p) for p in pids))
+            self.sample()
             self._stop.wait(self.every)
 
-    def __enter__(self) -> PeakRss:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class PeakRss(Sampler):
+    """The peak of the summed RSS of some process trees (MB), sampled every ``every`` seconds
+    while the ``with`` block runs."""
+
+    def __init__(self, roots: Sequence[int], every: float = 0.05) -> None:
+        super().__init__(every)
+        self.roots, self.peak = list(roots), 0.0
+
+    def sample(self) -> None:
+        pids = {p for root in self.roots for p in process_tree(root)}
+        self.peak = max(self.peak, sum(rss_mb(p) for p in pids))
 
 
 def _cmd(pid: int) -> str:

@@ -21,12 +21,13 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from .cluster import finished_run
 from .corpus import write_corpus
 
 __all__ = ["run"]
@@ -34,6 +35,13 @@ __all__ = ["run"]
 console = Console()
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = 1.2
+
+
+def cold_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a fresh process timed cold: nothing of this process's Spark Connect client
+    (pyspark marks the environment when a remote session is made) may reach it."""
+    drop = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SLUICE_SPARK_REMOTE")
+    return {k: v for k, v in env.items() if k not in drop}
 
 
 def plain(spark, source: str, output: str) -> float:
@@ -88,23 +96,19 @@ def _one(spark, url: str, tmp: Path, corpus: str, megabytes: int, parallelism: i
     with console.status(f"sluice run on the warm server ({corpus}, {megabytes} MB)"):
         _timed(_sluice_cmd(home, source, out, parallelism, slots, size), {**env, "SLUICE_SPARK_REMOTE": url}, tmp,
                "sluice run")
-    job_s, stages = _job_times(home, env)
+    job_s, stages = _job_times(home)
     got = spark.read.parquet(str(out)).count()
     want = spark.read.parquet(str(tmp / "plain-0")).count()
     if got != want:
         raise RuntimeError(f"sluice's result has {got} words, plain PySpark's {want}")
-    # cold: nothing of this process's Spark Connect client (pyspark marks the environment
-    # when a remote session is made) may reach the fresh processes
-    cold_env = {k: v for k, v in env.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
-                                                          "SPARK_LOCAL_REMOTE", "SLUICE_SPARK_REMOTE")}
     script = tmp / "plain_wordcount.py"
     script.write_text(PLAIN_SCRIPT)
     with console.status(f"plain PySpark script, cold process ({corpus}, {megabytes} MB)"):
         cold_plain = _timed([sys.executable, str(script), str(ROOT / "examples"), f"local[{parallelism}]", str(source),
-                             str(tmp / "plain-cold")], cold_env, tmp, "the plain PySpark script")
+                             str(tmp / "plain-cold")], cold_env(env), tmp, "the plain PySpark script")
     with console.status(f"sluice run, cold process ({corpus}, {megabytes} MB)"):
         cold_home = tmp / f"cold-{corpus}-{megabytes}"
-        cold = _timed(_sluice_cmd(cold_home, source, tmp / "sluice-cold", parallelism, slots, size), cold_env, tmp,
+        cold = _timed(_sluice_cmd(cold_home, source, tmp / "sluice-cold", parallelism, slots, size), cold_env(env), tmp,
                       "sluice run (cold)")
     return {"corpus": corpus, "mb": size / 1e6, "distinct": want, "plain": base, "job": job_s,
             "cold_plain": cold_plain, "cold": cold, "stages": stages}
@@ -151,22 +155,14 @@ def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", 
     return rows
 
 
-def _job_times(home: Path, env: dict) -> tuple[float, dict[str, float]]:
+def _job_times(home: Path) -> tuple[float, dict[str, float]]:
     """Job duration and per-vertex task time (RUNNING -> FINISHED), from the job's facts."""
-    from sluice.client import Client
     from sluice.events import TaskState, UpdateTaskExecutionState
-    from sluice.services.embedded import EmbeddedCluster
-    from sluice.store import EventLog, Keys, connect
 
-    cluster = EmbeddedCluster(home)
-    log = EventLog(connect(cluster.redis_url()), Keys("sluice"))
-    try:
-        client = Client(log)
-        (job_id,) = client.job_ids()
-        job = client.job(job_id)
+    with finished_run(home) as (log, job):
         running: dict[str, int] = {}
         stages: dict[str, float] = {}
-        for _, env_ in log.replay(log.keys.facts(log.keys.job(job_id))):
+        for _, env_ in log.replay(log.keys.facts(log.keys.job(job.job_id))):
             ev = env_.event
             if isinstance(ev, UpdateTaskExecutionState):
                 if ev.state == TaskState.RUNNING:
@@ -176,5 +172,3 @@ def _job_times(home: Path, env: dict) -> tuple[float, dict[str, float]]:
                     stages[key] = stages.get(key, 0.0) + (env_.ts - running[ev.execution_id]) / 1000
         assert job.ended_at is not None  # `sluice run` returned 0: the job ended
         return (job.ended_at - job.submitted_at) / 1000, stages
-    finally:
-        cluster.stop_redis()

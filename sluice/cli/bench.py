@@ -92,10 +92,12 @@ def coldstart(variants: str, runs: int) -> None:
     from sluice.bench.coldstart import Variant, run
     from sluice.errors import ConfigError
 
+    from .cluster import SPARK_SERVERS
+
     chosen = []
     for item in variants.split(","):
         n, _, servers = item.partition(":")
-        if not n.isdigit() or servers not in ("shared", "per-taskmanager"):
+        if not n.isdigit() or servers not in SPARK_SERVERS:
             raise ConfigError(f"--variants item {item!r} must look like 2:shared or 2:per-taskmanager")
         chosen.append(Variant(int(n), servers))
     run(variants=tuple(chosen), runs=runs)
