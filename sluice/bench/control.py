@@ -61,18 +61,35 @@ def deploy_time(cluster: BenchCluster, n: int, source: str) -> tuple[float, floa
     t = time.perf_counter()
     job_id = client.submit(job)
     deployed = None
+    frontier = 0
     while True:
         state = client.job(job_id, missing_ok=True)
         if state is not None:
-            if deployed is None and all(ex.state not in (TaskState.CREATED, TaskState.SCHEDULED)
-                                        for ex in state.executions()) and state.built:
-                deployed = time.perf_counter() - t
+            if deployed is None and state.built:
+                frontier = _deployed_up_to(state, frontier)
+                if frontier < 0:
+                    deployed = time.perf_counter() - t
             if state.status in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED):
                 break
         time.sleep(0.02)
     if state.status != JobStatus.FINISHED:
         raise RuntimeError(f"the benchmark job ended {state.status.value}: {state.reason}")
     return deployed or 0.0, time.perf_counter() - t
+
+
+def _deployed_up_to(state, frontier: int) -> int:
+    """-1 when every subtask is past SCHEDULED, else the index (in ``executions()`` order) of
+    the first one that is not, looking from ``frontier`` on: the poll costs what deployed since
+    the last one, not the whole job (a scan of 20,000 subtasks every 20 ms was half of this
+    process's CPU, taken from the cluster it measures). Only a full pass says -1."""
+    undeployed = (TaskState.CREATED, TaskState.SCHEDULED)
+    executions = list(state.executions())
+    for i in range(frontier, len(executions)):
+        if executions[i].state in undeployed:
+            return i
+    if frontier and any(ex.state in undeployed for ex in executions[:frontier]):  # a subtask restarted
+        return 0
+    return -1
 
 
 def run(*, sizes: Sequence[int] = (100, 1000, 10000)) -> dict[int, tuple[float, float, float]]:
