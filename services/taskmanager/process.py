@@ -303,6 +303,24 @@ class TaskManager:
             self._flush()
 
     def _flush(self) -> None:
+        """Send every report owed in one round trip (a task's start owes two: the SubmitTask's
+        result and INITIALIZING). When the round trip fails they all stay owed and go again,
+        some maybe twice: the leader ignores a repeated report."""
+        if not self.owed:
+            return
+        sent = list(self.owed)
+        try:
+            self.log.append_each(sent)
+        except RedisUnavailable:
+            raise
+        except Exception:  # one report Redis refuses (its inbox is not a stream): the rest go one by one
+            self._flush_one_by_one()
+            return
+        for _ in sent:
+            self.owed.popleft()
+        self.metrics.appended((env.type for _, env in sent), "inbox")
+
+    def _flush_one_by_one(self) -> None:
         while self.owed:
             stream, env = self.owed[0]
             self.log.append(stream, env)
