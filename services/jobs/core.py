@@ -9,6 +9,7 @@ rebuilds it from the log, so the state never runs ahead of what was committed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -120,9 +121,16 @@ class _Recorder:
 
 def partition_path(storage_root: str, job_id: str, vertex: str, subtask: int, attempt: int) -> str:
     """Where one attempt's result partition lives; the vertex name is made path-safe."""
+    return f"{_vertex_dir(storage_root, job_id, vertex)}/{subtask}/{attempt}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _vertex_dir(storage_root: str, job_id: str, vertex: str) -> str:
+    """The folder of a vertex's partitions (a regex and a digest: remembered, as every
+    deployment of the vertex's subtasks asks for it)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", vertex).strip("_") or "vertex"
     digest = hashlib.sha1(vertex.encode()).hexdigest()[:6]
-    return f"{storage_root.rstrip('/')}/{job_id}/{safe}-{digest}/{subtask}/{attempt}"
+    return f"{storage_root.rstrip('/')}/{job_id}/{safe}-{digest}"
 
 
 # --- submission -------------------------------------------------------------------------------
@@ -398,8 +406,6 @@ def _deploy(rec: _Recorder, job: JobRun, ex: Execution, tm: str, slot: int, sess
 
 def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
     """The task deployment descriptor: everything a TaskManager needs to run this attempt."""
-    from sluice.services.dataplane.keygroups import key_group_range
-
     vertex = job.vertices[ex.vertex]
     spec = vertex.spec
     maxp = job.graph.max_parallelism
@@ -411,6 +417,8 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
             inputs.append(TaskInput(paths=[partition_path(job.storage_root, job.job_id, edge.source, p.subtask,
                                                           p.attempt)]))
         else:
+            from sluice.services.dataplane.keygroups import key_group_range  # (lazy: the package imports Spark's side)
+
             # All-to-all: name the producers' partitions compactly (a path template and only
             # the attempts that are not the job's first), so descriptors stay O(1) per
             # consumer, not O(P).
@@ -421,8 +429,11 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
                                     consumer=ex.subtask))
     output = None
     if vertex.outputs:
-        keyed = next((e.key for e in vertex.outputs if e.exchange == "keyed"), None)
-        consumers = max(len(job.vertices[e.target].subtasks) for e in vertex.outputs)
+        keyed, found, consumers = None, False, 0
+        for e in vertex.outputs:  # (loops, not generators: this runs once a deployment)
+            if not found and e.exchange == "keyed":
+                keyed, found = e.key, True
+            consumers = max(consumers, len(job.vertices[e.target].subtasks))
         output = TaskOutput(partition_path(job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt), keyed,
                             consumers)
     source = sink = queryable = None
