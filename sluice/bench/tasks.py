@@ -12,6 +12,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -37,18 +39,19 @@ def _raw_rq(url: str, workers: int, tasks: int) -> float:
     from rq.serializers import JSONSerializer
 
     conn = Redis.from_url(url)
-    q = Queue("bench-raw", connection=conn, serializer=JSONSerializer)
+    name = f"bench-raw-{uuid.uuid4().hex[:8]}"  # a queue (and registries) of its own each run
+    q = Queue(name, connection=conn, serializer=JSONSerializer)
     code = ("import sys; from redis import Redis; from rq import Queue, SimpleWorker; "
             "from rq.serializers import JSONSerializer; c = Redis.from_url(sys.argv[1]); "
-            "SimpleWorker([Queue('bench-raw', connection=c, serializer=JSONSerializer)], connection=c, "
+            "SimpleWorker([Queue(sys.argv[2], connection=c, serializer=JSONSerializer)], connection=c, "
             "serializer=JSONSerializer).work(logging_level='WARNING')")
-    procs = [subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = [subprocess.Popen([sys.executable, "-c", code, url, name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for _ in range(workers)]
     try:
         from rq import Worker
 
         deadline = time.monotonic() + 30
-        while len(Worker.all(connection=conn)) < workers and time.monotonic() < deadline:
+        while len(Worker.all(queue=q)) < workers and time.monotonic() < deadline:
             time.sleep(0.05)
         registry = FinishedJobRegistry(queue=q)
         t = time.perf_counter()
@@ -69,20 +72,25 @@ def _sluice(cluster: BenchCluster, tasks: int) -> float:
     return tasks / cluster.run_noop_job(j.graph(), poll_s=0.005)
 
 
-def run(*, tasks: int = 300, slots: int = 2) -> dict[str, float]:
+def run(*, tasks: Sequence[int] = (300, 2000), slots: int = 2) -> list[dict[str, float]]:
+    """For each count: Sluice's rate, then raw RQ's on fresh workers, on one Redis."""
+    rows = []
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as home, BenchCluster(Path(home)) as cluster:
         cluster.start_noop("tm-bench", slots)
-        with console.status(f"{tasks} no-op tasks through Sluice on {slots} slots"):
-            _sluice(cluster, min(20, tasks))  # warm-up: code paths, RQ queues
-            ours = _sluice(cluster, tasks)
-        with console.status(f"{tasks} no-op RQ jobs on {slots} SimpleWorkers"):
-            raw = _raw_rq(cluster.url, slots, tasks)
-    table = Table(title=f"No-op tasks: Sluice's whole path vs raw RQ ({slots} workers, {tasks} tasks)")
-    for col in ("path", "tasks/s", "Sluice/raw", "target"):
+        _sluice(cluster, 20)  # warm-up: code paths, RQ queues
+        for n in tasks:
+            with console.status(f"{n} no-op tasks through Sluice on {slots} slots"):
+                ours = _sluice(cluster, n)
+            with console.status(f"{n} no-op RQ jobs on {slots} SimpleWorkers"):
+                raw = _raw_rq(cluster.url, slots, n)
+            rows.append({"tasks": n, "raw": raw, "sluice": ours})
+    table = Table(title=f"No-op tasks: Sluice's whole path vs raw RQ ({slots} workers each)")
+    for col in ("tasks", "raw RQ tasks/s (SimpleWorker, JSON)", "Sluice tasks/s (JobManager + TaskManager + RQ)",
+                "Sluice/raw", "target"):
         table.add_column(col, justify="right")
-    table.add_row("raw RQ (SimpleWorker, JSON)", f"{raw:,.0f}", "", "")
-    ratio = ours / raw
-    table.add_row("Sluice (JobManager + TaskManager + RQ)", f"{ours:,.0f}",
-                  f"{'[green]' if ratio >= 0.8 else '[red]'}{ratio:.2f}[/]", ">= 0.80 (issue 11's P4)")
+    for r in rows:
+        ratio = r["sluice"] / r["raw"]
+        table.add_row(f"{r['tasks']:,}", f"{r['raw']:,.0f}", f"{r['sluice']:,.0f}",
+                      f"{'[green]' if ratio >= 0.8 else '[red]'}{ratio:.2f}[/]", ">= 0.80 (issue 11's P4)")
     console.print(table)
-    return {"raw": raw, "sluice": ours}
+    return rows

@@ -30,13 +30,21 @@ def log(events: int, appends: int, batch: int, redis_url: str | None) -> None:
 
 
 @bench.command()
-@click.option("--tasks", "n", default=300, show_default=True)
+@click.option("--tasks", "n", default="300,2000", show_default=True,
+              help="Tasks a run, comma-separated: one row each (a short run and the steady rate).")
 @click.option("--slots", default=2, show_default=True)
-def tasks(n: int, slots: int) -> None:
+def tasks(n: str, slots: int) -> None:
     """No-op tasks through the whole path vs raw RQ jobs on as many workers."""
     from sluice.bench.tasks import run
 
-    run(tasks=n, slots=slots)
+    try:
+        counts = [int(x) for x in n.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{n!r}: give task counts separated by commas, e.g. 300,2000",
+                                 param_hint="--tasks") from None
+    if not counts or min(counts) < 1:
+        raise click.BadParameter(f"{n!r}: every count must be 1 or more", param_hint="--tasks")
+    run(tasks=counts, slots=slots)
 
 
 @bench.command()
