@@ -174,6 +174,9 @@ class TaskManager:
             self.metrics.handled(e.envelope.type for e in entries)
             for entry in entries:
                 self._handle(entry)
+            if entries:  # one acknowledgement for the batch: an entry handled but not yet
+                # acknowledged when a step fails is read again and skipped (``handled``)
+                self.consumer.ack(*(e.id for e in entries))
             self._supervise()
             self._tick(busy=bool(entries))
         except RedisUnavailable:
@@ -211,7 +214,6 @@ class TaskManager:
             self.handled[key] = None
             if len(self.handled) > _REMEMBERED:
                 self.handled.popitem(last=False)
-        self.consumer.ack(entry.id)
 
     def _tick(self, *, busy: bool = False) -> None:
         now = self.world.now_ms()
