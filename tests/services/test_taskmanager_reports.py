@@ -50,3 +50,23 @@ def test_a_report_redis_refuses_stays_owed_and_the_others_go(log: EventLog, tmp_
     assert inbox_events(log, "bad") == ["e1"]
     assert inbox_events(log, "j1")[-1] == "e2"
     assert set(inbox_events(log, "j1")) == {"e0", "e2"}
+
+
+def test_the_inbox_is_left_with_nothing_pending_after_a_job(log: EventLog, tmp_path: Path) -> None:
+    """Entries are acknowledged a batch at a time: none is left pending once they are handled."""
+    from sluice.events import TaskState
+    from tests.services.failover_helpers import job_state, pump, report, source_graph, started, submit
+
+    world, a, t, slots = started(log, tmp_path)
+    steps = [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)]
+    submit(log, world, "j1", source_graph("j1", parallelism=2))
+    pump(steps, lambda: len(slots.launched) == 2, what="both deployed", world=world, advance_ms=10)
+    for slot, d, _ in slots.launched:
+        report(log, world, d, "tm-1", slot, TaskState.RUNNING)
+        report(log, world, d, "tm-1", slot, TaskState.FINISHED)
+    pump(steps, lambda: job_state(log, "j1").status.value == "FINISHED", what="the job's end", world=world,
+         advance_ms=10)
+    t.step(block_ms=None)
+    group = t.consumer.group
+    state = log.backend.group_state(t.inbox, group)
+    assert state is not None and state.pending == 0
