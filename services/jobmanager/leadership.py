@@ -548,7 +548,7 @@ class SnapshotWriter:
 
 
 def _holds_slots(state: JobsState, job_id: str) -> bool:
-    return any(j == job_id for held in state.pool.used.values() for j, _ in held)
+    return state.pool.holds(job_id)  # (an index: this is asked of every ended job at every tick)
 
 
 @dataclass

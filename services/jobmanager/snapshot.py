@@ -144,7 +144,7 @@ def _unrun(d: dict) -> JobRun:
 def job_snapshot(state: JobsState, job_id: str, checkpoints: dict[str, Checkpoint] | None = None,
                  tails: dict[str, list[Event]] | None = None) -> JobSnapshot:
     """What a snapshot of ``job_id`` holds, taken from a JobsState."""
-    pool = sorted((tm, slot, eid) for (tm, slot), held in state.pool.used.items() for j, eid in held if j == job_id)
+    pool = state.pool.held_by(job_id)
     return JobSnapshot(job_id, state.jobs.get(job_id), pool, dict(checkpoints or {}),
                        {op: list(evs) for op, evs in (tails or {}).items()})
 

@@ -190,6 +190,9 @@ class SlotPool:
     placed: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     """Task id ("job/execution id") -> how many slots it holds (one, in a correct log): an
     index of ``used``, so whether an attempt is placed is known without a scan."""
+    by_job: dict[str, set[tuple[str, int, str]]] = field(default_factory=dict, compare=False, repr=False)
+    """Job id -> the (taskmanager, slot, execution id) its attempts hold: an index of ``used``,
+    so a job's slots are known without a scan of every job's (snapshots, archiving)."""
 
     def take(self, tm: str, slot: int, job: str, eid: str) -> None:
         holders = self.used.setdefault((tm, slot), set())
@@ -197,6 +200,7 @@ class SlotPool:
             holders.add((job, eid))
             task_id = f"{job}/{eid}"
             self.placed[task_id] = self.placed.get(task_id, 0) + 1
+            self.by_job.setdefault(job, set()).add((tm, slot, eid))
         self.by_tm.setdefault(tm, set()).add(slot)
 
     def give_back(self, tm: str | None, slot: int | None, job: str, eid: str) -> None:
@@ -213,11 +217,23 @@ class SlotPool:
                 self.placed[task_id] -= 1
             else:
                 del self.placed[task_id]
+            held = self.by_job[job]
+            held.discard((tm, slot, eid))
+            if not held:
+                del self.by_job[job]
         if not holders:
             del self.used[(tm, slot)]
             slots = self.by_tm.get(tm)
             if slots is not None:
                 slots.discard(slot)
+
+    def held_by(self, job: str) -> list[tuple[str, int, str]]:
+        """The (taskmanager, slot, execution id) the job's attempts hold, sorted."""
+        return sorted(self.by_job.get(job, ()))
+
+    def holds(self, job: str) -> bool:
+        """Whether any attempt of the job holds a slot."""
+        return job in self.by_job
 
     def holders(self) -> list[tuple[str, int, str, str]]:
         """Every (taskmanager, slot, job, execution id) held, sorted."""
