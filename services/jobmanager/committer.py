@@ -55,7 +55,8 @@ class Committer:
         ts = self.world.now_ms() if now is None else now
         job = self.keys.job_id_of(tag)
         envs = [Envelope(f, self.world.new_id(), self.epoch, ts, job, cause) for f in facts]
-        outs = [Out(self.keys.facts(tag), e) for e in envs]
+        facts_stream = self.keys.facts(tag)
+        outs = [Out(facts_stream, e) for e in envs]
         for i, inbox in (deliver_to or {}).items():
             outs.append(Out(inbox, envs[i]))
         outbox = self.keys.outbox(tag)

@@ -118,8 +118,14 @@ class JobInboxes:
         if not decision.facts and not decision.sends and not entry_ids:
             return
         sends = []
+        inboxes: dict[str, str] = {}  # a deployment pass sends a thousand messages to a few TaskManagers
         for (kind, where), ev in decision.sends:
-            target = jm.keys.inbox(jm.keys.taskmanager(where)) if kind == "tm" else where
+            if kind == "tm":
+                target = inboxes.get(where)
+                if target is None:
+                    target = inboxes[where] = jm.keys.inbox(jm.keys.taskmanager(where))
+            else:
+                target = where
             sends.append((target, ev))
         consumed = Consumed(stream, jm.group, entry_ids) if stream and entry_ids else None
         # One decision, one script: its facts and its messages land together or not at all

@@ -203,7 +203,9 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
     # Attempts placed here (they hold its slots): missing ones, and deployments not taken.
     used = state.pool.used
     for slot in sorted(state.pool.by_tm.get(resource_id, ())):
-        for job_id, eid in sorted(used.get((resource_id, slot), ())):  # a copy: a failure gives the slot back
+        holders = used.get((resource_id, slot), ())
+        # A copy (a failure gives the slot back), in order; nearly always one holder: no sort.
+        for job_id, eid in (sorted(holders) if len(holders) > 1 else list(holders)):
             task_id = f"{job_id}/{eid}"
             if task_id in held or task_id in finals:
                 continue  # reported (looked at below): nearly every attempt, so first and cheaply
