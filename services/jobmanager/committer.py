@@ -22,6 +22,11 @@ __all__ = ["Committer", "Send"]
 Send = tuple[str, Event]
 """A message for another tag's inbox: (inbox key, message), delivered through the outbox."""
 
+DELIVER_PAGE = 2048
+"""Outbox entries read and handed over a page at a time: a deployment pass's thousand
+SubmitTasks in one page (at 500 a page they took two pages and a third, empty read: some
+25 round trips to ten TaskManagers instead of 13)."""
+
 
 class Committer:
     def __init__(self, log: EventLog, world: World, jm_id: str, group: str, logger: Any) -> None:
@@ -84,7 +89,7 @@ class Committer:
         d = self._deliverers.get(tag)
         if d is None:
             d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable)
-        return d.deliver(server=self.server)
+        return d.deliver(batch=DELIVER_PAGE, server=self.server)
 
     def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:
         self.logger.warning("outbox entry parked in dead letters", entry=entry_id, target=target[:80], reason=reason)
