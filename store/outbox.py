@@ -44,13 +44,29 @@ class Deliverer:
         self.outbox = log.keys.outbox(origin_tag)
         self.cursor_key = log.keys.outbox_cursor(origin_tag)
         self._on_undeliverable = on_undeliverable
+        self._cursor: tuple[str, str] | None = None
+        """(server run id, the cursor in force after this deliverer's last advance): where
+        its next delivery starts without reading the cursor. Another deliverer may have
+        moved the cursor further since; starting before it only hands targets entries their
+        marks drop. Kept only for a server that was named (a restarted one refuses the
+        scripts) and dropped at any error."""
 
     def deliver(self, *, batch: int = 500, server: str = "") -> int:
         """Deliver everything after the cursor; returns how many entries were appended.
         ``server``: the run id the deliverer expects (a restarted server refuses)."""
+        try:
+            return self._deliver(batch, server)
+        except BaseException:
+            self._cursor = None
+            raise
+
+    def _deliver(self, batch: int, server: str) -> int:
         backend = self.log.backend
-        cursor = backend.get(self.cursor_key)
-        after = cursor.decode() if cursor else None
+        if server and self._cursor is not None and self._cursor[0] == server:
+            after: str | None = self._cursor[1]
+        else:
+            cursor = backend.get(self.cursor_key)
+            after = cursor.decode() if cursor else None
         sent = 0
         while True:
             entries = backend.xrange(self.outbox, after, batch)
@@ -66,9 +82,11 @@ class Deliverer:
                 sent += self._deliver_to(to, pairs, server)
             after = entries[-1][0]
             try:
-                backend.script("advance_cursor", [self.cursor_key], [server, after])
+                in_force = backend.script("advance_cursor", [self.cursor_key], [server, after])
             except ScriptFailed as exc:
                 raise script_error(exc, self.tag) from exc
+            if server:
+                self._cursor = (server, in_force.decode() if isinstance(in_force, bytes) else str(in_force))
             if len(entries) < batch:
                 return sent
 

@@ -294,6 +294,46 @@ class LogContract:
         assert first.deliver() == 1 and other.deliver() == 0
         assert log.length(target) == 701
 
+    def test_a_deliverer_starts_where_it_left_the_cursor_and_stays_exact_behind_another(self, log: EventLog) -> None:
+        """Naming the server, a deliverer remembers the cursor it left and does not read it
+        again; when another deliverer has moved the cursor on meanwhile, starting behind it
+        hands the targets only entries their marks drop. Without a server named, or after
+        an error, it reads the cursor."""
+        tag = log.keys.job("j1")
+        target = log.keys.inbox(log.keys.taskmanager("tm-1"))
+        server = log.server_id()
+
+        class Counting(Delegating):
+            def __init__(self, inner: object) -> None:
+                super().__init__(inner)
+                self.calls: list[str] = []
+
+            def around(self, name, call):
+                self.calls.append(name)
+                return call()
+
+        counting = Counting(log.backend)
+        mine = Deliverer(EventLog(counting, log.keys), tag)
+        other = Deliverer(EventLog(log.backend, log.keys), tag)
+        sent = [env(heartbeat(rid=f"tm-{i}"), epoch=1) for i in range(9)]
+        log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=target) for e in sent[:3]])
+        assert mine.deliver(server=server) == 3
+        assert counting.calls.count("get") == 1
+        log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=target) for e in sent[3:6]])
+        assert other.deliver(server=server) == 3  # the cursor moves past what mine remembers
+        log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=target) for e in sent[6:]])
+        assert mine.deliver(server=server) == 3  # from its own cursor: 3..5 dropped by the mark, 6..8 new
+        assert counting.calls.count("get") == 1  # the cursor was not read again
+        assert [e for _, e in log.replay(target)] == sent
+        assert mine.deliver() == 0 and counting.calls.count("get") == 2  # no server named: read
+        assert mine.deliver(server=server) == 0 and counting.calls.count("get") == 2  # remembered again
+        late = env(heartbeat(rid="late"), epoch=1)
+        log.commit(tag, 1, [Out(log.keys.outbox(tag), late, to=target)])
+        with pytest.raises(StoreRestarted):
+            mine.deliver(server="another-run-id")  # reads the cursor (another server), then refused
+        assert mine.deliver(server=server) == 1 and counting.calls.count("get") == 4  # dropped at the error
+        assert [e for _, e in log.replay(target)] == [*sent, late]
+
     @pytest.mark.parametrize("bad", ["no-tag-at-all", "{x:client:c1}:inbox", "HASH"])
     def test_an_undeliverable_entry_is_parked_and_the_rest_of_the_outbox_is_delivered(self, log: EventLog,
                                                                                        bad: str) -> None:
