@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 
 from sluice.errors import NoGroup, ScriptFailed
 
-__all__ = ["Backend", "Delegating", "Fields", "RawEntry", "GroupState", "ScriptFailed", "NoGroup", "SCRIPTS"]
+__all__ = ["Backend", "Delegating", "Fields", "RawEntry", "GroupState", "ScriptCall", "ScriptFailed", "NoGroup",
+           "SCRIPTS"]
 
 _T = TypeVar("_T")
 
@@ -38,13 +39,12 @@ Fields = dict[bytes, bytes]
 RawEntry = tuple[str, Fields]
 """(entry id, fields) of one stream entry."""
 
+ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
+"""One script to run: (name, keys, args)."""
+
 SCRIPTS = ("commit", "fence", "dead_letter", "deliver", "advance_cursor", "lease_acquire", "lease_renew",
            "lease_release", "project", "snapshot")
 """The scripts a backend runs by name (see store/scripts.py for what each does)."""
-
-
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +192,15 @@ class Backend(abc.ABC):
         """Run one of :data:`SCRIPTS` atomically. Replies have Redis's shapes (bytes,
         ints, lists); an error reply raises ScriptFailed."""
 
+    @abc.abstractmethod
+    def script_many(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run several of :data:`SCRIPTS`, each ``(name, keys, args)``, in one round trip
+        (a pipeline: each script is atomic, the batch is not). Returns one reply per call, in
+        order; a call answered with an error reply gives a ScriptFailed *in its place* (not
+        raised) and the calls after it still run. A call the server refused because it had
+        lost its script (a restart, ``SCRIPT FLUSH``) runs again after the others. Raises
+        RedisUnavailable (the calls may then have run or not, any of them)."""
+
 
 class Delegating(Backend):
     """A backend that passes every call to ``inner`` through ``around(name, call)``: the
@@ -307,3 +316,7 @@ class Delegating(Backend):
     def script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         self.scripting = (name, keys, args)  # the script in progress, for an ``around`` that looks at it
         return self.around("script:" + name, lambda: self.inner.script(name, keys, args))
+
+    def script_many(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        # One call for the whole batch: a fault strikes all of it (before or after it ran).
+        return self.around("script_many", lambda: self.inner.script_many(calls))

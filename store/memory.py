@@ -75,7 +75,7 @@ from typing import Any
 from sluice.errors import CommandError, RedisUnavailable
 
 from . import scripts
-from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptFailed
+from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptCall, ScriptFailed
 
 __all__ = ["AOF_WINDOW_MS", "CommandError", "MemoryBackend", "MemoryStore", "PendingEntry"]
 
@@ -1173,3 +1173,16 @@ class MemoryBackend(Backend):
     # --- scripts ---
     def script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return self.store._script(name, keys, args, self._enter())
+
+    def script_many(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """A pipeline: every script runs, in order; an error reply takes its call's place."""
+        if not calls:
+            return []
+        now = self._enter()
+        out: list[Any] = []
+        for name, keys, args in calls:
+            try:
+                out.append(self.store._script(name, keys, args, now))
+            except ScriptFailed as exc:
+                out.append(exc)
+        return out

@@ -12,7 +12,9 @@ deposed leader that resumed, and the new one) work on one outbox at the same tim
 
 Whoever moves a target's mark to entry *e* has delivered every entry for that target up
 to *e*, so an entry the mark drops was delivered before. The cursor only moves forward,
-after the entries up to it were handed over.
+after the entries up to it were handed over. The targets of one page of the outbox get
+their entries in one round trip (a pipeline of deliver scripts, one per target); the
+cursor moves once every one of them has answered.
 
 An entry that cannot be delivered (its address is not an inbox of this cluster, or names
 a key that is not a stream) is parked in the origin tag's dead letters with the reason,
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from sluice.errors import ConfigError
 
 from . import scripts
-from .backend import ScriptFailed
+from .backend import ScriptCall, ScriptFailed
 from .consumer import dead_letter
 from .keys import tag_of
 from .log import EventLog, script_error
@@ -78,8 +80,7 @@ class Deliverer:
                 if not target:
                     continue  # not addressed: nothing to deliver
                 by_target.setdefault(target.decode(errors="replace"), []).extend((entry_id, fields.get(b"e", b"")))
-            for to, pairs in by_target.items():
-                sent += self._deliver_to(to, pairs, server)
+            sent += self._deliver_page(by_target, server)
             after = entries[-1][0]
             try:
                 in_force = backend.script("advance_cursor", [self.cursor_key], [server, after])
@@ -90,18 +91,43 @@ class Deliverer:
             if len(entries) < batch:
                 return sent
 
-    def _deliver_to(self, target: str, pairs: list[object], server: str) -> int:
-        problem = self.log.keys.inbox_problem(target)
-        if problem is None:
-            try:
-                return int(self.log.backend.script(
-                    "deliver", [target, self.log.keys.delivered(tag_of(target))], [server, self.outbox, *pairs]))
-            except ScriptFailed as exc:
-                if scripts.NOT_A_STREAM not in exc.text:
-                    raise script_error(exc, self.tag) from exc
-                problem = f"{target!r} holds a {exc.text.rsplit(' ', 1)[-1]}, not a stream"
-            except ConfigError as exc:
-                problem = str(exc)
+    def _deliver_page(self, by_target: dict[str, list[object]], server: str) -> int:
+        """Hand each target its entries of one page (every target's deliver script in one
+        round trip); park those of a target that cannot take them. Returns how many were
+        appended. A script error other than a target that is not a stream raises before
+        anything is parked (the cursor stays: the next delivery repeats the page)."""
+        keys = self.log.keys
+        plan: list[tuple[str, list[object], str | int]] = []
+        """(target, its (entry id, data) pairs flat, why it is undeliverable or its call's index)."""
+        calls: list[ScriptCall] = []
+        for to, pairs in by_target.items():
+            problem = keys.inbox_problem(to)
+            if problem is None:
+                try:
+                    delivered = keys.delivered(tag_of(to))
+                except ConfigError as exc:
+                    problem = str(exc)
+                else:
+                    plan.append((to, pairs, len(calls)))
+                    calls.append(("deliver", [to, delivered], [server, self.outbox, *pairs]))
+                    continue
+            plan.append((to, pairs, problem))
+        replies = self.log.backend.script_many(calls) if calls else []
+        for reply in replies:
+            if isinstance(reply, ScriptFailed) and scripts.NOT_A_STREAM not in reply.text:
+                raise script_error(reply, self.tag) from reply
+        sent = 0
+        for to, pairs, outcome in plan:
+            if isinstance(outcome, int):
+                reply = replies[outcome]
+                if not isinstance(reply, ScriptFailed):
+                    sent += int(reply)
+                    continue
+                outcome = f"{to!r} holds a {reply.text.rsplit(' ', 1)[-1]}, not a stream"
+            self._park(to, pairs, outcome)
+        return sent
+
+    def _park(self, target: str, pairs: list[object], problem: str) -> None:
         reason = f"undeliverable: {problem}; the message stays here with its address"
         for i in range(0, len(pairs), 2):
             entry_id, data = str(pairs[i]), pairs[i + 1]
@@ -109,4 +135,3 @@ class Deliverer:
                         "undeliverable", reason)
             if self._on_undeliverable is not None:
                 self._on_undeliverable(entry_id, target, reason)
-        return 0

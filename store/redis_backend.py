@@ -15,7 +15,7 @@ import redis
 from sluice.errors import RedisUnavailable
 
 from . import scripts
-from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptFailed
+from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptCall, ScriptFailed
 
 __all__ = ["RedisBackend", "translate_errors"]
 
@@ -308,3 +308,36 @@ class RedisBackend(Backend):
                 return self._scripts[name](keys=list(keys), args=list(args))
             except redis.ResponseError as exc:
                 raise ScriptFailed(str(exc)) from exc
+
+    def script_many(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        if not calls:
+            return []
+        what = f"running {len(calls)} scripts ({calls[0][0]} on {calls[0][1][0] if calls[0][1] else '?'} ...)"
+        out: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        with translate_errors(what):
+            # EVALSHA, not the registered scripts: in a pipeline redis-py checks SCRIPT EXISTS
+            # first, a second round trip. A script the server lost comes back NOSCRIPT; those
+            # calls go again, in order, with the script's text (EVAL, which caches it again).
+            for load in (False, True):
+                pipe = self.client.pipeline(transaction=False)
+                for i in todo:
+                    name, keys, args = calls[i]
+                    script = self._scripts[name]
+                    if load:
+                        pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
+                    else:
+                        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                replies = pipe.execute(raise_on_error=False)
+                again: list[int] = []
+                for i, reply in zip(todo, replies):
+                    if not load and isinstance(reply, redis.exceptions.NoScriptError):
+                        again.append(i)
+                    elif isinstance(reply, redis.ResponseError):
+                        out[i] = ScriptFailed(str(reply))
+                    else:
+                        out[i] = reply
+                todo = again
+                if not todo:
+                    break
+        return out

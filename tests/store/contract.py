@@ -356,6 +356,53 @@ class LogContract:
         assert decode(dead[b"field:e"]) == b
         assert len(parked) == 1 and d.deliver() == 0
 
+    def test_a_page_for_several_targets_is_delivered_in_one_round_trip_past_a_bad_target(
+            self, log: EventLog) -> None:
+        """One page of the outbox addresses four TaskManagers and an inbox that is a hash:
+        the four get their entries, in outbox order, with one call to the server for all
+        the deliveries; the bad one's entries are parked; the cursor moves past the page."""
+        tag = log.keys.cluster
+        goods = [log.keys.inbox(log.keys.taskmanager(f"tm-{i}")) for i in range(4)]
+        bad = log.keys.inbox(log.keys.client("c1"))
+        log.backend.hset(bad, {"x": b"1"})
+        sent = [env(heartbeat(rid=f"tm-{i}"), epoch=1) for i in range(20)]
+        targets = [goods[i % 4] if i % 5 else bad for i in range(20)]
+        log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=t) for e, t in zip(sent, targets)])
+
+        class Counting(Delegating):
+            def __init__(self, inner: Any) -> None:
+                super().__init__(inner)
+                self.calls: list[str] = []
+
+            def around(self, name, call):
+                self.calls.append(name)
+                return call()
+
+        counting = Counting(log.backend)
+        parked: list = []
+        d = Deliverer(EventLog(counting, log.keys), tag, on_undeliverable=lambda *x: parked.append(x))
+        assert d.deliver() == 16
+        assert counting.calls.count("script_many") == 1 and "script:deliver" not in counting.calls
+        for good in goods:
+            assert [e for _, e in log.replay(good)] == [e for e, t in zip(sent, targets) if t == good]
+        dead = [f for _, f in log.replay_raw(log.keys.dead(tag))]
+        assert [decode(f[b"field:e"]) for f in dead] == [e for e, t in zip(sent, targets) if t == bad]
+        assert all(f[b"kind"] == b"undeliverable" and b"not a stream" in f[b"reason"] for f in dead)
+        assert len(parked) == 4
+        last = list(log.replay_raw(log.keys.outbox(tag)))[-1][0]
+        assert log.backend.get(log.keys.outbox_cursor(tag)) == last.encode()
+        assert d.deliver() == 0 and Deliverer(log, tag).deliver() == 0  # nothing again, nothing parked again
+        assert sum(log.length(g) for g in goods) == 16 and log.length(log.keys.dead(tag)) == 4
+
+    def test_a_script_error_other_than_a_bad_target_moves_no_cursor(self, log: EventLog) -> None:
+        tag = log.keys.cluster
+        target = log.keys.inbox(log.keys.taskmanager("tm-1"))
+        log.commit(tag, 1, [Out(log.keys.outbox(tag), env(heartbeat(), epoch=1), to=target)])
+        with pytest.raises(StoreRestarted):
+            Deliverer(log, tag).deliver(server="0" * 40)
+        assert log.backend.get(log.keys.outbox_cursor(tag)) is None and log.length(target) == 0
+        assert Deliverer(log, tag).deliver() == 1
+
     # --- restarts ---------------------------------------------------------------------------------
 
     def test_a_writer_that_has_not_seen_a_restart_is_refused(self, log: EventLog) -> None:
@@ -710,6 +757,32 @@ class LogContract:
         assert b.script("advance_cursor", [cursor], ["", "5-1"]) == b"5-1"
         assert b.script("advance_cursor", [cursor], ["", "5-0"]) == b"5-1"
         assert b.script("advance_cursor", [cursor], [b.server_id(), "10-0"]) == b"10-0" and b.get(cursor) == b"10-0"
+
+    def test_script_many_answers_each_call_in_order_and_an_error_takes_its_place(self, log: EventLog) -> None:
+        b = log.backend
+        a, c = log.keys.inbox(log.keys.taskmanager("tm-1")), log.keys.inbox(log.keys.taskmanager("tm-2"))
+        delivered_a, delivered_c = log.keys.delivered(log.keys.taskmanager("tm-1")), log.keys.delivered(
+            log.keys.taskmanager("tm-2"))
+        bad = log.keys.inbox(log.keys.client("c1"))
+        b.set(bad, b"x")
+        cursor = log.keys.outbox_cursor(log.keys.cluster)
+        assert b.script_many([]) == []
+        replies = b.script_many([
+            ("deliver", [a, delivered_a], ["", "o", "1-1", b"a", "1-2", b"b"]),
+            ("deliver", [bad, delivered_a], ["", "o", "1-3", b"x"]),
+            ("deliver", [c, delivered_c], ["", "o", "1-4", b"c"]),
+            ("deliver", [a, delivered_a], ["", "o", "1-2", b"b", "1-5", b"d"]),  # 1-2 again: dropped
+            ("deliver", [c, delivered_c], ["0" * 40, "o", "1-6", b"e"]),  # another server's run id
+            ("advance_cursor", [cursor], ["", "1-6"]),
+        ])
+        assert len(replies) == 6
+        assert replies[0] == 2 and replies[2] == 1 and replies[3] == 1 and replies[5] == b"1-6"
+        assert isinstance(replies[1], ScriptFailed) and replies[1].text == "SLUICE_NOT_A_STREAM string"
+        assert isinstance(replies[4], ScriptFailed) and replies[4].text.startswith("SLUICE_RESTARTED")
+        assert [f[b"e"] for _, f in b.xrange(a, None, 10)] == [b"a", b"b", b"d"]
+        assert [f[b"e"] for _, f in b.xrange(c, None, 10)] == [b"c"]
+        assert b.hgetall(delivered_a) == {b"o": b"1-5"} and b.hgetall(delivered_c) == {b"o": b"1-4"}
+        assert b.get(bad) == b"x" and b.get(cursor) == b"1-6"
 
     def test_the_project_script_moves_rows_and_position_only_from_the_expected_position(self, log: EventLog) -> None:
         b = log.backend
