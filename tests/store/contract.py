@@ -21,6 +21,18 @@ def pending(log: EventLog, inbox: str, group: str = "jm") -> int:
     return state.pending if state else 0
 
 
+class Counting(Delegating):
+    """A backend that records the name of every call it passes on (``script:NAME`` for a script)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.calls: list[str] = []
+
+    def around(self, name: str, call: Any) -> Any:
+        self.calls.append(name)
+        return call()
+
+
 def registered(rid: str) -> TaskManagerRegistered:
     return TaskManagerRegistered(rid, "s", "h", 1)
 
@@ -303,15 +315,6 @@ class LogContract:
         target = log.keys.inbox(log.keys.taskmanager("tm-1"))
         server = log.server_id()
 
-        class Counting(Delegating):
-            def __init__(self, inner: object) -> None:
-                super().__init__(inner)
-                self.calls: list[str] = []
-
-            def around(self, name, call):
-                self.calls.append(name)
-                return call()
-
         counting = Counting(log.backend)
         mine = Deliverer(EventLog(counting, log.keys), tag)
         other = Deliverer(EventLog(log.backend, log.keys), tag)
@@ -368,15 +371,6 @@ class LogContract:
         sent = [env(heartbeat(rid=f"tm-{i}"), epoch=1) for i in range(20)]
         targets = [goods[i % 4] if i % 5 else bad for i in range(20)]
         log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=t) for e, t in zip(sent, targets)])
-
-        class Counting(Delegating):
-            def __init__(self, inner: Any) -> None:
-                super().__init__(inner)
-                self.calls: list[str] = []
-
-            def around(self, name, call):
-                self.calls.append(name)
-                return call()
 
         counting = Counting(log.backend)
         parked: list = []
