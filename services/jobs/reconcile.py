@@ -34,6 +34,7 @@ starts it afresh.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
@@ -118,10 +119,7 @@ class Memory:
         self.taskmanagers.pop(resource_id, None)
         self.finals = {t: f for t, f in self.finals.items() if f[1] != resource_id}
         self.finals_on.pop(resource_id, None)
-        self.final_jobs = {}
-        for task_id in self.finals:
-            job_id = _split(task_id)[0]
-            self.final_jobs[job_id] = self.final_jobs.get(job_id, 0) + 1
+        self.final_jobs = dict(Counter(_split(task_id)[0] for task_id in self.finals))
 
     def keep_final(self, task_id: str, resource_id: str, line: AttemptReport) -> None:
         """A final state reported for an attempt the leader still has running (kept if kept already)."""
