@@ -108,12 +108,18 @@ class BenchCluster:
         from submission to FINISHED (raises if it ended otherwise)."""
         code = b"# no code: the job is no-op vertices only\n"
         job = JobFile(Path("noop.py"), code, hashlib.sha256(code).hexdigest(), "sluice_bench_noop", None, graph, {})
-        client = Client(self.log)
         t = time.perf_counter()
+        self.run_job(job, poll_s=poll_s)
+        return time.perf_counter() - t
+
+    def run_job(self, job: JobFile, *, poll_s: float = 0.01) -> JobRun:
+        """Submit ``job`` and wait for its end; its run (``ended_at - submitted_at`` is its
+        time by the log's clock). Raises if it ended other than FINISHED."""
+        client = Client(self.log)
         job_id = client.submit(job)
         client.wait_accepted(job_id)  # raises if refused
         while (state := client.job(job_id, missing_ok=True)) is None or state.status not in TERMINAL_JOB:
             time.sleep(poll_s)
         if state.status != JobStatus.FINISHED:
-            raise RuntimeError(f"the no-op job {graph.name} ended {state.status.value}: {state.reason}")
-        return time.perf_counter() - t
+            raise RuntimeError(f"the job {job.graph.name} ended {state.status.value}: {state.reason}")
+        return state
