@@ -93,3 +93,22 @@ def test_keyed_output_per_consumer_writes_one_directory_per_consumer(spark, tmp_
         got = {r["key"] for r in read_inputs(spark, [str(out)], key_groups=key_group_range(128, 3, j)).collect()}
         want = {k for k in keys if operator_index_for_key_group(key_group_of(k, 128), 128, 3) == j}
         assert got == want
+
+
+def test_consumers_read_with_the_recorded_schema_and_infer_it_without_one(spark, tmp_path: Path) -> None:
+    """The columns come from the producers' _schema.json (no footer-reading job); a producer
+    that left none (written before it existed) is still read, its columns from its files."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    df = spark.createDataFrame([("a", 1), ("b", 2)], "k string, n bigint")
+    path = str(tmp_path / "producer")
+    write_partition(df, path, key="k", max_parallelism=MAX_PARALLELISM)
+    recorded = StructType([StructField("n", LongType()), StructField("k", StringType())])  # another column order
+    (tmp_path / "producer" / SCHEMA_FILE).write_text(recorded.json())
+    got = read_inputs(spark, [path], key_groups=(0, MAX_PARALLELISM - 1))
+    assert got.columns == ["n", "k"]  # the recorded order, not the files'
+    assert sorted(tuple(r) for r in got.collect()) == [(1, "a"), (2, "b")]
+    (tmp_path / "producer" / SCHEMA_FILE).unlink()
+    inferred = read_inputs(spark, [path], key_groups=(0, MAX_PARALLELISM - 1))
+    assert inferred.columns == ["k", "n"]
+    assert sorted(tuple(r) for r in inferred.collect()) == [("a", 1), ("b", 2)]
