@@ -22,17 +22,16 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from sluice.api import Job
 
 from .cluster import BenchCluster
+from .console import console
 from .memory import PeakRss
 
 __all__ = ["run", "PYFLINK_MEASURED"]
 
-console = Console()
 
 PYFLINK_MEASURED = {8: 0.37, 32: 0.78, 128: 2.5, 512: 13.3}
 """PyFlink 2.3's MiniCluster on this machine kind, seconds (issue 11's measurement)."""

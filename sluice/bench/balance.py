@@ -19,14 +19,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from sluice.store import EventLog
 
+from .console import console
+
 __all__ = ["run"]
 
-console = Console()
 JOB = Path(__file__).with_name("balance_job.py")
 
 

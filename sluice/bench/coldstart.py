@@ -25,16 +25,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from .cluster import finished_run
+from .console import console
 from .memory import PeakRss, Sampler, process_tree
 from .wordcount import PLAIN_SCRIPT, ROOT, cold_env
 
 __all__ = ["run", "Variant", "VARIANTS"]
 
-console = Console(width=max(Console().width, 130))  # the table is wide; a pipe would fold it
 RATIO_TARGET = 1.5
 FIRST_TASK_TARGET_S = 2.0
 _PORT = re.compile(rb"spark\.connect\.grpc\.binding\.port=(\d+)")

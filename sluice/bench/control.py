@@ -18,7 +18,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from sluice.api import Job
@@ -28,10 +27,10 @@ from sluice.services.jobs import core
 from sluice.services.jobs.state import JobsState
 
 from .cluster import BenchCluster
+from .console import console
 
 __all__ = ["run"]
 
-console = Console()
 
 
 def identity(df):  # the transform's name only; nothing runs

@@ -29,7 +29,6 @@ from collections.abc import Callable
 
 import httpx
 import orjson
-from rich.console import Console
 from rich.table import Table
 
 from sluice.bench.recovery import _fresh, _Writer
@@ -38,9 +37,10 @@ from sluice.services.embedded import RedisServer
 from sluice.services.projector import Projector
 from sluice.store import EventLog, connect
 
+from .console import console
+
 __all__ = ["run"]
 
-console = Console()
 TARGET_S = 2.0
 
 

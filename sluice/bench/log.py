@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 
 import orjson
-from rich.console import Console
 from rich.table import Table
 
 from sluice.events import Envelope, TaskManagerLost, TaskManagerRegistered, encode
@@ -26,9 +25,10 @@ from sluice.services.embedded import RedisServer
 from sluice.services.membership.core import Membership, evolve
 from sluice.store import EventLog, Keys, Out, connect
 
+from .console import console
+
 __all__ = ["run"]
 
-console = Console()
 
 LABELS = {"zone": "europe-west4-a", "rack": "r17"}
 

@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
-from rich.console import Console
 from rich.table import Table
+
+from .console import console
 
 __all__ = ["run", "rss_mb", "process_tree", "PeakRss"]
 
-console = Console()
 ROOT = Path(__file__).resolve().parents[2]
 
 

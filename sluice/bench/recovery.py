@@ -21,7 +21,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from rich.console import Console
 from rich.table import Table
 
 from sluice.events import (
@@ -42,9 +41,10 @@ from sluice.services.jobs.state import JobsState
 from sluice.services.membership import MembershipConfig
 from sluice.store import EventLog, Keys, Out, Snapshots, connect
 
+from .console import console
+
 __all__ = ["run"]
 
-console = Console()
 TM, SESSION = "tm-0", "tm-0-session"
 EPOCH = 1
 

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import cast
 
 import orjson
-from rich.console import Console
 from rich.table import Table
 
 from sluice.api import Job
@@ -41,9 +40,10 @@ from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.services.taskmanager.events import TaskEvents
 from sluice.store import EventLog, Keys, connect
 
+from .console import console
+
 __all__ = ["run"]
 
-console = Console()
 
 PROTOCOLS = ("operator-events", "input-splits")
 _Entries = list[tuple[bytes, dict[bytes, bytes]]]

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 
 import orjson
-from rich.console import Console
 from rich.table import Table
 
 from sluice.events import (
@@ -39,11 +38,11 @@ from sluice.services.projector import Projector
 from sluice.state import StateClient
 from sluice.store import EventLog, Keys, KvStates, Out, connect, server_address
 
+from .console import console
 from .log import rounds
 
 __all__ = ["run"]
 
-console = Console()
 JOB, NAME = "bench-job", "counts"
 
 

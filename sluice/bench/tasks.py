@@ -16,16 +16,15 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from sluice.api import Job
 
 from .cluster import BenchCluster
+from .console import console
 
 __all__ = ["run", "noop"]
 
-console = Console()
 
 
 def noop() -> None:

@@ -27,18 +27,17 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from sluice.services.jobs.state import JobRun
 from sluice.store import EventLog
 
 from .cluster import BenchCluster, finished_run
+from .console import console
 from .corpus import write_corpus
 
 __all__ = ["run"]
 
-console = Console()
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = 1.2
 
