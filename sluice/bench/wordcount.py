@@ -4,9 +4,10 @@ PySpark (issue 11's P7), on each corpus and size asked for (``sluice.bench.corpu
 Two comparisons, each measured in the same run:
 
 * **the job**: SubmitJob to FINISHED on a warm cluster (a JobManager and a TaskManager whose
-  workers ran the job once already: the best of two runs after that), against the same
-  transformations in one warm plain session (the best of two after a warm-up), both on the
-  same warm Spark Connect server. The first job of a new cluster is printed apart, both in
+  workers ran the job once already), against the same transformations in one warm plain
+  session (after a warm-up), both on the same warm Spark Connect server, in rounds of
+  plain then Sluice (a change in the shared machine's speed falls on both); each side's
+  best round counts. The first job of a new cluster is printed apart, both in
   ``sluice run`` and on that cluster: its workers' Spark sessions are new, which costs
   about a second before the first split is asked for;
 * **the whole process**, cold: ``sluice run`` starting its own embedded cluster and Spark
@@ -18,13 +19,14 @@ same work; where the job's time went is printed from its own facts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rich.table import Table
@@ -40,6 +42,8 @@ __all__ = ["run"]
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = 1.2
+ROUNDS = 3
+"""Rounds of the job, each plain PySpark then Sluice; each side's best counts."""
 
 
 def cold_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -83,28 +87,40 @@ def _sluice_cmd(home: Path, source: Path, output: Path, parallelism: int, slots:
             *params, "--slots", str(slots)]
 
 
-def warm_cluster_jobs(url: str, home: Path, source: Path, outputs: Sequence[Path], parallelism: int,
-                      slots: int) -> tuple[list[float], dict[str, float]]:
-    """The job run again and again on one cluster (a JobManager, a TaskManager of ``slots``
-    slots) whose workers use the Spark server at ``url``: the seconds, SubmitJob to
-    FINISHED by the log's clock, of each run (one an output). The first run finds the
-    workers' Spark sessions new; the later ones are the like-for-like of a warm plain
-    session. Also the last run's time per vertex."""
-    from sluice.client import load_job
+class WarmCluster:
+    """A cluster (a JobManager, a TaskManager of ``slots`` slots) whose workers use the Spark
+    server at ``url``, running the word count again and again: the first run finds the
+    workers' Spark sessions new; the later ones are the like-for-like of a warm plain session."""
 
-    size = source.stat().st_size
+    def __init__(self, cluster: BenchCluster, parallelism: int) -> None:
+        self.cluster = cluster
+        self.parallelism = parallelism
+        self.last: JobRun | None = None
+
+    def run(self, source: Path, output: Path) -> float:
+        """One run: seconds from SubmitJob to FINISHED, by the log's clock."""
+        from sluice.client import load_job
+
+        run = self.cluster.run_job(load_job(ROOT / "examples" / "wordcount.py",
+                                            _params(source, output, self.parallelism, source.stat().st_size)))
+        assert run.ended_at is not None  # run_job returns FINISHED runs only
+        self.last = run
+        return (run.ended_at - run.submitted_at) / 1000
+
+    def vertex_times(self) -> dict[str, float]:
+        """The last run's task time per vertex."""
+        if self.last is None:
+            raise RuntimeError("no run yet")
+        return _vertex_times(self.cluster.log, self.last)
+
+
+@contextlib.contextmanager
+def warm_cluster(url: str, home: Path, parallelism: int, slots: int) -> Iterator[WarmCluster]:
     with BenchCluster(home) as cluster:
         cluster.spawn("jobmanager")
         cluster.spawn("taskmanager", "--resource-id", "tm-0", "--slots", str(slots), "--spark", url)
         cluster.wait_registered(1)
-        times, run = [], None
-        for out in outputs:
-            run = cluster.run_job(load_job(ROOT / "examples" / "wordcount.py",
-                                           _params(source, out, parallelism, size)))
-            assert run.ended_at is not None  # run_job returns FINISHED runs only
-            times.append((run.ended_at - run.submitted_at) / 1000)
-        assert run is not None, "no outputs: nothing was run"
-        return times, _vertex_times(cluster.log, run)
+        yield WarmCluster(cluster, parallelism)
 
 
 def _timed(cmd: list[str], env: dict[str, str], cwd: Path, what: str) -> float:
@@ -121,18 +137,24 @@ def _one(spark, url: str, tmp: Path, corpus: str, megabytes: int, parallelism: i
     with console.status(f"generating {megabytes} MB of the {corpus} corpus"):
         write_corpus(corpus, source, megabytes)
     size = source.stat().st_size
-    with console.status(f"plain PySpark, warm ({corpus}, {megabytes} MB)"):
-        plain(spark, str(source), str(tmp / "warm"))  # warm the code paths
-        base = min(plain(spark, str(source), str(tmp / f"plain-{i}")) for i in range(2))
     env = {**os.environ, "SLUICE_LOG_LEVEL": "WARNING"}
     home, out = tmp / f"home-{corpus}-{megabytes}", tmp / "sluice-out"
     with console.status(f"sluice run on the warm server ({corpus}, {megabytes} MB)"):
         _timed(_sluice_cmd(home, source, out, parallelism, slots, size), {**env, "SLUICE_SPARK_REMOTE": url}, tmp,
                "sluice run")
     first_s = _job_time(home)
-    with console.status(f"the job on a warm cluster, three times ({corpus}, {megabytes} MB)"):
-        outs = [tmp / f"warm-out-{i}" for i in range(3)]
-        warm, stages = warm_cluster_jobs(url, tmp / f"warm-{corpus}-{megabytes}", source, outs, parallelism, slots)
+    outs = [tmp / f"warm-out-{i}" for i in range(ROUNDS + 1)]
+    plains, jobs = [], []
+    with warm_cluster(url, tmp / f"warm-{corpus}-{megabytes}", parallelism, slots) as cluster:
+        with console.status(f"the first job on a new cluster, plain PySpark's warm-up ({corpus}, {megabytes} MB)"):
+            warm_first = cluster.run(source, outs[0])
+            plain(spark, str(source), str(tmp / "warm"))  # warm the code paths
+        # Turn about, so that a change in the machine's speed (shared cores) falls on both.
+        for i in range(ROUNDS):
+            with console.status(f"round {i + 1} of {ROUNDS}: plain PySpark, then Sluice ({corpus}, {megabytes} MB)"):
+                plains.append(plain(spark, str(source), str(tmp / f"plain-{i}")))
+                jobs.append(cluster.run(source, outs[i + 1]))
+        stages = cluster.vertex_times()
     want = spark.read.parquet(str(tmp / "plain-0")).count()
     for result in (out, *outs):
         if (got := spark.read.parquet(str(result)).count()) != want:
@@ -146,8 +168,8 @@ def _one(spark, url: str, tmp: Path, corpus: str, megabytes: int, parallelism: i
         cold_home = tmp / f"cold-{corpus}-{megabytes}"
         cold = _timed(_sluice_cmd(cold_home, source, tmp / "sluice-cold", parallelism, slots, size), cold_env(env), tmp,
                       "sluice run (cold)")
-    return {"corpus": corpus, "mb": size / 1e6, "distinct": want, "plain": base, "job": min(warm[1:]),
-            "first": first_s, "warm_first": warm[0],
+    return {"corpus": corpus, "mb": size / 1e6, "distinct": want, "plain": min(plains), "job": min(jobs),
+            "first": first_s, "warm_first": warm_first,
             "cold_plain": cold_plain, "cold": cold, "stages": stages}
 
 
@@ -184,8 +206,8 @@ def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", 
                       f"{r['first']:.1f} / {r['warm_first']:.1f}", f"{r['cold_plain']:.1f}",
                       f"{r['cold']:.1f}", f"{'[green]' if cold_ratio <= TARGET else '[red]'}{cold_ratio:.2f}[/]")
     console.print(table)
-    console.print("job: SubmitJob -> FINISHED on a warm cluster (best of two after a first run), against one warm "
-                  "plain session (best of two after a warm-up), same warm Spark Connect server. first job: the "
+    console.print(f"job: SubmitJob -> FINISHED on a warm cluster against one warm plain session on the same warm "
+                  f"Spark Connect server, best of {ROUNDS} rounds (each plain, then Sluice) after a first run of each. first job: the "
                   "first job of a new cluster's workers, in `sluice run` / on the warm cluster (their Spark "
                   "sessions are new). process: `sluice run` starting its own cluster and Spark, against a plain "
                   "script starting its own local Spark, both cold.", style="dim")

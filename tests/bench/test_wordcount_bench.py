@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from sluice.bench.wordcount import warm_cluster_jobs
+from sluice.bench.wordcount import warm_cluster
 
 
 def test_the_job_runs_on_one_cluster_each_time_with_the_whole_count(spark, spark_remote: str, tmp_path: Path) -> None:
@@ -14,8 +14,10 @@ def test_the_job_runs_on_one_cluster_each_time_with_the_whole_count(spark, spark
     lines = [" ".join(f"w{(i * 7 + j) % 13}" for j in range(i % 5 + 1)) for i in range(400)]
     source.write_text("\n".join(lines) + "\n")
     outputs = [tmp_path / f"out-{i}" for i in range(2)]
-    times, vertices = warm_cluster_jobs(spark_remote, tmp_path / "home", source, outputs, parallelism=2, slots=2)
-    assert len(times) == 2 and all(t > 0 for t in times)
+    with warm_cluster(spark_remote, tmp_path / "home", parallelism=2, slots=2) as cluster:
+        times = [cluster.run(source, out) for out in outputs]
+        vertices = cluster.vertex_times()
+    assert all(t > 0 for t in times)
     want = Counter(w for line in lines for w in line.split())
     for out in outputs:
         assert {r["word"]: r["count"] for r in spark.read.parquet(str(out)).collect()} == want
