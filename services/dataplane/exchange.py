@@ -3,8 +3,10 @@
 A producer subtask writes its output as Parquet under its own path. Keyed output is
 partitioned by key group (a ``_kg=N`` directory per group, ``keygroups.key_group_column``),
 so a consumer subtask reads only the ``_kg=N`` directories of its key-group range from
-every producer's path: the shuffle of a keyed exchange is a directory listing. Next to the data the producer leaves ``_schema.json`` (its DataFrame's schema)
-so that a consumer of producers that all produced nothing still knows the columns.
+every producer's path: the shuffle of a keyed exchange is a directory listing. Next to the data the producer leaves ``_schema.json`` (its DataFrame's schema):
+a consumer reads the data with it when every producer it reads recorded the same one (Spark
+then runs no job to infer it), and a consumer of producers that all produced nothing still
+knows the columns.
 Sinks write one flat directory; each attempt of a sink subtask stages its files apart and publishes
 them by the protocol of ``publish``, so the newest attempt of each subtask wins.
 
@@ -152,17 +154,34 @@ class _Listing:
         return not self.unkeyed and not self.key_groups
 
 
-def _written_schema(paths: list[str]) -> StructType | None:
+def _schema_of(path: str) -> StructType | None:
+    """The schema ``path``'s producer recorded in ``_schema.json`` (None: it left none)."""
     from pyarrow import fs as pafs
     from pyspark.sql.types import StructType
 
-    for path in paths:
-        fs, root = _filesystem(path)
-        name = f"{root}/{SCHEMA_FILE}"
-        if fs.get_file_info(name).type == pafs.FileType.File:
-            with fs.open_input_stream(name) as f:
-                return StructType.fromJson(json.loads(f.read().decode("utf-8")))
-    return None
+    fs, root = _filesystem(path)
+    name = f"{root}/{SCHEMA_FILE}"
+    if fs.get_file_info(name).type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(name) as f:
+        return StructType.fromJson(json.loads(f.read().decode("utf-8")))
+
+
+def _written_schema(paths: list[str]) -> StructType | None:
+    """The first schema recorded among ``paths`` (for when none of them has data)."""
+    return next((schema for path in paths if (schema := _schema_of(path)) is not None), None)
+
+
+def _agreed_schema(paths: list[str]) -> StructType | None:
+    """The schema every one of ``paths`` recorded, if they all did and all agree, else None
+    (Spark then reads it from the files, as it must when producers' columns differ: a
+    given schema would fill missing columns with nulls and drop extra ones)."""
+    try:
+        schemas = [_schema_of(path) for path in paths]
+    except Exception:  # an unreadable record (or a type it names that cannot be imported here): the files say
+        return None
+    first = schemas[0] if schemas else None
+    return first if first is not None and all(s == first for s in schemas) else None
 
 
 def _check_key_groups(key_groups: object) -> tuple[int, int]:
@@ -190,8 +209,8 @@ def read_inputs(
 
     ``key_groups`` is an inclusive range ``(first, last)`` (``keygroups.key_group_range``);
     it needs keyed inputs. The result never has the ``_kg`` column. The columns are those
-    the producers recorded in ``_schema.json`` (else Spark reads them from a file). Producers
-    that produced nothing are skipped; when none produced anything the result is an empty
+    the producers of the rows read all recorded in ``_schema.json`` (if they differ, or one
+    recorded none, Spark reads them from the files). Producers that produced nothing are skipped; when none produced anything the result is an empty
     DataFrame with the schema they recorded in ``_schema.json``, else ``schema_hint``
     (a StructType or a DDL string).
     """
@@ -220,13 +239,14 @@ def read_inputs(
         for kg, leaf in sorted(item.key_groups.items())
         if groups is None or groups[0] <= kg <= groups[1]
     ]
-    written = _written_schema(checked)
     if leaves:
-        # With the schema the producers recorded, Spark does not run a job to read a file's
-        # footer for it (about 80 ms of a reducer's ~0.9 s at 450,000 keys, measured).
-        reader = spark.read if written is None else spark.read.schema(written)
-        return reader.parquet(*leaves)
-    schema = written or schema_hint
+        # With the schema the producers of the data read recorded, Spark does not run a job
+        # to read a file's footer for it (about 80 ms of a reducer's ~0.9 s at 450,000 keys).
+        read = unkeyed or [item.path for item in keyed
+                           if any(groups is None or groups[0] <= kg <= groups[1] for kg in item.key_groups)]
+        agreed = _agreed_schema(read)
+        return (spark.read if agreed is None else spark.read.schema(agreed)).parquet(*leaves)
+    schema = _written_schema(checked) or schema_hint
     if schema is None:
         raise SchemaError(
             f"none of the inputs {list(paths)!r} has data for key groups {groups} or a {SCHEMA_FILE}, so their "

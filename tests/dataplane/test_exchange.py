@@ -112,3 +112,31 @@ def test_consumers_read_with_the_recorded_schema_and_infer_it_without_one(spark,
     inferred = read_inputs(spark, [path], key_groups=(0, MAX_PARALLELISM - 1))
     assert inferred.columns == ["k", "n"]
     assert sorted(tuple(r) for r in inferred.collect()) == [("a", 1), ("b", 2)]
+
+
+def test_the_recorded_schema_is_used_only_when_the_producers_read_agree(spark, tmp_path: Path) -> None:
+    """A producer with nothing in the consumer's range does not decide the columns (its frame
+    may differ: an empty reader's, a pivot's); producers that disagree, or one that recorded
+    nothing, leave the columns to the files."""
+    df = spark.createDataFrame([("a", 1), ("b", 2)], "k string, n bigint")
+    empty, full = str(tmp_path / "empty"), str(tmp_path / "full")
+    write_partition(spark.createDataFrame([], "other string"), empty, key="other", max_parallelism=MAX_PARALLELISM)
+    write_partition(df, full, key="k", max_parallelism=MAX_PARALLELISM)
+    got = read_inputs(spark, [empty, full], key_groups=(0, MAX_PARALLELISM - 1))
+    assert got.columns == ["k", "n"] and sorted(tuple(r) for r in got.collect()) == [("a", 1), ("b", 2)]
+
+    other = str(tmp_path / "other")
+    write_partition(df, other, key="k", max_parallelism=MAX_PARALLELISM)
+    (tmp_path / "other" / SCHEMA_FILE).write_text('{"type": "struct", "fields": [{"name": "n", "type": "long", '
+                                                  '"nullable": true, "metadata": {}}]}')  # disagrees with full's
+    both = read_inputs(spark, [full, other], key_groups=(0, MAX_PARALLELISM - 1))
+    assert both.columns == ["k", "n"] and both.count() == 4  # from the files: no column dropped
+    (tmp_path / "other" / SCHEMA_FILE).unlink()  # one without a record
+    assert read_inputs(spark, [full, other], key_groups=(0, MAX_PARALLELISM - 1)).columns == ["k", "n"]
+
+    plain = str(tmp_path / "unkeyed")
+    write_partition(df, plain, key=None, max_parallelism=MAX_PARALLELISM)
+    (tmp_path / "unkeyed" / SCHEMA_FILE).write_text('{"type": "struct", "fields": [{"name": "n", "type": "long", '
+                                                    '"nullable": true, "metadata": {}}, {"name": "k", "type": '
+                                                    '"string", "nullable": true, "metadata": {}}]}')
+    assert read_inputs(spark, [plain], key_groups=None).columns == ["n", "k"]  # unkeyed inputs use it too
