@@ -2,9 +2,9 @@
 ``--slow`` times slower on one of two readers, with the source read whole (the default: a
 reader copies every split it gets, then runs its functions once) and read ``each_split``
 (the functions run on each split as it arrives), on one cluster (a JobManager, a TaskManager
-of two slots) whose workers use one warm Spark Connect server. Each mode runs twice: the
-second run is the measure (a long-lived cluster's workers have their Spark sessions); the
-first is printed too.
+of two slots) whose workers use one warm Spark Connect server. Each mode runs twice (whole,
+each_split, whole, each_split): the later run is the measure (a long-lived cluster's workers
+have their Spark sessions); the earlier one is printed too.
 
 For each it reports how many splits each reader took, and how long reading took (the source
 tasks, first RUNNING to last FINISHED) against the ideal: the work alone (rows x cost a row,
@@ -15,7 +15,6 @@ overhead (issue 11's target: reading within 1.3x of it).
 from __future__ import annotations
 
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -56,16 +55,17 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
                 cluster.spawn("jobmanager")
                 cluster.spawn("taskmanager", "--resource-id", "tm-0", "--slots", "2", "--spark", url, env=env)
                 cluster.wait_registered(1)
-                # Each mode twice on one cluster: the first runs find the workers' Spark sessions
-                # new (a session's first Python UDF starts its Python workers: 1.5-1.8 s here);
-                # the second runs are the measure, as a long-lived cluster runs a job.
+                # Each mode twice on one cluster: whole, each_split, then both again. The first
+                # two are the cluster's start (its workers start their Spark sessions, and a
+                # session's first Python UDF its Python workers: 1.5-1.8 s here); the last two
+                # are the measure, as a long-lived cluster runs a job.
                 for run_no, mode in enumerate(("whole", "each_split") * 2):
                     params = {"input": str(source), "output": str(tmp_path / f"{mode}-{run_no}"), "parallelism": "2",
                               "split_bytes": str(split_bytes), "each_split": "yes" if mode == "each_split" else "no"}
                     with console.status(f"source read {mode}, {'first' if run_no < 2 else 'second'} run"):
-                        t = time.perf_counter()
                         job = cluster.run_job(load_job(JOB, params))
-                        total = time.perf_counter() - t
+                    assert job.ended_at is not None  # run_job returns FINISHED runs only
+                    total = (job.ended_at - job.submitted_at) / 1000
                     got = spark.read.parquet(params["output"]).count()
                     if got != len(lines):
                         raise RuntimeError(f"{mode}: {got} rows written, the input has {len(lines)}")
@@ -82,7 +82,7 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
     table = Table(title=f"Balance: 2 readers, one {slow:g}x slower at the Spark work; {n} splits of "
                         f"{rows_per_split:,} rows, {work_s:g} s of work a split on the fast reader")
     for col in ("source read", "splits: slow / fast", "slow's share (ideal)", "reading", "ideal (work only)",
-                "reading / ideal", "target", "job", "first run: reading"):
+                "reading / ideal", "target", "job", "earlier run: reading"):
         table.add_column(col, justify="right")
     for mode, r in out.items():
         s, f = r["splits"].get(0, 0), r["splits"].get(1, 0)
@@ -91,8 +91,9 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
                       f"{r['first']:.1f} s ({r['first'] / ideal:.2f})")
     console.print(table)
     console.print("The ideal leaves out what a Spark job costs (each_split runs one a split; whole one a reader). "
-                  "Each mode ran twice on one cluster; the second run is the measure, the first (its workers' "
-                  "Spark sessions new) is the last column.", style="dim")
+                  "Each mode ran twice on one cluster (whole, each_split, whole, each_split); the later run is the "
+                  "measure, the earlier one the last column (the cluster's first run, read whole, also started "
+                  "its workers' Spark sessions and Python workers). job: SubmitJob -> FINISHED.", style="dim")
     return out
 
 

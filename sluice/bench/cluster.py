@@ -112,13 +112,22 @@ class BenchCluster:
         self.run_job(job, poll_s=poll_s)
         return time.perf_counter() - t
 
-    def run_job(self, job: JobFile, *, poll_s: float = 0.01) -> JobRun:
+    def run_job(self, job: JobFile, *, poll_s: float = 0.01, timeout: float = 900.0) -> JobRun:
         """Submit ``job`` and wait for its end; its run (``ended_at - submitted_at`` is its
-        time by the log's clock). Raises if it ended other than FINISHED."""
+        time by the log's clock). Raises if it ended other than FINISHED, if a process of
+        the cluster died, or after ``timeout`` seconds."""
         client = Client(self.log)
         job_id = client.submit(job)
         client.wait_accepted(job_id)  # raises if refused
+        deadline = time.monotonic() + timeout
         while (state := client.job(job_id, missing_ok=True)) is None or state.status not in TERMINAL_JOB:
+            dead = [(n, p) for n, p in enumerate(self.procs) if p.poll() is not None]
+            if dead:
+                n, p = dead[0]
+                raise RuntimeError(f"a process of the bench cluster exited with code {p.returncode} while job "
+                                   f"{job_id} ran; see its log, {self.home / f'proc-{n}.log'}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"job {job_id} ({job.graph.name}) has not ended after {timeout:g} s; see {self.home}")
             time.sleep(poll_s)
         if state.status != JobStatus.FINISHED:
             raise RuntimeError(f"the job {job.graph.name} ended {state.status.value}: {state.reason}")

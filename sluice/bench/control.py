@@ -32,7 +32,6 @@ from .console import console
 __all__ = ["run"]
 
 
-
 def identity(df):  # the transform's name only; nothing runs
     return df
 

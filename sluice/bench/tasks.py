@@ -26,7 +26,6 @@ from .console import console
 __all__ = ["run", "noop"]
 
 
-
 def noop() -> None:
     """The raw RQ job."""
 

@@ -8,8 +8,9 @@ Two comparisons, each measured in the same run:
   session (after a warm-up), both on the same warm Spark Connect server, in rounds of
   plain then Sluice (a change in the shared machine's speed falls on both); each side's
   best round counts. The first job of a new cluster is printed apart, both in
-  ``sluice run`` and on that cluster: its workers' Spark sessions are new, which costs
-  about a second before the first split is asked for;
+  ``sluice run`` and on that cluster: it is submitted as soon as the TaskManager registered,
+  so it also waits for the slot workers to start and make their Spark sessions (1-2.5 s
+  before the first split is asked for, measured);
 * **the whole process**, cold: ``sluice run`` starting its own embedded cluster and Spark
   server, against a plain PySpark script in a fresh process starting its own local Spark.
 
@@ -133,44 +134,54 @@ def _timed(cmd: list[str], env: dict[str, str], cwd: Path, what: str) -> float:
 
 
 def _one(spark, url: str, tmp: Path, corpus: str, megabytes: int, parallelism: int, slots: int) -> dict:
-    source = tmp / f"{corpus}-{megabytes}.txt"
+    case = tmp / f"{corpus}-{megabytes}"  # every output of this case apart from the other cases'
+    case.mkdir()
+    source = case / "input.txt"
     with console.status(f"generating {megabytes} MB of the {corpus} corpus"):
         write_corpus(corpus, source, megabytes)
     size = source.stat().st_size
     env = {**os.environ, "SLUICE_LOG_LEVEL": "WARNING"}
-    home, out = tmp / f"home-{corpus}-{megabytes}", tmp / "sluice-out"
+    home, out = case / "home", case / "sluice-out"
     with console.status(f"sluice run on the warm server ({corpus}, {megabytes} MB)"):
         _timed(_sluice_cmd(home, source, out, parallelism, slots, size), {**env, "SLUICE_SPARK_REMOTE": url}, tmp,
                "sluice run")
     first_s = _job_time(home)
-    outs = [tmp / f"warm-out-{i}" for i in range(ROUNDS + 1)]
+    outs = [case / f"warm-out-{i}" for i in range(ROUNDS + 1)]
     plains, jobs = [], []
-    with warm_cluster(url, tmp / f"warm-{corpus}-{megabytes}", parallelism, slots) as cluster:
+    with warm_cluster(url, case / "warm-home", parallelism, slots) as cluster:
         with console.status(f"the first job on a new cluster, plain PySpark's warm-up ({corpus}, {megabytes} MB)"):
             warm_first = cluster.run(source, outs[0])
-            plain(spark, str(source), str(tmp / "warm"))  # warm the code paths
+            plain(spark, str(source), str(case / "plain-warm-up"))  # warm the code paths
         # Turn about, so that a change in the machine's speed (shared cores) falls on both.
         for i in range(ROUNDS):
             with console.status(f"round {i + 1} of {ROUNDS}: plain PySpark, then Sluice ({corpus}, {megabytes} MB)"):
-                plains.append(plain(spark, str(source), str(tmp / f"plain-{i}")))
+                plains.append(plain(spark, str(source), str(case / f"plain-{i}")))
                 jobs.append(cluster.run(source, outs[i + 1]))
         stages = cluster.vertex_times()
-    want = spark.read.parquet(str(tmp / "plain-0")).count()
-    for result in (out, *outs):
-        if (got := spark.read.parquet(str(result)).count()) != want:
-            raise RuntimeError(f"sluice's result {result} has {got} words, plain PySpark's {want}")
     script = tmp / "plain_wordcount.py"
     script.write_text(PLAIN_SCRIPT)
     with console.status(f"plain PySpark script, cold process ({corpus}, {megabytes} MB)"):
         cold_plain = _timed([sys.executable, str(script), str(ROOT / "examples"), f"local[{parallelism}]", str(source),
-                             str(tmp / "plain-cold")], cold_env(env), tmp, "the plain PySpark script")
+                             str(case / "plain-cold")], cold_env(env), tmp, "the plain PySpark script")
     with console.status(f"sluice run, cold process ({corpus}, {megabytes} MB)"):
-        cold_home = tmp / f"cold-{corpus}-{megabytes}"
-        cold = _timed(_sluice_cmd(cold_home, source, tmp / "sluice-cold", parallelism, slots, size), cold_env(env), tmp,
-                      "sluice run (cold)")
-    return {"corpus": corpus, "mb": size / 1e6, "distinct": want, "plain": min(plains), "job": min(jobs),
-            "first": first_s, "warm_first": warm_first,
+        cold = _timed(_sluice_cmd(case / "cold-home", source, case / "sluice-cold", parallelism, slots, size),
+                      cold_env(env), tmp, "sluice run (cold)")
+    want = _summary(spark, case / "plain-0")
+    for result in (out, *outs, case / "sluice-cold"):
+        if (got := _summary(spark, result)) != want:
+            raise RuntimeError(f"sluice's result {result} has {got[0]} words counting {got[1]}, plain PySpark's "
+                               f"{want[0]} counting {want[1]}")
+    return {"corpus": corpus, "mb": size / 1e6, "distinct": want[0], "plain": min(plains), "job": min(jobs),
+            "pairs": [j / p for p, j in zip(plains, jobs)], "first": first_s, "warm_first": warm_first,
             "cold_plain": cold_plain, "cold": cold, "stages": stages}
+
+
+def _summary(spark, path: Path) -> tuple[int, int]:
+    """A word count's distinct words and the sum of its counts."""
+    from pyspark.sql import functions as F
+
+    row = spark.read.parquet(str(path)).agg(F.count(F.lit(1)), F.sum("count")).first()
+    return int(row[0]), int(row[1] or 0)
 
 
 def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", "zipf"), parallelism: int = 2,
@@ -207,13 +218,16 @@ def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", 
                       f"{r['cold']:.1f}", f"{'[green]' if cold_ratio <= TARGET else '[red]'}{cold_ratio:.2f}[/]")
     console.print(table)
     console.print(f"job: SubmitJob -> FINISHED on a warm cluster against one warm plain session on the same warm "
-                  f"Spark Connect server, best of {ROUNDS} rounds (each plain, then Sluice) after a first run of each. first job: the "
-                  "first job of a new cluster's workers, in `sluice run` / on the warm cluster (their Spark "
-                  "sessions are new). process: `sluice run` starting its own cluster and Spark, against a plain "
-                  "script starting its own local Spark, both cold.", style="dim")
+                  f"Spark Connect server, best of {ROUNDS} rounds (each plain, then Sluice) after a first run of "
+                  "each. first job: the first job of a new cluster, in `sluice run` / on the warm cluster, submitted "
+                  "as soon as its TaskManager registered (its slot workers still start, and make their Spark "
+                  "sessions). process: `sluice run` starting its own cluster and Spark, against a plain script "
+                  "starting its own local Spark, both cold.", style="dim")
     for r in rows:
+        console.print(f"  {r['corpus']} {r['mb']:,.0f} MB, each round's ratio (Sluice / the plain run just before): "
+                      + ", ".join(f"{x:.2f}" for x in r["pairs"]), style="dim")
         for name, seconds in r["stages"].items():
-            console.print(f"  {r['corpus']} {r['mb']:,.0f} MB, {name}: {seconds:.1f} s", style="dim")
+            console.print(f"  {r['corpus']} {r['mb']:,.0f} MB, last round, {name}: {seconds:.1f} s", style="dim")
     return rows
 
 

@@ -84,7 +84,7 @@ def splits(requests: int, warmup: int, n_rounds: int) -> None:
 @click.option("--corpus", default="small,zipf", show_default=True,
               help="Corpora, comma-separated: small (5,000 words), zipf (Zipf's law over 500,000 words).")
 def wordcount(megabytes: str, corpus: str) -> None:
-    """sluice run examples/wordcount.py vs the same transformations in plain PySpark (job and whole process)."""
+    """examples/wordcount.py vs the same transformations in plain PySpark: the job on a warm cluster, and `sluice run` whole."""
     from sluice.bench.wordcount import run
 
     run(megabytes=[int(m) for m in megabytes.split(",")], corpora=corpus.split(","))
