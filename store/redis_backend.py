@@ -36,8 +36,6 @@ def _s(value: bytes | str) -> str:
 # What redis-py returns on the connections Sluice makes (RESP2, bytes: decode_responses is
 # off). Its annotations also allow str and RESP3's dict shapes, which these never get.
 _Entries = list[tuple[bytes, Fields]]
-_PendingEntries = list[tuple[bytes, Fields | None]]
-"""Entries read through a group: an entry deleted while pending comes back without fields."""
 
 
 def _arg(mapping: Mapping[str, Any] | Mapping[bytes, Any]) -> dict[Any, Any]:
@@ -197,17 +195,7 @@ class RedisBackend(Backend):
         """XRANGE as Redis sends it, without redis-py's per-entry dict building (replay reads
         millions of entries; that is a third of its cost)."""
         start = "(" + after if after not in (None, "0", "0-0", "-") else "-"
-        pool = self.client.connection_pool
-        with translate_errors(f"reading {stream}"):
-            conn = pool.get_connection()
-            try:
-                conn.send_command("XRANGE", stream, start, "+", "COUNT", count)
-                batch = conn.read_response()
-            except BaseException:
-                conn.disconnect()
-                raise
-            finally:
-                pool.release(conn)
+        batch = self._raw(f"reading {stream}", [("XRANGE", stream, start, "+", "COUNT", count)])[0]
         return [(raw_id.decode(), _fields(flat)) for raw_id, flat in batch]
 
     def last_id(self, stream: str) -> str | None:
