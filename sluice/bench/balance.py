@@ -35,7 +35,7 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
     from sluice.client import load_job
     from sluice.services.embedded.spark_connect import SparkConnectServer
 
-    from .cluster import BenchCluster
+    from .cluster import BenchCluster, job_seconds
 
     out: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="sluice-bench-balance-") as tmp:
@@ -52,9 +52,7 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
         env = {"SLUICE_BENCH_WORK_S_PER_ROW": str(work_s / rows_per_split), "SLUICE_BENCH_SLOW_FACTOR": str(slow)}
         try:
             with BenchCluster(tmp_path / "home") as cluster:
-                cluster.spawn("jobmanager")
-                cluster.spawn("taskmanager", "--resource-id", "tm-0", "--slots", "2", "--spark", url, env=env)
-                cluster.wait_registered(1)
+                cluster.start("tm-0", 2, url, env=env)
                 # Each mode twice on one cluster: whole, each_split, then both again. The first
                 # two are the cluster's start (its workers start their Spark sessions, and a
                 # session's first Python UDF its Python workers: 1.5-1.8 s here); the last two
@@ -64,8 +62,7 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
                               "split_bytes": str(split_bytes), "each_split": "yes" if mode == "each_split" else "no"}
                     with console.status(f"source read {mode}, {'first' if run_no < 2 else 'second'} run"):
                         job = cluster.run_job(load_job(JOB, params))
-                    assert job.ended_at is not None  # run_job returns FINISHED runs only
-                    total = (job.ended_at - job.submitted_at) / 1000
+                    total = job_seconds(job)
                     got = spark.read.parquet(params["output"]).count()
                     if got != len(lines):
                         raise RuntimeError(f"{mode}: {got} rows written, the input has {len(lines)}")

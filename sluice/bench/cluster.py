@@ -17,7 +17,7 @@ from sluice.services.embedded import RedisServer
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun
 from sluice.store import EventLog, Keys, connect
 
-__all__ = ["BenchCluster", "NO_SPARK", "finished_run"]
+__all__ = ["BenchCluster", "NO_SPARK", "finished_run", "job_seconds"]
 
 NO_SPARK = "sc://127.0.0.1:1"
 """The Spark address of a TaskManager that runs only no-op tasks: never reached (and,
@@ -94,14 +94,21 @@ class BenchCluster:
             time.sleep(0.1)
         raise RuntimeError(f"{n} TaskManagers did not register within {timeout} s; see {self.home}")
 
+    def start(self, resource_id: str, slots: int, spark: str,
+              env: dict[str, str] | None = None) -> tuple[subprocess.Popen, subprocess.Popen]:
+        """A JobManager and one TaskManager whose workers use the Spark server ``spark``
+        (``env`` added to the TaskManager's environment), registered."""
+        jm = self.spawn("jobmanager")
+        tm = self.spawn("taskmanager", "--resource-id", resource_id, "--slots", str(slots), "--spark", spark, env=env)
+        self.wait_registered(1)
+        return jm, tm
+
     def start_noop(self, resource_id: str, slots: int) -> tuple[subprocess.Popen, subprocess.Popen]:
         """A JobManager and one TaskManager for no-op tasks (no Spark), registered, its slot
         workers given time to start (imports) before a clock runs."""
-        jm = self.spawn("jobmanager")
-        tm = self.spawn("taskmanager", "--resource-id", resource_id, "--slots", str(slots), "--spark", NO_SPARK)
-        self.wait_registered(1)
+        procs = self.start(resource_id, slots, NO_SPARK)
         time.sleep(2.0)
-        return jm, tm
+        return procs
 
     def run_noop_job(self, graph: JobGraph, *, poll_s: float = 0.01) -> float:
         """Submit a job of no-op vertices (it has no code) and wait for its end: the seconds
@@ -132,3 +139,10 @@ class BenchCluster:
         if state.status != JobStatus.FINISHED:
             raise RuntimeError(f"the job {job.graph.name} ended {state.status.value}: {state.reason}")
         return state
+
+
+def job_seconds(run: JobRun) -> float:
+    """An ended job's time from SubmitJob to its end, by the log's clock."""
+    if run.ended_at is None:
+        raise ValueError(f"job {run.job_id} has not ended")
+    return (run.ended_at - run.submitted_at) / 1000

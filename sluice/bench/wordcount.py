@@ -35,7 +35,7 @@ from rich.table import Table
 from sluice.services.jobs.state import JobRun
 from sluice.store import EventLog
 
-from .cluster import BenchCluster, finished_run
+from .cluster import BenchCluster, finished_run, job_seconds
 from .console import console
 from .corpus import write_corpus
 
@@ -104,9 +104,8 @@ class WarmCluster:
 
         run = self.cluster.run_job(load_job(ROOT / "examples" / "wordcount.py",
                                             _params(source, output, self.parallelism, source.stat().st_size)))
-        assert run.ended_at is not None  # run_job returns FINISHED runs only
         self.last = run
-        return (run.ended_at - run.submitted_at) / 1000
+        return job_seconds(run)
 
     def vertex_times(self) -> dict[str, float]:
         """The last run's task time per vertex."""
@@ -118,9 +117,7 @@ class WarmCluster:
 @contextlib.contextmanager
 def warm_cluster(url: str, home: Path, parallelism: int, slots: int) -> Iterator[WarmCluster]:
     with BenchCluster(home) as cluster:
-        cluster.spawn("jobmanager")
-        cluster.spawn("taskmanager", "--resource-id", "tm-0", "--slots", str(slots), "--spark", url)
-        cluster.wait_registered(1)
+        cluster.start("tm-0", slots, url)
         yield WarmCluster(cluster, parallelism)
 
 
@@ -234,8 +231,7 @@ def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", 
 def _job_time(home: Path) -> float:
     """The duration of the one job of a finished ``sluice run`` in ``home``, from its facts."""
     with finished_run(home) as (_, job):
-        assert job.ended_at is not None  # `sluice run` returned 0: the job ended
-        return (job.ended_at - job.submitted_at) / 1000
+        return job_seconds(job)
 
 
 def _vertex_times(log: EventLog, job: JobRun) -> dict[str, float]:

@@ -5,6 +5,19 @@ from __future__ import annotations
 import click
 
 
+def _counts(text: str, option: str, example: str) -> list[int]:
+    """A comma-separated list of whole numbers of 1 or more (``--sizes 100,1000``), or a usage
+    error naming the option."""
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give whole numbers separated by commas, e.g. {example}",
+                                 param_hint=option) from None
+    if min(counts) < 1:
+        raise click.BadParameter(f"{text!r}: every number must be 1 or more", param_hint=option)
+    return counts
+
+
 @click.group(invoke_without_command=True)
 @click.pass_context
 def bench(ctx: click.Context) -> None:
@@ -37,14 +50,7 @@ def tasks(n: str, slots: int) -> None:
     """No-op tasks through the whole path vs raw RQ jobs on as many workers."""
     from sluice.bench.tasks import run
 
-    try:
-        counts = [int(x) for x in n.split(",")]
-    except ValueError:
-        raise click.BadParameter(f"{n!r}: give task counts separated by commas, e.g. 300,2000",
-                                 param_hint="--tasks") from None
-    if not counts or min(counts) < 1:
-        raise click.BadParameter(f"{n!r}: every count must be 1 or more", param_hint="--tasks")
-    run(tasks=counts, slots=slots)
+    run(tasks=_counts(n, "--tasks", "300,2000"), slots=slots)
 
 
 @bench.command()
@@ -53,7 +59,7 @@ def control(sizes: str) -> None:
     """The control plane at scale: ExecutionGraph build and deployment of a 2-vertex all-to-all job."""
     from sluice.bench.control import run
 
-    run(sizes=[int(s) for s in sizes.split(",")])
+    run(sizes=_counts(sizes, "--sizes", "100,1000"))
 
 
 @bench.command()
@@ -65,7 +71,7 @@ def alltoall(sizes: str, slots: int, pyflink: str | None) -> None:
     """A 2-vertex all-to-all no-op job end to end on a real cluster vs PyFlink's MiniCluster, with its memory."""
     from sluice.bench.alltoall import run
 
-    run(sizes=[int(s) for s in sizes.split(",")], slots=slots, pyflink=pyflink)
+    run(sizes=_counts(sizes, "--sizes", "8,32"), slots=slots, pyflink=pyflink)
 
 
 @bench.command()
@@ -87,7 +93,7 @@ def wordcount(megabytes: str, corpus: str) -> None:
     """examples/wordcount.py vs the same transformations in plain PySpark: the job on a warm cluster, and `sluice run` whole."""
     from sluice.bench.wordcount import run
 
-    run(megabytes=[int(m) for m in megabytes.split(",")], corpora=corpus.split(","))
+    run(megabytes=_counts(megabytes, "--megabytes", "60,200"), corpora=corpus.split(","))
 
 
 @bench.command()
@@ -157,7 +163,7 @@ def recovery(sizes: str, finished: int, redis_url: str | None) -> None:
     """Failover: JobManager start to serving, full replay vs from snapshots, as the log grows."""
     from sluice.bench.recovery import run
 
-    run(sizes=[int(s) for s in sizes.split(",")], finished=finished, redis_url=redis_url)
+    run(sizes=_counts(sizes, "--sizes", "10000,100000"), finished=finished, redis_url=redis_url)
 
 
 @bench.command("inspect")

@@ -1,19 +1,8 @@
-"""The no-op tasks bench: its raw RQ baseline waits for its own workers, and bad counts are named."""
+"""The no-op tasks bench: its raw RQ baseline waits for its own workers (bad counts: test_bench_cli.py)."""
 
 from __future__ import annotations
 
-import pytest
-from click.testing import CliRunner
-
 from sluice.bench.tasks import _raw_rq
-from sluice.cli.bench import bench
-
-
-@pytest.mark.parametrize("tasks", ["300,x", "0", "300,-5", ""])
-def test_bad_task_counts_are_named(tasks: str) -> None:
-    result = CliRunner().invoke(bench, ["tasks", "--tasks", tasks])
-    assert result.exit_code == 2
-    assert "--tasks" in result.output
 
 
 def test_raw_rq_runs_each_count_on_a_queue_of_its_own(redis_url: str) -> None:
