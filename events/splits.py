@@ -22,11 +22,14 @@ __all__ = ["RequestNextInputSplit", "NextInputSplit", "OperatorEvent", "Coordina
            "TriggerCheckpoint"]
 
 
-@event("RequestNextInputSplit", version=2)
+@event("RequestNextInputSplit", version=3)
 class RequestNextInputSplit(Event):
     """A source subtask asks for its next split. ``seq`` numbers what one attempt sends
     (1, 2, …), so a request sent twice (the sender could not tell whether the first got
-    through) is answered once; 0: unnumbered. Version 2 added ``seq``."""
+    through) is answered once; 0: unnumbered. ``at``: the leader's clock (ms) when it
+    recorded the request as a fact (0 in what a subtask sends, and in older facts): the
+    coordinator's only clock, so a replayed coordinator decides the same. Version 2 added
+    ``seq``, version 3 ``at``."""
 
     job_id: str
     vertex_id: str
@@ -34,6 +37,7 @@ class RequestNextInputSplit(Event):
     execution_id: str
     host: str
     seq: int = 0
+    at: int = 0
 
 
 @event("NextInputSplit")
@@ -45,7 +49,7 @@ class NextInputSplit(Event):
     split: JSON | None
 
 
-@event("OperatorEvent", version=3)
+@event("OperatorEvent", version=4)
 class OperatorEvent(Event):
     """An event between an operator's coordinator and one of its subtasks.
 
@@ -53,7 +57,9 @@ class OperatorEvent(Event):
     subtask that sent it or that it is meant for (a later attempt ignores events meant
     for an earlier one); ``body`` is the coordinator's own data. ``seq`` numbers what one
     attempt sends to its coordinator (1, 2, …) so an event sent twice is taken once (0:
-    unnumbered). Version 2 added ``attempt``, version 3 ``seq``.
+    unnumbered). ``at``: as for ``RequestNextInputSplit``, set on an event to the
+    coordinator when the leader records it. Version 2 added ``attempt``, version 3 ``seq``,
+    version 4 ``at``.
     """
 
     job_id: str
@@ -63,6 +69,7 @@ class OperatorEvent(Event):
     body: JSON
     attempt: int = 0
     seq: int = 0
+    at: int = 0
 
 
 @event("CoordinatorCheckpointed")

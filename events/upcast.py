@@ -110,11 +110,27 @@ def _operator_event_v2_v3(payload: Payload) -> Payload:
     return payload
 
 
+@upcaster("OperatorEvent", 3)
+def _operator_event_v3_v4(payload: Payload) -> Payload:
+    """v4 added ``at`` (when the leader recorded it); older events say nothing (0)."""
+    if isinstance(payload, dict):
+        return {**payload, "at": 0}
+    return payload
+
+
 @upcaster("RequestNextInputSplit", 1)
 def _request_next_input_split_v1_v2(payload: Payload) -> Payload:
     """v2 added ``seq`` (what one attempt sends, numbered); older requests are unnumbered."""
     if isinstance(payload, dict):
         return {**payload, "seq": 0}
+    return payload
+
+
+@upcaster("RequestNextInputSplit", 2)
+def _request_next_input_split_v2_v3(payload: Payload) -> Payload:
+    """v3 added ``at`` (when the leader recorded it); older requests say nothing (0)."""
+    if isinstance(payload, dict):
+        return {**payload, "at": 0}
     return payload
 
 

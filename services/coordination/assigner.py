@@ -18,8 +18,22 @@ asking would leave its share unread; a finished reader keeps no share). The spli
 go back to the pool when it fails, and are done when it finishes (a source task commits
 its output only when it finishes, so a failed attempt processed none of them).
 
-Every operation is amortised O(1); the snapshot is small when assignment is orderly
-(index ranges), and ``restore(snapshot())`` equals the original.
+**The end game.** Given the time of each request (``now``: the leader's clock when it
+recorded the request, from the log, so a replayed assigner decides the same), a reader's
+pace is the time between its current attempt's last two requests: a reader that asks
+after it processed its split (``each_split``) spends that long on a split. A reader is
+told "no more" while splits are left when the other readers still asking would, at their
+paces, finish every one of them before it would finish one: a slow reader taking one of
+the last splits would make the whole read wait for it. Only readers still asking count
+(not one told "no more", not one that finished or failed): each of them asks again, or
+its failure gives its splits back for its next attempt, so no split is left unread. A
+reader whose pace is not known yet (its first split) is never held back and counts for
+nothing; with more than ``END_GAME_READERS`` readers asking the end game is not played
+(it costs a pass over them per request).
+
+Every operation is amortised O(1) (a request in the end game: O(readers asking)); the
+snapshot is small when assignment is orderly (index ranges), and ``restore(snapshot())``
+equals the original.
 """
 
 from __future__ import annotations
@@ -28,7 +42,10 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["SplitAssigner", "ranges", "unranges"]
+__all__ = ["SplitAssigner", "ranges", "unranges", "END_GAME_READERS"]
+
+END_GAME_READERS = 256
+"""Above this many readers asking at once, no reader is held back (see the module doc)."""
 
 
 def ranges(indices: Sequence[int]) -> list[list[int]]:
@@ -70,15 +87,35 @@ class SplitAssigner:
         self.held: dict[int, list[int]] = {}
         """Per subtask, the splits its current attempt holds (in the order it got them)."""
         self.done = 0
+        self.asked: dict[int, int] = {}
+        """Per subtask whose current attempt is still asking (not told "no more", not
+        finished or failed), when it last asked (ms; only requests that said when)."""
+        self.pace: dict[int, int] = {}
+        """Per subtask in ``asked``, the ms between its current attempt's last two requests."""
 
     # --- operations ---
-    def next(self, subtask: int, host: str = "") -> int | None:
-        """The split ``subtask`` gets next (None: none left for it)."""
+    def next(self, subtask: int, host: str = "", now: int | None = None) -> int | None:
+        """The split ``subtask`` gets next (None: none left for it). ``now``: when it asked
+        (ms, from the log), for the end game; None: not known."""
         self.arrived.add(subtask)
+        if now is not None:
+            last = self.asked.get(subtask)
+            if last is not None:
+                self.pace[subtask] = max(1, now - last)
+            self.asked[subtask] = now
+        i = self._pick(subtask, host, now)
+        if i is None:  # it will not ask again
+            self.asked.pop(subtask, None)
+            self.pace.pop(subtask, None)
+        return i
+
+    def _pick(self, subtask: int, host: str, now: int | None) -> int | None:
         if self.readers:
             late = self.readers - len(self.arrived)  # readers whose current attempt has not asked yet
             if late > 0 and self.remaining <= late * (self.n // self.readers):
                 return None  # what is left is theirs
+        if now is not None and self._others_finish_first(subtask, now):
+            return None
         i = self._local(host) if host else None
         if i is None:
             while self._returned and self._taken[self._returned[0]]:
@@ -96,6 +133,26 @@ class SplitAssigner:
         self.held.setdefault(subtask, []).append(i)
         return i
 
+    def _others_finish_first(self, subtask: int, now: int) -> bool:
+        """Whether the other readers still asking would finish every split left before
+        ``subtask`` finished one more (the end game, in the module doc)."""
+        mine = self.pace.get(subtask)
+        left = self.remaining
+        if mine is None or left == 0 or len(self.asked) > END_GAME_READERS:
+            return False
+        deadline = now + mine  # when this reader would finish the split it asks for
+        can = 0
+        for other, asked in self.asked.items():
+            pace = self.pace.get(other)
+            if other == subtask or pace is None:
+                continue
+            free = max(now, asked + pace)  # when it asks next, done with what it holds
+            if free < deadline:
+                can += (deadline - 1 - free) // pace  # splits it would finish before the deadline
+                if can >= left:
+                    return True
+        return False
+
     def _local(self, host: str) -> int | None:
         q = self._by_host.get(host)
         while q:
@@ -108,6 +165,8 @@ class SplitAssigner:
         """The subtask's attempt failed: what it held goes back to the pool (first in line)."""
         back = self.held.pop(subtask, [])
         self.arrived.discard(subtask)  # its next attempt asks again
+        self.asked.pop(subtask, None)  # and starts without a pace
+        self.pace.pop(subtask, None)
         for i in reversed(back):  # the pool's order and each host's order stay the same
             self._taken[i] = 0
             self._count -= 1
@@ -121,6 +180,8 @@ class SplitAssigner:
         done = self.held.pop(subtask, [])
         self.done += len(done)
         self.arrived.add(subtask)  # it will not ask again: nothing is kept for it
+        self.asked.pop(subtask, None)
+        self.pace.pop(subtask, None)
         return done
 
     @property
@@ -145,6 +206,8 @@ class SplitAssigner:
             "held": {str(s): ranges(v) if _sorted(v) else v for s, v in sorted(self.held.items())},
             "done": self.done,
             **({"arrived": sorted(self.arrived)} if self.readers else {}),
+            **({"asked": {str(k): v for k, v in sorted(self.asked.items())}} if self.asked else {}),
+            **({"pace": {str(k): v for k, v in sorted(self.pace.items())}} if self.pace else {}),
         }
 
     @classmethod
@@ -174,6 +237,8 @@ class SplitAssigner:
             for i in held:
                 a._taken[i] = 1
         a.done = int(snap["done"])
+        a.asked = {int(k): int(v) for k, v in snap.get("asked", {}).items()}
+        a.pace = {int(k): int(v) for k, v in snap.get("pace", {}).items()}
         a._count = sum(a._taken)
         return a
 

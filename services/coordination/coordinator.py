@@ -103,6 +103,11 @@ class CoordinatorContext:
         self._attempts = [0] * parallelism
         self._executor: Any = None
         self._closed = False
+        self.now: int | None = None
+        """While an event from a subtask is handled: when the leader recorded it (ms, the
+        leader's clock; None for facts recorded before Sluice kept the time). A coordinator's
+        only clock: it comes from the log, so a coordinator replayed after a failover sees
+        the same times and decides the same."""
 
     # --- for coordinators ---
     def send_event(self, subtask: int, body: Any, attempt: int | None = None) -> None:

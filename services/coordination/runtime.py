@@ -101,7 +101,8 @@ class JobCoordinators:
             try:
                 if v.kind == "source":
                     holder.coordinator = SourceCoordinator(ctx, splits.get(v.name, []),
-                                                           v.source.protocol if v.source else "operator-events")
+                                                           v.source.protocol if v.source else "operator-events",
+                                                           bool(v.source and v.source.each_split))
                 else:
                     assert v.coordinator is not None  # has_coordinator: a vertex not a source names one
                     holder.coordinator = load(v.coordinator)(ctx)
@@ -184,13 +185,17 @@ class JobCoordinators:
         elif type(ev) is OperatorEvent:
             if ev.to_coordinator:
                 h.dirty = True
+                h.context.now = ev.at or None
                 self._call(h, c.handle_event_from_operator, ev.subtask, ev.attempt, ev.body)
+                h.context.now = None
             elif h.muted:
                 h.recorded.append(ev)
         elif type(ev) is RequestNextInputSplit:
             h.dirty = True
             attempt = parse_execution_id(ev.execution_id)[2]
+            h.context.now = ev.at or None
             self._call(h, c.handle_event_from_operator, ev.subtask, attempt, {"type": REQUEST, "host": ev.host})
+            h.context.now = None
         elif type(ev) is NextInputSplit and h.muted:
             h.recorded.append(ev)
 

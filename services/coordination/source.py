@@ -10,9 +10,10 @@ input does not exist is refused before anything runs; the discovered plan is rec
 * the seed protocol (``protocol="input-splits"``): ``RequestNextInputSplit`` is answered
   with ``NextInputSplit`` (the framework turns the same answers into that event).
 
-Both go through the one ``SplitAssigner``. The coordinator is deterministic (it sends
-only in answer to its inputs, on the main loop), so its answers are released in the
-commit of the request that caused them.
+Both go through the one ``SplitAssigner``; for a source read ``each_split`` it plays the
+end game with the time of each request (``CoordinatorContext.now``, from the log). The
+coordinator is deterministic (it sends only in answer to its inputs, on the main loop),
+so its answers are released in the commit of the request that caused them.
 """
 
 from __future__ import annotations
@@ -53,13 +54,17 @@ def discover(format: str, paths: list[str], split_bytes: int, options: dict[str,
 class SplitEnumerator:
     """Hands out one source's splits on request (FLIP-27's SplitEnumerator)."""
 
-    def __init__(self, splits: list[dict], readers: int | None = None) -> None:
-        self.splits, self.readers = splits, readers
+    def __init__(self, splits: list[dict], readers: int | None = None, paced: bool = False) -> None:
+        """``paced``: readers ask for a split only after they processed the last one (a
+        source read ``each_split``), so the time between requests is a reader's pace and
+        the assigner plays the end game with it (see ``assigner``)."""
+        self.splits, self.readers, self.paced = splits, readers, paced
         self.assigner = SplitAssigner([s.get("hosts", ()) for s in splits], readers)
 
-    def handle_split_request(self, subtask: int, host: str) -> dict | None:
-        """The split for this request, or None when there are no more splits."""
-        i = self.assigner.next(subtask, host)
+    def handle_split_request(self, subtask: int, host: str, now: int | None = None) -> dict | None:
+        """The split for this request, or None when there are no more splits for it
+        (``now``: when it asked, ms, for the end game)."""
+        i = self.assigner.next(subtask, host, now if self.paced else None)
         return None if i is None else self.splits[i]
 
     def add_splits_back(self, subtask: int) -> list[int]:
@@ -78,16 +83,17 @@ class SplitEnumerator:
 class SourceCoordinator(OperatorCoordinator):
     deterministic = True
 
-    def __init__(self, context: CoordinatorContext, splits: list[dict], protocol: str = "operator-events") -> None:
+    def __init__(self, context: CoordinatorContext, splits: list[dict], protocol: str = "operator-events",
+                 paced: bool = False) -> None:
         super().__init__(context)
         self.protocol = protocol
-        self.enumerator = SplitEnumerator(splits, context.parallelism)
+        self.enumerator = SplitEnumerator(splits, context.parallelism, paced)
 
     def handle_event_from_operator(self, subtask: int, attempt: int, event: Any) -> None:
         if not isinstance(event, dict) or event.get("type") != REQUEST:
             raise ValueError(f"the source coordinator of {self.context.operator_id!r} got {event!r} from subtask "
                              f"{subtask}; it takes only {{'type': '{REQUEST}', 'host': ...}}")
-        split = self.enumerator.handle_split_request(subtask, str(event.get("host") or ""))
+        split = self.enumerator.handle_split_request(subtask, str(event.get("host") or ""), self.context.now)
         body = {"type": NO_MORE} if split is None else {"type": SPLIT, "split": split}
         self.context.send_event(subtask, body, attempt)
 

@@ -235,9 +235,9 @@ def _coordinator_input(rec: _Recorder, job: JobRun, msg: RequestNextInputSplit |
     elif msg.seq and msg.seq <= ex.seq:
         rec.decision.note = f"{msg.TYPE} #{msg.seq} from {ex.id} came again (it was sent twice); ignored"
     elif isinstance(msg, OperatorEvent):
-        rec.fact(OperatorEvent(job.job_id, vertex_name, subtask, True, msg.body, attempt, msg.seq))
+        rec.fact(OperatorEvent(job.job_id, vertex_name, subtask, True, msg.body, attempt, msg.seq, rec.now))
     else:
-        rec.fact(RequestNextInputSplit(job.job_id, vertex_name, subtask, ex.id, msg.host, msg.seq))
+        rec.fact(RequestNextInputSplit(job.job_id, vertex_name, subtask, ex.id, msg.host, msg.seq, rec.now))
 
 
 def fail_job(state: JobsState, job_id: str, reason: str, now: int) -> Decision:

@@ -47,8 +47,9 @@ def draw_job(rng: random.Random, n: int) -> SimJob:
     splits = rng.randint(1, 8)
     p1 = rng.randint(1, 3)
     protocol = rng.choice(("operator-events", "input-splits"))
+    each_split = rng.random() < 0.7  # the simulated readers ask after each split: the end game plays
     source = JobVertex("src", "source", p1, [], SourceSpec("range", [], 1, {"start": "0", "end": str(splits)},
-                                                          protocol))
+                                                          protocol, each_split))
     sink_path = f"sim://{job_id}/out"
     restart = RestartStrategy(rng.choice(("fixed-delay", "exponential-backoff")), rng.randint(3, 8),
                               rng.choice((0, 50, 200)), 1000)

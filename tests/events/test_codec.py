@@ -167,6 +167,18 @@ def test_an_old_version_is_upcast_to_the_current_one() -> None:
     assert decode(orjson.dumps(v1)) == current
 
 
+def test_split_requests_and_operator_events_from_before_at_read_as_not_saying_when() -> None:
+    """``at`` (when the leader recorded it) came with RequestNextInputSplit v3 and
+    OperatorEvent v4; older facts read with 0, which a coordinator sees as "not known"."""
+    for current, version in ((events.RequestNextInputSplit("j", "src", 0, "src:0:0", "h", 2, 99), 2),
+                             (events.OperatorEvent("j", "src", 0, True, {"type": "request-split"}, 0, 3, 99), 3)):
+        assert type(current).VERSION == version + 1
+        old = orjson.loads(encode(Envelope(current, "id", 4, 5)))
+        old["v"] = version
+        del old["payload"]["at"]
+        assert decode(orjson.dumps(old)).event == dataclasses.replace(current, at=0)
+
+
 def test_a_v1_heartbeat_reads_as_one_without_a_slot_report() -> None:
     """None, not an empty report: an empty one would say the TaskManager holds nothing, and
     the leader would fail everything an older TaskManager runs."""

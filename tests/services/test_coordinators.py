@@ -277,9 +277,10 @@ def user_vertex(cls: type, name: str = "op", parallelism: int = 3) -> JobVertex:
     return JobVertex(name, "transform", parallelism, coordinator=f"{__name__}:{cls.__name__}")
 
 
-def source_vertex(protocol: str = "operator-events", parallelism: int = 2, name: str = "src") -> JobVertex:
+def source_vertex(protocol: str = "operator-events", parallelism: int = 2, name: str = "src",
+                  each_split: bool = False) -> JobVertex:
     return JobVertex(name, "source", parallelism,
-                     source=SourceSpec("range", [], 10, {"start": "0", "end": "50"}, protocol))
+                     source=SourceSpec("range", [], 10, {"start": "0", "end": "50"}, protocol, each_split))
 
 
 def coordinators(*vertices: JobVertex, splits: dict[str, list] | None = None, interval_ms: int = 10_000,
@@ -440,10 +441,11 @@ def test_events_to_a_subtask_that_is_not_running_wait_in_its_inbox() -> None:
 # --- the source coordinator: split assignment through the framework ---------------------------------
 
 
-def request(protocol: str, subtask: int, attempt: int, host: str = "") -> Event:
+def request(protocol: str, subtask: int, attempt: int, host: str = "", at: int = 0) -> Event:
+    """A request as the leader records it (``at``: when; 0 in facts that do not say)."""
     if protocol == "input-splits":
-        return RequestNextInputSplit(JOB, "src", subtask, f"src:{subtask}:{attempt}", host)
-    return to_coordinator("src", subtask, {"type": REQUEST, "host": host}, attempt)
+        return RequestNextInputSplit(JOB, "src", subtask, f"src:{subtask}:{attempt}", host, 0, at)
+    return OperatorEvent(JOB, "src", subtask, True, {"type": REQUEST, "host": host}, attempt, 0, at)
 
 
 def answer(protocol: str, subtask: int, attempt: int, split: dict | None) -> tuple[Event, Any]:
@@ -578,6 +580,40 @@ def test_replay_of_a_deterministic_coordinator_checks_its_answers(protocol: str)
 
     failures = log.takeover(v, tamper=one_answer_fewer).flush(0).failures
     assert len(failures) == 1 and "declared deterministic" in failures[0] and "one list is longer" in failures[0]
+
+
+@pytest.mark.parametrize("protocol", ["operator-events", "input-splits"])
+def test_a_source_read_each_split_holds_a_slow_reader_back_from_the_last_splits_also_after_a_takeover(
+        protocol: str) -> None:
+    """The end game through the framework: the time of each request comes from its fact
+    (``at``), so a new leader that replays the requests after the last checkpoint holds the
+    same reader back, and the deterministic replay check passes."""
+    plan = plan_range(0, 50, 10)  # 5 splits
+    v = source_vertex(protocol, each_split=True)
+    log = Log(coordinators(v))
+    log.step()
+    out = log.step(request(protocol, 0, 0, at=1000), request(protocol, 1, 0, at=1000))  # both start
+    assert sends(out) == [answer(protocol, 0, 0, plan[0]), answer(protocol, 1, 0, plan[1])]
+    log.step(request(protocol, 0, 0, at=1100), force=True)  # reader 0: 100 ms a split; checkpoint
+    log.step(request(protocol, 0, 0, at=1200))  # splits 2, 3 to reader 0; one left
+    out = log.step(request(protocol, 1, 0, at=6000))  # reader 1: 5 s a split
+    # reader 0 (free at 1300) finishes the last split long before reader 1 would
+    assert sends(out) == [answer(protocol, 1, 0, None)]
+
+    j2 = log.takeover(v)  # replays the requests after the checkpoint, with their times
+    assert j2.flush(0).failures == []
+    assert coordinator(j2, "src").enumerator.assigner == coordinator(log.j, "src").enumerator.assigner
+    for j in (log.j, j2):
+        j.feed(request(protocol, 0, 0, at=1300))
+        assert sends(j.flush(0)) == [answer(protocol, 0, 0, plan[4])]
+
+    # the same requests without times, or to a source read whole: no end game
+    for at, each_split in ((0, True), (1, False)):
+        other = Log(coordinators(source_vertex(protocol, each_split=each_split)))
+        other.step()
+        other.step(request(protocol, 0, 0, at=1000 * at), request(protocol, 1, 0, at=1000 * at))
+        other.step(request(protocol, 0, 0, at=1100 * at), request(protocol, 0, 0, at=1200 * at))
+        assert sends(other.step(request(protocol, 1, 0, at=6000 * at))) == [answer(protocol, 1, 0, plan[4])]
 
 
 def test_replay_of_a_non_deterministic_coordinator_answers_inputs_again() -> None:

@@ -14,6 +14,8 @@ from sluice.events import (
     JobGraph,
     JobStatus,
     JobVertex,
+    OperatorEvent,
+    RequestNextInputSplit,
     RestartStrategy,
     ScheduleOrUpdateConsumers,
     SourceSpec,
@@ -387,3 +389,17 @@ def test_the_moved_attempts_cache_follows_a_restart() -> None:
     assert vertex.moved_attempts(sim.job.floor) == {str(producers[0].subtask): 1}
     assert sim.replayed().jobs["j1"].vertices[vertex.spec.name].moved_attempts(sim.job.floor) == {
         str(producers[0].subtask): 1}
+
+
+def test_a_split_request_is_recorded_with_the_leaders_time_as_the_coordinators_clock() -> None:
+    """The fact says when the leader took the request (whatever the subtask sent): the
+    source's coordinator paces its readers by it, and a replay must see the same time."""
+    sim = Sim(wordcount(), {"tm-a": 2})
+    first = sim.schedule()
+    sim.report(first[0], TaskState.RUNNING)
+    sim.now = 7_000
+    sim.tell(RequestNextInputSplit("j1", first[0].vertex_id, 0, first[0].execution_id, "h", 1, at=123))
+    sim.tell(OperatorEvent("j1", first[0].vertex_id, 0, True, {"type": "request-split"}, first[0].attempt, 2))
+    recorded = [ev for ev in sim.log if isinstance(ev, (RequestNextInputSplit, OperatorEvent))]
+    assert [(type(ev).__name__, ev.at) for ev in recorded] == [("RequestNextInputSplit", 7_000),
+                                                              ("OperatorEvent", 7_000)]
