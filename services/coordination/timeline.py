@@ -20,7 +20,7 @@ from sluice.events import (
 )
 from sluice.services.jobs.state import parse_execution_id
 
-__all__ = ["Assignment", "split_timeline", "describe_split"]
+__all__ = ["Assignment", "split_timeline", "describe_split", "held_back"]
 
 
 @dataclass
@@ -80,3 +80,26 @@ def split_timeline(envs: Iterable[Envelope]) -> list[Assignment]:
             else:
                 held.setdefault((vertex, subtask, attempt), []).append(row)
     return rows
+
+
+def held_back(envs: Iterable[Envelope]) -> dict[tuple[str, int, int], int]:
+    """The readers told "no more splits" while splits were still to be handed out (the
+    assigner's end game, or a share kept for a reader that had not asked yet): per
+    (vertex, subtask, attempt), how many splits of its vertex were handed out after."""
+    told: dict[tuple[str, int, int], int] = {}
+    for env in envs:
+        ev = env.event
+        if isinstance(ev, OperatorEvent) and not ev.to_coordinator and isinstance(ev.body, dict):
+            kind, vertex, subtask, attempt = ev.body.get("type"), ev.operator_id, ev.subtask, ev.attempt
+        elif isinstance(ev, NextInputSplit):
+            vertex, subtask, attempt = parse_execution_id(ev.execution_id)
+            kind = "no-more-splits" if ev.split is None else "split"
+        else:
+            continue
+        if kind == "no-more-splits":
+            told.setdefault((vertex, subtask, attempt), 0)
+        elif kind == "split":
+            for who in told:
+                if who[0] == vertex:
+                    told[who] += 1
+    return {who: n for who, n in told.items() if n}

@@ -78,26 +78,32 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
     ideal = n * work_s / (1 + 1 / slow)  # the fast reader does 1 split-of-work a unit of time, the slow 1/slow
     table = Table(title=f"Balance: 2 readers, one {slow:g}x slower at the Spark work; {n} splits of "
                         f"{rows_per_split:,} rows, {work_s:g} s of work a split on the fast reader")
-    for col in ("source read", "splits: slow / fast", "slow's share (ideal)", "reading", "ideal (work only)",
-                "reading / ideal", "target", "job", "earlier run: reading"):
+    for col in ("source read", "splits: slow / fast", "slow's share (ideal)", "held back", "reading",
+                "ideal (work only)", "reading / ideal", "target", "job", "earlier run: reading"):
         table.add_column(col, justify="right")
     for mode, r in out.items():
         s, f = r["splits"].get(0, 0), r["splits"].get(1, 0)
-        table.add_row(mode, f"{s} / {f}", f"{s / max(s + f, 1):.2f} ({1 / (1 + slow):.2f})", f"{r['reading']:.1f} s",
+        held = ", ".join(f"{'slow' if sub == 0 else 'fast'} ({n} left)" for sub, n in sorted(r["held"].items()))
+        table.add_row(mode, f"{s} / {f}", f"{s / max(s + f, 1):.2f} ({1 / (1 + slow):.2f})", held or "-",
+                      f"{r['reading']:.1f} s",
                       f"{ideal:.1f} s", f"{r['reading'] / ideal:.2f}", "<= 1.3", f"{r['run']:.1f} s",
                       f"{r['first']:.1f} s ({r['first'] / ideal:.2f})")
     console.print(table)
     console.print("The ideal leaves out what a Spark job costs (each_split runs one a split; whole one a reader). "
                   "Each mode ran twice on one cluster (whole, each_split, whole, each_split); the later run is the "
                   "measure, the earlier one the last column (the cluster's first run, read whole, also started "
-                  "its workers' Spark sessions and Python workers). job: SubmitJob -> FINISHED.", style="dim")
+                  "its workers' Spark sessions and Python workers). held back: a reader told \"no more\" while "
+                  "splits were left (the end game: the other reader would finish them sooner), and how many were "
+                  "handed out after. job: SubmitJob -> FINISHED.", style="dim")
     return out
 
 
 def _reading(log: EventLog, job_id: str) -> dict:
-    """Splits per source subtask, and seconds from the first source task RUNNING to the last FINISHED."""
+    """Splits per source subtask, the readers held back (told "no more" while splits were
+    left: how many were handed out after), and seconds from the first source task RUNNING
+    to the last FINISHED."""
     from sluice.events import TaskState, UpdateTaskExecutionState
-    from sluice.services.coordination.timeline import split_timeline
+    from sluice.services.coordination.timeline import held_back, split_timeline
 
     facts = list(log.replay(log.keys.facts(log.keys.job(job_id))))
     rows = split_timeline(env for _, env in facts)
@@ -107,4 +113,5 @@ def _reading(log: EventLog, job_id: str) -> dict:
              and e.event.vertex_id == source and e.event.state == TaskState.RUNNING]
     ended = [e.ts for _, e in facts if isinstance(e.event, UpdateTaskExecutionState)
              and e.event.vertex_id == source and e.event.state == TaskState.FINISHED]
-    return {"splits": dict(splits), "reading": (max(ended) - min(began)) / 1000}
+    held = {subtask: n for (vertex, subtask, _), n in held_back(e for _, e in facts).items() if vertex == source}
+    return {"splits": dict(splits), "held": held, "reading": (max(ended) - min(began)) / 1000}

@@ -168,18 +168,21 @@ def list_streams(obj: Context, at: Moment) -> None:
 @click.pass_obj
 def splits(obj: Context, job_id: str, as_json: bool, at: Moment) -> None:
     """Which subtask took which split of JOB_ID, when, under which leader epoch, and what
-    became of it (finished, returned by a failed attempt, or still being read)."""
+    became of it (finished, returned by a failed attempt, or still being read); and the
+    readers told "no more" while splits were left (held back: the others would finish
+    them sooner, or they were kept for a reader that had not asked yet)."""
     from dataclasses import asdict
 
     from rich.table import Table
 
-    from sluice.services.coordination.timeline import split_timeline
+    from sluice.services.coordination.timeline import held_back, split_timeline
     from sluice.views.history import facts_until
     from sluice.views.jobs import require_job
 
     log = obj.log()
     require_job(log, job_id)  # "job not found" for an unknown job
-    rows = split_timeline(env for _, env in facts_until(log, log.keys.facts(log.keys.job(job_id)), at))
+    envs = [env for _, env in facts_until(log, log.keys.facts(log.keys.job(job_id)), at)]
+    rows = split_timeline(envs)
     if as_json:
         for r in rows:
             sys.stdout.write(orjson.dumps(asdict(r)).decode() + "\n")
@@ -199,6 +202,10 @@ def splits(obj: Context, job_id: str, as_json: bool, at: Moment) -> None:
     if per:
         console.print("finished splits per subtask: " + ", ".join(
             f"{escape(v)}[{s}]={n}" for (v, s), n in sorted(per.items())))
+    held = held_back(envs)
+    if held:
+        console.print("told no more while splits were left: " + ", ".join(
+            f"{escape(v)}[{s}] attempt {a} ({n} handed out after)" for (v, s, a), n in sorted(held.items())))
 
 
 register_job_views(inspect)

@@ -16,7 +16,7 @@ from sluice.events import (
 )
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.coordination.source import plan_range
-from sluice.services.coordination.timeline import split_timeline
+from sluice.services.coordination.timeline import held_back, split_timeline
 
 JOB = "j1"
 
@@ -25,8 +25,9 @@ class Loop:
     """The JobManager's main loop over one job's coordinators: each ``batch`` feeds its facts
     and appends them, then what the coordinators did, to the log (``facts``)."""
 
-    def __init__(self, parallelism: int = 2, splits: int = 3) -> None:
-        src = JobVertex("src", "source", parallelism, source=SourceSpec("range", [], 1, {}, "input-splits"))
+    def __init__(self, parallelism: int = 2, splits: int = 3, each_split: bool = False) -> None:
+        src = JobVertex("src", "source", parallelism,
+                        source=SourceSpec("range", [], 1, {}, "input-splits", each_split))
         self.coords = JobCoordinators(JOB, [src], {"src": plan_range(0, splits, 1)}, lambda name: type)
         self.coords.start(0)
         self.facts: list[Event] = []
@@ -44,8 +45,8 @@ class Loop:
         return [Envelope(ev, f"id{i}", 1, 1000 + i, JOB) for i, ev in enumerate(self.facts)]
 
 
-def request(subtask: int, attempt: int, seq: int) -> RequestNextInputSplit:
-    return RequestNextInputSplit(JOB, "src", subtask, f"src:{subtask}:{attempt}", "host-a", seq)
+def request(subtask: int, attempt: int, seq: int, at: int = 0) -> RequestNextInputSplit:
+    return RequestNextInputSplit(JOB, "src", subtask, f"src:{subtask}:{attempt}", "host-a", seq, at)
 
 
 def state(subtask: int, attempt: int, to: TaskState) -> UpdateTaskExecutionState:
@@ -83,3 +84,26 @@ def test_a_split_held_by_a_running_attempt_is_reading() -> None:
     loop.batch(request(0, 0, 1))
     (row,) = split_timeline(loop.envelopes())
     assert (row.split, row.attempt, row.outcome) == (0, 0, "reading")
+
+
+def test_a_reader_told_no_more_while_splits_were_left_is_named_with_how_many_went_after() -> None:
+    """The end game of a source read each split: the slow reader (5 s a split) asks with one
+    split left that the fast one (100 ms a split) finishes first; a reader told "no more"
+    once nothing was left is not held back."""
+    loop = Loop(splits=5, each_split=True)
+    for subtask in (0, 1):
+        loop.batch(state(subtask, 0, TaskState.RUNNING))
+    loop.batch(request(0, 0, 1, at=1000), request(1, 0, 1, at=1000))
+    loop.batch(request(0, 0, 2, at=1100))
+    loop.batch(request(0, 0, 3, at=1200))
+    loop.batch(request(1, 0, 2, at=6000))  # held back: one split left
+    loop.batch(request(0, 0, 4, at=1300))
+    loop.batch(request(0, 0, 5, at=1400))  # told no more with nothing left
+    assert held_back(loop.envelopes()) == {("src", 1, 0): 1}
+    rows = split_timeline(loop.envelopes())
+    assert [(r.split, r.subtask) for r in rows] == [(0, 0), (1, 1), (2, 0), (3, 0), (4, 0)]
+    without_times = Loop(splits=5, each_split=True)
+    for ev in [state(0, 0, TaskState.RUNNING), state(1, 0, TaskState.RUNNING), request(0, 0, 1), request(1, 0, 1),
+               request(0, 0, 2), request(0, 0, 3), request(1, 0, 2), request(0, 0, 4), request(0, 0, 5)]:
+        without_times.batch(ev)
+    assert held_back(without_times.envelopes()) == {}
