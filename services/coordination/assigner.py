@@ -24,7 +24,9 @@ pace is the time between its current attempt's last two requests: a reader that 
 after it processed its split (``each_split``) spends that long on a split. A reader is
 told "no more" while splits are left when the other readers still asking would, at their
 paces, finish every one of them before it would finish one: a slow reader taking one of
-the last splits would make the whole read wait for it. Only readers still asking count
+the last splits would make the whole read wait for it. A reader silent for more than twice
+its pace is not counted on (it may be stuck), and a request timed before the same
+reader's last one (another leader's clock) leaves its pace unknown. Only readers still asking count
 (not one told "no more", not one that finished or failed): each of them asks again, or
 its failure gives its splits back for its next attempt, so no split is left unread. A
 reader whose pace is not known yet (its first split) is never held back and counts for
@@ -100,8 +102,10 @@ class SplitAssigner:
         self.arrived.add(subtask)
         if now is not None:
             last = self.asked.get(subtask)
-            if last is not None:
-                self.pace[subtask] = max(1, now - last)
+            if last is not None and now > last:
+                self.pace[subtask] = now - last
+            else:  # its first request, or the clock went back (another leader's): not known
+                self.pace.pop(subtask, None)
             self.asked[subtask] = now
         i = self._pick(subtask, host, now)
         if i is None:  # it will not ask again
@@ -146,6 +150,8 @@ class SplitAssigner:
             pace = self.pace.get(other)
             if other == subtask or pace is None:
                 continue
+            if now - asked > 2 * pace:
+                continue  # silent for twice its pace: not counted on (it may be stuck)
             free = max(now, asked + pace)  # when it asks next, done with what it holds
             if free < deadline:
                 can += (deadline - 1 - free) // pace  # splits it would finish before the deadline

@@ -186,16 +186,20 @@ class JobCoordinators:
             if ev.to_coordinator:
                 h.dirty = True
                 h.context.now = ev.at or None
-                self._call(h, c.handle_event_from_operator, ev.subtask, ev.attempt, ev.body)
-                h.context.now = None
+                try:
+                    self._call(h, c.handle_event_from_operator, ev.subtask, ev.attempt, ev.body)
+                finally:
+                    h.context.now = None
             elif h.muted:
                 h.recorded.append(ev)
         elif type(ev) is RequestNextInputSplit:
             h.dirty = True
             attempt = parse_execution_id(ev.execution_id)[2]
             h.context.now = ev.at or None
-            self._call(h, c.handle_event_from_operator, ev.subtask, attempt, {"type": REQUEST, "host": ev.host})
-            h.context.now = None
+            try:
+                self._call(h, c.handle_event_from_operator, ev.subtask, attempt, {"type": REQUEST, "host": ev.host})
+            finally:
+                h.context.now = None
         elif type(ev) is NextInputSplit and h.muted:
             h.recorded.append(ev)
 

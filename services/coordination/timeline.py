@@ -85,21 +85,53 @@ def split_timeline(envs: Iterable[Envelope]) -> list[Assignment]:
 def held_back(envs: Iterable[Envelope]) -> dict[tuple[str, int, int], int]:
     """The readers told "no more splits" while splits were still to be handed out (the
     assigner's end game, or a share kept for a reader that had not asked yet): per
-    (vertex, subtask, attempt), how many splits of its vertex were handed out after."""
-    told: dict[tuple[str, int, int], int] = {}
+    (vertex, subtask, attempt), how many of the splits left then were handed out after.
+    A split is left when no running attempt holds it and none finished it: one given back
+    after the "no more" (its attempt failed) was not left then, and does not count."""
+    out: dict[str, set[int]] = {}  # per vertex: splits held by a running attempt, or done
+    held: dict[tuple[str, int, int], list[int]] = {}
+    ended: set[tuple[str, int, int]] = set()
+    current: dict[tuple[str, int], int] = {}
+    told: dict[tuple[str, int, int], set[int]] = {}  # who -> its vertex's splits out when it was told
+    after: dict[tuple[str, int, int], int] = {}
+
+    def give_back(key: tuple[str, int, int]) -> None:
+        for i in held.pop(key, []):
+            out[key[0]].discard(i)
+
     for env in envs:
         ev = env.event
+        if isinstance(ev, UpdateTaskExecutionState) and ev.state.terminal:
+            key = (ev.vertex_id, ev.subtask, ev.attempt)
+            ended.add(key)
+            if ev.state == TaskState.FINISHED:
+                held.pop(key, None)  # done: out for good
+            else:
+                give_back(key)
+            continue
+        if isinstance(ev, TaskRestartScheduled):
+            current[(ev.vertex_id, ev.subtask)] = ev.attempt
+            for key in [k for k in held if k[:2] == (ev.vertex_id, ev.subtask) and k[2] < ev.attempt]:
+                give_back(key)
+            continue
         if isinstance(ev, OperatorEvent) and not ev.to_coordinator and isinstance(ev.body, dict):
             kind, vertex, subtask, attempt = ev.body.get("type"), ev.operator_id, ev.subtask, ev.attempt
+            split = ev.body.get("split")
         elif isinstance(ev, NextInputSplit):
             vertex, subtask, attempt = parse_execution_id(ev.execution_id)
-            kind = "no-more-splits" if ev.split is None else "split"
+            kind, split = ("no-more-splits", None) if ev.split is None else ("split", ev.split)
         else:
             continue
+        who = (vertex, subtask, attempt)
         if kind == "no-more-splits":
-            told.setdefault((vertex, subtask, attempt), 0)
-        elif kind == "split":
-            for who in told:
-                if who[0] == vertex:
-                    told[who] += 1
-    return {who: n for who, n in told.items() if n}
+            told[who] = set(out.get(vertex, ()))
+            after.setdefault(who, 0)
+        elif kind == "split" and isinstance(split, dict):
+            index = int(split.get("index", -1))
+            for other, was_out in told.items():
+                if other[0] == vertex and index not in was_out:
+                    after[other] += 1
+            if who not in ended and attempt >= current.get((vertex, subtask), attempt):
+                out.setdefault(vertex, set()).add(index)  # (an answer to an ended attempt went back at once)
+                held.setdefault(who, []).append(index)
+    return {who: n for who, n in after.items() if n}

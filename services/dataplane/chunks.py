@@ -6,9 +6,10 @@ commit, ``_SUCCESS``): about 0.3 s a split on this machine kind, which a fast re
 once a split. A small split's result is instead collected as Arrow (the form Spark Connect
 returns results in anyway) and written by this process with pyarrow: 0.19 s against 0.31 s
 in the profile of issue 11, the same rows read back by Spark with the result's schema.
-That holds the result in the worker's memory, so it is done only when the split's input
-is at most ``ARROW_CHUNK_BYTES`` and every column's type survives Arrow and Parquet as the
-same Spark type; otherwise Spark writes the chunk, as for any size.
+That holds the result in the worker's memory, so it is done only when the split's rows
+take at most ``ARROW_CHUNK_BYTES`` (``input_bytes``: a Parquet split's uncompressed size, a
+text or CSV copy's size; unknown for a compressed copy) and every column's type survives
+Arrow and Parquet as the same Spark type; otherwise Spark writes the chunk.
 """
 
 from __future__ import annotations
@@ -16,11 +17,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_chunk", "arrow_writable", "ARROW_CHUNK_BYTES"]
+__all__ = ["write_chunk", "arrow_writable", "input_bytes", "ARROW_CHUNK_BYTES"]
 
-ARROW_CHUNK_BYTES = 8 << 20
-"""A split's input at most this big has its result collected and written by the worker
-(a row-by-row function's result is of the input's order: a few times this, at most)."""
+ARROW_CHUNK_BYTES = 4 << 20
+"""A split whose rows take at most this much has its result collected and written by the
+worker (a row-by-row function's result is of the same order; a function that multiplies
+rows multiplies it too). Above it a Spark job a split is a small part of the work."""
+
+
+def input_bytes(item: tuple[int, int] | Path) -> int | None:
+    """About how much a taken split's rows take uncompressed: a range of numbers, or the
+    split's copy (a Parquet file by its row groups' sizes); None when not known (a
+    compressed text or CSV copy, or a file that cannot be read here)."""
+    if isinstance(item, tuple):
+        return 8 * (item[1] - item[0])
+    if item.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            meta = pq.ParquetFile(item).metadata
+            return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        except Exception:  # Spark reads it (and says what is wrong with it)
+            return None
+    if item.suffix in (".txt", ".csv"):
+        return item.stat().st_size
+    return None
 
 
 def arrow_writable(schema: Any) -> bool:
@@ -49,10 +70,11 @@ def arrow_writable(schema: Any) -> bool:
     return ok(schema)
 
 
-def write_chunk(df: Any, path: Path, input_bytes: int) -> Any:
-    """Write one split's result to the folder ``path`` (replacing it); returns its schema."""
+def write_chunk(df: Any, path: Path, size: int | None) -> Any:
+    """Write one split's result to the folder ``path`` (replacing it); returns its schema.
+    ``size``: the split's ``input_bytes``."""
     schema = df.schema
-    if input_bytes <= ARROW_CHUNK_BYTES and arrow_writable(schema):
+    if size is not None and size <= ARROW_CHUNK_BYTES and arrow_writable(schema):
         import shutil
 
         import pyarrow.parquet as pq

@@ -297,7 +297,7 @@ def _read_each_split(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, tem
     to a chunk in the task's own temp dir before the next split is asked for; then one
     DataFrame of the chunks (the subtask's output, committed only when the task finishes,
     as a whole-task read's is)."""
-    from sluice.services.dataplane.chunks import write_chunk
+    from sluice.services.dataplane.chunks import input_bytes, write_chunk
 
     assert d.source is not None
     chunks: list[str] = []
@@ -305,8 +305,7 @@ def _read_each_split(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, tem
     for item in _taken_splits(d, runtime, temp_dir, events):
         df = chain(_source_frame(spark, d.source, [item], temp_dir))
         chunk = temp_dir / "chunks" / f"{len(chunks):06d}"
-        size = item.stat().st_size if isinstance(item, Path) else 8 * (item[1] - item[0])
-        written = write_chunk(df, chunk, size)
+        written = write_chunk(df, chunk, input_bytes(item))
         schema = schema if schema is not None else written
         chunks.append(str(chunk))
         if isinstance(item, Path):

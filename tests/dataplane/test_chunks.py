@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sluice.services.dataplane.chunks import ARROW_CHUNK_BYTES, arrow_writable, write_chunk
+from sluice.services.dataplane.chunks import ARROW_CHUNK_BYTES, arrow_writable, input_bytes, write_chunk
 
 SCHEMA = T.StructType([
     T.StructField("b", T.ByteType()), T.StructField("s", T.ShortType()), T.StructField("i", T.IntegerType()),
@@ -43,13 +43,13 @@ def _rows(df) -> list:
     return sorted(repr(r) for r in df.collect())
 
 
-@pytest.mark.parametrize("input_bytes, by", [(1000, "arrow"), (ARROW_CHUNK_BYTES + 1, "spark")])
-def test_a_chunk_reads_back_as_the_same_rows_and_schema_whoever_wrote_it(spark, tmp_path: Path, input_bytes: int,
+@pytest.mark.parametrize("size, by", [(1000, "arrow"), (ARROW_CHUNK_BYTES + 1, "spark"), (None, "spark")])
+def test_a_chunk_reads_back_as_the_same_rows_and_schema_whoever_wrote_it(spark, tmp_path: Path, size: int | None,
                                                                         by: str) -> None:
     df = _frame(spark)
     chunk = tmp_path / "chunk"
     (chunk / "stale").mkdir(parents=True)  # a chunk written before by an attempt that failed
-    schema = write_chunk(df, chunk, input_bytes)
+    schema = write_chunk(df, chunk, size)
     assert schema == df.schema
     written = sorted(p.name for p in chunk.iterdir())
     if by == "arrow":
@@ -88,3 +88,25 @@ def test_types_that_would_not_read_back_as_themselves_go_through_spark(spark, tm
     schema = write_chunk(df, chunk, 10)
     assert "_SUCCESS" in {p.name for p in chunk.iterdir()}  # Spark wrote it
     assert _rows(spark.read.schema(schema).parquet(str(chunk))) == _rows(df)
+
+
+def test_a_splits_size_is_what_its_rows_take_uncompressed_or_unknown(tmp_path: Path) -> None:
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    assert input_bytes((10, 20)) == 80
+    text = tmp_path / "split-00000-ab.txt"
+    text.write_text("x" * 1000)
+    assert input_bytes(text) == 1000
+    parquet = tmp_path / "split-00001-ab.parquet"
+    pq.write_table(pa.table({"n": list(range(100_000))}), parquet, row_group_size=30_000, compression="zstd")
+    assert input_bytes(parquet) > parquet.stat().st_size  # its rows, not its compressed bytes
+    assert input_bytes(parquet) >= 8 * 100_000 * 0.9
+    gz = tmp_path / "split-00002-ab.txt.gz"
+    gz.write_bytes(gzip.compress(b"x" * 10_000))
+    assert input_bytes(gz) is None  # could be any size unpacked: Spark writes its chunk
+    broken = tmp_path / "split-00003-ab.parquet"
+    broken.write_bytes(b"not parquet")
+    assert input_bytes(broken) is None

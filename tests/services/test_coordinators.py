@@ -596,8 +596,8 @@ def test_a_source_read_each_split_holds_a_slow_reader_back_from_the_last_splits_
     assert sends(out) == [answer(protocol, 0, 0, plan[0]), answer(protocol, 1, 0, plan[1])]
     log.step(request(protocol, 0, 0, at=1100), force=True)  # reader 0: 100 ms a split; checkpoint
     log.step(request(protocol, 0, 0, at=1200))  # splits 2, 3 to reader 0; one left
-    out = log.step(request(protocol, 1, 0, at=6000))  # reader 1: 5 s a split
-    # reader 0 (free at 1300) finishes the last split long before reader 1 would
+    out = log.step(request(protocol, 1, 0, at=1250))  # reader 1: 250 ms a split
+    # reader 0 (free at 1300) finishes the last split at 1400, reader 1 would at 1500
     assert sends(out) == [answer(protocol, 1, 0, None)]
 
     j2 = log.takeover(v)  # replays the requests after the checkpoint, with their times
@@ -613,7 +613,7 @@ def test_a_source_read_each_split_holds_a_slow_reader_back_from_the_last_splits_
         other.step()
         other.step(request(protocol, 0, 0, at=1000 * at), request(protocol, 1, 0, at=1000 * at))
         other.step(request(protocol, 0, 0, at=1100 * at), request(protocol, 0, 0, at=1200 * at))
-        assert sends(other.step(request(protocol, 1, 0, at=6000 * at))) == [answer(protocol, 1, 0, plan[4])]
+        assert sends(other.step(request(protocol, 1, 0, at=1250 * at))) == [answer(protocol, 1, 0, plan[4])]
 
 
 def test_replay_of_a_non_deterministic_coordinator_answers_inputs_again() -> None:

@@ -447,17 +447,42 @@ def test_the_end_game_needs_a_pace_and_another_reader_still_asking() -> None:
     assert a.next(1, now=5000) is None  # nothing left anyway
     b = SplitAssigner(4, readers=2)
     assert [b.next(1, now=0), b.next(0, now=0), b.next(0, now=10)] == [0, 1, 2]
-    assert b.next(1, now=5000) is None  # pace 5000: reader 0 (free at 20) takes split 3 long before
+    assert b.next(1, now=20) is None  # pace 20: reader 0 (10 a split, free at 20) ends split 3 at 30, not 40
     assert 1 not in b.asked and b.remaining == 1
     assert b.next(0, now=20) == 3
     c = SplitAssigner(4, readers=2)
     assert [c.next(1, now=0), c.next(0, now=0), c.next(0, now=10)] == [0, 1, 2]
     c.give_back(0)  # the fast reader failed: its next attempt has no pace, nobody is held back for it
-    assert c.next(1, now=5000) == 1
+    assert c.next(1, now=20) == 1
     d = SplitAssigner(4, readers=2)
     assert [d.next(1, now=0), d.next(0, now=0), d.next(0, now=10)] == [0, 1, 2]
     assert d.next(0) == 3  # a request that does not say when: no end game, and no pace
     assert d.pace == {0: 10}
+
+
+def test_a_reader_silent_for_longer_than_its_pace_is_not_counted_on() -> None:
+    """Reader 0 took 10 ms a split but has not asked for 4.99 s (a hung Spark job, a paused
+    TaskManager): it is not counted on, so the slow reader is not held back for it; late
+    by less than its pace again, it still is."""
+    a = SplitAssigner(4, readers=2)
+    assert [a.next(1, now=0), a.next(0, now=0), a.next(0, now=10)] == [0, 1, 2]
+    assert a.next(1, now=5000) == 3
+    b = SplitAssigner(4, readers=2)
+    assert [b.next(1, now=0), b.next(0, now=0), b.next(0, now=10)] == [0, 1, 2]
+    assert b.next(1, now=30) is None  # reader 0 is 10 ms late: it still ends split 3 at 40, before 60
+
+
+def test_a_request_timed_before_the_readers_last_leaves_its_pace_unknown() -> None:
+    """Another leader's clock, behind the last one's: an interval of 0 or less is no pace
+    (a pace of 1 ms would have every other reader held back for it)."""
+    a = SplitAssigner(40, readers=3)
+    for r in range(3):
+        a.next(r, now=10_000)
+    a.next(0, now=8_000)
+    assert 0 not in a.pace
+    assert a.next(1, now=11_000) is not None and a.next(2, now=11_000) is not None
+    a.next(0, now=8_001)  # its pace counts from the new clock on
+    assert a.pace[0] == 1
 
 
 def test_without_times_nothing_changes() -> None:

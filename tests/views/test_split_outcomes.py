@@ -87,23 +87,39 @@ def test_a_split_held_by_a_running_attempt_is_reading() -> None:
 
 
 def test_a_reader_told_no_more_while_splits_were_left_is_named_with_how_many_went_after() -> None:
-    """The end game of a source read each split: the slow reader (5 s a split) asks with one
-    split left that the fast one (100 ms a split) finishes first; a reader told "no more"
+    """The end game of a source read each split: the slow reader (5 s a split) asks with two
+    splits left that the fast one (1 s a split) finishes first; a reader told "no more"
     once nothing was left is not held back."""
-    loop = Loop(splits=5, each_split=True)
+    loop = Loop(splits=8, each_split=True)
     for subtask in (0, 1):
         loop.batch(state(subtask, 0, TaskState.RUNNING))
     loop.batch(request(0, 0, 1, at=1000), request(1, 0, 1, at=1000))
-    loop.batch(request(0, 0, 2, at=1100))
-    loop.batch(request(0, 0, 3, at=1200))
-    loop.batch(request(1, 0, 2, at=6000))  # held back: one split left
-    loop.batch(request(0, 0, 4, at=1300))
-    loop.batch(request(0, 0, 5, at=1400))  # told no more with nothing left
-    assert held_back(loop.envelopes()) == {("src", 1, 0): 1}
+    for seq, at in enumerate((2000, 3000, 4000, 5000), start=2):
+        loop.batch(request(0, 0, seq, at=at))
+    loop.batch(request(1, 0, 2, at=6000))  # held back: two splits left
+    for seq, at in enumerate((6000, 7000, 8000), start=6):  # the last: told no more with nothing left
+        loop.batch(request(0, 0, seq, at=at))
+    assert held_back(loop.envelopes()) == {("src", 1, 0): 2}
     rows = split_timeline(loop.envelopes())
-    assert [(r.split, r.subtask) for r in rows] == [(0, 0), (1, 1), (2, 0), (3, 0), (4, 0)]
-    without_times = Loop(splits=5, each_split=True)
+    assert [(r.split, r.subtask) for r in rows] == [(0, 0), (1, 1), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)]
+    without_times = Loop(splits=8, each_split=True)
     for ev in [state(0, 0, TaskState.RUNNING), state(1, 0, TaskState.RUNNING), request(0, 0, 1), request(1, 0, 1),
-               request(0, 0, 2), request(0, 0, 3), request(1, 0, 2), request(0, 0, 4), request(0, 0, 5)]:
+               *[request(0, 0, seq) for seq in range(2, 6)], request(1, 0, 2),
+               *[request(0, 0, seq) for seq in range(6, 9)]]:
         without_times.batch(ev)
     assert held_back(without_times.envelopes()) == {}
+
+
+def test_a_split_given_back_after_a_reader_was_told_no_more_does_not_count_as_left_then() -> None:
+    """Reader 0 is told "no more" with nothing left; then reader 1's attempt fails and its
+    next attempt takes its split again: reader 0 was not held back."""
+    loop = Loop(splits=2)
+    for subtask in (0, 1):
+        loop.batch(state(subtask, 0, TaskState.RUNNING))
+    loop.batch(request(0, 0, 1), request(1, 0, 1))
+    loop.batch(request(0, 0, 2))  # none left: no more
+    loop.batch(state(1, 0, TaskState.FAILED), TaskRestartScheduled(JOB, "src", 1, 1, 0, 1))
+    loop.batch(state(1, 1, TaskState.RUNNING))
+    loop.batch(request(1, 1, 1))
+    assert [(r.split, r.subtask, r.attempt) for r in split_timeline(loop.envelopes())][-1] == (1, 1, 1)
+    assert held_back(loop.envelopes()) == {}
