@@ -53,9 +53,15 @@ def test_a_slice_of_seeds_under_swarm_faults_is_clean(start: int, pool) -> None:
     assert not failures(outcomes), failures(outcomes)
 
 
-def scenario(kinds: tuple[str, ...], seeds: range, **kwargs: object) -> list[Outcome]:
-    return [run_seed(seed, faults=Faults.swarm(random.Random(seed), kinds, all_on=True), **kwargs)  # type: ignore[arg-type]
-            for seed in seeds]
+def _scenario_seed(args: tuple[int, tuple[str, ...], dict]) -> Outcome:
+    seed, kinds, kwargs = args
+    quiet_logging()
+    return run_seed(seed, faults=Faults.swarm(random.Random(seed), kinds, all_on=True), **kwargs)
+
+
+def scenario(kinds: tuple[str, ...], seeds: range, pool, **kwargs: object) -> list[Outcome]:
+    """The seeds with these kinds of fault on in every one, on the module's processes."""
+    return pool.map(_scenario_seed, [(seed, kinds, kwargs) for seed in seeds], chunksize=4)
 
 
 # One scenario per failover bug the adversarial review reproduced (issue 9), each with the
@@ -74,17 +80,17 @@ SCENARIOS = {
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_failover_scenarios_are_clean(name: str) -> None:
-    outcomes = scenario(SCENARIOS[name], range(1000, 1040))
+def test_failover_scenarios_are_clean(name: str, pool) -> None:
+    outcomes = scenario(SCENARIOS[name], range(1000, 1040), pool)
     assert not failures(outcomes), failures(outcomes)
 
 
 @pytest.mark.timeout(300)
-def test_a_replay_longer_than_the_stall_limit_still_ends_in_a_leader() -> None:
+def test_a_replay_longer_than_the_stall_limit_still_ends_in_a_leader(pool) -> None:
     """Bug 6: every page of a new leader's replay is progress. Here a page is 3 facts and the
     stall limit 0.4 s: shorter than a whole replay of these logs (two jobs, a hundred facts
     and more, one page per step), longer than the wait between two steps of one process."""
-    outcomes = scenario(("crash",), range(2000, 2030), max_stall_s=0.4, jobs=2, replay_page=3)
+    outcomes = scenario(("crash",), range(2000, 2030), pool, max_stall_s=0.4, jobs=2, replay_page=3)
     assert not failures(outcomes), failures(outcomes)
 
 
