@@ -176,3 +176,26 @@ def test_after_export_and_import_the_commands_show_the_same_job(log: EventLog, r
         (row,) = orjson.loads(inspect(redis_url, there, "jobs", "--json").output)
         assert (row["job_id"], row["status"], row["restarts"]) == ("j1", "FINISHED", 1)
         assert "last failure: src[0] attempt 0 failed: ValueError: boom" in inspect(redis_url, there, "job", "j1").output
+
+
+@pytest.mark.timeout(60)
+def test_inspect_splits_names_a_reader_held_back_by_the_end_game(log: EventLog, redis_url: str) -> None:
+    """The facts of a source read each split whose slow reader was told "no more" with two
+    splits left (made by the real coordination core, tests/views/test_split_outcomes.py),
+    in the log on the session's redis-server."""
+    from sluice.events import TaskState
+    from tests.views.test_split_outcomes import JOB, Loop, request, state
+
+    loop = Loop(splits=8, each_split=True)
+    loop.batch(state(0, 0, TaskState.RUNNING), state(1, 0, TaskState.RUNNING))
+    loop.batch(request(0, 0, 1, at=1000), request(1, 0, 1, at=1000))
+    for seq, at in enumerate((2000, 3000, 4000, 5000), start=2):
+        loop.batch(request(0, 0, seq, at=at))
+    loop.batch(request(1, 0, 2, at=6000))
+    for seq, at in enumerate((6000, 7000, 8000), start=6):
+        loop.batch(request(0, 0, seq, at=at))
+    for env in loop.envelopes():
+        log.append(log.keys.facts(log.keys.job(JOB)), env)
+    out = inspect(redis_url, log, "splits", JOB).output
+    assert "finished splits per subtask" not in out  # nothing finished yet: all are being read
+    assert "told no more while splits were left: src[1] attempt 0 (2 handed out after)" in out
