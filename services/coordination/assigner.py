@@ -20,18 +20,18 @@ its output only when it finishes, so a failed attempt processed none of them).
 
 **The end game.** Given the time of each request (``now``: the leader's clock when it
 recorded the request, from the log, so a replayed assigner decides the same), a reader's
-pace is the time between its current attempt's last two requests: a reader that asks
-after it processed its split (``each_split``) spends that long on a split. A reader is
-told "no more" while splits are left when the other readers still asking would, at their
-paces, finish every one of them before it would finish one: a slow reader taking one of
-the last splits would make the whole read wait for it. A reader silent for more than twice
-its pace is not counted on (it may be stuck), and a request timed before the same
-reader's last one (another leader's clock) leaves its pace unknown. Only readers still asking count
-(not one told "no more", not one that finished or failed): each of them asks again, or
-its failure gives its splits back for its next attempt, so no split is left unread. A
-reader whose pace is not known yet (its first split) is never held back and counts for
-nothing; with more than ``END_GAME_READERS`` readers asking the end game is not played
-(it costs a pass over them per request).
+pace is the time between its current attempt's last two requests: a reader that asks after
+it processed its split (``each_split``) spends that long on a split. A reader is told "no
+more" while splits are left when the other readers still asking would, at their paces,
+finish every one of them before it would finish one: a slow reader taking one of the last
+splits would make the whole read wait for it. A reader silent for more than twice its pace
+is not counted on (it may be stuck), and a request timed before the same reader's last one
+(another leader's clock) leaves its pace unknown. Only readers still asking count (not one
+told "no more", not one that finished or failed): each of them asks again, or its failure
+gives its splits back for its next attempt, so no split is left unread. A reader whose
+pace is not known yet (its first split) is never held back and counts for nothing; with
+more than ``END_GAME_READERS`` readers asking the end game is not played (it costs a pass
+over them per request).
 
 Every operation is amortised O(1) (a request in the end game: O(readers asking)); the
 snapshot is small when assignment is orderly (index ranges), and ``restore(snapshot())``
