@@ -108,10 +108,15 @@ class SplitAssigner:
                 self.pace.pop(subtask, None)
             self.asked[subtask] = now
         i = self._pick(subtask, host, now)
-        if i is None:  # it will not ask again
-            self.asked.pop(subtask, None)
-            self.pace.pop(subtask, None)
+        if i is None:
+            self._stop_asking(subtask)
         return i
+
+    def _stop_asking(self, subtask: int) -> None:
+        """Its current attempt will not ask again (told "no more", finished or failed): it
+        is no longer counted on, and a next attempt starts without a pace."""
+        self.asked.pop(subtask, None)
+        self.pace.pop(subtask, None)
 
     def _pick(self, subtask: int, host: str, now: int | None) -> int | None:
         if self.readers:
@@ -171,8 +176,7 @@ class SplitAssigner:
         """The subtask's attempt failed: what it held goes back to the pool (first in line)."""
         back = self.held.pop(subtask, [])
         self.arrived.discard(subtask)  # its next attempt asks again
-        self.asked.pop(subtask, None)  # and starts without a pace
-        self.pace.pop(subtask, None)
+        self._stop_asking(subtask)
         for i in reversed(back):  # the pool's order and each host's order stay the same
             self._taken[i] = 0
             self._count -= 1
@@ -186,8 +190,7 @@ class SplitAssigner:
         done = self.held.pop(subtask, [])
         self.done += len(done)
         self.arrived.add(subtask)  # it will not ask again: nothing is kept for it
-        self.asked.pop(subtask, None)
-        self.pace.pop(subtask, None)
+        self._stop_asking(subtask)
         return done
 
     @property

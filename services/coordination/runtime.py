@@ -185,23 +185,25 @@ class JobCoordinators:
         elif type(ev) is OperatorEvent:
             if ev.to_coordinator:
                 h.dirty = True
-                h.context.now = ev.at or None
-                try:
-                    self._call(h, c.handle_event_from_operator, ev.subtask, ev.attempt, ev.body)
-                finally:
-                    h.context.now = None
+                self._handle(h, ev.at, ev.subtask, ev.attempt, ev.body)
             elif h.muted:
                 h.recorded.append(ev)
         elif type(ev) is RequestNextInputSplit:
             h.dirty = True
             attempt = parse_execution_id(ev.execution_id)[2]
-            h.context.now = ev.at or None
-            try:
-                self._call(h, c.handle_event_from_operator, ev.subtask, attempt, {"type": REQUEST, "host": ev.host})
-            finally:
-                h.context.now = None
+            self._handle(h, ev.at, ev.subtask, attempt, {"type": REQUEST, "host": ev.host})
         elif type(ev) is NextInputSplit and h.muted:
             h.recorded.append(ev)
+
+    def _handle(self, h: _Holder, at: int, subtask: int, attempt: int, body: Any) -> None:
+        """An event from a subtask to its coordinator, with ``context.now`` the time the
+        leader recorded it (0 in older facts: None, not known) while it is handled."""
+        assert h.coordinator is not None  # feed passes only holders that have one
+        h.context.now = at or None
+        try:
+            self._call(h, h.coordinator.handle_event_from_operator, subtask, attempt, body)
+        finally:
+            h.context.now = None
 
     def _call(self, h: _Holder, fn: Callable, *args: Any) -> None:
         if h.failed is not None:

@@ -20,6 +20,8 @@ from sluice.events import (
 )
 from sluice.services.jobs.state import parse_execution_id
 
+from .source import NO_MORE, SPLIT
+
 __all__ = ["Assignment", "split_timeline", "describe_split", "held_back"]
 
 
@@ -46,6 +48,18 @@ def describe_split(split: dict) -> str:
     return f"{split.get('path')} bytes {split.get('start')}..{split.get('end')}"
 
 
+def _answer(ev: object) -> tuple[str, str, int, int, object] | None:
+    """A coordinator's answer to a split request, by either protocol: (SPLIT or NO_MORE,
+    vertex, subtask, attempt, the split); None for any other fact."""
+    if isinstance(ev, OperatorEvent) and not ev.to_coordinator and isinstance(ev.body, dict) \
+            and ev.body.get("type") in (SPLIT, NO_MORE):
+        return ev.body["type"], ev.operator_id, ev.subtask, ev.attempt, ev.body.get("split")
+    if isinstance(ev, NextInputSplit):
+        vertex, subtask, attempt = parse_execution_id(ev.execution_id)
+        return (NO_MORE if ev.split is None else SPLIT), vertex, subtask, attempt, ev.split
+    return None
+
+
 def split_timeline(envs: Iterable[Envelope]) -> list[Assignment]:
     """The assignments in log order. An answer recorded after its attempt ended (the
     request, the attempt's FAILED and its restart were one batch, and the coordinators'
@@ -58,12 +72,9 @@ def split_timeline(envs: Iterable[Envelope]) -> list[Assignment]:
     for env in envs:
         ev = env.event
         split = None
-        if isinstance(ev, OperatorEvent) and not ev.to_coordinator and isinstance(ev.body, dict) \
-                and ev.body.get("type") == "split":
-            split, vertex, subtask, attempt = ev.body.get("split"), ev.operator_id, ev.subtask, ev.attempt
-        elif isinstance(ev, NextInputSplit) and ev.split is not None:
-            vertex, subtask, attempt = parse_execution_id(ev.execution_id)
-            split = ev.split
+        answer = _answer(ev)
+        if answer is not None and answer[0] == SPLIT:
+            _, vertex, subtask, attempt, split = answer
         elif isinstance(ev, UpdateTaskExecutionState) and ev.state.terminal:
             outcome = "finished" if ev.state == TaskState.FINISHED else "returned"
             ended.add((ev.vertex_id, ev.subtask, ev.attempt))
@@ -114,19 +125,15 @@ def held_back(envs: Iterable[Envelope]) -> dict[tuple[str, int, int], int]:
             for key in [k for k in held if k[:2] == (ev.vertex_id, ev.subtask) and k[2] < ev.attempt]:
                 give_back(key)
             continue
-        if isinstance(ev, OperatorEvent) and not ev.to_coordinator and isinstance(ev.body, dict):
-            kind, vertex, subtask, attempt = ev.body.get("type"), ev.operator_id, ev.subtask, ev.attempt
-            split = ev.body.get("split")
-        elif isinstance(ev, NextInputSplit):
-            vertex, subtask, attempt = parse_execution_id(ev.execution_id)
-            kind, split = ("no-more-splits", None) if ev.split is None else ("split", ev.split)
-        else:
+        answer = _answer(ev)
+        if answer is None:
             continue
+        kind, vertex, subtask, attempt, split = answer
         who = (vertex, subtask, attempt)
-        if kind == "no-more-splits":
+        if kind == NO_MORE:
             told[who] = set(out.get(vertex, ()))
             after.setdefault(who, 0)
-        elif kind == "split" and isinstance(split, dict):
+        elif isinstance(split, dict):
             index = int(split.get("index", -1))
             for other, was_out in told.items():
                 if other[0] == vertex and index not in was_out:
