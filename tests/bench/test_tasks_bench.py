@@ -12,7 +12,7 @@ def test_raw_rq_runs_each_count_on_a_queue_of_its_own(redis_url: str) -> None:
     from rq import Queue
 
     for n in (5, 7):
-        assert _raw_rq(redis_url, 1, n) > 0
+        assert _raw_rq(redis_url, 1, n).tasks_per_s > 0
     conn = Redis.from_url(redis_url)
     counts = sorted(Queue(q.name, connection=conn).finished_job_registry.count
                     for q in Queue.all(connection=conn) if q.name.startswith("bench-raw-"))
