@@ -3,7 +3,7 @@
 Messages keep Flink's names. Facts in a job's stream are ``JobSubmitted``,
 ``ExecutionGraphBuilt``, ``UpdateTaskExecutionState`` (every state change of every
 execution attempt, decided by the leader), ``ScheduleOrUpdateConsumers`` (a producer's
-partition is ready), ``TaskRestartScheduled``, ``JobWaitingForSlots`` and ``JobStatusChanged``.
+partition is ready), ``TaskRestartScheduled``, ``JobWaitingForSlots``, ``JobSlotsFound`` and ``JobStatusChanged``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ __all__ = [
     "AttemptsRenumbered",
     "JobStatusChanged",
     "JobWaitingForSlots",
+    "JobSlotsFound",
     "SubmitTask",
     "TaskOperationResult",
     "CancelTask",
@@ -120,14 +121,29 @@ class JobStatusChanged(Event):
     reason: str | None = None
 
 
-@event("JobWaitingForSlots")
+@event("JobWaitingForSlots", version=2)
 class JobWaitingForSlots(Event):
     """Deployable tasks wait: ``needed`` slots wanted (at most: tasks still queued behind the
-    first that found no slot are counted unchecked), ``free`` available (0 = none at all)."""
+    first that found no slot are counted unchecked), ``free`` available (0 = none at all).
+
+    Recorded when a wait begins. With ``until_placed`` (v2) the wait lasts until
+    ``JobSlotsFound``, however many slots the job takes meanwhile: a job of many tasks on a
+    few slots records one wait, not one for every slot freed. A v1 fact (read with
+    ``until_placed`` False) lasted until the job's next slot taken, and was recorded again
+    after it."""
 
     job_id: str
     needed: int
     free: int
+    until_placed: bool = True
+
+
+@event("JobSlotsFound")
+class JobSlotsFound(Event):
+    """The wait ``JobWaitingForSlots`` began is over: every task of the job that could be
+    deployed has a slot."""
+
+    job_id: str
 
 
 @event("SubmitTask", version=2)

@@ -150,6 +150,14 @@ def _execution_graph_built_v1_v2(payload: Payload) -> Payload:
     return payload
 
 
+@upcaster("JobWaitingForSlots", 1)
+def _job_waiting_for_slots_v1_v2(payload: Payload) -> Payload:
+    """v2 waits last until ``JobSlotsFound``; a v1 wait lasted until the job's next slot taken."""
+    if isinstance(payload, dict):
+        return {**payload, "until_placed": False}
+    return payload
+
+
 @upcaster("SubmitTask", 1)
 def _submit_task_v1_v2(payload: Payload) -> Payload:
     """v2 types the descriptor; a v1 descriptor has the same fields (and is version 1)."""

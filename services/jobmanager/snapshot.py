@@ -109,7 +109,8 @@ def _run(job: JobRun) -> dict:
                              job.storage_root)
     return {
         "submitted": _ev(submitted), "submitted_at": job.submitted_at, "status": job.status.value,
-        "reason": job.reason, "restarts": job.restarts, "waiting_since": job.waiting_since, "built": job.built,
+        "reason": job.reason, "restarts": job.restarts, "waiting_since": job.waiting_since,
+        "wait_until_placed": job.wait_until_placed, "slot_taken_at": job.slot_taken_at, "built": job.built,
         "ended_at": job.ended_at, "floor": job.floor, "history": job.history,
         "vertices": [[name, v.produced, v.finished, v.started, [_execution(ex) for ex in v.subtasks]]
                      for name, v in job.vertices.items()],
@@ -126,6 +127,8 @@ def _unrun(d: dict) -> JobRun:
                  sub.storage_root, d["submitted_at"])
     job.status, job.reason, job.restarts = JobStatus(d["status"]), d["reason"], d["restarts"]
     job.waiting_since, job.built, job.ended_at, job.floor = d["waiting_since"], d["built"], d["ended_at"], d["floor"]
+    # (a snapshot older than JobWaitingForSlots v2 holds a wait that ends at a slot taken)
+    job.wait_until_placed, job.slot_taken_at = d.get("wait_until_placed", False), d.get("slot_taken_at")
     job.history = [(int(t), str(w)) for t, w in d["history"]]
     specs = {v.name: v for v in sub.graph.vertices}
     inputs: dict[str, list[JobEdge]] = {v.name: [] for v in sub.graph.vertices}

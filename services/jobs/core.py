@@ -22,6 +22,7 @@ from sluice.events import (
     Envelope,
     Event,
     ExecutionGraphBuilt,
+    JobSlotsFound,
     JobStatus,
     JobStatusChanged,
     JobSubmitted,
@@ -383,6 +384,8 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int,
     ready.extendleft(reversed(later))  # ahead of what this pass did not look at, in order
     if waiting and job.waiting_since is None:
         rec.fact(JobWaitingForSlots(job_id, waiting, 0))
+    elif not waiting and job.waiting_since is not None and job.wait_until_placed:
+        rec.fact(JobSlotsFound(job_id))  # (a v1 wait ended with the slot the job took)
     return rec.decision
 
 
@@ -543,13 +546,15 @@ def log_restarted(state: JobsState, reason: str, now: int, attempt_floor: int) -
 
 
 def tick(state: JobsState, config: JobsConfig, now: int, total_slots: int, since: int = 0) -> list[Decision]:
-    """Jobs that waited too long for slots fail; the wait counts from ``since`` at the
-    earliest (when a leader that rebuilt jobs while serving could schedule again)."""
+    """Jobs that waited too long for slots fail: counted from the wait's start or the job's
+    last slot taken, whichever is later (a job that takes slots makes progress), and from
+    ``since`` at the earliest (when a leader that rebuilt jobs while serving could schedule
+    again)."""
     out = []
     for job in list(state.jobs.values()):
         if job.waiting_since is None or job.status not in (JobStatus.CREATED, JobStatus.RUNNING):
             continue
-        waited = now - max(job.waiting_since, since)
+        waited = now - max(job.waiting_since, job.slot_taken_at or 0, since)
         if waited > config.slot_timeout_ms:
             rec = _Recorder(state, job.job_id, now)
             pending = sum(1 for ex in job.executions() if ex.state == TaskState.CREATED)

@@ -12,6 +12,7 @@ from sluice.events import (
     ExecutionGraphBuilt,
     JobEdge,
     JobGraph,
+    JobSlotsFound,
     JobStatus,
     JobStatusChanged,
     JobSubmitted,
@@ -114,6 +115,12 @@ class JobRun:
     vertices: dict[str, VertexRun] = field(default_factory=dict)
     restarts: int = 0
     waiting_since: int | None = None
+    """When the job began to wait for slots (None: it does not wait)."""
+    wait_until_placed: bool = False
+    """The wait lasts until ``JobSlotsFound`` (a v2 ``JobWaitingForSlots``); else until the
+    job's next slot taken (a v1 fact, from an older leader)."""
+    slot_taken_at: int | None = None
+    """When one of the job's attempts last took a slot: a wait times out counted from it."""
     built: bool = False
     ended_at: int | None = None
     # Executions that may be deployable (checked again when scheduling): CREATED ones whose
@@ -293,7 +300,9 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         if holds and not held:
             if ex.taskmanager is not None:
                 state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
-                job.waiting_since = None
+                job.slot_taken_at = env.ts
+                if not job.wait_until_placed:
+                    job.waiting_since = None
         elif held and not holds:
             state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
         if new == TaskState.FINISHED and old != TaskState.FINISHED:
@@ -374,7 +383,9 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
     elif type(ev) is JobWaitingForSlots:
         job = state.jobs[ev.job_id]
         if job.waiting_since is None:
-            job.waiting_since = env.ts
+            job.waiting_since, job.wait_until_placed = env.ts, ev.until_placed
+    elif type(ev) is JobSlotsFound:
+        state.jobs[ev.job_id].waiting_since = None
     if kvreg.is_fact(ev) and (job := state.jobs.get(ev.job_id)) is not None:
         kvreg.evolve(job.kvstate, ev)
     return state

@@ -33,6 +33,7 @@ from sluice.events import (
     Envelope,
     ExecutionGraphBuilt,
     JobDisposed,
+    JobSlotsFound,
     JobStatusChanged,
     JobSubmitted,
     JobWaitingForSlots,
@@ -100,6 +101,8 @@ def _describe(env: Envelope) -> tuple[str, str, dict]:
         return "graph-built", f"ExecutionGraph built: {ev.subtasks} subtasks", {}
     if isinstance(ev, JobWaitingForSlots):
         return "waiting", f"waiting for slots: {ev.needed} wanted, {ev.free} free", {}
+    if isinstance(ev, JobSlotsFound):
+        return "slots-found", "every deployable task has a slot: the wait for slots ended", {}
     if isinstance(ev, AttemptsRenumbered):
         return "renumbered", f"attempts renumbered from {ev.attempt_floor}: {ev.reason}", {}
     if isinstance(ev, RequestNextInputSplit):

@@ -12,8 +12,10 @@ from sluice.events import (
     Envelope,
     JobEdge,
     JobGraph,
+    JobSlotsFound,
     JobStatus,
     JobVertex,
+    JobWaitingForSlots,
     OperatorEvent,
     RequestNextInputSplit,
     RestartStrategy,
@@ -189,7 +191,10 @@ def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins_or_fails_after_
     sim.slots = {"tm-new": 1}
     sim.now += 500
     (one,) = sim.schedule()
-    assert sim.job.waiting_since == 1_500  # progress restarts the clock; the second source still waits
+    # the second source still waits: the same wait (one fact), its timeout counted from the slot taken
+    assert (sim.job.waiting_since, sim.job.slot_taken_at) == (1_000, 1_500)
+    assert core.tick(sim.state, CFG, 1_500 + CFG.slot_timeout_ms, total_slots=1) == []
+    assert len(core.tick(sim.state, CFG, 1_501 + CFG.slot_timeout_ms, total_slots=1)) == 1
     late = Sim(wordcount(), {})
     late.schedule()
     late.now += CFG.slot_timeout_ms + 1
@@ -330,6 +335,53 @@ def test_a_wait_for_slots_counts_from_when_the_leader_could_schedule_again() -> 
     assert core.tick(sim.state, CFG, late, 1, since=late - 1000) == []
     (failed,) = core.tick(sim.state, CFG, late, 1)
     assert any(getattr(f, "status", None) == JobStatus.FAILING for f in failed.facts)
+
+
+def _waits(facts: list) -> list[str]:
+    return [type(f).__name__ for f in facts if isinstance(f, (JobWaitingForSlots, JobSlotsFound))]
+
+
+def test_a_job_of_many_tasks_on_few_slots_records_one_wait_not_one_for_every_slot_freed() -> None:
+    """30 tasks on 2 slots: a wait when the first pass runs out of slots, its end when the last
+    tasks are placed, and nothing in between (it was one JobWaitingForSlots a task: the wait
+    ended with every slot taken and began again at the next pass). Replay gives the same."""
+    j = Job("many")
+    j.read_text("lines", "/data/in.txt", parallelism=30).write_parquet("out", "/data/out")
+    sim = Sim(j.graph(), {"tm-a": 2})
+    running = sim.schedule()
+    assert _waits(sim.log) == ["JobWaitingForSlots"] and sim.job.waiting_since == 1_000
+    while running:
+        sim.now += 10
+        done = running.pop(0)
+        sim.run_to_end(done)
+        running += sim.schedule()
+        assert sim.job.slot_taken_at == sim.now or not running or sim.job.waiting_since is None
+    assert sim.job.status == JobStatus.FINISHED
+    assert _waits(sim.log) == ["JobWaitingForSlots", "JobSlotsFound"]
+    assert sim.job.waiting_since is None and sim.replayed().jobs["j1"].waiting_since is None
+    # the wait ended with the pass that placed the last two tasks, not at the job's end
+    placed_last = [i for i, f in enumerate(sim.log) if isinstance(f, UpdateTaskExecutionState)
+                   and f.state == TaskState.SCHEDULED][-1]
+    assert sim.log.index(next(f for f in sim.log if isinstance(f, JobSlotsFound))) > placed_last
+
+
+def test_a_wait_recorded_by_an_older_leader_ends_at_the_next_slot_taken_as_it_did() -> None:
+    """A v1 JobWaitingForSlots (read with until_placed False) lasted until the job's next slot
+    taken; replayed by this version it still does, and a wait that goes on after it is
+    recorded again, now as a v2 wait that lasts until JobSlotsFound."""
+    j = Job("many")
+    j.read_text("lines", "/data/in.txt", parallelism=4).write_parquet("out", "/data/out")
+    sim = Sim(j.graph(), {})
+    old = JobWaitingForSlots("j1", 4, 0, until_placed=False)
+    sim.record(core.Decision("j1", sim.now, [old]))
+    evolve(sim.state, Envelope(old, "", 0, sim.now))
+    assert sim.job.waiting_since == 1_000 and not sim.job.wait_until_placed
+    sim.slots = {"tm-a": 1}
+    sim.now += 100
+    (first,) = sim.schedule()
+    assert sim.job.waiting_since == 1_100 and sim.job.wait_until_placed  # the old wait ended, a new one began
+    assert _waits(sim.log) == ["JobWaitingForSlots", "JobWaitingForSlots"]
+    assert sim.log[-1].until_placed
 
 
 def test_more_tasks_than_slots_deploy_in_order_and_a_pass_stops_at_the_first_without_a_slot() -> None:

@@ -135,6 +135,7 @@ def normalize_job(job: JobRun) -> dict:
     return {
         "status": job.status, "reason": job.reason, "restarts": job.restarts, "built": job.built,
         "floor": job.floor, "waiting_since": job.waiting_since, "ended_at": job.ended_at,
+        "wait_until_placed": job.wait_until_placed, "slot_taken_at": job.slot_taken_at,
         "vertices": {
             name: {"produced": v.produced, "finished": v.finished, "started": v.started,
                    "subtasks": [(e.attempt, e.state, e.taskmanager, e.slot, e.session, e.produced, e.not_before,

@@ -105,3 +105,29 @@ def test_an_unreadable_snapshot_says_why_and_never_crashes(data: bytes, why: str
     with pytest.raises(SnapshotUnreadable, match=why):
         (decode_cluster if b"cluster" in data else decode_job)(data)
     assert VERSION == 1
+
+
+def test_a_snapshot_from_before_v2_waits_holds_a_wait_that_ends_at_the_next_slot_taken() -> None:
+    """A snapshot written before JobWaitingForSlots v2 has no ``wait_until_placed`` nor
+    ``slot_taken_at``: its open wait was recorded as a v1 fact, so it is read as one."""
+    import orjson
+
+    from sluice.api import Job
+    from sluice.events import SubmitJob
+    from sluice.services.jobs import core
+
+    j = Job("many")
+    j.read_text("lines", "/data/in.txt", parallelism=3).write_parquet("out", "/data/out")
+    state = JobsState()
+    splits = {"lines": [{"path": "/data/in.txt", "start": 0, "end": 1, "index": 0}]}
+    for d in (core.submit(state, SubmitJob("j1", j.graph(), "blob", "mod", "client-inbox"), splits, "file:///s", 1_000),
+              core.schedule(state, "j1", {}, 1_000)):
+        for fact in d.facts:
+            evolve(state, Envelope(fact, "", 0, 1_000))
+    assert state.jobs["j1"].waiting_since == 1_000 and state.jobs["j1"].wait_until_placed
+    raw = orjson.loads(encode_job(job_snapshot(state, "j1")))
+    for key in ("wait_until_placed", "slot_taken_at"):
+        del raw["run"][key]
+    job = decode_job(orjson.dumps(raw), "j1").run
+    assert job is not None
+    assert (job.waiting_since, job.wait_until_placed, job.slot_taken_at) == (1_000, False, None)
