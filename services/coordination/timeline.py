@@ -22,7 +22,7 @@ from sluice.services.jobs.state import parse_execution_id
 
 from .source import NO_MORE, SPLIT
 
-__all__ = ["Assignment", "split_timeline", "describe_split", "held_back"]
+__all__ = ["Assignment", "split_timeline", "describe_split", "held_back", "told_no_more"]
 
 
 @dataclass
@@ -91,6 +91,17 @@ def split_timeline(envs: Iterable[Envelope]) -> list[Assignment]:
             else:
                 held.setdefault((vertex, subtask, attempt), []).append(row)
     return rows
+
+
+def told_no_more(envs: Iterable[Envelope]) -> dict[tuple[str, int, int], int]:
+    """When each (vertex, subtask, attempt) was first told there are no more splits (the
+    fact's time, ms)."""
+    out: dict[tuple[str, int, int], int] = {}
+    for env in envs:
+        answer = _answer(env.event)
+        if answer is not None and answer[0] == NO_MORE:
+            out.setdefault(answer[1:4], env.ts)
+    return out
 
 
 def held_back(envs: Iterable[Envelope]) -> dict[tuple[str, int, int], int]:

@@ -103,6 +103,14 @@ class BenchCluster:
         self.wait_registered(1)
         return jm, tm
 
+    def add_taskmanager(self, resource_id: str, slots: int, spark: str,
+                        env: dict[str, str] | None = None) -> subprocess.Popen:
+        """One more TaskManager (after ``start``), registered with the ones before it."""
+        known = len(self.procs) - 1  # the JobManager, then TaskManagers
+        tm = self.spawn("taskmanager", "--resource-id", resource_id, "--slots", str(slots), "--spark", spark, env=env)
+        self.wait_registered(known + 1)
+        return tm
+
     def start_noop(self, resource_id: str, slots: int) -> tuple[subprocess.Popen, subprocess.Popen]:
         """A JobManager and one TaskManager for no-op tasks (no Spark), registered, its slot
         workers given time to start (imports) before a clock runs."""

@@ -122,11 +122,13 @@ def coldstart(variants: str, runs: int) -> None:
 @click.option("--rows", default=2000, show_default=True, help="Rows (lines) a split.")
 @click.option("--work", default=1.0, show_default=True, help="Seconds of Spark work a split on the fast reader.")
 @click.option("--slow", default=5.0, show_default=True, help="How many times slower the slow reader's work is.")
-def balance(splits: int, rows: int, work: float, slow: float) -> None:
+@click.option("--taskmanagers", "-n", type=click.IntRange(1, 2), default=1, show_default=True,
+              help="1: one TaskManager of two slots; 2: two TaskManagers of one slot each (prints each reader's idle time).")
+def balance(splits: int, rows: int, work: float, slow: float, taskmanagers: int) -> None:
     """Two readers, one slower at the Spark work: splits taken and reading time, source read whole vs each_split."""
     from sluice.bench.balance import run
 
-    run(splits=splits, rows_per_split=rows, work_s=work, slow=slow)
+    run(splits=splits, rows_per_split=rows, work_s=work, slow=slow, taskmanagers=taskmanagers)
 
 
 @bench.command()
