@@ -384,8 +384,10 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int,
     ready.extendleft(reversed(later))  # ahead of what this pass did not look at, in order
     if waiting and job.waiting_since is None:
         rec.fact(JobWaitingForSlots(job_id, waiting, 0))
-    elif not waiting and job.waiting_since is not None and job.wait_until_placed:
-        rec.fact(JobSlotsFound(job_id))  # (a v1 wait ended with the slot the job took)
+    elif not waiting and deployed < MAX_DEPLOY_PER_PASS and job.waiting_since is not None:
+        # Every task this pass looked at has a slot (one that stopped at the cap did not look
+        # at them all). A v1 wait that a slot taken did not end ends here too.
+        rec.fact(JobSlotsFound(job_id))
     return rec.decision
 
 

@@ -15,6 +15,7 @@ from sluice.events import (
     FIELD,
     JobRegistered,
     JobStatus,
+    JobStatusChanged,
     TaskState,
     UpdateTaskExecutionState,
     decode_bytes,
@@ -96,6 +97,11 @@ class Observer:
             raise Violation(f"a fact in {stream} {entry_id} does not fit the job: {type(exc).__name__} {exc}") from None
         if type(ev) is UpdateTaskExecutionState and ev.state == TaskState.FINISHED:
             self.finished.add((ev.job_id, ev.vertex_id, ev.subtask))
+        if type(ev) is JobStatusChanged and ev.status == JobStatus.FINISHED:
+            job = self.jobs.jobs[ev.job_id]
+            if job.waiting_since is not None:  # every task was placed: the pass that placed the last closed it
+                raise Violation(f"job {ev.job_id} FINISHED ({stream} {entry_id}) with its wait for slots since "
+                                f"{job.waiting_since} still open: no JobSlotsFound")
 
     # --- end-state checks ---
     def ended(self, job_id: str) -> bool:

@@ -15,7 +15,7 @@ JSON::
      "entries": [every fact entry id of the job up to the moment, in order]}
 
 ``kind`` is one of submitted, graph-built, state, produced, restart, job-status, waiting,
-split-request, split, no-more-splits, operator-event, checkpoint, kvstate, renumbered,
+slots-found, split-request, split, no-more-splits, operator-event, checkpoint, kvstate, renumbered,
 disposed (any other fact: its type). An attempt starts when it is SCHEDULED (deployed)
 and ends at its final state; durations of what has not ended run to the moment (now: the
 wall clock). The root cause is the job's when it failed (its reason, with the traceback

@@ -384,6 +384,40 @@ def test_a_wait_recorded_by_an_older_leader_ends_at_the_next_slot_taken_as_it_di
     assert sim.log[-1].until_placed
 
 
+def test_a_pass_stopped_at_its_cap_does_not_end_a_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that deploys MAX_DEPLOY_PER_PASS tasks leaves the rest unlooked at: it cannot say
+    every deployable task has a slot (it did, and then began the wait again)."""
+    monkeypatch.setattr(core, "MAX_DEPLOY_PER_PASS", 3)
+    j = Job("many")
+    j.read_text("lines", "/data/in.txt", parallelism=8).write_parquet("out", "/data/out")
+    sim = Sim(j.graph(), {})
+    sim.schedule()
+    sim.slots = {"tm-a": 6}
+    sim.now += 10
+    assert len(sim.schedule()) == 3  # the cap
+    assert _waits(sim.log) == ["JobWaitingForSlots"] and sim.job.waiting_since == 1_000
+    sim.now += 10
+    assert len(sim.schedule()) == 3  # the slots: 2 tasks still wait, in the same wait
+    assert _waits(sim.log) == ["JobWaitingForSlots"]
+    sim.slots = {"tm-a": 8}
+    sim.now += 10
+    assert len(sim.schedule()) == 2
+    assert _waits(sim.log) == ["JobWaitingForSlots", "JobSlotsFound"] and sim.job.waiting_since is None
+
+
+def test_a_wait_of_an_older_leader_that_no_slot_taken_ended_ends_when_nothing_waits() -> None:
+    j = Job("two")
+    j.read_text("lines", "/data/in.txt", parallelism=2).write_parquet("out", "/data/out")
+    sim = Sim(j.graph(), {"tm-a": 2})
+    assert len(sim.schedule()) == 2 and _waits(sim.log) == []
+    old = JobWaitingForSlots("j1", 1, 0, until_placed=False)  # (as a v1 fact replayed here)
+    sim.record(core.Decision("j1", sim.now, [old]))
+    evolve(sim.state, Envelope(old, "", 0, sim.now))
+    sim.now += 10
+    assert sim.schedule() == []
+    assert _waits(sim.log) == ["JobWaitingForSlots", "JobSlotsFound"] and sim.job.waiting_since is None
+
+
 def test_more_tasks_than_slots_deploy_in_order_and_a_pass_stops_at_the_first_without_a_slot() -> None:
     """40 source subtasks on 3 slots: each pass deploys as many as there are free slots, in
     subtask order, and leaves the rest queued in that order; the pass stops at the first
