@@ -360,10 +360,12 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int,
     waiting = 0
     later: list[Execution] = []
     deployed = 0
+    capped = False
     for _ in range(len(ready)):
         ex = ready.popleft()
         if deployed >= MAX_DEPLOY_PER_PASS:
             later.append(ex)  # the rest next pass: the main loop stays responsive
+            capped = True
             continue
         if ex.state != TaskState.CREATED or not job.inputs_available(ex):
             continue
@@ -384,7 +386,7 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int,
     ready.extendleft(reversed(later))  # ahead of what this pass did not look at, in order
     if waiting and job.waiting_since is None:
         rec.fact(JobWaitingForSlots(job_id, waiting, 0))
-    elif not waiting and deployed < MAX_DEPLOY_PER_PASS and job.waiting_since is not None:
+    elif not waiting and not capped and job.waiting_since is not None:
         # Every task this pass looked at has a slot (one that stopped at the cap did not look
         # at them all). A v1 wait that a slot taken did not end ends here too.
         rec.fact(JobSlotsFound(job_id))

@@ -405,6 +405,20 @@ def test_a_pass_stopped_at_its_cap_does_not_end_a_wait(monkeypatch: pytest.Monke
     assert _waits(sim.log) == ["JobWaitingForSlots", "JobSlotsFound"] and sim.job.waiting_since is None
 
 
+def test_a_pass_that_places_the_last_waiting_tasks_at_its_cap_ends_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the cap with nothing left to look at, the pass did look at every task: the wait
+    ends there (no later pass would: the shell schedules a job only while tasks are ready)."""
+    monkeypatch.setattr(core, "MAX_DEPLOY_PER_PASS", 3)
+    j = Job("three")
+    j.read_text("lines", "/data/in.txt", parallelism=3).write_parquet("out", "/data/out")
+    sim = Sim(j.graph(), {})
+    sim.schedule()
+    sim.slots = {"tm-a": 3}
+    sim.now += 10
+    assert len(sim.schedule()) == 3
+    assert _waits(sim.log) == ["JobWaitingForSlots", "JobSlotsFound"] and not sim.job.ready
+
+
 def test_a_wait_of_an_older_leader_that_no_slot_taken_ended_ends_when_nothing_waits() -> None:
     j = Job("two")
     j.read_text("lines", "/data/in.txt", parallelism=2).write_parquet("out", "/data/out")
