@@ -154,3 +154,7 @@ def _print_cpu(rows: list[dict]) -> None:
                   f"{raw_total / TARGET:.2f} ms of CPU a task in all; its workers and Redis alone take {floor:.2f} ms, "
                   f"leaving {raw_total / TARGET - floor:.2f} ms for the JobManager and TaskManager (they take "
                   f"{sum(last['sluice'].cpu_ms.get(k, 0.0) for k in ('JobManager', 'TaskManager')):.2f} ms).")
+    cores = (last["raw"].cores, last["sluice"].cores)
+    if min(cores) < 0.85 * max(cores):  # (as with one slot on two cores: Sluice's chain then waits, not computes)
+        console.print(f"The two sides did not keep as many cores busy (raw RQ {cores[0]:.2f}, Sluice {cores[1]:.2f}): "
+                      "the rates are not set by CPU alone, and the budget above does not bound them.", style="yellow")

@@ -17,3 +17,20 @@ def test_raw_rq_runs_each_count_on_a_queue_of_its_own(redis_url: str) -> None:
     counts = sorted(Queue(q.name, connection=conn).finished_job_registry.count
                     for q in Queue.all(connection=conn) if q.name.startswith("bench-raw-"))
     assert counts[-2:] == [5, 7]
+
+
+def test_the_cpu_profile_prints_the_budget_the_target_leaves_and_says_when_it_does_not_bound_the_rate() -> None:
+    from sluice.bench.console import console
+    from sluice.bench.tasks import Rate, _print_cpu
+
+    raw = Rate(500.0, {"workers": 2.0, "Redis": 0.6, "bench: enqueue, wait": 0.4}, 1.7)
+    ours = Rate(230.0, {"workers": 2.9, "Redis": 1.2, "JobManager": 1.4, "TaskManager": 1.4}, 1.65)
+    with console.capture() as cap:
+        _print_cpu([{"tasks": 2000, "raw": raw, "sluice": ours}])
+    text = " ".join(cap.get().split())
+    # 0.8x at the same cores busy: 3.0 / 0.8 = 3.75 ms in all; workers and Redis take 4.1
+    assert "leaves Sluice 3.75 ms" in text and "alone take 4.10 ms" in text and "leaving -0.35 ms" in text
+    assert "they take 2.80 ms" in text and "did not keep as many cores busy" not in text
+    with console.capture() as cap:
+        _print_cpu([{"tasks": 2000, "raw": Rate(295.0, raw.cpu_ms, 1.07), "sluice": ours}])
+    assert "did not keep as many cores busy (raw RQ 1.07, Sluice 1.65)" in " ".join(cap.get().split())
