@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from sluice.client import Client, load_job
-from sluice.events import JobStatus, JobWaitingForSlots, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
+from sluice.events import (
+    JobSlotsFound,
+    JobStatus,
+    JobWaitingForSlots,
+    ScheduleOrUpdateConsumers,
+    TaskState,
+    UpdateTaskExecutionState,
+)
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.services.projector import Projector
 from sluice.store import EventLog, ReadModels
@@ -174,6 +181,14 @@ def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins(procs: Processe
     start_tm(procs, cluster, "tm-late")
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
     assert job.status == JobStatus.FINISHED, job.reason
+    # Each wait is one fact and its end another, the first before any task was placed; none
+    # is left open (the reducers may wait again while the sources hold the slots).
+    facts = job_facts(log, job_id)
+    waits = [type(f).__name__ for f in facts if isinstance(f, (JobWaitingForSlots, JobSlotsFound))]
+    assert waits and waits == ["JobWaitingForSlots", "JobSlotsFound"] * (len(waits) // 2), waits
+    first = next(f for f in facts if isinstance(f, JobWaitingForSlots)
+                 or (isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.SCHEDULED))
+    assert isinstance(first, JobWaitingForSlots)
 
 
 @pytest.mark.timeout(60 + MARGIN)  # the command
