@@ -46,6 +46,13 @@ def wordcount(restart: RestartStrategy | None = None, sources: int = 2, reducers
     return j.graph()
 
 
+def copy_job(sources: int) -> JobGraph:
+    """One vertex of ``sources`` subtasks that write the lines they read as they are."""
+    j = Job("copy")
+    j.read_text("lines", "/data/in.txt", parallelism=sources).write_parquet("out", "/data/out")
+    return j.graph()
+
+
 class Sim:
     """Drives the core like the JobManager shell does, recording every fact (the log)."""
 
@@ -345,9 +352,7 @@ def test_a_job_of_many_tasks_on_few_slots_records_one_wait_not_one_for_every_slo
     """30 tasks on 2 slots: a wait when the first pass runs out of slots, its end when the last
     tasks are placed, and nothing in between (it was one JobWaitingForSlots a task: the wait
     ended with every slot taken and began again at the next pass). Replay gives the same."""
-    j = Job("many")
-    j.read_text("lines", "/data/in.txt", parallelism=30).write_parquet("out", "/data/out")
-    sim = Sim(j.graph(), {"tm-a": 2})
+    sim = Sim(copy_job(30), {"tm-a": 2})
     running = sim.schedule()
     assert _waits(sim.log) == ["JobWaitingForSlots"] and sim.job.waiting_since == 1_000
     while running:
@@ -369,9 +374,7 @@ def test_a_wait_recorded_by_an_older_leader_ends_at_the_next_slot_taken_as_it_di
     """A v1 JobWaitingForSlots (read with until_placed False) lasted until the job's next slot
     taken; replayed by this version it still does, and a wait that goes on after it is
     recorded again, now as a v2 wait that lasts until JobSlotsFound."""
-    j = Job("many")
-    j.read_text("lines", "/data/in.txt", parallelism=4).write_parquet("out", "/data/out")
-    sim = Sim(j.graph(), {})
+    sim = Sim(copy_job(4), {})
     old = JobWaitingForSlots("j1", 4, 0, until_placed=False)
     sim.record(core.Decision("j1", sim.now, [old]))
     evolve(sim.state, Envelope(old, "", 0, sim.now))
@@ -388,9 +391,7 @@ def test_a_pass_stopped_at_its_cap_does_not_end_a_wait(monkeypatch: pytest.Monke
     """A pass that deploys MAX_DEPLOY_PER_PASS tasks leaves the rest unlooked at: it cannot say
     every deployable task has a slot (it did, and then began the wait again)."""
     monkeypatch.setattr(core, "MAX_DEPLOY_PER_PASS", 3)
-    j = Job("many")
-    j.read_text("lines", "/data/in.txt", parallelism=8).write_parquet("out", "/data/out")
-    sim = Sim(j.graph(), {})
+    sim = Sim(copy_job(8), {})
     sim.schedule()
     sim.slots = {"tm-a": 6}
     sim.now += 10
@@ -409,9 +410,7 @@ def test_a_pass_that_places_the_last_waiting_tasks_at_its_cap_ends_the_wait(monk
     """At the cap with nothing left to look at, the pass did look at every task: the wait
     ends there (no later pass would: the shell schedules a job only while tasks are ready)."""
     monkeypatch.setattr(core, "MAX_DEPLOY_PER_PASS", 3)
-    j = Job("three")
-    j.read_text("lines", "/data/in.txt", parallelism=3).write_parquet("out", "/data/out")
-    sim = Sim(j.graph(), {})
+    sim = Sim(copy_job(3), {})
     sim.schedule()
     sim.slots = {"tm-a": 3}
     sim.now += 10
@@ -420,9 +419,7 @@ def test_a_pass_that_places_the_last_waiting_tasks_at_its_cap_ends_the_wait(monk
 
 
 def test_a_wait_of_an_older_leader_that_no_slot_taken_ended_ends_when_nothing_waits() -> None:
-    j = Job("two")
-    j.read_text("lines", "/data/in.txt", parallelism=2).write_parquet("out", "/data/out")
-    sim = Sim(j.graph(), {"tm-a": 2})
+    sim = Sim(copy_job(2), {"tm-a": 2})
     assert len(sim.schedule()) == 2 and _waits(sim.log) == []
     old = JobWaitingForSlots("j1", 1, 0, until_placed=False)  # (as a v1 fact replayed here)
     sim.record(core.Decision("j1", sim.now, [old]))
@@ -436,9 +433,7 @@ def test_more_tasks_than_slots_deploy_in_order_and_a_pass_stops_at_the_first_wit
     """40 source subtasks on 3 slots: each pass deploys as many as there are free slots, in
     subtask order, and leaves the rest queued in that order; the pass stops at the first
     task that finds no slot (it looked at all 40 each time: O(N^2) for a big job)."""
-    j = Job("many")
-    j.read_text("lines", "/data/in.txt", parallelism=40).write_parquet("out", "/data/out")
-    sim = Sim(j.graph(), {"tm-a": 2, "tm-b": 1})
+    sim = Sim(copy_job(40), {"tm-a": 2, "tm-b": 1})
     order = []
     while len(order) < 40:
         deployed = sim.schedule()
