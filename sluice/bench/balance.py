@@ -157,8 +157,7 @@ def idle(envs: list[Envelope], source: str, *, whole: bool) -> dict[int, tuple[f
         for row in split_timeline(envs):
             attempt = finished.get(row.subtask, (None, 0))[0]
             if row.vertex == source and row.attempt == attempt and (source, row.subtask, attempt) in told:
-                first = holding.get(row.subtask, (row.at, 0))[0]
-                holding[row.subtask] = (min(first, row.at), told[(source, row.subtask, attempt)])
+                holding.setdefault(row.subtask, (row.at, told[(source, row.subtask, attempt)]))  # (rows in log order)
     out = {}
     for sub, (_, done) in finished.items():
         unstarted = sum(max(0, min(end, until) - max(done, since))
