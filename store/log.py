@@ -51,6 +51,14 @@ class Consumed:
 class CommitResult:
     duplicate: bool
     ids: tuple[str, ...] = ()
+    """The entry id of each of the commit's ``outs``, in order."""
+    addressed: tuple[tuple[str, str, bytes], ...] = ()
+    """(entry id, target, encoded message) of each out with a target, in order: what the
+    commit put in an outbox, for its delivery without reading it back."""
+    outbox: str = ""
+    """The stream the first addressed out went to ('' when no out had a target) ..."""
+    before: str = ""
+    """... and that stream's last entry id just before the commit ('' when it was empty)."""
 
 
 class EventLog:
@@ -135,7 +143,12 @@ class EventLog:
             raise script_error(exc, tag, epoch) from exc
         if _s(reply[0]) == "DUP":
             return CommitResult(duplicate=True)
-        return CommitResult(duplicate=False, ids=tuple(_s(i) for i in reply[1:]))
+        ids = tuple(_s(i) for i in reply[1:1 + len(outs)])
+        addressed = tuple((i, out.to, encoded[id(out.envelope)]) for i, out in zip(ids, outs) if out.to)
+        if not addressed:
+            return CommitResult(duplicate=False, ids=ids)
+        outbox = next(out.stream for out in outs if out.to)
+        return CommitResult(False, ids, addressed, outbox, _s(reply[1 + len(outs)]))
 
     def fence(self, tag: str, epoch: int, *, server: str = "") -> int:
         """Claim ``tag`` for a leader at ``epoch``: later commits with older epochs are refused."""

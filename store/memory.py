@@ -784,6 +784,15 @@ class MemoryStore:
                 self._xack(keys[1], name, [_s(a) for a in argv[4:4 + n]], now)
         if epoch > fence:  # type: ignore[operator]
             self._set(keys[0], _redis_arg(epoch))  # type: ignore[arg-type]
+        before: bytes | None = None
+        for i in range(4 + n, len(argv), 3):
+            if argv[i + 2] != b"":
+                index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
+                if not 1 <= index <= len(keys):
+                    raise TypeError("Lua redis() command arguments must be strings or integers")
+                s = self._stream(keys[index - 1], now)
+                before = s.sids[-1].encode() if s is not None and s.sids else b""
+                break
         out: list[Any] = [b"OK"]
         for i in range(4 + n, len(argv), 3):
             index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
@@ -792,6 +801,8 @@ class MemoryStore:
             to = argv[i + 2]
             fields = {b"e": argv[i + 1]} if to == b"" else {b"e": argv[i + 1], b"to": to}
             out.append(self._xadd(keys[index - 1], fields, now).encode())
+        if before is not None:
+            out.append(before)
         return out
 
     def _dead_letter(self, keys: list[str], argv: list[bytes], now: int) -> Any:

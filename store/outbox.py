@@ -31,7 +31,7 @@ from . import scripts
 from .backend import ScriptCall, ScriptFailed
 from .consumer import dead_letter
 from .keys import tag_of
-from .log import EventLog, script_error
+from .log import CommitResult, EventLog, script_error
 
 __all__ = ["Deliverer", "Undeliverable"]
 
@@ -62,6 +62,35 @@ class Deliverer:
             self._cursor = None
             raise
 
+    def deliver_committed(self, result: CommitResult, *, batch: int = 500, server: str = "") -> int:
+        """Deliver after a commit that wrote to this outbox. When this deliverer's cursor is
+        where the outbox ended before that commit (``result.before``), the entries after it
+        are the commit's own, which ``result`` holds: they are handed over without reading
+        the outbox back (one round trip less). Otherwise, as ``deliver``."""
+        cursor = self._cursor
+        if (not server or cursor is None or cursor != (server, result.before) or result.outbox != self.outbox
+                or not result.addressed):
+            return self.deliver(batch=batch, server=server)
+        try:
+            by_target: dict[str, list[object]] = {}
+            for entry_id, target, data in result.addressed:
+                by_target.setdefault(target, []).extend((entry_id, data))
+            sent = self._deliver_page(by_target, server)
+            self._advance(result.addressed[-1][0], server)
+            return sent
+        except BaseException:
+            self._cursor = None
+            raise
+
+    def _advance(self, after: str, server: str) -> None:
+        """Move the cursor to ``after`` (entries up to it were handed over)."""
+        try:
+            in_force = self.log.backend.script("advance_cursor", [self.cursor_key], [server, after])
+        except ScriptFailed as exc:
+            raise script_error(exc, self.tag) from exc
+        if server:
+            self._cursor = (server, in_force.decode() if isinstance(in_force, bytes) else str(in_force))
+
     def _deliver(self, batch: int, server: str) -> int:
         backend = self.log.backend
         if server and self._cursor is not None and self._cursor[0] == server:
@@ -82,12 +111,7 @@ class Deliverer:
                 by_target.setdefault(target.decode(errors="replace"), []).extend((entry_id, fields.get(b"e", b"")))
             sent += self._deliver_page(by_target, server)
             after = entries[-1][0]
-            try:
-                in_force = backend.script("advance_cursor", [self.cursor_key], [server, after])
-            except ScriptFailed as exc:
-                raise script_error(exc, self.tag) from exc
-            if server:
-                self._cursor = (server, in_force.decode() if isinstance(in_force, bytes) else str(in_force))
+            self._advance(after, server)
             if len(entries) < batch:
                 return sent
 

@@ -50,10 +50,13 @@ COMMIT = _RESTARTED + """
 -- ARGV[3]  consumer group of the inbox, '' when no inbox entry is consumed
 -- ARGV[4]  n, the number of consumed inbox entries; ARGV[5 .. 4+n] their ids (each once)
 -- ARGV[5+n ..] per event, three values: index into KEYS, encoded envelope, outbox target ('' if none)
--- Returns {'OK', id...} | {'DUP'} (an entry was already acknowledged: a redelivery; nothing
+-- Returns {'OK', id..., [before]} | {'DUP'} (an entry was already acknowledged: a redelivery; nothing
 -- is written or acknowledged) | error 'SLUICE_STALE <fence>' | error 'SLUICE_RESTARTED <run id>'
 -- | error 'SLUICE_BAD_COMMIT ...' (the same entry twice: a bug in the writer) | error
 -- 'SLUICE_NOT_A_STREAM <key> is a <type>'. An error reply means nothing was written.
+-- before: when an event has an outbox target, the last entry id of the stream the first
+-- such event goes to, as it was before this commit ('' if it was empty), so the committer
+-- can deliver what it wrote without reading it back when its cursor is there.
 local err = restarted(ARGV[2])
 if err then
   return err
@@ -103,6 +106,14 @@ end
 if epoch > fence then
   redis.call('SET', KEYS[1], epoch)
 end
+local before = nil
+for i = 5 + n, #ARGV, 3 do
+  if ARGV[i + 2] ~= '' then
+    local last = redis.call('XREVRANGE', KEYS[tonumber(ARGV[i])], '+', '-', 'COUNT', 1)
+    before = last[1] and last[1][1] or ''
+    break
+  end
+end
 local out = {'OK'}
 for i = 5 + n, #ARGV, 3 do
   local key = KEYS[tonumber(ARGV[i])]
@@ -111,6 +122,9 @@ for i = 5 + n, #ARGV, 3 do
   else
     out[#out + 1] = redis.call('XADD', key, '*', 'e', ARGV[i + 1], 'to', ARGV[i + 2])
   end
+end
+if before then
+  out[#out + 1] = before
 end
 return out
 """

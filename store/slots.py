@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from sluice.errors import RedisUnavailable
+from sluice.events import FIELD, Envelope, encode
 
 from .connection import Outage
 from .log import EventLog
@@ -31,17 +33,33 @@ class SlotQueues:
         self.log, self.resource_id = log, resource_id
         self._queues: dict[int, Any] = {}
 
-    def enqueue(self, slot: int, func: str, args: tuple[Any, ...], *, job_id: str, description: str) -> str:
+    def enqueue(self, slot: int, func: str, args: tuple[Any, ...], *, job_id: str, description: str,
+                before: Sequence[tuple[str, Envelope]] = ()) -> str:
+        """Queue ``func(*args)`` for the slot's worker as RQ job ``job_id``. ``before``:
+        messages appended to their streams first, in the same transaction (one MULTI/EXEC, one
+        round trip): the worker cannot take the job before they are in, and a Redis that goes
+        away writes all or nothing. If Redis refuses one of them (its key is not a stream), the
+        job is taken back out of its queue and the error raised."""
+        import redis
         from rq import Queue
         from rq.serializers import JSONSerializer
 
+        client = _client(self.log)
         q = self._queues.get(slot)
         if q is None:
             q = self._queues[slot] = Queue(self.log.keys.slot_queue(self.resource_id, slot),
-                                           connection=_client(self.log), serializer=JSONSerializer)
-        with translate_errors(f"queueing a task for slot {slot}"):
+                                           connection=client, serializer=JSONSerializer)
+        with translate_errors(f"queueing a task for slot {slot}"), client.pipeline(transaction=True) as pipe:
+            pipe.multi()  # explicit, so that RQ adds its commands to this transaction
+            for stream, env in before:
+                pipe.xadd(stream, {FIELD: encode(env)})
             job = q.enqueue(func, args=args, job_id=job_id, job_timeout=-1, result_ttl=600, failure_ttl=3600,
-                            description=description)
+                            description=description, pipeline=pipe)
+            replies = pipe.execute(raise_on_error=False)
+        errors = [r for r in replies if isinstance(r, redis.ResponseError)]
+        if errors:
+            self.cancel(str(job.id))  # the transaction queued the job all the same
+            raise errors[0]
         return str(job.id)
 
     def cancel(self, rq_job: str) -> None:

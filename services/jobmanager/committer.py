@@ -14,7 +14,7 @@ from typing import Any
 
 from sluice.events import Envelope, Event, JobManagerHeartbeat
 from sluice.services.common.world import World
-from sluice.store import Consumed, Deliverer, EventLog, KvStates, Out
+from sluice.store import CommitResult, Consumed, Deliverer, EventLog, KvStates, Out
 from sluice.store.consumer import Entry, dead_letter
 
 __all__ = ["Committer", "Send"]
@@ -76,7 +76,7 @@ class Committer:
         if envs and self.on_facts is not None:
             self.on_facts(tag, list(zip(result.ids[: len(envs)], envs)))
         if sends:
-            self.deliver(tag)
+            self.deliver(tag, result)
         return envs
 
     def fence(self, tag: str) -> None:
@@ -85,10 +85,14 @@ class Committer:
         self.log.fence(tag, self.epoch, server=self.server)
 
     # --- delivery ---
-    def deliver(self, tag: str) -> int:
+    def deliver(self, tag: str, committed: CommitResult | None = None) -> int:
+        """Deliver the tag's outbox; ``committed``: the commit that just wrote to it (its
+        entries are handed over without reading them back when nothing precedes them)."""
         d = self._deliverers.get(tag)
         if d is None:
             d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable)
+        if committed is not None:
+            return d.deliver_committed(committed, batch=DELIVER_PAGE, server=self.server)
         return d.deliver(batch=DELIVER_PAGE, server=self.server)
 
     def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:

@@ -365,10 +365,11 @@ class TaskManager:
                                 undone=task.undone)
             self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, False, str(exc)))
             return
-        # Reports are queued first and sent once the bookkeeping is done: a Redis error while
-        # sending must not leave the task half-recorded (its reports stay owed).
-        self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, True, None), flush=False)
         if not self.execute:  # a TaskManager that finishes tasks without running them (benchmarks)
+            # Reports are queued first and sent once the bookkeeping is done: a Redis error
+            # while sending must not leave the task half-recorded (its reports stay owed).
+            # (A worker's launch sent its SubmitTask's result with the hand-over.)
+            self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, True, None), flush=False)
             d = task.descriptor
             self._to_job(msg.job_id, self._state(task, TaskState.RUNNING), flush=False)
             if d.output:
@@ -393,19 +394,31 @@ class TaskManager:
                                         d.attempt, self.resource_id, task.slot)
 
     def _launch(self, task: Task) -> str:
-        # INITIALIZING is *sent* before the task is queued: an idle worker picks it up at once
-        # and reports RUNNING, which must not overtake it (the leader drops a late INITIALIZING,
-        # and the log would skip a state). A Redis error here fails this step, not the task:
-        # the start is undone and tried again (a repeated INITIALIZING is ignored).
-        self._to_job(task.descriptor.job_id, self._state(task, TaskState.INITIALIZING))
+        # The start's two reports, its SubmitTask's result and INITIALIZING, are written with
+        # the hand-over to the slot's worker, in one round trip and before it (ProcessSlots:
+        # one MULTI/EXEC). An idle worker picks the task up at once and reports RUNNING, which
+        # must not overtake INITIALIZING (the leader drops a late INITIALIZING, and the log
+        # would skip a state). Launch is the start's last step, so the result can say it
+        # succeeded. The leader reads both reports in one batch: one commit, not two.
+        # A Redis error here fails this step, not the task: the start is undone and tried
+        # again (a repeated report is ignored).
+        d = task.descriptor
+        self._flush()  # reports owed from earlier go first
         if not self.execute:
+            self._to_job(d.job_id, self._state(task, TaskState.INITIALIZING))
             return "not-executed"
         runtime = {"code_path": str(task.code_path), "temp_dir": str(task.temp_dir), "host": self.reg.host,
                    "io_rate": self.io_rate}
-        if task.descriptor.kind != "noop":
+        if d.kind != "noop":
             runtime["spark_remote"] = self._spark()
-        return self.slots.launch(task.slot, descriptor_to_json(task.descriptor), runtime, task_id=task.id,
-                                 handle=self.world.new_id())
+        inbox = self.keys.inbox(self.keys.job(d.job_id))
+        reports = [(inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), d.job_id))
+                   for message in (TaskOperationResult(d.job_id, d.execution_id, True, None),
+                                   self._state(task, TaskState.INITIALIZING))]
+        handle = self.slots.launch(task.slot, descriptor_to_json(d), runtime, task_id=task.id,
+                                   handle=self.world.new_id(), reports=reports)
+        self.metrics.appended((env.type for _, env in reports), "inbox")
+        return handle
 
     def _spark(self) -> str | None:
         """The Spark Connect server this TaskManager's workers use: the given one, or one it

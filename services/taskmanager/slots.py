@@ -12,9 +12,11 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from sluice.events import Envelope
 from sluice.services.common.guard import guarded
 from sluice.store import EventLog
 from sluice.store.slots import SlotQueues
@@ -26,8 +28,12 @@ class Slots(Protocol):
     def start(self, slots: int) -> None:
         """Start one worker per slot."""
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str) -> str:
-        """Hand a task to the slot's worker under ``handle`` (a fresh id); returns the handle."""
+    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
+               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+        """Hand a task to the slot's worker under ``handle`` (a fresh id); returns the handle.
+        ``reports`` (stream, message) are appended, in order, before the worker can take the
+        task, in the same round trip. When it raises, the task was not handed over; the
+        reports may have been sent (a repeated report is ignored)."""
 
     def cancel_queued(self, handle: str) -> None:
         """Take a task that no worker has begun out of its queue."""
@@ -82,10 +88,12 @@ class ProcessSlots:
                                               stdin=subprocess.DEVNULL, env=env)
         out.close()
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str) -> str:
+    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
+               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
         from .worker import RUN_TASK
 
-        return self.queues.enqueue(slot, RUN_TASK, (descriptor, runtime), job_id=handle, description=task_id)
+        return self.queues.enqueue(slot, RUN_TASK, (descriptor, runtime), job_id=handle, description=task_id,
+                                   before=reports)
 
     def cancel_queued(self, handle: str) -> None:
         self.queues.cancel(handle)

@@ -207,8 +207,9 @@ class TMProcess(Process):
     def start(self) -> None:
         self.gen += 1
         sim = self.sim
-        self.slots = SimSlots(sim, self.name)
-        self.tm = TaskManager(sim.connect(f"{self.name}.{self.gen}", self), resource_id=self.name, slots=self.slots_n,
+        log = sim.connect(f"{self.name}.{self.gen}", self)
+        self.slots = SimSlots(sim, self.name, log)
+        self.tm = TaskManager(log, resource_id=self.name, slots=self.slots_n,
                               host=f"host-{self.name}", world=sim.world, runner=self.slots,
                               config=RegistrationConfig(50, 400, HEARTBEAT_MS, TIMEOUT_MS),
                               home=sim.home / self.name)

@@ -11,6 +11,7 @@ writes are split ids, so the invariants can check the result end to end.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,8 +61,8 @@ class SimSlots:
     """One TaskManager's slot workers (its ``Slots``): a task waits in its slot's queue until
     the worker takes it; killing a worker kills its task."""
 
-    def __init__(self, sim: Simulation, tm: str) -> None:
-        self.sim, self.tm = sim, tm
+    def __init__(self, sim: Simulation, tm: str, log: EventLog) -> None:
+        self.sim, self.tm, self.log = sim, tm, log
         self.n = 0
         self.tasks: dict[str, SimTask] = {}
         self._exited: list[tuple[int, str]] = []
@@ -69,7 +70,10 @@ class SimSlots:
     def start(self, slots: int) -> None:
         self.n = slots
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str) -> str:
+    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
+               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+        if reports:  # one round trip with the hand-over, as ProcessSlots's transaction
+            self.log.append_each(reports)
         task = SimTask(self.sim, self, handle, descriptor_from_json(descriptor), slot)
         self.tasks[handle] = task
         self.sim.tasks.append(task)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +86,11 @@ class ManualWorld:
 
 class TinySlots:
     """A TaskManager's workers (its ``Slots``) that run nothing: each task handed over is
-    recorded and counts as begun at once; the test reports for it as its worker would."""
+    recorded and counts as begun at once; the test reports for it as its worker would. A
+    launch's reports are appended through ``log`` (``tm()`` gives it the TaskManager's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: EventLog | None = None) -> None:
+        self.log = log
         self.n = 0
         self.launched: list[tuple[int, dict, str]] = []
         """(slot, task deployment descriptor as JSON, handle) of every task handed over."""
@@ -100,7 +102,12 @@ class TinySlots:
     def start(self, slots: int) -> None:
         self.n = slots
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str) -> str:
+    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
+               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+        if reports:
+            if self.log is None:
+                raise TypeError("TinySlots needs the log to send a launch's reports: TinySlots(log)")
+            self.log.append_each(reports)
         self.launched.append((slot, dict(descriptor), handle))
         return handle
 
@@ -254,6 +261,8 @@ def jm(log: EventLog, world: Any, name: str, tmp_path: Path, **kw: Any) -> JobMa
 
 def tm(log: EventLog, world: Any, tmp_path: Path, slots: TinySlots, *, rid: str = "tm-1", n: int = 2,
        **kw: Any) -> TaskManager:
+    if slots.log is None:
+        slots.log = log
     return TaskManager(log, resource_id=rid, slots=n, host="host-a", world=world, runner=slots,
                        home=tmp_path / rid, config=RegistrationConfig(50, 400, 100, 600_000), **kw)
 

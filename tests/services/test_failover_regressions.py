@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -466,16 +467,20 @@ def test_bug5_a_failed_acknowledgement_does_not_start_a_task_twice(log: EventLog
 
 
 class EagerWorker(TinySlots):
-    """An idle worker: it takes the task the moment it is queued and reports RUNNING before
-    the TaskManager's launch step returns."""
+    """An idle worker: it takes the task the moment it is queued (right after the launch's
+    reports, as ProcessSlots's transaction orders them) and reports RUNNING before the
+    TaskManager's launch step returns."""
 
     def __init__(self, log: EventLog, world: Any) -> None:
-        super().__init__()
-        self.log, self.world = log, world
+        super().__init__(log)
+        self.world = world
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str) -> str:
+    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
+               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+        handle = super().launch(slot, descriptor, runtime, task_id=task_id, handle=handle, reports=reports)
+        assert self.log is not None
         report(self.log, self.world, descriptor, "tm-1", slot, TaskState.RUNNING)
-        return super().launch(slot, descriptor, runtime, task_id=task_id, handle=handle)
+        return handle
 
 
 @pytest.mark.timeout(30)

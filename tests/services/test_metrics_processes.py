@@ -42,7 +42,7 @@ def processes(log: EventLog, tmp_path: Path) -> tuple[JobManager, TaskManager, T
     world = ManualWorld()
     jm = JobManager(log, world=world, jm_id="jm-1", storage_root=f"file://{tmp_path}/storage",
                     checkpoint_interval_ms=600_000)
-    slots = TinySlots()
+    slots = TinySlots(log)
     tm = TaskManager(log, resource_id="tm-1", slots=2, host="host-a", world=world, runner=slots,
                      home=tmp_path / "tm-1", config=RegistrationConfig(50, 400, 100, 600_000))
     return jm, tm, slots, world

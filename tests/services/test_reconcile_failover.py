@@ -60,6 +60,8 @@ def jm(log: EventLog, world: ManualWorld, tmp_path: Path, **kw: Any) -> JobManag
 
 
 def tm(log: EventLog, world: ManualWorld, tmp_path: Path, slots: TinySlots) -> TaskManager:
+    if slots.log is None:
+        slots.log = log
     return TaskManager(log, resource_id="tm-1", slots=1, host="host-a", world=world, runner=slots,
                        home=tmp_path / "tm-1", config=RegistrationConfig(50, 400, 100, 600_000))
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sluice.errors import ScriptError, StaleEpoch, StoreError, StoreRestarted
-from sluice.events import FIELD, TaskManagerRegistered, decode
+from sluice.events import FIELD, Envelope, TaskManagerRegistered, decode
 from sluice.store import Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out, ReadModels, Snapshots
 from sluice.store.backend import Delegating, GroupState, NoGroup, ScriptFailed
 from tests.helpers import env, heartbeat, register
@@ -336,6 +336,43 @@ class LogContract:
             mine.deliver(server="another-run-id")  # reads the cursor (another server), then refused
         assert mine.deliver(server=server) == 1 and counting.calls.count("get") == 4  # dropped at the error
         assert [e for _, e in log.replay(target)] == [*sent, late]
+
+    def test_a_commit_is_delivered_without_reading_the_outbox_back_only_when_nothing_precedes_it(
+            self, log: EventLog) -> None:
+        """After a commit, a deliverer whose cursor is where the outbox ended before it hands
+        over the commit's own entries from the commit's result (no XRANGE). When entries it
+        has not delivered precede them (another leader's, left undelivered), it reads the
+        outbox: those are delivered too, first, never skipped."""
+        tag = log.keys.job("j1")
+        outbox = log.keys.outbox(tag)
+        target = log.keys.inbox(log.keys.taskmanager("tm-1"))
+        server = log.server_id()
+        counting = Counting(log.backend)
+        mine_log = EventLog(counting, log.keys)
+        mine = Deliverer(mine_log, tag)
+        sent = [env(heartbeat(rid=f"tm-{i}"), epoch=1) for i in range(9)]
+
+        def commit(envs: list[Envelope], via: EventLog) -> Any:
+            return via.commit(tag, 1, [Out(outbox, e, to=target) for e in envs], server=server)
+
+        first = commit(sent[:2], mine_log)
+        assert first.outbox == outbox and first.before == "" and [a[0] for a in first.addressed] == list(first.ids)
+        assert mine.deliver_committed(first, server=server) == 2 and counting.calls.count("xrange") == 1  # no cursor yet
+        second = commit(sent[2:4], mine_log)
+        assert second.before == first.ids[-1]
+        assert mine.deliver_committed(second, server=server) == 2
+        assert counting.calls.count("xrange") == 1  # handed over from the result
+        commit(sent[4:6], log)  # another writer's entries, not delivered
+        third = commit(sent[6:8], mine_log)
+        assert mine.deliver_committed(third, server=server) == 4  # read back: theirs first, then its own
+        assert counting.calls.count("xrange") == 2
+        assert [e for _, e in log.replay(target)] == sent[:8]
+        late = commit(sent[8:], mine_log)
+        assert mine.deliver_committed(late, server="") == 1  # no server named: it reads
+        assert counting.calls.count("xrange") == 3
+        assert mine.deliver_committed(late, server=server) == 0  # a repeat changes nothing
+        assert [e for _, e in log.replay(target)] == sent
+        assert log.backend.get(log.keys.outbox_cursor(tag)) == late.ids[-1].encode()
 
     @pytest.mark.parametrize("bad", ["no-tag-at-all", "{x:client:c1}:inbox", "HASH"])
     def test_an_undeliverable_entry_is_parked_and_the_rest_of_the_outbox_is_delivered(self, log: EventLog,
@@ -685,9 +722,13 @@ class LogContract:
         tag = log.keys.cluster
         fence, inbox, facts = log.keys.fence(tag), log.keys.inbox(tag), log.keys.facts(tag)
         reply = b.script("commit", [fence, fence, facts], [3, "", "", 0, 3, b"x", "", 3, b"y", "to"])
-        assert reply[0] == b"OK" and len(reply) == 3 and all(isinstance(i, bytes) for i in reply)
-        assert [i.decode() for i in reply[1:]] == [i for i, _ in b.xrange(facts, None, 10)]
+        # the ids, then (an event had a target) the stream's last id before the commit: none
+        assert reply[0] == b"OK" and len(reply) == 4 and all(isinstance(i, bytes) for i in reply)
+        assert [i.decode() for i in reply[1:3]] == [i for i, _ in b.xrange(facts, None, 10)] and reply[3] == b""
         assert [f for _, f in b.xrange(facts, None, 10)] == [{b"e": b"x"}, {b"e": b"y", b"to": b"to"}]
+        again = b.script("commit", [fence, fence, facts], [3, "", "", 0, 3, b"z", "to"])
+        assert len(again) == 3 and again[2] == reply[2]
+        assert len(b.script("commit", [fence, fence, facts], [3, "", "", 0, 3, b"w", ""])) == 2  # no target
         assert b.get(fence) == b"3"
         with pytest.raises(ScriptFailed, match="^SLUICE_STALE 3$"):
             b.script("commit", [fence, fence, facts], [2, "", "", 0, 3, b"x", ""])
@@ -710,11 +751,11 @@ class LogContract:
         b.hset(table, {"x": b"1"})
         with pytest.raises(ScriptFailed, match=f"^SLUICE_NOT_A_STREAM {table} is a hash$"):
             b.script("commit", [fence, inbox, facts, table], [7, "", "jm", 1, ids[1], 3, b"w", "", 4, b"w", ""])
-        assert b.get(fence) == b"5" and b.xlen(facts) == 3
+        assert b.get(fence) == b"5" and b.xlen(facts) == 5
         assert _pending(b, inbox, "jm") == 1
         # A later epoch raises the fence in the commit.
         assert b.script("commit", [fence, inbox, facts], [7, "", "jm", 1, ids[1], 3, b"w", ""])[0] == b"OK"
-        assert b.get(fence) == b"7" and b.xlen(facts) == 4 and _pending(b, inbox, "jm") == 0
+        assert b.get(fence) == b"7" and b.xlen(facts) == 6 and _pending(b, inbox, "jm") == 0
 
     def test_dead_letter_and_delivery_script_replies(self, log: EventLog) -> None:
         b = log.backend
