@@ -171,10 +171,12 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                   block_ms: int | None) -> list[tuple[str, str, Fields | None]]:
+                   block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
+                   ) -> list[tuple[str, str, Fields | None]]:
         """XREADGROUP: for position ``">"`` new entries (they become pending for
         ``consumer``), for an id this consumer's pending entries after it (fields None for
-        an entry deleted since). Raises NoGroup when a group is missing."""
+        an entry deleted since). Raises NoGroup when a group is missing. ``ack``: entries
+        (by stream) the group acknowledges first, in the same round trip."""
 
     @abc.abstractmethod
     def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
@@ -301,9 +303,10 @@ class Delegating(Backend):
         return self.around("group_state", lambda: self.inner.group_state(stream, group))
 
     def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                   block_ms: int | None) -> list[tuple[str, str, Fields | None]]:
+                   block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
+                   ) -> list[tuple[str, str, Fields | None]]:
         return self.around("xreadgroup", lambda: self.inner.xreadgroup(
-            group, consumer, streams, count=count, block_ms=block_ms))
+            group, consumer, streams, count=count, block_ms=block_ms, ack=ack))
 
     def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
                    count: int) -> tuple[str, list[tuple[str, Fields | None]]]:

@@ -1100,7 +1100,14 @@ class MemoryBackend(Backend):
         return GroupState(_fmt(g.last), len(g.order), _fmt(g.order[0]) if g.order else None)
 
     def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                   block_ms: int | None) -> list[tuple[str, str, Fields | None]]:
+                   block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
+                   ) -> list[tuple[str, str, Fields | None]]:
+        for stream, ids in (ack or {}).items():
+            if ids:
+                try:
+                    self.xack(stream, group, ids)
+                except (CommandError, NoGroup):  # nothing there to acknowledge any more
+                    pass
         if not streams:
             return []
         now = self._enter()

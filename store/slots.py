@@ -37,9 +37,11 @@ class SlotQueues:
                 before: Sequence[tuple[str, Envelope]] = ()) -> str:
         """Queue ``func(*args)`` for the slot's worker as RQ job ``job_id``. ``before``:
         messages appended to their streams first, in the same transaction (one MULTI/EXEC, one
-        round trip): the worker cannot take the job before they are in, and a Redis that goes
-        away writes all or nothing. If Redis refuses one of them (its key is not a stream), the
-        job is taken back out of its queue and the error raised."""
+        round trip): the worker cannot take the job before they are in, and the server applies
+        all or nothing. (A connection lost after EXEC leaves the outcome unknown: ``exists``
+        tells.) If Redis refuses one of them (its key is not a stream), the job is taken back
+        out of its queue and the error raised; but if the slot's worker took it already (an
+        idle worker is woken by the push itself), it is handed over and its id returned."""
         import redis
         from rq import Queue
         from rq.serializers import JSONSerializer
@@ -57,10 +59,19 @@ class SlotQueues:
                             description=description, pipeline=pipe)
             replies = pipe.execute(raise_on_error=False)
         errors = [r for r in replies if isinstance(r, redis.ResponseError)]
-        if errors:
-            self.cancel(str(job.id))  # the transaction queued the job all the same
-            raise errors[0]
+        if errors:  # the transaction queued the job all the same
+            with translate_errors(f"taking a task back out of the queue of slot {slot}"):
+                if q.remove(job.id):  # still queued: no worker has it, so it never runs
+                    job.cancel()
+                    raise errors[0]
         return str(job.id)
+
+    def exists(self, rq_job: str) -> bool:
+        """Whether the task was queued (it stays known for a while after it ran)."""
+        from rq.job import Job
+
+        with translate_errors(f"looking for task {rq_job}"):
+            return bool(Job.exists(rq_job, connection=_client(self.log)))
 
     def cancel(self, rq_job: str) -> None:
         """Take a queued task out of its queue (a no-op once a worker runs it or it is gone)."""

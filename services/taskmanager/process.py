@@ -108,6 +108,9 @@ class TaskManager:
         self.finals: OrderedDict[str, AttemptReport] = OrderedDict()
         """Final states of tasks that ended here, kept (and listed in every slot report)
         until the leader confirms its log has them: a report lost on the way is not lost."""
+        self._unsure: dict[str, str] = {}
+        """Task id -> handle of its launch that raised RedisUnavailable (it may have taken
+        effect): its next start asks before handing the task over again."""
         self.server: str | None = None
         self._recovering = False
         self._started = False
@@ -174,9 +177,10 @@ class TaskManager:
             self.metrics.handled(e.envelope.type for e in entries)
             for entry in entries:
                 self._handle(entry)
-            if entries:  # one acknowledgement for the batch: an entry handled but not yet
-                # acknowledged when a step fails is read again and skipped (``handled``)
-                self.consumer.ack(*(e.id for e in entries))
+            if entries:  # one acknowledgement for the batch, sent with the next read: an entry
+                # handled but not yet acknowledged when a step fails is read again and skipped
+                # (``handled``); a new session of this TaskManager drops what is left pending
+                self.consumer.ack_later(*(e.id for e in entries))
             self._supervise()
             self._tick(busy=bool(entries))
         except RedisUnavailable:
@@ -284,6 +288,10 @@ class TaskManager:
             self.logger.info("removed the temp files of a TaskManager that is gone", path=str(path))
 
     def shutdown(self) -> None:
+        try:
+            self.consumer.flush_acks()  # tidy: a next session would drop them anyway
+        except RedisUnavailable:
+            pass
         self.temp.release()
         self.slots.stop()
         if self._spark_server is not None:
@@ -401,7 +409,9 @@ class TaskManager:
         # would skip a state). Launch is the start's last step, so the result can say it
         # succeeded. The leader reads both reports in one batch: one commit, not two.
         # A Redis error here fails this step, not the task: the start is undone and tried
-        # again (a repeated report is ignored).
+        # again (a repeated report is ignored). The error may have cost only the reply, the
+        # hand-over having taken effect: the next try then finds that one and keeps it
+        # (handing the attempt over twice would run it twice).
         d = task.descriptor
         self._flush()  # reports owed from earlier go first
         if not self.execute:
@@ -411,12 +421,26 @@ class TaskManager:
                    "io_rate": self.io_rate}
         if d.kind != "noop":
             runtime["spark_remote"] = self._spark()
+        unsure = self._unsure.get(task.id)
+        if unsure is not None:
+            if self.slots.handed_over(unsure):  # Redis away again: still unsure, next try asks again
+                del self._unsure[task.id]
+                self.logger.info("an earlier launch whose reply was lost took effect; keeping it", task=task.id)
+                return unsure
+            del self._unsure[task.id]
         inbox = self.keys.inbox(self.keys.job(d.job_id))
         reports = [(inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), d.job_id))
                    for message in (TaskOperationResult(d.job_id, d.execution_id, True, None),
                                    self._state(task, TaskState.INITIALIZING))]
-        handle = self.slots.launch(task.slot, descriptor_to_json(d), runtime, task_id=task.id,
-                                   handle=self.world.new_id(), reports=reports)
+        handle = self.world.new_id()
+        try:
+            self.slots.launch(task.slot, descriptor_to_json(d), runtime, task_id=task.id, handle=handle,
+                              reports=reports)
+        except RedisUnavailable:
+            self._unsure[task.id] = handle
+            while len(self._unsure) > _REMEMBERED:
+                del self._unsure[next(iter(self._unsure))]
+            raise
         self.metrics.appended((env.type for _, env in reports), "inbox")
         return handle
 

@@ -32,8 +32,12 @@ class Slots(Protocol):
                reports: Sequence[tuple[str, Envelope]] = ()) -> str:
         """Hand a task to the slot's worker under ``handle`` (a fresh id); returns the handle.
         ``reports`` (stream, message) are appended, in order, before the worker can take the
-        task, in the same round trip. When it raises, the task was not handed over; the
-        reports may have been sent (a repeated report is ignored)."""
+        task, all or nothing with the hand-over, in one round trip. When it raises
+        RedisUnavailable the outcome is unknown (the reply may be what was lost):
+        ``handed_over(handle)`` tells, once Redis is back."""
+
+    def handed_over(self, handle: str) -> bool:
+        """Whether a launch under ``handle`` took effect."""
 
     def cancel_queued(self, handle: str) -> None:
         """Take a task that no worker has begun out of its queue."""
@@ -94,6 +98,9 @@ class ProcessSlots:
 
         return self.queues.enqueue(slot, RUN_TASK, (descriptor, runtime), job_id=handle, description=task_id,
                                    before=reports)
+
+    def handed_over(self, handle: str) -> bool:
+        return self.queues.exists(handle)
 
     def cancel_queued(self, handle: str) -> None:
         self.queues.cancel(handle)

@@ -115,6 +115,13 @@ class FaultyBackend(Delegating):
         return result
 
 
+    def xadd_many(self, items: Any) -> list[str]:
+        result = super().xadd_many(items)
+        if self.actor.startswith("tm"):  # a TaskManager's reports sent together (see ``around``)
+            for _, fields in items:
+                self.sim.sent_by_taskmanager(self.actor.split(".")[0], fields)
+        return result
+
     def script(self, name: str, keys: Any, args: Any) -> Any:
         result = super().script(name, keys, args)
         if name == "commit" and result and result[0] in (b"OK", "OK"):

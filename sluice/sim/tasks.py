@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.errors import RedisUnavailable
 from sluice.events import (
+    FIELD,
     Envelope,
     KeyGroupRange,
     NotifyKvStateRegistered,
     TaskDeploymentDescriptor,
     TaskState,
     descriptor_from_json,
+    encode,
 )
 from sluice.services.dataplane.keygroups import key_group_range
 from sluice.services.dataplane.publish import Publication, is_marker, parse, superseded
@@ -30,6 +32,9 @@ from sluice.services.kvstate.codec import state_id
 from sluice.services.taskmanager.events import TaskEvents
 from sluice.services.taskmanager.worker import report_produced, report_state
 from sluice.store import EventLog, KvStates
+from sluice.store.backend import Delegating
+
+from .invariants import Violation
 
 if TYPE_CHECKING:
     from .cluster import Simulation
@@ -63,6 +68,8 @@ class SimSlots:
 
     def __init__(self, sim: Simulation, tm: str, log: EventLog) -> None:
         self.sim, self.tm, self.log = sim, tm, log
+        self.handles: set[str] = set()
+        """Every launch that took effect."""
         self.n = 0
         self.tasks: dict[str, SimTask] = {}
         self._exited: list[tuple[int, str]] = []
@@ -72,12 +79,30 @@ class SimSlots:
 
     def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
                reports: Sequence[tuple[str, Envelope]] = ()) -> str:
-        if reports:  # one round trip with the hand-over, as ProcessSlots's transaction
-            self.log.append_each(reports)
-        task = SimTask(self.sim, self, handle, descriptor_from_json(descriptor), slot)
-        self.tasks[handle] = task
-        self.sim.tasks.append(task)
-        return handle
+        """The reports and the hand-over are one call to the log, as ProcessSlots's
+        transaction: a fault strikes before it (nothing happened) or after it (all of it)."""
+        d = descriptor_from_json(descriptor)
+        backend = self.log.backend
+
+        def hand_over() -> str:
+            inner = backend.inner if isinstance(backend, Delegating) else backend
+            if reports:
+                inner.xadd_many([(stream, {FIELD: encode(env)}) for stream, env in reports])
+            for other in self.tasks.values():
+                if other.key == (d.job_id, d.execution_id) and not other.done:
+                    raise Violation(f"{self.tm} hands {d.execution_id} of {d.job_id} to its workers twice "
+                                    "(it would run twice)")
+            task = SimTask(self.sim, self, handle, d, slot)
+            self.tasks[handle] = task
+            self.handles.add(handle)
+            self.sim.tasks.append(task)
+            return handle
+
+        return backend.around("launch", hand_over) if isinstance(backend, Delegating) else hand_over()
+
+    def handed_over(self, handle: str) -> bool:
+        return self.log.backend.around("exists", lambda: handle in self.handles) \
+            if isinstance(self.log.backend, Delegating) else handle in self.handles
 
     def cancel_queued(self, handle: str) -> None:
         task = self.tasks.get(handle)

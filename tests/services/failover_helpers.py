@@ -111,6 +111,9 @@ class TinySlots:
         self.launched.append((slot, dict(descriptor), handle))
         return handle
 
+    def handed_over(self, handle: str) -> bool:
+        return any(h == handle for _, _, h in self.launched)
+
     def cancel_queued(self, handle: str) -> None:
         self.cancelled.append(handle)
 

@@ -406,27 +406,40 @@ def test_bug4_hostile_resource_ids_are_parked_with_the_reason_and_never_force_a_
 
 
 class AckFailsOnce(Delegating):
-    """The acknowledgement of entry ``target`` raises RedisUnavailable once: before it
-    reached the server, or after it took effect (the reply was lost)."""
+    """The round trip that acknowledges entry ``target`` (an XACK, or the next read that
+    carries it) raises RedisUnavailable once: before it reached the server, or after it
+    took effect (the reply was lost)."""
 
     def __init__(self, inner: Any, when: str) -> None:
         super().__init__(inner)
         self.when, self.target, self.failed = when, "", False
 
-    def xack(self, stream: str, group: str, ids: Any) -> int:
+    def _fail(self, ids: Any, call: Any) -> None:
         if self.target in ids and not self.failed:
             self.failed = True
             if self.when == "after":
-                self.inner.xack(stream, group, ids)
-            raise RedisUnavailable(f"(injected) connection lost acknowledging {self.target} in {stream}")
+                call()
+            raise RedisUnavailable(f"(injected) connection lost acknowledging {self.target}")
+
+    def xack(self, stream: str, group: str, ids: Any) -> int:
+        self._fail(ids, lambda: self.inner.xack(stream, group, ids))
         return self.inner.xack(stream, group, ids)
+
+    def xreadgroup(self, group: str, consumer: str, streams: Any, *, count: int, block_ms: int | None,
+                   ack: Any = None) -> Any:
+        def call() -> Any:
+            return self.inner.xreadgroup(group, consumer, streams, count=count, block_ms=block_ms, ack=ack)
+
+        self._fail([i for ids in (ack or {}).values() for i in ids], call)
+        return call()
 
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_bug5_a_failed_acknowledgement_does_not_start_a_task_twice(log: EventLog, tmp_path: Path, when: str) -> None:
-    """The TaskManager's XACK of a SubmitTask fails with a Redis error, before or after it
-    took effect. The next step reads its pending entries again and finds the attempt
+    """The TaskManager's acknowledgement of a SubmitTask (sent with its next read) fails
+    with a Redis error, before or after it took effect. The next step reads its pending
+    entries again and finds the attempt
     already here: one TaskOperationResult(success=True), no failure report, one launch, and
     the leader counts no restart. Before the fix (acknowledgement lost before it took
     effect) it started the task again, the task table refused (slot busy), it reported
@@ -446,6 +459,8 @@ def test_bug5_a_failed_acknowledgement_does_not_start_a_task_twice(log: EventLog
     pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, inbox, SubmitTask)),
          what="the SubmitTask", world=world, advance_ms=10)
     ((faulty.target, _),) = [(i, e) for i, e in log.replay(inbox) if isinstance(e.event, SubmitTask)]
+    t.step(block_ms=None)  # handles it; the acknowledgement goes with the next read
+    assert len(slots.launched) == 1 and not faulty.failed
     with pytest.raises(RedisUnavailable):
         t.step(block_ms=None)
     assert faulty.failed and len(slots.launched) == 1
@@ -508,6 +523,65 @@ def test_an_idle_worker_reporting_running_at_once_does_not_overtake_initializing
                                                                                  TaskState.RUNNING]
     facts = [f.state for f in events(log, keys.facts(keys.job("j1")), UpdateTaskExecutionState)]
     assert facts == [TaskState.SCHEDULED, TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING]
+
+
+class ReplyLostOnce(TinySlots):
+    """Workers whose first launch takes effect (the task and its reports are in) but whose
+    reply is lost: the TaskManager sees RedisUnavailable and cannot tell."""
+
+    def __init__(self, log: EventLog, *, effect: bool) -> None:
+        super().__init__(log)
+        self.effect, self.failed = effect, False
+        self.asked: list[str] = []
+
+    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
+               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+        if not self.failed:
+            self.failed = True
+            if self.effect:
+                super().launch(slot, descriptor, runtime, task_id=task_id, handle=handle, reports=reports)
+            raise RedisUnavailable("(test) connection lost around EXEC")
+        return super().launch(slot, descriptor, runtime, task_id=task_id, handle=handle, reports=reports)
+
+    def handed_over(self, handle: str) -> bool:
+        self.asked.append(handle)
+        return super().handed_over(handle)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("effect", [True, False], ids=["it-took-effect", "it-did-not"])
+def test_a_launch_whose_reply_was_lost_is_not_handed_over_twice(log: EventLog, tmp_path: Path,
+                                                                effect: bool) -> None:
+    """The hand-over and its reports are one transaction; when the connection drops around
+    EXEC the TaskManager cannot tell whether it took effect. It undoes the start and tries
+    again at its next step, asking first: one that took effect is kept (handing the attempt
+    over again ran it twice, found by the simulation), one that did not is done again."""
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    slots = ReplyLostOnce(log, effect=effect)
+    t = tm(log, world, tmp_path, slots, n=1)
+    register_tm(a, t, world)
+    submit(log, world, "j1", source_graph("j1"))
+
+    def tm_step() -> None:
+        try:
+            t.step(block_ms=None)
+        except RedisUnavailable:
+            pass  # the process loop waits for Redis and steps again
+
+    pump([lambda: a.step(block_ms=None), tm_step],
+         lambda: slots.failed and bool(t.tasks), what="the start, tried again", world=world, advance_ms=10)
+    assert len(slots.launched) == 1  # once, whichever way the first try went
+    assert not t._unsure
+    handle = slots.launched[0][2]
+    assert slots.asked == [handle] if effect else len(slots.asked) == 1 and slots.asked[0] != handle
+    (task,) = t.tasks.values()
+    assert task.rq_job == handle
+    pump([lambda: a.step(block_ms=None), tm_step],
+         lambda: job_state(log, "j1").vertices["src"].subtasks[0].state == TaskState.INITIALIZING,
+         what="INITIALIZING", world=world, advance_ms=10)
+    assert job_state(log, "j1").restarts == 0
 
 
 class LeaderActsAfterEachWrite(Delegating):

@@ -597,6 +597,26 @@ class LogContract:
         with pytest.raises(NoGroup):
             b.xreadgroup("g", "a", {log.keys.inbox(log.keys.job("x")): "0"}, count=1, block_ms=None)
 
+    def test_a_read_acknowledges_what_it_is_given_first_and_a_refused_acknowledgement_hides_nothing(
+            self, log: EventLog) -> None:
+        b = log.backend
+        stream = log.keys.inbox(log.keys.taskmanager("tm-1"))
+        b.group_create(stream, "g", "0")
+        first = [b.xadd(stream, {b"n": b"1"}) for _ in range(3)]
+        assert len(b.xreadgroup("g", "a", {stream: ">"}, count=10, block_ms=None)) == 3
+        later = b.xadd(stream, {b"n": b"2"})
+        got = b.xreadgroup("g", "a", {stream: ">"}, count=10, block_ms=None, ack={stream: first[:2]})
+        assert [i for _, i, _ in got] == [later]
+        assert _pending(b, stream, "g") == 2  # first[2] and ``later``
+        gone = log.keys.inbox(log.keys.taskmanager("tm-gone"))
+        b.set(gone, b"not a stream")  # an acknowledgement Redis refuses
+        again = b.xadd(stream, {b"n": b"3"})
+        got = b.xreadgroup("g", "a", {stream: ">"}, count=10, block_ms=None,
+                           ack={stream: [first[2], later], gone: ["1-1"]})
+        assert [i for _, i, _ in got] == [again] and _pending(b, stream, "g") == 1
+        assert b.xreadgroup("g", "a", {}, count=10, block_ms=None, ack={stream: [again]}) == []
+        assert _pending(b, stream, "g") == 0
+
     def test_a_group_created_at_the_end_or_moved_there_sees_only_new_entries(self, log: EventLog) -> None:
         b = log.backend
         stream = log.keys.inbox(log.keys.cluster)

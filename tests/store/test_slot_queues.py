@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -20,38 +21,40 @@ def _queue(log: EventLog) -> Queue:
     return Queue(log.keys.slot_queue("tm-1", 0), connection=log.backend.client)  # type: ignore[attr-defined]
 
 
-def test_the_reports_are_in_their_stream_when_a_waiting_worker_gets_the_task(log: EventLog) -> None:
-    """A client blocked on the queue (as an idle RQ worker is) is woken by the push and looks
-    at the stream at once: both reports are there, in order."""
-    inbox = log.keys.inbox(log.keys.job("j1"))
-    reports = [(inbox, env(heartbeat(rid="first"))), (inbox, env(heartbeat(rid="second")))]
+def _idle_worker(log: EventLog, then: Callable[[object], object]) -> tuple[threading.Thread, list[object]]:
+    """A client blocked on the queue, as an idle RQ worker is: the push wakes it, and it
+    calls ``then`` at once with what it popped. Returns once it is blocked."""
+    client = log.backend.client  # type: ignore[attr-defined]
     seen: list[object] = []
-    waiter = log.backend.client  # type: ignore[attr-defined]
-    ready = threading.Event()
 
-    def worker() -> None:
-        conn = waiter.connection_pool.get_connection()
+    def work() -> None:
+        conn = client.connection_pool.get_connection()
         try:
-            ready.set()
             conn.send_command("BLPOP", _queue(log).key, 10)
             popped = conn.read_response()
-            conn.send_command("XLEN", inbox)
-            seen.extend([popped, conn.read_response()])
+            seen.extend([popped, then(popped)])
         finally:
-            waiter.connection_pool.release(conn)
+            client.connection_pool.release(conn)
 
-    t = threading.Thread(target=worker)
+    t = threading.Thread(target=work)
     t.start()
-    ready.wait()
     deadline = time.monotonic() + 10
-    while waiter.info("clients")["blocked_clients"] < 1 and time.monotonic() < deadline:
-        time.sleep(0.005)  # until it waits in BLPOP: the push is what wakes it
-    handle = SlotQueues(log, "tm-1").enqueue(0, "sluice.bench.tasks.noop", ({}, {}), job_id="h1", description="t",
-                                             before=reports)
+    while client.info("clients")["blocked_clients"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return t, seen
+
+
+def test_the_reports_are_in_their_stream_when_a_waiting_worker_gets_the_task(log: EventLog) -> None:
+    inbox = log.keys.inbox(log.keys.job("j1"))
+    reports = [(inbox, env(heartbeat(rid="first"))), (inbox, env(heartbeat(rid="second")))]
+    t, seen = _idle_worker(log, lambda _: log.length(inbox))
+    queues = SlotQueues(log, "tm-1")
+    handle = queues.enqueue(0, "sluice.bench.tasks.noop", ({}, {}), job_id="h1", description="t", before=reports)
     t.join(10)
     assert handle == "h1" and seen and seen[0] is not None
     assert seen[1] == 2  # both reports were in before the task could be taken
     assert [e for _, e in log.replay(inbox)] == [e for _, e in reports]
+    assert queues.exists("h1") and not queues.exists("h-never")
 
 
 def test_a_report_redis_refuses_leaves_no_task_queued_and_says_why(log: EventLog) -> None:
@@ -66,3 +69,19 @@ def test_a_report_redis_refuses_leaves_no_task_queued_and_says_why(log: EventLog
     status = Job.fetch("h2", connection=log.backend.client).get_status()  # type: ignore[attr-defined]
     assert status == JobStatus.CANCELED
     assert log.length(good) == 1  # a transaction does not roll back: the leader ignores a repeated report
+
+
+def test_a_refused_report_does_not_take_back_a_task_a_worker_already_has(log: EventLog) -> None:
+    """An idle worker is woken by the push inside the transaction and takes the task before
+    it could be taken back: it runs, so it is reported handed over, not failed (the start
+    undone under a running task would leave it untracked)."""
+    bad = log.keys.inbox(log.keys.job("bad"))
+    log.backend.set(bad, b"not a stream")
+    t, seen = _idle_worker(log, lambda popped: None)
+    queues = SlotQueues(log, "tm-1")
+    handle = queues.enqueue(0, "sluice.bench.tasks.noop", ({}, {}), job_id="h3", description="t",
+                            before=[(bad, env(heartbeat()))])
+    t.join(10)
+    assert handle == "h3" and seen and seen[0] is not None
+    status = Job.fetch("h3", connection=log.backend.client).get_status()  # type: ignore[attr-defined]
+    assert status == JobStatus.QUEUED  # left to its worker, not cancelled
