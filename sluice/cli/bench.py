@@ -46,11 +46,13 @@ def log(events: int, appends: int, batch: int, redis_url: str | None) -> None:
 @click.option("--tasks", "n", default="300,2000", show_default=True,
               help="Tasks a run, comma-separated: one row each (a short run and the steady rate).")
 @click.option("--slots", default=2, show_default=True)
-def tasks(n: str, slots: int) -> None:
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 20),
+              help="Rounds a count, each side in turn: the row gives the medians (this machine's load drifts).")
+def tasks(n: str, slots: int, rounds: int) -> None:
     """No-op tasks through the whole path vs raw RQ jobs on as many workers."""
     from sluice.bench.tasks import run
 
-    run(tasks=_counts(n, "--tasks", "300,2000"), slots=slots)
+    run(tasks=_counts(n, "--tasks", "300,2000"), slots=slots, rounds=rounds)
 
 
 @bench.command()

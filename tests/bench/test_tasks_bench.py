@@ -34,3 +34,13 @@ def test_the_cpu_profile_prints_the_budget_the_target_leaves_and_says_when_it_do
     with console.capture() as cap:
         _print_cpu([{"tasks": 2000, "raw": Rate(295.0, raw.cpu_ms, 1.07), "sluice": ours}])
     assert "did not keep as many cores busy (raw RQ 1.07, Sluice 1.65)" in " ".join(cap.get().split())
+
+
+def test_rounds_combine_into_the_median_rate_and_the_mean_cpu() -> None:
+    """A round the shared machine slowed (the middle one here) moves the median least."""
+    from sluice.bench.tasks import Rate, combined
+
+    c = combined([Rate(500.0, {"workers": 2.0}, 1.6), Rate(300.0, {"workers": 3.0, "Redis": 0.6}, 1.8),
+                  Rate(520.0, {"workers": 2.2}, 1.7)])
+    assert c.tasks_per_s == 500.0 and abs(c.cores - 1.7) < 1e-9
+    assert abs(c.cpu_ms["workers"] - 2.4) < 1e-9 and abs(c.cpu_ms["Redis"] - 0.2) < 1e-9
