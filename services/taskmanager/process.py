@@ -108,9 +108,9 @@ class TaskManager:
         self.finals: OrderedDict[str, AttemptReport] = OrderedDict()
         """Final states of tasks that ended here, kept (and listed in every slot report)
         until the leader confirms its log has them: a report lost on the way is not lost."""
-        self._unsure: dict[str, str] = {}
-        """Task id -> handle of its launch that raised RedisUnavailable (it may have taken
-        effect): its next start asks before handing the task over again."""
+        self._unsure: dict[str, tuple[str, dict]] = {}
+        """Task id -> (handle, runtime) of a hand-over whose reply was lost (it may or may not
+        have taken effect): settled by ``_confirm_launches``."""
         self.server: str | None = None
         self._recovering = False
         self._started = False
@@ -169,6 +169,8 @@ class TaskManager:
         RedisUnavailable leaves what was read but not acknowledged for the next step."""
         try:
             self._flush()
+            if self._unsure:
+                self._confirm_launches()
             if self._recovering:
                 entries = self.consumer.pending()
                 self._recovering = False
@@ -290,7 +292,7 @@ class TaskManager:
     def shutdown(self) -> None:
         try:
             self.consumer.flush_acks()  # tidy: a next session would drop them anyway
-        except RedisUnavailable:
+        except Exception:  # Redis away, or refusing: the workers must stop all the same
             pass
         self.temp.release()
         self.slots.stop()
@@ -408,10 +410,8 @@ class TaskManager:
         # must not overtake INITIALIZING (the leader drops a late INITIALIZING, and the log
         # would skip a state). Launch is the start's last step, so the result can say it
         # succeeded. The leader reads both reports in one batch: one commit, not two.
-        # A Redis error here fails this step, not the task: the start is undone and tried
-        # again (a repeated report is ignored). The error may have cost only the reply, the
-        # hand-over having taken effect: the next try then finds that one and keeps it
-        # (handing the attempt over twice would run it twice).
+        # A Redis error before the hand-over fails this step, not the task: the start is
+        # undone and tried again (a repeated report is ignored).
         d = task.descriptor
         self._flush()  # reports owed from earlier go first
         if not self.execute:
@@ -421,13 +421,10 @@ class TaskManager:
                    "io_rate": self.io_rate}
         if d.kind != "noop":
             runtime["spark_remote"] = self._spark()
-        unsure = self._unsure.get(task.id)
-        if unsure is not None:
-            if self.slots.handed_over(unsure):  # Redis away again: still unsure, next try asks again
-                del self._unsure[task.id]
-                self.logger.info("an earlier launch whose reply was lost took effect; keeping it", task=task.id)
-                return unsure
-            del self._unsure[task.id]
+        return self._hand_over(task, runtime)
+
+    def _hand_over(self, task: Task, runtime: dict) -> str:
+        d = task.descriptor
         inbox = self.keys.inbox(self.keys.job(d.job_id))
         reports = [(inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), d.job_id))
                    for message in (TaskOperationResult(d.job_id, d.execution_id, True, None),
@@ -436,13 +433,31 @@ class TaskManager:
         try:
             self.slots.launch(task.slot, descriptor_to_json(d), runtime, task_id=task.id, handle=handle,
                               reports=reports)
-        except RedisUnavailable:
-            self._unsure[task.id] = handle
-            while len(self._unsure) > _REMEMBERED:
-                del self._unsure[next(iter(self._unsure))]
-            raise
+        except RedisUnavailable as exc:
+            # The transaction may have taken effect with only its reply lost. The start
+            # stands: undoing it would delete the temp files and output of a task its worker
+            # may be running now, and trying again would run it twice. Once Redis answers,
+            # ``_confirm_launches`` asks which, and hands it over again only if it was not.
+            self._unsure[task.id] = (handle, runtime)
+            self.logger.warning("a task's hand-over may not have taken effect; asking once Redis is back",
+                                task=task.id, error=str(exc)[:200])
+            return handle
         self.metrics.appended((env.type for _, env in reports), "inbox")
         return handle
+
+    def _confirm_launches(self) -> None:
+        """Settle the hand-overs whose reply was lost: keep one that took effect, hand the task
+        over again if it did not (RedisUnavailable: asked again at the next step)."""
+        for tid, (handle, runtime) in list(self._unsure.items()):
+            task = self.tasks.get(tid)
+            if task is None or task.rq_job != handle:  # dropped or cancelled meanwhile
+                del self._unsure[tid]
+            elif self.slots.handed_over(handle):
+                del self._unsure[tid]
+                self.logger.info("a hand-over whose reply was lost had taken effect", task=tid)
+            else:
+                del self._unsure[tid]
+                task.rq_job = self._hand_over(task, runtime)
 
     def _spark(self) -> str | None:
         """The Spark Connect server this TaskManager's workers use: the given one, or one it

@@ -70,6 +70,8 @@ class SimSlots:
         self.sim, self.tm, self.log = sim, tm, log
         self.handles: set[str] = set()
         """Every launch that took effect."""
+        self.attempts: set[tuple[str, str]] = set()
+        """Every attempt (job, execution id) handed over: none twice."""
         self.n = 0
         self.tasks: dict[str, SimTask] = {}
         self._exited: list[tuple[int, str]] = []
@@ -88,13 +90,13 @@ class SimSlots:
             inner = backend.inner if isinstance(backend, Delegating) else backend
             if reports:
                 inner.xadd_many([(stream, {FIELD: encode(env)}) for stream, env in reports])
-            for other in self.tasks.values():
-                if other.key == (d.job_id, d.execution_id) and not other.done:
-                    raise Violation(f"{self.tm} hands {d.execution_id} of {d.job_id} to its workers twice "
-                                    "(it would run twice)")
+            if (d.job_id, d.execution_id) in self.attempts:  # running or ended: RQ would run it again
+                raise Violation(f"{self.tm} hands {d.execution_id} of {d.job_id} to its workers twice "
+                                "(it would run twice)")
             task = SimTask(self.sim, self, handle, d, slot)
             self.tasks[handle] = task
             self.handles.add(handle)
+            self.attempts.add(task.key)
             self.sim.tasks.append(task)
             return handle
 

@@ -531,13 +531,13 @@ class ReplyLostOnce(TinySlots):
 
     def __init__(self, log: EventLog, *, effect: bool) -> None:
         super().__init__(log)
-        self.effect, self.failed = effect, False
+        self.effect, self.failed, self.lost = effect, False, ""
         self.asked: list[str] = []
 
     def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
                reports: Sequence[tuple[str, Envelope]] = ()) -> str:
         if not self.failed:
-            self.failed = True
+            self.failed, self.lost = True, handle
             if self.effect:
                 super().launch(slot, descriptor, runtime, task_id=task_id, handle=handle, reports=reports)
             raise RedisUnavailable("(test) connection lost around EXEC")
@@ -553,9 +553,11 @@ class ReplyLostOnce(TinySlots):
 def test_a_launch_whose_reply_was_lost_is_not_handed_over_twice(log: EventLog, tmp_path: Path,
                                                                 effect: bool) -> None:
     """The hand-over and its reports are one transaction; when the connection drops around
-    EXEC the TaskManager cannot tell whether it took effect. It undoes the start and tries
-    again at its next step, asking first: one that took effect is kept (handing the attempt
-    over again ran it twice, found by the simulation), one that did not is done again."""
+    EXEC the TaskManager cannot tell whether it took effect. The start stands (undoing it
+    deleted the temp files of a task the worker may be running), and once Redis answers
+    it asks: one that took effect is kept (handing the attempt over again ran it twice,
+    found by the simulation), one that did not is handed over again, reports and all."""
+    keys = log.keys
     world = ManualWorld()
     a = jm(log, world, "jm-a", tmp_path)
     lead(a, world)
@@ -563,24 +565,19 @@ def test_a_launch_whose_reply_was_lost_is_not_handed_over_twice(log: EventLog, t
     t = tm(log, world, tmp_path, slots, n=1)
     register_tm(a, t, world)
     submit(log, world, "j1", source_graph("j1"))
-
-    def tm_step() -> None:
-        try:
-            t.step(block_ms=None)
-        except RedisUnavailable:
-            pass  # the process loop waits for Redis and steps again
-
-    pump([lambda: a.step(block_ms=None), tm_step],
-         lambda: slots.failed and bool(t.tasks), what="the start, tried again", world=world, advance_ms=10)
+    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+         lambda: slots.failed and bool(t.tasks) and bool(slots.asked), what="the hand-over, settled",
+         world=world, advance_ms=10)
+    assert slots.asked == [slots.lost] and not t._unsure
     assert len(slots.launched) == 1  # once, whichever way the first try went
-    assert not t._unsure
-    handle = slots.launched[0][2]
-    assert slots.asked == [handle] if effect else len(slots.asked) == 1 and slots.asked[0] != handle
     (task,) = t.tasks.values()
-    assert task.rq_job == handle
-    pump([lambda: a.step(block_ms=None), tm_step],
+    assert (slots.launched[0][2] == slots.lost) == effect and task.rq_job == slots.launched[0][2]
+    assert task.temp_dir is not None and task.temp_dir.exists()  # nothing undone under the worker
+    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
          lambda: job_state(log, "j1").vertices["src"].subtasks[0].state == TaskState.INITIALIZING,
          what="INITIALIZING", world=world, advance_ms=10)
+    job_inbox = keys.inbox(keys.job("j1"))
+    assert [r.success for r in events(log, job_inbox, TaskOperationResult)] == [True]
     assert job_state(log, "j1").restarts == 0
 
 
