@@ -665,6 +665,8 @@ class Simulation:
             self.store.crash(self.world.now - lose)
             self.epochs = {e: w for e, w in self.epochs.items() if w[1] <= self.world.now - lose}
             self.note(f"Redis restarts and loses its last {lose} ms of writes")
+            for tm in self.tms:  # the leader may deploy again an attempt whose facts were lost
+                tm.slots.attempts = {t.key for t in tm.slots.tasks.values() if not t.done}
         if f.hit(rng, "redeliver", 0.01):
             self._redeliver()
 
@@ -737,6 +739,8 @@ class Simulation:
         log = self.connect("checker")
         proj.log = log
         proj.tables = ReadModels(log)
+        if not self.projector.loaded:  # a call failed (maybe after it took effect): it reloads first, as its loop does
+            proj.load()
         proj.catch_up()
         tables = ReadModels(log)
         keys = self.keys

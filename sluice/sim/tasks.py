@@ -109,7 +109,7 @@ class SimSlots:
     def cancel_queued(self, handle: str) -> None:
         task = self.tasks.get(handle)
         if task is not None and not task.started:
-            task.end("cancelled before a worker took it")
+            task.end("cancelled before a worker took it", ran=False)
 
     def started(self, handle: str) -> bool:
         task = self.tasks.get(handle)
@@ -121,7 +121,7 @@ class SimSlots:
     def kill(self, slot: int, *, wait: bool = False) -> None:
         for task in list(self.tasks.values()):
             if task.slot == slot and task.started and not task.done:
-                task.end("its worker was killed")
+                task.end("its worker was killed", ran=False)
         if not wait:
             self._exited.append((slot, "signal 9"))
 
@@ -135,7 +135,7 @@ class SimSlots:
 
     def stop(self) -> None:
         for task in list(self.tasks.values()):
-            task.end("its TaskManager stopped")
+            task.end("its TaskManager stopped", ran=False)
         self.tasks.clear()
 
     def sweep_sink(self, path: str, subtask: int) -> None:
@@ -173,10 +173,14 @@ class SimTask:
     def name(self) -> str:
         return f"task {self.d.execution_id} of {self.d.job_id} on {self.slots.tm}"
 
-    def end(self, why: str) -> None:
+    def end(self, why: str, *, ran: bool = True) -> None:
+        """``ran``: False when it ended without running to its end (killed, cancelled,
+        stopped): only a log that lost writes hands that attempt over again."""
         if not self.done:
             self.done = True
             self.slots.tasks.pop(self.handle, None)
+            if not ran:
+                self.slots.attempts.discard(self.key)
             self.sim.task_ended(self, why)
 
     def runnable(self, now: int) -> bool:
