@@ -99,7 +99,7 @@ class GroupConsumer:
         """New entries for this consumer (blocking up to ``block_ms``; None means don't block);
         ``read_counts`` says how many each stream gave."""
         counts: dict[str, int] = {}
-        out = self._read_from({s: ">" for s in self.streams}, count, block_ms, counts, ack=self._later)
+        out = self._read_from({s: ">" for s in self.streams}, count, block_ms, counts, with_acks=True)
         self.read_counts = counts
         return out
 
@@ -194,24 +194,26 @@ class GroupConsumer:
         return self._read_from({s: start for s in self.streams}, count, block_ms)
 
     def _read_from(self, positions: dict[str, str], count: int, block_ms: int | None,
-                   counts: dict[str, int] | None = None, ack: dict[str, list[str]] | None = None) -> list[Entry]:
+                   counts: dict[str, int] | None = None, with_acks: bool = False) -> list[Entry]:
+        """``with_acks``: the acknowledgements ``ack_later`` keeps go in the same round trip
+        (kept for the next try if it fails; acknowledgements the server refuses had nothing
+        left to do)."""
         for s in positions:
             if s not in self._ensured:
                 self._ensure(s, "0")
         if not positions:
-            if ack:
+            if with_acks:
                 self.flush_acks()
             return []
+        ack = self._later if with_acks and self._later else None
         try:
             reply = self.log.backend.xreadgroup(self.group, self.consumer, positions, count=count,
-                                                block_ms=block_ms, ack=ack or None)
+                                                block_ms=block_ms, ack=ack)
         except NoGroup:
-            if ack:
-                ack.clear()  # sent: acknowledgements the server refused had nothing left to do
             self._ensured.clear()  # a stream was deleted under us; create the groups again
-            return []
+            reply = []
         if ack:
-            ack.clear()
+            self._later = {}
         out: list[Entry] = []
         by_stream: dict[str, list[tuple[str, Fields | None]]] = {}
         for stream, entry_id, fields in reply:

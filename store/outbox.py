@@ -53,34 +53,32 @@ class Deliverer:
         marks drop. Kept only for a server that was named (a restarted one refuses the
         scripts) and dropped at any error."""
 
-    def deliver(self, *, batch: int = 500, server: str = "") -> int:
+    def deliver(self, *, batch: int = 500, server: str = "", committed: CommitResult | None = None) -> int:
         """Deliver everything after the cursor; returns how many entries were appended.
-        ``server``: the run id the deliverer expects (a restarted server refuses)."""
+        ``server``: the run id the deliverer expects (a restarted server refuses).
+        ``committed``: the commit that just wrote to this outbox. When this deliverer's
+        cursor is where the outbox ended before it (``committed.before``), the entries after
+        the cursor are the commit's own, which it holds: they are handed over without
+        reading the outbox back (one round trip less)."""
         try:
+            if committed is not None and self._holds_the_rest(committed, server):
+                return self._deliver_committed(committed, server)
             return self._deliver(batch, server)
         except BaseException:
             self._cursor = None
             raise
 
-    def deliver_committed(self, result: CommitResult, *, batch: int = 500, server: str = "") -> int:
-        """Deliver after a commit that wrote to this outbox. When this deliverer's cursor is
-        where the outbox ended before that commit (``result.before``), the entries after it
-        are the commit's own, which ``result`` holds: they are handed over without reading
-        the outbox back (one round trip less). Otherwise, as ``deliver``."""
-        cursor = self._cursor
-        if (not server or cursor is None or cursor != (server, result.before) or result.outbox != self.outbox
-                or not result.addressed):
-            return self.deliver(batch=batch, server=server)
-        try:
-            by_target: dict[str, list[object]] = {}
-            for entry_id, target, data in result.addressed:
-                by_target.setdefault(target, []).extend((entry_id, data))
-            sent = self._deliver_page(by_target, server)
-            self._advance(result.addressed[-1][0], server)
-            return sent
-        except BaseException:
-            self._cursor = None
-            raise
+    def _holds_the_rest(self, committed: CommitResult, server: str) -> bool:
+        return (bool(server) and bool(committed.addressed) and committed.outbox == self.outbox
+                and self._cursor == (server, committed.before))
+
+    def _deliver_committed(self, committed: CommitResult, server: str) -> int:
+        by_target: dict[str, list[object]] = {}
+        for entry_id, target, data in committed.addressed:
+            by_target.setdefault(target, []).extend((entry_id, data))
+        sent = self._deliver_page(by_target, server)
+        self._advance(committed.addressed[-1][0], server)
+        return sent
 
     def _advance(self, after: str, server: str) -> None:
         """Move the cursor to ``after`` (entries up to it were handed over)."""

@@ -91,9 +91,7 @@ class Committer:
         d = self._deliverers.get(tag)
         if d is None:
             d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable)
-        if committed is not None:
-            return d.deliver_committed(committed, batch=DELIVER_PAGE, server=self.server)
-        return d.deliver(batch=DELIVER_PAGE, server=self.server)
+        return d.deliver(batch=DELIVER_PAGE, server=self.server, committed=committed)
 
     def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:
         self.logger.warning("outbox entry parked in dead letters", entry=entry_id, target=target[:80], reason=reason)

@@ -114,7 +114,6 @@ class FaultyBackend(Delegating):
             sim.sent_by_taskmanager(self.actor.split(".")[0], self.appending)
         return result
 
-
     def xadd_many(self, items: Any) -> list[str]:
         result = super().xadd_many(items)
         if self.actor.startswith("tm"):  # a TaskManager's reports sent together (see ``around``)

@@ -68,6 +68,9 @@ class SimSlots:
 
     def __init__(self, sim: Simulation, tm: str, log: EventLog) -> None:
         self.sim, self.tm, self.log = sim, tm, log
+        if not isinstance(log.backend, Delegating):
+            raise TypeError("SimSlots needs a simulation connection (its calls are where faults strike)")
+        self.backend: Delegating = log.backend
         self.handles: set[str] = set()
         """Every launch that took effect."""
         self.attempts: set[tuple[str, str]] = set()
@@ -84,12 +87,10 @@ class SimSlots:
         """The reports and the hand-over are one call to the log, as ProcessSlots's
         transaction: a fault strikes before it (nothing happened) or after it (all of it)."""
         d = descriptor_from_json(descriptor)
-        backend = self.log.backend
 
         def hand_over() -> str:
-            inner = backend.inner if isinstance(backend, Delegating) else backend
             if reports:
-                inner.xadd_many([(stream, {FIELD: encode(env)}) for stream, env in reports])
+                self.backend.inner.xadd_many([(stream, {FIELD: encode(env)}) for stream, env in reports])
             if (d.job_id, d.execution_id) in self.attempts:  # running or ended: RQ would run it again
                 raise Violation(f"{self.tm} hands {d.execution_id} of {d.job_id} to its workers twice "
                                 "(it would run twice)")
@@ -100,11 +101,10 @@ class SimSlots:
             self.sim.tasks.append(task)
             return handle
 
-        return backend.around("launch", hand_over) if isinstance(backend, Delegating) else hand_over()
+        return self.backend.around("launch", hand_over)
 
     def handed_over(self, handle: str) -> bool:
-        return self.log.backend.around("exists", lambda: handle in self.handles) \
-            if isinstance(self.log.backend, Delegating) else handle in self.handles
+        return self.backend.around("exists", lambda: handle in self.handles)
 
     def cancel_queued(self, handle: str) -> None:
         task = self.tasks.get(handle)

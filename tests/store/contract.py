@@ -357,20 +357,20 @@ class LogContract:
 
         first = commit(sent[:2], mine_log)
         assert first.outbox == outbox and first.before == "" and [a[0] for a in first.addressed] == list(first.ids)
-        assert mine.deliver_committed(first, server=server) == 2 and counting.calls.count("xrange") == 1  # no cursor yet
+        assert mine.deliver(committed=first, server=server) == 2 and counting.calls.count("xrange") == 1  # no cursor yet
         second = commit(sent[2:4], mine_log)
         assert second.before == first.ids[-1]
-        assert mine.deliver_committed(second, server=server) == 2
+        assert mine.deliver(committed=second, server=server) == 2
         assert counting.calls.count("xrange") == 1  # handed over from the result
         commit(sent[4:6], log)  # another writer's entries, not delivered
         third = commit(sent[6:8], mine_log)
-        assert mine.deliver_committed(third, server=server) == 4  # read back: theirs first, then its own
+        assert mine.deliver(committed=third, server=server) == 4  # read back: theirs first, then its own
         assert counting.calls.count("xrange") == 2
         assert [e for _, e in log.replay(target)] == sent[:8]
         late = commit(sent[8:], mine_log)
-        assert mine.deliver_committed(late, server="") == 1  # no server named: it reads
+        assert mine.deliver(committed=late, server="") == 1  # no server named: it reads
         assert counting.calls.count("xrange") == 3
-        assert mine.deliver_committed(late, server=server) == 0  # a repeat changes nothing
+        assert mine.deliver(committed=late, server=server) == 0  # a repeat changes nothing
         assert [e for _, e in log.replay(target)] == sent
         assert log.backend.get(log.keys.outbox_cursor(tag)) == late.ids[-1].encode()
 
