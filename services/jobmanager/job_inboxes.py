@@ -42,6 +42,7 @@ class _Scheduled(NamedTuple):
 
 def _merge(into: jobs.Decision, decision: jobs.Decision | None) -> None:
     if decision is not None:
+        assert decision.now == into.now, "a merged decision was decided at another time than its batch"
         into.facts += decision.facts
         into.sends += decision.sends
         into.checkpoint |= decision.checkpoint
@@ -64,15 +65,19 @@ class JobInboxes:
 
     # --- messages ---
     def handle(self, stream: str, entries: list[Entry]) -> None:
-        """One job's entries of a batch: decided in order, committed together."""
+        """One job's entries of a batch: decided in order, committed together, all at one
+        time: the deciders fold their facts into the live state with the time they are
+        given, and the commit stamps every fact with the decision's, so a fact decided at
+        another moment than the batch's would make the leader's state differ from the log's."""
         jm = self.jm
         job_id = jm.keys.job_id_of(tag_of(stream))
         assert job_id is not None
-        merged = jobs.Decision(job_id, jm.world.now_ms())
+        now = jm.world.now_ms()
+        merged = jobs.Decision(job_id, now)
         done: list[str] = []
         for entry in entries:
             try:
-                decision = self._decide(job_id, entry)
+                decision = self._decide(job_id, entry, now)
             except MessageRejected as exc:
                 jm.committer.park(entry, exc.kind, str(exc))
                 continue
@@ -83,13 +88,12 @@ class JobInboxes:
         if done:
             # What the messages freed or made ready is scheduled in the same commit (one
             # script a batch, not two); schedule_all still looks at every job afterwards.
-            _merge(merged, self._schedule(job_id).decision)
+            _merge(merged, self._schedule(job_id, now=now).decision)
             self.commit(merged, stream, tuple(done))
 
-    def _decide(self, job_id: str, entry: Entry) -> jobs.Decision:
+    def _decide(self, job_id: str, entry: Entry, now: int) -> jobs.Decision:
         jm = self.jm
         env = entry.envelope
-        now = jm.world.now_ms()
         if isinstance(env.event, SubmitJob):
             if job_id in jm.state.jobs.jobs:
                 return jobs.Decision(job_id, now)  # already accepted: a redelivery
@@ -179,9 +183,10 @@ class JobInboxes:
             if decision.decision:
                 self.commit(decision.decision)
 
-    def _schedule(self, job_id: str, free: jobs.FreeSlots | None = None) -> _Scheduled:
+    def _schedule(self, job_id: str, free: jobs.FreeSlots | None = None, *, now: int | None = None) -> _Scheduled:
         """The job's ready tasks placed on free slots (``free``: what is left of the slots
-        after the jobs before it in this pass, None to look them up)."""
+        after the jobs before it in this pass, None to look them up), decided at ``now``
+        (the batch's, when merged into its decision; None: the clock's)."""
         jm = self.jm
         job = jm.state.jobs.jobs.get(job_id)
         if jm.recovering or job is None or not job.ready or job.status not in (JobStatus.CREATED, JobStatus.RUNNING):
@@ -190,7 +195,8 @@ class JobInboxes:
         if job.waiting_since is not None and not any(free.values()):
             return _Scheduled(None, free)  # already waiting for slots and none is free: nothing to try
         sessions = {r.resource_id: r.session for r in jm.state.membership.active()}
-        return _Scheduled(jobs.schedule(jm.state.jobs, job_id, free, jm.world.now_ms(), sessions), free)
+        at = jm.world.now_ms() if now is None else now
+        return _Scheduled(jobs.schedule(jm.state.jobs, job_id, free, at, sessions), free)
 
     def _free_slots(self) -> jobs.FreeSlots:
         used = self.jm.state.jobs.pool.by_tm

@@ -115,6 +115,7 @@ def normal_jobs(state: JobsState) -> dict[str, Any]:
     for job_id, job in sorted(state.jobs.items()):
         out[job_id] = {
             "status": job.status.value, "reason": job.reason, "restarts": job.restarts, "built": job.built,
+            "times": (job.submitted_at, job.ended_at), "history": list(job.history),
             "waiting": (job.waiting_since, job.wait_until_placed, job.slot_taken_at),
             "tasks": {ex.id: (ex.state.value, ex.taskmanager, ex.slot, ex.produced, ex.not_before, ex.seq, ex.session)
                       for ex in job.executions()},

@@ -8,14 +8,23 @@ __all__ = ["SimWorld"]
 
 
 class SimWorld:
-    """A clock that moves only when the scheduler moves it, and ids drawn from the seed."""
+    """A clock the scheduler moves between steps, and ids drawn from the seed.
 
-    def __init__(self, rng: random.Random, start_ms: int = 1_800_000_000_000) -> None:
+    Within a step the clock also creeps, as a real one does while a process works: a read
+    of it moves it on by a millisecond now and then (``creep``: how often). Two reads in
+    one step may so differ, and code that stamps a fact with one and folds it with the
+    other is caught."""
+
+    def __init__(self, rng: random.Random, start_ms: int = 1_800_000_000_000, *, creep: float = 0.25) -> None:
         self.rng = rng
         self.now = start_ms
         self.start = start_ms
+        self.creep = creep
+        self._creep_rng = random.Random(rng.getrandbits(64))
 
     def now_ms(self) -> int:
+        if self.creep and self._creep_rng.random() < self.creep:
+            self.now += 1
         return self.now
 
     def monotonic(self) -> float:

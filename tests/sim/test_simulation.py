@@ -7,8 +7,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+from collections.abc import Iterator
 
 import pytest
+import structlog
 
 from sluice.sim.cli import digest
 from sluice.sim.cluster import Outcome, quiet_logging, run_seed
@@ -19,8 +21,13 @@ CHUNK = 60
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _quiet() -> None:
+def _quiet() -> Iterator[None]:
+    """The components' log lines go to the simulation's notes while this module runs, and
+    back where they went after it (a test that reads them must not depend on the order)."""
+    before = structlog.get_config()
     quiet_logging()
+    yield
+    structlog.configure(**before)
 
 
 def failures(outcomes: list[Outcome]) -> str:
