@@ -295,6 +295,21 @@ class CommandError(StoreError):
         super().__init__(text)
 
 
+class WrongType(CommandError):
+    """A key read or written as a stream holds another kind of value (Redis's WRONGTYPE):
+    something other than Sluice wrote it. Raised by both backends; ``text`` is Redis's error."""
+
+
+class PartlyAppended(StoreError):
+    """Redis refused some appends of a batch (e.g. WRONGTYPE: the key is not a stream) and
+    took the others: ``ids`` holds each append's entry id in order, None where it was
+    refused, and ``errors`` the refusals by position."""
+
+    def __init__(self, ids: list[str | None], errors: dict[int, str]) -> None:
+        self.ids, self.errors = ids, errors
+        super().__init__(f"{len(errors)} of {len(ids)} appends refused: " + "; ".join(sorted(set(errors.values()))))
+
+
 class InvalidJobGraph(SluiceError):
     """A JobGraph that cannot run; ``problems`` lists every one found."""
 

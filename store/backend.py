@@ -43,7 +43,7 @@ ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 """One script to run: (name, keys, args)."""
 
 SCRIPTS = ("commit", "fence", "dead_letter", "deliver", "advance_cursor", "lease_acquire", "lease_renew",
-           "lease_release", "project", "snapshot")
+           "lease_release", "project", "snapshot", "set_aside")
 """The scripts a backend runs by name (see store/scripts.py for what each does)."""
 
 

@@ -4,18 +4,24 @@ restart, entries reclaimed from a dead consumer, and dead-lettering of bad entri
 Entries that cannot be decoded never reach the caller: they are moved, with the
 reason, to the tag's dead-letter stream and acknowledged in one step, and the
 ``on_dead_letter`` callback (e.g. a log line) is told.
+
+An inbox whose key holds another kind of value (something else wrote it: Redis answers
+WRONGTYPE, and one such key fails a read of every stream with it) is moved aside, kept
+under ``Keys.set_aside`` for a person to look at, and made again with the group, in one
+script; the ``on_set_aside`` callback is told and the read goes on.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sluice.errors import DecodeError
+from sluice.errors import DecodeError, WrongType
 from sluice.events import Envelope, decode_fields
 
 from .backend import Fields, NoGroup
-from .keys import tag_of
+from .keys import Keys, tag_of
 from .log import EventLog, entry_order
 
 __all__ = ["GroupConsumer", "Entry", "ensure_group", "dead_letter", "MAX_REASON"]
@@ -32,6 +38,8 @@ class Entry:
 
 
 DeadLetterHook = Callable[[str, str, DecodeError], None]
+SetAsideHook = Callable[[str, str, str], None]
+"""Told (inbox, the kind of value found there, where it was moved)."""
 
 
 def ensure_group(log: EventLog, stream: str, group: str, start: str = "0") -> None:
@@ -62,10 +70,12 @@ class GroupConsumer:
         consumer: str,
         *,
         on_dead_letter: DeadLetterHook | None = None,
+        on_set_aside: SetAsideHook | None = None,
     ) -> None:
         self.log, self.group, self.consumer = log, group, consumer
         self.streams: list[str] = [stream] if isinstance(stream, str) else list(stream)
         self._on_dead = on_dead_letter
+        self._on_set_aside = on_set_aside
         self._ensured: set[str] = set()
         self.read_counts: dict[str, int] = {}
         """How many entries the last read took from each stream (dead-lettered ones too):
@@ -92,8 +102,26 @@ class GroupConsumer:
             self._ensure(s, start)
 
     def _ensure(self, stream: str, start: str) -> None:
-        ensure_group(self.log, stream, self.group, start)
+        try:
+            ensure_group(self.log, stream, self.group, start)
+        except WrongType:
+            self.set_aside([stream])  # made again, with the group
         self._ensured.add(stream)
+
+    def set_aside(self, streams: list[str]) -> list[str]:
+        """Move aside what is not a stream among ``streams`` and make each such inbox again,
+        empty, with this group (one script each, in one round trip); the ones moved."""
+        stamp = f"{self.log.backend.time_ms()}-{os.urandom(3).hex()}"
+        calls = [("set_aside", [s, Keys.set_aside(s, stamp)], [self.group]) for s in streams]
+        moved = []
+        for (_, (stream, aside), _), kind in zip(calls, self.log.backend.script_many(calls)):
+            if isinstance(kind, Exception):
+                raise kind
+            if kind:
+                moved.append(stream)
+                if self._on_set_aside is not None:
+                    self._on_set_aside(stream, kind.decode() if isinstance(kind, bytes) else str(kind), aside)
+        return moved
 
     def read(self, *, count: int = 100, block_ms: int | None = 100) -> list[Entry]:
         """New entries for this consumer (blocking up to ``block_ms``; None means don't block);
@@ -134,6 +162,9 @@ class GroupConsumer:
                                                                min_idle_ms=min_idle_ms, start=start, count=count)
                 except NoGroup:
                     self._ensured.discard(stream)
+                    break
+                except WrongType:
+                    self.set_aside([stream])  # made again, empty: nothing to reclaim
                     break
                 out += self._decode_all(stream, claimed)
                 start = nxt
@@ -206,12 +237,21 @@ class GroupConsumer:
                 self.flush_acks()
             return []
         ack = self._later if with_acks and self._later else None
-        try:
-            reply = self.log.backend.xreadgroup(self.group, self.consumer, positions, count=count,
-                                                block_ms=block_ms, ack=ack)
-        except NoGroup:
-            self._ensured.clear()  # a stream was deleted under us; create the groups again
-            reply = []
+        reply: list = []
+        for attempt in range(3):
+            try:
+                reply = self.log.backend.xreadgroup(self.group, self.consumer, positions, count=count,
+                                                    block_ms=None if attempt else block_ms, ack=None if attempt else ack)
+                break
+            except NoGroup:  # a stream deleted under us (or made again by a writer): groups at '0', and again
+                self._ensured.clear()
+                if attempt < 2:
+                    for s in positions:
+                        self._ensure(s, "0")
+            except WrongType:  # (the acknowledgements went: they are sent whatever the read answers)
+                if attempt == 2:
+                    raise
+                self.set_aside(list(positions))  # (or a writer did it meanwhile: then no group yet)
         if ack:
             self._later = {}
         out: list[Entry] = []

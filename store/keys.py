@@ -16,6 +16,8 @@ every key one atomic commit touches lives in one slot:
     {<p>:cluster}:position:<name>  the fact stream position it reflects
     {<p>:cluster}:snapshot     the leader's state folded from this tag's facts, with the
                                fact entry id it covers (a hash: pos, data)
+    {<p>:…}:inbox:not-a-stream:<ms>-<hex>  what was found in place of an inbox (another kind of
+                               value), set aside when its reader made the inbox again
     {<p>:job:<id>}:…           the same shapes, per job, and
     {<p>:job:<id>}:task:<v>:<i>:inbox  events to subtask i of vertex v (splits, operator events)
     {<p>:job:<id>}:kvstate:<state id>  one task attempt's queryable state (a hash)
@@ -131,6 +133,13 @@ class Keys:
     def snapshot(tag: str) -> str:
         """A hash: ``pos`` (the last fact entry id folded in) and ``data`` (the encoded state)."""
         return tag + ":snapshot"
+
+    @staticmethod
+    def set_aside(key: str, stamp: str) -> str:
+        """Where a value found in place of the stream ``key`` (something else wrote it) is
+        kept for a person to look at (``stamp``: when it was found, ms, and a few random
+        characters, so that two findings in one millisecond keep both)."""
+        return f"{key}:not-a-stream:{stamp}"
 
     @staticmethod
     def task_inbox(tag: str, vertex: str, subtask: int) -> str:

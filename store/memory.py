@@ -70,9 +70,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
-from sluice.errors import CommandError, RedisUnavailable
+from sluice.errors import CommandError, PartlyAppended, RedisUnavailable, WrongType
 
 from . import scripts
 from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptCall, ScriptFailed
@@ -478,7 +478,7 @@ class MemoryStore:
             "deliver": self._deliver, "advance_cursor": self._advance_cursor,
             "lease_acquire": self._lease_acquire, "lease_renew": self._lease_renew,
             "lease_release": self._lease_release, "project": self._project,
-            "snapshot": self._snapshot,
+            "snapshot": self._snapshot, "set_aside": self._set_aside,
         }
 
     # --- faults -------------------------------------------------------------------------
@@ -611,13 +611,13 @@ class MemoryStore:
         v = self._write(key, now) if write else self._read(key, now)
         if v is None or isinstance(v, _Stream):
             return v
-        raise CommandError(_WRONGTYPE)
+        raise WrongType(_WRONGTYPE)
 
     def _hash(self, key: str, now: int, write: bool = False) -> dict[bytes, bytes] | None:
         v = self._write(key, now) if write else self._read(key, now)
         if v is None or isinstance(v, dict):
             return v
-        raise CommandError(_WRONGTYPE)
+        raise WrongType(_WRONGTYPE)
 
     def _group(self, key: str, group: str, now: int, what: str = "") -> tuple[_Stream, _Group]:
         s = self._stream(key, now)
@@ -632,7 +632,7 @@ class MemoryStore:
         v = self._read(key, now)
         if v is None or isinstance(v, bytes):
             return v
-        raise CommandError(_WRONGTYPE)
+        raise WrongType(_WRONGTYPE)
 
     def _set(self, key: str, value: bytes) -> None:
         self._do(_op_set, key, value)
@@ -697,7 +697,7 @@ class MemoryStore:
                 raise CommandError(_NOT_INT)
             n = int(v)
         else:
-            raise CommandError(_WRONGTYPE)
+            raise WrongType(_WRONGTYPE)
         n += 1
         self._do(_op_setkeep, key, str(n).encode())
         return n
@@ -815,6 +815,23 @@ class MemoryStore:
         if argv[0] != b"":
             self._xack(keys[0], _s(argv[0]), [_s(argv[1])], now)
         return parked
+
+    def _set_aside(self, keys: list[str], argv: list[bytes], now: int) -> bytes:
+        kind = self._type(keys[0], now)
+        if kind == "stream":
+            return b""
+        if kind != "none":
+            value = self._write(keys[0], now)
+            self._delete(keys[1], now)
+            if isinstance(value, bytes):
+                self._do(_op_set, keys[1], value)
+            else:
+                self._do(_op_hset, keys[1], dict(value))  # type: ignore[arg-type]
+            self._do(_op_del, keys[0])
+        if argv[0] != b"":
+            self._do(_op_mkstream, keys[0])
+            self._do(_op_group, keys[0], _s(argv[0]), (0, 0))
+        return b"" if kind == "none" else kind.encode()
 
     def _deliver(self, keys: list[str], argv: list[bytes], now: int) -> int:
         self._restarted(argv[0])
@@ -1000,22 +1017,23 @@ class MemoryBackend(Backend):
         return self.store._xadd(stream, {_b(k): _b(v) for k, v in fields.items()}, now, maxlen)
 
     def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
-        """A pipeline: every command runs; the first error is raised after all of them."""
+        """A pipeline: every command runs; PartlyAppended after all of them if any was refused."""
         if not items:
             return []
         now = self._enter()
-        out: list[str] = []
-        error: Exception | None = None
-        for stream, fields in items:
+        out: list[str | None] = []
+        errors: dict[int, str] = {}
+        for i, (stream, fields) in enumerate(items):
             try:
                 if not fields:
                     raise CommandError("wrong number of arguments for 'xadd' command")
                 out.append(self.store._xadd(stream, {_b(k): _b(v) for k, v in fields.items()}, now))
             except CommandError as exc:
-                error = error or exc
-        if error is not None:
-            raise error
-        return out
+                out.append(None)
+                errors[i] = str(exc)
+        if errors:
+            raise PartlyAppended(out, errors)
+        return cast(list[str], out)
 
     def xrange(self, stream: str, after: str | None, count: int) -> list[RawEntry]:
         now = self._enter()

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import redis
 
-from sluice.errors import RedisUnavailable
+from sluice.errors import PartlyAppended, RedisUnavailable, WrongType
 
 from . import scripts
 from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptCall, ScriptFailed
@@ -59,6 +59,13 @@ def _xadd(stream: str, fields: Mapping[bytes, bytes], maxlen: int | None) -> lis
         command += (k, v)
     return command
 
+
+
+def _wrong_type(exc: redis.ResponseError) -> None:
+    """Raise WrongType for Redis's WRONGTYPE (the key holds another kind of value) to a
+    command (a script's, which names its script, stays the script's failure)."""
+    if str(exc).startswith("WRONGTYPE") and "script:" not in str(exc):
+        raise WrongType(str(exc)) from exc
 
 class RedisBackend(Backend):
     def __init__(self, client: redis.Redis) -> None:
@@ -179,6 +186,7 @@ class RedisBackend(Backend):
             finally:
                 pool.release(conn)
         if error is not None and check:
+            _wrong_type(error)
             raise error
         return replies
 
@@ -189,8 +197,12 @@ class RedisBackend(Backend):
     def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
         if not items:
             return []
-        return [_s(i) for i in self._raw(f"appending to {items[0][0]}" + (" and others" if len(items) > 1 else ""),
-                                         [_xadd(stream, fields, None) for stream, fields in items])]
+        replies = self._raw(f"appending to {items[0][0]}" + (" and others" if len(items) > 1 else ""),
+                            [_xadd(stream, fields, None) for stream, fields in items], check=False)
+        errors = {i: str(r) for i, r in enumerate(replies) if isinstance(r, redis.ResponseError)}
+        if errors:
+            raise PartlyAppended([None if i in errors else _s(r) for i, r in enumerate(replies)], errors)
+        return [_s(i) for i in replies]
 
     def xrange(self, stream: str, after: str | None, count: int) -> list[RawEntry]:
         """XRANGE as Redis sends it, without redis-py's per-entry dict building (replay reads
@@ -230,6 +242,7 @@ class RedisBackend(Backend):
             try:
                 self.client.xgroup_create(stream, group, id=start, mkstream=True)
             except redis.ResponseError as exc:
+                _wrong_type(exc)
                 if "BUSYGROUP" not in str(exc):
                     raise
 
@@ -272,6 +285,7 @@ class RedisBackend(Backend):
         except redis.ResponseError as exc:
             if "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc):  # a stream deleted while we read
                 raise NoGroup(str(exc)) from exc
+            _wrong_type(exc)
             raise
         out: list[tuple[str, str, Fields | None]] = []
         for stream, entries in (reply.items() if isinstance(reply, dict) else reply or ()):  # RESP3: a map
@@ -289,6 +303,7 @@ class RedisBackend(Backend):
             except redis.ResponseError as exc:
                 if "NOGROUP" in str(exc):
                     raise NoGroup(str(exc)) from exc
+                _wrong_type(exc)
                 raise
         entries = [(_s(raw_id), fields if fields else None) for raw_id, fields in reply[1]]
         return _s(reply[0]), entries

@@ -156,6 +156,34 @@ end
 return id
 """
 
+SET_ASIDE = """
+-- An inbox that holds another kind of value than a stream (something other than Sluice
+-- wrote its key) is moved aside, kept for a person to look at, and made again, empty, with
+-- its consumer group: one bad key must not stop its reader (a leader reads every job's
+-- inbox in one call, and one such key failed them all).
+-- KEYS[1]  the inbox
+-- KEYS[2]  where its value goes (a new key of the same tag)
+-- ARGV[1]  the consumer group that reads the inbox (created at '0'); '' from a writer,
+--          which leaves the inbox missing (its next append makes it; the reader, finding
+--          no group, makes its group at '0' and reads what was appended)
+-- Returns the type of what was moved aside, or '' when nothing was (the inbox is a stream,
+-- or is missing: then it is made, with its group).
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'stream' then
+  return ''
+end
+if kind ~= 'none' then
+  redis.call('RENAME', KEYS[1], KEYS[2])
+end
+if ARGV[1] ~= '' then
+  redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+end
+if kind == 'none' then
+  return ''
+end
+return kind
+"""
+
 DELIVER = _NEWER + _RESTARTED + """
 -- Deliver outbox entries into an inbox of another tag, each exactly once.
 -- KEYS[1]  target inbox stream
@@ -353,5 +381,6 @@ BY_NAME = {
     "lease_release": LEASE_RELEASE,
     "project": PROJECT,
     "snapshot": SNAPSHOT,
+    "set_aside": SET_ASIDE,
 }
 """The Lua of every script the backends run by name."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from sluice.errors import PartlyAppended
 from sluice.events import Envelope, Event, JobManagerHeartbeat
 from sluice.services.common.world import World
 from sluice.store import CommitResult, Consumed, Deliverer, EventLog, KvStates, Out
@@ -90,11 +91,16 @@ class Committer:
         entries are handed over without reading them back when nothing precedes them)."""
         d = self._deliverers.get(tag)
         if d is None:
-            d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable)
+            d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable,
+                                                         on_set_aside=self._set_aside)
         return d.deliver(batch=DELIVER_PAGE, server=self.server, committed=committed)
 
     def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:
         self.logger.warning("outbox entry parked in dead letters", entry=entry_id, target=target[:80], reason=reason)
+
+    def _set_aside(self, target: str, kind: str, aside: str) -> None:
+        self.logger.error("an inbox held another kind of value; it was moved aside, and delivered to", target=target,
+                          held=kind, moved_to=aside)
 
     # --- dead letters ---
     def park(self, entry: Entry, kind: str, reason: str) -> None:
@@ -112,7 +118,11 @@ class Committer:
         hb = Envelope(JobManagerHeartbeat(epoch, self.id), self.world.new_id(), epoch, self.world.now_ms())
         targets = [(self.keys.inbox(self.keys.taskmanager(rid)), hb) for rid in resource_ids]
         if targets:
-            self.log.append_each(targets)
+            try:
+                self.log.append_each(targets)
+            except PartlyAppended as exc:  # an inbox that is not a stream: its TaskManager makes it again
+                self.logger.warning("a heartbeat was refused", refused=[targets[i][0] for i in exc.errors],
+                                    error=next(iter(exc.errors.values()))[:300])
 
     def retire_state(self, job_id: str, state_ids: list[str]) -> None:
         """Delete the queryable state of attempts that ended (after the facts saying so)."""

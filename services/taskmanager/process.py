@@ -22,8 +22,9 @@ from collections import OrderedDict, deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.errors import RedisUnavailable
+from sluice.errors import PartlyAppended, RedisUnavailable, WrongType
 from sluice.events import (
+    FIELD,
     AcknowledgeRegistration,
     AttemptReport,
     CancelTask,
@@ -38,13 +39,14 @@ from sluice.events import (
     UnregisterTaskManager,
     UpdateTaskExecutionState,
     descriptor_to_json,
+    encode,
 )
 from sluice.services.common.gauges import taskmanager_gauges
 from sluice.services.common.metrics import TaskManagerMetrics
 from sluice.services.common.shell import RedisAway, get_logger, hostname
 from sluice.services.common.world import SYSTEM, World
 from sluice.store import Blobs, EventLog, GroupConsumer, LeaseHolder, current_leader
-from sluice.store.consumer import Entry
+from sluice.store.consumer import Entry, dead_letter
 
 from .core import Registration, RegistrationConfig
 from .library import LibraryCache
@@ -58,6 +60,9 @@ if TYPE_CHECKING:
 __all__ = ["TaskManager", "GROUP"]
 
 GROUP = "taskmanager"
+REFUSED_FOR_MS = 30_000
+"""How long a report whose inbox refuses it stays owed before it is parked (its leader
+makes the inbox again at its next read of it, in milliseconds)."""
 _REMEMBERED = 10_000  # inbox entries remembered as handled, and final states kept unconfirmed
 _REPORTED_ERROR = 2_000  # characters of a failure kept in the slot report
 _LOOK_EVERY_MS = 50
@@ -90,7 +95,8 @@ class TaskManager:
         self.logger = get_logger("taskmanager", tm=self.resource_id)
         self.metrics = TaskManagerMetrics()
         self.metrics.collect_with(lambda: taskmanager_gauges(self))
-        self.consumer = GroupConsumer(log, self.inbox, GROUP, self.resource_id, on_dead_letter=self._dead_lettered)
+        self.consumer = GroupConsumer(log, self.inbox, GROUP, self.resource_id, on_dead_letter=self._dead_lettered,
+                                      on_set_aside=self._set_aside)
         self.home = Path(home)
         self.execute = execute
         self.tasks = TaskTable()
@@ -103,6 +109,8 @@ class TaskManager:
         self.cancelling: set[str] = set()
         self.owed: deque[tuple[str, Envelope]] = deque()
         """Reports to jobs not yet sent (Redis was away): sent, in order, before anything else."""
+        self._refused_since: dict[str, int] = {}
+        """Owed reports whose inbox refused them (not a stream), by envelope id: since when."""
         self._exits: deque[tuple[int, str]] = deque()  # workers seen dead, not yet recorded
         self.handled: OrderedDict[str, None] = OrderedDict()
         self.finals: OrderedDict[str, AttemptReport] = OrderedDict()
@@ -301,7 +309,15 @@ class TaskManager:
             self._spark_server = None
 
     def _send(self, message: Event, cause: str | None = None) -> None:
-        self.log.append(self.cluster_inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), None, cause))
+        """A message to the leader. One the cluster inbox refuses (the key holds another
+        kind of value, until the leader makes it again at its next read) is dropped with a
+        warning: registration sends again when unanswered, and heartbeats come again."""
+        try:
+            self.log.append(self.cluster_inbox,
+                            Envelope(message, self.world.new_id(), 0, self.world.now_ms(), None, cause))
+        except WrongType as exc:
+            self.logger.warning("a message to the leader was refused", message=message.TYPE, error=str(exc)[:300])
+            return
         self.metrics.appended((message.TYPE,), "inbox")
 
     def _to_job(self, job_id: str, message: Event, *, flush: bool = True) -> None:
@@ -317,27 +333,66 @@ class TaskManager:
     def _flush(self) -> None:
         """Send every report owed in one round trip (a task's start owes two: the SubmitTask's
         result and INITIALIZING). When the round trip fails they all stay owed and go again,
-        some maybe twice: the leader ignores a repeated report."""
+        some maybe twice: the leader ignores a repeated report.
+
+        A report whose inbox refuses it (the key holds another kind of value: the leader
+        makes the inbox again at its next read of it) stays owed and the others go. One
+        refused for REFUSED_FOR_MS is parked in its job's dead letters with the reason: no
+        leader reads that inbox any more (its job ended), and a final state also travels
+        in every slot report until the leader has it."""
         if not self.owed:
             return
         sent = list(self.owed)
         try:
             self.log.append_each(sent)
+            refused: dict[int, str] = {}
+        except PartlyAppended as exc:
+            refused = exc.errors
+        now = self.world.now_ms()
+        kept: deque[tuple[str, Envelope]] = deque()
+        parked: list[tuple[str, Envelope, str]] = []
+        for i, (stream, env) in enumerate(sent):
+            error = refused.get(i)
+            if error is None:
+                self._refused_since.pop(env.id, None)
+                continue
+            since = self._refused_since.setdefault(env.id, now)
+            if now - since >= REFUSED_FOR_MS:
+                parked.append((stream, env, error))
+                continue
+            if since == now:
+                self.logger.warning("a report was refused; it stays owed", stream=stream, report=env.type,
+                                    error=error[:300])
+            kept.append((stream, env))
+        self.owed = kept
+        self.metrics.appended((env.type for i, (_, env) in enumerate(sent) if i not in refused), "inbox")
+        for n, (stream, env, error) in enumerate(parked):
+            try:
+                self._park_report(stream, env, error)
+            except RedisUnavailable:
+                self.owed.extend((s, e) for s, e, _ in parked[n:])
+                raise
+
+    def _park_report(self, stream: str, env: Envelope, error: str) -> None:
+        self._refused_since.pop(env.id, None)
+        reason = (f"undeliverable: {stream!r} refused the report for {REFUSED_FOR_MS // 1000} s ({error}); "
+                  "the report stays here")
+        try:
+            dead_letter(self.log, stream, "", env.id, {FIELD: encode(env)}, "undeliverable", reason)
         except RedisUnavailable:
             raise
-        except Exception:  # one report Redis refuses (its inbox is not a stream): the rest go one by one
-            self._flush_one_by_one()
+        except Exception as again:  # its job's dead letters refuse it too: the log line keeps it
+            self.logger.error("a refused report could not be parked; it is dropped", stream=stream,
+                              report=encode(env).decode(), error=str(again)[:300])
             return
-        for _ in sent:
-            self.owed.popleft()
-        self.metrics.appended((env.type for _, env in sent), "inbox")
+        self.metrics.parked("undeliverable")
+        self.logger.error("a report refused for too long was parked in its job's dead letters", stream=stream,
+                          report=env.type, error=error[:300])
 
-    def _flush_one_by_one(self) -> None:
-        while self.owed:
-            stream, env = self.owed[0]
-            self.log.append(stream, env)
-            self.owed.popleft()
-            self.metrics.appended((env.type,), "inbox")
+    def _set_aside(self, stream: str, kind: str, aside: str) -> None:
+        self.metrics.parked("not-a-stream")
+        self.logger.error("the inbox held another kind of value; it was moved aside and made again", stream=stream,
+                          held=kind, moved_to=aside)
 
     def _dead_lettered(self, stream: str, entry_id: str, error: Exception) -> None:
         self.metrics.parked(getattr(error, "kind", "undecodable"))

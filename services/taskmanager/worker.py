@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sluice.errors import RedisUnavailable
+from sluice.errors import PartlyAppended, RedisUnavailable, WrongType
 from sluice.events import (
     Envelope,
     ScheduleOrUpdateConsumers,
@@ -168,17 +168,31 @@ def _report(ctx: WorkerContext, d: TaskDeploymentDescriptor, *states: TaskState,
     _persist(ctx, lambda: report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, *states, error=error))
 
 
-def _persist(ctx: WorkerContext, send: Callable[[], T], *, give_up_s: float = 600.0) -> T:
+def _persist(ctx: WorkerContext, send: Callable[[], T], *, give_up_s: float = 600.0,
+             refused_for_s: float = 30.0) -> T:
     """Do a step that writes to Redis, doing it again after Redis was away (a report may
     then arrive twice: the leader ignores a repeated one). A report lost would leave its task
     running for ever, so the worker waits as long as its TaskManager lives; a context with
-    no ``outage`` retries for ``give_up_s``."""
+    no ``outage`` retries for ``give_up_s``. A report an inbox refused (its key holds another
+    kind of value until its reader makes it again, at its next read) goes again for
+    ``refused_for_s``; the others of it may arrive twice."""
+    refused_until = time.monotonic() + refused_for_s
+
+    def once() -> T:
+        while True:
+            try:
+                return send()
+            except (PartlyAppended, WrongType):
+                if time.monotonic() > refused_until:
+                    raise
+                time.sleep(0.1)
+
     if ctx.outage is not None:
-        return ctx.outage.call(send)
+        return ctx.outage.call(once)
     delay, deadline = 0.05, time.monotonic() + give_up_s
     while True:
         try:
-            return send()
+            return once()
         except RedisUnavailable:
             if time.monotonic() + delay > deadline:
                 raise

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from sluice.client import Client, JobFile
-from sluice.errors import JobNotFound, RedisUnavailable
+from sluice.errors import JobNotFound, RedisUnavailable, WrongType
 from sluice.events import (
     FIELD,
     Envelope,
@@ -299,7 +299,7 @@ class ClientProcess(Process):
             if sim.faulting and sim.faults.hit(sim.rng, "hostile", 0.05):
                 self.hostile()
                 return True
-        except RedisUnavailable:
+        except (RedisUnavailable, WrongType):  # (WrongType: the cluster inbox is clobbered until the leader reads)
             self.wake_at = now + sim.rng.randint(20, 200)
             return True
         self.wake_at = now + 50
@@ -310,8 +310,15 @@ class ClientProcess(Process):
         cluster = keys.inbox(keys.cluster)
         bad_id = rng.choice(("}", "{", "*", "a\nb", "x" * 100_000, "", "tm 1"))
         job = rng.choice(self.jobs)
-        kind = rng.randrange(6)
+        kind = rng.randrange(7)
         env: Envelope | None = None
+        if kind == 6:
+            from sluice.services.jobmanager.process import GROUP as JM_GROUP
+            from sluice.services.taskmanager.process import GROUP as TM_GROUP
+
+            self.clobber(*rng.choice([(cluster, JM_GROUP), (keys.inbox(keys.job(job.job_id)), JM_GROUP),
+                                      *((keys.inbox(keys.taskmanager(p.name)), TM_GROUP) for p in sim.tms)]))
+            return
         if kind == 0:
             env = Envelope(RegisterTaskManager(bad_id, "s", "h", 1, 1, 1), sim.world.new_id(), 0, sim.world.now)
         elif kind == 1:
@@ -341,6 +348,26 @@ class ClientProcess(Process):
                                                                       job.job_id))
         sim.note(f"client: sent a hostile message ({kind})")
 
+    def clobber(self, inbox: str, group: str) -> None:
+        """Something else writes an inbox's key (a string where the stream was): its reader
+        must move it aside and make the inbox again, and whoever writes to it meanwhile must
+        lose nothing. Only an inbox whose every entry was read and acknowledged: what a
+        clobber destroys is lost to anyone, and proves nothing about Sluice."""
+        backend, sim = self.log.backend, self.sim
+        try:
+            last, state = backend.last_id(inbox), backend.group_state(inbox, group)
+        except WrongType:
+            return  # clobbered already
+        if last is not None and (state is None or state.last_delivered != last or state.pending):
+            return  # unread or pending entries: not this time
+        for _, fields in sim.store.entries(inbox):  # delivered, and gone with the stream
+            origin, ref = fields.get(b"from"), fields.get(b"ref")
+            if origin is not None and ref is not None:
+                sim.clobbered[(origin.decode(), ref.decode())] = inbox
+        backend.delete(inbox)
+        backend.set(inbox, b"(simulated) someone else's value")
+        sim.note(f"client: clobbered {inbox} with a string")
+
     def crash(self) -> None:
         pass
 
@@ -353,6 +380,8 @@ class Simulation:
         self.world = SimWorld(random.Random(rng.getrandbits(64)))
         self.faults = cfg.faults if cfg.faults is not None else Faults.swarm(rng)
         self.store = MemoryStore(self.world.now_ms, seed=rng.getrandbits(32))
+        self.clobbered: dict[tuple[str, str], str] = {}
+        """Outbox entries delivered to an inbox a hostile client then clobbered: (origin, ref) -> inbox."""
         # appendfsync always (a restart loses nothing) or everysec (it may lose the last second)
         self.store.durable = not self.faults.on("redis_lose") and rng.random() < 0.5
         self.keys = Keys("sim")
@@ -621,7 +650,7 @@ class Simulation:
         except Exception as exc:
             text = "".join(traceback.format_exception(exc)).strip().splitlines()
             raise Violation(f"{getattr(actor, 'name', actor)} raised {type(exc).__name__}: {exc}\n"
-                            + "\n".join(text[-14:])) from None
+                            + "\n".join(text[-30:])) from None
 
     def _crash(self, actor: Any) -> None:
         if isinstance(actor, SimTask):

@@ -117,7 +117,8 @@ def normal_jobs(state: JobsState) -> dict[str, Any]:
             "status": job.status.value, "reason": job.reason, "restarts": job.restarts, "built": job.built,
             "times": (job.submitted_at, job.ended_at), "history": list(job.history),
             "waiting": (job.waiting_since, job.wait_until_placed, job.slot_taken_at),
-            "tasks": {ex.id: (ex.state.value, ex.taskmanager, ex.slot, ex.produced, ex.not_before, ex.seq, ex.session)
+            "tasks": {ex.id: (ex.state.value, ex.taskmanager, ex.slot, ex.produced, ex.not_before, ex.seq, ex.session,
+                              ex.since, ex.error, list(ex.history))
                       for ex in job.executions()},
             "kvstate": {name: sorted(loc.to_dict().items()) if hasattr(loc, "to_dict") else repr(loc)
                         for name, loc in sorted(job.kvstate.locations.items())},
@@ -127,7 +128,7 @@ def normal_jobs(state: JobsState) -> dict[str, Any]:
 
 
 def normal_membership(state: Membership) -> dict[str, Any]:
-    return {rid: (r.session, r.status, r.slots) for rid, r in sorted(state.taskmanagers.items())}
+    return {rid: (r.session, r.status, r.slots, r.since, r.reason) for rid, r in sorted(state.taskmanagers.items())}
 
 
 def check_outboxes(sim: Simulation) -> None:
@@ -147,6 +148,8 @@ def check_outboxes(sim: Simulation) -> None:
                 raise Violation(f"outbox entry {k[1]} of {k[0]} was delivered twice: to {seen[k]} and {stream} "
                                 f"({entry_id})")
             seen[k] = stream
+    for k, inbox in sim.clobbered.items():  # delivered to an inbox a hostile client then destroyed
+        seen.setdefault(k, inbox)
     for stream in store.streams():
         if not keys.is_outbox(stream):
             continue

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sluice.errors import RedisUnavailable
+from sluice.errors import PartlyAppended, RedisUnavailable, WrongType
 from sluice.events import (
     FIELD,
     Envelope,
@@ -195,7 +195,8 @@ class SimTask:
         return self.events
 
     def step(self) -> bool:
-        """One step; a report that fails (Redis away) is tried again at the next step."""
+        """One step; a report that fails (Redis away, or an inbox refused it: its key holds
+        another kind of value until its reader makes it again) is tried again at the next step."""
         sim, d = self.sim, self.d
         if self.done:
             return False
@@ -203,7 +204,7 @@ class SimTask:
             self.log = sim.connect(f"worker-{self.slots.tm}-{self.slot}", self)
         try:
             return self._step(sim, d)
-        except RedisUnavailable:
+        except (RedisUnavailable, PartlyAppended, WrongType):
             self.busy_until = sim.world.now + sim.rng.randint(5, 100)
             return True
 

@@ -13,6 +13,7 @@ from sluice.errors import ScriptError, StaleEpoch, StoreError, StoreRestarted
 from sluice.events import FIELD, Envelope, TaskManagerRegistered, decode
 from sluice.store import Consumed, Deliverer, EventLog, GroupConsumer, LeaderLease, Out, ReadModels, Snapshots
 from sluice.store.backend import Delegating, GroupState, NoGroup, ScriptFailed
+from sluice.store.keys import tag_of
 from tests.helpers import env, heartbeat, register
 
 
@@ -222,6 +223,48 @@ class LogContract:
         assert len(seen) == 1 and inbox in str(seen[0][2])
         assert pending(log, inbox) == 1  # only the good one, not yet acked
 
+    @pytest.mark.parametrize("held", ["string", "hash"])
+    def test_an_inbox_that_is_not_a_stream_is_set_aside_made_again_and_reading_goes_on(
+        self, log: EventLog, held: str
+    ) -> None:
+        """One key among those read that holds another kind of value (WRONGTYPE fails a
+        read of every stream with it: a leader reads every job's inbox in one call) is
+        moved aside, kept as it was, and made again with the group; the others are read."""
+        keys = log.keys
+        cluster, job = keys.inbox(keys.cluster), keys.inbox(keys.job("j1"))
+        told: list[tuple[str, str, str]] = []
+        consumer = GroupConsumer(log, [cluster, job], "jm", "c1", on_set_aside=lambda *t: told.append(t))
+        consumer.ensure_group()
+        first = env(heartbeat())
+        log.append(cluster, first)
+        log.backend.delete(job)
+        if held == "string":
+            log.backend.set(job, b"someone else's")
+        else:
+            log.backend.hset(job, {"x": b"1"})
+        assert [e.envelope for e in consumer.read(block_ms=None)] == [first]
+        ((stream, kind, aside),) = told
+        assert (stream, kind) == (job, held) and aside.startswith(job + ":not-a-stream:")
+        assert tag_of(aside) == tag_of(job)
+        if held == "string":
+            assert log.backend.get(aside) == b"someone else's"
+        else:
+            assert log.backend.hgetall(aside) == {b"x": b"1"}
+        later = env(heartbeat())
+        log.append(job, later)
+        assert [e.envelope for e in consumer.read(block_ms=None)] == [later]
+        # A stream taken up later, and one whose pending entries are reclaimed: the same.
+        other = keys.inbox(keys.job("j2"))
+        log.backend.set(other, b"x")
+        consumer.add_stream(other)
+        assert told[-1][:2] == (other, "string")
+        log.backend.delete(job)
+        log.backend.set(job, b"y")
+        assert [e.envelope for e in consumer.reclaim(min_idle_ms=0)] == [first]  # pending since the first read
+        assert told[-1][:2] == (job, "string") and told[-1][2] != told[0][2]
+        assert [e.envelope for e in consumer.read(block_ms=None)] == []
+        assert len(told) == 3
+
     def test_following_blocks_until_an_entry_arrives(self, log: EventLog) -> None:
         stream = log.keys.facts(log.keys.cluster)
         first = log.append(stream, env(registered("a")))
@@ -374,16 +417,13 @@ class LogContract:
         assert [e for _, e in log.replay(target)] == sent
         assert log.backend.get(log.keys.outbox_cursor(tag)) == late.ids[-1].encode()
 
-    @pytest.mark.parametrize("bad", ["no-tag-at-all", "{x:client:c1}:inbox", "HASH"])
+    @pytest.mark.parametrize("bad", ["no-tag-at-all", "{x:client:c1}:inbox"])
     def test_an_undeliverable_entry_is_parked_and_the_rest_of_the_outbox_is_delivered(self, log: EventLog,
                                                                                        bad: str) -> None:
-        """Bug 3: a reply address with no hash tag, of another cluster, or naming a key that
-        is not a stream used to raise in every delivery, forever."""
+        """Bug 3: a reply address with no hash tag, or of another cluster, used to raise in
+        every delivery, forever."""
         tag = log.keys.cluster
         good = log.keys.inbox(log.keys.taskmanager("tm-1"))
-        if bad == "HASH":
-            bad = log.keys.inbox(log.keys.client("c1"))
-            log.backend.hset(bad, {"x": b"1"})
         parked: list = []
         a, b, c = (env(heartbeat(), epoch=1) for _ in range(3))
         log.commit(tag, 1, [Out(log.keys.outbox(tag), a, to=good), Out(log.keys.outbox(tag), b, to=bad),
@@ -398,13 +438,12 @@ class LogContract:
 
     def test_a_page_for_several_targets_is_delivered_in_one_round_trip_past_a_bad_target(
             self, log: EventLog) -> None:
-        """One page of the outbox addresses four TaskManagers and an inbox that is a hash:
+        """One page of the outbox addresses four TaskManagers and an inbox of another cluster:
         the four get their entries, in outbox order, with one call to the server for all
         the deliveries; the bad one's entries are parked; the cursor moves past the page."""
         tag = log.keys.cluster
         goods = [log.keys.inbox(log.keys.taskmanager(f"tm-{i}")) for i in range(4)]
-        bad = log.keys.inbox(log.keys.client("c1"))
-        log.backend.hset(bad, {"x": b"1"})
+        bad = "{x:client:c1}:inbox"
         sent = [env(heartbeat(rid=f"tm-{i}"), epoch=1) for i in range(20)]
         targets = [goods[i % 4] if i % 5 else bad for i in range(20)]
         log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=t) for e, t in zip(sent, targets)])
@@ -418,12 +457,34 @@ class LogContract:
             assert [e for _, e in log.replay(good)] == [e for e, t in zip(sent, targets) if t == good]
         dead = [f for _, f in log.replay_raw(log.keys.dead(tag))]
         assert [decode(f[b"field:e"]) for f in dead] == [e for e, t in zip(sent, targets) if t == bad]
-        assert all(f[b"kind"] == b"undeliverable" and b"not a stream" in f[b"reason"] for f in dead)
+        assert all(f[b"kind"] == b"undeliverable" and b"x:client:c1" in f[b"reason"] for f in dead)
         assert len(parked) == 4
         last = list(log.replay_raw(log.keys.outbox(tag)))[-1][0]
         assert log.backend.get(log.keys.outbox_cursor(tag)) == last.encode()
         assert d.deliver() == 0 and Deliverer(log, tag).deliver() == 0  # nothing again, nothing parked again
         assert sum(log.length(g) for g in goods) == 16 and log.length(log.keys.dead(tag)) == 4
+
+    def test_an_inbox_that_is_not_a_stream_is_set_aside_and_delivered_to(self, log: EventLog) -> None:
+        """Parking the entries for an inbox whose key holds another kind of value lost them
+        for its reader (a job whose SubmitJob was parked never began): the value is moved
+        aside, kept as it was, and the entries are delivered; the reader, finding no group,
+        makes it at '0' and reads them."""
+        tag = log.keys.cluster
+        inbox = log.keys.inbox(log.keys.job("j1"))
+        consumer = GroupConsumer(log, inbox, "jm", "c1")
+        consumer.ensure_group()
+        log.backend.delete(inbox)
+        log.backend.hset(inbox, {"x": b"1"})
+        sent = [env(heartbeat(), epoch=1) for _ in range(3)]
+        log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=inbox) for e in sent])
+        told: list[tuple[str, str, str]] = []
+        d = Deliverer(log, tag, on_undeliverable=lambda *x: pytest.fail(f"parked: {x}"),
+                      on_set_aside=lambda *t: told.append(t))
+        assert d.deliver() == 3
+        ((stream, kind, aside),) = told
+        assert (stream, kind) == (inbox, "hash") and log.backend.hgetall(aside) == {b"x": b"1"}
+        assert [e.envelope for e in consumer.read(block_ms=None)] == sent
+        assert d.deliver() == 0 and log.length(log.keys.dead(tag)) == 0
 
     def test_a_script_error_other_than_a_bad_target_moves_no_cursor(self, log: EventLog) -> None:
         tag = log.keys.cluster

@@ -1,0 +1,72 @@
+"""An inbox key that holds another kind of value (something other than Sluice wrote it),
+on a real Redis.
+
+The leader reads the cluster inbox and every running job's inbox in one XREADGROUP, and
+Redis answers WRONGTYPE for all of them when one key is not a stream: one clobbered job
+inbox stopped the whole leader, for ever (each step failed, stepped down, rebuilt, and
+failed again), and no other job was taken. (A TaskManager's reports such an inbox
+refuses: tests/services/test_taskmanager_reports.py.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluice.events import JobStatus, TaskState
+from sluice.store import EventLog
+from tests.services.failover_helpers import (
+    ManualWorld,
+    TinySlots,
+    jm,
+    job_state,
+    lead,
+    pump,
+    register_tm,
+    report,
+    source_graph,
+    submit,
+    tm,
+)
+
+
+def clobber(log: EventLog, key: str, value: bytes = b"someone else's") -> None:
+    log.backend.delete(key)
+    log.backend.set(key, value)
+
+
+def set_aside(log: EventLog, key: str) -> list[str]:
+    """Where the value found in place of the inbox ``key`` was moved (``Keys.set_aside``)."""
+    client = log.backend.client  # type: ignore[attr-defined]
+    return [k.decode() for k in client.keys("*") if k.decode().startswith(key + ":not-a-stream:")]
+
+
+@pytest.mark.timeout(60)
+def test_a_job_inbox_that_is_not_a_stream_stops_neither_the_leader_nor_the_job(log: EventLog,
+                                                                             tmp_path: Path) -> None:
+    keys = log.keys
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    slots = TinySlots()
+    t = tm(log, world, tmp_path, slots, n=2)
+    register_tm(a, t, world)
+    steps = [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)]
+    submit(log, world, "j1", source_graph("j1", splits=1))
+    pump(steps, lambda: len(slots.launched) == 1, what="j1's launch", world=world, advance_ms=10)
+    pump(steps, lambda: job_state(log, "j1").vertices["src"].subtasks[0].state == TaskState.INITIALIZING,
+         what="j1's INITIALIZING", world=world, advance_ms=10)
+    inbox = keys.inbox(keys.job("j1"))
+    clobber(log, inbox)
+    submit(log, world, "j2", source_graph("j2", splits=1))
+    pump(steps, lambda: len(slots.launched) == 2, what="j2's launch (the leader went on)", world=world,
+         advance_ms=10)
+    assert a.leading
+    (aside,) = set_aside(log, inbox)
+    assert log.backend.get(aside) == b"someone else's"  # kept for a person to look at
+    (_, descriptor, _) = slots.launched[0]
+    report(log, world, descriptor, "tm-1", 0, TaskState.RUNNING)
+    report(log, world, descriptor, "tm-1", 0, TaskState.FINISHED)
+    pump(steps, lambda: job_state(log, "j1").status == JobStatus.FINISHED, what="j1's end", world=world,
+         advance_ms=10)
