@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal, TypeVar, overload
 
-from sluice.errors import ConfigError, JobNotFound, JobRefusedError, SluiceError
+from sluice.errors import ConfigError, JobNotFound, JobRefusedError, SluiceError, WrongType
 from sluice.errors_display import short_exception
 from sluice.events import CancelJob, Envelope, JobGraph, JobRefused, SubmitJob, Success
 from sluice.services.common.world import SYSTEM, World
@@ -66,8 +66,12 @@ def load_job(path: str | Path, params: dict[str, str] | None = None) -> JobFile:
 
 
 class Client:
-    def __init__(self, log: EventLog, client_id: str | None = None, *, world: World = SYSTEM) -> None:
+    def __init__(self, log: EventLog, client_id: str | None = None, *, world: World = SYSTEM,
+                 refused_wait_s: float = 5.0) -> None:
         self.log = log
+        self.refused_wait_s = refused_wait_s
+        """How long a message an inbox refuses (its key holds another kind of value) is sent
+        again before giving up: the leader makes the inbox again at its next read."""
         self.keys = log.keys
         self.world = world
         self.id = client_id or world.new_id()[:12]
@@ -81,9 +85,22 @@ class Client:
         job_id = job_id or self.world.new_id()[:16]
         Blobs(self.log).put(job.code)
         msg = SubmitJob(job_id, job.graph, job.digest, job.module_name, self.inbox, job.params)
-        self.log.append(self.keys.inbox(self.keys.cluster),
-                        Envelope(msg, self.world.new_id(), 0, self.world.now_ms(), job_id))
+        self._send(self.keys.inbox(self.keys.cluster), Envelope(msg, self.world.new_id(), 0, self.world.now_ms(), job_id))
         return job_id
+
+    def _send(self, inbox: str, env: Envelope) -> None:
+        deadline = time.monotonic() + self.refused_wait_s
+        while True:
+            try:
+                self.log.append(inbox, env)
+                return
+            except WrongType:
+                if time.monotonic() >= deadline:
+                    raise WrongType(
+                        f"{inbox} holds another kind of value than a stream (something other than Sluice wrote "
+                        "that key), and no JobManager made it again: start one (it moves the value aside at its "
+                        "next read), or rename the key yourself") from None
+                time.sleep(0.1)
 
     def wait_accepted(self, job_id: str, timeout: float = 60.0, poll: Callable[[], object] | None = None) -> JobRun:
         """Block until the JobManager accepted the job: its ExecutionGraph exists (JobSubmitted
@@ -169,8 +186,8 @@ class Client:
 
     def cancel(self, job_id: str, reason: str = "cancelled by the user") -> None:
         self.job(job_id)
-        self.log.append(self.keys.inbox(self.keys.job(job_id)),
-                        Envelope(CancelJob(job_id, reason), self.world.new_id(), 0, self.world.now_ms(), job_id))
+        self._send(self.keys.inbox(self.keys.job(job_id)),
+                   Envelope(CancelJob(job_id, reason), self.world.new_id(), 0, self.world.now_ms(), job_id))
 
     def checkpoint(self, job_id: str, *, timeout: float = 30.0) -> list:
         """Ask the leader to checkpoint the job's coordinators now; the checkpoints taken."""
@@ -181,8 +198,8 @@ class Client:
             raise SluiceError(f"job {job_id} is {job.status.value}: its coordinators are gone")
         stream = self.keys.facts(self.keys.job(job_id))
         start = self.log.last_id(stream) or "0-0"
-        self.log.append(self.keys.inbox(self.keys.job(job_id)),
-                        Envelope(TriggerCheckpoint(job_id), self.world.new_id(), 0, self.world.now_ms(), job_id))
+        self._send(self.keys.inbox(self.keys.job(job_id)),
+                   Envelope(TriggerCheckpoint(job_id), self.world.new_id(), 0, self.world.now_ms(), job_id))
         from sluice.services.coordination.runtime import has_coordinator
 
         wanted = {v.name for v in job.graph.vertices if has_coordinator(v)}

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from typing import Any, cast
 
-from sluice.errors import NoAnswer, RedisUnavailable, ServiceError
+from sluice.errors import NoAnswer, RedisUnavailable, ServiceError, WrongType
 from sluice.events import (
     JSON,
     Envelope,
@@ -126,7 +126,9 @@ class TaskEvents:
         self.resend()
 
     def resend(self) -> None:
-        """Send again the message that did not get through (if any)."""
+        """Send again the message that did not get through (if any). An inbox that refuses
+        it (its key holds another kind of value) is tried again until the answer timeout:
+        the leader makes it again at its next read."""
         unsent = self.unsent
         if unsent is None:
             return
@@ -141,6 +143,11 @@ class TaskEvents:
                 if self.outage is not None:
                     self.outage.wait(exc)  # raises only when this worker's TaskManager is gone
                     continue
+                if not self.blocking or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            except WrongType:
                 if not self.blocking or time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)

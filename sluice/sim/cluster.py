@@ -267,7 +267,7 @@ class ClientProcess(Process):
     def __init__(self, sim: Simulation, jobs: list[simjobs.SimJob]) -> None:
         self.sim, self.jobs = sim, jobs
         self.log = sim.connect("client", self)
-        self.api = Client(self.log, "c1", world=sim.world)
+        self.api = Client(self.log, "c1", world=sim.world, refused_wait_s=0)
         self.submitted: dict[str, int] = {}
         self.cancelled: set[str] = set()
 

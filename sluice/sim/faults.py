@@ -33,7 +33,7 @@ KINDS = (
     "user_error",       # a task's user code raises
     "coordinator_error",  # a user coordinator raises: its job fails
     "slow_reader",      # one TaskManager's tasks work 5x slower
-    "hostile",          # malformed and hostile messages in every inbox
+    "hostile",          # malformed and hostile messages in every inbox; inboxes' keys overwritten with strings
     "cancel",           # a client cancels a job
 )
 

@@ -10,6 +10,7 @@ refuses: tests/services/test_taskmanager_reports.py.)
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,39 @@ def test_a_job_inbox_that_is_not_a_stream_stops_neither_the_leader_nor_the_job(l
     report(log, world, descriptor, "tm-1", 0, TaskState.FINISHED)
     pump(steps, lambda: job_state(log, "j1").status == JobStatus.FINISHED, what="j1's end", world=world,
          advance_ms=10)
+
+
+@pytest.mark.timeout(30)
+def test_a_client_waits_for_the_leader_to_make_the_cluster_inbox_again_or_says_what_is_wrong(
+        log: EventLog, tmp_path: Path) -> None:
+    from sluice.client import Client, JobFile
+    from sluice.errors import WrongType
+
+    keys = log.keys
+    cluster = keys.inbox(keys.cluster)
+    graph = source_graph("j1", splits=1)
+    job = JobFile(Path("j.py"), b"# nothing\n", "0" * 64, "j", None, graph, {})
+    clobber(log, cluster)
+    with pytest.raises(WrongType, match="no JobManager made it again: start one"):
+        Client(log, "c1", refused_wait_s=0.3).submit(job, job_id="j1")
+    # With a leader: it moves the value aside at its next read, and the submission goes.
+    world = ManualWorld()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    client = Client(log, "c1", refused_wait_s=5.0)
+    clobber(log, cluster)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            a.step(block_ms=None)
+            stop.wait(0.05)
+
+    stepper = threading.Thread(target=serve)
+    stepper.start()
+    try:
+        client.submit(job, job_id="j1")
+    finally:
+        stop.set()
+        stepper.join(5)
+    assert set_aside(log, cluster)
