@@ -248,7 +248,11 @@ class RedisBackend(Backend):
 
     def group_setid(self, stream: str, group: str, start: str) -> None:
         with translate_errors(f"moving group {group} on {stream}"):
-            self.client.xgroup_setid(stream, group, start)
+            try:
+                self.client.xgroup_setid(stream, group, start)
+            except redis.ResponseError as exc:
+                _wrong_type(exc)
+                raise
 
     def group_state(self, stream: str, group: str) -> GroupState | None:
         with translate_errors(f"reading group {group} of {stream}"):

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from sluice.events import AttemptReport, CancelTask, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
 
 from .core import Decision, JobsConfig, _fail, _maybe_complete, _Recorder, _update, gone
-from .state import TERMINAL_JOB, Execution, JobsState, SlotPool
+from .state import TERMINAL_JOB, Execution, JobRun, JobsState, SlotPool
 
 __all__ = ["Memory", "Reconciled", "reconcile", "accept_lost_finals", "deployment_timeouts"]
 
@@ -302,15 +302,31 @@ def accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[st
         if job is None or ex is None or ex.state.terminal or ex.taskmanager != resource_id:
             continue
         rec = out.setdefault(job_id, _Recorder(state, job_id, now))
-        if line.state == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
+        final, error = line.state, line.error
+        if final == TaskState.FINISHED and _state_lost(job, ex):
+            # Its queryable state's registration was lost with its reports (a restart of
+            # Redis that lost its last writes): finished without it, the job would serve
+            # some keys from nowhere. It runs again, as a failed attempt does.
+            final, error = TaskState.FAILED, ("it finished, but its queryable state's registration was lost with "
+                                              "its reports: it runs again to register it")
+        if final == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
             # A finished producer wrote its partition (its worker says so before it finishes):
             # that report was lost too, and consumers wait for it.
             rec.fact(ScheduleOrUpdateConsumers(job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
-        _update(rec, job, UpdateTaskExecutionState(job_id, execution_id, line.state, line.error, ex.vertex, ex.subtask,
+        _update(rec, job, UpdateTaskExecutionState(job_id, execution_id, final, error, ex.vertex, ex.subtask,
                                                    ex.attempt, resource_id, ex.slot), config)
         notes.append(task_id)
     memory.accepted += notes
     return [rec.decision for rec in out.values() if rec.decision]
+
+
+def _state_lost(job: JobRun, ex: Execution) -> bool:
+    """Whether ``ex`` publishes queryable state and its registration is not in the log."""
+    name = job.vertices[ex.vertex].spec.queryable
+    if name is None:
+        return False
+    loc = job.kvstate.locations.get(name)
+    return loc is None or not any(e.execution_id == ex.id for e in loc.entries.values())
 
 
 def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: int,

@@ -353,7 +353,8 @@ class ClientProcess(Process):
         must move it aside and make the inbox again, and whoever writes to it meanwhile must
         lose nothing. Only an inbox whose every entry was read and acknowledged: what a
         clobber destroys is lost to anyone, and proves nothing about Sluice."""
-        backend, sim = self.log.backend, self.sim
+        sim = self.sim
+        backend = sim.observer.reader  # unfaulted: nothing runs inside it (no delivery between look and write)
         try:
             last, state = backend.last_id(inbox), backend.group_state(inbox, group)
         except WrongType:

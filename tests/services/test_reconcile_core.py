@@ -348,3 +348,25 @@ def test_whatever_the_reports_the_facts_replay_to_the_live_state(kinds, gaps) ->
             assert out.decisions == [] and out.cancels == []
         sim.now += gap
     assert sim.replays_to_live()
+
+
+def test_a_lost_finished_report_without_its_queryable_state_registration_runs_the_attempt_again() -> None:
+    """Found by the simulation: Redis lost a keyed task's last writes (its registration and
+    its FINISHED), its TaskManager's slot report still listed it FINISHED, and the job
+    finished with 6 of 8 key groups registered. Now the attempt runs again, as a failed one
+    does; one whose registration is in the log finishes from the slot report as before."""
+    from tests.services.test_kvstate_core import reg, running
+
+    sim, (lost, kept) = running()
+    sim.tell(reg(kept))
+    memory = Memory()
+    for t in (lost, kept):
+        run(sim, memory, where(sim, t), [line(t, TaskState.FINISHED)])
+    facts = [f for d in next_read(sim, memory, job_caught_up=True) for f in d.facts]
+    states = {f.execution_id: f for f in facts if isinstance(f, UpdateTaskExecutionState)}
+    assert states[kept.execution_id].state == TaskState.FINISHED
+    assert states[lost.execution_id].state == TaskState.FAILED
+    assert "queryable state's registration was lost" in (states[lost.execution_id].error or "")
+    assert any(isinstance(f, TaskRestartScheduled) and (f.vertex_id, f.subtask) == (lost.vertex_id, lost.subtask)
+               for f in facts)
+    assert sim.job.status == JobStatus.RUNNING
