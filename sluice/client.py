@@ -70,8 +70,8 @@ class Client:
                  refused_wait_s: float = 5.0) -> None:
         self.log = log
         self.refused_wait_s = refused_wait_s
-        """How long a message an inbox refuses (its key holds another kind of value) is sent
-        again before giving up: the leader makes the inbox again at its next read."""
+        """How long a message an inbox refuses is sent again before giving up (an inbox whose
+        key holds another kind of value is moved aside first: refused, it was written again)."""
         self.keys = log.keys
         self.world = world
         self.id = client_id or world.new_id()[:12]
@@ -97,9 +97,9 @@ class Client:
             except WrongType:
                 if time.monotonic() >= deadline:
                     raise WrongType(
-                        f"{inbox} holds another kind of value than a stream (something other than Sluice wrote "
-                        "that key), and no JobManager made it again: start one (it moves the value aside at its "
-                        "next read), or rename the key yourself") from None
+                        f"{inbox} holds another kind of value than a stream again each time it is moved aside "
+                        "(something other than Sluice keeps writing that key): stop whatever writes it, and "
+                        "send again") from None
                 time.sleep(0.1)
 
     def wait_accepted(self, job_id: str, timeout: float = 60.0, poll: Callable[[], object] | None = None) -> JobRun:

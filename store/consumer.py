@@ -8,12 +8,11 @@ reason, to the tag's dead-letter stream and acknowledged in one step, and the
 An inbox whose key holds another kind of value (something else wrote it: Redis answers
 WRONGTYPE, and one such key fails a read of every stream with it) is moved aside, kept
 under ``Keys.set_aside`` for a person to look at, and made again with the group, in one
-script; the ``on_set_aside`` callback is told and the read goes on.
+script (``EventLog.set_aside``: its ``on_set_aside`` is told), and the read goes on.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,7 +20,7 @@ from sluice.errors import DecodeError, WrongType
 from sluice.events import Envelope, decode_fields
 
 from .backend import Fields, NoGroup
-from .keys import Keys, tag_of
+from .keys import tag_of
 from .log import EventLog, entry_order
 
 __all__ = ["GroupConsumer", "Entry", "ensure_group", "dead_letter", "MAX_REASON"]
@@ -38,8 +37,6 @@ class Entry:
 
 
 DeadLetterHook = Callable[[str, str, DecodeError], None]
-SetAsideHook = Callable[[str, str, str], None]
-"""Told (inbox, the kind of value found there, where it was moved)."""
 
 
 def ensure_group(log: EventLog, stream: str, group: str, start: str = "0") -> None:
@@ -70,12 +67,10 @@ class GroupConsumer:
         consumer: str,
         *,
         on_dead_letter: DeadLetterHook | None = None,
-        on_set_aside: SetAsideHook | None = None,
     ) -> None:
         self.log, self.group, self.consumer = log, group, consumer
         self.streams: list[str] = [stream] if isinstance(stream, str) else list(stream)
         self._on_dead = on_dead_letter
-        self._on_set_aside = on_set_aside
         self._ensured: set[str] = set()
         self.read_counts: dict[str, int] = {}
         """How many entries the last read took from each stream (dead-lettered ones too):
@@ -110,18 +105,8 @@ class GroupConsumer:
 
     def set_aside(self, streams: list[str]) -> list[str]:
         """Move aside what is not a stream among ``streams`` and make each such inbox again,
-        empty, with this group (one script each, in one round trip); the ones moved."""
-        stamp = f"{self.log.backend.time_ms()}-{os.urandom(3).hex()}"
-        calls = [("set_aside", [s, Keys.set_aside(s, stamp)], [self.group]) for s in streams]
-        moved = []
-        for (_, (stream, aside), _), kind in zip(calls, self.log.backend.script_many(calls)):
-            if isinstance(kind, Exception):
-                raise kind
-            if kind:
-                moved.append(stream)
-                if self._on_set_aside is not None:
-                    self._on_set_aside(stream, kind.decode() if isinstance(kind, bytes) else str(kind), aside)
-        return moved
+        empty, with this group (``EventLog.set_aside``); the ones moved."""
+        return self.log.set_aside(streams, self.group)
 
     def read(self, *, count: int = 100, block_ms: int | None = 100) -> list[Entry]:
         """New entries for this consumer (blocking up to ``block_ms``; None means don't block);

@@ -9,11 +9,12 @@ Redis, or the in-memory store of the simulation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.errors import DecodeError, ScriptError, StaleEpoch, StoreError, StoreRestarted
+from sluice.errors import DecodeError, PartlyAppended, ScriptError, StaleEpoch, StoreError, StoreRestarted, WrongType
 from sluice.events import FIELD, Envelope, decode_bytes, decode_fields, encode
 
 from . import scripts
@@ -69,6 +70,29 @@ class EventLog:
     def __init__(self, backend: Backend | Any, keys: Keys | None = None) -> None:
         self.backend: Backend = backend if isinstance(backend, Backend) else RedisBackend(backend)
         self.keys = keys or Keys()
+        self.on_set_aside: Callable[[str, str, str], None] | None = None
+        """Told (inbox, the kind of value found there, where it went) of each inbox this
+        process moved aside (``set_aside``): the process's log line."""
+
+    # --- inboxes that are not streams ----------------------------------------------------
+
+    def set_aside(self, streams: Sequence[str], group: str = "") -> list[str]:
+        """Move aside what is not a stream among the inboxes ``streams`` (something other
+        than Sluice wrote their keys: Redis answers WRONGTYPE) to ``Keys.set_aside``, kept
+        as it was, in one round trip; each is made again with ``group`` at '0', or, with
+        none (a writer), left to the next append (its reader makes its group at '0' when it
+        finds none, and reads what was appended). Returns the inboxes moved."""
+        stamp = f"{self.backend.time_ms()}-{os.urandom(3).hex()}"
+        calls = [("set_aside", [s, Keys.set_aside(s, stamp)], [group]) for s in streams]
+        moved = []
+        for (_, (stream, aside), _), kind in zip(calls, self.backend.script_many(calls)):
+            if isinstance(kind, Exception):
+                raise kind
+            if kind:
+                moved.append(stream)
+                if self.on_set_aside is not None:
+                    self.on_set_aside(stream, kind.decode() if isinstance(kind, bytes) else str(kind), aside)
+        return moved
 
     @property
     def client(self) -> Any:
@@ -82,8 +106,16 @@ class EventLog:
     # --- writing -------------------------------------------------------------------------
 
     def append(self, stream: str, env: Envelope, *, maxlen: int | None = None) -> str:
-        """Append one message to a stream (an inbox), unfenced: for senders that are not leaders."""
-        return self.backend.xadd(stream, {FIELD: encode(env)}, maxlen=maxlen)
+        """Append one message to a stream (an inbox), unfenced: for senders that are not
+        leaders. An inbox that holds another kind of value is moved aside first (WrongType
+        when it cannot be: it is not an inbox, or it was written again at once)."""
+        fields = {FIELD: encode(env)}
+        try:
+            return self.backend.xadd(stream, fields, maxlen=maxlen)
+        except WrongType:
+            if not self.keys.is_inbox(stream) or not self.set_aside([stream]):
+                raise
+            return self.backend.xadd(stream, fields, maxlen=maxlen)
 
     def append_raw(self, stream: str, fields: dict[bytes, bytes]) -> str:
         """Append an entry as given, not an envelope (tools, tests and the simulation use it
@@ -104,7 +136,25 @@ class EventLog:
             if data is None:
                 data = encoded[id(env)] = encode(env)
             batch.append((stream, {FIELD: data}))
-        return self.backend.xadd_many(batch)
+        try:
+            return self.backend.xadd_many(batch)
+        except PartlyAppended as exc:
+            # Inboxes that hold another kind of value: moved aside, and what they refused
+            # appended again, in order (the rest went).
+            refused = sorted(exc.errors)
+            inboxes = list(dict.fromkeys(batch[i][0] for i in refused if self.keys.is_inbox(batch[i][0])))
+            if not inboxes or not self.set_aside(inboxes):
+                raise
+            ids = list(exc.ids)
+            try:
+                again = self.backend.xadd_many([batch[i] for i in refused])
+            except PartlyAppended as second:
+                for i, entry in zip(refused, second.ids):
+                    ids[i] = entry
+                raise PartlyAppended(ids, {refused[j]: e for j, e in second.errors.items()}) from None
+            for i, entry in zip(refused, again):
+                ids[i] = entry
+            return [i for i in ids if i is not None]
 
     def server_id(self) -> str:
         """The server's run id: it changes when the server restarts (see StoreRestarted)."""
@@ -140,7 +190,17 @@ class EventLog:
         try:
             reply = self.backend.script("commit", keys, args)
         except ScriptFailed as exc:
-            raise script_error(exc, tag, epoch) from exc
+            bad = self._clobbered_inbox(exc, keys)
+            if bad is None:
+                raise script_error(exc, tag, epoch) from exc
+            # An inbox it writes to (a subtask's) holds another kind of value: nothing was
+            # written; the value is moved aside and the commit goes again (it failed every
+            # time, and the leader rebuilt and decided it again, for ever).
+            self.set_aside([bad])
+            try:
+                reply = self.backend.script("commit", keys, args)
+            except ScriptFailed as again:
+                raise script_error(again, tag, epoch) from again
         if _s(reply[0]) == "DUP":
             return CommitResult(duplicate=True)
         ids = tuple(_s(i) for i in reply[1:1 + len(outs)])
@@ -149,6 +209,14 @@ class EventLog:
             return CommitResult(duplicate=False, ids=ids)
         outbox = next(out.stream for out in outs if out.to)
         return CommitResult(False, ids, addressed, outbox, _s(reply[1 + len(outs)]))
+
+    def _clobbered_inbox(self, exc: ScriptFailed, keys: list[str]) -> str | None:
+        """The inbox a commit refused to write to because it is not a stream, if that is why."""
+        text = exc.text
+        if not text.startswith(scripts.NOT_A_STREAM + " "):
+            return None
+        key = next((k for k in keys[2:] if text.startswith(f"{scripts.NOT_A_STREAM} {k} is a ")), None)
+        return key if key is not None and self.keys.is_inbox(key) else None
 
     def fence(self, tag: str, epoch: int, *, server: str = "") -> int:
         """Claim ``tag`` for a leader at ``epoch``: later commits with older epochs are refused."""

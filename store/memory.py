@@ -1017,12 +1017,14 @@ class MemoryBackend(Backend):
         return self.store._xadd(stream, {_b(k): _b(v) for k, v in fields.items()}, now, maxlen)
 
     def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
-        """A pipeline: every command runs; PartlyAppended after all of them if any was refused."""
+        """A pipeline: every command runs; then the first error that is not WRONGTYPE is
+        raised, or PartlyAppended if a key was not a stream."""
         if not items:
             return []
         now = self._enter()
         out: list[str | None] = []
         errors: dict[int, str] = {}
+        other: CommandError | None = None
         for i, (stream, fields) in enumerate(items):
             try:
                 if not fields:
@@ -1030,7 +1032,12 @@ class MemoryBackend(Backend):
                 out.append(self.store._xadd(stream, {_b(k): _b(v) for k, v in fields.items()}, now))
             except CommandError as exc:
                 out.append(None)
-                errors[i] = str(exc)
+                if isinstance(exc, WrongType):
+                    errors[i] = str(exc)
+                else:
+                    other = other or exc
+        if other is not None:
+            raise other
         if errors:
             raise PartlyAppended(out, errors)
         return cast(list[str], out)

@@ -20,12 +20,11 @@ An entry that cannot be delivered (its address is not an inbox of this cluster, 
 a key that is not a stream) is parked in the origin tag's dead letters with the reason,
 and delivery goes on: one bad address never stops an outbox. An inbox (a key named as
 one) that holds another kind of value is moved aside first, kept for a person, and
-delivered to (``on_set_aside`` is told).
+delivered to (``EventLog.set_aside``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 from sluice.errors import ConfigError
@@ -43,10 +42,8 @@ Undeliverable = Callable[[str, str, str], None]
 
 
 class Deliverer:
-    def __init__(self, log: EventLog, origin_tag: str, *, on_undeliverable: Undeliverable | None = None,
-                 on_set_aside: Callable[[str, str, str], None] | None = None) -> None:
+    def __init__(self, log: EventLog, origin_tag: str, *, on_undeliverable: Undeliverable | None = None) -> None:
         self.log = log
-        self._on_set_aside = on_set_aside
         self.tag = origin_tag
         self.outbox = log.keys.outbox(origin_tag)
         self.cursor_key = log.keys.outbox_cursor(origin_tag)
@@ -149,16 +146,10 @@ class Deliverer:
             # aside, kept for a person, and the delivery goes again (its reader makes its group
             # at its next read). Parking would lose the message for its reader: a job whose
             # SubmitJob was parked never began.
-            stamp = f"{self.log.backend.time_ms()}-{os.urandom(3).hex()}"
-            aside = [("set_aside", [calls[i][1][0], keys.set_aside(calls[i][1][0], stamp)], [""]) for i in again]
-            moved = self.log.backend.script_many(aside)
-            retried = self.log.backend.script_many([calls[i] for i in again])
-            for i, kind, reply in zip(again, moved, retried):
+            self.log.set_aside([calls[i][1][0] for i in again])
+            for i, reply in zip(again, self.log.backend.script_many([calls[i] for i in again])):
                 if isinstance(reply, ScriptFailed) and scripts.NOT_A_STREAM not in reply.text:
                     raise script_error(reply, self.tag) from reply
-                if kind and not isinstance(kind, Exception) and self._on_set_aside is not None:
-                    self._on_set_aside(calls[i][1][0], kind.decode() if isinstance(kind, bytes) else str(kind),
-                                       keys.set_aside(calls[i][1][0], stamp))
                 replies[i] = reply
         sent = 0
         for to, pairs, outcome in plan:

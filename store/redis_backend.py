@@ -200,6 +200,10 @@ class RedisBackend(Backend):
         replies = self._raw(f"appending to {items[0][0]}" + (" and others" if len(items) > 1 else ""),
                             [_xadd(stream, fields, None) for stream, fields in items], check=False)
         errors = {i: str(r) for i, r in enumerate(replies) if isinstance(r, redis.ResponseError)}
+        other = next((r for r in replies if isinstance(r, redis.ResponseError) and not str(r).startswith("WRONGTYPE")),
+                     None)
+        if other is not None:  # READONLY, OOM, ...: not a refusal of one key (the caller sends them all again)
+            raise other
         if errors:
             raise PartlyAppended([None if i in errors else _s(r) for i, r in enumerate(replies)], errors)
         return [_s(i) for i in replies]
@@ -224,8 +228,12 @@ class RedisBackend(Backend):
         if not positions:
             return []
         with translate_errors("following " + ", ".join(positions)):
-            reply = cast("list[tuple[bytes, _Entries]] | None",
-                         self.client.xread(_arg(positions), count=count, block=block_ms or None))
+            try:
+                reply = cast("list[tuple[bytes, _Entries]] | None",
+                             self.client.xread(_arg(positions), count=count, block=block_ms or None))
+            except redis.ResponseError as exc:
+                _wrong_type(exc)
+                raise
         return [(_s(stream), _s(raw_id), fields) for stream, entries in reply or () for raw_id, fields in entries]
 
     def xtrim_minid(self, stream: str, minid: str) -> int:

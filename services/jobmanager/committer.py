@@ -91,16 +91,11 @@ class Committer:
         entries are handed over without reading them back when nothing precedes them)."""
         d = self._deliverers.get(tag)
         if d is None:
-            d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable,
-                                                         on_set_aside=self._set_aside)
+            d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable)
         return d.deliver(batch=DELIVER_PAGE, server=self.server, committed=committed)
 
     def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:
         self.logger.warning("outbox entry parked in dead letters", entry=entry_id, target=target[:80], reason=reason)
-
-    def _set_aside(self, target: str, kind: str, aside: str) -> None:
-        self.logger.error("an inbox held another kind of value; it was moved aside, and delivered to", target=target,
-                          held=kind, moved_to=aside)
 
     # --- dead letters ---
     def park(self, entry: Entry, kind: str, reason: str) -> None:

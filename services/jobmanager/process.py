@@ -106,8 +106,8 @@ class JobManager:
         self.job_inboxes = JobInboxes(self)
         self.state = LeaderState()
         self.registered: set[str] = set()
-        self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered,
-                                      on_set_aside=self._set_aside)
+        self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
+        log.on_set_aside = self._set_aside
         self.phase = "standby"
         self.replay: Replay | None = None
         self.scheduling_since = 0
@@ -310,8 +310,7 @@ class JobManager:
         now = self.world.now_ms()
         self.state = LeaderState(r.membership, r.jobs)
         self.registered = set(r.registered)
-        self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered,
-                                      on_set_aside=self._set_aside)
+        self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
         rebuilt = self.replay.take_rebuilt()
         restoring = [(job_id, self._restore_coordinators(job_id, r)) for job_id in rebuilt]
         grant = r.last_grant
@@ -518,9 +517,10 @@ class JobManager:
         self.logger.warning("entry parked in dead letters", stream=stream, entry=entry_id, error=str(error)[:300])
 
     def _set_aside(self, stream: str, kind: str, aside: str) -> None:
-        """An inbox held another kind of value (something else wrote its key): what it held
-        was moved aside, and the inbox made again. Its unread messages are lost with it:
-        the TaskManagers' slot reports bring back the final states of tasks."""
+        """An inbox this leader read or wrote to held another kind of value (something else
+        wrote its key): what it held was moved aside, and the inbox made again. Messages
+        unread in it were lost with it: the TaskManagers' slot reports bring back the final
+        states of tasks."""
         self.metrics.parked("not-a-stream")
         self.logger.error("an inbox held another kind of value; it was moved aside and made again", stream=stream,
                           held=kind, moved_to=aside)

@@ -163,6 +163,9 @@ class TaskEvents:
             if self.outage is None:
                 raise
             return self.outage.wait(exc)
+        except WrongType:  # the inbox's key holds another kind of value: moved aside (what was unread is lost)
+            self.log.set_aside([self.inbox])
+            return 0.0
         for _, entry_id, fields in entries:
             self.position = entry_id
             ev = decode_fields(fields, stream=self.inbox, entry_id=entry_id).event

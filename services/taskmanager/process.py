@@ -95,8 +95,8 @@ class TaskManager:
         self.logger = get_logger("taskmanager", tm=self.resource_id)
         self.metrics = TaskManagerMetrics()
         self.metrics.collect_with(lambda: taskmanager_gauges(self))
-        self.consumer = GroupConsumer(log, self.inbox, GROUP, self.resource_id, on_dead_letter=self._dead_lettered,
-                                      on_set_aside=self._set_aside)
+        self.consumer = GroupConsumer(log, self.inbox, GROUP, self.resource_id, on_dead_letter=self._dead_lettered)
+        log.on_set_aside = self._set_aside
         self.home = Path(home)
         self.execute = execute
         self.tasks = TaskTable()

@@ -361,10 +361,10 @@ class ClientProcess(Process):
             return  # clobbered already
         if last is not None and (state is None or state.last_delivered != last or state.pending):
             return  # unread or pending entries: not this time
-        for _, fields in sim.store.entries(inbox):  # delivered, and gone with the stream
+        for entry_id, fields in sim.store.entries(inbox):  # delivered, and gone with the stream
             origin, ref = fields.get(b"from"), fields.get(b"ref")
             if origin is not None and ref is not None:
-                sim.clobbered[(origin.decode(), ref.decode())] = inbox
+                sim.clobbered[(origin.decode(), ref.decode())] = (inbox, entry_id)
         backend.delete(inbox)
         backend.set(inbox, b"(simulated) someone else's value")
         sim.note(f"client: clobbered {inbox} with a string")
@@ -381,8 +381,9 @@ class Simulation:
         self.world = SimWorld(random.Random(rng.getrandbits(64)))
         self.faults = cfg.faults if cfg.faults is not None else Faults.swarm(rng)
         self.store = MemoryStore(self.world.now_ms, seed=rng.getrandbits(32))
-        self.clobbered: dict[tuple[str, str], str] = {}
-        """Outbox entries delivered to an inbox a hostile client then clobbered: (origin, ref) -> inbox."""
+        self.clobbered: dict[tuple[str, str], tuple[str, str]] = {}
+        """Outbox entries delivered to an inbox a hostile client then clobbered: (origin, ref) ->
+        (inbox, entry id there)."""
         # appendfsync always (a restart loses nothing) or everysec (it may lose the last second)
         self.store.durable = not self.faults.on("redis_lose") and rng.random() < 0.5
         self.keys = Keys("sim")

@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sluice.errors import RedisUnavailable
+from sluice.errors import PartlyAppended, RedisUnavailable
 from sluice.store.backend import Backend, Delegating
 
 if TYPE_CHECKING:
@@ -115,11 +115,18 @@ class FaultyBackend(Delegating):
         return result
 
     def xadd_many(self, items: Any) -> list[str]:
-        result = super().xadd_many(items)
+        try:
+            result = super().xadd_many(items)
+        except PartlyAppended as exc:  # the ones that went were sent all the same
+            self._sent_together([item for item, entry in zip(items, exc.ids) if entry is not None])
+            raise
+        self._sent_together(items)
+        return result
+
+    def _sent_together(self, items: Any) -> None:
         if self.actor.startswith("tm"):  # a TaskManager's reports sent together (see ``around``)
             for _, fields in items:
                 self.sim.sent_by_taskmanager(self.actor.split(".")[0], fields)
-        return result
 
     def script(self, name: str, keys: Any, args: Any) -> Any:
         result = super().script(name, keys, args)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from sluice.events import TaskOperationResult
+from sluice.events import TaskOperationResult, decode
 from sluice.services.taskmanager.process import REFUSED_FOR_MS
 from sluice.store import EventLog
+from sluice.store.backend import Delegating
 from tests.services.failover_helpers import ManualWorld, TinySlots, tm
 
 
@@ -29,14 +31,52 @@ def test_owed_reports_arrive_in_order_and_are_no_longer_owed(log: EventLog, tmp_
     assert inbox_events(log, "j2") == ["e9"]
 
 
-def test_a_report_redis_refuses_stays_owed_and_the_others_go(log: EventLog, tmp_path: Path) -> None:
-    """A report whose inbox refuses it (the key is not a stream) stays owed, in order with
-    the later ones to that inbox, and holds back none to other inboxes (it held back every
-    report behind it, for ever when nothing made the inbox again); the others go once."""
-    world = ManualWorld()
-    t = tm(log, world, tmp_path, TinySlots())
+def test_reports_to_an_inbox_that_is_not_a_stream_go_at_once_and_its_value_is_kept(log: EventLog,
+                                                                                   tmp_path: Path) -> None:
+    """A job inbox whose key holds another kind of value (it held back every report behind
+    it, for ever): the TaskManager moves the value aside, says so, and the reports go, in
+    order, once."""
+    t = tm(log, ManualWorld(), tmp_path, TinySlots())
+    told: list = []
+    log.on_set_aside = lambda *a: told.append(a)
     bad = log.keys.inbox(log.keys.job("bad"))
-    log.backend.set(bad, b"not a stream")  # a key of the wrong kind where the job's inbox should be
+    log.backend.set(bad, b"not a stream")
+    owe(t, "j1", "e0")
+    owe(t, "bad", "e1")
+    owe(t, "j1", "e2")
+    owe(t, "bad", "e3")
+    t._flush()
+    assert not t.owed
+    assert inbox_events(log, "j1") == ["e0", "e2"] and inbox_events(log, "bad") == ["e1", "e3"]
+    ((stream, kind, aside),) = told
+    assert (stream, kind) == (bad, "string") and log.backend.get(aside) == b"not a stream"
+
+
+class WrittenAgainAtOnce(Delegating):
+    """Something writes the inbox's key again right after each time it is moved aside."""
+
+    def __init__(self, inner: Any, key: str) -> None:
+        super().__init__(inner)
+        self.key = key
+
+    def around(self, name: str, call: Any) -> Any:
+        out = call()
+        if name == "script_many":
+            self.inner.delete(self.key)
+            self.inner.set(self.key, b"again")
+        return out
+
+
+def test_a_report_refused_again_stays_owed_without_holding_back_the_others_then_is_parked(
+        log: EventLog, tmp_path: Path) -> None:
+    """When the inbox cannot be made again (its key is written again at once), its reports
+    stay owed, in order, the others go once; refused for REFUSED_FOR_MS, they are parked in
+    the job's dead letters with the reason."""
+    world = ManualWorld()
+    bad = log.keys.inbox(log.keys.job("bad"))
+    hostile = EventLog(WrittenAgainAtOnce(log.backend, bad), log.keys)
+    t = tm(hostile, world, tmp_path, TinySlots())
+    log.backend.set(bad, b"not a stream")
     owe(t, "j1", "e0")
     owe(t, "bad", "e1")
     owe(t, "j1", "e2")
@@ -46,22 +86,13 @@ def test_a_report_redis_refuses_stays_owed_and_the_others_go(log: EventLog, tmp_
     assert [env.event.execution_id for _, env in t.owed] == ["e1", "e3"]
     t._flush()  # still refused: still owed, nothing sent twice
     assert inbox_events(log, "j1") == ["e0", "e2"] and len(t.owed) == 2
-    log.backend.delete(bad)  # (its reader makes the inbox again: services/jobmanager)
-    t._flush()
-    assert not t.owed
-    assert inbox_events(log, "bad") == ["e1", "e3"]
-    # Refused for REFUSED_FOR_MS (no leader reads it any more: its job ended): parked with
-    # the reason in the job's dead letters, and no longer owed.
-    log.backend.delete(bad)
-    log.backend.set(bad, b"not a stream")
-    owe(t, "bad", "e4")
-    t._flush()
     world.advance(REFUSED_FOR_MS)
     t._flush()
     assert not t.owed
-    ((_, dead),) = list(log.replay_raw(log.keys.dead(log.keys.job("bad"))))
-    assert dead[b"kind"] == b"undeliverable" and b"refused the report for 30 s" in dead[b"reason"]
-    assert dead[b"stream"].decode() == bad and b"e4" in dead[b"field:e"]
+    dead = [f for _, f in log.replay_raw(log.keys.dead(log.keys.job("bad")))]
+    assert [f[b"kind"] for f in dead] == [b"undeliverable"] * 2
+    assert all(b"refused the report for 30 s" in f[b"reason"] and f[b"stream"].decode() == bad for f in dead)
+    assert [decode(f[b"field:e"]).event.execution_id for f in dead] == ["e1", "e3"]  # in order
 
 
 def test_the_inbox_is_left_with_nothing_pending_after_a_job(log: EventLog, tmp_path: Path) -> None:

@@ -233,7 +233,8 @@ class LogContract:
         keys = log.keys
         cluster, job = keys.inbox(keys.cluster), keys.inbox(keys.job("j1"))
         told: list[tuple[str, str, str]] = []
-        consumer = GroupConsumer(log, [cluster, job], "jm", "c1", on_set_aside=lambda *t: told.append(t))
+        log.on_set_aside = lambda *t: told.append(t)
+        consumer = GroupConsumer(log, [cluster, job], "jm", "c1")
         consumer.ensure_group()
         first = env(heartbeat())
         log.append(cluster, first)
@@ -264,6 +265,28 @@ class LogContract:
         assert told[-1][:2] == (job, "string") and told[-1][2] != told[0][2]
         assert [e.envelope for e in consumer.read(block_ms=None)] == []
         assert len(told) == 3
+
+    def test_a_commit_to_a_subtask_inbox_that_is_not_a_stream_moves_it_aside_and_goes_on(
+            self, log: EventLog) -> None:
+        """A commit that also writes into a subtask's inbox refused it (nothing written), and
+        the leader rebuilt and decided the same message again, for ever: the value is moved
+        aside and the commit goes again. A facts stream that is not one is not an inbox:
+        that commit is still refused."""
+        tag = log.keys.job("j1")
+        facts, task = log.keys.facts(tag), log.keys.task_inbox(tag, "src", 0)
+        told: list[tuple[str, str, str]] = []
+        log.on_set_aside = lambda *t: told.append(t)
+        log.backend.set(task, b"someone else's")
+        e = env(heartbeat(), epoch=1)
+        result = log.commit(tag, 1, [Out(facts, e), Out(task, e)])
+        assert not result.duplicate and [x for _, x in log.replay(task)] == [e] == [x for _, x in log.replay(facts)]
+        ((stream, kind, aside),) = told
+        assert (stream, kind) == (task, "string") and log.backend.get(aside) == b"someone else's"
+        log.backend.delete(facts)
+        log.backend.set(facts, b"x")
+        with pytest.raises(ScriptError, match="not a stream|is a string"):
+            log.commit(tag, 1, [Out(facts, e)])
+        assert len(told) == 1
 
     def test_following_blocks_until_an_entry_arrives(self, log: EventLog) -> None:
         stream = log.keys.facts(log.keys.cluster)
@@ -478,8 +501,8 @@ class LogContract:
         sent = [env(heartbeat(), epoch=1) for _ in range(3)]
         log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=inbox) for e in sent])
         told: list[tuple[str, str, str]] = []
-        d = Deliverer(log, tag, on_undeliverable=lambda *x: pytest.fail(f"parked: {x}"),
-                      on_set_aside=lambda *t: told.append(t))
+        log.on_set_aside = lambda *t: told.append(t)
+        d = Deliverer(log, tag, on_undeliverable=lambda *x: pytest.fail(f"parked: {x}"))
         assert d.deliver() == 3
         ((stream, kind, aside),) = told
         assert (stream, kind) == (inbox, "hash") and log.backend.hgetall(aside) == {b"x": b"1"}
