@@ -14,7 +14,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.errors import DecodeError, PartlyAppended, ScriptError, StaleEpoch, StoreError, StoreRestarted, WrongType
+from sluice.errors import (
+    DecodeError,
+    PartlyAppended,
+    RedisUnavailable,
+    ScriptError,
+    StaleEpoch,
+    StoreError,
+    StoreRestarted,
+    WrongType,
+)
 from sluice.events import FIELD, Envelope, decode_bytes, decode_fields, encode
 
 from . import scripts
@@ -113,8 +122,9 @@ class EventLog:
         try:
             return self.backend.xadd(stream, fields, maxlen=maxlen)
         except WrongType:
-            if not self.keys.is_inbox(stream) or not self.set_aside([stream]):
+            if not self.keys.is_inbox(stream):
                 raise
+            self.set_aside([stream])  # (or its reader did, meanwhile: either way, again)
             return self.backend.xadd(stream, fields, maxlen=maxlen)
 
     def append_raw(self, stream: str, fields: dict[bytes, bytes]) -> str:
@@ -143,8 +153,14 @@ class EventLog:
             # appended again, in order (the rest went).
             refused = sorted(exc.errors)
             inboxes = list(dict.fromkeys(batch[i][0] for i in refused if self.keys.is_inbox(batch[i][0])))
-            if not inboxes or not self.set_aside(inboxes):
+            if not inboxes:
                 raise
+            try:
+                self.set_aside(inboxes)  # (or their readers did, meanwhile: either way, again)
+            except RedisUnavailable:
+                raise
+            except StoreError:
+                raise exc from None
             ids = list(exc.ids)
             try:
                 again = self.backend.xadd_many([batch[i] for i in refused])
@@ -190,13 +206,13 @@ class EventLog:
         try:
             reply = self.backend.script("commit", keys, args)
         except ScriptFailed as exc:
-            bad = self._clobbered_inbox(exc, keys)
-            if bad is None:
+            if self._clobbered_inbox(exc, keys) is None:
                 raise script_error(exc, tag, epoch) from exc
             # An inbox it writes to (a subtask's) holds another kind of value: nothing was
             # written; the value is moved aside and the commit goes again (it failed every
-            # time, and the leader rebuilt and decided it again, for ever).
-            self.set_aside([bad])
+            # time, and the leader rebuilt and decided it again, for ever). Every inbox it
+            # writes to is looked at (the script names only the first bad one).
+            self.set_aside([k for k in dict.fromkeys(keys[2:]) if self.keys.is_inbox(k)])
             try:
                 reply = self.backend.script("commit", keys, args)
             except ScriptFailed as again:

@@ -115,7 +115,7 @@ class Committer:
         if targets:
             try:
                 self.log.append_each(targets)
-            except PartlyAppended as exc:  # an inbox that is not a stream: its TaskManager makes it again
+            except PartlyAppended as exc:  # an inbox written again as another kind of value at once
                 self.logger.warning("a heartbeat was refused", refused=[targets[i][0] for i in exc.errors],
                                     error=next(iter(exc.errors.values()))[:300])
 

@@ -522,8 +522,8 @@ class JobManager:
         unread in it were lost with it: the TaskManagers' slot reports bring back the final
         states of tasks."""
         self.metrics.parked("not-a-stream")
-        self.logger.error("an inbox held another kind of value; it was moved aside and made again", stream=stream,
-                          held=kind, moved_to=aside)
+        self.logger.error("an inbox held another kind of value; it was moved aside", stream=stream, held=kind,
+                          moved_to=aside)
 
     # --- the real process ----------------------------------------------------------------
 

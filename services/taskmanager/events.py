@@ -127,8 +127,8 @@ class TaskEvents:
 
     def resend(self) -> None:
         """Send again the message that did not get through (if any). An inbox that refuses
-        it (its key holds another kind of value) is tried again until the answer timeout:
-        the leader makes it again at its next read."""
+        it (its key holds another kind of value again right after it was moved aside) is
+        tried again until the answer timeout."""
         unsent = self.unsent
         if unsent is None:
             return

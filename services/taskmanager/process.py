@@ -61,8 +61,9 @@ __all__ = ["TaskManager", "GROUP"]
 
 GROUP = "taskmanager"
 REFUSED_FOR_MS = 30_000
-"""How long a report whose inbox refuses it stays owed before it is parked (its leader
-makes the inbox again at its next read of it, in milliseconds)."""
+"""How long a report whose inbox refuses it stays owed before it is parked, in milliseconds
+(an inbox whose key holds another kind of value is moved aside at once: refused, the key
+was written again)."""
 _REMEMBERED = 10_000  # inbox entries remembered as handled, and final states kept unconfirmed
 _REPORTED_ERROR = 2_000  # characters of a failure kept in the slot report
 _LOOK_EVERY_MS = 50
@@ -309,9 +310,9 @@ class TaskManager:
             self._spark_server = None
 
     def _send(self, message: Event, cause: str | None = None) -> None:
-        """A message to the leader. One the cluster inbox refuses (the key holds another
-        kind of value, until the leader makes it again at its next read) is dropped with a
-        warning: registration sends again when unanswered, and heartbeats come again."""
+        """A message to the leader. One the cluster inbox refuses (its key holds another kind
+        of value again right after it was moved aside) is dropped with a warning:
+        registration sends again when unanswered, and heartbeats come again."""
         try:
             self.log.append(self.cluster_inbox,
                             Envelope(message, self.world.new_id(), 0, self.world.now_ms(), None, cause))
@@ -335,11 +336,10 @@ class TaskManager:
         result and INITIALIZING). When the round trip fails they all stay owed and go again,
         some maybe twice: the leader ignores a repeated report.
 
-        A report whose inbox refuses it (the key holds another kind of value: the leader
-        makes the inbox again at its next read of it) stays owed and the others go. One
-        refused for REFUSED_FOR_MS is parked in its job's dead letters with the reason: no
-        leader reads that inbox any more (its job ended), and a final state also travels
-        in every slot report until the leader has it."""
+        An inbox whose key holds another kind of value is moved aside first (EventLog). A
+        report refused all the same (the key was written again at once) stays owed and the
+        others go. One refused for REFUSED_FOR_MS is parked in its job's dead letters with
+        the reason; a final state also travels in every slot report until the leader has it."""
         if not self.owed:
             return
         sent = list(self.owed)
@@ -391,8 +391,8 @@ class TaskManager:
 
     def _set_aside(self, stream: str, kind: str, aside: str) -> None:
         self.metrics.parked("not-a-stream")
-        self.logger.error("the inbox held another kind of value; it was moved aside and made again", stream=stream,
-                          held=kind, moved_to=aside)
+        self.logger.error("an inbox held another kind of value; it was moved aside", stream=stream, held=kind,
+                          moved_to=aside)
 
     def _dead_lettered(self, stream: str, entry_id: str, error: Exception) -> None:
         self.metrics.parked(getattr(error, "kind", "undecodable"))

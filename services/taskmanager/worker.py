@@ -174,8 +174,8 @@ def _persist(ctx: WorkerContext, send: Callable[[], T], *, give_up_s: float = 60
     then arrive twice: the leader ignores a repeated one). A report lost would leave its task
     running for ever, so the worker waits as long as its TaskManager lives; a context with
     no ``outage`` retries for ``give_up_s``. A report an inbox refused (its key holds another
-    kind of value until its reader makes it again, at its next read) goes again for
-    ``refused_for_s``; the others of it may arrive twice."""
+    kind of value again right after it was moved aside) goes again for ``refused_for_s``;
+    the others of it may arrive twice."""
     refused_until = time.monotonic() + refused_for_s
 
     def once() -> T:

@@ -107,3 +107,34 @@ def test_a_client_moves_a_clobbered_cluster_inbox_aside_or_says_what_is_wrong(lo
     clobber(log, cluster)
     with pytest.raises(WrongType, match="something other than Sluice keeps writing that key"):
         Client(hostile, "c1", refused_wait_s=0.3).submit(job, job_id="j2")
+
+
+class ReaderRepairsFirst(Delegating):
+    """The writer's append meets the clobbered key, and its reader moves it aside (making
+    the inbox again with its group) before the writer's own repair runs."""
+
+    def __init__(self, inner: Any, log: EventLog) -> None:
+        super().__init__(inner)
+        self.reader, self.done = log, False
+
+    def around(self, name: str, call: Any) -> Any:
+        if name == "xadd" and not self.done:
+            self.done = True
+            try:
+                return call()
+            finally:
+                self.reader.set_aside([self.reader.keys.inbox(self.reader.keys.cluster)], "jm")
+        return call()
+
+
+def test_a_writer_whose_inbox_its_reader_repaired_first_appends_all_the_same(log: EventLog) -> None:
+    """Found by review: the writer's repair then moved nothing, and it gave up on a stream
+    that was fine again (a TaskManager dropped its message to the leader)."""
+    from tests.helpers import env, heartbeat
+
+    cluster = log.keys.inbox(log.keys.cluster)
+    clobber(log, cluster)
+    writer = EventLog(ReaderRepairsFirst(log.backend, log), log.keys)
+    sent = env(heartbeat())
+    writer.append(cluster, sent)
+    assert [e for _, e in log.replay(cluster)] == [sent]

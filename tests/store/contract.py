@@ -273,20 +273,23 @@ class LogContract:
         aside and the commit goes again. A facts stream that is not one is not an inbox:
         that commit is still refused."""
         tag = log.keys.job("j1")
-        facts, task = log.keys.facts(tag), log.keys.task_inbox(tag, "src", 0)
+        facts, task, other = (log.keys.facts(tag), log.keys.task_inbox(tag, "src", 0),
+                              log.keys.task_inbox(tag, "src", 1))
         told: list[tuple[str, str, str]] = []
         log.on_set_aside = lambda *t: told.append(t)
         log.backend.set(task, b"someone else's")
+        log.backend.set(other, b"and another")
         e = env(heartbeat(), epoch=1)
-        result = log.commit(tag, 1, [Out(facts, e), Out(task, e)])
+        result = log.commit(tag, 1, [Out(facts, e), Out(task, e), Out(other, e)])  # both at once, not one a try
         assert not result.duplicate and [x for _, x in log.replay(task)] == [e] == [x for _, x in log.replay(facts)]
-        ((stream, kind, aside),) = told
-        assert (stream, kind) == (task, "string") and log.backend.get(aside) == b"someone else's"
+        assert [x for _, x in log.replay(other)] == [e]
+        assert sorted(t[:2] for t in told) == sorted([(task, "string"), (other, "string")])
+        assert log.backend.get(told[[t[0] for t in told].index(task)][2]) == b"someone else's"
         log.backend.delete(facts)
         log.backend.set(facts, b"x")
         with pytest.raises(ScriptError, match="not a stream|is a string"):
             log.commit(tag, 1, [Out(facts, e)])
-        assert len(told) == 1
+        assert len(told) == 2
 
     def test_following_blocks_until_an_entry_arrives(self, log: EventLog) -> None:
         stream = log.keys.facts(log.keys.cluster)
