@@ -4,6 +4,7 @@ commands find it again (and bring Redis back on the same data if it is down)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,6 +28,23 @@ if TYPE_CHECKING:
 __all__ = ["EmbeddedCluster", "ProcessInfo", "alive", "descendants", "Stopped"]
 
 _SHORT = {"taskmanager": "tm", "jobmanager": "jm", "projector": "projector"}
+
+
+def _stop_pid(pid: int, timeout: float = 20.0) -> None:
+    """SIGTERM a process another command started, and wait for it to go (a JVM takes a
+    second or two): `sluice cluster stop` returned while the Spark server was still
+    shutting down, and one started right after found it there. SIGKILL after ``timeout``."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            return
+        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
@@ -203,7 +221,7 @@ class EmbeddedCluster:
             self._spark.stop()
             self._spark = None
         elif rec and alive(int(rec["pid"])):
-            os.kill(int(rec["pid"]), signal.SIGTERM)
+            _stop_pid(int(rec["pid"]))
         self._write(data)
 
     def storage_root(self) -> str:
