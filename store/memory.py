@@ -820,13 +820,16 @@ class MemoryStore:
         kind = self._type(keys[0], now)
         if kind == "stream":
             return b""
-        if kind != "none":
+        if kind != "none":  # RENAME: the value and its time to live
             value = self._write(keys[0], now)
+            deadline = self._state.expires.get(keys[0])
             self._delete(keys[1], now)
             if isinstance(value, bytes):
                 self._do(_op_set, keys[1], value)
             else:
                 self._do(_op_hset, keys[1], dict(value))  # type: ignore[arg-type]
+            if deadline is not None:
+                self._do(_op_pexpireat, keys[1], deadline)
             self._do(_op_del, keys[0])
         if argv[0] != b"":
             self._do(_op_mkstream, keys[0])

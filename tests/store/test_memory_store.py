@@ -596,3 +596,19 @@ def test_maxlen_trims_exactly_and_a_deleted_stream_starts_again(store: MemorySto
     assert [i for i, _ in b.xrange(stream, None, 10)] == ids[2:]
     assert b.delete(stream) == 1 and b.xlen(stream) == 0 and store.streams() == []
     assert b.xadd(stream, {b"n": b"again"}) == "1000-0"
+
+
+def test_setting_an_inbox_aside_keeps_its_value_and_time_to_live_as_rename_does(store: MemoryStore,
+                                                                             clock: Clock) -> None:
+    """The twin of SET_ASIDE (store/scripts.py): Redis's RENAME keeps the key's TTL."""
+    log = log_on(store)
+    inbox = log.keys.inbox(log.keys.job("j1"))
+    log.backend.set(inbox, b"someone else's")
+    store._pexpire(inbox, b"5000", clock.now)
+    (moved,) = log.set_aside([inbox], "jm")
+    assert moved == inbox
+    (aside,) = [k for k in store._state.data if k.startswith(inbox + ":not-a-stream:")]
+    assert log.backend.get(aside) == b"someone else's" and store._pttl(aside, clock.now) == 5000
+    assert store._pttl(inbox, clock.now) == -1  # the inbox made again: a stream, no TTL
+    clock.now += 5001
+    assert log.backend.get(aside) is None
