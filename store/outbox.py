@@ -26,6 +26,7 @@ delivered to (``EventLog.set_aside``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from sluice.errors import ConfigError
 
@@ -136,10 +137,7 @@ class Deliverer:
                     calls.append(("deliver", [to, delivered], [server, self.outbox, *pairs]))
                     continue
             plan.append((to, pairs, problem))
-        replies = self.log.backend.script_many(calls) if calls else []
-        for reply in replies:
-            if isinstance(reply, ScriptFailed) and scripts.NOT_A_STREAM not in reply.text:
-                raise script_error(reply, self.tag) from reply
+        replies = self._run(calls)
         again = [i for i, r in enumerate(replies) if isinstance(r, ScriptFailed) and keys.is_inbox(calls[i][1][0])]
         if again:
             # An inbox that holds another kind of value (something else wrote its key): moved
@@ -147,9 +145,7 @@ class Deliverer:
             # at its next read). Parking would lose the message for its reader: a job whose
             # SubmitJob was parked never began.
             self.log.set_aside([calls[i][1][0] for i in again])
-            for i, reply in zip(again, self.log.backend.script_many([calls[i] for i in again])):
-                if isinstance(reply, ScriptFailed) and scripts.NOT_A_STREAM not in reply.text:
-                    raise script_error(reply, self.tag) from reply
+            for i, reply in zip(again, self._run([calls[i] for i in again])):
                 replies[i] = reply
         sent = 0
         for to, pairs, outcome in plan:
@@ -161,6 +157,15 @@ class Deliverer:
                 outcome = f"{to!r} holds a {reply.text.rsplit(' ', 1)[-1]}, not a stream"
             self._park(to, pairs, outcome)
         return sent
+
+    def _run(self, calls: list[ScriptCall]) -> list[Any]:
+        """The deliver scripts' replies; a failure other than a target that is not a stream
+        raises (before anything is parked)."""
+        replies = self.log.backend.script_many(calls) if calls else []
+        for reply in replies:
+            if isinstance(reply, ScriptFailed) and scripts.NOT_A_STREAM not in reply.text:
+                raise script_error(reply, self.tag) from reply
+        return replies
 
     def _park(self, target: str, pairs: list[object], problem: str) -> None:
         reason = f"undeliverable: {problem}; the message stays here with its address"

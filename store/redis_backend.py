@@ -60,12 +60,12 @@ def _xadd(stream: str, fields: Mapping[bytes, bytes], maxlen: int | None) -> lis
     return command
 
 
-
 def _wrong_type(exc: redis.ResponseError) -> None:
     """Raise WrongType for Redis's WRONGTYPE (the key holds another kind of value) to a
     command (a script's, which names its script, stays the script's failure)."""
     if str(exc).startswith("WRONGTYPE") and "script:" not in str(exc):
         raise WrongType(str(exc)) from exc
+
 
 class RedisBackend(Backend):
     def __init__(self, client: redis.Redis) -> None:
@@ -200,10 +200,9 @@ class RedisBackend(Backend):
         replies = self._raw(f"appending to {items[0][0]}" + (" and others" if len(items) > 1 else ""),
                             [_xadd(stream, fields, None) for stream, fields in items], check=False)
         errors = {i: str(r) for i, r in enumerate(replies) if isinstance(r, redis.ResponseError)}
-        other = next((r for r in replies if isinstance(r, redis.ResponseError) and not str(r).startswith("WRONGTYPE")),
-                     None)
+        other = next((i for i, text in errors.items() if not text.startswith("WRONGTYPE")), None)
         if other is not None:  # READONLY, OOM, ...: not a refusal of one key (the caller sends them all again)
-            raise other
+            raise replies[other]
         if errors:
             raise PartlyAppended([None if i in errors else _s(r) for i, r in enumerate(replies)], errors)
         return [_s(i) for i in replies]

@@ -9,10 +9,16 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
-__all__ = ["new_id", "now_ms", "hostname", "configure_logging", "stop_on_signals", "get_logger", "RedisAway"]
+if TYPE_CHECKING:
+    from .metrics import Metrics
+
+__all__ = ["new_id", "now_ms", "hostname", "configure_logging", "stop_on_signals", "get_logger", "RedisAway",
+           "set_aside_reporter"]
 
 
 def new_id() -> str:
@@ -58,6 +64,19 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
 
 def get_logger(component: str, **bound: object) -> structlog.typing.FilteringBoundLogger:
     return structlog.get_logger().bind(component=component, **bound)
+
+
+def set_aside_reporter(logger: structlog.typing.FilteringBoundLogger, metrics: Metrics
+                       ) -> Callable[[str, str, str], None]:
+    """A process's ``EventLog.on_set_aside``: an inbox it read or wrote to held another kind
+    of value (something else wrote its key), which was moved aside. Messages unread in it
+    were lost with it: the TaskManagers' slot reports bring back the final states of tasks."""
+    def told(stream: str, kind: str, aside: str) -> None:
+        metrics.parked("not-a-stream")
+        logger.error("an inbox held another kind of value; it was moved aside", stream=stream, held=kind,
+                     moved_to=aside)
+
+    return told
 
 
 def stop_on_signals() -> threading.Event:

@@ -27,7 +27,7 @@ from sluice.errors import MessageRejected, RedisUnavailable, StaleEpoch, StoreRe
 from sluice.events import Envelope, Event, LeadershipGranted, LogRestarted, TaskManagerLost
 from sluice.services.common.gauges import jobmanager_gauges
 from sluice.services.common.metrics import JobManagerMetrics
-from sluice.services.common.shell import RedisAway, get_logger, hostname
+from sluice.services.common.shell import RedisAway, get_logger, hostname, set_aside_reporter
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS, JobCoordinators
 from sluice.services.jobs import core as jobs
@@ -107,7 +107,7 @@ class JobManager:
         self.state = LeaderState()
         self.registered: set[str] = set()
         self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
-        log.on_set_aside = self._set_aside
+        log.on_set_aside = set_aside_reporter(self.logger, self.metrics)
         self.phase = "standby"
         self.replay: Replay | None = None
         self.scheduling_since = 0
@@ -515,15 +515,6 @@ class JobManager:
     def _dead_lettered(self, stream: str, entry_id: str, error: Exception) -> None:
         self.metrics.parked(getattr(error, "kind", "undecodable"))
         self.logger.warning("entry parked in dead letters", stream=stream, entry=entry_id, error=str(error)[:300])
-
-    def _set_aside(self, stream: str, kind: str, aside: str) -> None:
-        """An inbox this leader read or wrote to held another kind of value (something else
-        wrote its key): what it held was moved aside, and the inbox made again. Messages
-        unread in it were lost with it: the TaskManagers' slot reports bring back the final
-        states of tasks."""
-        self.metrics.parked("not-a-stream")
-        self.logger.error("an inbox held another kind of value; it was moved aside", stream=stream, held=kind,
-                          moved_to=aside)
 
     # --- the real process ----------------------------------------------------------------
 

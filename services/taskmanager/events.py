@@ -139,15 +139,10 @@ class TaskEvents:
                 self.log.append(self.job_inbox, unsent)
                 self.unsent = None
                 return
-            except RedisUnavailable as exc:
-                if self.outage is not None:
+            except (RedisUnavailable, WrongType) as exc:
+                if isinstance(exc, RedisUnavailable) and self.outage is not None:
                     self.outage.wait(exc)  # raises only when this worker's TaskManager is gone
                     continue
-                if not self.blocking or time.monotonic() + delay > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-            except WrongType:
                 if not self.blocking or time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)

@@ -43,7 +43,7 @@ from sluice.events import (
 )
 from sluice.services.common.gauges import taskmanager_gauges
 from sluice.services.common.metrics import TaskManagerMetrics
-from sluice.services.common.shell import RedisAway, get_logger, hostname
+from sluice.services.common.shell import RedisAway, get_logger, hostname, set_aside_reporter
 from sluice.services.common.world import SYSTEM, World
 from sluice.store import Blobs, EventLog, GroupConsumer, LeaseHolder, current_leader
 from sluice.store.consumer import Entry, dead_letter
@@ -97,7 +97,7 @@ class TaskManager:
         self.metrics = TaskManagerMetrics()
         self.metrics.collect_with(lambda: taskmanager_gauges(self))
         self.consumer = GroupConsumer(log, self.inbox, GROUP, self.resource_id, on_dead_letter=self._dead_lettered)
-        log.on_set_aside = self._set_aside
+        log.on_set_aside = set_aside_reporter(self.logger, self.metrics)
         self.home = Path(home)
         self.execute = execute
         self.tasks = TaskTable()
@@ -388,11 +388,6 @@ class TaskManager:
         self.metrics.parked("undeliverable")
         self.logger.error("a report refused for too long was parked in its job's dead letters", stream=stream,
                           report=env.type, error=error[:300])
-
-    def _set_aside(self, stream: str, kind: str, aside: str) -> None:
-        self.metrics.parked("not-a-stream")
-        self.logger.error("an inbox held another kind of value; it was moved aside", stream=stream, held=kind,
-                          moved_to=aside)
 
     def _dead_lettered(self, stream: str, entry_id: str, error: Exception) -> None:
         self.metrics.parked(getattr(error, "kind", "undecodable"))
