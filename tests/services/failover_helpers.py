@@ -37,6 +37,7 @@ from sluice.services.taskmanager.core import RegistrationConfig
 from sluice.services.taskmanager.process import TaskManager
 from sluice.services.taskmanager.worker import report_produced, report_state
 from sluice.store import Blobs, EventLog
+from sluice.store.backend import Delegating
 
 __all__ = [
     "CODE",
@@ -44,6 +45,7 @@ __all__ = [
     "CountingCoordinator",
     "ManualWorld",
     "TinySlots",
+    "WrittenAgainAtOnce",
     "events",
     "job_state",
     "keyed_graph",
@@ -52,6 +54,7 @@ __all__ = [
     "pump",
     "register_message",
     "register_tm",
+    "started",
     "report",
     "source_graph",
     "submit",
@@ -137,6 +140,22 @@ class TinySlots:
 
     def sweep_sink(self, path: str, subtask: int) -> None:
         self.swept.append((path, subtask))
+
+
+class WrittenAgainAtOnce(Delegating):
+    """A backend under which something writes ``key`` again (a string) right after each
+    script batch, so an inbox moved aside there is clobbered again at once."""
+
+    def __init__(self, inner: Any, key: str) -> None:
+        super().__init__(inner)
+        self.key = key
+
+    def around(self, name: str, call: Any) -> Any:
+        out = call()
+        if name == "script_many":
+            self.inner.delete(self.key)
+            self.inner.set(self.key, b"again")
+        return out
 
 
 HANDLED: list[tuple[int, int, int, Any]] = []
@@ -270,11 +289,11 @@ def tm(log: EventLog, world: Any, tmp_path: Path, slots: TinySlots, *, rid: str 
                        home=tmp_path / rid, config=RegistrationConfig(50, 400, 100, 600_000), **kw)
 
 
-def started(log: EventLog, tmp_path: Path, slots: TinySlots | None = None, *, n: int = 2
-            ) -> tuple[ManualWorld, JobManager, TaskManager, TinySlots]:
+def started(log: EventLog, tmp_path: Path, slots: TinySlots | None = None, *, n: int = 2,
+            world: ManualWorld | None = None) -> tuple[ManualWorld, JobManager, TaskManager, TinySlots]:
     """A leading JobManager and one registered TaskManager (``tm-1``, ``n`` slots run by
-    ``slots``, TinySlots by default), on a test clock."""
-    world = ManualWorld()
+    ``slots``, TinySlots by default), on a test clock (``world``, a ManualWorld by default)."""
+    world = world if world is not None else ManualWorld()
     a = jm(log, world, "jm-a", tmp_path)
     lead(a, world)
     slots = slots if slots is not None else TinySlots()

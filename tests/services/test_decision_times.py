@@ -24,16 +24,12 @@ from sluice.sim.invariants import normal_jobs
 from sluice.store import EventLog
 from tests.services.failover_helpers import (
     ManualWorld,
-    TinySlots,
-    jm,
     job_state,
-    lead,
     pump,
-    register_tm,
     report,
     source_graph,
+    started,
     submit,
-    tm,
 )
 
 
@@ -54,12 +50,7 @@ def _as_data(run: Any) -> dict:
 
 @pytest.mark.timeout(60)
 def test_the_leaders_state_keeps_the_logs_times_while_its_clock_moves(log: EventLog, tmp_path: Path) -> None:
-    world = CreepingWorld()
-    a = jm(log, world, "jm-a", tmp_path)
-    lead(a, world)
-    slots = TinySlots()
-    t = tm(log, world, tmp_path, slots, n=1)
-    register_tm(a, t, world)
+    world, a, t, slots = started(log, tmp_path, n=1, world=CreepingWorld())
     submit(log, world, "j1", source_graph("j1", splits=1))
     compared: list[int | None] = []
 

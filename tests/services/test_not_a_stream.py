@@ -19,18 +19,14 @@ from sluice.events import JobStatus, TaskState
 from sluice.store import EventLog
 from sluice.store.backend import Delegating
 from tests.services.failover_helpers import (
-    ManualWorld,
-    TinySlots,
+    WrittenAgainAtOnce,
     events,
-    jm,
     job_state,
-    lead,
     pump,
-    register_tm,
     report,
     source_graph,
+    started,
     submit,
-    tm,
 )
 
 
@@ -49,12 +45,7 @@ def set_aside(log: EventLog, key: str) -> list[str]:
 def test_a_job_inbox_that_is_not_a_stream_stops_neither_the_leader_nor_the_job(log: EventLog,
                                                                              tmp_path: Path) -> None:
     keys = log.keys
-    world = ManualWorld()
-    a = jm(log, world, "jm-a", tmp_path)
-    lead(a, world)
-    slots = TinySlots()
-    t = tm(log, world, tmp_path, slots, n=2)
-    register_tm(a, t, world)
+    world, a, t, slots = started(log, tmp_path)
     steps = [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)]
     submit(log, world, "j1", source_graph("j1", splits=1))
     pump(steps, lambda: len(slots.launched) == 1, what="j1's launch", world=world, advance_ms=10)
@@ -73,21 +64,6 @@ def test_a_job_inbox_that_is_not_a_stream_stops_neither_the_leader_nor_the_job(l
     report(log, world, descriptor, "tm-1", 0, TaskState.FINISHED)
     pump(steps, lambda: job_state(log, "j1").status == JobStatus.FINISHED, what="j1's end", world=world,
          advance_ms=10)
-
-
-class WrittenAgainAtOnce(Delegating):
-    """Something writes the key again right after each time it is moved aside."""
-
-    def __init__(self, inner: Any, key: str) -> None:
-        super().__init__(inner)
-        self.key = key
-
-    def around(self, name: str, call: Any) -> Any:
-        out = call()
-        if name == "script_many":
-            self.inner.delete(self.key)
-            self.inner.set(self.key, b"again")
-        return out
 
 
 @pytest.mark.timeout(30)

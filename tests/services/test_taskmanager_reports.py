@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from sluice.events import TaskOperationResult, decode
 from sluice.services.taskmanager.process import REFUSED_FOR_MS
 from sluice.store import EventLog
-from sluice.store.backend import Delegating
-from tests.services.failover_helpers import ManualWorld, TinySlots, tm
+from tests.services.failover_helpers import ManualWorld, TinySlots, WrittenAgainAtOnce, tm
 
 
 def owe(t, job: str, execution: str) -> None:  # type: ignore[no-untyped-def]
     t._to_job(job, TaskOperationResult(job, execution, True, None), flush=False)
+
+
+def owe_in_turn(t, good: str, bad: str) -> None:  # type: ignore[no-untyped-def]
+    """e0 to ``good``, e1 to ``bad``, e2 to ``good``, e3 to ``bad``."""
+    for i, job in enumerate((good, bad, good, bad)):
+        owe(t, job, f"e{i}")
 
 
 def inbox_events(log: EventLog, job: str) -> list[str]:
@@ -41,30 +45,12 @@ def test_reports_to_an_inbox_that_is_not_a_stream_go_at_once_and_its_value_is_ke
     log.on_set_aside = lambda *a: told.append(a)
     bad = log.keys.inbox(log.keys.job("bad"))
     log.backend.set(bad, b"not a stream")
-    owe(t, "j1", "e0")
-    owe(t, "bad", "e1")
-    owe(t, "j1", "e2")
-    owe(t, "bad", "e3")
+    owe_in_turn(t, "j1", "bad")
     t._flush()
     assert not t.owed
     assert inbox_events(log, "j1") == ["e0", "e2"] and inbox_events(log, "bad") == ["e1", "e3"]
     ((stream, kind, aside),) = told
     assert (stream, kind) == (bad, "string") and log.backend.get(aside) == b"not a stream"
-
-
-class WrittenAgainAtOnce(Delegating):
-    """Something writes the inbox's key again right after each time it is moved aside."""
-
-    def __init__(self, inner: Any, key: str) -> None:
-        super().__init__(inner)
-        self.key = key
-
-    def around(self, name: str, call: Any) -> Any:
-        out = call()
-        if name == "script_many":
-            self.inner.delete(self.key)
-            self.inner.set(self.key, b"again")
-        return out
 
 
 def test_a_report_refused_again_stays_owed_without_holding_back_the_others_then_is_parked(
@@ -77,10 +63,7 @@ def test_a_report_refused_again_stays_owed_without_holding_back_the_others_then_
     hostile = EventLog(WrittenAgainAtOnce(log.backend, bad), log.keys)
     t = tm(hostile, world, tmp_path, TinySlots())
     log.backend.set(bad, b"not a stream")
-    owe(t, "j1", "e0")
-    owe(t, "bad", "e1")
-    owe(t, "j1", "e2")
-    owe(t, "bad", "e3")
+    owe_in_turn(t, "j1", "bad")
     t._flush()
     assert inbox_events(log, "j1") == ["e0", "e2"]  # once each
     assert [env.event.execution_id for _, env in t.owed] == ["e1", "e3"]
