@@ -71,13 +71,15 @@ def _quoted(name: str) -> str:
 
 
 def write_partition(df: DataFrame, path: str, *, key: str | None, max_parallelism: int,
-                    consumers: int | None = None) -> None:
+                    consumers: int | None = None, partitions: int | None = None) -> None:
     """Write a producer subtask's output to ``path`` as Parquet, replacing what was there.
 
     Without ``key`` the DataFrame is written as is. With ``key`` every row gets its key
-    group ``_kg`` and the output is partitioned by it, one file per key group (a shuffle
+    group ``_kg`` and the output is partitioned by it, one file per key group: a shuffle
     by ``_kg`` first, so the number of files does not grow with the DataFrame's
-    partitions). ``_schema.json`` is written last, next to the data.
+    partitions; or, given the task's share of ``partitions`` (``taskmanager.share``), no
+    shuffle: at most that many files per key group, from the DataFrame's partitions
+    coalesced to that many. ``_schema.json`` is written last, next to the data.
     """
     path = _check_path(path, "output path")
     schema = df.schema
@@ -108,9 +110,9 @@ def write_partition(df: DataFrame, path: str, *, key: str | None, max_parallelis
             owner = F.floor(kg * F.lit(consumers) / F.lit(max_parallelism))
             kg = F.floor((owner * F.lit(max_parallelism) + F.lit(consumers - 1)) / F.lit(consumers)).cast("int")
         keyed = df.withColumn(KEY_GROUP_COLUMN, kg)
+        keyed = keyed.coalesce(partitions) if partitions else keyed.repartition(KEY_GROUP_COLUMN)
         (
-            keyed.repartition(KEY_GROUP_COLUMN)
-            .write.mode("overwrite")
+            keyed.write.mode("overwrite")
             .option("partitionOverwriteMode", "static")  # replace the whole output, even if the session says dynamic
             .partitionBy(KEY_GROUP_COLUMN)
             .parquet(path)

@@ -50,6 +50,7 @@ from sluice.store.consumer import Entry, dead_letter
 
 from .core import Registration, RegistrationConfig
 from .library import LibraryCache
+from .share import task_partitions
 from .slots import ProcessSlots, Slots
 from .tasks import Task, TaskStartFailed, TaskTable, release, standard_steps, start
 from .tempdirs import TempDir
@@ -77,10 +78,13 @@ class TaskManager:
                  labels: dict[str, str] | None = None, inbox_retention_ms: int = 600_000,
                  home: Path = Path(".sluice"), redis_url: str | None = None, execute: bool = True,
                  spark_remote: str | None = None, io_rate: float = 0.0, world: World = SYSTEM,
-                 runner: Slots | None = None) -> None:
+                 runner: Slots | None = None, task_partitions: int | None = None) -> None:
         self.log, self.keys, self.world = log, log.keys, world
         self.spark_remote = spark_remote
         self.io_rate = io_rate
+        self.task_partitions = task_partitions
+        """Spark partitions a task gets (``share.py``); None: its share of this TaskManager's own
+        Spark server when it starts one, else what Spark decides; 0: what Spark decides."""
         self._spark_server: SparkConnectServer | None = None
         self.inbox_retention_ms = inbox_retention_ms
         self._next_trim = 0
@@ -471,6 +475,7 @@ class TaskManager:
                    "io_rate": self.io_rate}
         if d.kind != "noop":
             runtime["spark_remote"] = self._spark()
+            runtime["partitions"] = self._partitions()
         return self._hand_over(task, runtime)
 
     def _hand_over(self, task: Task, runtime: dict) -> str:
@@ -522,6 +527,14 @@ class TaskManager:
             self.spark_remote = self._spark_server.start(wait=False)
             self.logger.info("started a Spark Connect server for this TaskManager", url=self.spark_remote)
         return self.spark_remote
+
+    def _partitions(self) -> int | None:
+        """The Spark partitions of a task here (``share.py``), None: Spark decides."""
+        if self.task_partitions is not None:
+            return self.task_partitions or None
+        if self._spark_server is not None:  # its own server: the cores of it each slot stands for
+            return task_partitions(self._spark_server.master, self.reg.slots)
+        return None
 
     def _cancel_launch(self, task: Task) -> None:
         if task.rq_job and self.execute:

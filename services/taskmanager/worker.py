@@ -39,6 +39,7 @@ from sluice.store import EventLog, Keys, connect, server_address
 from sluice.store.connection import Outage
 
 from . import events as task_events
+from . import share
 from .library import load_module
 
 __all__ = ["run_task", "spark_session", "WorkerContext", "RUN_TASK", "report_state", "report_produced"]
@@ -242,6 +243,7 @@ def describe_error(exc: BaseException, limit: int = 8000) -> str:
 
 def _execute(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path) -> None:
     spark = spark_session(runtime.get("spark_remote"))
+    share.configure(spark, runtime.get("partitions"))
     temp_dir.mkdir(parents=True, exist_ok=True)
     events = task_events.TaskEvents(ctx.log, d, runtime.get("host") or hostname(), outage=ctx.outage)
     task_events.install(events)
@@ -338,6 +340,11 @@ def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, t
         module = load_module(Path(runtime["code_path"]), d.module)
         functions = [_resolve(module, ref) for ref in d.functions]
 
+    partitions = runtime.get("partitions")
+
+    def shared(df: Any) -> Any:  # the task's input as its share of the server (share.py)
+        return share.coalesced(df, partitions)
+
     def chain(df: Any, fns: list[Callable[..., Any]] = functions) -> Any:
         for fn in fns:
             df = fn(df)
@@ -346,14 +353,14 @@ def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, t
     if d.kind == "source":
         assert d.source is not None
         if d.source.each_split and functions:
-            df = _read_each_split(spark, d, runtime, temp_dir, events, chain)
+            df = shared(_read_each_split(spark, d, runtime, temp_dir, events, lambda split: chain(shared(split))))
         else:
-            df = chain(_read_source(spark, d, runtime, temp_dir, events))
+            df = chain(shared(_read_source(spark, d, runtime, temp_dir, events)))
     else:
         # key_groups is [first, last]; read_inputs checks that it is
-        inputs = [exchange.read_inputs(spark, inp.partition_paths(),
-                                       key_groups=cast("tuple[int, int]", tuple(inp.key_groups)) if inp.key_groups
-                                       else None)
+        inputs = [shared(exchange.read_inputs(spark, inp.partition_paths(),
+                                              key_groups=cast("tuple[int, int]", tuple(inp.key_groups))
+                                              if inp.key_groups else None))
                   for inp in d.inputs]
         if functions and len(inputs) > 1:  # the first function joins the inputs
             df = chain(functions[0](*inputs), functions[1:])
@@ -365,7 +372,7 @@ def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, t
         df = df.cache()  # computed once for the output and for the queryable state
     if output:
         exchange.write_partition(df, output.path, key=output.key, max_parallelism=d.max_parallelism,
-                                 consumers=output.consumers if output.key else None)
+                                 consumers=output.consumers if output.key else None, partitions=partitions)
     sink = d.sink
     if sink:
         exchange.write_sink(df, sink.path, d.subtask, d.attempt, sink.format, sink.options)

@@ -43,7 +43,7 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
     from sluice.client import load_job
     from sluice.services.embedded.spark_connect import SparkConnectServer
 
-    from .cluster import BenchCluster, job_seconds
+    from .cluster import BenchCluster, job_seconds, share_env
 
     out: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="sluice-bench-balance-") as tmp:
@@ -57,7 +57,8 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
             url = server.start()
             spark = SparkSession.builder.remote(url).getOrCreate()
             spark.range(10).count()
-        env = {"SLUICE_BENCH_WORK_S_PER_ROW": str(work_s / rows_per_split), "SLUICE_BENCH_SLOW_FACTOR": str(slow)}
+        env = {"SLUICE_BENCH_WORK_S_PER_ROW": str(work_s / rows_per_split), "SLUICE_BENCH_SLOW_FACTOR": str(slow),
+               **share_env("local[2]", 2)}  # as `sluice run` gives its tasks (two slots on the server)
         try:
             with BenchCluster(tmp_path / "home") as cluster:
                 if taskmanagers == 1:

@@ -149,6 +149,16 @@ class BenchCluster:
         return state
 
 
+def share_env(master: str, slots: int) -> dict[str, str]:
+    """The environment that gives a bench cluster's TaskManagers the Spark partitions a task
+    gets in ``sluice run`` (``taskmanager.share``): a bench cluster's TaskManagers are given
+    the server's URL, so they cannot see its cores themselves."""
+    from sluice.services.taskmanager.share import task_partitions
+
+    partitions = task_partitions(master, slots)
+    return {"SLUICE_TASK_PARTITIONS": str(partitions or 0)}
+
+
 def job_seconds(run: JobRun) -> float:
     """An ended job's time from SubmitJob to its end, by the log's clock."""
     if run.ended_at is None:

@@ -35,7 +35,7 @@ from rich.table import Table
 from sluice.services.jobs.state import JobRun
 from sluice.store import EventLog
 
-from .cluster import BenchCluster, finished_run, job_seconds
+from .cluster import BenchCluster, finished_run, job_seconds, share_env
 from .console import console
 from .corpus import write_corpus
 
@@ -115,9 +115,11 @@ class WarmCluster:
 
 
 @contextlib.contextmanager
-def warm_cluster(url: str, home: Path, parallelism: int, slots: int) -> Iterator[WarmCluster]:
+def warm_cluster(url: str, home: Path, parallelism: int, slots: int, master: str | None = None) -> Iterator[WarmCluster]:
+    """A warm cluster on the server at ``url``; given the server's ``master``, its tasks get the
+    Spark partitions they get in ``sluice run`` (``taskmanager.share``), else Spark decides."""
     with BenchCluster(home) as cluster:
-        cluster.start("tm-0", slots, url)
+        cluster.start("tm-0", slots, url, env=share_env(master, slots) if master else None)
         yield WarmCluster(cluster, parallelism)
 
 
@@ -130,7 +132,8 @@ def _timed(cmd: list[str], env: dict[str, str], cwd: Path, what: str) -> float:
     return took
 
 
-def _one(spark, url: str, tmp: Path, corpus: str, megabytes: int, parallelism: int, slots: int) -> dict:
+def _one(spark, url: str, master: str, tmp: Path, corpus: str, megabytes: int, parallelism: int,
+         slots: int) -> dict:
     case = tmp / f"{corpus}-{megabytes}"  # every output of this case apart from the other cases'
     case.mkdir()
     source = case / "input.txt"
@@ -140,12 +143,12 @@ def _one(spark, url: str, tmp: Path, corpus: str, megabytes: int, parallelism: i
     env = {**os.environ, "SLUICE_LOG_LEVEL": "WARNING"}
     home, out = case / "home", case / "sluice-out"
     with console.status(f"sluice run on the warm server ({corpus}, {megabytes} MB)"):
-        _timed(_sluice_cmd(home, source, out, parallelism, slots, size), {**env, "SLUICE_SPARK_REMOTE": url}, tmp,
-               "sluice run")
+        _timed(_sluice_cmd(home, source, out, parallelism, slots, size),
+               {**env, "SLUICE_SPARK_REMOTE": url, **share_env(master, slots)}, tmp, "sluice run")
     first_s = _job_time(home)
     outs = [case / f"warm-out-{i}" for i in range(ROUNDS + 1)]
     plains, jobs = [], []
-    with warm_cluster(url, case / "warm-home", parallelism, slots) as cluster:
+    with warm_cluster(url, case / "warm-home", parallelism, slots, master) as cluster:
         with console.status(f"the first job on a new cluster, plain PySpark's warm-up ({corpus}, {megabytes} MB)"):
             warm_first = cluster.run(source, outs[0])
             plain(spark, str(source), str(case / "plain-warm-up"))  # warm the code paths
@@ -190,7 +193,8 @@ def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", 
     rows = []
     with tempfile.TemporaryDirectory(prefix="sluice-bench-wc-") as tmp:
         tmp_path = Path(tmp)
-        server = SparkConnectServer(master=f"local[{os.cpu_count() or 2}]", log_file=tmp_path / "spark.log")
+        master = f"local[{os.cpu_count() or 2}]"
+        server = SparkConnectServer(master=master, log_file=tmp_path / "spark.log")
         with console.status("starting Spark"):
             url = server.start()
             spark = SparkSession.builder.remote(url).getOrCreate()
@@ -198,7 +202,7 @@ def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", 
         try:
             for corpus in corpora:
                 for mb in megabytes:
-                    rows.append(_one(spark, url, tmp_path, corpus, mb, parallelism, slots))
+                    rows.append(_one(spark, url, master, tmp_path, corpus, mb, parallelism, slots))
         finally:
             spark.stop()
             server.stop()

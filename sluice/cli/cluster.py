@@ -17,6 +17,7 @@ from sluice.errors import RedisUnavailable, ServiceError
 from sluice.services.embedded import EmbeddedCluster
 from sluice.services.embedded.supervisor import ProcessInfo, Stopped, alive, descendants
 from sluice.services.projector import Projector
+from sluice.services.taskmanager.share import task_partitions
 from sluice.store import EventLog, ReadModels
 from sluice.store.connection import ping, redact
 
@@ -124,18 +125,41 @@ def _start(obj: Context, taskmanagers: int, slots: int, detach: bool,
     cluster = obj.cluster
     if cluster.processes("jobmanager"):
         raise ServiceError(f"an embedded cluster already runs in {cluster.home}; `sluice cluster stop` it first")
-    if spark_servers == "shared" and not os.environ.get("SLUICE_SPARK_REMOTE") \
-            and not cluster.env.get("SLUICE_SPARK_REMOTE"):
-        cluster.start_spark(detach=detach)  # first: it overlaps the rest of the start
+    external = bool(os.environ.get("SLUICE_SPARK_REMOTE") or cluster.env.get("SLUICE_SPARK_REMOTE"))
+    master = "local[*]"
+    if spark_servers == "shared" and not external:
+        cluster.start_spark(master=master, detach=detach)  # first: it overlaps the rest of the start
+    elif not external:  # each TaskManager starts its own, on one host
+        master = os.environ.get("SLUICE_SPARK_MASTER", master)
+    # Every slot of the cluster shares this host's cores, whichever server runs its tasks.
+    _record_task_partitions(cluster, None if external else task_partitions(master, taskmanagers * slots))
     url = cluster.redis_url(detach=detach)
     log = obj.log()
     spawn(cluster, "projector", url, detach=detach)
     spawn(cluster, "jobmanager", url, detach=detach)
-    tms = [spawn(cluster, "taskmanager", url, "--slots", str(slots), detach=detach) for _ in range(taskmanagers)]
+    tms = [spawn(cluster, "taskmanager", url, "--slots", str(slots), *_task_partition_args(cluster), detach=detach)
+           for _ in range(taskmanagers)]
     names = {t.name for t in tms}
     wait_for(log, lambda leader, rows: bool(leader) and _registered(rows, names),
              f"waiting for {taskmanagers} TaskManagers to register")
     return cluster, log, tms
+
+
+def _record_task_partitions(cluster: EmbeddedCluster, partitions: int | None) -> None:
+    """Keep in cluster.json the Spark partitions of a task (``taskmanager.share``) the cluster's
+    TaskManagers get, for those ``sluice scale`` adds later."""
+    data = cluster._read()
+    data["task_partitions"] = partitions
+    cluster._write(data)
+
+
+def _task_partition_args(cluster: EmbeddedCluster) -> list[str]:
+    """``--task-partitions N`` for a new TaskManager of the cluster, unless
+    $SLUICE_TASK_PARTITIONS says (the TaskManager reads it) or the cluster recorded none."""
+    partitions = cluster._read().get("task_partitions")
+    if partitions is None or os.environ.get("SLUICE_TASK_PARTITIONS"):
+        return []
+    return ["--task-partitions", str(partitions)]
 
 
 def _stop(cluster: EmbeddedCluster, log: EventLog | None) -> None:
@@ -326,7 +350,8 @@ def scale(obj: Context, taskmanagers: int, slots: int) -> None:
     log = obj.log()
     running = cluster.processes("taskmanager")
     if taskmanagers > len(running):
-        new = [spawn(cluster, "taskmanager", url, "--slots", str(slots)) for _ in range(taskmanagers - len(running))]
+        new = [spawn(cluster, "taskmanager", url, "--slots", str(slots), *_task_partition_args(cluster))
+               for _ in range(taskmanagers - len(running))]
         names = {t.name for t in new}
         leader, tms = wait_for(log, lambda leader, rows: _registered(rows, names), f"waiting for {len(new)} new TaskManagers")
     elif taskmanagers < len(running):

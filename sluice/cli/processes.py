@@ -82,12 +82,17 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
 @click.option("--io-rate", default=0.0, type=float, envvar="SLUICE_IO_RATE", show_default=True,
               metavar="BYTES/S", help="Read input splits at most this fast, per slot (0: no limit); "
                                       "shares a disk fairly, as Flink's rate-limited sources do.")
+@click.option("--task-partitions", default=None, type=click.IntRange(min=0), envvar="SLUICE_TASK_PARTITIONS",
+              metavar="N", help="Spark partitions each task reads and shuffles into: its share of the Spark "
+                                "server (default: the cores of the server this TaskManager starts, divided by "
+                                "its slots; with --spark, what Spark decides; 0: what Spark decides).")
 @click.option("--no-execute", is_flag=True, hidden=True,
               help="Acknowledge and finish tasks without running them (control-plane benchmarks).")
 @metrics_options("taskmanager")
 @click.pass_obj
 def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | None, spark: str | None,
-                io_rate: float, no_execute: bool, metrics_port: int, metrics_host: str) -> None:
+                io_rate: float, task_partitions: int | None, no_execute: bool, metrics_port: int,
+                metrics_host: str) -> None:
     """Run a TaskManager: register with the leader, run tasks on one RQ worker per slot,
     heartbeat, and unregister on SIGTERM."""
     from sluice.services.taskmanager import RegistrationConfig, TaskManager
@@ -97,7 +102,7 @@ def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | N
                      config=RegistrationConfig(heartbeat_interval_ms=s.heartbeat_interval_ms,
                                                jobmanager_timeout_ms=s.heartbeat_timeout_ms),
                      home=s.home, redis_url=obj.url, execute=not no_execute, spark_remote=spark,
-                     io_rate=io_rate)
+                     io_rate=io_rate, task_partitions=task_partitions)
     serve_metrics(tm, "taskmanager", metrics_port, metrics_host)
     sys.exit(tm.run(stop_on_signals()))
 

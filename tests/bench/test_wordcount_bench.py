@@ -14,7 +14,7 @@ def test_the_job_runs_on_one_cluster_each_time_with_the_whole_count(spark, spark
     lines = [" ".join(f"w{(i * 7 + j) % 13}" for j in range(i % 5 + 1)) for i in range(400)]
     source.write_text("\n".join(lines) + "\n")
     outputs = [tmp_path / f"out-{i}" for i in range(2)]
-    with warm_cluster(spark_remote, tmp_path / "home", parallelism=2, slots=2) as cluster:
+    with warm_cluster(spark_remote, tmp_path / "home", parallelism=2, slots=2, master="local[2]") as cluster:
         times = [cluster.run(source, out) for out in outputs]
         vertices = cluster.vertex_times()
     assert all(t > 0 for t in times)

@@ -1,0 +1,71 @@
+"""A task's share of its Spark server: as many Spark partitions as the cores its slot stands for.
+
+Flink runs each subtask in one thread: the parallelism of a vertex is its number of
+subtasks, and a slot is a share of its TaskManager. Sluice's tasks run on a Spark server
+that several slots share (all of a TaskManager's, and in the embedded cluster every
+TaskManager's), and by default Spark splits each task's input across all the server's
+cores and shuffles it into ``spark.sql.shuffle.partitions``: every task competes for every
+core, and a keyed aggregation or join inside one task pays a shuffle of its own, although
+the job's keyed exchange already partitioned its data.
+
+With a share of ``n`` partitions, a task reads its input (its splits, or the partitions it
+consumes) as at most ``n`` Spark partitions, its shuffles make ``n``, and its keyed output
+is written from those ``n`` without another shuffle. With ``n = 1`` a task is one thread,
+as a Flink subtask is: Spark then plans an aggregation or a join over the task's input
+without any exchange (one partition is clustered by every key). Measured by
+``sluice bench wordcount`` (issue 11).
+
+The share is the server's cores divided by the slots that share it, at least one; a
+server this process cannot see the cores of (a remote ``sc://`` or a cluster master) gets
+no share: Spark decides, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+__all__ = ["local_cores", "task_partitions", "configure", "coalesced"]
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+_LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?")
+"""``local``, ``local[N]``, ``local[*]``, and their ``[N, maxFailures]`` forms."""
+
+
+def local_cores(master: str) -> int | None:
+    """The cores a ``local`` Spark master runs tasks on (None: not a local master)."""
+    m = _LOCAL.fullmatch(master.strip())
+    if m is None:
+        return None
+    cores = m.group(1)
+    if cores is None:
+        return 1
+    if cores == "*":
+        return os.cpu_count() or 1
+    return max(1, int(cores))
+
+
+def task_partitions(master: str, slots: int) -> int | None:
+    """Each slot's share of a server on ``master`` shared by ``slots`` slots (None: unknown)."""
+    cores = local_cores(master)
+    return None if cores is None else max(1, cores // max(1, slots))
+
+
+_configured: dict[int, int] = {}
+"""Session (by id) -> the shuffle partitions this process set on it."""
+
+
+def configure(spark: Any, partitions: int | None) -> None:
+    """Make ``spark``'s shuffles produce the task's share of partitions (a Spark Connect
+    session's SQL settings are its own: the other slots' sessions are not touched). Set
+    once per session and value: each setting is a round trip to the server."""
+    if not partitions or _configured.get(id(spark)) == partitions:
+        return
+    spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
+    _configured[id(spark)] = partitions
+
+
+def coalesced(df: Any, partitions: int | None) -> Any:
+    """``df`` as at most the task's share of partitions (a narrow coalesce: no shuffle)."""
+    return df.coalesce(partitions) if partitions else df

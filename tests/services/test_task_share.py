@@ -1,0 +1,54 @@
+"""A task's share of its Spark server (services/taskmanager/share.py): the cores its slot
+stands for, parsed from the server's master; and what a TaskManager gives its tasks."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sluice.services.taskmanager.share import local_cores, task_partitions
+
+
+@pytest.mark.parametrize(("master", "cores"), [
+    ("local", 1), ("local[1]", 1), ("local[4]", 4), ("local[4,3]", 4), (" local[2] ", 2), ("local[0]", 1),
+    ("local[*]", os.cpu_count() or 1), ("local[*, 2]", os.cpu_count() or 1),
+])
+def test_a_local_master_names_its_cores(master: str, cores: int) -> None:
+    assert local_cores(master) == cores
+
+
+@pytest.mark.parametrize("master", ["spark://host:7077", "yarn", "k8s://https://api:6443", "sc://host:15002",
+                                    "local-cluster[2,1,1024]", "localhost", ""])
+def test_a_master_whose_cores_this_process_cannot_see_has_none(master: str) -> None:
+    assert local_cores(master) is None
+    assert task_partitions(master, 2) is None
+
+
+@pytest.mark.parametrize(("master", "slots", "partitions"), [
+    ("local[8]", 2, 4), ("local[8]", 3, 2), ("local[2]", 2, 1), ("local[2]", 4, 1), ("local[1]", 1, 1),
+    ("local[16]", 1, 16), ("local[8]", 0, 8),
+])
+def test_each_slot_gets_its_share_of_the_cores_and_at_least_one(master: str, slots: int, partitions: int) -> None:
+    assert task_partitions(master, slots) == partitions
+
+
+class _Server:
+    def __init__(self, master: str) -> None:
+        self.master = master
+
+
+@pytest.mark.parametrize(("given", "remote", "own_master", "want"), [
+    (None, None, "local[4]", 2),  # its own server: the share of its cores (4 cores, 2 slots)
+    (None, "sc://elsewhere:15002", None, None),  # a server it was given: Spark decides
+    (3, "sc://elsewhere:15002", None, 3),  # what it was told (the embedded cluster tells its TaskManagers)
+    (0, None, "local[4]", None),  # 0: Spark decides, even on its own server
+    (None, None, "spark://master:7077", None),  # its own server on a cluster master: cores unknown
+])
+def test_a_taskmanager_gives_its_tasks_their_share(log, tmp_path, given, remote, own_master, want) -> None:  # type: ignore[no-untyped-def]
+    from tests.services.failover_helpers import ManualWorld, TinySlots, tm
+
+    t = tm(log, ManualWorld(), tmp_path, TinySlots(), n=2, task_partitions=given, spark_remote=remote)
+    if own_master is not None:
+        t._spark_server = _Server(own_master)  # type: ignore[assignment]  # as _spark() leaves it
+    assert t._partitions() == want
