@@ -97,6 +97,8 @@ class TinySlots:
         self.n = 0
         self.launched: list[tuple[int, dict, str]] = []
         """(slot, task deployment descriptor as JSON, handle) of every task handed over."""
+        self.runtimes: list[dict] = []
+        """The runtime (what the worker is told besides the descriptor) of every task handed over."""
         self.cancelled: list[str] = []
         self.killed: list[int] = []
         self.swept: list[tuple[str, int]] = []
@@ -112,6 +114,7 @@ class TinySlots:
                 raise TypeError("TinySlots needs the log to send a launch's reports: TinySlots(log)")
             self.log.append_each(reports)
         self.launched.append((slot, dict(descriptor), handle))
+        self.runtimes.append(dict(runtime))
         return handle
 
     def handed_over(self, handle: str) -> bool:

@@ -52,3 +52,29 @@ def test_a_taskmanager_gives_its_tasks_their_share(log, tmp_path, given, remote,
     if own_master is not None:
         t._spark_server = _Server(own_master)  # type: ignore[assignment]  # as _spark() leaves it
     assert t._partitions() == want
+
+
+@pytest.mark.timeout(60)
+def test_the_share_travels_with_each_task_to_its_worker(log, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The TaskManager hands each Spark task its share in the runtime the worker reads."""
+    from tests.services.failover_helpers import (
+        ManualWorld,
+        TinySlots,
+        jm,
+        lead,
+        pump,
+        register_tm,
+        source_graph,
+        submit,
+        tm,
+    )
+
+    world, slots = ManualWorld(), TinySlots()
+    a = jm(log, world, "jm-a", tmp_path)
+    lead(a, world)
+    t = tm(log, world, tmp_path, slots, n=2, task_partitions=3, spark_remote="sc://elsewhere:15002")
+    register_tm(a, t, world)
+    submit(log, world, "j1", source_graph("j1", parallelism=2, splits=2))
+    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: len(slots.launched) == 2,
+         what="the launches", world=world, advance_ms=10)
+    assert [(r["partitions"], r["spark_remote"]) for r in slots.runtimes] == [(3, "sc://elsewhere:15002")] * 2
