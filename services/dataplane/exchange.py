@@ -77,9 +77,9 @@ def write_partition(df: DataFrame, path: str, *, key: str | None, max_parallelis
     Without ``key`` the DataFrame is written as is. With ``key`` every row gets its key
     group ``_kg`` and the output is partitioned by it, one file per key group: a shuffle
     by ``_kg`` first, so the number of files does not grow with the DataFrame's
-    partitions; or, given the task's share of ``partitions`` (``taskmanager.share``), no
-    shuffle: at most that many files per key group, from the DataFrame's partitions
-    coalesced to that many. ``_schema.json`` is written last, next to the data.
+    partitions; but a task whose share is one partition (``partitions=1``,
+    ``taskmanager.share``) writes its one partition without a shuffle. ``_schema.json``
+    is written last, next to the data.
     """
     path = _check_path(path, "output path")
     schema = df.schema
@@ -110,7 +110,10 @@ def write_partition(df: DataFrame, path: str, *, key: str | None, max_parallelis
             owner = F.floor(kg * F.lit(consumers) / F.lit(max_parallelism))
             kg = F.floor((owner * F.lit(max_parallelism) + F.lit(consumers - 1)) / F.lit(consumers)).cast("int")
         keyed = df.withColumn(KEY_GROUP_COLUMN, kg)
-        keyed = keyed.coalesce(partitions) if partitions else keyed.repartition(KEY_GROUP_COLUMN)
+        # A task of one partition (taskmanager.share) writes it as it is: one file per
+        # directory, no shuffle. Others shuffle by _kg (into the task's share of partitions)
+        # so that each directory is one file, whatever the DataFrame's partitions.
+        keyed = keyed.coalesce(1) if partitions == 1 else keyed.repartition(KEY_GROUP_COLUMN)
         (
             keyed.write.mode("overwrite")
             .option("partitionOverwriteMode", "static")  # replace the whole output, even if the session says dynamic

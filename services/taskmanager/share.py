@@ -22,15 +22,30 @@ no share: Spark decides, as before.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+from pathlib import Path
 from typing import Any
 
-__all__ = ["local_cores", "task_partitions", "configure", "coalesced"]
+__all__ = ["usable_cores", "local_cores", "task_partitions", "configure", "coalesced"]
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?")
 """``local``, ``local[N]``, ``local[*]``, and their ``[N, maxFailures]`` forms."""
+
+
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The cores this process may run on, as the JVM counts them for ``local[*]``: the CPUs
+    of its affinity, fewer under a cgroup v2 CPU quota (a container's ``--cpus``)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = cgroup.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota to read
+    return max(1, cores)
 
 
 def local_cores(master: str) -> int | None:
@@ -42,7 +57,7 @@ def local_cores(master: str) -> int | None:
     if cores is None:
         return 1
     if cores == "*":
-        return os.cpu_count() or 1
+        return usable_cores()
     return max(1, int(cores))
 
 
@@ -52,18 +67,12 @@ def task_partitions(master: str, slots: int) -> int | None:
     return None if cores is None else max(1, cores // max(1, slots))
 
 
-_configured: dict[int, int] = {}
-"""Session (by id) -> the shuffle partitions this process set on it."""
-
-
 def configure(spark: Any, partitions: int | None) -> None:
     """Make ``spark``'s shuffles produce the task's share of partitions (a Spark Connect
-    session's SQL settings are its own: the other slots' sessions are not touched). Set
-    once per session and value: each setting is a round trip to the server."""
-    if not partitions or _configured.get(id(spark)) == partitions:
-        return
-    spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
-    _configured[id(spark)] = partitions
+    session's SQL settings are its own: the other slots' sessions are not touched). Set at
+    every task (one round trip), so that a setting an earlier task's code made is undone."""
+    if partitions:
+        spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
 
 
 def coalesced(df: Any, partitions: int | None) -> Any:

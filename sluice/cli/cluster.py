@@ -126,18 +126,20 @@ def _start(obj: Context, taskmanagers: int, slots: int, detach: bool,
     if cluster.processes("jobmanager"):
         raise ServiceError(f"an embedded cluster already runs in {cluster.home}; `sluice cluster stop` it first")
     external = bool(os.environ.get("SLUICE_SPARK_REMOTE") or cluster.env.get("SLUICE_SPARK_REMOTE"))
-    master = "local[*]"
+    master: str | None = "local[*]"
     if spark_servers == "shared" and not external:
-        cluster.start_spark(master=master, detach=detach)  # first: it overlaps the rest of the start
-    elif not external:  # each TaskManager starts its own, on one host
-        master = os.environ.get("SLUICE_SPARK_MASTER", master)
-    # Every slot of the cluster shares this host's cores, whichever server runs its tasks.
-    _record_task_partitions(cluster, None if external else task_partitions(master, taskmanagers * slots))
+        cluster.start_spark(master="local[*]", detach=detach)  # first: it overlaps the rest of the start
+    elif not external:  # each TaskManager starts its own, on this host
+        master = os.environ.get("SLUICE_SPARK_MASTER", "local[*]")
+    else:
+        master = None  # a server the cluster did not start: Spark decides
+    _record_share(cluster, master)
     url = cluster.redis_url(detach=detach)
     log = obj.log()
     spawn(cluster, "projector", url, detach=detach)
     spawn(cluster, "jobmanager", url, detach=detach)
-    tms = [spawn(cluster, "taskmanager", url, "--slots", str(slots), *_task_partition_args(cluster), detach=detach)
+    share = _task_partition_args(cluster, taskmanagers * slots)
+    tms = [spawn(cluster, "taskmanager", url, "--slots", str(slots), *share, detach=detach)
            for _ in range(taskmanagers)]
     names = {t.name for t in tms}
     wait_for(log, lambda leader, rows: bool(leader) and _registered(rows, names),
@@ -145,21 +147,26 @@ def _start(obj: Context, taskmanagers: int, slots: int, detach: bool,
     return cluster, log, tms
 
 
-def _record_task_partitions(cluster: EmbeddedCluster, partitions: int | None) -> None:
-    """Keep in cluster.json the Spark partitions of a task (``taskmanager.share``) the cluster's
-    TaskManagers get, for those ``sluice scale`` adds later."""
+def _record_share(cluster: EmbeddedCluster, master: str | None) -> None:
+    """Keep in cluster.json what decides the Spark partitions of a task (``taskmanager.share``)
+    on this cluster, for the TaskManagers ``sluice scale`` adds later: $SLUICE_TASK_PARTITIONS
+    as the start was given it, else the master of the servers the cluster starts (None: it
+    starts none)."""
     data = cluster._read()
-    data["task_partitions"] = partitions
+    data["task_share"] = {"given": os.environ.get("SLUICE_TASK_PARTITIONS") or None, "master": master}
     cluster._write(data)
 
 
-def _task_partition_args(cluster: EmbeddedCluster) -> list[str]:
-    """``--task-partitions N`` for a new TaskManager of the cluster, unless
-    $SLUICE_TASK_PARTITIONS says (the TaskManager reads it) or the cluster recorded none."""
-    partitions = cluster._read().get("task_partitions")
-    if partitions is None or os.environ.get("SLUICE_TASK_PARTITIONS"):
-        return []
-    return ["--task-partitions", str(partitions)]
+def _task_partition_args(cluster: EmbeddedCluster, slots: int) -> list[str]:
+    """``--task-partitions N`` for a new TaskManager of a cluster of ``slots`` slots in all:
+    what the start was given, else each slot's share of this host's cores (all the
+    cluster's slots share them, whichever server runs their tasks); nothing when the
+    cluster uses a Spark server it did not start (Spark decides)."""
+    share = cluster._read().get("task_share") or {}
+    if share.get("given"):
+        return ["--task-partitions", str(share["given"])]
+    partitions = task_partitions(share["master"], slots) if share.get("master") else None
+    return [] if partitions is None else ["--task-partitions", str(partitions)]
 
 
 def _stop(cluster: EmbeddedCluster, log: EventLog | None) -> None:
@@ -350,7 +357,12 @@ def scale(obj: Context, taskmanagers: int, slots: int) -> None:
     log = obj.log()
     running = cluster.processes("taskmanager")
     if taskmanagers > len(running):
-        new = [spawn(cluster, "taskmanager", url, "--slots", str(slots), *_task_partition_args(cluster))
+        _, rows = cluster_table(log)
+        # The share of the cores once the new ones run (those running keep theirs).
+        total = sum(int(rows.get(p.name, {}).get("slots", slots)) for p in running)
+        total += slots * (taskmanagers - len(running))
+        share = _task_partition_args(cluster, total)
+        new = [spawn(cluster, "taskmanager", url, "--slots", str(slots), *share)
                for _ in range(taskmanagers - len(running))]
         names = {t.name for t in new}
         leader, tms = wait_for(log, lambda leader, rows: _registered(rows, names), f"waiting for {len(new)} new TaskManagers")

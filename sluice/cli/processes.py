@@ -84,8 +84,8 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
                                       "shares a disk fairly, as Flink's rate-limited sources do.")
 @click.option("--task-partitions", default=None, type=click.IntRange(min=0), envvar="SLUICE_TASK_PARTITIONS",
               metavar="N", help="Spark partitions each task reads and shuffles into: its share of the Spark "
-                                "server (default: the cores of the server this TaskManager starts, divided by "
-                                "its slots; with --spark, what Spark decides; 0: what Spark decides).")
+                                "server (default: the cores of the local server this TaskManager starts, divided "
+                                "by its slots; with --spark or a non-local master, and with 0: Spark decides).")
 @click.option("--no-execute", is_flag=True, hidden=True,
               help="Acknowledge and finish tasks without running them (control-plane benchmarks).")
 @metrics_options("taskmanager")

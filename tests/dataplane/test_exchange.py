@@ -145,16 +145,16 @@ def test_the_recorded_schema_is_used_only_when_the_producers_read_agree(spark, t
 @pytest.mark.parametrize("partitions", [1, 2])
 def test_keyed_output_written_from_the_tasks_share_of_partitions_needs_no_shuffle(spark, tmp_path: Path,
                                                                                  partitions: int) -> None:
-    """Given the task's share of partitions (taskmanager.share), a producer writes its keyed
-    output from that many partitions without a shuffle: at most that many files per consumer
-    directory, from a DataFrame of many more partitions, and every row where it belongs."""
+    """Given the task's share of partitions (taskmanager.share), a producer still writes one
+    file per consumer directory from a DataFrame of many more partitions (one partition:
+    coalesced, without a shuffle), and every row where it belongs."""
     rows = [(f"k{i % 500}", i) for i in range(3000)]
     df = spark.createDataFrame(rows, "key string, n long").repartition(7)
     out = tmp_path / "p0"
     write_partition(df, str(out), key="key", max_parallelism=MAX_PARALLELISM, consumers=3, partitions=partitions)
     dirs = sorted(d for d in out.iterdir() if d.name.startswith("_kg="))
     assert len(dirs) == 3
-    assert all(1 <= len(list(d.glob("part-*.parquet"))) <= partitions for d in dirs)
+    assert [len(list(d.glob("part-*.parquet"))) for d in dirs] == [1, 1, 1]
     got = [read_inputs(spark, [str(out)], key_groups=key_group_range(MAX_PARALLELISM, 3, j)).collect()
            for j in range(3)]
     assert Counter((r.key, r.n) for part in got for r in part) == Counter(rows)

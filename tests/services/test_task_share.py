@@ -78,3 +78,47 @@ def test_the_share_travels_with_each_task_to_its_worker(log, tmp_path) -> None: 
     pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: len(slots.launched) == 2,
          what="the launches", world=world, advance_ms=10)
     assert [(r["partitions"], r["spark_remote"]) for r in slots.runtimes] == [(3, "sc://elsewhere:15002")] * 2
+
+
+@pytest.mark.parametrize(("given", "master", "slots", "want"), [
+    (None, "local[8]", 4, ["--task-partitions", "2"]),  # the shared server: every slot of the cluster shares it
+    (None, "local[8]", 6, ["--task-partitions", "1"]),  # scaled up: the new ones get the smaller share
+    (None, "local[8]", 0, ["--task-partitions", "8"]),
+    ("3", "local[8]", 4, ["--task-partitions", "3"]),  # $SLUICE_TASK_PARTITIONS at start, also for later ones
+    ("0", "local[8]", 4, ["--task-partitions", "0"]),
+    (None, None, 4, []),  # a server the cluster did not start: Spark decides
+    (None, "spark://master:7077", 4, []),  # per-TaskManager servers on a cluster master: cores unknown
+])
+def test_the_embedded_cluster_gives_its_taskmanagers_the_share_of_all_its_slots(
+        tmp_path, monkeypatch, given, master, slots, want) -> None:  # type: ignore[no-untyped-def]
+    from sluice.cli.cluster import _record_share, _task_partition_args
+    from sluice.services.embedded import EmbeddedCluster
+
+    cluster = EmbeddedCluster(tmp_path / "home")
+    if given is None:
+        monkeypatch.delenv("SLUICE_TASK_PARTITIONS", raising=False)
+    else:
+        monkeypatch.setenv("SLUICE_TASK_PARTITIONS", given)
+    _record_share(cluster, master)
+    monkeypatch.delenv("SLUICE_TASK_PARTITIONS", raising=False)  # `sluice scale` from another shell
+    assert _task_partition_args(cluster, slots) == want
+
+
+def test_a_cluster_recorded_before_shares_existed_gives_none(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from sluice.cli.cluster import _task_partition_args
+    from sluice.services.embedded import EmbeddedCluster
+
+    assert _task_partition_args(EmbeddedCluster(tmp_path / "home"), 4) == []
+
+
+def test_the_cores_of_local_star_are_those_this_process_may_use_and_a_cgroup_quota_bounds_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from sluice.services.taskmanager.share import usable_cores
+
+    mine = len(os.sched_getaffinity(0))
+    assert usable_cores(tmp_path / "absent") == mine
+    (tmp_path / "max").write_text("max 100000\n")
+    assert usable_cores(tmp_path / "max") == mine
+    (tmp_path / "half").write_text("50000 100000\n")  # half a core: at least one
+    assert usable_cores(tmp_path / "half") == 1
+    (tmp_path / "many").write_text(f"{(mine + 5) * 100000} 100000\n")  # a quota above the affinity
+    assert usable_cores(tmp_path / "many") == mine
