@@ -290,10 +290,15 @@ class TaskManager:
         if self.reg.state != "REGISTERED":
             return
         try:
-            self._send(UnregisterTaskManager(self.resource_id, self.reg.session, "stopped gracefully"))
-            self.logger.info("unregistered", reason="stopped gracefully")
+            sent = self._send(UnregisterTaskManager(self.resource_id, self.reg.session, "stopped gracefully"))
         except RedisUnavailable as exc:
             self.logger.warning("could not say goodbye; the leader will time this TaskManager out", error=str(exc))
+            return
+        if sent:
+            self.logger.info("unregistered", reason="stopped gracefully")
+        else:
+            self.logger.warning("could not say goodbye (the cluster inbox refused it); the leader will time this "
+                                "TaskManager out")
 
     def _sweep_temp(self) -> None:
         """Remove the temp directories of TaskManagers of this home that died (killed, their
@@ -313,17 +318,18 @@ class TaskManager:
             self._spark_server.stop()
             self._spark_server = None
 
-    def _send(self, message: Event, cause: str | None = None) -> None:
-        """A message to the leader. One the cluster inbox refuses (its key holds another kind
-        of value again right after it was moved aside) is dropped with a warning:
-        registration sends again when unanswered, and heartbeats come again."""
+    def _send(self, message: Event, cause: str | None = None) -> bool:
+        """A message to the leader; whether it went. One the cluster inbox refuses (its key
+        holds another kind of value again right after it was moved aside) is dropped with a
+        warning: registration sends again when unanswered, and heartbeats come again."""
         try:
             self.log.append(self.cluster_inbox,
                             Envelope(message, self.world.new_id(), 0, self.world.now_ms(), None, cause))
         except WrongType as exc:
             self.logger.warning("a message to the leader was refused", message=message.TYPE, error=str(exc)[:300])
-            return
+            return False
         self.metrics.appended((message.TYPE,), "inbox")
+        return True
 
     def _to_job(self, job_id: str, message: Event, *, flush: bool = True) -> None:
         """Report to a job. A report is owed until it is sent: one that fails (Redis away) is

@@ -114,3 +114,23 @@ def test_a_writer_whose_inbox_its_reader_repaired_first_appends_all_the_same(log
     sent = env(heartbeat())
     writer.append(cluster, sent)
     assert [e for _, e in log.replay(cluster)] == [sent]
+
+
+def test_a_taskmanager_whose_goodbye_is_refused_does_not_say_it_unregistered(log: EventLog, tmp_path: Path) -> None:
+    """Its UnregisterTaskManager dropped (the cluster inbox written again at once), a
+    TaskManager says it could not say goodbye instead of "unregistered"; said, it says so."""
+    from structlog.testing import capture_logs
+
+    _, _, t, _ = started(log, tmp_path)
+    cluster = log.keys.inbox(log.keys.cluster)
+    t.log = EventLog(WrittenAgainAtOnce(log.backend, cluster), log.keys)
+    clobber(log, cluster)
+    with capture_logs() as logs:
+        t.leave()
+    said = [(e["log_level"], e["event"]) for e in logs]
+    assert ("info", "unregistered") not in said
+    assert any(level == "warning" and "could not say goodbye" in what for level, what in said), said
+    t.log = log
+    with capture_logs() as logs:
+        t.leave()
+    assert ("info", "unregistered") in [(e["log_level"], e["event"]) for e in logs]
