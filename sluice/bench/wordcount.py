@@ -223,7 +223,9 @@ def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", 
                   "each. first job: the first job of a new cluster, in `sluice run` / on the warm cluster, submitted "
                   "as soon as its TaskManager registered (its slot workers still start, and make their Spark "
                   "sessions). process: `sluice run` starting its own cluster and Spark, against a plain script "
-                  "starting its own local Spark, both cold.", style="dim")
+                  "starting its own local Spark, both cold. Each Sluice task read and shuffled into "
+                  f"{share_env(master, slots)['SLUICE_TASK_PARTITIONS']} Spark partition(s): its slot's share of the "
+                  f"server's {master} (services/taskmanager/share.py).", style="dim")
     for r in rows:
         console.print(f"  {r['corpus']} {r['mb']:,.0f} MB, each round's ratio (Sluice / the plain run just before): "
                       + ", ".join(f"{x:.2f}" for x in r["pairs"]), style="dim")
