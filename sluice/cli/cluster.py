@@ -126,13 +126,11 @@ def _start(obj: Context, taskmanagers: int, slots: int, detach: bool,
     if cluster.processes("jobmanager"):
         raise ServiceError(f"an embedded cluster already runs in {cluster.home}; `sluice cluster stop` it first")
     external = bool(os.environ.get("SLUICE_SPARK_REMOTE") or cluster.env.get("SLUICE_SPARK_REMOTE"))
-    master: str | None = "local[*]"
-    if spark_servers == "shared" and not external:
-        cluster.start_spark(master="local[*]", detach=detach)  # first: it overlaps the rest of the start
-    elif not external:  # each TaskManager starts its own, on this host
-        master = os.environ.get("SLUICE_SPARK_MASTER", "local[*]")
-    else:
-        master = None  # a server the cluster did not start: Spark decides
+    # The master of the servers the cluster starts (a shared one, or each TaskManager's);
+    # None: it uses one it did not start, whose cores it cannot see (Spark decides).
+    master = None if external else os.environ.get("SLUICE_SPARK_MASTER") or "local[*]"
+    if spark_servers == "shared" and master is not None:
+        cluster.start_spark(master=master, detach=detach)  # first: it overlaps the rest of the start
     _record_share(cluster, master)
     url = cluster.redis_url(detach=detach)
     log = obj.log()
