@@ -50,7 +50,7 @@ from sluice.store.consumer import Entry, dead_letter
 
 from .core import Registration, RegistrationConfig
 from .library import LibraryCache
-from .share import task_partitions
+from .share import local_cores, task_partitions
 from .slots import ProcessSlots, Slots
 from .tasks import Task, TaskStartFailed, TaskTable, release, standard_steps, start
 from .tempdirs import TempDir
@@ -78,13 +78,19 @@ class TaskManager:
                  labels: dict[str, str] | None = None, inbox_retention_ms: int = 600_000,
                  home: Path = Path(".sluice"), redis_url: str | None = None, execute: bool = True,
                  spark_remote: str | None = None, io_rate: float = 0.0, world: World = SYSTEM,
-                 runner: Slots | None = None, task_partitions: int | None = None) -> None:
+                 runner: Slots | None = None, task_partitions: int | None = None,
+                 spark_cores: int | None = None, spark_slots: int | None = None) -> None:
         self.log, self.keys, self.world = log, log.keys, world
         self.spark_remote = spark_remote
         self.io_rate = io_rate
         self.task_partitions = task_partitions
-        """Spark partitions a task gets (``share.py``); None: its share of this TaskManager's own
-        Spark server when it starts one, else what Spark decides; 0: what Spark decides."""
+        """Spark partitions every task gets (``share.py``); 0: what Spark decides; None: each
+        task's share of its server's cores (below)."""
+        self.spark_cores = spark_cores
+        """The cores of the Spark server given as ``spark_remote`` (None: unknown, unless this
+        TaskManager starts its own local one)."""
+        self.spark_slots = spark_slots
+        """How many slots share the server (None: this TaskManager's)."""
         self._spark_server: SparkConnectServer | None = None
         self.inbox_retention_ms = inbox_retention_ms
         self._next_trim = 0
@@ -481,7 +487,7 @@ class TaskManager:
                    "io_rate": self.io_rate}
         if d.kind != "noop":
             runtime["spark_remote"] = self._spark()
-            runtime["partitions"] = self._partitions()
+            runtime["partitions"] = self._partitions(d.parallelism)
         return self._hand_over(task, runtime)
 
     def _hand_over(self, task: Task, runtime: dict) -> str:
@@ -534,13 +540,17 @@ class TaskManager:
             self.logger.info("started a Spark Connect server for this TaskManager", url=self.spark_remote)
         return self.spark_remote
 
-    def _partitions(self) -> int | None:
-        """The Spark partitions of a task here (``share.py``), None: Spark decides."""
+    def _partitions(self, parallelism: int) -> int | None:
+        """The Spark partitions of a task of a vertex of ``parallelism`` subtasks here
+        (``share.py``); None: Spark decides."""
         if self.task_partitions is not None:
             return self.task_partitions or None
-        if self._spark_server is not None:  # its own server: the cores of it each slot stands for
-            return task_partitions(self._spark_server.master, self.reg.slots)
-        return None
+        cores = self.spark_cores
+        if cores is None and self._spark_server is not None:  # its own server
+            cores = local_cores(self._spark_server.master)
+        if cores is None:
+            return None
+        return task_partitions(cores, self.spark_slots or self.reg.slots, parallelism)
 
     def _cancel_launch(self, task: Task) -> None:
         if task.rq_job and self.execute:

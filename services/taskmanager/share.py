@@ -15,9 +15,10 @@ as a Flink subtask is: Spark then plans an aggregation or a join over the task's
 without any exchange (one partition is clustered by every key). Measured by
 ``sluice bench wordcount`` (issue 11).
 
-The share is the server's cores divided by the slots that share it, at least one; a
-server this process cannot see the cores of (a remote ``sc://`` or a cluster master) gets
-no share: Spark decides, as before.
+The share is the server's cores divided by the slots that share it, or by the vertex's
+subtasks when it has fewer than slots (a vertex of one subtask gets every core), at least
+one. A server whose cores are not known (a remote ``sc://`` not described by
+``--spark-cores``, or a cluster master) gives no share: Spark decides, as before.
 """
 
 from __future__ import annotations
@@ -61,10 +62,13 @@ def local_cores(master: str) -> int | None:
     return max(1, int(cores))
 
 
-def task_partitions(master: str, slots: int) -> int | None:
-    """Each slot's share of a server on ``master`` shared by ``slots`` slots (None: unknown)."""
-    cores = local_cores(master)
-    return None if cores is None else max(1, cores // max(1, slots))
+def task_partitions(cores: int, slots: int, parallelism: int | None = None) -> int:
+    """The share of a task of a vertex of ``parallelism`` subtasks, on a server of ``cores``
+    that ``slots`` slots share: the cores divided by the slots, or by the subtasks when the
+    vertex has fewer (its subtasks then use the cores the slots they leave free would), at
+    least one."""
+    users = slots if parallelism is None else min(slots, parallelism)
+    return max(1, cores // max(1, users))
 
 
 def configure(spark: Any, partitions: int | None) -> None:

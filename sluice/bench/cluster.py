@@ -150,13 +150,15 @@ class BenchCluster:
 
 
 def share_env(master: str, slots: int) -> dict[str, str]:
-    """The environment that gives a bench cluster's TaskManagers the Spark partitions a task
-    gets in ``sluice run`` (``taskmanager.share``): a bench cluster's TaskManagers are given
-    the server's URL, so they cannot see its cores themselves."""
-    from sluice.services.taskmanager.share import task_partitions
+    """The environment that gives a bench cluster's TaskManagers their tasks' share of the
+    Spark server (``taskmanager.share``) as ``sluice run`` does: a bench cluster's
+    TaskManagers are given the server's URL, so they are told its cores."""
+    from sluice.services.taskmanager.share import local_cores
 
-    partitions = task_partitions(master, slots)
-    return {"SLUICE_TASK_PARTITIONS": str(partitions or 0)}
+    cores = local_cores(master)
+    if cores is None:
+        return {"SLUICE_TASK_PARTITIONS": "0"}
+    return {"SLUICE_SPARK_CORES": str(cores), "SLUICE_SPARK_SLOTS": str(slots)}
 
 
 def job_seconds(run: JobRun) -> float:

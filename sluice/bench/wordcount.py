@@ -224,14 +224,21 @@ def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", 
                   "as soon as its TaskManager registered (its slot workers still start, and make their Spark "
                   "sessions). process: `sluice run` starting its own cluster and Spark, against a plain script "
                   "starting its own local Spark, both cold. Each Sluice task read and shuffled into "
-                  f"{share_env(master, slots)['SLUICE_TASK_PARTITIONS']} Spark partition(s): its slot's share of the "
-                  f"server's {master} (services/taskmanager/share.py).", style="dim")
+                  f"{_share(master, slots, parallelism)} Spark partition(s): its share of the server's {master} "
+                  "(services/taskmanager/share.py).", style="dim")
     for r in rows:
         console.print(f"  {r['corpus']} {r['mb']:,.0f} MB, each round's ratio (Sluice / the plain run just before): "
                       + ", ".join(f"{x:.2f}" for x in r["pairs"]), style="dim")
         for name, seconds in r["stages"].items():
             console.print(f"  {r['corpus']} {r['mb']:,.0f} MB, last round, {name}: {seconds:.1f} s", style="dim")
     return rows
+
+
+def _share(master: str, slots: int, parallelism: int) -> str:
+    from sluice.services.taskmanager.share import local_cores, task_partitions
+
+    cores = local_cores(master)
+    return "Spark's choice of" if cores is None else str(task_partitions(cores, slots, parallelism))
 
 
 def _job_time(home: Path) -> float:

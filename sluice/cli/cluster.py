@@ -17,7 +17,7 @@ from sluice.errors import RedisUnavailable, ServiceError
 from sluice.services.embedded import EmbeddedCluster
 from sluice.services.embedded.supervisor import ProcessInfo, Stopped, alive, descendants
 from sluice.services.projector import Projector
-from sluice.services.taskmanager.share import task_partitions
+from sluice.services.taskmanager.share import local_cores
 from sluice.store import EventLog, ReadModels
 from sluice.store.connection import ping, redact
 
@@ -156,15 +156,16 @@ def _record_share(cluster: EmbeddedCluster, master: str | None) -> None:
 
 
 def _task_partition_args(cluster: EmbeddedCluster, slots: int) -> list[str]:
-    """``--task-partitions N`` for a new TaskManager of a cluster of ``slots`` slots in all:
-    what the start was given, else each slot's share of this host's cores (all the
-    cluster's slots share them, whichever server runs their tasks); nothing when the
-    cluster uses a Spark server it did not start (Spark decides)."""
+    """What a new TaskManager of a cluster of ``slots`` slots in all is told of its tasks'
+    share (``taskmanager.share``): the ``--task-partitions`` the start was given, else the
+    cores of the cluster's Spark servers and that all ``slots`` share them (one host,
+    whichever server runs their tasks); nothing when the cluster uses a server it did not
+    start, or a non-local master (Spark decides)."""
     share = cluster._read().get("task_share") or {}
     if share.get("given"):
         return ["--task-partitions", str(share["given"])]
-    partitions = task_partitions(share["master"], slots) if share.get("master") else None
-    return [] if partitions is None else ["--task-partitions", str(partitions)]
+    cores = local_cores(share["master"]) if share.get("master") else None
+    return [] if cores is None else ["--spark-cores", str(cores), "--spark-slots", str(max(1, slots))]
 
 
 def _stop(cluster: EmbeddedCluster, log: EventLog | None) -> None:

@@ -83,16 +83,21 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
               metavar="BYTES/S", help="Read input splits at most this fast, per slot (0: no limit); "
                                       "shares a disk fairly, as Flink's rate-limited sources do.")
 @click.option("--task-partitions", default=None, type=click.IntRange(min=0), envvar="SLUICE_TASK_PARTITIONS",
-              metavar="N", help="Spark partitions each task reads and shuffles into: its share of the Spark "
-                                "server (default: the cores of the local server this TaskManager starts, divided "
-                                "by its slots; with --spark or a non-local master, and with 0: Spark decides).")
+              metavar="N", help="Spark partitions every task reads and shuffles into (0: Spark decides). "
+                                "Default: each task's share of its server's cores, divided by the slots sharing "
+                                "it or by its vertex's subtasks when fewer; Spark decides when the cores are not "
+                                "known (--spark without --spark-cores, or a non-local master).")
+@click.option("--spark-cores", default=None, type=click.IntRange(min=1), envvar="SLUICE_SPARK_CORES", metavar="N",
+              help="Cores of the Spark server given with --spark, for the tasks' share of them.")
+@click.option("--spark-slots", default=None, type=click.IntRange(min=1), envvar="SLUICE_SPARK_SLOTS", metavar="N",
+              help="How many slots share that server, all TaskManagers together (default: this one's slots).")
 @click.option("--no-execute", is_flag=True, hidden=True,
               help="Acknowledge and finish tasks without running them (control-plane benchmarks).")
 @metrics_options("taskmanager")
 @click.pass_obj
 def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | None, spark: str | None,
-                io_rate: float, task_partitions: int | None, no_execute: bool, metrics_port: int,
-                metrics_host: str) -> None:
+                io_rate: float, task_partitions: int | None, spark_cores: int | None, spark_slots: int | None,
+                no_execute: bool, metrics_port: int, metrics_host: str) -> None:
     """Run a TaskManager: register with the leader, run tasks on one RQ worker per slot,
     heartbeat, and unregister on SIGTERM."""
     from sluice.services.taskmanager import RegistrationConfig, TaskManager
@@ -102,7 +107,8 @@ def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | N
                      config=RegistrationConfig(heartbeat_interval_ms=s.heartbeat_interval_ms,
                                                jobmanager_timeout_ms=s.heartbeat_timeout_ms),
                      home=s.home, redis_url=obj.url, execute=not no_execute, spark_remote=spark,
-                     io_rate=io_rate, task_partitions=task_partitions)
+                     io_rate=io_rate, task_partitions=task_partitions, spark_cores=spark_cores,
+                     spark_slots=spark_slots)
     serve_metrics(tm, "taskmanager", metrics_port, metrics_host)
     sys.exit(tm.run(stop_on_signals()))
 
