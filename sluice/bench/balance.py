@@ -52,13 +52,14 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
         lines = [f"line {i:08d}" for i in range(splits * rows_per_split)]
         source.write_text("\n".join(lines) + "\n")
         split_bytes = (len(lines[0]) + 1) * rows_per_split
-        server = SparkConnectServer(master="local[2]", log_file=tmp_path / "spark.log")
+        master = "local[2]"
+        server = SparkConnectServer(master=master, log_file=tmp_path / "spark.log")
         with console.status("starting Spark"):
             url = server.start()
             spark = SparkSession.builder.remote(url).getOrCreate()
             spark.range(10).count()
         env = {"SLUICE_BENCH_WORK_S_PER_ROW": str(work_s / rows_per_split), "SLUICE_BENCH_SLOW_FACTOR": str(slow),
-               **share_env("local[2]", 2)}  # as `sluice run` gives its tasks (two slots on the server)
+               **share_env(master, 2)}  # as `sluice run` gives its tasks (two slots on the server)
         try:
             with BenchCluster(tmp_path / "home") as cluster:
                 if taskmanagers == 1:
