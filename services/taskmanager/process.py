@@ -483,11 +483,10 @@ class TaskManager:
         if not self.execute:
             self._to_job(d.job_id, self._state(task, TaskState.INITIALIZING))
             return "not-executed"
-        runtime = {"code_path": str(task.code_path), "temp_dir": str(task.temp_dir), "host": self.reg.host,
-                   "io_rate": self.io_rate}
+        runtime: dict = {"host": self.reg.host}  # a no-op task needs nothing more (worker.run_task)
         if d.kind != "noop":
-            runtime["spark_remote"] = self._spark()
-            runtime["partitions"] = self._partitions(d.parallelism)
+            runtime.update(code_path=str(task.code_path), temp_dir=str(task.temp_dir), io_rate=self.io_rate,
+                           spark_remote=self._spark(), partitions=self._partitions(d.parallelism))
         return self._hand_over(task, runtime)
 
     def _hand_over(self, task: Task, runtime: dict) -> str:

@@ -133,6 +133,8 @@ def standard_steps(library: LibraryCache, table: TaskTable, temp_root: Path,
             t.output_dir = None
 
     def temp_do(t: Task) -> None:
+        if t.descriptor.kind == "noop":  # runs nothing, writes nothing: a directory to make and
+            return  # delete would cost a no-op task a third of its TaskManager's CPU (bench tasks)
         temp_root.mkdir(parents=True, exist_ok=True)
         t.temp_dir = Path(tempfile.mkdtemp(prefix=str(t.descriptor.execution_id).replace(":", "_") + "-",
                                            dir=temp_root))
