@@ -31,7 +31,8 @@ from .backend import Backend, ScriptFailed
 from .keys import Keys, tag_of
 from .redis_backend import RedisBackend, translate_errors
 
-__all__ = ["EventLog", "Out", "Consumed", "CommitResult", "translate_errors", "entry_order", "script_error"]
+__all__ = ["EventLog", "Out", "Consumed", "CommitResult", "translate_errors", "entry_order", "script_error",
+           "committed_events"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,14 @@ class CommitResult:
     """The stream the first addressed out went to ('' when no out had a target) ..."""
     before: str = ""
     """... and that stream's last entry id just before the commit ('' when it was empty)."""
+
+
+def committed_events(args: Sequence[Any]) -> list[tuple[int, Any, Any]]:
+    """The events of a commit script's arguments (as ``EventLog.commit`` lays them out), each
+    as (index into its keys, encoded envelope, outbox target or ''): for observers of the
+    calls (the simulation's checks)."""
+    n = int(args[3])
+    return [(int(args[i]), args[i + 1], args[i + 2]) for i in range(6 + n, len(args), 3)]
 
 
 class EventLog:
@@ -177,7 +186,7 @@ class EventLog:
         return self.backend.server_id()
 
     def commit(self, tag: str, epoch: int, outs: Sequence[Out], consumed: Consumed | None = None, *,
-               server: str = "") -> CommitResult:
+               server: str = "", advance: str | None = None) -> CommitResult:
         """Append ``outs`` and acknowledge ``consumed`` atomically, if ``epoch`` is not stale
         and (given ``server``, a run id) the server has not restarted since.
 
@@ -185,11 +194,18 @@ class EventLog:
         committed it) makes the commit a no-op: ``CommitResult(duplicate=True)``. Several
         entries of one inbox can be acknowledged by one commit (group commit).
         Every stream touched must be in ``tag`` (a commit never spans two tags).
+        ``advance``: an outbox entry of the tag delivered with all before it; its cursor is
+        moved there (never back) with the commit (``Deliverer``: one round trip less).
         """
         keys = [self.keys.fence(tag), consumed.stream if consumed else self.keys.fence(tag)]
         index: dict[str, int] = {}
         ids = consumed.ids if consumed else ()
         args: list[object] = [epoch, server, consumed.group if consumed else "", len(ids), *ids]
+        if advance is None:
+            args += (0, "")
+        else:
+            keys.append(self.keys.outbox_cursor(tag))
+            args += (len(keys), advance)
         encoded: dict[int, bytes] = {}  # an event written to two streams is encoded once
         for out in outs:
             pos = index.get(out.stream)

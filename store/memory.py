@@ -372,6 +372,8 @@ def _lua_array(*items: Any) -> list[Any]:
 
 
 _LUA_ID = re.compile(rb"(\d+)-(\d+)")
+_CURSOR = re.compile(rb"\d+-\d+")
+"""What the commit script takes for an outbox cursor (``'^%d+%-%d+$'``)."""
 
 
 def _newer(a: bytes, b: bytes) -> bool:
@@ -754,8 +756,12 @@ class MemoryStore:
         if epoch < fence:  # type: ignore[operator]
             raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")  # type: ignore[arg-type]
         n = int(_tonumber(argv[3]))  # type: ignore[arg-type]
+        ci = _tonumber(argv[4 + n]) if 4 + n < len(argv) else None  # the outbox cursor to move, if any
+        upto = argv[5 + n] if 5 + n < len(argv) else b""
+        if ci is None or (ci != 0 and (ci < 3 or ci > len(keys) or _CURSOR.fullmatch(upto) is None)):
+            raise ScriptFailed(f"{scripts.BAD_COMMIT} the cursor to advance is not a key and an entry id")
         checked: set[str] = set()
-        for i in range(4 + n, len(argv), 3):  # every check before the first write
+        for i in range(6 + n, len(argv), 3):  # every check before the first write
             index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
             if not 1 <= index <= len(keys):
                 raise TypeError("Lua redis() command arguments must be strings or integers")
@@ -784,8 +790,16 @@ class MemoryStore:
                 self._xack(keys[1], name, [_s(a) for a in argv[4:4 + n]], now)
         if epoch > fence:  # type: ignore[operator]
             self._set(keys[0], _redis_arg(epoch))  # type: ignore[arg-type]
+        if ci > 0:
+            if ci != int(ci):
+                raise TypeError("Lua redis() command arguments must be strings or integers")
+            cursor = keys[int(ci) - 1]
+            kind = self._type(cursor, now)
+            cur = self._get(cursor, now) if kind == "string" else None
+            if kind == "none" or (cur is not None and (_CURSOR.fullmatch(cur) is None or _newer(upto, cur))):
+                self._set(cursor, upto)
         before: bytes | None = None
-        for i in range(4 + n, len(argv), 3):
+        for i in range(6 + n, len(argv), 3):
             if argv[i + 2] != b"":
                 index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
                 if not 1 <= index <= len(keys):
@@ -794,7 +808,7 @@ class MemoryStore:
                 before = s.sids[-1].encode() if s is not None and s.sids else b""
                 break
         out: list[Any] = [b"OK"]
-        for i in range(4 + n, len(argv), 3):
+        for i in range(6 + n, len(argv), 3):
             index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
             if not 1 <= index <= len(keys):
                 raise TypeError("Lua redis() command arguments must be strings or integers")

@@ -38,6 +38,13 @@ from .log import CommitResult, EventLog, script_error
 
 __all__ = ["Deliverer", "Undeliverable"]
 
+
+def _newer(a: str, b: str) -> bool:
+    """Stream entry id ``a`` comes after ``b``."""
+    am, _, asq = a.partition("-")
+    bm, _, bsq = b.partition("-")
+    return (int(am), int(asq or 0)) > (int(bm), int(bsq or 0))
+
 Undeliverable = Callable[[str, str, str], None]
 """Told (outbox entry id, target, reason) of each entry parked as undeliverable."""
 
@@ -54,33 +61,70 @@ class Deliverer:
         its next delivery starts without reading the cursor. Another deliverer may have
         moved the cursor further since; starting before it only hands targets entries their
         marks drop. Kept only for a server that was named (a restarted one refuses the
-        scripts) and dropped at any error."""
+        scripts) and dropped at any error. When a move is ``owed``, it is the last entry
+        this deliverer handed over, ahead of the cursor in Redis."""
+        self.owed: tuple[str, str] | None = None
+        """(server run id, outbox entry id): handed over, with all before it, but the cursor
+        not moved there yet (a lazy delivery): the tag's next commit carries the move
+        (``carry``), or ``flush`` makes it. Until then a deliverer starting from the cursor
+        hands targets entries their marks drop: it costs work, never a message."""
 
-    def deliver(self, *, batch: int = 500, server: str = "", committed: CommitResult | None = None) -> int:
+    def deliver(self, *, batch: int = 500, server: str = "", committed: CommitResult | None = None,
+                lazy: bool = False) -> int:
         """Deliver everything after the cursor; returns how many entries were appended.
         ``server``: the run id the deliverer expects (a restarted server refuses).
         ``committed``: the commit that just wrote to this outbox. When this deliverer's
         cursor is where the outbox ended before it (``committed.before``), the entries after
         the cursor are the commit's own, which it holds: they are handed over without
-        reading the outbox back (one round trip less)."""
+        reading the outbox back (one round trip less). ``lazy`` (with ``server``): the
+        cursor is not moved now but the move owed (``owed``): one more round trip less."""
         try:
             if committed is not None and self._holds_the_rest(committed, server):
-                return self._deliver_committed(committed, server)
-            return self._deliver(batch, server)
+                return self._deliver_committed(committed, server, lazy)
+            return self._deliver(batch, server, lazy)
         except BaseException:
             self._cursor = None
             raise
+
+    def carry(self, server: str) -> str | None:
+        """The cursor move owed, for a commit to the tag on ``server`` to carry (None: none)."""
+        owed = self.owed
+        return owed[1] if owed is not None and owed[0] == server else None
+
+    def carried(self, entry_id: str) -> None:
+        """A commit moved the cursor to ``entry_id`` (or found it further already)."""
+        if self.owed is not None and self.owed[1] == entry_id:
+            self.owed = None
+
+    def flush(self) -> None:
+        """Move the cursor as owed, if it is. A restarted server refuses (StoreRestarted), and
+        the move is dropped: what it stood for may be lost with the server's writes."""
+        owed = self.owed
+        if owed is None:
+            return
+        try:
+            self._advance(owed[1], owed[0])
+        except BaseException:
+            self._cursor = self.owed = None
+            raise
+
+    def _handed_over(self, after: str, server: str, lazy: bool) -> None:
+        """Entries up to ``after`` were handed over: move the cursor, or owe the move."""
+        if lazy and server:
+            self.owed = self._cursor = (server, after)
+        else:
+            self._advance(after, server)
 
     def _holds_the_rest(self, committed: CommitResult, server: str) -> bool:
         return (bool(server) and bool(committed.addressed) and committed.outbox == self.outbox
                 and self._cursor == (server, committed.before))
 
-    def _deliver_committed(self, committed: CommitResult, server: str) -> int:
+    def _deliver_committed(self, committed: CommitResult, server: str, lazy: bool) -> int:
         by_target: dict[str, list[object]] = {}
         for entry_id, target, data in committed.addressed:
             by_target.setdefault(target, []).extend((entry_id, data))
         sent = self._deliver_page(by_target, server)
-        self._advance(committed.addressed[-1][0], server)
+        self._handed_over(committed.addressed[-1][0], server, lazy)
         return sent
 
     def _advance(self, after: str, server: str) -> None:
@@ -89,10 +133,12 @@ class Deliverer:
             in_force = self.log.backend.script("advance_cursor", [self.cursor_key], [server, after])
         except ScriptFailed as exc:
             raise script_error(exc, self.tag) from exc
+        if self.owed is not None and (self.owed[0] != server or not _newer(self.owed[1], after)):
+            self.owed = None  # moved at least as far (or owed on a server that is gone)
         if server:
             self._cursor = (server, in_force.decode() if isinstance(in_force, bytes) else str(in_force))
 
-    def _deliver(self, batch: int, server: str) -> int:
+    def _deliver(self, batch: int, server: str, lazy: bool) -> int:
         backend = self.log.backend
         if server and self._cursor is not None and self._cursor[0] == server:
             after: str | None = self._cursor[1]
@@ -112,7 +158,7 @@ class Deliverer:
                 by_target.setdefault(target.decode(errors="replace"), []).extend((entry_id, fields.get(b"e", b"")))
             sent += self._deliver_page(by_target, server)
             after = entries[-1][0]
-            self._advance(after, server)
+            self._handed_over(after, server, lazy)
             if len(entries) < batch:
                 return sent
 

@@ -40,16 +40,21 @@ local function newer(a, b)
 end
 """
 
-COMMIT = _RESTARTED + """
+COMMIT = _NEWER + _RESTARTED + """
 -- Atomic, fenced commit of the events some messages caused.
 -- KEYS[1]  fence key of the tag being written
 -- KEYS[2]  inbox stream the consumed entries belong to (any key of the tag if none)
--- KEYS[3..] streams the events are appended to (all in the same tag)
+-- KEYS[3..] streams the events are appended to (all in the same tag), and the tag's outbox
+--          cursor when ARGV[5+n] names it
 -- ARGV[1]  writer epoch
 -- ARGV[2]  the server run id the writer expects ('' to skip the check)
 -- ARGV[3]  consumer group of the inbox, '' when no inbox entry is consumed
 -- ARGV[4]  n, the number of consumed inbox entries; ARGV[5 .. 4+n] their ids (each once)
--- ARGV[5+n ..] per event, three values: index into KEYS, encoded envelope, outbox target ('' if none)
+-- ARGV[5+n] index into KEYS of the outbox cursor to move forward (0: none), ARGV[6+n] the
+--          last outbox entry the writer delivered (with all before it): ADVANCE_CURSOR, carried
+--          by the next commit instead of a round trip of its own (a cursor key that holds
+--          another kind of value is left alone: the cursor only saves work)
+-- ARGV[7+n ..] per event, three values: index into KEYS, encoded envelope, outbox target ('' if none)
 -- Returns {'OK', id..., [before]} | {'DUP'} (an entry was already acknowledged: a redelivery; nothing
 -- is written or acknowledged) | error 'SLUICE_STALE <fence>' | error 'SLUICE_RESTARTED <run id>'
 -- | error 'SLUICE_BAD_COMMIT ...' (the same entry twice: a bug in the writer) | error
@@ -69,8 +74,12 @@ end
 local n = tonumber(ARGV[4])
 -- Every check comes before the first write (a script that fails half-way keeps what it
 -- wrote, and an acknowledged entry whose events were not appended is lost).
+local ci = tonumber(ARGV[5 + n] or '')
+if ci == nil or (ci ~= 0 and (ci < 3 or ci > #KEYS or not string.match(ARGV[6 + n] or '', '^%d+%-%d+$'))) then
+  return redis.error_reply('SLUICE_BAD_COMMIT the cursor to advance is not a key and an entry id')
+end
 local checked = {}
-for i = 5 + n, #ARGV, 3 do
+for i = 7 + n, #ARGV, 3 do
   local key = KEYS[tonumber(ARGV[i])]
   if not checked[key] then
     checked[key] = true
@@ -106,8 +115,15 @@ end
 if epoch > fence then
   redis.call('SET', KEYS[1], epoch)
 end
+if ci > 0 then
+  local kind = redis.call('TYPE', KEYS[ci])['ok']
+  local cur = kind == 'string' and redis.call('GET', KEYS[ci]) or nil
+  if kind == 'none' or (cur and (not string.match(cur, '^%d+%-%d+$') or newer(ARGV[6 + n], cur))) then
+    redis.call('SET', KEYS[ci], ARGV[6 + n])
+  end
+end
 local before = nil
-for i = 5 + n, #ARGV, 3 do
+for i = 7 + n, #ARGV, 3 do
   if ARGV[i + 2] ~= '' then
     local last = redis.call('XREVRANGE', KEYS[tonumber(ARGV[i])], '+', '-', 'COUNT', 1)
     before = last[1] and last[1][1] or ''
@@ -115,7 +131,7 @@ for i = 5 + n, #ARGV, 3 do
   end
 end
 local out = {'OK'}
-for i = 5 + n, #ARGV, 3 do
+for i = 7 + n, #ARGV, 3 do
   local key = KEYS[tonumber(ARGV[i])]
   if ARGV[i + 2] == '' then
     out[#out + 1] = redis.call('XADD', key, '*', 'e', ARGV[i + 1])

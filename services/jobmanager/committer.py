@@ -70,10 +70,14 @@ class Committer:
                  for target, msg in sends]
         if not outs and consumed is None:
             return envs
-        result = self.log.commit(tag, self.epoch, outs, consumed, server=self.server)
+        d = self._deliverers.get(tag)
+        advance = d.carry(self.server) if d is not None else None
+        result = self.log.commit(tag, self.epoch, outs, consumed, server=self.server, advance=advance)
         if result.duplicate:
             self.logger.info("redelivered entry ignored", entries=consumed.ids if consumed else None)
             return None
+        if d is not None and advance is not None:
+            d.carried(advance)
         if envs and self.on_facts is not None:
             self.on_facts(tag, list(zip(result.ids[: len(envs)], envs)))
         if sends:
@@ -88,11 +92,19 @@ class Committer:
     # --- delivery ---
     def deliver(self, tag: str, committed: CommitResult | None = None) -> int:
         """Deliver the tag's outbox; ``committed``: the commit that just wrote to it (its
-        entries are handed over without reading them back when nothing precedes them)."""
+        entries are handed over without reading them back when nothing precedes them).
+        The cursor's move is owed: the tag's next commit carries it, or ``flush_cursors``
+        makes it (a round trip a task less; ``Deliverer.owed``)."""
         d = self._deliverers.get(tag)
         if d is None:
             d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable)
-        return d.deliver(batch=DELIVER_PAGE, server=self.server, committed=committed)
+        return d.deliver(batch=DELIVER_PAGE, server=self.server, committed=committed, lazy=True)
+
+    def flush_cursors(self) -> None:
+        """Move every outbox cursor still owed (the leader's tick: a tag that commits no more
+        has its cursor moved within a tick)."""
+        for d in self._deliverers.values():
+            d.flush()
 
     def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:
         self.logger.warning("outbox entry parked in dead letters", entry=entry_id, target=target[:80], reason=reason)

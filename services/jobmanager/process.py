@@ -505,6 +505,7 @@ class JobManager:
         self.job_inboxes.tick(now)
         self.job_inboxes.schedule_all()
         self.committer.heartbeat(row.resource_id for row in self.state.membership.active())
+        self.committer.flush_cursors()
         if now >= self._next_trim:
             self.log.trim_consumed(self.inbox, GROUP, keep_ms=self.inbox_retention_ms, now_ms=now)
             self._next_trim = now + min(self.inbox_retention_ms, 10_000)

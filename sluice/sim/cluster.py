@@ -45,7 +45,7 @@ from sluice.services.projector import Projector
 from sluice.services.taskmanager.core import RegistrationConfig
 from sluice.services.taskmanager.process import TaskManager
 from sluice.store import Deliverer, EventLog, Keys, tag_of
-from sluice.store.log import entry_order
+from sluice.store.log import committed_events, entry_order
 from sluice.store.memory import MemoryBackend, MemoryStore
 
 from . import jobs as simjobs
@@ -463,10 +463,8 @@ class Simulation:
         jm = self.jm_instances.get(actor)  # the instance that commits (it may be one that died since)
         if jm is None or keys[0] != self.keys.fence(self.keys.cluster):
             return
-        n = int(args[3])
         lost = []
-        for i in range(4 + n, len(args), 3):
-            raw = args[i + 1]
+        for _, raw, _ in committed_events(args):
             env = decode_bytes(raw if isinstance(raw, bytes) else str(raw).encode())
             if isinstance(env.event, TaskManagerLost) and env.event.reason.startswith("no heartbeat"):
                 lost.append(env)
@@ -499,9 +497,7 @@ class Simulation:
         jm = self.jm_instances.get(actor)
         if jm is None:
             return
-        n = int(args[3])
-        for i in range(4 + n, len(args), 3):
-            raw = args[i + 1]
+        for _, raw, _ in committed_events(args):
             env = decode_bytes(raw if isinstance(raw, bytes) else str(raw).encode())
             ev = env.event
             if not (isinstance(ev, UpdateTaskExecutionState) and ev.state == TaskState.FAILED

@@ -406,6 +406,72 @@ class LogContract:
         assert mine.deliver(server=server) == 1 and counting.calls.count("get") == 4  # dropped at the error
         assert [e for _, e in log.replay(target)] == [*sent, late]
 
+    def test_a_commit_carries_the_outbox_cursor_forward_never_back_and_refuses_a_bad_one_before_writing(
+            self, log: EventLog) -> None:
+        b = log.backend
+        tag = log.keys.job("j1")
+        fence, inbox, facts, cursor = log.keys.fence(tag), log.keys.inbox(tag), log.keys.facts(tag), \
+            log.keys.outbox_cursor(tag)
+        log.commit(tag, 1, [Out(facts, env(heartbeat(), epoch=1))], advance="5-0")
+        assert b.get(cursor) == b"5-0"
+        log.commit(tag, 1, [Out(facts, env(heartbeat(), epoch=1))], advance="3-7")
+        assert b.get(cursor) == b"5-0"  # never back
+        log.commit(tag, 1, [], advance="5-1")  # a commit of nothing else moves it too
+        assert b.get(cursor) == b"5-1"
+        with pytest.raises(StaleEpoch):
+            log.commit(tag, 0, [Out(facts, env(heartbeat(), epoch=0))], advance="9-0")
+        assert b.get(cursor) == b"5-1"
+        # Refused before anything is written: the fence named as the cursor, a cursor beyond
+        # the keys, an id that is not one. The consumed entry stays pending, no fact is added.
+        entry = b.xadd(inbox, {b"n": b"1"})
+        b.group_create(inbox, "jm", "0")
+        b.xreadgroup("jm", "c", {inbox: ">"}, count=10, block_ms=None)
+        for ci, upto in ((1, "9-0"), (5, "9-0"), (4, "not-an-id"), ("", "")):
+            with pytest.raises(ScriptFailed, match="^SLUICE_BAD_COMMIT"):
+                b.script("commit", [fence, inbox, facts, cursor], [1, "", "jm", 1, entry, ci, upto, 3, b"x", ""])
+        assert b.xlen(facts) == 2 and _pending(b, inbox, "jm") == 1 and b.get(fence) == b"1"
+        # A cursor key holding another kind of value is left alone; the commit goes through.
+        b.delete(cursor)
+        b.hset(cursor, {"x": b"1"})
+        assert log.commit(tag, 1, [Out(facts, env(heartbeat(), epoch=1))], Consumed(inbox, "jm", (entry,)),
+                          advance="9-0").ids
+        assert b.hgetall(cursor) == {b"x": b"1"} and _pending(b, inbox, "jm") == 0
+
+    def test_a_lazy_delivery_owes_the_cursor_move_to_the_next_commit_or_a_flush(self, log: EventLog) -> None:
+        """Delivering lazily hands the entries over at once but leaves the cursor where it
+        was; the tag's next commit moves it (no round trip of its own), or a flush does. A
+        deliverer starting from the cursor meanwhile hands over only what the marks drop."""
+        tag = log.keys.job("j1")
+        outbox, target = log.keys.outbox(tag), log.keys.inbox(log.keys.taskmanager("tm-1"))
+        cursor, server = log.keys.outbox_cursor(tag), log.server_id()
+        counting = Counting(log.backend)
+        mine = Deliverer(EventLog(counting, log.keys), tag)
+        sent = [env(heartbeat(rid=f"tm-{i}"), epoch=1) for i in range(4)]
+        first = log.commit(tag, 1, [Out(outbox, e, to=target) for e in sent[:2]], server=server)
+        assert mine.deliver(server=server, committed=first, lazy=True) == 2
+        assert log.backend.get(cursor) is None and mine.owed == (server, first.ids[-1])
+        assert "script:advance_cursor" not in counting.calls
+        assert Deliverer(log, tag).deliver(server=server, lazy=True) == 0  # from the cursor: all dropped
+        assert mine.carry("another-run-id") is None
+        carried = mine.carry(server)
+        second = log.commit(tag, 1, [Out(outbox, sent[2], to=target)], server=server, advance=carried)
+        mine.carried(carried or "")
+        assert log.backend.get(cursor) == first.ids[-1].encode() and mine.owed is None
+        assert mine.deliver(server=server, committed=second, lazy=True) == 1  # its cursor is where the commit began
+        assert counting.calls.count("xrange") == 1  # read back only the first time (it knew no cursor)
+        mine.flush()
+        assert log.backend.get(cursor) == second.ids[-1].encode() and mine.owed is None
+        assert counting.calls.count("script:advance_cursor") == 1
+        mine.flush()  # nothing owed: no round trip
+        assert counting.calls.count("script:advance_cursor") == 1
+        third = log.commit(tag, 1, [Out(outbox, sent[3], to=target)], server=server)
+        mine.deliver(server=server, committed=third, lazy=True)
+        mine.owed = ("another-run-id", third.ids[-1])  # as if owed on a server that restarted since
+        with pytest.raises(StoreRestarted):
+            mine.flush()
+        assert mine.owed is None and log.backend.get(cursor) == second.ids[-1].encode()
+        assert [e for _, e in log.replay(target)] == sent
+
     def test_a_commit_is_delivered_without_reading_the_outbox_back_only_when_nothing_precedes_it(
             self, log: EventLog) -> None:
         """After a commit, a deliverer whose cursor is where the outbox ended before it hands
@@ -828,40 +894,40 @@ class LogContract:
         b = log.backend
         tag = log.keys.cluster
         fence, inbox, facts = log.keys.fence(tag), log.keys.inbox(tag), log.keys.facts(tag)
-        reply = b.script("commit", [fence, fence, facts], [3, "", "", 0, 3, b"x", "", 3, b"y", "to"])
+        reply = b.script("commit", [fence, fence, facts], [3, "", "", 0, 0, "", 3, b"x", "", 3, b"y", "to"])
         # the ids, then (an event had a target) the stream's last id before the commit: none
         assert reply[0] == b"OK" and len(reply) == 4 and all(isinstance(i, bytes) for i in reply)
         assert [i.decode() for i in reply[1:3]] == [i for i, _ in b.xrange(facts, None, 10)] and reply[3] == b""
         assert [f for _, f in b.xrange(facts, None, 10)] == [{b"e": b"x"}, {b"e": b"y", b"to": b"to"}]
-        again = b.script("commit", [fence, fence, facts], [3, "", "", 0, 3, b"z", "to"])
+        again = b.script("commit", [fence, fence, facts], [3, "", "", 0, 0, "", 3, b"z", "to"])
         assert len(again) == 3 and again[2] == reply[2]
-        assert len(b.script("commit", [fence, fence, facts], [3, "", "", 0, 3, b"w", ""])) == 2  # no target
+        assert len(b.script("commit", [fence, fence, facts], [3, "", "", 0, 0, "", 3, b"w", ""])) == 2  # no target
         assert b.get(fence) == b"3"
         with pytest.raises(ScriptFailed, match="^SLUICE_STALE 3$"):
-            b.script("commit", [fence, fence, facts], [2, "", "", 0, 3, b"x", ""])
+            b.script("commit", [fence, fence, facts], [2, "", "", 0, 0, "", 3, b"x", ""])
         assert b.script("fence", [fence], [3, ""]) == 3 and b.script("fence", [fence], [5, b.server_id()]) == 5
         with pytest.raises(ScriptFailed, match="^SLUICE_STALE 5$"):
             b.script("fence", [fence], [4, ""])
         ids = [b.xadd(inbox, {b"n": b"1"}) for _ in range(2)]
         b.group_create(inbox, "jm", "0")
         b.xreadgroup("jm", "c", {inbox: ">"}, count=10, block_ms=None)
-        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 1, ids[0], 3, b"z", ""])[0] == b"OK"
-        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 1, ids[0], 3, b"z", ""]) == [b"DUP"]
-        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 2, ids[1], ids[0], 3, b"z", ""]) == [b"DUP"]
+        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 1, ids[0], 0, "", 3, b"z", ""])[0] == b"OK"
+        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 1, ids[0], 0, "", 3, b"z", ""]) == [b"DUP"]
+        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 2, ids[1], ids[0], 0, "", 3, b"z", ""]) == [b"DUP"]
         with pytest.raises(ScriptFailed, match="^SLUICE_BAD_COMMIT"):
-            b.script("commit", [fence, inbox, facts], [5, "", "jm", 2, ids[1], ids[1], 3, b"z", ""])
+            b.script("commit", [fence, inbox, facts], [5, "", "jm", 2, ids[1], ids[1], 0, "", 3, b"z", ""])
         with pytest.raises(ScriptFailed, match="^NOGROUP"):
-            b.script("commit", [fence, inbox, facts], [5, "", "nogroup", 2, ids[1], ids[0], 3, b"z", ""])
+            b.script("commit", [fence, inbox, facts], [5, "", "nogroup", 2, ids[1], ids[0], 0, "", 3, b"z", ""])
         # Redis scripts do not roll back, so every check comes first: a commit that names a
         # key that is not a stream writes nothing, and its inbox entry stays pending.
         table = log.keys.table(tag, "t")
         b.hset(table, {"x": b"1"})
         with pytest.raises(ScriptFailed, match=f"^SLUICE_NOT_A_STREAM {table} is a hash$"):
-            b.script("commit", [fence, inbox, facts, table], [7, "", "jm", 1, ids[1], 3, b"w", "", 4, b"w", ""])
+            b.script("commit", [fence, inbox, facts, table], [7, "", "jm", 1, ids[1], 0, "", 3, b"w", "", 4, b"w", ""])
         assert b.get(fence) == b"5" and b.xlen(facts) == 5
         assert _pending(b, inbox, "jm") == 1
         # A later epoch raises the fence in the commit.
-        assert b.script("commit", [fence, inbox, facts], [7, "", "jm", 1, ids[1], 3, b"w", ""])[0] == b"OK"
+        assert b.script("commit", [fence, inbox, facts], [7, "", "jm", 1, ids[1], 0, "", 3, b"w", ""])[0] == b"OK"
         assert b.get(fence) == b"7" and b.xlen(facts) == 6 and _pending(b, inbox, "jm") == 0
 
     def test_dead_letter_and_delivery_script_replies(self, log: EventLog) -> None:

@@ -221,8 +221,9 @@ def random_call(rng: random.Random, b: MemoryBackend, clock: Clock, *, reread: b
         lambda: b.script("lease_renew", ["{t:cluster}:leader"], [rng.choice("ab"), rng.randint(0, 3), 200, ""]),
         lambda: b.script("lease_release", ["{t:cluster}:leader"], [rng.choice("ab"), rng.randint(0, 3)]),
         lambda: b.script("fence", ["{t:cluster}:fence"], [rng.randint(0, 5), ""]),
-        lambda: b.script("commit", ["{t:cluster}:fence", "{t:cluster}:inbox", "{t:cluster}:facts"],
-                         [rng.randint(0, 5), "", rng.choice(["", "g"]), len(some), *some, 3, b"e", ""]),
+        lambda: b.script("commit", ["{t:cluster}:fence", "{t:cluster}:inbox", "{t:cluster}:facts", "{t:cluster}:cursor"],
+                         [rng.randint(0, 5), "", rng.choice(["", "g"]), len(some), *some, rng.choice([0, 4]),
+                          f"{rng.randint(0, 9)}-0", 3, b"e", ""]),
         lambda: b.script("dead_letter", [s, "{t:cluster}:dead"], [rng.choice(["", "g"]), some[0], "k", "r"]),
         lambda: b.script("deliver", ["{t:tm:x}:inbox", "{t:tm:x}:delivered"],
                          ["", "o", f"{clock.now}-{rng.randint(0, 2)}", b"e"]),
@@ -567,8 +568,10 @@ def differential_call(rng: random.Random, t: Twins) -> None:
     elif choice in (22, 23):  # consume from s, write to facts
         outs = [v for _ in range(rng.randint(0, 2)) for v in (3, b"e", rng.choice(["", "to"]))]
         consumed = pick if rng.random() < 0.8 else pick[:1] * 2
-        reply = t.call("script", "commit", [fence, s, facts], [rng.randint(0, 5), "", rng.choice(["", group]),
-                                                                len(consumed), *consumed, *outs],
+        advance = rng.choice([(0, ""), (0, ""), (4, rng.choice(["3-0", "7-1", "12-5"])), (4, "x"), (2, "3-0"),
+                              (5, "3-0"), ("", "")])  # the cursor's move: none, a good one, and what is refused
+        reply = t.call("script", "commit", [fence, s, facts, cursor], [rng.randint(0, 5), "", rng.choice(["", group]),
+                                                                        len(consumed), *consumed, *advance, *outs],
                        home=s, reply_home=facts)
         assert reply[0] == "error" or reply[1][0] in (b"OK", b"DUP")
     elif choice == 24:
