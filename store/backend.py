@@ -129,7 +129,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
-        """Append several entries, in order, in one round trip (not atomically)."""
+        """Append several entries, in order, in one round trip, as one transaction: a reader
+        sees all of them or none (a key that is not a stream refuses its own: PartlyAppended)."""
 
     @abc.abstractmethod
     def xrange(self, stream: str, after: str | None, count: int) -> list[RawEntry]:

@@ -1034,10 +1034,13 @@ class MemoryBackend(Backend):
         return self.store._xadd(stream, {_b(k): _b(v) for k, v in fields.items()}, now, maxlen)
 
     def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
-        """A pipeline: every command runs; then the first error that is not WRONGTYPE is
-        raised, or PartlyAppended if a key was not a stream."""
+        """A transaction (MULTI/EXEC): an entry Redis refuses before running anything (no
+        fields) appends none; else every command runs, then the first error that is not
+        WRONGTYPE is raised, or PartlyAppended if a key was not a stream."""
         if not items:
             return []
+        if any(not fields for _, fields in items):
+            raise CommandError("wrong number of arguments for 'xadd' command")
         now = self._enter()
         out: list[str | None] = []
         errors: dict[int, str] = {}

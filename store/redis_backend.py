@@ -197,8 +197,19 @@ class RedisBackend(Backend):
     def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
         if not items:
             return []
-        replies = self._raw(f"appending to {items[0][0]}" + (" and others" if len(items) > 1 else ""),
-                            [_xadd(stream, fields, None) for stream, fields in items], check=False)
+        what = f"appending to {items[0][0]}" + (" and others" if len(items) > 1 else "")
+        commands = [_xadd(stream, fields, None) for stream, fields in items]
+        if len(commands) == 1:
+            replies = self._raw(what, commands, check=False)
+        else:  # MULTI/EXEC: readers see all of them or none (a reader blocked on one stream
+            # is not woken between two of them), in the same round trip
+            *queued, done = self._raw(what, [("MULTI",), *commands, ("EXEC",)], check=False)[1:]
+            refused = next((r for r in queued if isinstance(r, redis.ResponseError)), None)
+            if refused is not None:  # refused before it ran (the transaction is aborted): nothing was appended
+                raise refused
+            if isinstance(done, redis.ResponseError):
+                raise done
+            replies = list(done)
         errors = {i: str(r) for i, r in enumerate(replies) if isinstance(r, redis.ResponseError)}
         other = next((i for i, text in errors.items() if not text.startswith("WRONGTYPE")), None)
         if other is not None:  # READONLY, OOM, ...: not a refusal of one key (the caller sends them all again)
