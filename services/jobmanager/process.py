@@ -24,7 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.errors import MessageRejected, RedisUnavailable, StaleEpoch, StoreRestarted
-from sluice.events import Envelope, Event, LeadershipGranted, LogRestarted, TaskManagerLost
+from sluice.events import (
+    Envelope,
+    Event,
+    LeadershipGranted,
+    LogRestarted,
+    TaskManagerLost,
+    TaskOperationResult,
+    TaskState,
+    UpdateTaskExecutionState,
+)
 from sluice.services.common.gauges import jobmanager_gauges
 from sluice.services.common.metrics import JobManagerMetrics
 from sluice.services.common.shell import RedisAway, get_logger, hostname, set_aside_reporter
@@ -45,6 +54,12 @@ from .leadership import Lease, Rebuilt, Replay, SnapshotWriter, gc_paused
 __all__ = ["JobManager", "LeaderState", "GROUP"]
 
 GROUP = "jobmanager"
+LINGER_MS = 5
+"""A batch of reports that decide nothing yet (a task's start acknowledged, INITIALIZING,
+RUNNING) waits at most this long for more before it is decided: a short task's end comes
+a millisecond or two after its start, and both are then one commit, not two (the leader's
+CPU a task, ``sluice bench tasks``). A batch with anything else in it is decided at once."""
+
 SERVE_AFTER_S = 1.0
 """How long a new leader rebuilds before it serves the cluster, rebuilding the jobs left
 while it serves (as Flink's Dispatcher leads while its JobMasters recover their jobs)."""
@@ -61,6 +76,16 @@ class LeaderState:
     coords: dict[str, JobCoordinators] = field(default_factory=dict)
     reports: SlotReports = field(default_factory=SlotReports)
     """What the TaskManagers' slot reports showed lately (services/jobs/reconcile.py)."""
+
+
+def _can_wait(entry: Entry) -> bool:
+    """Whether a message decides nothing that should not wait a few milliseconds: a task's
+    start acknowledged, or a task reaching INITIALIZING or RUNNING (no slot frees, nothing is
+    deployed, no one waits on it)."""
+    ev = entry.envelope.event
+    if isinstance(ev, UpdateTaskExecutionState):
+        return ev.state in (TaskState.INITIALIZING, TaskState.RUNNING)
+    return isinstance(ev, TaskOperationResult) and ev.success
 
 
 class JobManager:
@@ -81,6 +106,7 @@ class JobManager:
         replay_page: int = 1000,
         coordinator_executor: Callable[[str], Any] | None = None,
         serve_after_s: float | None = SERVE_AFTER_S,
+        linger_ms: int = LINGER_MS,
     ) -> None:
         self.log, self.keys, self.world = log, log.keys, world
         self.config, self.jobs_config = config, jobs_config
@@ -92,6 +118,9 @@ class JobManager:
         self.serve_after_s = serve_after_s
         """A rebuild from the log longer than this serves the cluster while the jobs left are
         rebuilt (None: serve only once every job is)."""
+        self.linger_ms = linger_ms
+        """How long a read that brought only reports deciding nothing (``_can_wait``) waits
+        for more before they are decided (0: never; only a step that may block waits)."""
         self.id = jm_id or f"jm-{hostname()}-{world.new_id()[:8]}"
         self.group = GROUP
         self.tag = self.keys.cluster
@@ -198,6 +227,12 @@ class JobManager:
         read_at = self.world.now_ms()  # the view is at least this fresh (the call may stall after its read)
         entries = self.consumer.read(count=self.batch, block_ms=block_ms)
         caught_up = self.consumer.read_counts.get(self.inbox, 0) < self.batch
+        if entries and block_ms and self.linger_ms and len(entries) < self.batch and all(map(_can_wait, entries)):
+            # Only reports that decide nothing yet: wait a moment for what usually follows
+            # them (a task's RUNNING and end), to decide it all in one commit, not two.
+            left = self.batch - len(entries)
+            entries += self.consumer.read(count=left, block_ms=self.linger_ms)
+            caught_up = self.consumer.read_counts.get(self.inbox, 0) < left
         reports = self.state.reports
         reports.read(caught_up)  # slot reports read later were sent after what this read saw
         if entries:
