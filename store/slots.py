@@ -17,7 +17,13 @@ from .connection import Outage
 from .log import EventLog
 from .redis_backend import RedisBackend, translate_errors
 
-__all__ = ["SlotQueues", "work_slot"]
+__all__ = ["SlotQueues", "work_slot", "slot_worker_class", "HEARTBEAT_EVERY_S"]
+
+HEARTBEAT_EVERY_S = 1.0
+"""A slot's worker renews its RQ registration at most this often. RQ renews it before and
+after each dequeue and after each job: three times a job, three round trips each, for a
+key that lives for minutes (``worker_ttl``). With no-op tasks that was a fifth of a
+worker's CPU (``sluice bench tasks``)."""
 
 
 def _client(log: EventLog) -> Any:
@@ -92,6 +98,51 @@ class SlotQueues:
             return True
 
 
+def slot_worker_class(outage: Outage | None = None) -> Any:
+    """The RQ SimpleWorker class of a slot: it waits through a Redis outage (``outage``) and
+    renews its registration at most every ``HEARTBEAT_EVERY_S``."""
+    import redis
+    from rq import SimpleWorker
+
+    class SlotWorker(SimpleWorker):
+        stopping = False
+        beat_at: float | None = None
+
+        def request_stop(self, signum: Any, frame: Any) -> None:
+            self.stopping = True
+            super().request_stop(signum, frame)
+
+        def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> Any:
+            """RQ calls this first after a failed wait for a task and after each task: the
+            place to wait through an outage (RQ would retry every few seconds, a log line
+            each time, or end its loop). A renewal of its own (not part of one of RQ's
+            transactions) within ``HEARTBEAT_EVERY_S`` of the last is skipped."""
+            if pipeline is not None:
+                return super().heartbeat(timeout, pipeline)
+            if timeout is None and self.beat_at is not None \
+                    and time.monotonic() - self.beat_at < HEARTBEAT_EVERY_S:
+                return None
+            try:
+                super().heartbeat(timeout)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if outage is None:
+                    raise
+                outage.wait(exc)
+                super().heartbeat(timeout)
+            self.beat_at = time.monotonic()
+            return None
+
+        def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:
+            """RQ's command listener retries every 2 s while Redis is away, with a log line
+            each time; it retries quietly here (the worker's main loop says it once)."""
+            if outage is not None and isinstance(exc, redis.ConnectionError):
+                time.sleep(2.0)
+                return
+            super()._pubsub_exception_handler(exc, pubsub, pubsub_thread)
+
+    return SlotWorker
+
+
 def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | None = None) -> None:
     """Run one slot's RQ SimpleWorker until it is stopped (no fork per job: a Spark session
     must never be forked, so it and the job's imported code stay warm across tasks). It is
@@ -103,36 +154,11 @@ def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | No
     the slot's worker does not die (its TaskManager would count that as a task failure).
     """
     import redis
-    from rq import Queue, SimpleWorker
+    from rq import Queue
     from rq.exceptions import StopRequested
     from rq.serializers import JSONSerializer
 
-    class SlotWorker(SimpleWorker):
-        stopping = False
-
-        def request_stop(self, signum: Any, frame: Any) -> None:
-            self.stopping = True
-            super().request_stop(signum, frame)
-
-        def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
-            """RQ calls this first after a failed wait for a task and after each task: the
-            place to wait through an outage (RQ would retry every few seconds, a log line
-            each time, or end its loop)."""
-            try:
-                return super().heartbeat(*args, **kwargs)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if outage is None:
-                    raise
-                outage.wait(exc)
-                return super().heartbeat(*args, **kwargs)
-
-        def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:
-            """RQ's command listener retries every 2 s while Redis is away, with a log line
-            each time; it retries quietly here (the worker's main loop says it once)."""
-            if outage is not None and isinstance(exc, redis.ConnectionError):
-                time.sleep(2.0)
-                return
-            super()._pubsub_exception_handler(exc, pubsub, pubsub_thread)
+    SlotWorker = slot_worker_class(outage)
 
     client = _client(log)
     queue = Queue(log.keys.slot_queue(resource_id, slot), connection=client, serializer=JSONSerializer)

@@ -85,3 +85,36 @@ def test_a_refused_report_does_not_take_back_a_task_a_worker_already_has(log: Ev
     assert handle == "h3" and seen and seen[0] is not None
     status = Job.fetch("h3", connection=log.backend.client).get_status()  # type: ignore[attr-defined]
     assert status == JobStatus.QUEUED  # left to its worker, not cancelled
+
+
+def test_a_slot_worker_renews_its_registration_at_most_once_a_second_not_three_times_a_task(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RQ renews a worker's registration before and after each dequeue and after each job
+    (three round trips each time); a slot's worker skips a renewal within a second of the
+    last one. Its registration stays alive, and every task runs."""
+    from rq.serializers import JSONSerializer
+    from rq.worker.base import BaseWorker
+
+    from sluice.store.slots import HEARTBEAT_EVERY_S, slot_worker_class
+
+    renewals: list[float] = []
+    real = BaseWorker.heartbeat
+
+    def counted(self: BaseWorker, timeout: int | None = None, pipeline: object = None) -> None:
+        if pipeline is None:  # its own round trips (one inside RQ's transactions costs none)
+            renewals.append(time.monotonic())
+        real(self, timeout, pipeline)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BaseWorker, "heartbeat", counted)
+    client = log.backend.client  # type: ignore[attr-defined]
+    queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
+    tasks = 30
+    jobs = [queue.enqueue("sluice.bench.tasks.noop", job_id=f"noop-{i}") for i in range(tasks)]
+    worker = slot_worker_class()([queue], name="slot-beats", connection=client, serializer=JSONSerializer)
+    started = time.monotonic()
+    worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+    took = time.monotonic() - started
+    assert all(job.get_status(refresh=True) == JobStatus.FINISHED for job in jobs)
+    # RQ alone renews ~3 times a task: 90 here. At most one a second, plus the first.
+    assert 1 <= len(renewals) <= took / HEARTBEAT_EVERY_S + 2 < tasks, (len(renewals), took)
+    assert all(b - a >= HEARTBEAT_EVERY_S for a, b in zip(renewals, renewals[1:]))
