@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sluice.errors import ConfigError
+from sluice.errors import ConfigError, StoreRestarted
 
 from . import scripts
 from .backend import ScriptCall, ScriptFailed
@@ -96,6 +96,11 @@ class Deliverer:
         if self.owed is not None and self.owed[1] == entry_id:
             self.owed = None
 
+    def forget_owed_unless(self, server: str) -> None:
+        """Drop a move owed on a server other than ``server`` (one that restarted since)."""
+        if self.owed is not None and self.owed[0] != server:
+            self.owed = None
+
     def flush(self) -> None:
         """Move the cursor as owed, if it is. A restarted server refuses (StoreRestarted), and
         the move is dropped: what it stood for may be lost with the server's writes."""
@@ -104,8 +109,11 @@ class Deliverer:
             return
         try:
             self._advance(owed[1], owed[0])
-        except BaseException:
+        except StoreRestarted:
             self._cursor = self.owed = None
+            raise
+        except BaseException:  # (Redis away: the move stays owed)
+            self._cursor = None
             raise
 
     def _handed_over(self, after: str, server: str, lazy: bool) -> None:

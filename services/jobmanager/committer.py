@@ -102,8 +102,11 @@ class Committer:
 
     def flush_cursors(self) -> None:
         """Move every outbox cursor still owed (the leader's tick: a tag that commits no more
-        has its cursor moved within a tick)."""
+        has its cursor moved within a tick). A move owed on another server (Redis restarted
+        since: it kept this leader's deliverers) is dropped, not made: the server refuses it,
+        and what it stood for may be lost with the writes."""
         for d in self._deliverers.values():
+            d.forget_owed_unless(self.server)
             d.flush()
 
     def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:

@@ -577,6 +577,7 @@ class JobManager:
             if self.phase != "standby":
                 self.job_inboxes.close_coordinators()
                 try:
+                    self.committer.flush_cursors()  # the next leader starts where delivery ended
                     self.lease.release()
                     self.logger.info("released leadership", epoch=self.committer.epoch)
                 except RedisUnavailable:

@@ -1,0 +1,50 @@
+"""The leader's committer owes its outboxes' cursor moves (``Deliverer.owed``): the tag's
+next commit carries each one, its tick flushes the rest, and a move owed on a server that
+restarted since is dropped, never made (the server refuses it: the leader would step down
+and rebuild again for each such tag)."""
+
+from __future__ import annotations
+
+import structlog
+
+from sluice.services.jobmanager.committer import Committer
+from sluice.store import EventLog
+from tests.helpers import heartbeat
+from tests.services.failover_helpers import ManualWorld
+
+
+def _committer(log: EventLog) -> Committer:
+    c = Committer(log, ManualWorld(), "jm-a", "jobmanager", structlog.get_logger("test"))
+    c.begin(1, log.server_id())
+    return c
+
+
+def test_a_commit_carries_the_move_its_last_delivery_owes_and_the_tick_flushes_the_last(log: EventLog) -> None:
+    c = _committer(log)
+    tag, target = log.keys.job("j1"), log.keys.inbox(log.keys.taskmanager("tm-1"))
+    cursor = log.keys.outbox_cursor(tag)
+    first = c.commit(tag, [], sends=[(target, heartbeat(rid="a"))])
+    assert first is not None and log.length(target) == 1  # delivered at once
+    assert log.backend.get(cursor) is None  # its cursor's move is owed
+    c.commit(tag, [], sends=[(target, heartbeat(rid="b"))])
+    moved = log.backend.get(cursor)
+    assert moved is not None  # the second commit carried the first delivery's move
+    c.flush_cursors()
+    assert log.backend.get(cursor) is not None and log.backend.get(cursor) != moved  # the tick, the second's
+    assert log.length(target) == 2
+
+
+def test_a_move_owed_on_a_server_that_restarted_is_dropped_not_made(log: EventLog) -> None:
+    c = _committer(log)
+    tag, target = log.keys.job("j1"), log.keys.inbox(log.keys.taskmanager("tm-1"))
+    other = log.keys.job("j2")
+    c.commit(tag, [], sends=[(target, heartbeat(rid="a"))])
+    c.commit(other, [], sends=[(target, heartbeat(rid="b"))])
+    for d in c._deliverers.values():  # as a restart of Redis leaves them: owed on the server before
+        assert d.owed is not None
+        d.owed = ("the-run-id-before-the-restart", d.owed[1])
+    c.begin(2, log.server_id())  # leading again, on the restarted server
+    c.flush_cursors()  # no StoreRestarted: neither move is made, both are forgotten
+    assert all(d.owed is None for d in c._deliverers.values())
+    assert log.backend.get(log.keys.outbox_cursor(tag)) is None
+    assert log.backend.get(log.keys.outbox_cursor(other)) is None
