@@ -758,10 +758,13 @@ class MemoryStore:
         n = int(_tonumber(argv[3]))  # type: ignore[arg-type]
         ci = _tonumber(argv[4 + n]) if 4 + n < len(argv) else None  # the outbox cursor to move, if any
         upto = argv[5 + n] if 5 + n < len(argv) else b""
-        if ci is None or (ci != 0 and (ci < 3 or ci > len(keys) or _CURSOR.fullmatch(upto) is None)):
+        if ci is None or (ci != 0 and (ci < 3 or ci > len(keys) or ci != int(ci)
+                                       or _CURSOR.fullmatch(upto) is None)):
             raise ScriptFailed(f"{scripts.BAD_COMMIT} the cursor to advance is not a key and an entry id")
         checked: set[str] = set()
         for i in range(6 + n, len(argv), 3):  # every check before the first write
+            if ci > 0 and _tonumber(argv[i]) == ci:
+                raise ScriptFailed(f"{scripts.BAD_COMMIT} the cursor to advance is a stream the commit appends to")
             index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
             if not 1 <= index <= len(keys):
                 raise TypeError("Lua redis() command arguments must be strings or integers")
@@ -791,8 +794,6 @@ class MemoryStore:
         if epoch > fence:  # type: ignore[operator]
             self._set(keys[0], _redis_arg(epoch))  # type: ignore[arg-type]
         if ci > 0:
-            if ci != int(ci):
-                raise TypeError("Lua redis() command arguments must be strings or integers")
             cursor = keys[int(ci) - 1]
             kind = self._type(cursor, now)
             cur = self._get(cursor, now) if kind == "string" else None

@@ -75,11 +75,15 @@ local n = tonumber(ARGV[4])
 -- Every check comes before the first write (a script that fails half-way keeps what it
 -- wrote, and an acknowledged entry whose events were not appended is lost).
 local ci = tonumber(ARGV[5 + n] or '')
-if ci == nil or (ci ~= 0 and (ci < 3 or ci > #KEYS or not string.match(ARGV[6 + n] or '', '^%d+%-%d+$'))) then
+if ci == nil or (ci ~= 0 and (ci < 3 or ci > #KEYS or ci ~= math.floor(ci)
+    or not string.match(ARGV[6 + n] or '', '^%d+%-%d+$'))) then
   return redis.error_reply('SLUICE_BAD_COMMIT the cursor to advance is not a key and an entry id')
 end
 local checked = {}
 for i = 7 + n, #ARGV, 3 do
+  if ci > 0 and tonumber(ARGV[i]) == ci then
+    return redis.error_reply('SLUICE_BAD_COMMIT the cursor to advance is a stream the commit appends to')
+  end
   local key = KEYS[tonumber(ARGV[i])]
   if not checked[key] then
     checked[key] = true

@@ -406,6 +406,27 @@ class LogContract:
         assert mine.deliver(server=server) == 1 and counting.calls.count("get") == 4  # dropped at the error
         assert [e for _, e in log.replay(target)] == [*sent, late]
 
+    def test_appending_to_several_streams_refuses_only_a_key_that_is_not_a_stream(self, log: EventLog) -> None:
+        """``xadd_many`` is one transaction: the keys that are streams (or none yet) take their
+        entries, in order; one that holds another kind of value refuses its own
+        (PartlyAppended: the ids, None in its place); an entry Redis refuses before running
+        anything (no fields) appends none."""
+        from sluice.errors import PartlyAppended
+
+        b = log.backend
+        tag = log.keys.cluster
+        a, table, c = log.keys.inbox(tag), log.keys.table(tag, "t"), log.keys.facts(tag)
+        b.hset(table, {"x": b"1"})
+        with pytest.raises(PartlyAppended) as refused:
+            b.xadd_many([(a, {b"n": b"1"}), (table, {b"n": b"2"}), (c, {b"n": b"3"}), (a, {b"n": b"4"})])
+        ids = refused.value.ids
+        assert ids[1] is None and list(refused.value.errors) == [1] and "WRONGTYPE" in refused.value.errors[1]
+        assert [i for i, _ in b.xrange(a, None, 10)] == [ids[0], ids[3]] and [i for i, _ in b.xrange(c, None, 10)] == [ids[2]]
+        assert b.hgetall(table) == {b"x": b"1"}
+        with pytest.raises(Exception, match="wrong number of arguments"):
+            b.xadd_many([(a, {b"n": b"5"}), (c, {})])
+        assert b.xlen(a) == 2 and b.xlen(c) == 1
+
     def test_a_commit_carries_the_outbox_cursor_forward_never_back_and_refuses_a_bad_one_before_writing(
             self, log: EventLog) -> None:
         b = log.backend
@@ -422,11 +443,12 @@ class LogContract:
             log.commit(tag, 0, [Out(facts, env(heartbeat(), epoch=0))], advance="9-0")
         assert b.get(cursor) == b"5-1"
         # Refused before anything is written: the fence named as the cursor, a cursor beyond
-        # the keys, an id that is not one. The consumed entry stays pending, no fact is added.
+        # the keys, an id that is not one, no index, an index that is not a whole number, a
+        # stream the commit appends to. The consumed entry stays pending, no fact is added.
         entry = b.xadd(inbox, {b"n": b"1"})
         b.group_create(inbox, "jm", "0")
         b.xreadgroup("jm", "c", {inbox: ">"}, count=10, block_ms=None)
-        for ci, upto in ((1, "9-0"), (5, "9-0"), (4, "not-an-id"), ("", "")):
+        for ci, upto in ((1, "9-0"), (5, "9-0"), (4, "not-an-id"), ("", ""), ("3.5", "9-0"), (3, "9-0")):
             with pytest.raises(ScriptFailed, match="^SLUICE_BAD_COMMIT"):
                 b.script("commit", [fence, inbox, facts, cursor], [1, "", "jm", 1, entry, ci, upto, 3, b"x", ""])
         assert b.xlen(facts) == 2 and _pending(b, inbox, "jm") == 1 and b.get(fence) == b"1"

@@ -569,7 +569,7 @@ def differential_call(rng: random.Random, t: Twins) -> None:
         outs = [v for _ in range(rng.randint(0, 2)) for v in (3, b"e", rng.choice(["", "to"]))]
         consumed = pick if rng.random() < 0.8 else pick[:1] * 2
         advance = rng.choice([(0, ""), (0, ""), (4, rng.choice(["3-0", "7-1", "12-5"])), (4, "x"), (2, "3-0"),
-                              (5, "3-0"), ("", "")])  # the cursor's move: none, a good one, and what is refused
+                              (5, "3-0"), ("", ""), ("3.5", "3-0"), (3, "3-0")])  # none, a good one, refused ones
         reply = t.call("script", "commit", [fence, s, facts, cursor], [rng.randint(0, 5), "", rng.choice(["", group]),
                                                                         len(consumed), *consumed, *advance, *outs],
                        home=s, reply_home=facts)
