@@ -132,6 +132,17 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
             self.beat_at = time.monotonic()
             return None
 
+        def check_for_suspension(self, burst: bool) -> None:
+            """RQ's first call to Redis after a task when its renewal was skipped (above): the
+            place to wait through an outage, as the renewal was (RQ would end its loop)."""
+            try:
+                super().check_for_suspension(burst)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if outage is None:
+                    raise
+                outage.wait(exc)
+                super().check_for_suspension(burst)
+
         def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:
             """RQ's command listener retries every 2 s while Redis is away, with a log line
             each time; it retries quietly here (the worker's main loop says it once)."""

@@ -118,3 +118,44 @@ def test_a_slot_worker_renews_its_registration_at_most_once_a_second_not_three_t
     # RQ alone renews ~3 times a task: 90 here. At most one a second, plus the first.
     assert 1 <= len(renewals) <= took / HEARTBEAT_EVERY_S + 2 < tasks, (len(renewals), took)
     assert all(b - a >= HEARTBEAT_EVERY_S for a, b in zip(renewals, renewals[1:]))
+
+
+def test_a_slot_worker_waits_through_an_outage_that_begins_between_two_short_tasks(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With its renewal after a short task skipped, RQ's next call to Redis is its check for
+    `rq suspend`: an outage met there is waited through (RQ alone would end its loop, and a
+    slot's worker that ends is counted as failed by its TaskManager)."""
+    import rq.worker.base
+    from rq.serializers import JSONSerializer
+
+    from sluice.store.connection import Outage
+    from sluice.store.slots import slot_worker_class
+
+    checks = 0
+    real = rq.worker.base.is_suspended
+
+    def away_after_the_first_task(*args: object, **kwargs: object) -> bool:
+        nonlocal checks
+        checks += 1
+        if checks == 2:  # the check after the first task: Redis is away right then
+            raise redis.ConnectionError("Connection refused (injected)")
+        return bool(real(*args, **kwargs))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rq.worker.base, "is_suspended", away_after_the_first_task)
+    client = log.backend.client  # type: ignore[attr-defined]
+    probes: list[int] = []
+
+    def probe() -> None:  # the first probe finds Redis still away, the next one back
+        probes.append(1)
+        if len(probes) == 1:
+            raise redis.ConnectionError("still away")
+        client.ping()
+
+    said: list[str] = []
+    outage = Outage(probe, who="slot 0", url="redis://test", say=said.append)
+    queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
+    jobs = [queue.enqueue("sluice.bench.tasks.noop", job_id=f"outage-{i}") for i in range(2)]
+    worker = slot_worker_class(outage)([queue], name="slot-outage", connection=client, serializer=JSONSerializer)
+    worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+    assert [job.get_status(refresh=True) for job in jobs] == [JobStatus.FINISHED, JobStatus.FINISHED]
+    assert outage.outages == 1 and any("is away" in line for line in said) and any("is back" in line for line in said)
