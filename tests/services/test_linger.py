@@ -34,8 +34,9 @@ def _launched(log: EventLog, tmp_path: Path) -> tuple[Any, JobManager, dict]:
     return world, a, descriptor
 
 
-def _spy(a: JobManager) -> tuple[list[str], list[int | None]]:
-    """The tags the leader commits to, and the blocking of each read it makes, from now on."""
+def _spy(a: JobManager, after_first_read: Any = None) -> tuple[list[str], list[int | None]]:
+    """The tags the leader commits to, and the blocking of each read it makes, from now on
+    (``after_first_read`` is called once the first read has returned)."""
     commits: list[str] = []
     reads: list[int | None] = []
     commit, read = a.committer.commit, a.consumer.read
@@ -46,7 +47,10 @@ def _spy(a: JobManager) -> tuple[list[str], list[int | None]]:
 
     def counted_read(**kw: Any) -> Any:
         reads.append(kw.get("block_ms"))
-        return read(**kw)
+        got = read(**kw)
+        if len(reads) == 1 and after_first_read is not None:
+            after_first_read()
+        return got
 
     a.committer.commit = counted_commit  # type: ignore[method-assign]
     a.consumer.read = counted_read  # type: ignore[method-assign]
@@ -62,11 +66,10 @@ def _states(log: EventLog) -> list[TaskState]:
 def test_reports_that_decide_nothing_wait_for_the_tasks_end_and_are_decided_with_it(log: EventLog,
                                                                                    tmp_path: Path) -> None:
     world, a, d = _launched(log, tmp_path)
-    a.linger_ms = 10_000  # as long as it takes: the end comes 0.2 s later
-    commits, reads = _spy(a)
+    a.linger_ms = 10_000  # as long as it takes: the end comes 0.2 s after the first read
     ends = threading.Timer(0.2, lambda: report_state(log, world, descriptor_from_json(d), "tm-1", 0,
                                                      TaskState.RUNNING, TaskState.FINISHED))  # as a no-op task does
-    ends.start()
+    commits, reads = _spy(a, after_first_read=ends.start)
     try:
         a.step(block_ms=50)
     finally:
