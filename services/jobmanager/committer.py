@@ -100,6 +100,15 @@ class Committer:
             d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable)
         return d.deliver(batch=DELIVER_PAGE, server=self.server, committed=committed, lazy=True)
 
+    def retire(self, tag: str) -> None:
+        """A tag the leader is done with (an archived job): its cursor's move made, its
+        deliverer forgotten (a later commit to it makes a new one, from the cursor)."""
+        d = self._deliverers.get(tag)
+        if d is not None:
+            d.forget_owed_unless(self.server)
+            d.flush()
+            del self._deliverers[tag]
+
     def flush_cursors(self) -> None:
         """Move every outbox cursor still owed (the leader's tick: a tag that commits no more
         has its cursor moved within a tick). A move owed on another server (Redis restarted

@@ -535,6 +535,7 @@ class SnapshotWriter:
             for j in archived:  # in its snapshot and in the archive: it leaves the leader's memory
                 del jm.state.jobs.jobs[j]
                 self.trails.pop(j, None)
+                jm.committer.retire(jm.keys.job(j))
             jm.logger.info("jobs archived", jobs=len(archived), archived=len(self.archived))
         if now < self.next_due:
             return

@@ -5,12 +5,15 @@ and rebuild again for each such tag)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import structlog
 
+from sluice.events import TaskState
 from sluice.services.jobmanager.committer import Committer
 from sluice.store import EventLog
 from tests.helpers import heartbeat
-from tests.services.failover_helpers import ManualWorld
+from tests.services.failover_helpers import ManualWorld, job_state, pump, report, source_graph, started, submit
 
 
 def _committer(log: EventLog) -> Committer:
@@ -48,3 +51,20 @@ def test_a_move_owed_on_a_server_that_restarted_is_dropped_not_made(log: EventLo
     assert all(d.owed is None for d in c._deliverers.values())
     assert log.backend.get(log.keys.outbox_cursor(tag)) is None
     assert log.backend.get(log.keys.outbox_cursor(other)) is None
+
+
+def test_an_archived_jobs_deliverer_is_flushed_and_forgotten(log: EventLog, tmp_path: Path) -> None:
+    """The leader forgets a job's deliverer when it archives the job (it kept one per job it
+    ever ran, walked at every tick), after moving its cursor to the outbox's end."""
+    world, a, t, slots = started(log, tmp_path, n=1)
+    submit(log, world, "j1", source_graph("j1", splits=1))
+    steps = [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)]
+    pump(steps, lambda: bool(slots.launched), what="the launch", world=world, advance_ms=10)
+    tag = log.keys.job("j1")
+    assert tag in a.committer._deliverers
+    (_, d, _), = slots.launched
+    report(log, world, d, "tm-1", 0, TaskState.FINISHED)
+    pump(steps, lambda: "j1" not in a.state.jobs.jobs and job_state(log, "j1").ended_at is not None,
+         what="the job's end and archive", world=world, advance_ms=50)
+    assert tag not in a.committer._deliverers
+    assert log.backend.get(log.keys.outbox_cursor(tag)) == log.backend.last_id(log.keys.outbox(tag)).encode()
