@@ -34,16 +34,9 @@ from . import scripts
 from .backend import ScriptCall, ScriptFailed
 from .consumer import dead_letter
 from .keys import tag_of
-from .log import CommitResult, EventLog, script_error
+from .log import CommitResult, EventLog, entry_order, script_error
 
 __all__ = ["Deliverer", "Undeliverable"]
-
-
-def _newer(a: str, b: str) -> bool:
-    """Stream entry id ``a`` comes after ``b``."""
-    am, _, asq = a.partition("-")
-    bm, _, bsq = b.partition("-")
-    return (int(am), int(asq or 0)) > (int(bm), int(bsq or 0))
 
 Undeliverable = Callable[[str, str, str], None]
 """Told (outbox entry id, target, reason) of each entry parked as undeliverable."""
@@ -141,7 +134,7 @@ class Deliverer:
             in_force = self.log.backend.script("advance_cursor", [self.cursor_key], [server, after])
         except ScriptFailed as exc:
             raise script_error(exc, self.tag) from exc
-        if self.owed is not None and (self.owed[0] != server or not _newer(self.owed[1], after)):
+        if self.owed is not None and (self.owed[0] != server or entry_order(self.owed[1]) <= entry_order(after)):
             self.owed = None  # moved at least as far (or owed on a server that is gone)
         if server:
             self._cursor = (server, in_force.decode() if isinstance(in_force, bytes) else str(in_force))

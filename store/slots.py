@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sluice.errors import RedisUnavailable
@@ -104,6 +104,16 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
     import redis
     from rq import SimpleWorker
 
+    def through_outage(call: Callable[[], object]) -> None:
+        """``call()``; once more after waiting for Redis if it was away (without ``outage``: raise)."""
+        try:
+            call()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if outage is None:
+                raise
+            outage.wait(exc)
+            call()
+
     class SlotWorker(SimpleWorker):
         stopping = False
         beat_at: float | None = None
@@ -122,26 +132,14 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
             if timeout is None and self.beat_at is not None \
                     and time.monotonic() - self.beat_at < HEARTBEAT_EVERY_S:
                 return None
-            try:
-                super().heartbeat(timeout)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if outage is None:
-                    raise
-                outage.wait(exc)
-                super().heartbeat(timeout)
+            through_outage(lambda: super(SlotWorker, self).heartbeat(timeout))
             self.beat_at = time.monotonic()
             return None
 
         def check_for_suspension(self, burst: bool) -> None:
             """RQ's first call to Redis after a task when its renewal was skipped (above): the
             place to wait through an outage, as the renewal was (RQ would end its loop)."""
-            try:
-                super().check_for_suspension(burst)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if outage is None:
-                    raise
-                outage.wait(exc)
-                super().check_for_suspension(burst)
+            through_outage(lambda: super(SlotWorker, self).check_for_suspension(burst))
 
         def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:
             """RQ's command listener retries every 2 s while Redis is away, with a log line

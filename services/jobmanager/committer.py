@@ -105,8 +105,7 @@ class Committer:
         deliverer forgotten (a later commit to it makes a new one, from the cursor)."""
         d = self._deliverers.get(tag)
         if d is not None:
-            d.forget_owed_unless(self.server)
-            d.flush()
+            self._flush(d)
             del self._deliverers[tag]
 
     def flush_cursors(self) -> None:
@@ -115,8 +114,11 @@ class Committer:
         since: it kept this leader's deliverers) is dropped, not made: the server refuses it,
         and what it stood for may be lost with the writes."""
         for d in self._deliverers.values():
-            d.forget_owed_unless(self.server)
-            d.flush()
+            self._flush(d)
+
+    def _flush(self, d: Deliverer) -> None:
+        d.forget_owed_unless(self.server)
+        d.flush()
 
     def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:
         self.logger.warning("outbox entry parked in dead letters", entry=entry_id, target=target[:80], reason=reason)
