@@ -372,8 +372,6 @@ def _lua_array(*items: Any) -> list[Any]:
 
 
 _LUA_ID = re.compile(rb"(\d+)-(\d+)")
-_CURSOR = re.compile(rb"\d+-\d+")
-"""What the commit script takes for an outbox cursor (``'^%d+%-%d+$'``)."""
 
 
 def _newer(a: bytes, b: bytes) -> bool:
@@ -759,7 +757,7 @@ class MemoryStore:
         ci = _tonumber(argv[4 + n]) if 4 + n < len(argv) else None  # the outbox cursor to move, if any
         upto = argv[5 + n] if 5 + n < len(argv) else b""
         if ci is None or (ci != 0 and (ci < 3 or ci > len(keys) or ci != int(ci)
-                                       or _CURSOR.fullmatch(upto) is None)):
+                                       or _LUA_ID.fullmatch(upto) is None)):
             raise ScriptFailed(f"{scripts.BAD_COMMIT} the cursor to advance is not a key and an entry id")
         checked: set[str] = set()
         for i in range(6 + n, len(argv), 3):  # every check before the first write
@@ -797,7 +795,7 @@ class MemoryStore:
             cursor = keys[int(ci) - 1]
             kind = self._type(cursor, now)
             cur = self._get(cursor, now) if kind == "string" else None
-            if kind == "none" or (cur is not None and (_CURSOR.fullmatch(cur) is None or _newer(upto, cur))):
+            if kind == "none" or (cur is not None and (_LUA_ID.fullmatch(cur) is None or _newer(upto, cur))):
                 self._set(cursor, upto)
         before: bytes | None = None
         for i in range(6 + n, len(argv), 3):
