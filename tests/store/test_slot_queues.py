@@ -122,26 +122,26 @@ def test_a_slot_worker_renews_its_registration_at_most_once_a_second_not_three_t
 
 def test_a_slot_worker_waits_through_an_outage_that_begins_between_two_short_tasks(
         log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With its renewal after a short task skipped, RQ's next call to Redis is its check for
-    `rq suspend`: an outage met there is waited through (RQ alone would end its loop, and a
-    slot's worker that ends is counted as failed by its TaskManager)."""
-    import rq.worker.base
+    """With its renewal and its `rq suspend` check skipped after a short task, RQ's first
+    call to Redis of its own after a task is the write of its state (idle): an outage met
+    there is waited through (RQ alone would end its loop, and a slot's worker that ends is
+    counted as failed by its TaskManager)."""
     from rq.serializers import JSONSerializer
+    from rq.worker.base import BaseWorker
 
     from sluice.store.connection import Outage
     from sluice.store.slots import slot_worker_class
 
-    checks = 0
-    real = rq.worker.base.is_suspended
+    real = BaseWorker.set_state
+    injected: list[str] = []
 
-    def away_after_the_first_task(*args: object, **kwargs: object) -> bool:
-        nonlocal checks
-        checks += 1
-        if checks == 2:  # the check after the first task: Redis is away right then
+    def away_after_the_first_task(self: BaseWorker, state: str, pipeline: object = None) -> None:
+        if pipeline is None and state == "idle" and self.get_state() == "busy" and not injected:
+            injected.append(state)  # the write after the first task: Redis is away right then
             raise redis.ConnectionError("Connection refused (injected)")
-        return bool(real(*args, **kwargs))  # type: ignore[arg-type]
+        real(self, state, pipeline)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(rq.worker.base, "is_suspended", away_after_the_first_task)
+    monkeypatch.setattr(BaseWorker, "set_state", away_after_the_first_task)
     client = log.backend.client  # type: ignore[attr-defined]
     probes: list[int] = []
 
@@ -157,5 +157,81 @@ def test_a_slot_worker_waits_through_an_outage_that_begins_between_two_short_tas
     jobs = [queue.enqueue("sluice.bench.tasks.noop", job_id=f"outage-{i}") for i in range(2)]
     worker = slot_worker_class(outage)([queue], name="slot-outage", connection=client, serializer=JSONSerializer)
     worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+    assert injected
     assert [job.get_status(refresh=True) for job in jobs] == [JobStatus.FINISHED, JobStatus.FINISHED]
     assert outage.outages == 1 and any("is away" in line for line in said) and any("is back" in line for line in said)
+
+
+def test_a_slot_worker_writes_its_state_once_a_change_and_asks_about_rq_suspend_once_a_second(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RQ writes "idle" after each task and again before each dequeue, and asks whether
+    `rq suspend` was called before each dequeue (a round trip each): a slot's worker skips
+    the repeated write and asks at most once a second. The state stays right for `rq info`:
+    busy while a task runs, idle after."""
+    import rq.worker.base
+    from rq.serializers import JSONSerializer
+    from rq.worker.base import BaseWorker
+
+    from sluice.store.slots import HEARTBEAT_EVERY_S, slot_worker_class
+
+    writes: list[str] = []
+    asks: list[float] = []
+    real_set, real_asked = BaseWorker.set_state, rq.worker.base.is_suspended
+
+    def counted_set(self: BaseWorker, state: str, pipeline: object = None) -> None:
+        writes.append(state)
+        real_set(self, state, pipeline)  # type: ignore[arg-type]
+
+    def counted_ask(*args: object, **kwargs: object) -> bool:
+        asks.append(time.monotonic())
+        return bool(real_asked(*args, **kwargs))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BaseWorker, "set_state", counted_set)
+    monkeypatch.setattr(rq.worker.base, "is_suspended", counted_ask)
+    client = log.backend.client  # type: ignore[attr-defined]
+    queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
+    tasks = 30
+    jobs = [queue.enqueue("sluice.bench.tasks.noop", job_id=f"noop-{i}") for i in range(tasks)]
+    worker = slot_worker_class()([queue], name="slot-states", connection=client, serializer=JSONSerializer)
+    started = time.monotonic()
+    worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+    took = time.monotonic() - started
+    assert all(job.get_status(refresh=True) == JobStatus.FINISHED for job in jobs)
+    # RQ alone writes busy, idle, idle a task (90 here): here busy and idle, plus the start.
+    assert writes.count("busy") == tasks and writes.count("idle") <= tasks + 1, writes
+    assert 1 <= len(asks) <= took / HEARTBEAT_EVERY_S + 2 < tasks, (len(asks), took)
+    assert all(b - a >= HEARTBEAT_EVERY_S for a, b in zip(asks, asks[1:]))
+    assert client.hget(worker.key, "state") == b"idle"
+
+
+def test_rq_suspend_stops_a_busy_slot_worker_from_taking_tasks_within_a_second(log: EventLog) -> None:
+    """The suspension check asked at most once a second still stops the worker: tasks of
+    0.05 s each, `rq suspend` called a quarter of a second in; it takes at most a second's
+    worth more (and, in burst mode, stops)."""
+    from rq.serializers import JSONSerializer
+    from rq.suspension import resume, suspend
+
+    from sluice.store.slots import HEARTBEAT_EVERY_S, slot_worker_class
+
+    client = log.backend.client  # type: ignore[attr-defined]
+    queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
+    jobs = [queue.enqueue("time.sleep", args=(0.05,), job_id=f"nap-{i}") for i in range(100)]
+    worker = slot_worker_class()([queue], name="slot-suspend", connection=client, serializer=JSONSerializer)
+    suspended_at: list[float] = []
+
+    def suspend_soon() -> None:
+        time.sleep(0.25)
+        suspend(client)
+        suspended_at.append(time.monotonic())
+
+    t = threading.Thread(target=suspend_soon)
+    t.start()
+    try:
+        worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+        stopped = time.monotonic()
+    finally:
+        t.join()
+        resume(client)
+    ran = sum(job.get_status(refresh=True) == JobStatus.FINISHED for job in jobs)
+    assert 0 < ran < len(jobs), ran
+    assert stopped - suspended_at[0] <= HEARTBEAT_EVERY_S + 0.5, stopped - suspended_at[0]
