@@ -235,3 +235,36 @@ def test_rq_suspend_stops_a_busy_slot_worker_from_taking_tasks_within_a_second(l
     ran = sum(job.get_status(refresh=True) == JobStatus.FINISHED for job in jobs)
     assert 0 < ran < len(jobs), ran
     assert stopped - suspended_at[0] <= HEARTBEAT_EVERY_S + 0.5, stopped - suspended_at[0]
+
+
+def test_a_job_end_is_stamped_by_the_transaction_that_records_its_outcome_not_a_round_trip_of_its_own(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RQ writes a job's heartbeat when it ends, then writes the whole job again with its
+    outcome: a slot's worker leaves the stamps to the second write. Both a job that returned
+    and one that raised keep their end and last heartbeat."""
+    from rq.job import Job as RqJob
+    from rq.serializers import JSONSerializer
+
+    from sluice.store.slots import slot_worker_class
+
+    own_writes: list[str] = []
+    real = RqJob.heartbeat
+
+    def counted(self: RqJob, timestamp: object, ttl: int, pipeline: object = None, xx: bool = False) -> None:
+        if pipeline is None:
+            own_writes.append(self.id)
+        real(self, timestamp, ttl, pipeline, xx)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RqJob, "heartbeat", counted)
+    client = log.backend.client  # type: ignore[attr-defined]
+    queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
+    ok = queue.enqueue("sluice.bench.tasks.noop", job_id="ends-ok")
+    bad = queue.enqueue("builtins.int", args=("not a number",), job_id="ends-bad")
+    worker = slot_worker_class()([queue], name="slot-ends", connection=client, serializer=JSONSerializer)
+    worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+    assert own_writes == []
+    for job, status in ((ok, JobStatus.FINISHED), (bad, JobStatus.FAILED)):
+        stored = RqJob.fetch(job.id, connection=client, serializer=JSONSerializer)
+        assert stored.get_status() == status
+        assert stored.started_at and stored.ended_at and stored.last_heartbeat
+        assert stored.started_at <= stored.ended_at == stored.last_heartbeat
