@@ -106,8 +106,12 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
     next transaction writes again (``sluice bench tasks``: a worker's CPU a no-op task went
     from RQ's 3.5 ms to 2.7 ms with the suspension check and the state write)."""
     import redis
-    from rq import SimpleWorker
+    from rq import Queue, SimpleWorker
+    from rq.executions import Execution
+    from rq.job import JobStatus
+    from rq.rate_limit import release_slot
     from rq.utils import now as rq_now
+    from rq.worker import WorkerStatus
 
     def through_outage(call: Callable[[], object]) -> None:
         """``call()``; once more after waiting for Redis if it was away (without ``outage``: raise)."""
@@ -123,6 +127,7 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
         stopping = False
         beat_at: float | None = None
         asked_at: float | None = None
+        held: Any = None
         written: str | None = None
 
         def request_stop(self, signum: Any, frame: Any) -> None:
@@ -167,11 +172,56 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
             through_outage(lambda: super(SlotWorker, self).set_state(state))
             self.written = state
 
+        def prepare_execution(self, job: Any) -> Any:
+            """RQ records a task's execution in a transaction of its own, then the task's start
+            in another one right after (``prepare_job_execution``): here the first is held and
+            sent with the second, one round trip."""
+            self.held = pipeline = self.connection.pipeline()
+            execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipeline, worker_name=self.name)
+            self.executions[execution.id] = execution
+            self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
+            return execution
+
+        def prepare_job_execution(self, job: Any, remove_from_intermediate_queue: bool = False) -> None:
+            """The task's start, as RQ writes it, with the execution held above."""
+            pipeline, self.held = self.held or self.connection.pipeline(), None
+            with pipeline:
+                ttl = self.get_heartbeat_ttl(job)
+                self.heartbeat(ttl, pipeline=pipeline)
+                job.heartbeat(rq_now(), ttl, pipeline=pipeline)
+                job.prepare_for_execution(self.name, pipeline=pipeline)
+                pipeline.persist(job.key)
+                if remove_from_intermediate_queue:
+                    pipeline.lrem(Queue(job.origin, connection=self.connection).intermediate_queue_key, 1, job.id)
+                pipeline.execute()
+
         def handle_execution_ended(self, job: Any, queue: Any, heartbeat_ttl: int) -> None:
             """RQ stamps a job's end and writes its heartbeat in a round trip of its own; the
             transaction that records the outcome, right after, writes the job's whole hash
             again (success and failure alike): the stamps are left to it."""
             job.ended_at = job.last_heartbeat = rq_now()
+
+        def handle_job_success(self, job: Any, queue: Any, started_job_registry: Any, execution: Any) -> None:
+            """Record a task that returned, as RQ does (result, registries, counters), in one
+            transaction. RQ first watches the job's dependents and reads them, two round trips
+            more, to enqueue the jobs that waited on it: a slot's task has none (its id is a
+            fresh handle only its TaskManager knows). A repeating job goes RQ's way."""
+            if job.repeats_left:
+                super().handle_job_success(job, queue, started_job_registry, execution)
+                return
+            with self.connection.pipeline() as pipeline:
+                self.increment_successful_job_count(pipeline=pipeline)
+                self.increment_total_working_time(job.ended_at - job.started_at, pipeline)
+                result_ttl = job.get_result_ttl(self.default_result_ttl)
+                if result_ttl != 0:
+                    job._handle_success(result_ttl, pipeline=pipeline, worker_name=self.name,
+                                        execution_id=execution.id, execution_started_at=execution.created_at,
+                                        execution_ended_at=job.ended_at)
+                job.cleanup(result_ttl, pipeline=pipeline, remove_from_queue=False)
+                job._status = JobStatus.FINISHED
+                self.cleanup_execution(job, pipeline=pipeline, execution=execution)
+                pipeline.execute()
+            release_slot(job)
 
         def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:
             """RQ's command listener retries every 2 s while Redis is away, with a log line

@@ -44,6 +44,24 @@ def _idle_worker(log: EventLog, then: Callable[[object], object]) -> tuple[threa
     return t, seen
 
 
+def during_the_task() -> dict:
+    """A task that returns what RQ shows of it while it runs (for the parity tests)."""
+    from rq import get_current_job
+    from rq.executions import ExecutionRegistry
+    from rq.registry import StartedJobRegistry
+    from rq.worker import Worker
+
+    job = get_current_job()
+    assert job is not None
+    conn = job.connection
+    worker = next(w for w in Worker.all(connection=conn) if w.name == job.worker_name)
+    queue = Queue(job.origin, connection=conn)
+    return {"status": job.get_status(refresh=True), "started": job.id in StartedJobRegistry(queue=queue),
+            "executions": len(ExecutionRegistry(job.id, connection=conn).get_execution_ids()),
+            "worker": worker.get_state(), "intermediate": conn.llen(queue.intermediate_queue_key),
+            "fields": sorted(k.decode() for k in conn.hkeys(job.key))}
+
+
 def test_the_reports_are_in_their_stream_when_a_waiting_worker_gets_the_task(log: EventLog) -> None:
     inbox = log.keys.inbox(log.keys.job("j1"))
     reports = [(inbox, env(heartbeat(rid="first"))), (inbox, env(heartbeat(rid="second")))]
@@ -268,3 +286,100 @@ def test_a_job_end_is_stamped_by_the_transaction_that_records_its_outcome_not_a_
         assert stored.get_status() == status
         assert stored.started_at and stored.ended_at and stored.last_heartbeat
         assert stored.started_at <= stored.ended_at == stored.last_heartbeat
+
+
+def test_a_slot_worker_records_a_task_that_returned_as_rq_does_without_reading_its_dependents(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slot worker's own success path (no watch of the dependents, no read of them: a
+    slot's task has none) leaves what RQ's leaves: the job finished with its result, in the
+    finished registry and out of the started one, the worker's counters moved, the same
+    fields in the job's hash."""
+    from redis.client import Pipeline
+    from rq import SimpleWorker
+    from rq.job import Job as RqJob
+    from rq.registry import FinishedJobRegistry, StartedJobRegistry
+    from rq.results import Result
+    from rq.serializers import JSONSerializer
+
+    from sluice.store.slots import slot_worker_class
+
+    client = log.backend.client  # type: ignore[attr-defined]
+    watched: list[tuple[object, ...]] = []
+    real_watch = Pipeline.watch
+
+    def counted_watch(self: Pipeline, *names: object) -> object:
+        watched.append(names)
+        return real_watch(self, *names)  # type: ignore[arg-type]
+
+    seen: dict[str, dict] = {}
+    for kind, cls in (("rq", SimpleWorker), ("slot", slot_worker_class())):
+        queue = Queue(log.keys.slot_queue(f"tm-{kind}", 0), connection=client, serializer=JSONSerializer)
+        job = queue.enqueue("builtins.len", args=("four",), job_id=f"returns-{kind}", result_ttl=600)
+        worker = cls([queue], name=f"w-{kind}", connection=client, serializer=JSONSerializer)
+        watched.clear()
+        monkeypatch.setattr(Pipeline, "watch", counted_watch)
+        worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+        monkeypatch.setattr(Pipeline, "watch", real_watch)
+        stored = RqJob.fetch(job.id, connection=client, serializer=JSONSerializer)
+        result = Result.fetch_latest(stored, serializer=JSONSerializer)
+        fields = client.hgetall(worker.key)
+        seen[kind] = {
+            "status": stored.get_status(), "return": result.return_value if result else None,
+            "finished": job.id in FinishedJobRegistry(queue=queue), "started": job.id in StartedJobRegistry(queue=queue),
+            "count": fields.get(b"successful_job_count"), "timed": float(fields.get(b"total_working_time", 0)) > 0,
+            "hash": sorted(client.hkeys(stored.key)), "ttl": 0 < client.ttl(stored.key) <= 600,
+            "watched": bool(watched),
+        }
+    assert seen["rq"]["watched"] and not seen["slot"]["watched"]
+    del seen["rq"]["watched"], seen["slot"]["watched"]
+    assert seen["slot"] == seen["rq"]
+    assert seen["slot"]["status"] == JobStatus.FINISHED and seen["slot"]["return"] == 4 and seen["slot"]["count"] == b"1"
+
+
+def test_a_slot_worker_starts_a_task_as_rq_does_in_one_round_trip_not_two(log: EventLog) -> None:
+    """RQ records the execution and then the task's start in two transactions; the slot
+    worker sends them as one. What a running task shows is the same: started, in the
+    started registry, one execution, its worker busy, out of the intermediate queue."""
+    from rq import SimpleWorker
+
+    from sluice.store.slots import slot_worker_class
+
+    func = f"{__name__}.during_the_task"
+    (rq_saw, rq_execs), (slot_saw, slot_execs) = (_run_on(log, SimpleWorker, "rq", func),
+                                                  _run_on(log, slot_worker_class(), "slot", func))
+    assert slot_saw == rq_saw
+    assert isinstance(slot_saw, dict) and slot_saw["status"] == "started" and slot_saw["started"]
+    assert slot_saw["executions"] == 1 and slot_saw["worker"] == "busy" and slot_saw["intermediate"] == 0
+    assert (rq_execs, slot_execs) == (2, 1)
+
+
+def _run_on(log: EventLog, cls: type, name: str, func: str, args: tuple = ()) -> tuple[object, int]:
+    """Run one job of ``func`` on a burst worker of ``cls``: its return value and the
+    transactions the worker sent to start it."""
+    from redis.client import Pipeline
+    from rq.job import Job as RqJob
+    from rq.results import Result
+    from rq.serializers import JSONSerializer
+
+    client = log.backend.client  # type: ignore[attr-defined]
+    queue = Queue(log.keys.slot_queue(name, 0), connection=client, serializer=JSONSerializer)
+    job = queue.enqueue(func, args=args, job_id=f"probe-{name}", result_ttl=600)
+    worker = cls([queue], name=f"w-{name}", connection=client, serializer=JSONSerializer)
+    execs = 0
+    real = Pipeline.execute
+
+    def counted(self: Pipeline, raise_on_error: bool = True) -> list:
+        nonlocal execs
+        # a transaction that records the execution or the task's start (PERSIST of its hash)
+        names = [str(c[0][0]).upper() + " " + str(c[0][1]) for c in self.command_stack if len(c[0]) > 1]
+        execs += any(n.startswith(("HSET rq:execution:", "PERSIST ")) for n in names)
+        return real(self, raise_on_error)
+
+    Pipeline.execute = counted  # type: ignore[method-assign]
+    try:
+        worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+    finally:
+        Pipeline.execute = real  # type: ignore[method-assign]
+    result = Result.fetch_latest(RqJob.fetch(job.id, connection=client, serializer=JSONSerializer),
+                                 serializer=JSONSerializer)
+    return (result.return_value if result else None), execs
