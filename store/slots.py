@@ -61,6 +61,8 @@ class SlotQueues:
             pipe.multi()  # explicit, so that RQ adds its commands to this transaction
             for stream, env in before:
                 pipe.xadd(stream, {FIELD: encode(env)})
+            # No depends_on, ever: a slot's worker records a task's outcome without looking
+            # for dependents to release (``slot_worker_class``), and this is the only producer.
             job = q.enqueue(func, args=args, job_id=job_id, job_timeout=-1, result_ttl=600, failure_ttl=3600,
                             description=description, pipeline=pipe)
             replies = pipe.execute(raise_on_error=False)
@@ -187,13 +189,16 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
             pipeline, self.held = self.held or self.connection.pipeline(), None
             with pipeline:
                 ttl = self.get_heartbeat_ttl(job)
-                self.heartbeat(ttl, pipeline=pipeline)
+                # RQ renews the registration for worker_ttl + 60 s before each dequeue, which is
+                # skipped within a second: a task's renewal must not leave it shorter.
+                self.heartbeat(max(ttl, self.worker_ttl + 60), pipeline=pipeline)
                 job.heartbeat(rq_now(), ttl, pipeline=pipeline)
                 job.prepare_for_execution(self.name, pipeline=pipeline)
                 pipeline.persist(job.key)
                 if remove_from_intermediate_queue:
                     pipeline.lrem(Queue(job.origin, connection=self.connection).intermediate_queue_key, 1, job.id)
                 pipeline.execute()
+            self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")
 
         def handle_execution_ended(self, job: Any, queue: Any, heartbeat_ttl: int) -> None:
             """RQ stamps a job's end and writes its heartbeat in a round trip of its own; the
