@@ -125,6 +125,10 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
             outage.wait(exc)
             call()
 
+    def recent(at: float | None) -> bool:
+        """Whether ``at`` (a monotonic time, None: never) is within ``HEARTBEAT_EVERY_S``."""
+        return at is not None and time.monotonic() - at < HEARTBEAT_EVERY_S
+
     class SlotWorker(SimpleWorker):
         stopping = False
         beat_at: float | None = None
@@ -143,8 +147,7 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
             transactions) within ``HEARTBEAT_EVERY_S`` of the last is skipped."""
             if pipeline is not None:
                 return super().heartbeat(timeout, pipeline)
-            if timeout is None and self.beat_at is not None \
-                    and time.monotonic() - self.beat_at < HEARTBEAT_EVERY_S:
+            if timeout is None and recent(self.beat_at):
                 return None
             through_outage(lambda: super(SlotWorker, self).heartbeat(timeout))
             self.beat_at = time.monotonic()
@@ -155,7 +158,7 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
             with a renewal); a slot's worker asks at most every ``HEARTBEAT_EVERY_S``: a
             suspension stops it from taking new tasks within a second. An outage met here is
             waited through (RQ would end its loop)."""
-            if self.asked_at is not None and time.monotonic() - self.asked_at < HEARTBEAT_EVERY_S:
+            if recent(self.asked_at):
                 return
             through_outage(lambda: super(SlotWorker, self).check_for_suspension(burst))
             self.asked_at = time.monotonic()

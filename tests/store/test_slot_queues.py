@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -105,15 +106,32 @@ def test_a_refused_report_does_not_take_back_a_task_a_worker_already_has(log: Ev
     assert status == JobStatus.QUEUED  # left to its worker, not cancelled
 
 
+def _noops_on_a_slot_worker(log: EventLog, name: str, tasks: int) -> tuple[Any, float]:
+    """Run ``tasks`` no-op jobs on a burst slot worker named ``name``; the worker and the
+    seconds it took (every job finished)."""
+    from rq.serializers import JSONSerializer
+
+    from sluice.store.slots import slot_worker_class
+
+    client = log.backend.client  # type: ignore[attr-defined]
+    queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
+    jobs = [queue.enqueue("sluice.bench.tasks.noop", job_id=f"noop-{i}") for i in range(tasks)]
+    worker = slot_worker_class()([queue], name=name, connection=client, serializer=JSONSerializer)
+    started = time.monotonic()
+    worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+    took = time.monotonic() - started
+    assert all(job.get_status(refresh=True) == JobStatus.FINISHED for job in jobs)
+    return worker, took
+
+
 def test_a_slot_worker_renews_its_registration_at_most_once_a_second_not_three_times_a_task(
         log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
     """RQ renews a worker's registration before and after each dequeue and after each job
     (three round trips each time); a slot's worker skips a renewal within a second of the
     last one. Its registration stays alive, and every task runs."""
-    from rq.serializers import JSONSerializer
     from rq.worker.base import BaseWorker
 
-    from sluice.store.slots import HEARTBEAT_EVERY_S, slot_worker_class
+    from sluice.store.slots import HEARTBEAT_EVERY_S
 
     renewals: list[float] = []
     real = BaseWorker.heartbeat
@@ -124,15 +142,8 @@ def test_a_slot_worker_renews_its_registration_at_most_once_a_second_not_three_t
         real(self, timeout, pipeline)  # type: ignore[arg-type]
 
     monkeypatch.setattr(BaseWorker, "heartbeat", counted)
-    client = log.backend.client  # type: ignore[attr-defined]
-    queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
     tasks = 30
-    jobs = [queue.enqueue("sluice.bench.tasks.noop", job_id=f"noop-{i}") for i in range(tasks)]
-    worker = slot_worker_class()([queue], name="slot-beats", connection=client, serializer=JSONSerializer)
-    started = time.monotonic()
-    worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
-    took = time.monotonic() - started
-    assert all(job.get_status(refresh=True) == JobStatus.FINISHED for job in jobs)
+    _, took = _noops_on_a_slot_worker(log, "slot-beats", tasks)
     # RQ alone renews ~3 times a task: 90 here. At most one a second, plus the first.
     assert 1 <= len(renewals) <= took / HEARTBEAT_EVERY_S + 2 < tasks, (len(renewals), took)
     assert all(b - a >= HEARTBEAT_EVERY_S for a, b in zip(renewals, renewals[1:]))
@@ -187,10 +198,9 @@ def test_a_slot_worker_writes_its_state_once_a_change_and_asks_about_rq_suspend_
     the repeated write and asks at most once a second. The state stays right for `rq info`:
     busy while a task runs, idle after."""
     import rq.worker.base
-    from rq.serializers import JSONSerializer
     from rq.worker.base import BaseWorker
 
-    from sluice.store.slots import HEARTBEAT_EVERY_S, slot_worker_class
+    from sluice.store.slots import HEARTBEAT_EVERY_S
 
     writes: list[str] = []
     asks: list[float] = []
@@ -207,14 +217,8 @@ def test_a_slot_worker_writes_its_state_once_a_change_and_asks_about_rq_suspend_
     monkeypatch.setattr(BaseWorker, "set_state", counted_set)
     monkeypatch.setattr(rq.worker.base, "is_suspended", counted_ask)
     client = log.backend.client  # type: ignore[attr-defined]
-    queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
     tasks = 30
-    jobs = [queue.enqueue("sluice.bench.tasks.noop", job_id=f"noop-{i}") for i in range(tasks)]
-    worker = slot_worker_class()([queue], name="slot-states", connection=client, serializer=JSONSerializer)
-    started = time.monotonic()
-    worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
-    took = time.monotonic() - started
-    assert all(job.get_status(refresh=True) == JobStatus.FINISHED for job in jobs)
+    worker, took = _noops_on_a_slot_worker(log, "slot-states", tasks)
     # RQ alone writes busy, idle, idle a task (90 here): here busy and idle, plus the start.
     assert writes.count("busy") == tasks and writes.count("idle") <= tasks + 1, writes
     assert 1 <= len(asks) <= took / HEARTBEAT_EVERY_S + 2 < tasks, (len(asks), took)
