@@ -180,6 +180,17 @@ class Backend(abc.ABC):
         (by stream) the group acknowledges first, in the same round trip."""
 
     @abc.abstractmethod
+    def xreadgroup_sole(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
+                        block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
+                        ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
+        """``xreadgroup`` by the group's sole rightful consumer (the leader), with, from the
+        same round trip and after the read, how many entries *other* consumers hold pending
+        on each stream (only streams where some do). Another consumer's pending entries were
+        read by a deposed leader: before this read (then they precede what it returned) or
+        after it (then they follow it); either way the caller takes them over now, so that
+        no entry is decided after a later one of the same stream."""
+
+    @abc.abstractmethod
     def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
                    count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
         """XAUTOCLAIM: take over entries pending for at least ``min_idle_ms`` from ``start``;
@@ -307,6 +318,12 @@ class Delegating(Backend):
                    block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
                    ) -> list[tuple[str, str, Fields | None]]:
         return self.around("xreadgroup", lambda: self.inner.xreadgroup(
+            group, consumer, streams, count=count, block_ms=block_ms, ack=ack))
+
+    def xreadgroup_sole(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
+                        block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
+                        ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
+        return self.around("xreadgroup", lambda: self.inner.xreadgroup_sole(
             group, consumer, streams, count=count, block_ms=block_ms, ack=ack))
 
     def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,

@@ -67,8 +67,15 @@ class GroupConsumer:
         consumer: str,
         *,
         on_dead_letter: DeadLetterHook | None = None,
+        sole: bool = False,
     ) -> None:
         self.log, self.group, self.consumer = log, group, consumer
+        self.sole = sole
+        """This consumer is the group's only rightful reader (the leader): entries another
+        consumer holds pending (a deposed leader read them) are taken over at each ``read``
+        and decided in stream order with what it returned (``xreadgroup_sole``)."""
+        self.taken_over = 0
+        """How many entries the last ``read`` took over from other consumers."""
         self.streams: list[str] = [stream] if isinstance(stream, str) else list(stream)
         self._on_dead = on_dead_letter
         self._ensured: set[str] = set()
@@ -112,8 +119,37 @@ class GroupConsumer:
         """New entries for this consumer (blocking up to ``block_ms``; None means don't block);
         ``read_counts`` says how many each stream gave."""
         counts: dict[str, int] = {}
-        out = self._read_from({s: ">" for s in self.streams}, count, block_ms, counts, with_acks=True)
+        others: dict[str, int] = {}
+        out = self._read_from({s: ">" for s in self.streams}, count, block_ms, counts, with_acks=True,
+                              others=others if self.sole else None)
         self.read_counts = counts
+        self.taken_over = 0
+        if others:
+            out = self._take_over(out, list(others))
+        return out
+
+    def _take_over(self, read: list[Entry], streams: list[str]) -> list[Entry]:
+        """``read`` with what other consumers hold pending on ``streams``, taken over: each
+        entry once, in stream order within each stream (a deposed leader's entries come
+        before the later ones this consumer read, or after them, where they were sent)."""
+        mine = {(e.stream, e.id) for e in read}
+        taken = [e for e in self.reclaim(min_idle_ms=0, streams=streams) if (e.stream, e.id) not in mine]
+        if not taken:
+            return read
+        self.taken_over = len(taken)
+        return self._in_order(read + taken)
+
+    def _in_order(self, entries: list[Entry]) -> list[Entry]:
+        """Each entry once, by stream (in the order read) and in stream order within each."""
+        seen: set[tuple[str, str]] = set()
+        out: list[Entry] = []
+        for entry in entries:
+            key = (entry.stream, entry.id)
+            if key not in seen:
+                seen.add(key)
+                out.append(entry)
+        order = {s: i for i, s in enumerate(self.streams)}
+        out.sort(key=lambda e: (order.get(e.stream, len(order)), entry_order(e.id)))
         return out
 
     def ack_later(self, *entry_ids: str, stream: str | None = None) -> None:
@@ -161,17 +197,8 @@ class GroupConsumer:
         """Every entry read before and not acknowledged, by any consumer of the group (a
         new leader takes over what the old one had read but not committed), each once, in
         stream order per stream; of ``streams`` (a stream it begins to read), or of all."""
-        seen: set[tuple[str, str]] = set()
-        out: list[Entry] = []
-        for entry in (self.reclaim(min_idle_ms=0, count=count, streams=streams)
-                      + self.pending_all(count=count, streams=streams)):
-            key = (entry.stream, entry.id)
-            if key not in seen:
-                seen.add(key)
-                out.append(entry)
-        order = {s: i for i, s in enumerate(self.streams)}
-        out.sort(key=lambda e: (order.get(e.stream, len(order)), entry_order(e.id)))
-        return out
+        return self._in_order(self.reclaim(min_idle_ms=0, count=count, streams=streams)
+                              + self.pending_all(count=count, streams=streams))
 
     def pending_all(self, *, count: int = 1000, streams: list[str] | None = None) -> list[Entry]:
         """Every entry pending for this consumer (all pages; of ``streams``, or of all)."""
@@ -213,10 +240,12 @@ class GroupConsumer:
         return self._read_from({s: start for s in self.streams}, count, block_ms)
 
     def _read_from(self, positions: dict[str, str], count: int, block_ms: int | None,
-                   counts: dict[str, int] | None = None, with_acks: bool = False) -> list[Entry]:
+                   counts: dict[str, int] | None = None, with_acks: bool = False,
+                   others: dict[str, int] | None = None) -> list[Entry]:
         """``with_acks``: the acknowledgements ``ack_later`` keeps go in the same round trip
         (kept for the next try if it fails; acknowledgements the server refuses had nothing
-        left to do)."""
+        left to do). ``others``: read as the sole consumer, filled with what other consumers
+        hold pending per stream (``xreadgroup_sole``)."""
         for s in positions:
             if s not in self._ensured:
                 self._ensure(s, "0")
@@ -228,8 +257,14 @@ class GroupConsumer:
         reply: list = []
         for attempt in range(3):
             try:
-                reply = self.log.backend.xreadgroup(self.group, self.consumer, positions, count=count,
-                                                    block_ms=None if attempt else block_ms, ack=None if attempt else ack)
+                wait, acks = None if attempt else block_ms, None if attempt else ack
+                if others is None:
+                    reply = self.log.backend.xreadgroup(self.group, self.consumer, positions, count=count,
+                                                        block_ms=wait, ack=acks)
+                else:
+                    reply, found = self.log.backend.xreadgroup_sole(self.group, self.consumer, positions,
+                                                                     count=count, block_ms=wait, ack=acks)
+                    others.update(found)
                 break
             except NoGroup:  # a stream deleted under us (or made again by a writer): groups at '0', and again
                 self._ensured.clear()

@@ -1190,6 +1190,19 @@ class MemoryBackend(Backend):
                 _op_touch(store._state, stream, group, tuple(touched), now)  # not durable, as in Redis
         return out
 
+    def xreadgroup_sole(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
+                        block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
+                        ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
+        out = self.xreadgroup(group, consumer, streams, count=count, block_ms=block_ms, ack=ack)
+        others: dict[str, int] = {}
+        for stream in streams:  # XPENDING's summary, after the read
+            v = self.store._read(stream, self._enter())
+            g = v.groups.get(group) if isinstance(v, _Stream) else None
+            n = sum(1 for owner, _, _ in g.pel.values() if owner != consumer) if g is not None else 0
+            if n:
+                others[stream] = n
+        return out, others
+
     def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
                    count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
         now = self._enter()

@@ -289,19 +289,33 @@ class RedisBackend(Backend):
     def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
                    block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
                    ) -> list[tuple[str, str, Fields | None]]:
+        return self._xreadgroup(group, consumer, streams, count, block_ms, ack, sole=False)[0]
+
+    def xreadgroup_sole(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
+                        block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
+                        ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
+        return self._xreadgroup(group, consumer, streams, count, block_ms, ack, sole=True)
+
+    def _xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], count: int, block_ms: int | None,
+                    ack: Mapping[str, Sequence[str]] | None, *, sole: bool
+                    ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
+        """``sole``: an XPENDING summary of each stream follows the read in the same round
+        trip (after it, even when it blocked: a client's pipelined commands run in order)."""
         # An acknowledgement Redis refuses (its stream or group is gone) has nothing left to
         # acknowledge: its error is dropped, so that it cannot hide what the read took.
         acks: list[Sequence[Any]] = [("XACK", s, group, *ids) for s, ids in (ack or {}).items() if ids]
         if not streams:
             if acks:
                 self._raw("acknowledging on " + ", ".join(ack or {}), acks, check=False)
-            return []
+            return [], {}
         command: list[Any] = ["XREADGROUP", "GROUP", group, consumer, "COUNT", count]
         if block_ms:  # 0 means "don't wait" here (to Redis, BLOCK 0 waits for ever)
             command += ("BLOCK", block_ms)
         command += ("STREAMS", *streams.keys(), *streams.values())
+        checks = [("XPENDING", s, group) for s in streams] if sole else []
         try:
-            reply = self._raw("reading " + ", ".join(streams), [*acks, command], check=False)[-1]
+            replies = self._raw("reading " + ", ".join(streams), [*acks, command, *checks], check=False)
+            reply = replies[len(acks)]
             if isinstance(reply, redis.ResponseError):
                 raise reply
         except redis.ResponseError as exc:
@@ -314,7 +328,14 @@ class RedisBackend(Backend):
             name = _s(stream)
             for raw_id, flat in entries:
                 out.append((name, raw_id.decode(), _fields(flat) if flat else None))
-        return out
+        others: dict[str, int] = {}
+        for stream, summary in zip(streams, replies[len(acks) + 1:]):
+            # [count, min, max, [[consumer, count], ...]]; an error (the group went since): none
+            if isinstance(summary, list) and summary and summary[0] and summary[3]:
+                n = sum(int(c) for name, c in summary[3] if _s(name) != consumer)
+                if n:
+                    others[stream] = n
+        return out, others
 
     def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
                    count: int) -> tuple[str, list[tuple[str, Fields | None]]]:

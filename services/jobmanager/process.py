@@ -135,7 +135,8 @@ class JobManager:
         self.job_inboxes = JobInboxes(self)
         self.state = LeaderState()
         self.registered: set[str] = set()
-        self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
+        self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered,
+                                      sole=True)
         log.on_set_aside = set_aside_reporter(self.logger, self.metrics)
         self.phase = "standby"
         self.replay: Replay | None = None
@@ -226,13 +227,18 @@ class JobManager:
             self._recover_step()
         read_at = self.world.now_ms()  # the view is at least this fresh (the call may stall after its read)
         entries = self.consumer.read(count=self.batch, block_ms=block_ms)
+        taken = self.consumer.taken_over  # a deposed leader's reads, decided where they were sent
         caught_up = self.consumer.read_counts.get(self.inbox, 0) < self.batch
         if entries and block_ms and self.linger_ms and len(entries) < self.batch and all(map(_can_wait, entries)):
             # Only reports that decide nothing yet: wait a moment for what usually follows
             # them (a task's RUNNING and end), to decide it all in one commit, not two.
             left = self.batch - len(entries)
             entries += self.consumer.read(count=left, block_ms=self.linger_ms)
+            taken += self.consumer.taken_over
             caught_up = self.consumer.read_counts.get(self.inbox, 0) < left
+        if taken:
+            self.logger.warning("took over messages a deposed leader read after losing its lease; deciding them "
+                                "in the order they were sent", entries=taken)
         reports = self.state.reports
         reports.read(caught_up)  # slot reports read later were sent after what this read saw
         if entries:
@@ -345,7 +351,8 @@ class JobManager:
         now = self.world.now_ms()
         self.state = LeaderState(r.membership, r.jobs)
         self.registered = set(r.registered)
-        self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
+        self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered,
+                                      sole=True)
         rebuilt = self.replay.take_rebuilt()
         restoring = [(job_id, self._restore_coordinators(job_id, r)) for job_id in rebuilt]
         grant = r.last_grant

@@ -402,6 +402,8 @@ class Simulation:
         self.fenced: list[tuple[str, str, int, int]] = []
         """Commits that ran below their tag's fence (each must have been refused)."""
         self.epochs: dict[int, tuple[str, int]] = {}
+        self.decided: dict[str, tuple[tuple[int, int], str, int]] = {}
+        """Per inbox, the latest entry a commit decided: (its order, its id, when)."""
         self.slow_tm = f"tm{rng.randrange(3)}" if self.faults.on("slow_reader") else None
         simjobs.VIOLATIONS.clear()
         n_jm = cfg.jobmanagers or rng.randint(2, 3)
@@ -453,6 +455,22 @@ class Simulation:
         if seen is not None and seen[0] != writer:
             raise Violation(f"two leaders commit at epoch {epoch}: {seen[0]} and {writer} (to {fence_key})")
         self.epochs[epoch] = (writer, self.world.now)
+
+    def check_order(self, keys: Any, args: Any) -> None:
+        """No message of an inbox is decided after a later one of the same inbox (a deposed
+        leader's read must not let the new leader decide what followed it first)."""
+        n = int(args[3])
+        if not n:
+            return
+        stream = keys[1]
+        ids = [a if isinstance(a, str) else a.decode() for a in args[4:4 + n]]
+        orders = [entry_order(i) for i in ids]
+        last = self.decided.get(stream)
+        if orders != sorted(orders) or (last is not None and orders[0] < last[0]):
+            before = last[1] if last is not None else ids[0]
+            raise Violation(f"{stream}: entry {ids[0]} decided after a later entry {before} of the same inbox "
+                            f"(the commit's entries: {ids})")
+        self.decided[stream] = (orders[-1], ids[-1], self.world.now)
 
     def check_losses(self, actor: str, keys: Any, args: Any) -> None:
         """A TaskManager is declared lost for its silence only if it was silent: not while a
@@ -567,6 +585,21 @@ class Simulation:
             self.note(f"{actor}: paused inside a call while others run")
             for _ in range(self.rng.randint(1, 40)):
                 self.world.advance(self.rng.randint(0, 60))
+                self._one_step(exclude=owner)
+        finally:
+            self.depth -= 1
+
+    def freeze_inside(self, actor: str, owner: Any) -> None:
+        """``owner`` freezes whole (its lease renewal too) inside a call for longer than its
+        lease, while others run: a leader resumes deposed and finishes the call (its read)."""
+        if owner is None:
+            return
+        self.depth += 1
+        until = self.world.now + self.rng.choice((LEASE_MS + 200, 2 * LEASE_MS, 4 * LEASE_MS))
+        owner.paused_until = max(owner.paused_until, until)
+        try:
+            self.note(f"{actor}: frozen inside a call for {until - self.world.now} ms while others run")
+            while self.world.now < until:
                 self._one_step(exclude=owner)
         finally:
             self.depth -= 1
@@ -691,6 +724,7 @@ class Simulation:
             lose = rng.randint(0, 1000)
             self.store.crash(self.world.now - lose)
             self.epochs = {e: w for e, w in self.epochs.items() if w[1] <= self.world.now - lose}
+            self.decided = {s: d for s, d in self.decided.items() if d[2] <= self.world.now - lose}
             self.note(f"Redis restarts and loses its last {lose} ms of writes")
             for tm in self.tms:  # the leader may deploy again an attempt whose facts were lost
                 tm.slots.attempts = {t.key for t in tm.slots.tasks.values() if not t.done}

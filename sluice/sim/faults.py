@@ -35,6 +35,8 @@ KINDS = (
     "slow_reader",      # one TaskManager's tasks work 5x slower
     "hostile",          # malformed and hostile messages in every inbox; inboxes' keys overwritten with strings
     "cancel",           # a client cancels a job
+    "deposed_read",     # a leader freezes (renewal thread too) just before it reads its inboxes, for longer than
+                        # its lease: another takes over, then the deposed one reads one more batch before it notices
 )
 
 
@@ -90,6 +92,9 @@ class FaultyBackend(Delegating):
         sim.calls += 1
         if faults.hit(rng, "interleave", 0.01) and sim.depth == 0:
             sim.interleave(self.actor, self.owner)
+        if (name == "xreadgroup" and self.actor.startswith("jm") and sim.depth == 0
+                and faults.hit(rng, "deposed_read", 0.005)):
+            sim.freeze_inside(self.actor, self.owner)
         if faults.hit(rng, "conn_loss", 0.002):
             if rng.random() < 0.5:
                 sim.note(f"{self.actor}: connection lost before {name}")
@@ -132,6 +137,7 @@ class FaultyBackend(Delegating):
         result = super().script(name, keys, args)
         if name == "commit" and result and result[0] in (b"OK", "OK"):
             self.sim.committed(self.actor, int(args[0]), keys[0])
+            self.sim.check_order(keys, args)
             self.sim.check_losses(self.actor, keys, args)
             self.sim.check_reconciled(self.actor, keys, args)
             sim = self.sim

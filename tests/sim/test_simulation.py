@@ -82,6 +82,8 @@ SCENARIOS = {
     "7 live TaskManagers declared lost after a stall": ("pause", "clock_jump", "interleave"),
     "8 a stale attempt overwrites its replacement's sink": ("pause", "crash", "heartbeat_loss", "user_error"),
     "lost writes and restarts of Redis": ("redis_lose", "redis_restart", "conn_loss", "crash"),
+    # Issue 28: one scenario per finding.
+    "28.1 a deposed leader's read reorders an inbox": ("deposed_read", "pause", "interleave"),
 }
 
 

@@ -187,6 +187,34 @@ class LogContract:
         assert late.duplicate
         assert log.length(facts) == 4
 
+    def test_a_sole_reader_takes_over_what_another_read_in_stream_order(self, log: EventLog) -> None:
+        """A deposed leader ("old") reads after the new one ("new") took over, before and
+        after the new one's reads: each read of the sole reader returns the other's pending
+        entries with its own, each once and in stream order, and says how many it took."""
+        tag = log.keys.cluster
+        inbox, other = log.keys.inbox(tag), log.keys.inbox(log.keys.job("j1"))
+        sent = [env(register(f"tm-{i}")) for i in range(6)]
+        new = GroupConsumer(log, [inbox, other], "jm", "new", sole=True)
+        assert new.read(block_ms=None) == [] and new.taken_over == 0
+        log.append_batch(inbox, sent[:2])
+        old = GroupConsumer(log, inbox, "jm", "old")
+        assert len(old.read(block_ms=None)) == 2  # read before the new leader's next read
+        log.append_batch(inbox, sent[2:4])
+        got = new.read(block_ms=None)
+        assert [e.envelope for e in got] == sent[:4] and new.taken_over == 2
+        new.ack(*[e.id for e in got])  # decided (a leader's commit acknowledges them)
+        log.append_batch(inbox, sent[4:])
+        assert len(old.read(block_ms=None)) == 2  # read after: the sole reader's next read takes them
+        got = new.read(block_ms=None)
+        assert [e.envelope for e in got] == sent[4:] and new.taken_over == 2
+        new.ack(*[e.id for e in got])
+        assert new.read(block_ms=None) == [] and new.taken_over == 0
+        assert pending(log, inbox) == 0
+        plain = GroupConsumer(log, inbox, "jm", "plain")  # not sole: reads only what is new
+        log.append(inbox, sent[0])
+        assert len(old.read(block_ms=None)) == 1
+        assert plain.read(block_ms=None) == []
+
     @pytest.mark.parametrize(
         "fields, kind, says",
         [
