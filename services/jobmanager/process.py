@@ -142,9 +142,6 @@ class JobManager:
         self.scheduling_since = 0
         """When this leader, having rebuilt jobs while it served, could schedule again (0: it
         waited for every job): waits for slots count from then at the earliest."""
-        self.lost_while_recovering: list[tuple[str, str | None, str, int]] = []
-        """TaskManagers lost or gone while jobs were still being rebuilt (resource id, session,
-        reason, when): applied to each of those jobs when it joins."""
         self.errors: list[BaseException] = []
         """Unexpected errors survived (each a bug; the simulation fails a seed on one)."""
         self._next_acquire = 0
@@ -315,7 +312,6 @@ class JobManager:
             gc.unfreeze()
         self.phase = "standby"
         self.replay = None
-        self.lost_while_recovering = []
         self.scheduling_since = 0
         self.committer.end()
         self.committer.on_facts = None
@@ -344,6 +340,7 @@ class JobManager:
         assert epoch is not None
         now = self.world.now_ms()
         self.state = LeaderState(r.membership, r.jobs)
+        r.jobs.epoch = epoch  # what the cores fold as they decide carries it, as the committed facts do
         self.registered = set(r.registered)
         self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered)
         rebuilt = self.replay.take_rebuilt()
@@ -414,7 +411,7 @@ class JobManager:
         if only is None:
             return state
         run = state.jobs.get(only)
-        return JobsState({only: run} if run is not None else {}, state.pool)
+        return JobsState({only: run} if run is not None else {}, state.pool, state.epoch)
 
     def _renumber(self, now: int, only: str | None = None) -> None:
         """Jobs not yet renumbered above the attempt floor (a restart of Redis that may have lost
@@ -426,11 +423,14 @@ class JobManager:
     def _orphans(self, now: int, only: str | None = None) -> None:
         """Attempts placed on a TaskManager registration that is gone in the cluster's facts
         (the leader died between the two commits, the TaskManager registered again as a new
-        session, or it was lost while their job was being rebuilt): failed now."""
+        session, or it was lost and registered again, under any session, after the attempt
+        was placed, whichever leader committed the loss): failed now. Asked at take-over, and
+        of each job rebuilt while serving when it joins: a fold of the log either way."""
         members = self.state.membership
         active = {row.resource_id: row.session for row in members.active()}
+        registered = {row.resource_id: row.epoch for row in members.active()}
         reasons = {rid: row.reason or "" for rid, row in members.taskmanagers.items()}
-        for d in jobs.orphans(self._jobs(only), active, reasons, self.jobs_config, now):
+        for d in jobs.orphans(self._jobs(only), active, reasons, self.jobs_config, now, registered):
             self.job_inboxes.commit(d)
 
     # --- jobs rebuilt while leading ----------------------------------------------------------
@@ -467,9 +467,6 @@ class JobManager:
                     if ex.taskmanager is not None:
                         self.state.reports.heard(f"{job_id}/{ex.id}")
             self._renumber(now, job_id)
-            for rid, session, reason, at in self.lost_while_recovering:  # its attempts there are gone
-                for d in jobs.taskmanager_lost(self._jobs(job_id), rid, reason, self.jobs_config, at, session):
-                    self.job_inboxes.commit(d)
             self.committer.deliver(self.keys.job(job_id))
             if self.snapshots is not None:
                 self.snapshots.rebuilt(job_id, r)
@@ -486,7 +483,6 @@ class JobManager:
                              seconds=round(self.world.monotonic() - self._took_lease, 3))
             self.metrics.all_recovered.observe(self.world.monotonic() - self._took_lease)
             self.replay = None
-            self.lost_while_recovering = []
             self.scheduling_since = now
             self.job_inboxes.schedule_all()
 

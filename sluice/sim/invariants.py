@@ -118,6 +118,7 @@ def normal_jobs(state: JobsState) -> dict[str, Any]:
             "times": (job.submitted_at, job.ended_at), "history": list(job.history),
             "waiting": (job.waiting_since, job.wait_until_placed, job.slot_taken_at),
             "tasks": {ex.id: (ex.state.value, ex.taskmanager, ex.slot, ex.produced, ex.not_before, ex.seq, ex.session,
+                              ex.placed_epoch,
                               ex.since, ex.error, list(ex.history))
                       for ex in job.executions()},
             "kvstate": {name: sorted(loc.to_dict().items()) if hasattr(loc, "to_dict") else repr(loc)
