@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.errors import MessageRejected, RedisUnavailable, StaleEpoch, StoreRestarted
+from sluice.errors import DecodeError, MessageRejected, RedisUnavailable, StaleEpoch, StoreRestarted
 from sluice.events import (
     Envelope,
     Event,
@@ -50,6 +50,7 @@ from .cluster import ClusterInbox
 from .committer import Committer
 from .job_inboxes import DuplicateCommit, HandlerFailed, JobInboxes
 from .leadership import Lease, Rebuilt, Replay, SnapshotWriter, gc_paused
+from .unreadable import Unreadable, advice
 
 __all__ = ["JobManager", "LeaderState", "GROUP"]
 
@@ -145,6 +146,9 @@ class JobManager:
         self.errors: list[BaseException] = []
         """Unexpected errors survived (each a bug; the simulation fails a seed on one)."""
         self._next_acquire = 0
+        self.unreadable: Unreadable | None = None
+        """A fact of the log this JobManager could not read (it handed the lease over), and
+        when it looks again (None: none met)."""
         self.seen_server: str | None = None
         """The Redis run id this JobManager last saw; a different one later means a restart."""
         self.saw_restart: tuple[str, str] | None = None
@@ -188,6 +192,8 @@ class JobManager:
                 self.committer.park(exc.entry, "handler-failed", str(exc))
             finally:
                 self.step_down()
+        except DecodeError as exc:  # a fact it cannot read: another JobManager may (never spin on it)
+            self._cannot_read(exc)
         except RedisUnavailable:
             self.step_down()
             raise
@@ -279,6 +285,8 @@ class JobManager:
         return ready
 
     def _try_lead(self) -> bool:
+        if self.unreadable is not None and not self._may_read_again():
+            return False
         now = self.world.now_ms()
         if now < self._next_acquire:
             return False
@@ -302,6 +310,48 @@ class JobManager:
         self.replay = Replay(self.log, self.committer.fence, page=self.replay_page, logger=self.logger,
                              monotonic=self.world.monotonic, serve_after_s=self.serve_after_s)
         self.logger.info("replaying the log", epoch=epoch)
+        return True
+
+    def _cannot_read(self, exc: DecodeError) -> None:
+        """A fact of the log this JobManager cannot read (services/jobmanager/unreadable.py):
+        stop, hand the lease over at once (not committed with, when met before serving), and
+        wait, longer each time, before looking again. Said once per entry."""
+        served = self.phase == "leading"
+        epoch = self.committer.epoch
+        self.step_down()
+        try:
+            self.lease.release()
+        except RedisUnavailable:
+            pass  # it lapses
+        self.metrics.log_unreadable.labels(exc.kind).inc()
+        now = self.world.monotonic()
+        if self.unreadable is not None and self.unreadable.same(exc):
+            self.unreadable.again(now)
+            self.logger.debug("still cannot read the log", stream=exc.stream, entry=exc.entry_id,
+                              retry_in_s=self.unreadable.backoff_s)
+            return
+        wait = self.lease.ttl_ms / 1000
+        self.unreadable = Unreadable(exc.stream, exc.entry_id, exc.reason, wait, now + wait)
+        self.logger.error("cannot read the log it would lead: lease released", stream=exc.stream, entry=exc.entry_id,
+                          epoch=epoch, served=served, error=f"{exc.kind}: {exc.reason}"[:500], what_to_do=advice(exc))
+
+    def _may_read_again(self) -> bool:
+        """Whether to try to lead again, after a fact this JobManager could not read: not
+        before its wait is over, and not while that fact is still there (looked at without
+        taking the lease)."""
+        u = self.unreadable
+        assert u is not None
+        now = self.world.monotonic()
+        if now < u.retry_at:
+            return False
+        there = u.still_there(self.log)
+        if there:
+            u.again(now)
+            return False
+        if there is False:
+            self.logger.info("the fact this JobManager could not read is gone or readable: it may lead again",
+                             stream=u.stream, entry=u.entry_id)
+            self.unreadable = None
         return True
 
     def step_down(self) -> None:
