@@ -15,6 +15,7 @@ what is wrong (and, given them, the stream and entry).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import orjson
@@ -68,15 +69,18 @@ def encode(env: Envelope) -> bytes:
     )
 
 
-def decode(raw: bytes | str, *, stream: str | None = None, entry_id: str | None = None) -> Envelope:
-    """Decode one encoded envelope; raise a DecodeError naming stream, entry and what is wrong."""
+def decode(raw: bytes | str, *, stream: str | None = None, entry_id: str | None = None,
+           codec: Callable[[Any], Envelope] | None = None) -> Envelope:
+    """Decode one encoded envelope; raise a DecodeError naming stream, entry and what is wrong.
+    ``codec``: the decoder of another schema (``EventLog.decode``; default ``decode_bytes``)."""
     try:
-        return decode_bytes(raw)
+        return (codec or decode_bytes)(raw)
     except DecodeError as exc:
         raise exc.at(stream, entry_id) from None
 
 
-def decode_fields(fields: dict[bytes, bytes] | Any, *, stream: str | None = None, entry_id: str | None = None) -> Envelope:
+def decode_fields(fields: dict[bytes, bytes] | Any, *, stream: str | None = None, entry_id: str | None = None,
+                  codec: Callable[[Any], Envelope] | None = None) -> Envelope:
     """Decode a stream entry given as its field mapping (as redis-py returns it)."""
     raw = fields.get(FIELD) if isinstance(fields, dict) else None
     if raw is None:
@@ -85,7 +89,7 @@ def decode_fields(fields: dict[bytes, bytes] | Any, *, stream: str | None = None
             f"entry has no 'e' field holding an envelope (fields: {', '.join(names) or 'none'}); "
             "write events through Sluice's log, not with a bare XADD"
         ).at(stream, entry_id)
-    return decode(raw, stream=stream, entry_id=entry_id)
+    return decode(raw, stream=stream, entry_id=entry_id, codec=codec)
 
 
 def decode_bytes(raw: bytes | str) -> Envelope:

@@ -35,7 +35,8 @@ def upcaster(type_name: str, from_version: int) -> Callable[[Callable[[Payload],
 def upcast(type_name: str, version: int, current: int, payload: Any) -> Any:
     if version > current:
         raise UnsupportedSchemaVersion(
-            f"{type_name} v{version} was written by a newer Sluice (this one reads up to v{current}); upgrade Sluice"
+            f"{type_name} v{version} was written by a newer Sluice (this one reads up to v{current}); upgrade Sluice",
+            type_name=type_name, version=version, current=current,
         )
     if version < 1:
         raise UnsupportedSchemaVersion(f"{type_name} has schema version {version}; versions start at 1")

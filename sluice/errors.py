@@ -147,7 +147,20 @@ class UnknownEventType(DecodeError):
 
 
 class UnsupportedSchemaVersion(DecodeError):
+    """``version`` of ``type_name`` cannot be read by this Sluice, which reads up to
+    ``current``: newer (``newer``: written by a later Sluice), below 1, or with an upcaster
+    missing. The three are None when not known."""
+
     kind = "unsupported schema version"
+
+    def __init__(self, reason: str, *, stream: str | None = None, entry_id: str | None = None,
+                 type_name: str | None = None, version: int | None = None, current: int | None = None) -> None:
+        self.type_name, self.version, self.current = type_name, version, current
+        super().__init__(reason, stream=stream, entry_id=entry_id)
+
+    @property
+    def newer(self) -> bool:
+        return self.version is not None and self.current is not None and self.version > self.current
 
 
 class MissingField(DecodeError):

@@ -85,9 +85,14 @@ class EventLog:
     (redis-py's pool hands each call its own connection). Built on a redis-py client or
     on any :class:`Backend`."""
 
-    def __init__(self, backend: Backend | Any, keys: Keys | None = None) -> None:
+    def __init__(self, backend: Backend | Any, keys: Keys | None = None, *,
+                 decode: Callable[[bytes], Envelope] = decode_bytes) -> None:
         self.backend: Backend = backend if isinstance(backend, Backend) else RedisBackend(backend)
         self.keys = keys or Keys()
+        self.decode = decode
+        """How ``replay`` decodes an entry's envelope (``events.decode_bytes``: this Sluice's
+        schema versions). A test or the simulation gives a JobManager of another version its
+        own (sluice/sim/skew.py)."""
         self.on_set_aside: Callable[[str, str, str], None] | None = None
         """Told (inbox, the kind of value found there, where it went) of each inbox this
         process moved aside (``set_aside``): the process's log line."""
@@ -267,8 +272,8 @@ class EventLog:
         corrupted log, not bad input.
         """
         for batch in self._batches(stream, after, page):
-            envs = _decode_fast(batch)
-            yield from envs if envs is not None else _decode_each(stream, batch)
+            envs = _decode_fast(batch, self.decode)
+            yield from envs if envs is not None else _decode_each(stream, batch, self.decode)
 
     def replay_pages(self, stream: str, after: str = "0-0", *,
                      page: int = 1000) -> Iterator[list[tuple[str, Envelope]]]:
@@ -276,12 +281,19 @@ class EventLog:
         tight loop (a JobManager's replay decodes millions; a generator step per entry cost
         a tenth of it). An undecodable entry raises DecodeError before its page is given."""
         for batch in self._batches(stream, after, page):
-            envs = _decode_fast(batch)
-            yield envs if envs is not None else list(_decode_each(stream, batch))
+            envs = _decode_fast(batch, self.decode)
+            yield envs if envs is not None else list(_decode_each(stream, batch, self.decode))
 
     def replay_raw(self, stream: str, after: str = "0-0", *, page: int = 1000) -> Iterator[tuple[str, dict[bytes, bytes]]]:
         """Like replay, but the entries' fields undecoded (for inspection and dead letters)."""
         yield from self._pages(stream, after, page)
+
+    def entry(self, stream: str, entry_id: str) -> dict[bytes, bytes] | None:
+        """The fields of entry ``entry_id`` of ``stream`` (None when it is not there)."""
+        ms, seq = entry_order(entry_id)
+        before = f"{ms}-{seq - 1}" if seq else (f"{ms - 1}-18446744073709551615" if ms else None)
+        batch = self.backend.xrange(stream, before, 1)
+        return batch[0][1] if batch and batch[0][0] == entry_id else None
 
     def read_page(self, stream: str, after: str = "0-0", *, count: int = 1000) -> list[tuple[str, dict[bytes, bytes]]]:
         """One page of raw entries after ``after`` (a caller that pages at its own pace)."""
@@ -339,22 +351,24 @@ class EventLog:
         return sorted(name for name in self.backend.scan_streams(self.keys.pattern) if self.keys.is_stream_name(name))
 
 
-def _decode_fast(batch: list[tuple[str, Any]]) -> list[tuple[str, Envelope]] | None:
+def _decode_fast(batch: list[tuple[str, Any]],
+                 decode: Callable[[bytes], Envelope] = decode_bytes) -> list[tuple[str, Envelope]] | None:
     """A page of entries of the shape commits write (field ``e``) decoded; None when one is
     not (or does not decode): ``_decode_each`` then finds which and says why, after the
     entries before it."""
     try:
-        return [(entry_id, decode_bytes(fields[FIELD])) for entry_id, fields in batch]
+        return [(entry_id, decode(fields[FIELD])) for entry_id, fields in batch]
     except Exception:  # decoded again, one by one: the error is raised there
         return None
 
 
-def _decode_each(stream: str, batch: list[tuple[str, Any]]) -> Iterator[tuple[str, Envelope]]:
+def _decode_each(stream: str, batch: list[tuple[str, Any]],
+                 decode: Callable[[bytes], Envelope] = decode_bytes) -> Iterator[tuple[str, Envelope]]:
     for entry_id, fields in batch:
         raw = fields.get(FIELD) if isinstance(fields, dict) else None
         if raw is not None and len(fields) == 1:  # the one shape commits write
             try:
-                env = decode_bytes(raw)
+                env = decode(raw)
             except DecodeError as exc:
                 raise exc.at(stream, entry_id) from None
             yield entry_id, env

@@ -112,6 +112,10 @@ class JobManagerMetrics(Metrics):
         self.split_round_trip = Histogram(
             "sluice_split_round_trip_seconds", "From a source subtask's split request (its send time) to the "
             "leader's answer committed (a split, or none left).", buckets=SPLIT_BUCKETS, registry=r)
+        self.log_unreadable = Counter(
+            "sluice_log_unreadable", "Times this JobManager met a fact it cannot read in the log it was to lead "
+            "(and handed the lease over), by kind of reason (e.g. 'unsupported schema version').", ["kind"],
+            registry=r)
         self._asked: dict[tuple[str, str, int, int], int] = {}
 
     def handled_entries(self, envs: Sequence[Envelope]) -> None:

@@ -118,8 +118,7 @@ class ClusterInbox:
             if isinstance(ev, (TaskManagerLost, TaskManagerUnregistered)):
                 jm.state.monitor.forget(ev.resource_id)
                 jm.state.reports.forget(ev.resource_id)
-                if jm.recovering:  # the jobs not yet rebuilt learn of it when they join (it may be back by then)
-                    jm.lost_while_recovering.append((ev.resource_id, ev.session, ev.reason, env.ts))
+                # (jobs not yet rebuilt learn of it when they join: ``JobManager._orphans``)
                 for d in jobs.taskmanager_lost(jm.state.jobs, ev.resource_id, ev.reason, jm.jobs_config, env.ts,
                                                ev.session):
                     jm.job_inboxes.commit(d)

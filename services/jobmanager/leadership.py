@@ -25,6 +25,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sluice.errors import DecodeError
 from sluice.events import (
     CoordinatorCheckpointed,
     Envelope,
@@ -196,7 +197,7 @@ def read_snapshot(log: EventLog, tag: str, decode: Callable[[bytes], Any],
         last = log.last_id(log.keys.facts(tag)) or "0-0"
         if entry_order(stored.position) > entry_order(last):
             raise SnapshotUnreadable(f"it covers facts up to {stored.position}, but the log ends at {last}")
-    except (SnapshotUnreadable, ValueError) as exc:
+    except (SnapshotUnreadable, ValueError, DecodeError) as exc:  # (an event in it of a later version)
         if warn is not None:
             warn("snapshot unreadable; replaying the log in full", tag=tag, error=str(exc)[:300])
         return None

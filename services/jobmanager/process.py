@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.errors import MessageRejected, RedisUnavailable, StaleEpoch, StoreRestarted
+from sluice.errors import DecodeError, MessageRejected, RedisUnavailable, StaleEpoch, StoreRestarted
 from sluice.events import (
     Envelope,
     Event,
@@ -50,6 +50,7 @@ from .cluster import ClusterInbox
 from .committer import Committer
 from .job_inboxes import DuplicateCommit, HandlerFailed, JobInboxes
 from .leadership import Lease, Rebuilt, Replay, SnapshotWriter, gc_paused
+from .unreadable import Unreadable, advice
 
 __all__ = ["JobManager", "LeaderState", "GROUP"]
 
@@ -143,12 +144,12 @@ class JobManager:
         self.scheduling_since = 0
         """When this leader, having rebuilt jobs while it served, could schedule again (0: it
         waited for every job): waits for slots count from then at the earliest."""
-        self.lost_while_recovering: list[tuple[str, str | None, str, int]] = []
-        """TaskManagers lost or gone while jobs were still being rebuilt (resource id, session,
-        reason, when): applied to each of those jobs when it joins."""
         self.errors: list[BaseException] = []
         """Unexpected errors survived (each a bug; the simulation fails a seed on one)."""
         self._next_acquire = 0
+        self.unreadable: Unreadable | None = None
+        """A fact of the log this JobManager could not read (it handed the lease over), and
+        when it looks again (None: none met)."""
         self.seen_server: str | None = None
         """The Redis run id this JobManager last saw; a different one later means a restart."""
         self.saw_restart: tuple[str, str] | None = None
@@ -192,6 +193,8 @@ class JobManager:
                 self.committer.park(exc.entry, "handler-failed", str(exc))
             finally:
                 self.step_down()
+        except DecodeError as exc:  # a fact it cannot read: another JobManager may (never spin on it)
+            self._cannot_read(exc)
         except RedisUnavailable:
             self.step_down()
             raise
@@ -288,6 +291,8 @@ class JobManager:
         return ready
 
     def _try_lead(self) -> bool:
+        if self.unreadable is not None and not self._may_read_again():
+            return False
         now = self.world.now_ms()
         if now < self._next_acquire:
             return False
@@ -313,6 +318,48 @@ class JobManager:
         self.logger.info("replaying the log", epoch=epoch)
         return True
 
+    def _cannot_read(self, exc: DecodeError) -> None:
+        """A fact of the log this JobManager cannot read (services/jobmanager/unreadable.py):
+        stop, hand the lease over at once (not committed with, when met before serving), and
+        wait, longer each time, before looking again. Said once per entry."""
+        served = self.phase == "leading"
+        epoch = self.committer.epoch
+        self.step_down()
+        try:
+            self.lease.release()
+        except RedisUnavailable:
+            pass  # it lapses
+        self.metrics.log_unreadable.labels(exc.kind).inc()
+        now = self.world.monotonic()
+        if self.unreadable is not None and self.unreadable.same(exc):
+            self.unreadable.again(now)
+            self.logger.debug("still cannot read the log", stream=exc.stream, entry=exc.entry_id,
+                              retry_in_s=self.unreadable.backoff_s)
+            return
+        wait = self.lease.ttl_ms / 1000
+        self.unreadable = Unreadable(exc.stream, exc.entry_id, exc.reason, wait, now + wait)
+        self.logger.error("cannot read the log it would lead: lease released", stream=exc.stream, entry=exc.entry_id,
+                          epoch=epoch, served=served, error=f"{exc.kind}: {exc.reason}"[:500], what_to_do=advice(exc))
+
+    def _may_read_again(self) -> bool:
+        """Whether to try to lead again, after a fact this JobManager could not read: not
+        before its wait is over, and not while that fact is still there (looked at without
+        taking the lease)."""
+        u = self.unreadable
+        assert u is not None
+        now = self.world.monotonic()
+        if now < u.retry_at:
+            return False
+        there = u.still_there(self.log)
+        if there:
+            u.again(now)
+            return False
+        if there is False:
+            self.logger.info("the fact this JobManager could not read is gone or readable: it may lead again",
+                             stream=u.stream, entry=u.entry_id)
+            self.unreadable = None
+        return True
+
     def step_down(self) -> None:
         """Stop leading and forget the state (it is rebuilt from the log when leading again)."""
         if self.phase != "standby":
@@ -321,7 +368,6 @@ class JobManager:
             gc.unfreeze()
         self.phase = "standby"
         self.replay = None
-        self.lost_while_recovering = []
         self.scheduling_since = 0
         self.committer.end()
         self.committer.on_facts = None
@@ -350,6 +396,7 @@ class JobManager:
         assert epoch is not None
         now = self.world.now_ms()
         self.state = LeaderState(r.membership, r.jobs)
+        r.jobs.epoch = epoch  # what the cores fold as they decide carries it, as the committed facts do
         self.registered = set(r.registered)
         self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered,
                                       sole=True)
@@ -421,7 +468,7 @@ class JobManager:
         if only is None:
             return state
         run = state.jobs.get(only)
-        return JobsState({only: run} if run is not None else {}, state.pool)
+        return JobsState({only: run} if run is not None else {}, state.pool, state.epoch)
 
     def _renumber(self, now: int, only: str | None = None) -> None:
         """Jobs not yet renumbered above the attempt floor (a restart of Redis that may have lost
@@ -433,11 +480,14 @@ class JobManager:
     def _orphans(self, now: int, only: str | None = None) -> None:
         """Attempts placed on a TaskManager registration that is gone in the cluster's facts
         (the leader died between the two commits, the TaskManager registered again as a new
-        session, or it was lost while their job was being rebuilt): failed now."""
+        session, or it was lost and registered again, under any session, after the attempt
+        was placed, whichever leader committed the loss): failed now. Asked at take-over, and
+        of each job rebuilt while serving when it joins: a fold of the log either way."""
         members = self.state.membership
         active = {row.resource_id: row.session for row in members.active()}
+        registered = {row.resource_id: row.epoch for row in members.active()}
         reasons = {rid: row.reason or "" for rid, row in members.taskmanagers.items()}
-        for d in jobs.orphans(self._jobs(only), active, reasons, self.jobs_config, now):
+        for d in jobs.orphans(self._jobs(only), active, reasons, self.jobs_config, now, registered):
             self.job_inboxes.commit(d)
 
     # --- jobs rebuilt while leading ----------------------------------------------------------
@@ -474,9 +524,6 @@ class JobManager:
                     if ex.taskmanager is not None:
                         self.state.reports.heard(f"{job_id}/{ex.id}")
             self._renumber(now, job_id)
-            for rid, session, reason, at in self.lost_while_recovering:  # its attempts there are gone
-                for d in jobs.taskmanager_lost(self._jobs(job_id), rid, reason, self.jobs_config, at, session):
-                    self.job_inboxes.commit(d)
             self.committer.deliver(self.keys.job(job_id))
             if self.snapshots is not None:
                 self.snapshots.rebuilt(job_id, r)
@@ -493,7 +540,6 @@ class JobManager:
                              seconds=round(self.world.monotonic() - self._took_lease, 3))
             self.metrics.all_recovered.observe(self.world.monotonic() - self._took_lease)
             self.replay = None
-            self.lost_while_recovering = []
             self.scheduling_since = now
             self.job_inboxes.schedule_all()
 

@@ -75,13 +75,14 @@ def _unev(raw: str) -> Event:
 
 def _execution(ex: Execution) -> list:
     return [ex.attempt, ex.state.value, ex.taskmanager, ex.slot, ex.error, ex.since, ex.not_before, ex.produced,
-            ex.seq, ex.session, ex.history]
+            ex.seq, ex.session, ex.history, ex.placed_epoch]
 
 
 def _unexecution(vertex: str, subtask: int, d: list) -> Execution:
-    attempt, state, tm, slot, error, since, not_before, produced, seq, session, history = d
+    attempt, state, tm, slot, error, since, not_before, produced, seq, session, history = d[:11]
+    placed = d[11] if len(d) > 11 else None  # (snapshots written before the placement's epoch was kept)
     return Execution(vertex, subtask, attempt, TaskState(state), tm, slot, error, since, not_before, produced, seq,
-                     session, [(int(t), str(w)) for t, w in history])
+                     session, [(int(t), str(w)) for t, w in history], placed)
 
 
 def _kvstate(reg: KvStateRegistry) -> dict:

@@ -110,7 +110,7 @@ class _Recorder:
 
     def fact(self, ev: Event) -> None:
         self.decision.facts.append(ev)
-        evolve(self.state, Envelope(ev, "", 0, self.now))
+        evolve(self.state, Envelope(ev, "", self.state.epoch, self.now))
         job = self.state.jobs.get(self.decision.job_id)
         if job is not None and job.kvstate.locations:
             for follow in kvstate.released(job, ev):  # a failed attempt's queryable state goes with it
@@ -493,11 +493,15 @@ def taskmanager_lost(state: JobsState, resource_id: str, reason: str, config: Jo
 
 
 def orphans(state: JobsState, active: dict[str, str], reasons: dict[str, str], config: JobsConfig,
-            now: int) -> list[Decision]:
-    """Executions placed on a TaskManager registration that is gone (the TaskManager is not
-    registered, or registered again as a new session) fail: the leader that saw it go died
-    before it failed them. ``active``: resource id -> current session."""
+            now: int, registered: dict[str, int] | None = None) -> list[Decision]:
+    """Executions placed on a TaskManager registration that is gone fail: the leader that
+    saw it go died before it failed them. Gone: the TaskManager is not registered, or
+    registered again as a new session, or registered again (even under the same session)
+    at a later epoch than the attempt was placed at, so a loss ended the registration the
+    attempt was placed on. ``active``: resource id -> current session; ``registered``:
+    resource id -> the epoch its current registration began at."""
     out = []
+    since = registered or {}
     for job in list(state.jobs.values()):
         if job.status in TERMINAL_JOB:
             continue
@@ -506,9 +510,14 @@ def orphans(state: JobsState, active: dict[str, str], reasons: dict[str, str], c
             if ex.state not in HOLDS_SLOT or ex.taskmanager is None:
                 continue
             current = active.get(ex.taskmanager)
-            if current is not None and (ex.session is None or ex.session == current):
+            renewed = ex.placed_epoch is not None and ex.placed_epoch < since.get(ex.taskmanager, 0)
+            if current is not None and (ex.session is None or ex.session == current) and not renewed:
                 continue
-            why = reasons.get(ex.taskmanager) or "not registered"
+            if current is not None and renewed:
+                why = (f"it registered again at epoch {since[ex.taskmanager]}, after a loss; the attempt was placed "
+                       f"at epoch {ex.placed_epoch}, on the registration that loss ended")
+            else:
+                why = reasons.get(ex.taskmanager) or "not registered"
             gone(rec, job, ex, f"TaskManager {ex.taskmanager} was lost ({why})", config)
         _maybe_complete(rec, job)
         if rec.decision:

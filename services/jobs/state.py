@@ -67,6 +67,10 @@ class Execution:
     """The registration of the TaskManager this attempt was placed on."""
     history: list[tuple[int, str]] = field(default_factory=list)
     """The subtask's recent moves, (time, what): the story an illegal move is told with."""
+    placed_epoch: int | None = None
+    """The leader epoch of the fact that placed this attempt in its slot (None: not placed,
+    or restored from a snapshot that did not say): an attempt placed before its TaskManager's
+    current registration began ran on a registration that a loss ended (``core.orphans``)."""
 
     @property
     def id(self) -> str:
@@ -251,6 +255,10 @@ class SlotPool:
 class JobsState:
     jobs: dict[str, JobRun] = field(default_factory=dict)
     pool: SlotPool = field(default_factory=SlotPool)
+    epoch: int = 0
+    """The epoch the facts decided on this state will be committed at (the leader's: set
+    when it takes over), so what the core folds as it decides carries the epoch a replay of
+    the committed facts sees (``Execution.placed_epoch``). Not folded from the log."""
 
 
 # --- evolve ------------------------------------------------------------------------------
@@ -298,6 +306,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
             ex.session = ev.session
         holds, held = new in HOLDS_SLOT, old in HOLDS_SLOT
         if holds and not held:
+            ex.placed_epoch = env.epoch
             if ex.taskmanager is not None:
                 state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
                 job.slot_taken_at = env.ts
@@ -350,7 +359,7 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         job.by_id.pop(ex.id, None)  # (no longer current)
         ex.attempt, ex.state, ex.taskmanager, ex.slot, ex.seq = ev.attempt, TaskState.CREATED, None, None, 0
         job.vertices[ev.vertex_id].restarted += 1
-        ex.session = None
+        ex.session = ex.placed_epoch = None
         ex.not_before, ex.produced, ex.since = ev.not_before, False, env.ts
         job.restarts = ev.restarts
         job.ready.append(ex)

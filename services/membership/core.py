@@ -66,6 +66,10 @@ class TaskManagerRow:
     status: Status
     since: int
     reason: str | None = None
+    epoch: int = 0
+    """The leader epoch that registered this session (its ``TaskManagerRegistered`` fact's;
+    0: not known). An attempt placed on this TaskManager at an earlier epoch was placed on a
+    registration that ended before this one began, even under the same session."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -77,6 +81,7 @@ class TaskManagerRow:
             "status": self.status,
             "since": self.since,
             "reason": self.reason,
+            "epoch": self.epoch,
         }
 
     @classmethod
@@ -124,7 +129,7 @@ def evolve(state: Membership, env: Envelope) -> Membership:
     ev = env.event
     if type(ev) is TaskManagerRegistered:
         state.taskmanagers[ev.resource_id] = TaskManagerRow(
-            ev.resource_id, ev.session, ev.host, ev.slots, ev.labels, "REGISTERED", env.ts
+            ev.resource_id, ev.session, ev.host, ev.slots, ev.labels, "REGISTERED", env.ts, None, env.epoch
         )
     elif type(ev) is TaskManagerLost or type(ev) is TaskManagerUnregistered:
         row = state.taskmanagers.get(ev.resource_id)

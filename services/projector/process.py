@@ -164,7 +164,7 @@ class Projector:
             return 0
         types = []
         for stream, entry_id, fields in entries:
-            env = decode_fields(fields, stream=stream, entry_id=entry_id)
+            env = decode_fields(fields, stream=stream, entry_id=entry_id, codec=self.log.decode)
             types.append(env.event.TYPE)
             for r in by_stream[stream]:
                 if r.position is not None and entry_order(entry_id) <= entry_order(r.position):

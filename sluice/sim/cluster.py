@@ -49,6 +49,7 @@ from sluice.store.log import committed_events, entry_order
 from sluice.store.memory import MemoryBackend, MemoryStore
 
 from . import jobs as simjobs
+from .comeback import Comebacks
 from .faults import Crash, Faults, FaultyBackend
 from .invariants import (
     Observer,
@@ -59,6 +60,7 @@ from .invariants import (
     normal_jobs,
     normal_membership,
 )
+from .skew import SkewWatch, newer_decode
 from .tasks import SimFiles, SimSlots, SimTask
 from .world import SimWorld
 
@@ -406,6 +408,12 @@ class Simulation:
         """Per inbox, the latest entry a commit decided: (its order, its id, when)."""
         self.slow_tm = f"tm{rng.randrange(3)}" if self.faults.on("slow_reader") else None
         simjobs.VIOLATIONS.clear()
+        self.decode: Callable[[bytes], Envelope] = decode_bytes
+        """How every reader but an older JobManager decodes (with ``schema_skew``: as a newer Sluice)."""
+        self.skew: SkewWatch | None = None
+        if self.faults.on("schema_skew"):
+            self.decode, self.skew = newer_decode, SkewWatch()
+        self.comebacks = Comebacks()
         n_jm = cfg.jobmanagers or rng.randint(2, 3)
         n_tm = cfg.taskmanagers or rng.randint(1, 3)
         self.sim_jobs = [simjobs.draw_job(rng, i) for i in range(cfg.jobs or rng.randint(1, 2))]
@@ -422,7 +430,9 @@ class Simulation:
     def connect(self, name: str, owner: Any = None) -> EventLog:
         """A new connection to the log for ``owner`` (the process or task whose calls go
         through it: while one of its calls is paused, it cannot take another step)."""
-        return EventLog(FaultyBackend(MemoryBackend(self.store, name=name), self, name, owner), self.keys)
+        older = self.skew is not None and isinstance(owner, JMProcess) and owner.index > 0
+        return EventLog(FaultyBackend(MemoryBackend(self.store, name=name), self, name, owner), self.keys,
+                        decode=decode_bytes if older else self.decode)
 
     def note(self, text: str) -> None:
         self.notes.append(f"step {self.steps:>5} t={self.world.elapsed_ms / 1000:8.3f}s  {text}")
@@ -730,6 +740,10 @@ class Simulation:
                 tm.slots.attempts = {t.key for t in tm.slots.tasks.values() if not t.done}
         if f.hit(rng, "redeliver", 0.01):
             self._redeliver()
+        if f.hit(rng, "tm_back_same_session", 0.002):
+            self.comebacks.strike(self)
+        if self.skew is not None and f.hit(rng, "schema_skew", 0.002):  # the newer one restarts (a rolling upgrade)
+            self._crash(self.jms[0])
 
     def _redeliver(self) -> None:
         tags = [self.keys.cluster] + [self.keys.job(j) for j in self.observer.registered]
@@ -750,6 +764,9 @@ class Simulation:
             raise Violation(simjobs.VIOLATIONS[0])
         for proc in self.jms:
             self.check_errors(proc)
+        if self.skew is not None:
+            self.skew.check(self)
+        self.comebacks.check(self)
         fields, _ = self.observer.reader.hgetall_with_ttl(self.keys.leader)
         holder, epoch = fields.get(b"holder", b"").decode(), int(fields.get(b"epoch", b"0"))
         leader = next((p.jm for p in self.jms if p.jm.leading and p.jm.id == holder and p.jm.epoch == epoch), None)

@@ -37,6 +37,10 @@ KINDS = (
     "cancel",           # a client cancels a job
     "deposed_read",     # a leader freezes (renewal thread too) just before it reads its inboxes, for longer than
                         # its lease: another takes over, then the deposed one reads one more batch before it notices
+    "schema_skew",      # jm0 is a newer Sluice (writes a later schema version the others cannot read); some
+                        # facts are written at an older version (read back by upcasting): sluice/sim/skew.py
+    "tm_back_same_session",  # a leader commits a TaskManager lost and dies before failing its attempts; the
+                             # TaskManager registers again under the same session (sluice/sim/comeback.py)
 )
 
 
@@ -134,7 +138,17 @@ class FaultyBackend(Delegating):
                 self.sim.sent_by_taskmanager(self.actor.split(".")[0], fields)
 
     def script(self, name: str, keys: Any, args: Any) -> Any:
-        result = super().script(name, keys, args)
+        sent = args
+        if name in ("commit", "snapshot") and self.sim.faults.on("schema_skew"):  # sluice/sim/skew.py
+            from .skew import skewed_commit, skewed_snapshot
+
+            newer = self.actor.startswith("jm0.")
+            if name == "snapshot":
+                sent = [*args[:2], skewed_snapshot(args[2])] if newer else args
+            else:
+                sent = skewed_commit(args, newer=newer,
+                                     older=self.sim.faulting and self.sim.faults.hit(self.sim.rng, "schema_skew", 0.3))
+        result = super().script(name, keys, sent)
         if name == "commit" and result and result[0] in (b"OK", "OK"):
             self.sim.committed(self.actor, int(args[0]), keys[0])
             self.sim.check_order(keys, args)
@@ -145,7 +159,7 @@ class FaultyBackend(Delegating):
                 # The same commit arrives again (a retry after a lost reply): it consumed its
                 # inbox entries already, so it must change nothing.
                 sim.note(f"{self.actor}: a commit of {keys[1]} reaches Redis twice")
-                again = self.inner.script(name, keys, args)
+                again = self.inner.script(name, keys, sent)
                 if again and again[0] not in (b"DUP", "DUP"):
                     sim.committed(self.actor, int(args[0]), keys[0])
         return result

@@ -18,7 +18,6 @@ from sluice.events import (
     JobStatusChanged,
     TaskState,
     UpdateTaskExecutionState,
-    decode_bytes,
 )
 from sluice.services.jobs.state import TERMINAL_JOB, JobsState
 from sluice.services.jobs.state import evolve as jobs_evolve
@@ -50,7 +49,7 @@ class Observer:
         self.generation = self.sim.store.generation
         self.reader = MemoryBackend(self.sim.store, name="observer")
         self.reader._generation = self.generation  # it saw this restart
-        self.log = EventLog(self.reader, self.sim.keys)
+        self.log = EventLog(self.reader, self.sim.keys, decode=self.sim.decode)
         self.membership = Membership()
         self.jobs = JobsState()
         self.positions: dict[str, str | None] = {}
@@ -71,7 +70,7 @@ class Observer:
         while True:
             batch = self.log.read_page(stream, after or "0-0", count=1000)
             for entry_id, fields in batch:
-                apply(stream, entry_id, decode_bytes(fields[FIELD]))
+                apply(stream, entry_id, self.log.decode(fields[FIELD]))
                 after = entry_id
             if len(batch) < 1000:
                 break
@@ -118,6 +117,7 @@ def normal_jobs(state: JobsState) -> dict[str, Any]:
             "times": (job.submitted_at, job.ended_at), "history": list(job.history),
             "waiting": (job.waiting_since, job.wait_until_placed, job.slot_taken_at),
             "tasks": {ex.id: (ex.state.value, ex.taskmanager, ex.slot, ex.produced, ex.not_before, ex.seq, ex.session,
+                              ex.placed_epoch,
                               ex.since, ex.error, list(ex.history))
                       for ex in job.executions()},
             "kvstate": {name: sorted(loc.to_dict().items()) if hasattr(loc, "to_dict") else repr(loc)

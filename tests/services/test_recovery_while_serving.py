@@ -13,8 +13,11 @@ its log, its waiting messages answered once, new tasks placed beside its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from sluice.events import (
     CancelTask,
@@ -52,10 +55,12 @@ from tests.services.failover_helpers import (
 REQUESTS = 15
 
 
-def _a_long_running_job(log: EventLog, tmp_path: Path) -> tuple[ManualWorld, Any, Any, TinySlots, dict]:
+def _a_long_running_job(log: EventLog, tmp_path: Path, last_words: Callable[[Any], None] | None = None
+                        ) -> tuple[ManualWorld, Any, Any, TinySlots, dict]:
     """Leader ``jm-a`` runs job ``big`` (one source subtask on tm-1, which has 2 slots) that
-    took ``REQUESTS`` splits; then it steps down and lets its lease go. Returns the world,
-    the old leader, the TaskManager, its slots and the source's descriptor."""
+    took ``REQUESTS`` splits; then (after ``last_words(jm-a)``) it steps down and lets its
+    lease go. Returns the world, the old leader, the TaskManager, its slots and the
+    source's descriptor."""
     world, a, t, slots = started(log, tmp_path, n=2)
     steps = [lambda: a.step(block_ms=None), a.step_lease, lambda: t.step(block_ms=None)]
     submit(log, world, "big", source_graph("big", splits=40))
@@ -67,6 +72,8 @@ def _a_long_running_job(log: EventLog, tmp_path: Path) -> tuple[ManualWorld, Any
     facts = log.keys.facts(log.keys.job("big"))
     pump(steps, lambda: len(events(log, facts, NextInputSplit)) == REQUESTS, what="the splits answered", world=world,
          advance_ms=10)
+    if last_words is not None:
+        last_words(a)
     a.job_inboxes.close_coordinators()
     a.step_down()
     a.lease.release()
@@ -164,6 +171,42 @@ def test_a_taskmanager_lost_and_back_while_a_job_is_rebuilt_fails_that_jobs_atte
     failed = [f for f in events(log, keys.facts(keys.job("big")), UpdateTaskExecutionState)
               if f.state == TaskState.FAILED]
     assert [f.execution_id for f in failed] == ["src:0:0"] and "was lost" in (failed[0].error or ""), failed
+    assert b.errors == [] and _leader_view(b, "big") == _replayed(log, "big")
+    b.job_inboxes.close_coordinators()
+
+
+@pytest.mark.parametrize("serve_after_s", [None, 0.0], ids=["rebuilt-first", "rebuilt-while-serving"])
+def test_a_loss_the_dead_leader_committed_fails_the_attempts_though_the_taskmanager_is_back(
+        log: EventLog, tmp_path: Path, serve_after_s: float | None) -> None:
+    """Issue 28, finding 3: leader A commits ``TaskManagerLost`` for tm-1 and dies before
+    failing ``big``'s attempt there; tm-1 then registers again with B under the same
+    session. Whether B rebuilds ``big`` before serving or while it serves, the attempt
+    fails (the registration it was placed on ended), as a live leader would have failed
+    it. Before the fix, with a rebuild while serving, the join found tm-1 registered under
+    the attempt's session and left the attempt RUNNING on a TaskManager that dropped it."""
+    keys = log.keys
+
+    def commits_the_loss_and_dies(a: Any) -> None:
+        session = a.state.membership.taskmanagers["tm-1"].session
+        a.cluster.commit_facts([TaskManagerLost("tm-1", session, "no heartbeat for 6000 ms (timeout 5000 ms)")],
+                               consequences=False)  # the job's commit never came
+
+    world, _, t, _, _ = _a_long_running_job(log, tmp_path, commits_the_loss_and_dies)
+    b = jm(log, world, "jm-b", tmp_path, replay_page=1, serve_after_s=serve_after_s)
+    lead(b, world)
+    steps = [lambda: t.step(block_ms=None), lambda: b.step(block_ms=None), b.step_lease]
+    registered = keys.facts(keys.cluster)
+    pump(steps, lambda: len(events(log, registered, TaskManagerRegistered)) == 2, what="tm-1 registered again",
+         world=world, advance_ms=10, rounds=50)
+    assert len({r.session for r in events(log, registered, TaskManagerRegistered)}) == 1  # the same session
+    if serve_after_s is not None:
+        assert b.recovering == ["big"], "big was rebuilt before tm-1 came back: make its log longer"
+    pump(steps, lambda: not b.recovering, what="big rebuilt", world=world, advance_ms=10, rounds=400)
+    failed = [f for f in events(log, keys.facts(keys.job("big")), UpdateTaskExecutionState)
+              if f.state == TaskState.FAILED]
+    assert [f.execution_id for f in failed] == ["src:0:0"] and "was lost" in (failed[0].error or ""), failed
+    src = b.state.jobs.jobs["big"].vertices["src"].subtasks[0]
+    assert src.attempt == 1 and src.state != TaskState.RUNNING, src
     assert b.errors == [] and _leader_view(b, "big") == _replayed(log, "big")
     b.job_inboxes.close_coordinators()
 
