@@ -229,7 +229,8 @@ def test_a_slot_worker_writes_its_state_once_a_change_and_asks_about_rq_suspend_
 def test_rq_suspend_stops_a_busy_slot_worker_from_taking_tasks_within_a_second(log: EventLog) -> None:
     """The suspension check asked at most once a second still stops the worker: tasks of
     0.05 s each, `rq suspend` called a quarter of a second in; it takes at most a second's
-    worth more (and, in burst mode, stops)."""
+    worth more (and, in burst mode, stops). Counted in tasks begun after the suspension, not
+    in seconds: on a loaded machine each task takes longer, never more of them fit a second."""
     from rq.serializers import JSONSerializer
     from rq.suspension import resume, suspend
 
@@ -243,20 +244,22 @@ def test_rq_suspend_stops_a_busy_slot_worker_from_taking_tasks_within_a_second(l
 
     def suspend_soon() -> None:
         time.sleep(0.25)
+        suspended_at.append(time.time())
         suspend(client)
-        suspended_at.append(time.monotonic())
 
     t = threading.Thread(target=suspend_soon)
     t.start()
     try:
         worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
-        stopped = time.monotonic()
     finally:
         t.join()
         resume(client)
-    ran = sum(job.get_status(refresh=True) == JobStatus.FINISHED for job in jobs)
-    assert 0 < ran < len(jobs), ran
-    assert stopped - suspended_at[0] <= HEARTBEAT_EVERY_S + 0.5, stopped - suspended_at[0]
+    for job in jobs:
+        job.refresh()
+    ran = [job for job in jobs if job.get_status() == JobStatus.FINISHED]
+    assert 0 < len(ran) < len(jobs), len(ran)
+    after = [job for job in ran if job.started_at is not None and job.started_at.timestamp() > suspended_at[0]]
+    assert len(after) <= HEARTBEAT_EVERY_S / 0.05 + 2, len(after)  # a second's worth of tasks, and the one running
 
 
 def test_a_job_end_is_stamped_by_the_transaction_that_records_its_outcome_not_a_round_trip_of_its_own(
