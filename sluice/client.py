@@ -216,11 +216,17 @@ class Client:
         raise SluiceError(f"job {job_id}: no checkpoint of {', '.join(sorted(wanted - set(taken)))} within "
                           f"{timeout:.0f} s: is a JobManager leading?")
 
+    def close(self) -> None:
+        """Delete this client's inbox (the replies it was sent) and the marks of what was
+        delivered to it: a client done with its jobs leaves no transport behind."""
+        self.log.backend.delete(*self.keys.transport(self.keys.client(self.id)))
+
     def purge(self, job_id: str, *, timeout: float = 30.0) -> JobPurged:
         """Ask the leading JobManager to remove an ended job's keys, leaving its tombstone;
         its ``JobPurged``. JobNotFound for an unknown job, SluiceError if it is not ended
         (or was purged already) or no JobManager answers within ``timeout`` seconds."""
-        reply_to = self.keys.inbox(self.keys.client(self.world.new_id()[:12]))  # one reply, read once
+        replies = self.keys.client(self.world.new_id()[:12])  # one reply, read once
+        reply_to = self.keys.inbox(replies)
         self._send(self.keys.inbox(self.keys.cluster),
                    Envelope(PurgeJob(job_id, reply_to), self.world.new_id(), 0, self.world.now_ms(), job_id))
         deadline = time.monotonic() + timeout
@@ -235,7 +241,7 @@ class Client:
                             SluiceError(f"purge refused: {reason}")
                 time.sleep(0.05)
         finally:
-            self.log.backend.delete(reply_to)  # a reply inbox is transport: read, it goes
+            self.log.backend.delete(*self.keys.transport(replies))  # read, the reply's transport goes
         raise SluiceError(f"no JobManager answered within {timeout:.0f} s: is the cluster running? "
                           "(`sluice cluster start`, or `sluice status` to see it)")
 

@@ -551,6 +551,7 @@ class SnapshotWriter:
             for j in archived:  # in its snapshot and in the archive: it leaves the leader's memory
                 del jm.state.jobs.jobs[j]
                 self.trails.pop(j, None)
+                self.lengths.pop(jm.keys.job(j), None)
                 jm.committer.retire(jm.keys.job(j))
             jm.logger.info("jobs archived", jobs=len(archived), archived=len(self.archived))
         if now < self.next_due:
