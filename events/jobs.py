@@ -1,5 +1,7 @@
 """Job submission, deployment and task lifecycle (Flink's JobManager <-> TaskManager protocol).
 
+``PurgeJob`` / ``JobPurged`` remove an ended job's keys (Sluice's own: Flink has none).
+
 Messages keep Flink's names. Facts in a job's stream are ``JobSubmitted``,
 ``ExecutionGraphBuilt``, ``UpdateTaskExecutionState`` (every state change of every
 execution attempt, decided by the leader), ``ScheduleOrUpdateConsumers`` (a producer's
@@ -21,6 +23,8 @@ __all__ = [
     "JobRefused",
     "CancelJob",
     "JobRegistered",
+    "PurgeJob",
+    "JobPurged",
     "JobSubmitted",
     "ExecutionGraphBuilt",
     "AttemptsRenumbered",
@@ -74,6 +78,29 @@ class JobRegistered(Event):
 
     job_id: str
     name: str
+
+
+@event("PurgeJob")
+class PurgeJob(Event):
+    """To the cluster inbox: remove an ended job's keys entirely (``sluice job purge``),
+    leaving one tombstone row. ``reply_to`` gets ``JobPurged`` or ``JobRefused``."""
+
+    job_id: str
+    reply_to: str
+
+
+@event("JobPurged")
+class JobPurged(Event):
+    """Cluster fact (and the reply to ``PurgeJob``): the job's keys are gone; its id stays
+    taken. ``status``, ``ended_at`` and ``reason`` are how it had ended; ``purged_at``
+    when it went (ms since the epoch)."""
+
+    job_id: str
+    name: str
+    status: JobStatus
+    ended_at: int | None
+    purged_at: int
+    reason: str | None = None
 
 
 @event("JobSubmitted")

@@ -12,7 +12,7 @@ from typing import Literal, TypeVar, overload
 
 from sluice.errors import ConfigError, JobNotFound, JobRefusedError, SluiceError, WrongType
 from sluice.errors_display import short_exception
-from sluice.events import CancelJob, Envelope, JobGraph, JobRefused, SubmitJob, Success
+from sluice.events import CancelJob, Envelope, JobGraph, JobPurged, JobRefused, PurgeJob, SubmitJob, Success
 from sluice.services.common.world import SYSTEM, World
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun, JobsState, evolve
 from sluice.services.jobs.validate import validate
@@ -215,6 +215,35 @@ class Client:
             time.sleep(0.05)
         raise SluiceError(f"job {job_id}: no checkpoint of {', '.join(sorted(wanted - set(taken)))} within "
                           f"{timeout:.0f} s: is a JobManager leading?")
+
+    def close(self) -> None:
+        """Delete this client's inbox (the replies it was sent) and the marks of what was
+        delivered to it: a client done with its jobs leaves no transport behind."""
+        self.log.backend.delete(*self.keys.transport(self.keys.client(self.id)))
+
+    def purge(self, job_id: str, *, timeout: float = 30.0) -> JobPurged:
+        """Ask the leading JobManager to remove an ended job's keys, leaving its tombstone;
+        its ``JobPurged``. JobNotFound for an unknown job, SluiceError if it is not ended
+        (or was purged already) or no JobManager answers within ``timeout`` seconds."""
+        replies = self.keys.client(self.world.new_id()[:12])  # one reply, read once
+        reply_to = self.keys.inbox(replies)
+        self._send(self.keys.inbox(self.keys.cluster),
+                   Envelope(PurgeJob(job_id, reply_to), self.world.new_id(), 0, self.world.now_ms(), job_id))
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                for _, env in self.log.replay(reply_to):
+                    if isinstance(env.event, JobPurged):
+                        return env.event
+                    if isinstance(env.event, JobRefused):
+                        reason = env.event.reason
+                        raise JobNotFound(reason) if reason.startswith("job not found") else \
+                            SluiceError(f"purge refused: {reason}")
+                time.sleep(0.05)
+        finally:
+            self.log.backend.delete(*self.keys.transport(replies))  # read, the reply's transport goes
+        raise SluiceError(f"no JobManager answered within {timeout:.0f} s: is the cluster running? "
+                          "(`sluice cluster start`, or `sluice status` to see it)")
 
     def job_ids(self) -> list[str]:
         from sluice.events import JobRegistered

@@ -114,6 +114,10 @@ class Backend(abc.ABC):
     def hset(self, key: str, mapping: Mapping[str, bytes]) -> int: ...
 
     @abc.abstractmethod
+    def hdel(self, key: str, *fields: str) -> int:
+        """Remove ``fields`` of the hash ``key``; how many were there."""
+
+    @abc.abstractmethod
     def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
         """GET ``key`` and HGETALL ``hash_key`` as of one moment (a read model and its position)."""
 
@@ -154,6 +158,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def scan_streams(self, pattern: str) -> list[str]:
         """Names of the streams matching a glob pattern."""
+
+    @abc.abstractmethod
+    def scan_keys(self, pattern: str) -> list[str]:
+        """Names of the keys of any kind matching a glob pattern."""
 
     # --- consumer groups ----------------------------------------------------------------
 
@@ -274,6 +282,9 @@ class Delegating(Backend):
     def hset(self, key: str, mapping: Mapping[str, bytes]) -> int:
         return self.around("hset", lambda: self.inner.hset(key, mapping))
 
+    def hdel(self, key: str, *fields: str) -> int:
+        return self.around("hdel", lambda: self.inner.hdel(key, *fields))
+
     def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
         return self.around("get_and_hgetall", lambda: self.inner.get_and_hgetall(key, hash_key))
 
@@ -304,6 +315,9 @@ class Delegating(Backend):
 
     def scan_streams(self, pattern: str) -> list[str]:
         return self.around("scan_streams", lambda: self.inner.scan_streams(pattern))
+
+    def scan_keys(self, pattern: str) -> list[str]:
+        return self.around("scan_keys", lambda: self.inner.scan_keys(pattern))
 
     def group_create(self, stream: str, group: str, start: str) -> None:
         self.around("group_create", lambda: self.inner.group_create(stream, group, start))

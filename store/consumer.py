@@ -97,6 +97,7 @@ class GroupConsumer:
     def remove_stream(self, stream: str) -> None:
         if stream in self.streams:
             self.streams.remove(stream)
+        self._ensured.discard(stream)  # (a stream read again is ensured again: its group may be gone)
 
     def ensure_group(self, start: str = "0") -> None:
         """Create the group (and the streams) if missing; ``start`` '0' reads from the beginning."""

@@ -23,7 +23,7 @@ from .log import EventLog, entry_order
 from .redis_backend import RedisBackend, translate_errors
 
 __all__ = ["GroupInfo", "stream_summaries", "consumer_groups", "entries_before", "entry", "redrive_entry",
-           "DEAD_FIELD_PREFIX", "projected_row", "count_after"]
+           "DEAD_FIELD_PREFIX", "projected_row", "count_after", "server_footprint"]
 
 DEAD_FIELD_PREFIX = b"field:"
 """A dead letter keeps the parked entry's own fields under this prefix (store/scripts.py)."""
@@ -55,6 +55,24 @@ def _redis(log: EventLog, what: str) -> redis.Redis:
 
 def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def server_footprint(log: EventLog) -> tuple[int, int, int, int]:
+    """The server's ``used_memory`` (bytes), its key count (``DBSIZE``), how many of those
+    keys are Sluice's under this prefix (the rest: RQ's, others') and the bytes those take
+    (``MEMORY USAGE`` summed: Redis's estimate, without the server's own overhead)."""
+    client = _redis(log, "reading the server's memory")
+    with translate_errors("reading the server's memory"):
+        pipe = client.pipeline(transaction=False)
+        pipe.info("memory")
+        pipe.dbsize()
+        info, size = pipe.execute()
+        ours = list(client.scan_iter(match=log.keys.pattern, count=1000))
+        pipe = client.pipeline(transaction=False)
+        for key in ours:
+            pipe.memory_usage(key, samples=0)
+        used = sum(int(u) for u in pipe.execute(raise_on_error=False) if isinstance(u, int))
+    return int(info["used_memory"]), int(size), len(ours), used
 
 
 def stream_summaries(log: EventLog, streams: Sequence[str]) -> dict[str, tuple[int, int | None, str | None]]:

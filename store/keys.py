@@ -16,6 +16,8 @@ every key one atomic commit touches lives in one slot:
     {<p>:cluster}:position:<name>  the fact stream position it reflects
     {<p>:cluster}:snapshot     the leader's state folded from this tag's facts, with the
                                fact entry id it covers (a hash: pos, data)
+    {<p>:cluster}:purged       one tombstone row per purged job (a hash: job id -> JSON of
+                               when it was purged and how it had ended)
     {<p>:…}:inbox:not-a-stream:<ms>-<hex>  what was found in place of an inbox (another kind of
                                value), set aside when its reader made the inbox again
     {<p>:job:<id>}:…           the same shapes, per job, and
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sluice.errors import ConfigError
@@ -133,6 +136,22 @@ class Keys:
     def snapshot(tag: str) -> str:
         """A hash: ``pos`` (the last fact entry id folded in) and ``data`` (the encoded state)."""
         return tag + ":snapshot"
+
+    @property
+    def purged(self) -> str:
+        """The tombstones of purged jobs (``sluice job purge``): a hash, job id -> JSON."""
+        return self.cluster + ":purged"
+
+    @staticmethod
+    def tag_pattern(tag: str) -> str:
+        """A SCAN pattern matching every key of one hash tag (``{…}`` and what follows)."""
+        return _glob_escape(tag) + "*"
+
+    def transport(self, tag: str, task_inboxes: Iterable[str] = ()) -> list[str]:
+        """The keys of a tag that carry messages rather than record them: its inbox, its
+        outbox with its delivery cursor, the marks of what was delivered into it, and the
+        subtask inboxes given (its facts, snapshot, tables, fence and dead letters are not)."""
+        return [self.inbox(tag), self.outbox(tag), self.outbox_cursor(tag), self.delivered(tag), *task_inboxes]
 
     @staticmethod
     def set_aside(key: str, stamp: str) -> str:

@@ -32,7 +32,7 @@ from .keys import Keys, tag_of
 from .redis_backend import RedisBackend, translate_errors
 
 __all__ = ["EventLog", "Out", "Consumed", "CommitResult", "translate_errors", "entry_order", "script_error",
-           "committed_events"]
+           "committed_events", "trim_point", "successor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,16 +331,36 @@ class EventLog:
 
     def trim_consumed(self, stream: str, group: str, *, keep_ms: int, now_ms: int) -> int:
         """Drop entries of an inbox that ``group`` has processed and that are older than
-        ``keep_ms`` (kept that long for inspection); never an unread or pending entry."""
+        ``keep_ms`` (kept that long for inspection); never an unread or pending entry.
+
+        Safe against a concurrent append (its id is above every id read here), delivery
+        (it delivers only entries after the last delivered one, which stays) and
+        acknowledgement (it only shrinks the pending list): the group is read first, then
+        the stream is trimmed below the least of those bounds."""
         state = self.backend.group_state(stream, group)
         if state is None:
             return 0  # no such stream or group yet
-        cutoff = min((max(now_ms - keep_ms, 0), 0), entry_order(state.last_delivered))
-        if state.min_pending is not None:
-            cutoff = min(cutoff, entry_order(state.min_pending))
-        if cutoff <= (0, 0):
-            return 0
-        return self.backend.xtrim_minid(stream, f"{cutoff[0]}-{cutoff[1]}")
+        cutoff = trim_point(now_ms, keep_ms, state.last_delivered, state.min_pending)
+        return 0 if cutoff is None else self.backend.xtrim_minid(stream, cutoff)
+
+    def trim_delivered(self, tag: str, *, keep_ms: int, now_ms: int) -> int:
+        """Drop entries of the tag's outbox up to its delivery cursor that are older than
+        ``keep_ms``; never one after the cursor (recovery delivers again from there). The
+        cursor only moves forward, and an append comes after it: trimming below a cursor
+        read earlier is safe whatever delivery or commit runs meanwhile. The cursor's own
+        entry stays (a commit reads the outbox's last id to deliver without reading back)."""
+        cursor = self.backend.get(self.keys.outbox_cursor(tag))
+        if cursor is None:
+            return 0  # nothing delivered yet (or no outbox)
+        cutoff = trim_point(now_ms, keep_ms, cursor.decode())
+        return 0 if cutoff is None else self.backend.xtrim_minid(self.keys.outbox(tag), cutoff)
+
+    def trim_read(self, stream: str, last_read: str, *, keep_ms: int, now_ms: int) -> int:
+        """Drop entries of ``stream`` up to and including ``last_read`` (its reader is done
+        with them: a subtask inbox whose attempt ended) that are older than ``keep_ms``.
+        Anything appended after ``last_read`` was read stays."""
+        cutoff = trim_point(now_ms, keep_ms, successor(last_read))
+        return 0 if cutoff is None else self.backend.xtrim_minid(stream, cutoff)
 
     def trim_before(self, stream: str, entry_id: str) -> int:
         """Drop the entries of ``stream`` before ``entry_id`` (e.g. a delivered outbox's past)."""
@@ -393,6 +413,24 @@ def script_error(exc: ScriptFailed, tag: str, epoch: int | None = None) -> Store
     if scripts.RESTARTED in text:
         return StoreRestarted(tag=tag, run_id=text.rsplit(" ", 1)[-1])
     return ScriptError(f"script on {tag} failed: {text}")
+
+
+def trim_point(now_ms: int, keep_ms: int, *bounds: str | None) -> str | None:
+    """Where a stream may be trimmed (XTRIM MINID: entries below it go): below every bound
+    given (an entry id that must stay, e.g. a group's oldest pending entry; None: no bound)
+    and below ``now_ms - keep_ms`` (newer entries are kept for inspection); None when
+    nothing may go."""
+    cutoff = (max(now_ms - keep_ms, 0), 0)
+    for bound in bounds:
+        if bound is not None:
+            cutoff = min(cutoff, entry_order(bound))
+    return None if cutoff <= (0, 0) else f"{cutoff[0]}-{cutoff[1]}"
+
+
+def successor(entry_id: str) -> str:
+    """The least entry id after ``entry_id``."""
+    ms, seq = entry_order(entry_id)
+    return f"{ms}-{seq + 1}"
 
 
 def entry_order(entry_id: str) -> tuple[int, int]:

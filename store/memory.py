@@ -1014,6 +1014,12 @@ class MemoryBackend(Backend):
         now = self._enter()
         return self.store._hset(key, {_b(k): _b(v) for k, v in mapping.items()}, now)
 
+    def hdel(self, key: str, *fields: str) -> int:
+        if not fields:
+            return 0
+        now = self._enter()
+        return self.store._hdel(key, [_b(f) for f in fields], now)
+
     def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
         now = self._enter()
         value = self.store._get(key, now)
@@ -1113,6 +1119,11 @@ class MemoryBackend(Backend):
         st = self.store
         return sorted(k for k, v in st._state.data.items()
                       if isinstance(v, _Stream) and _matches(pattern, k) and st._alive(k, now))
+
+    def scan_keys(self, pattern: str) -> list[str]:
+        now = self._enter()
+        st = self.store
+        return sorted(k for k in st._state.data if _matches(pattern, k) and st._alive(k, now))
 
     # --- consumer groups ---
     def group_create(self, stream: str, group: str, start: str) -> None:

@@ -139,6 +139,12 @@ class RedisBackend(Backend):
         with translate_errors(f"writing {key}"):
             return int(self.client.hset(key, mapping=_arg(mapping)))
 
+    def hdel(self, key: str, *fields: str) -> int:
+        if not fields:
+            return 0
+        with translate_errors(f"writing {key}"):
+            return int(self.client.hdel(key, *fields))
+
     def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
         with translate_errors(f"reading {key} and {hash_key}"):
             pipe = self.client.pipeline(transaction=True)
@@ -253,6 +259,10 @@ class RedisBackend(Backend):
     def scan_streams(self, pattern: str) -> list[str]:
         with translate_errors("listing streams"):
             return [_s(k) for k in self.client.scan_iter(match=pattern, count=1000, _type="stream")]
+
+    def scan_keys(self, pattern: str) -> list[str]:
+        with translate_errors("listing keys"):
+            return [_s(k) for k in self.client.scan_iter(match=pattern, count=1000)]
 
     # --- consumer groups ---
     def group_create(self, stream: str, group: str, start: str) -> None:

@@ -1,4 +1,4 @@
-"""The cluster inbox: TaskManagers joining, beating and leaving; jobs submitted and disposed.
+"""The cluster inbox: TaskManagers joining, beating and leaving; jobs submitted, disposed and purged.
 
 Membership is decided by its pure core (services/membership/core.py); this part turns a
 message into a commit on the cluster's tag, keeps the heartbeat monitor, and decides
@@ -17,6 +17,7 @@ from sluice.events import (
     Event,
     JobRefused,
     JobRegistered,
+    PurgeJob,
     RegisterTaskManager,
     SubmitJob,
     TaskManagerHeartbeat,
@@ -62,6 +63,10 @@ class ClusterInbox:
         if isinstance(msg, DisposeJob):  # queryable state (services/jobmanager/kvstate.py)
             self.check_reply_to(msg.reply_to)
             dispose_job(jm, entry, msg)
+            return
+        if isinstance(msg, PurgeJob):  # bounded storage (services/jobmanager/retention.py)
+            self.check_reply_to(msg.reply_to)
+            jm.retention.on_request(entry, msg)
             return
         decision = decide(jm.state.membership, env, jm.config)
         sends = [(jm.keys.inbox(jm.keys.taskmanager(rid)), reply) for rid, reply in decision.replies]

@@ -31,6 +31,7 @@ from sluice.events import (
     Envelope,
     Event,
     ExecutionGraphBuilt,
+    JobPurged,
     JobRegistered,
     JobSubmitted,
     LeadershipGranted,
@@ -144,6 +145,8 @@ class Rebuilt:
     """Every job ever registered, in order (an id stays taken after its job ended)."""
     archived: list[str] = field(default_factory=list)
     """Registered jobs that ended and left the replay (not in ``jobs``: see restore_job)."""
+    purged: list[str] = field(default_factory=list)
+    """Registered jobs purged (``JobPurged``): their keys are gone, their ids stay taken."""
     checkpoints: dict[str, dict[str, Checkpoint]] = field(default_factory=dict)
     """Per job and coordinator, the last checkpoint."""
     tails: dict[str, dict[str, list[Event]]] = field(default_factory=dict)
@@ -157,9 +160,9 @@ class Rebuilt:
 
     @property
     def live(self) -> list[str]:
-        """Registered jobs the replay folded (all but the archived), in order."""
-        archived = set(self.archived)
-        return [j for j in self.registered if j not in archived]
+        """Registered jobs the replay folded (all but the archived and the purged), in order."""
+        gone = set(self.archived) | set(self.purged)
+        return [j for j in self.registered if j not in gone]
 
 
 def _fold_job(jobs: JobsState, job_id: str, page: list[tuple[str, Envelope]], checkpoints: dict[str, Checkpoint],
@@ -337,6 +340,7 @@ class Replay:
                 after, c = got
                 r.membership, r.registered, r.last_grant = c.membership, list(c.registered), c.last_grant
                 r.archived = list(c.archived)
+                r.purged = list(c.purged)
                 r.from_snapshots += 1
             yield
         for page in self._pages(keys.facts(keys.cluster), after):
@@ -345,6 +349,10 @@ class Replay:
                 ev = env.event
                 if isinstance(ev, JobRegistered):
                     r.registered.append(ev.job_id)
+                elif isinstance(ev, JobPurged):  # its keys are gone: no replay looks for it
+                    r.purged.append(ev.job_id)
+                    if ev.job_id in r.archived:
+                        r.archived.remove(ev.job_id)
                 elif isinstance(ev, LeadershipGranted):
                     r.last_grant = ev
             r.facts += len(page)
@@ -417,8 +425,8 @@ def restore_job(jm: JobManager, job_id: str) -> bool:
         jm.recover_now(job_id)  # a live job not yet rebuilt: at once
     if job_id in jm.state.jobs.jobs:
         return True
-    if job_id not in jm.registered or jm.epoch is None:
-        return False
+    if job_id not in jm.registered or job_id in jm.purged or jm.epoch is None:
+        return False  # (a purged job's tag must not be written again: not even its fence)
     jm.committer.fence(jm.keys.job(job_id))
     snap = load_job(jm.log, job_id, warn=jm.logger.warning)
     if snap.run is None:
@@ -477,6 +485,12 @@ class SnapshotWriter:
             self.jm.logger.warning("snapshot trail dropped", job=job_id, error=str(exc)[:300])
             self.trails.pop(job_id, None)
 
+    def forget(self, job_id: str) -> None:
+        """A purged job: in no archive, with no trail."""
+        self.trails.pop(job_id, None)
+        if job_id in self.archived:
+            self.archived.remove(job_id)
+
     def _registered(self) -> list[str]:
         known = set(self.order)
         self.order += sorted(j for j in self.jm.registered if j not in known)
@@ -516,7 +530,8 @@ class SnapshotWriter:
 
     def _cluster(self) -> None:
         jm = self.jm
-        snap = ClusterSnapshot(jm.state.membership, self._registered(), self.last_grant, self.archived)
+        snap = ClusterSnapshot(jm.state.membership, self._registered(), self.last_grant, self.archived,
+                               sorted(jm.purged))
         try:
             data = encode_cluster(snap)
         except (TypeError, ValueError) as exc:
@@ -531,11 +546,13 @@ class SnapshotWriter:
                  if job.status in TERMINAL_JOB and j not in jm.state.coords and not _holds_slots(jm.state.jobs, j)]
         archived = [j for j in ended if self._job(j)]
         if archived:
+            jm.retention.release(archived)  # before the archive is recorded: done again if we die here
             self.archived += [j for j in archived if j not in self.archived]
             self._cluster()
             for j in archived:  # in its snapshot and in the archive: it leaves the leader's memory
                 del jm.state.jobs.jobs[j]
                 self.trails.pop(j, None)
+                self.lengths.pop(jm.keys.job(j), None)
                 jm.committer.retire(jm.keys.job(j))
             jm.logger.info("jobs archived", jobs=len(archived), archived=len(self.archived))
         if now < self.next_due:

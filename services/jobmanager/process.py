@@ -50,6 +50,7 @@ from .cluster import ClusterInbox
 from .committer import Committer
 from .job_inboxes import DuplicateCommit, HandlerFailed, JobInboxes
 from .leadership import Lease, Rebuilt, Replay, SnapshotWriter, gc_paused
+from .retention import FactRetention, Retention
 from .unreadable import Unreadable, advice
 
 __all__ = ["JobManager", "LeaderState", "GROUP"]
@@ -108,6 +109,7 @@ class JobManager:
         coordinator_executor: Callable[[str], Any] | None = None,
         serve_after_s: float | None = SERVE_AFTER_S,
         linger_ms: int = LINGER_MS,
+        fact_retention: FactRetention | None = None,
     ) -> None:
         self.log, self.keys, self.world = log, log.keys, world
         self.config, self.jobs_config = config, jobs_config
@@ -134,8 +136,13 @@ class JobManager:
         self.blobs = Blobs(log)
         self.cluster = ClusterInbox(self)
         self.job_inboxes = JobInboxes(self)
+        self.retention = Retention(self, fact_retention)
+        """Trims the streams the leader serves and purges jobs (``fact_retention``: how long
+        archived jobs' facts are kept; None: $SLUICE_FACT_RETENTION, by default for ever)."""
         self.state = LeaderState()
         self.registered: set[str] = set()
+        self.purged: set[str] = set()
+        """Jobs purged (``JobPurged``): their ids stay taken, their keys are gone."""
         self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered,
                                       sole=True)
         log.on_set_aside = set_aside_reporter(self.logger, self.metrics)
@@ -158,7 +165,6 @@ class JobManager:
         self.timeouts_while_behind = False
         """Heartbeat timeouts are decided though the cluster inbox has not been read to its end
         (it has stayed behind for longer than the timeout): a live TaskManager may be lost."""
-        self._next_trim = 0
         self._announced = False
         self._took_lease = 0.0
 
@@ -398,6 +404,8 @@ class JobManager:
         self.state = LeaderState(r.membership, r.jobs)
         r.jobs.epoch = epoch  # what the cores fold as they decide carries it, as the committed facts do
         self.registered = set(r.registered)
+        self.purged = set(r.purged)
+        self.retention.reset()
         self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered,
                                       sole=True)
         rebuilt = self.replay.take_rebuilt()
@@ -594,9 +602,7 @@ class JobManager:
         self.job_inboxes.schedule_all()
         self.committer.heartbeat(row.resource_id for row in self.state.membership.active())
         self.committer.flush_cursors()
-        if now >= self._next_trim:
-            self.log.trim_consumed(self.inbox, GROUP, keep_ms=self.inbox_retention_ms, now_ms=now)
-            self._next_trim = now + min(self.inbox_retention_ms, 10_000)
+        self.retention.tick(now)
         snapshots = getattr(self, "snapshots", None)
         if snapshots is not None:  # ended jobs are archived at once; the rest every interval
             snapshots.tick(now)

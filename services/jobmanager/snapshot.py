@@ -6,7 +6,8 @@ Two kinds, one per hash tag, each stored with the fact entry id it covers (store
   scheduler's ready queue and the subtasks' stories), the slots it holds in the pool, and
   its coordinators' last checkpoints with the facts fed to them since;
 * the **cluster** snapshot: membership, every job ever registered (in order), the last
-  leadership grant, and the jobs that ended and left the replay (``archived``).
+  leadership grant, the jobs that ended and left the replay (``archived``), and the jobs
+  purged (``purged``; absent from snapshots written before purging existed).
 
 Serialized with orjson; events inside (the job's submission, coordinator tails, the grant)
 are stored as encoded envelopes, so their own schema versions and upcasters apply. A
@@ -59,6 +60,8 @@ class ClusterSnapshot:
     registered: list[str]
     last_grant: LeadershipGranted | None
     archived: list[str]
+    purged: list[str] = field(default_factory=list)
+    """Registered jobs purged (``JobPurged``): in no replay, their ids taken."""
 
 
 # --- events inside a snapshot ------------------------------------------------------------------
@@ -204,7 +207,7 @@ def _unmembership(d: dict) -> Membership:
 def encode_cluster(snap: ClusterSnapshot) -> bytes:
     return orjson.dumps({
         "v": VERSION, "kind": "cluster", "membership": _membership(snap.membership),
-        "registered": snap.registered, "archived": snap.archived,
+        "registered": snap.registered, "archived": snap.archived, "purged": snap.purged,
         "last_grant": _ev(snap.last_grant) if snap.last_grant is not None else None,
     })
 
@@ -215,7 +218,7 @@ def decode_cluster(data: bytes) -> ClusterSnapshot:
         if grant is not None and not isinstance(grant, LeadershipGranted):
             raise SnapshotUnreadable(f"the cluster snapshot's last grant is a {grant.TYPE}")
         return ClusterSnapshot(_unmembership(d["membership"]), [str(j) for j in d["registered"]], grant,
-                               [str(j) for j in d["archived"]])
+                               [str(j) for j in d["archived"]], [str(j) for j in d.get("purged", [])])
 
     return _decode(data, "cluster", build)
 

@@ -17,6 +17,7 @@ from sluice.events import (
     Envelope,
     ExecutionGraphBuilt,
     JobDisposed,
+    JobPurged,
     JobRegistered,
     LeadershipGranted,
     NotifyKvStateRegistered,
@@ -84,8 +85,12 @@ LEADERSHIP = Projection(
 )
 
 def _jobs_evolve(state: dict, env: Envelope) -> dict:
-    if isinstance(env.event, JobRegistered):
-        state[env.event.job_id] = {"job_id": env.event.job_id, "name": env.event.name, "registered_at": env.ts}
+    ev = env.event
+    if isinstance(ev, JobRegistered):
+        state[ev.job_id] = {"job_id": ev.job_id, "name": ev.name, "registered_at": env.ts}
+    elif isinstance(ev, JobPurged):  # its row stays, saying so
+        state[ev.job_id] = {**state.get(ev.job_id, {"job_id": ev.job_id, "name": ev.name}),
+                            "purged_at": ev.purged_at, "status": ev.status.value}
     return state
 
 
@@ -93,7 +98,7 @@ JOBS = Projection(
     name="jobs",
     initial=dict,
     evolve=_jobs_evolve,
-    touched=lambda env: (env.event.job_id,) if isinstance(env.event, JobRegistered) else (),
+    touched=lambda env: (env.event.job_id,) if isinstance(env.event, (JobRegistered, JobPurged)) else (),
     row=lambda state, key: state.get(key),
     load=lambda rows: dict(rows),
 )

@@ -98,13 +98,15 @@ class Projector:
         return stored.position
 
     def _add_jobs(self) -> None:
-        """Every registered job gets its ExecutionGraph and KvStateLocation tables."""
+        """Every registered job gets its ExecutionGraph and KvStateLocation tables (a purged
+        job has none: its keys are gone)."""
         jobs = next((r for r in self.running if r.projection is JOBS), None)
         if jobs is None:
             return
         have = {(r.tag, r.projection.name) for r in self.running}
-        for job_id in jobs.state:
-            self.add_job(job_id, have)
+        for job_id, row in jobs.state.items():
+            if "purged_at" not in row:
+                self.add_job(job_id, have)
 
     def add_job(self, job_id: str, have: set | None = None) -> None:
         """Follow one job's tables (also for a reader that wants only this job brought up to date)."""

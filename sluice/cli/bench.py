@@ -56,6 +56,17 @@ def tasks(n: str, slots: int, rounds: int) -> None:
 
 
 @bench.command()
+@click.option("--jobs", default=1000, show_default=True, type=click.IntRange(1), help="Short jobs to run, one after another.")
+@click.option("--purge", is_flag=True, help="Purge each job once it ended (`sluice job purge`): its keys go too.")
+@click.option("--every", default=100, show_default=True, type=click.IntRange(1), help="A row every this many jobs.")
+def soak(jobs: int, purge: bool, every: int) -> None:
+    """N no-op jobs on one cluster: Redis's memory, its keys and the leader's RSS every 100 jobs."""
+    from sluice.bench.soak import run
+
+    run(jobs=jobs, purge=purge, every=every)
+
+
+@bench.command()
 @click.option("--sizes", default="100,1000,10000", show_default=True, help="Parallelism per vertex.")
 def control(sizes: str) -> None:
     """The control plane at scale: ExecutionGraph build and deployment of a 2-vertex all-to-all job."""

@@ -8,7 +8,8 @@
      "outputs": [sink paths]}
 
 and ``sluice list --json`` a list of ``{"job_id", "name", "status", "submitted_at", "ended_at"}``.
-Times are milliseconds since the epoch.
+Times are milliseconds since the epoch. A purged job (``sluice job purge``) has status
+``PURGED``, with ``was`` (how it had ended) and ``purged_at``, and no vertices.
 """
 
 from __future__ import annotations
@@ -67,7 +68,11 @@ def table_json(log, job_id: str) -> dict:
     from sluice.client import JobNotFound
     from sluice.services.projector import Projector
     from sluice.store import ReadModels
+    from sluice.store.purge import Tombstones
 
+    tomb = Tombstones(log).read(job_id)
+    if tomb is not None:
+        return purged_json(job_id, tomb)
     Projector(log).catch_up()
     _, rows = ReadModels(log).read(log.keys.job(job_id), "executiongraph")
     job = rows.pop("job", None)
@@ -83,7 +88,19 @@ def table_json(log, job_id: str) -> dict:
     return job
 
 
+def purged_json(job_id: str, tomb: dict) -> dict:
+    """What ``status`` says of a purged job: its tombstone (``was``: how it had ended)."""
+    return {"job_id": job_id, "name": tomb.get("name", ""), "status": "PURGED", "was": tomb.get("status"),
+            "reason": tomb.get("reason"), "submitted_at": None, "ended_at": tomb.get("ended_at"),
+            "purged_at": tomb.get("purged_at"), "restarts": 0, "vertices": [], "outputs": []}
+
+
 def show_job(job: dict) -> None:
+    if job["status"] == "PURGED":
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((job["purged_at"] or 0) / 1000))
+        console.print(f"job {job['job_id']} ({job['name']}): purged at {at}, was {job['was']}; its keys are gone",
+                      soft_wrap=True, markup=False)
+        return
     now = int(time.time() * 1000)
     took = ((job["ended_at"] or now) - job["submitted_at"]) / 1000
     color = {"FINISHED": "green", "FAILED": "red", "CANCELED": "yellow"}.get(job["status"], "cyan")

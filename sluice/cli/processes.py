@@ -36,6 +36,12 @@ def serve_metrics(process, role: str, port: int, host: str) -> None:
         process.logger.info("serving metrics", url=endpoint.url)
 
 
+INBOX_RETENTION = click.option(
+    "--inbox-retention", envvar="SLUICE_INBOX_RETENTION_MS", default=600_000, show_default=True, type=click.IntRange(0),
+    help="Milliseconds of consumed (and delivered) traffic its inbox (and outboxes) keep for `sluice inspect tail` "
+         "before they are trimmed.")
+
+
 @click.command()
 @click.option("--id", "jm_id", default=None, help="JobManager id (default: host and a random suffix).")
 @click.option("--storage-root", envvar="SLUICE_STORAGE_ROOT", default=None,
@@ -47,10 +53,12 @@ def serve_metrics(process, role: str, port: int, host: str) -> None:
 @click.option("--deploy-timeout", envvar="SLUICE_DEPLOY_TIMEOUT_S", default=60, show_default=True,
               type=click.IntRange(1), help="Seconds a deployment may go unanswered (its TaskManager does not "
                                            "report holding it) before the attempt fails and runs again.")
+@INBOX_RETENTION
 @metrics_options("jobmanager")
 @click.pass_obj
 def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_timeout: int,
-               checkpoint_interval: int, deploy_timeout: int, metrics_port: int, metrics_host: str) -> None:
+               checkpoint_interval: int, deploy_timeout: int, inbox_retention: int, metrics_port: int,
+               metrics_host: str) -> None:
     """Run a JobManager: it leads when it holds the lease, and stands by otherwise."""
     from sluice.services.jobmanager import JobManager
     from sluice.services.jobs.core import JobsConfig
@@ -67,7 +75,7 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
                     jobs_config=JobsConfig(slot_timeout_ms=slot_timeout * 1000,
                                            deploy_timeout_ms=deploy_timeout * 1000),
                     lease_ttl_ms=s.lease_ttl_ms, jm_id=jm_id, storage_root=root,
-                    checkpoint_interval_ms=checkpoint_interval)
+                    checkpoint_interval_ms=checkpoint_interval, inbox_retention_ms=inbox_retention)
     serve_metrics(jm, "jobmanager", metrics_port, metrics_host)
     jm.run(stop_on_signals())
 
@@ -93,11 +101,12 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
               help="How many slots share that server, all TaskManagers together (default: this one's slots).")
 @click.option("--no-execute", is_flag=True, hidden=True,
               help="Acknowledge and finish tasks without running them (control-plane benchmarks).")
+@INBOX_RETENTION
 @metrics_options("taskmanager")
 @click.pass_obj
 def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | None, spark: str | None,
                 io_rate: float, task_partitions: int | None, spark_cores: int | None, spark_slots: int | None,
-                no_execute: bool, metrics_port: int, metrics_host: str) -> None:
+                no_execute: bool, inbox_retention: int, metrics_port: int, metrics_host: str) -> None:
     """Run a TaskManager: register with the leader, run tasks on one RQ worker per slot,
     heartbeat, and unregister on SIGTERM."""
     from sluice.services.taskmanager import RegistrationConfig, TaskManager
@@ -108,7 +117,7 @@ def taskmanager(obj: Context, slots: int, resource_id: str | None, host: str | N
                                                jobmanager_timeout_ms=s.heartbeat_timeout_ms),
                      home=s.home, redis_url=obj.url, execute=not no_execute, spark_remote=spark,
                      io_rate=io_rate, task_partitions=task_partitions, spark_cores=spark_cores,
-                     spark_slots=spark_slots)
+                     spark_slots=spark_slots, inbox_retention_ms=inbox_retention)
     serve_metrics(tm, "taskmanager", metrics_port, metrics_host)
     sys.exit(tm.run(stop_on_signals()))
 

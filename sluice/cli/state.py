@@ -1,6 +1,6 @@
 """Queryable state from the command line: ``sluice state get JOB NAME KEY`` and
-``sluice job dispose JOB``; the ``job`` group also holds ``export`` and ``import``
-(sluice/cli/job_archive.py).
+``sluice job dispose JOB``; the ``job`` group also holds ``purge`` (an ended job's keys
+removed, a tombstone left), ``export`` and ``import`` (sluice/cli/job_archive.py).
 
 ``sluice state get JOB NAME KEY --json`` prints one object (stable)::
 
@@ -16,8 +16,11 @@ JobManager: with the embedded cluster stopped, the command leads for the moment 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import click
 import orjson
@@ -70,15 +73,12 @@ def job() -> None:
     """One job's lifecycle beyond running it."""
 
 
-@job.command()
-@click.argument("job_id")
-@click.pass_obj
-def dispose(obj: Context, job_id: str) -> None:
-    """Release an ended job's queryable state (locations and data; the log stays)."""
-    from sluice.state import StateClient
+@contextlib.contextmanager
+def leading(obj: Context, log: Any) -> Iterator[None]:
+    """A JobManager leads inside (on a stopped embedded cluster: this process's, for the
+    moment a request to the leader takes)."""
     from sluice.store import current_leader
 
-    log = obj.log()
     stop, runner = threading.Event(), None
     if current_leader(log) is None and obj.settings.redis_url is None:
         from sluice.services.jobmanager import JobManager
@@ -87,11 +87,37 @@ def dispose(obj: Context, job_id: str) -> None:
         runner = threading.Thread(target=jm.run, args=(stop,), name="jobmanager", daemon=True)
         runner.start()
     try:
-        done = StateClient(log).dispose(job_id)
+        yield
     finally:
         stop.set()
         if runner is not None:
             runner.join(timeout=10)
+
+
+@job.command()
+@click.argument("job_id")
+@click.pass_obj
+def purge(obj: Context, job_id: str) -> None:
+    """Remove an ended job's keys entirely (facts, snapshots, tables, streams), leaving one
+    tombstone row: `sluice status JOB` then says when it was purged and how it had ended."""
+    from sluice.client import Client
+
+    log = obj.log()
+    with leading(obj, log):
+        done = Client(log).purge(job_id)
+    click.echo(f"job {job_id} ({done.name}) purged: it had ended {done.status.value}; its id stays taken")
+
+
+@job.command()
+@click.argument("job_id")
+@click.pass_obj
+def dispose(obj: Context, job_id: str) -> None:
+    """Release an ended job's queryable state (locations and data; the log stays)."""
+    from sluice.state import StateClient
+
+    log = obj.log()
+    with leading(obj, log):
+        done = StateClient(log).dispose(job_id)
     names = ", ".join(map(repr, done.names)) or "no queryable state"
     click.echo(f"job {job_id} disposed: {names} released, {len(done.state_ids)} state instance(s) deleted")
 

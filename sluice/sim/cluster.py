@@ -57,6 +57,7 @@ from .invariants import (
     check_job_result,
     check_kvstate,
     check_outboxes,
+    check_retention,
     normal_jobs,
     normal_membership,
 )
@@ -797,6 +798,10 @@ class Simulation:
     def _final_checks(self) -> None:
         self._check()
         check_outboxes(self)
+        leader = next((p.jm for p in self.jms if p.jm.leading and p.jm.replay is None
+                       and p.jm.committer.server == self.store.run_id), None)
+        if leader is not None:  # (a leader that has not yet seen a restart of Redis may be behind)
+            check_retention(self, leader)
         for job in self.sim_jobs:
             run = self.observer.jobs.jobs.get(job.job_id)
             if run is not None:

@@ -28,7 +28,7 @@ from sluice.store import EventLog, tag_of
 if TYPE_CHECKING:
     from .cluster import Simulation
 
-__all__ = ["Observer", "Violation", "normal_jobs", "normal_membership"]
+__all__ = ["Observer", "Violation", "normal_jobs", "normal_membership", "check_retention"]
 
 
 class Violation(BaseException):
@@ -163,11 +163,45 @@ def check_outboxes(sim: Simulation) -> None:
             if _order(entry_id) > upto:
                 break
             target = fields.get(b"to")
-            if target is None or entry_id in parked:
+            if target is None or entry_id in parked or _released(sim, target.decode()):
                 continue
             if (stream, entry_id) not in seen:
                 raise Violation(f"outbox entry {entry_id} of {stream} (to {target.decode()[:60]}) is behind the "
                                 f"cursor {cursor.decode()} but was never delivered")
+
+
+def _released(sim: Simulation, inbox: str) -> bool:
+    """Whether ``inbox`` is an ended job's: released with its transport once archived
+    (services/jobmanager/retention.py), what was delivered there went with it."""
+    job_id = sim.keys.job_id_of(tag_of(inbox))
+    run = sim.observer.jobs.jobs.get(job_id) if job_id is not None else None
+    return run is not None and run.status in TERMINAL_JOB
+
+
+def check_retention(sim: Simulation, leader: Any) -> None:
+    """After settling: an archived job's transport streams are gone, and no inbox the leader
+    serves keeps acknowledged entries older than its retention (and a sweep)."""
+    from sluice.services.jobmanager.retention import SWEEP_EVERY_MS, subtask_inboxes
+
+    keys, streams = sim.keys, set(sim.store.streams())
+    snapshots = getattr(leader, "snapshots", None)
+    for job_id in snapshots.archived if snapshots is not None else ():
+        run = sim.observer.jobs.jobs.get(job_id)
+        if run is None or run.ended_at is None:
+            continue
+        # (a message sent to the job after its release makes its inbox again: a stray, kept)
+        kept = [k for k in keys.transport(keys.job(job_id), subtask_inboxes(keys, run))
+                if k in streams and any(_order(i)[0] < run.ended_at for i, _ in sim.store.entries(k)[:1])]
+        if kept:
+            raise Violation(f"job {job_id} is archived but its transport streams are still there: {kept}")
+    horizon = (max(sim.world.now - leader.inbox_retention_ms - 2 * SWEEP_EVERY_MS, 0), 0)
+    for inbox in [leader.inbox, *(keys.inbox(keys.job(j)) for j in leader.state.jobs.jobs)]:
+        state = sim.observer.reader.group_state(inbox, leader.group)
+        entries = sim.store.entries(inbox) if state is not None else []
+        bound = min(_order(state.last_delivered), _order(state.min_pending), horizon) if state and state.min_pending \
+            else min(_order(state.last_delivered), horizon) if state else (0, 0)
+        if entries and _order(entries[0][0]) < bound:
+            raise Violation(f"{inbox} keeps acknowledged entries older than its retention: {entries[0][0]}")
 
 
 def _order(entry_id: str) -> tuple[int, int]:

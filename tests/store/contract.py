@@ -340,6 +340,57 @@ class LogContract:
         assert len(c.pending()) == 2 and len(c.read(block_ms=None)) == 2
         assert log.trim_consumed(inbox, "jm", keep_ms=3_600_000, now_ms=int(time.time() * 1000)) == 0
 
+    def test_an_outbox_is_trimmed_up_to_its_cursor_never_past_it(self, log: EventLog) -> None:
+        tag = log.keys.job("j1")
+        outbox, target = log.keys.outbox(tag), log.keys.inbox(log.keys.taskmanager("tm-1"))
+        res = log.commit(tag, 1, [Out(outbox, env(heartbeat(rid=f"r{i}")), to=target) for i in range(5)])
+        far_future = int(time.time() * 1000) + 3_600_000
+        assert log.trim_delivered(tag, keep_ms=0, now_ms=far_future) == 0  # no cursor: nothing delivered
+        log.backend.set(log.keys.outbox_cursor(tag), res.ids[2].encode())  # 0..2 delivered
+        assert log.trim_delivered(tag, keep_ms=3_600_000, now_ms=int(time.time() * 1000)) == 0  # all recent
+        assert log.trim_delivered(tag, keep_ms=0, now_ms=far_future) == 2
+        assert [i for i, _ in log.replay_raw(outbox)] == list(res.ids[2:])  # the cursor's own entry stays
+        assert Deliverer(log, tag).deliver() == 2  # recovery delivers the rest from the cursor
+        assert log.length(target) == 2
+
+    def test_a_read_stream_is_trimmed_through_the_last_entry_read_and_keeps_what_came_after(
+            self, log: EventLog) -> None:
+        stream = log.keys.task_inbox(log.keys.job("j1"), "src", 0)
+        ids = log.append_batch(stream, [env(heartbeat()) for _ in range(3)])
+        later = log.append(stream, env(heartbeat()))  # appended after the reader's last look
+        far_future = int(time.time() * 1000) + 3_600_000
+        assert log.trim_read(stream, ids[-1], keep_ms=0, now_ms=far_future) == 3
+        assert [i for i, _ in log.replay_raw(stream)] == [later]
+        assert log.trim_read("{nothing}:inbox", ids[-1], keep_ms=0, now_ms=far_future) == 0
+
+    def test_hdel_and_scan_keys(self, log: EventLog) -> None:
+        b, tag = log.backend, log.keys.job("j1")
+        b.hset(log.keys.delivered(tag), {"a": b"1", "b": b"2"})
+        assert b.hdel(log.keys.delivered(tag), "a", "zz") == 1 and b.hdel("{nothing}:delivered", "a") == 0
+        assert b.hkeys(log.keys.delivered(tag)) == [b"b"]
+        assert b.hdel(log.keys.delivered(tag), "b") == 1 and not b.exists(log.keys.delivered(tag))
+        log.append(log.keys.inbox(tag), env(heartbeat()))
+        b.set(log.keys.fence(tag), b"1")
+        b.set(log.keys.fence(log.keys.job("j10")), b"1")  # another job whose id begins alike
+        assert sorted(b.scan_keys(log.keys.tag_pattern(tag))) == sorted([log.keys.inbox(tag), log.keys.fence(tag)])
+
+    def test_a_tags_transport_and_then_all_its_keys_are_deleted_and_a_tombstone_stays(self, log: EventLog) -> None:
+        from sluice.store.purge import Tombstones, delete_tag, release_transport
+
+        keys, tag, other = log.keys, log.keys.job("j1"), log.keys.taskmanager("tm-1")
+        task = keys.task_inbox(tag, "src", 0)
+        for stream in (keys.inbox(tag), keys.outbox(tag), task, keys.facts(tag)):
+            log.append(stream, env(heartbeat()))
+        log.backend.set(keys.outbox_cursor(tag), b"1-0")
+        log.backend.hset(keys.delivered(other), {keys.outbox(tag): b"1-0", "else": b"1-0"})
+        assert release_transport(log, tag, [task], [other]) == 4
+        assert log.backend.scan_keys(keys.tag_pattern(tag)) == [keys.facts(tag)]  # the facts stay
+        assert log.backend.hkeys(keys.delivered(other)) == [b"else"]
+        assert delete_tag(log, tag) == 1 and log.backend.scan_keys(keys.tag_pattern(tag)) == []
+        Tombstones(log).write("j1", {"status": "FINISHED", "purged_at": 5})
+        assert Tombstones(log).read("j1") == {"status": "FINISHED", "purged_at": 5}
+        assert Tombstones(log).read("j2") is None and list(Tombstones(log).all()) == ["j1"]
+
     # --- leadership --------------------------------------------------------------------------
 
     def test_the_lease_has_one_holder_and_every_takeover_raises_the_epoch(self, log: EventLog) -> None:
