@@ -94,6 +94,7 @@ _BAD_MAXLEN = "The MAXLEN argument must be >= 0."
 _DOLLAR_IN_GROUP = ("The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this "
                     "consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just "
                     "return an empty result set.")
+_GT_OUTSIDE_GROUP = "The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option."
 
 
 
@@ -1100,6 +1101,8 @@ class MemoryBackend(Backend):
         plan: list[tuple[str, _Stream, Id]] = []
         for stream, position in positions.items():
             s = self.store._stream(stream, now)
+            if position == ">":
+                raise CommandError(_GT_OUTSIDE_GROUP)
             after = (s.last if s is not None else (0, 0)) if position == "$" else _parse_id(position)
             if s is not None:
                 plan.append((stream, s, after))

@@ -286,6 +286,7 @@ ERROR_PATHS: dict[str, tuple[str, str, tuple, dict]] = {
     "xread: a key of another kind": ("WrongType", "xread", ({"STR": "0"},), {"count": 5, "block_ms": None}),
     "xread: an invalid id": ("CommandError", "xread", ({"S": "x"},), {"count": 5, "block_ms": None}),
     "xread: an invalid id of a missing stream": ("CommandError", "xread", ({"E": "x"},), {"count": 5, "block_ms": None}),
+    "xread: > outside a group": ("CommandError", "xread", ({"S": ">"},), {"count": 5, "block_ms": None}),
     "xread: COUNT 0 is no limit": ("ok", "xread", ({"S": "0"},), {"count": 0, "block_ms": None}),
     "xread: $ of a missing stream": ("ok", "xread", ({"E": "$", "S": "$"},), {"count": 5, "block_ms": None}),
     "xtrim_minid: a key of another kind": ("WrongType", "xtrim_minid", ("STR", "1-0"), {}),
