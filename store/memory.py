@@ -1149,7 +1149,8 @@ class MemoryBackend(Backend):
                           "to use the MKSTREAM option to create an empty stream automatically.")
         if group not in s.groups:
             raise NoGroup(f"NOGROUP No such consumer group '{group}' for key name '{stream}'")
-        self.store._do(_op_setid, stream, group, s.last if start == "$" else _parse_id(start))
+        # (SETID takes '-' and '+' too, which CREATE refuses)
+        self.store._do(_op_setid, stream, group, s.last if start == "$" else _parse_bound(start))
 
     def group_state(self, stream: str, group: str) -> GroupState | None:
         now = self._enter()
