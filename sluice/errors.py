@@ -17,7 +17,8 @@
      │    ├── ScriptError            a Lua script answered with an error we did not expect
      │    ├── ScriptFailed           a script's error reply, as the backend saw it
      │    ├── NoGroup                a consumer group (or its stream) is gone
-     │    └── CommandError           the in-memory store refused a command (WRONGTYPE, ...)
+     │    └── CommandError           a command's error reply (an invalid id, READONLY, ...)
+     │         └── WrongType         WRONGTYPE: the key holds another kind of value
      ├── ConfigError                 a setting is missing or wrong
      ├── InvalidJobGraph             a JobGraph that cannot run (every problem listed)
      ├── JobNotFound                 no such job in this cluster
@@ -299,9 +300,10 @@ class NoGroup(StoreError):
 
 
 class CommandError(StoreError):
-    """The in-memory store answered a command with an error (e.g. WRONGTYPE); ``text`` is
-    the error as redis-py shows it (a leading ``ERR `` dropped). Through redis-py the same
-    error is a ``redis.ResponseError``."""
+    """The server answered a command with an error (an invalid stream id, READONLY, ...):
+    both backends raise it, the Redis one ``from`` redis-py's ``ResponseError``; ``text`` is
+    the error as redis-py shows it (a leading ``ERR `` dropped). A missing group is NoGroup
+    instead, and WRONGTYPE this class's WrongType."""
 
     def __init__(self, text: str) -> None:
         self.text = text

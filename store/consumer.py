@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sluice.errors import DecodeError, WrongType
 from sluice.events import Envelope, decode_fields
 
-from .backend import Fields, NoGroup
+from .backend import Fields, NoGroup, ScriptFailed
 from .keys import tag_of
 from .log import EventLog, entry_order
 
@@ -226,6 +226,8 @@ class GroupConsumer:
             self._ensure(s, "$")
             try:
                 self.log.backend.group_setid(s, self.group, "$")
+            except NoGroup:  # deleted (or clobbered, set aside and made again) since: the group again, at its end
+                self._ensure(s, "$")
             except WrongType:  # clobbered since: made again, empty (its end is its start)
                 self.set_aside([s])
         while True:
@@ -235,7 +237,10 @@ class GroupConsumer:
             for s in self.streams:
                 ids = [e.id for e in stale if e.stream == s]
                 if ids:
-                    self.ack(*ids, stream=s)
+                    try:
+                        self.ack(*ids, stream=s)
+                    except WrongType:  # clobbered since: what was pending went with it
+                        self.set_aside([s])
 
     def _read(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
         return self._read_from({s: start for s in self.streams}, count, block_ms)
@@ -303,8 +308,17 @@ class GroupConsumer:
         return out
 
     def dead_letter(self, entry_id: str, fields: dict, error: DecodeError, *, stream: str | None = None) -> None:
-        """Park an entry (with why) in its tag's dead-letter stream and acknowledge it."""
+        """Park an entry (with why) in its tag's dead-letter stream and acknowledge it. An
+        inbox deleted or clobbered since it was read (the script's XPENDING answers NOGROUP
+        or WRONGTYPE) has nothing left to acknowledge: the entry is parked all the same."""
         stream = stream or self.stream
-        dead_letter(self.log, stream, self.group, entry_id, fields, error.kind, error.reason)
+        try:
+            dead_letter(self.log, stream, self.group, entry_id, fields, error.kind, error.reason)
+        except ScriptFailed as exc:
+            if not exc.text.startswith(("NOGROUP", "WRONGTYPE")):
+                raise
+            if exc.text.startswith("WRONGTYPE"):
+                self.set_aside([stream])  # made again, empty, with the group
+            dead_letter(self.log, stream, "", entry_id, fields, error.kind, error.reason)
         if self._on_dead is not None:
             self._on_dead(stream, entry_id, error)

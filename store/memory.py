@@ -90,6 +90,11 @@ _MAX = (1 << 64) - 1
 _WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 _BAD_ID = "Invalid stream ID specified as stream command argument"
 _NOT_INT = "value is not an integer or out of range"
+_BAD_MAXLEN = "The MAXLEN argument must be >= 0."
+_DOLLAR_IN_GROUP = ("The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this "
+                    "consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just "
+                    "return an empty result set.")
+_GT_OUTSIDE_GROUP = "The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option."
 
 
 
@@ -312,16 +317,20 @@ def _parse_id(text: str, missing_seq: int = 0) -> Id:
     return pair
 
 
+def _parse_bound(text: str, missing_seq: int = 0) -> Id:
+    """An interval's bound as Redis parses it: ``-`` (the least id), ``+`` (the greatest), an
+    id (``ms`` alone: sequence ``missing_seq``, 0 for a start and the greatest for an end)."""
+    return (0, 0) if text == "-" else (_MAX, _MAX) if text == "+" else _parse_id(text, missing_seq)
+
+
 def _parse_start(text: str) -> Id:
-    """A range start: ``-``, an id, or ``(id`` (exclusive)."""
-    if text == "-":
-        return (0, 0)
+    """A range start: ``-``, ``+``, an id, or ``(id`` (exclusive)."""
     if text.startswith("("):
         ms, seq = _parse_id(text[1:])
         if (ms, seq) == (_MAX, _MAX):
             raise CommandError("invalid start ID for the interval")
         return (ms, seq + 1) if seq < _MAX else (ms + 1, 0)
-    return _parse_id(text)
+    return _parse_bound(text)
 
 
 def _fmt(entry: Id) -> str:
@@ -726,10 +735,13 @@ class MemoryStore:
         return len(gone)
 
     def _is_pending(self, key: str, group: str, entry: str, now: int) -> bool:
-        """``#XPENDING key group id id 1 == 1``."""
-        parsed = _parse_id(entry)
+        """``#XPENDING key group id id 1 == 1``: the id is an interval's two bounds (``-`` and
+        ``+`` too; ``ms`` alone is every id of that millisecond), parsed before the group is
+        looked for."""
+        start, end = _parse_bound(entry), _parse_bound(entry, _MAX)
         _, g = self._group(key, group, now)
-        return parsed in g.pel
+        i = bisect.bisect_left(g.order, start)
+        return i < len(g.order) and g.order[i] <= end
 
     # --- the scripts, ported from store/scripts.py (read them side by side) -------------
 
@@ -1035,6 +1047,8 @@ class MemoryBackend(Backend):
     def xadd(self, stream: str, fields: Mapping[bytes, bytes], *, maxlen: int | None = None) -> str:
         if not fields:
             raise CommandError("wrong number of arguments for 'xadd' command")
+        if maxlen is not None and maxlen < 0:
+            raise CommandError(_BAD_MAXLEN)
         now = self._enter()
         return self.store._xadd(stream, {_b(k): _b(v) for k, v in fields.items()}, now, maxlen)
 
@@ -1093,20 +1107,22 @@ class MemoryBackend(Backend):
         plan: list[tuple[str, _Stream, Id]] = []
         for stream, position in positions.items():
             s = self.store._stream(stream, now)
+            if position == ">":
+                raise CommandError(_GT_OUTSIDE_GROUP)
             after = (s.last if s is not None else (0, 0)) if position == "$" else _parse_id(position)
             if s is not None:
                 plan.append((stream, s, after))
         out: list[tuple[str, str, Fields]] = []
         for stream, s, after in plan:
             i = bisect.bisect_right(s.ids, after)
-            for k in range(i, min(i + count, len(s.ids))):
+            for k in range(i, min(i + count, len(s.ids)) if count > 0 else len(s.ids)):  # COUNT 0: no limit
                 out.append((stream, s.sids[k], dict(s.fields[k])))
         return out
 
     def xtrim_minid(self, stream: str, minid: str) -> int:
         now = self._enter()
+        cut = _parse_id(minid)  # (an invalid id is refused before the key's type is looked at)
         s = self.store._stream(stream, now, write=True)
-        cut = _parse_id(minid)
         if s is None:
             return 0
         n = bisect.bisect_left(s.ids, cut)
@@ -1144,7 +1160,8 @@ class MemoryBackend(Backend):
                           "to use the MKSTREAM option to create an empty stream automatically.")
         if group not in s.groups:
             raise NoGroup(f"NOGROUP No such consumer group '{group}' for key name '{stream}'")
-        self.store._do(_op_setid, stream, group, s.last if start == "$" else _parse_id(start))
+        # (SETID takes '-' and '+' too, which CREATE refuses)
+        self.store._do(_op_setid, stream, group, s.last if start == "$" else _parse_bound(start))
 
     def group_state(self, stream: str, group: str) -> GroupState | None:
         now = self._enter()
@@ -1170,6 +1187,8 @@ class MemoryBackend(Backend):
         plan: list[tuple[str, _Stream, _Group, Id | None]] = []
         for stream, position in streams.items():  # every stream is checked before any is read
             s, g = store._group(stream, group, now, " in XREADGROUP with GROUP option")
+            if position == "$":
+                raise CommandError(_DOLLAR_IN_GROUP)
             plan.append((stream, s, g, None if position == ">" else _parse_id(position)))
         out: list[tuple[str, str, Fields | None]] = []
         for stream, s, g, after in plan:
@@ -1218,10 +1237,10 @@ class MemoryBackend(Backend):
                    count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
         now = self._enter()
         store = self.store
-        s, g = store._group(stream, group, now)
-        first = _parse_start(start)
+        first = _parse_start(start)  # (the arguments are refused before the key and the group are looked at)
         if count <= 0:
             raise CommandError("COUNT must be > 0")
+        s, g = store._group(stream, group, now)
         attempts = count * 10
         order, pel = g.order, g.pel
         i = bisect.bisect_left(order, first)

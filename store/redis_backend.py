@@ -1,18 +1,23 @@
 """The backend every Sluice process uses: a real Redis through redis-py.
 
 Connection failures become :class:`~sluice.errors.RedisUnavailable` naming what we were
-doing; error replies of scripts become :class:`~sluice.store.backend.ScriptFailed`.
+doing; error replies of scripts become :class:`~sluice.store.backend.ScriptFailed`; error
+replies of commands become what the in-memory twin raises for them (``_refusal``):
+WRONGTYPE :class:`~sluice.errors.WrongType`, a missing group or stream
+:class:`~sluice.errors.NoGroup`, anything else :class:`~sluice.errors.CommandError`, so a
+caller handles one set of errors whichever backend it runs on (tests/store/test_twin_vs_redis.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import redis
 
-from sluice.errors import PartlyAppended, RedisUnavailable, WrongType
+from sluice.errors import CommandError, PartlyAppended, RedisUnavailable, StoreError, WrongType
 
 from . import scripts
 from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptCall, ScriptFailed
@@ -60,11 +65,32 @@ def _xadd(stream: str, fields: Mapping[bytes, bytes], maxlen: int | None) -> lis
     return command
 
 
-def _wrong_type(exc: redis.ResponseError) -> None:
-    """Raise WrongType for Redis's WRONGTYPE (the key holds another kind of value) to a
-    command (a script's, which names its script, stays the script's failure)."""
-    if str(exc).startswith("WRONGTYPE") and "script:" not in str(exc):
-        raise WrongType(str(exc)) from exc
+_IN_PIPELINE = re.compile(r"Command # \d+ \(.*?\) of pipeline caused error: ", re.DOTALL)
+_NO_KEY = "The XGROUP subcommand requires the key to exist"
+
+
+def _refusal(exc: redis.ResponseError) -> StoreError:
+    """The error a command's error reply means, as the in-memory twin raises it (raise it
+    ``from exc``): WRONGTYPE is WrongType; NOGROUP, XGROUP's missing key and a blocked read
+    whose stream was deleted (UNBLOCKED) are NoGroup; anything else (an invalid id or
+    argument, READONLY, OOM, ...) is CommandError. Its text is Redis's (redis-py's prefix
+    naming a transaction's command dropped)."""
+    text = _IN_PIPELINE.sub("", str(exc), count=1)
+    if text.startswith("WRONGTYPE"):
+        return WrongType(text)
+    if text.startswith(("NOGROUP", "UNBLOCKED", _NO_KEY)):
+        return NoGroup(text)
+    return CommandError(text)
+
+
+@contextlib.contextmanager
+def _command(what: str) -> Iterator[None]:
+    """``translate_errors``, and a command's error reply raised as ``_refusal`` says."""
+    with translate_errors(what):
+        try:
+            yield
+        except redis.ResponseError as exc:
+            raise _refusal(exc) from exc
 
 
 class RedisBackend(Backend):
@@ -104,11 +130,11 @@ class RedisBackend(Backend):
 
     # --- strings and hashes ---
     def get(self, key: str) -> bytes | None:
-        with translate_errors(f"reading {key}"):
+        with _command(f"reading {key}"):
             return cast("bytes | None", self.client.get(key))
 
     def set(self, key: str, value: bytes, *, nx: bool = False) -> bool:
-        with translate_errors(f"writing {key}"):
+        with _command(f"writing {key}"):
             return bool(self.client.set(key, value, nx=nx))
 
     def exists(self, *keys: str) -> int:
@@ -122,21 +148,21 @@ class RedisBackend(Backend):
             return int(self.client.delete(*keys))
 
     def hget(self, key: str, field: str) -> bytes | None:
-        with translate_errors(f"reading {key}"):
+        with _command(f"reading {key}"):
             return cast("bytes | None", self.client.hget(key, field))
 
     def hgetall(self, key: str) -> dict[bytes, bytes]:
-        with translate_errors(f"reading {key}"):
+        with _command(f"reading {key}"):
             return dict(cast("dict[bytes, bytes]", self.client.hgetall(key)))
 
     def hkeys(self, key: str) -> list[bytes]:
-        with translate_errors(f"reading {key}"):
+        with _command(f"reading {key}"):
             return list(cast("list[bytes]", self.client.hkeys(key)))
 
     def hset(self, key: str, mapping: Mapping[str, bytes]) -> int:
         if not mapping:
             return 0
-        with translate_errors(f"writing {key}"):
+        with _command(f"writing {key}"):
             return int(self.client.hset(key, mapping=_arg(mapping)))
 
     def hdel(self, key: str, *fields: str) -> int:
@@ -146,7 +172,7 @@ class RedisBackend(Backend):
             return int(self.client.hdel(key, *fields))
 
     def get_and_hgetall(self, key: str, hash_key: str) -> tuple[bytes | None, dict[bytes, bytes]]:
-        with translate_errors(f"reading {key} and {hash_key}"):
+        with _command(f"reading {key} and {hash_key}"):
             pipe = self.client.pipeline(transaction=True)
             pipe.get(key)
             pipe.hgetall(hash_key)
@@ -154,7 +180,7 @@ class RedisBackend(Backend):
         return value, dict(rows)
 
     def hgetall_with_ttl(self, key: str) -> tuple[dict[bytes, bytes], int]:
-        with translate_errors(f"reading {key}"):
+        with _command(f"reading {key}"):
             pipe = self.client.pipeline(transaction=True)
             pipe.hgetall(key)
             pipe.pttl(key)
@@ -167,9 +193,10 @@ class RedisBackend(Backend):
         as Redis sends them (RESP2), without redis-py's per-command machinery: the calls every
         message makes (append, acknowledge, read a batch) spend a third of their CPU there,
         and a 2 x 10,000 deployment makes some 250,000 of them. The first error reply raises
-        (redis.ResponseError) once every reply is read, so the connection stays usable;
+        (as ``_refusal`` says) once every reply is read, so the connection stays usable;
         anything else drops the connection (its replies are unknown). ``check=False``: error
-        replies are returned in their commands' places instead."""
+        replies are returned in their commands' places instead (``check``: the first is
+        raised as ``_refusal`` says)."""
         pool = self.client.connection_pool
         with translate_errors(what):
             conn = pool.get_connection()
@@ -192,8 +219,7 @@ class RedisBackend(Backend):
             finally:
                 pool.release(conn)
         if error is not None and check:
-            _wrong_type(error)
-            raise error
+            raise _refusal(error) from error
         return replies
 
     # --- streams ---
@@ -212,14 +238,14 @@ class RedisBackend(Backend):
             *queued, done = self._raw(what, [("MULTI",), *commands, ("EXEC",)], check=False)[1:]
             refused = next((r for r in queued if isinstance(r, redis.ResponseError)), None)
             if refused is not None:  # refused before it ran (the transaction is aborted): nothing was appended
-                raise refused
+                raise _refusal(refused) from refused
             if isinstance(done, redis.ResponseError):
-                raise done
+                raise _refusal(done) from done
             replies = list(done)
         errors = {i: str(r) for i, r in enumerate(replies) if isinstance(r, redis.ResponseError)}
         other = next((i for i, text in errors.items() if not text.startswith("WRONGTYPE")), None)
         if other is not None:  # READONLY, OOM, ...: not a refusal of one key (the caller sends them all again)
-            raise replies[other]
+            raise _refusal(replies[other]) from replies[other]
         if errors:
             raise PartlyAppended([None if i in errors else _s(r) for i, r in enumerate(replies)], errors)
         return [_s(i) for i in replies]
@@ -229,31 +255,31 @@ class RedisBackend(Backend):
         millions of entries; that is a third of its cost)."""
         start = "(" + after if after not in (None, "0", "0-0", "-") else "-"
         batch = self._raw(f"reading {stream}", [("XRANGE", stream, start, "+", "COUNT", count)])[0]
-        return [(raw_id.decode(), _fields(flat)) for raw_id, flat in batch]
+        return [(raw_id.decode(), _fields(flat)) for raw_id, flat in batch or ()]  # (COUNT 0: a null reply)
 
     def last_id(self, stream: str) -> str | None:
-        with translate_errors(f"reading {stream}"):
+        with _command(f"reading {stream}"):
             last = cast(_Entries, self.client.xrevrange(stream, "+", "-", count=1))
         return _s(last[0][0]) if last else None
 
     def xlen(self, stream: str) -> int:
-        with translate_errors(f"reading {stream}"):
+        with _command(f"reading {stream}"):
             return int(self.client.xlen(stream))
 
     def xread(self, positions: Mapping[str, str], *, count: int, block_ms: int | None) -> list[tuple[str, str, Fields]]:
         if not positions:
             return []
-        with translate_errors("following " + ", ".join(positions)):
-            try:
-                reply = cast("list[tuple[bytes, _Entries]] | None",
-                             self.client.xread(_arg(positions), count=count, block=block_ms or None))
-            except redis.ResponseError as exc:
-                _wrong_type(exc)
-                raise
-        return [(_s(stream), _s(raw_id), fields) for stream, entries in reply or () for raw_id, fields in entries]
+        command: list[Any] = ["XREAD", "COUNT", count]
+        if block_ms:  # 0 means "don't wait" here (to Redis, BLOCK 0 waits for ever)
+            command += ("BLOCK", block_ms)
+        command += ("STREAMS", *positions.keys(), *positions.values())
+        reply = self._raw("following " + ", ".join(positions), [command])[0]
+        return [(_s(stream), raw_id.decode(), _fields(flat))
+                for stream, entries in (reply.items() if isinstance(reply, dict) else reply or ())  # RESP3: a map
+                for raw_id, flat in entries]
 
     def xtrim_minid(self, stream: str, minid: str) -> int:
-        with translate_errors(f"trimming {stream}"):
+        with _command(f"trimming {stream}"):
             return int(self.client.xtrim(stream, minid=minid, approximate=False))
 
     def scan_streams(self, pattern: str) -> list[str]:
@@ -266,21 +292,16 @@ class RedisBackend(Backend):
 
     # --- consumer groups ---
     def group_create(self, stream: str, group: str, start: str) -> None:
-        with translate_errors(f"creating group {group} on {stream}"):
+        with _command(f"creating group {group} on {stream}"):
             try:
                 self.client.xgroup_create(stream, group, id=start, mkstream=True)
             except redis.ResponseError as exc:
-                _wrong_type(exc)
-                if "BUSYGROUP" not in str(exc):
+                if not str(exc).startswith("BUSYGROUP"):
                     raise
 
     def group_setid(self, stream: str, group: str, start: str) -> None:
-        with translate_errors(f"moving group {group} on {stream}"):
-            try:
-                self.client.xgroup_setid(stream, group, start)
-            except redis.ResponseError as exc:
-                _wrong_type(exc)
-                raise
+        with _command(f"moving group {group} on {stream}"):  # NoGroup: the group or its stream is gone
+            self.client.xgroup_setid(stream, group, start)
 
     def group_state(self, stream: str, group: str) -> GroupState | None:
         with translate_errors(f"reading group {group} of {stream}"):
@@ -291,7 +312,10 @@ class RedisBackend(Backend):
             mine = [g for g in groups if _s(g["name"]) == group]
             if not mine:
                 return None
-            pending = self.client.xpending(stream, group)
+            try:
+                pending = self.client.xpending(stream, group)
+            except redis.ResponseError:
+                return None  # gone (or made another kind of key) since
         count = int(pending.get("pending") or 0) if pending else 0
         return GroupState(_s(mine[0]["last-delivered-id"]), count,
                           _s(pending["min"]) if count else None)
@@ -328,11 +352,8 @@ class RedisBackend(Backend):
             reply = replies[len(acks)]
             if isinstance(reply, redis.ResponseError):
                 raise reply
-        except redis.ResponseError as exc:
-            if "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc):  # a stream deleted while we read
-                raise NoGroup(str(exc)) from exc
-            _wrong_type(exc)
-            raise
+        except redis.ResponseError as exc:  # NoGroup too for a stream deleted while we read (UNBLOCKED)
+            raise _refusal(exc) from exc
         out: list[tuple[str, str, Fields | None]] = []
         for stream, entries in (reply.items() if isinstance(reply, dict) else reply or ()):  # RESP3: a map
             name = _s(stream)
@@ -349,17 +370,11 @@ class RedisBackend(Backend):
 
     def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
                    count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
-        with translate_errors(f"reclaiming from {stream}"):
-            try:
-                reply = self.client.xautoclaim(stream, group, consumer, min_idle_time=min_idle_ms, start_id=start,
-                                               count=count)
-            except redis.ResponseError as exc:
-                if "NOGROUP" in str(exc):
-                    raise NoGroup(str(exc)) from exc
-                _wrong_type(exc)
-                raise
-        entries = [(_s(raw_id), fields if fields else None) for raw_id, fields in reply[1]]
-        return _s(reply[0]), entries
+        # Through ``_raw``: the server judges the arguments (redis-py refuses some itself).
+        command = ("XAUTOCLAIM", stream, group, consumer, min_idle_ms, start, "COUNT", count)
+        cursor, claimed, *_ = self._raw(f"reclaiming from {stream}", [command])[0]
+        entries = [(raw_id.decode(), _fields(flat) if flat else None) for raw_id, flat in claimed]
+        return _s(cursor), entries
 
     def xack(self, stream: str, group: str, ids: Sequence[str]) -> int:
         if not ids:
@@ -373,13 +388,12 @@ class RedisBackend(Backend):
         with the script's text (EVAL, which caches it again)."""
         script = self._scripts[name]
         what = f"running script {name} on {keys[0] if keys else '?'}"
-        try:
-            try:
-                return self._raw(what, [("EVALSHA", script.sha, len(keys), *keys, *args)])[0]
-            except redis.exceptions.NoScriptError:
-                return self._raw(what, [("EVAL", script.script, len(keys), *keys, *args)])[0]
-        except redis.ResponseError as exc:
-            raise ScriptFailed(str(exc)) from exc
+        reply = self._raw(what, [("EVALSHA", script.sha, len(keys), *keys, *args)], check=False)[0]
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            reply = self._raw(what, [("EVAL", script.script, len(keys), *keys, *args)], check=False)[0]
+        if isinstance(reply, redis.ResponseError):
+            raise ScriptFailed(str(reply)) from reply
+        return reply
 
     def script_many(self, calls: Sequence[ScriptCall]) -> list[Any]:
         if not calls:

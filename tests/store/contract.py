@@ -251,6 +251,37 @@ class LogContract:
         assert len(seen) == 1 and inbox in str(seen[0][2])
         assert pending(log, inbox) == 1  # only the good one, not yet acked
 
+    @pytest.mark.parametrize("how", ["deleted", "clobbered"])
+    def test_an_undecodable_entry_whose_inbox_went_since_it_was_read_is_parked_all_the_same(
+            self, log: EventLog, how: str) -> None:
+        """The inbox deleted (or clobbered) between the read that found a bad entry and its
+        dead-lettering: the script's XPENDING answers NOGROUP (WRONGTYPE); nothing is left
+        to acknowledge, and the entry is parked all the same (a clobbered inbox set aside
+        and made again), and reading goes on."""
+        inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
+        log.backend.xadd(inbox, {b"junk": b"1"})
+
+        class Gone(Delegating):
+            def around(self, name: str, call: Any) -> Any:
+                if name == "script:dead_letter" and not self.inner.exists(inbox + ":done"):
+                    self.inner.set(inbox + ":done", b"1")
+                    self.inner.delete(inbox)
+                    if how == "clobbered":
+                        self.inner.set(inbox, b"someone else's")
+                return call()
+
+        told: list[tuple[str, str, str]] = []
+        gone = EventLog(Gone(log.backend), log.keys)
+        gone.on_set_aside = lambda *t: told.append(t)
+        consumer = GroupConsumer(gone, inbox, "taskmanager", "tm-1")
+        assert consumer.read(block_ms=None) == []
+        ((_, parked),) = list(log.replay_raw(log.keys.dead(log.keys.taskmanager("tm-1"))))
+        assert parked[b"stream"].decode() == inbox and parked[b"field:junk"] == b"1"
+        assert [t[:2] for t in told] == ([(inbox, "string")] if how == "clobbered" else [])
+        after = env(heartbeat())
+        log.append(inbox, after)
+        assert [e.envelope for e in consumer.read(block_ms=None)] == [after]
+
     @pytest.mark.parametrize("held", ["string", "hash"])
     def test_an_inbox_that_is_not_a_stream_is_set_aside_made_again_and_reading_goes_on(
         self, log: EventLog, held: str
@@ -898,6 +929,67 @@ class LogContract:
         assert b.group_state(empty, "g") == GroupState("0-0", 0, None)
         first = b.xadd(empty, {b"n": b"1"})
         assert [i for _, i, _ in b.xreadgroup("g", "a", {empty: ">"}, count=10, block_ms=None)] == [first]
+
+    @pytest.mark.parametrize("how", ["deleted", "clobbered"])
+    def test_skipping_to_the_end_survives_the_inbox_made_again_under_it(self, log: EventLog, how: str) -> None:
+        """A TaskManager's start (``skip_to_end``) makes its group at its inbox's end, then
+        moves it there. When the inbox goes between the two (deleted, or clobbered and set
+        aside by a writer) and a writer makes it again, the group is gone: it is made again
+        at the end, and nothing written before the start is delivered (issue 28, finding 4:
+        NOGROUP escaped the start; on Redis as a raw redis.ResponseError)."""
+        inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
+        log.append(inbox, env(heartbeat()))  # to an earlier session: void
+        between = env(heartbeat())
+
+        class MadeAgain(Delegating):
+            def around(self, name: str, call: Any) -> Any:
+                if name == "group_setid" and not log.backend.exists(inbox + ":done"):
+                    log.backend.set(inbox + ":done", b"1")
+                    if how == "deleted":
+                        log.backend.delete(inbox)
+                    else:
+                        log.backend.delete(inbox)
+                        log.backend.set(inbox, b"someone else's")
+                        log.set_aside([inbox], "")  # a writer's: the inbox left missing
+                    log.append(inbox, between)  # made again by a writer, without the group
+                return call()
+
+        consumer = GroupConsumer(EventLog(MadeAgain(log.backend), log.keys), inbox, "taskmanager", "tm-1")
+        consumer.skip_to_end()
+        assert consumer.read(block_ms=None) == []
+        after = env(heartbeat())
+        log.append(inbox, after)
+        assert [e.envelope for e in consumer.read(block_ms=None)] == [after]
+
+    def test_skipping_to_the_end_survives_the_inbox_clobbered_before_its_pending_entries_are_dropped(
+            self, log: EventLog) -> None:
+        """What an earlier session read and did not acknowledge is dropped; an inbox
+        clobbered just then (the acknowledgement answers WRONGTYPE) is set aside and made
+        again, and its pending entries went with it."""
+        inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
+        earlier = GroupConsumer(log, inbox, "taskmanager", "tm-1")
+        earlier.ensure_group()
+        log.append(inbox, env(heartbeat()))
+        assert len(earlier.read(block_ms=None)) == 1  # pending, never acknowledged
+
+        class Clobbered(Delegating):
+            def around(self, name: str, call: Any) -> Any:
+                if name == "xack" and self.inner.exists(inbox) and not self.inner.exists(inbox + ":done"):
+                    self.inner.set(inbox + ":done", b"1")
+                    self.inner.delete(inbox)
+                    self.inner.set(inbox, b"someone else's")
+                return call()
+
+        told: list[tuple[str, str, str]] = []
+        clobbered = EventLog(Clobbered(log.backend), log.keys)
+        clobbered.on_set_aside = lambda *t: told.append(t)
+        consumer = GroupConsumer(clobbered, inbox, "taskmanager", "tm-1")
+        consumer.skip_to_end()
+        assert [t[:2] for t in told] == [(inbox, "string")]
+        assert consumer.read(block_ms=None) == [] and pending(log, inbox, "taskmanager") == 0
+        after = env(heartbeat())
+        log.append(inbox, after)
+        assert [e.envelope for e in consumer.read(block_ms=None)] == [after]
 
     def test_xread_returns_entries_after_each_position(self, log: EventLog) -> None:
         b = log.backend

@@ -1,17 +1,17 @@
 """The in-memory store's own features, the ones the simulation injects faults with: lost
 writes at a restart (the AOF), connections reset by a restart, a store that is down, and
-determinism. Its Redis semantics are tested by the log contract (test_log_memory.py)."""
+determinism. Its Redis semantics are tested by the log contract (test_log_memory.py) and
+against a real Redis, call by call (test_twin_vs_redis.py)."""
 
 from __future__ import annotations
 
 import random
-import re
 
 import pytest
 
 from sluice.errors import RedisUnavailable, StoreRestarted
 from sluice.store import Consumed, Deliverer, EventLog, GroupConsumer, Keys, LeaderLease, Out
-from sluice.store.backend import Delegating, GroupState, ScriptFailed
+from sluice.store.backend import Delegating, ScriptFailed
 from sluice.store.memory import MemoryBackend, MemoryStore, PendingEntry
 from tests.helpers import env, heartbeat
 from tests.store.contract import registered
@@ -376,217 +376,6 @@ def test_a_fault_wrapper_sees_a_write_that_took_effect_but_whose_reply_was_lost(
     with pytest.raises(RedisUnavailable):
         log.append(log.keys.inbox(log.keys.cluster), env(heartbeat()))
     assert len(store.entries(log.keys.inbox(log.keys.cluster))) == 1
-
-# --- the same calls on Redis and on the memory store ----------------------------------------
-
-class Twins:
-    """Runs every call on a real Redis and on a memory store and compares the answers.
-
-    Entry ids differ (each server has its own clock), so after every call the entries of
-    each stream on the two servers are paired by position, and ids are translated through
-    that pairing (per stream: two streams can hold the same id). Nothing here depends on
-    time: idle times and TTLs are 0 or ten minutes."""
-
-    def __init__(self, redis_url: str, prefix: str) -> None:
-        from sluice.store import RedisBackend, connect
-
-        self.redis = RedisBackend(connect(redis_url))
-        self.clock = Clock(10 ** 9)
-        self.store = MemoryStore(self.clock)
-        self.memory = MemoryBackend(self.store)
-        tag = "{" + prefix + ":cluster}"
-        self.streams = [tag + ":inbox", tag + ":facts", tag + ":dead", "{" + prefix + ":tm:x}:inbox"]
-        self.others = [tag + ":s", tag + ":h", tag + ":leader", tag + ":epoch", tag + ":fence", tag + ":pos",
-                       "{" + prefix + ":tm:x}:delivered", tag + ":cursor"]
-        self.m2r: dict[str, dict[str, str]] = {s: {} for s in self.streams}
-        self.r2m: dict[str, dict[str, str]] = {s: {} for s in self.streams}
-        self.groups = ["g", "h"]
-
-    def close(self) -> None:
-        self.redis.delete(*self.streams, *self.others)
-        self.redis.close()
-
-    def ids(self, stream: str) -> list[str]:
-        return [i for i, _ in self.store.entries(stream)]
-
-    def call(self, name: str, *args, home: str, reply_home: str | None = None, **kwargs):
-        """Call ``name`` on both; bare ids in arguments are ``home``'s, in the reply
-        ``reply_home``'s (default: ``home``'s)."""
-        r = _outcome(lambda: getattr(self.redis, name)(*self.map(args, self.m2r, home),
-                                                          **self.map(kwargs, self.m2r, home)))
-        self.clock.now += 1
-        m = _outcome(lambda: getattr(self.memory, name)(*args, **kwargs))
-        self.sync()
-        if r[0] == "error":  # an error names the entry of the arguments
-            r = ("error", re.sub(r"\d+-\d+", lambda g: self.r2m.get(home, {}).get(g[0], g[0]), r[1]))
-        theirs, ours = _normal(self.map(r, self.r2m, reply_home or home)), _normal(m)
-        assert theirs == ours, f"{name} {args} {kwargs}: Redis {theirs}, memory {ours}"
-        return m
-
-    def map(self, value, maps: dict[str, dict[str, str]], home: str):
-        ids = maps.get(home, {})
-        if isinstance(value, str):
-            return ids.get(value, value)
-        if isinstance(value, bytes):
-            got = ids.get(value.decode(errors="replace"))
-            return got.encode() if got is not None else value
-        if isinstance(value, tuple) and len(value) == 3 and value[0] in maps:  # (stream, id, fields)
-            return (value[0], self.map(value[1], maps, value[0]), self.map(value[2], maps, value[0]))
-        if isinstance(value, (list, tuple)):
-            return type(value)(self.map(v, maps, home) for v in value)
-        if isinstance(value, dict):
-            if b"stream" in value and b"entry" in value:  # a dead letter names the entry's stream
-                origin = value[b"stream"].decode()
-                return {k: self.map(v, maps, origin) if k == b"entry" else v for k, v in value.items()}
-            return {k: self.map(v, maps, home) for k, v in value.items()}
-        if isinstance(value, GroupState):
-            return GroupState(*self.map((value.last_delivered, value.pending, value.min_pending), maps, home))
-        return value
-
-    def sync(self) -> None:
-        """Pair the entries of each stream, and check the two servers hold the same."""
-        client = self.redis.client
-        for stream in self.streams:
-            is_stream = client.type(stream) == b"stream"
-            assert is_stream == (stream in self.store.streams()), stream
-            theirs = [(i.decode(), f) for i, f in client.xrange(stream)] if is_stream else []
-            ours = self.store.entries(stream)
-            for (r, _), (m, _) in zip(theirs, ours):
-                self.m2r[stream][m], self.r2m[stream][r] = r, m
-            assert [self.map(f, self.r2m, stream) for _, f in theirs] == [f for _, f in ours], stream
-            groups = {_s(g["name"]): g for g in client.xinfo_groups(stream)} if is_stream else {}
-            assert {n: self.map(_s(g["last-delivered-id"]), self.r2m, stream) for n, g in groups.items()
-                    } == self.store.groups(stream), stream
-            for group in groups:
-                pending = client.xpending_range(stream, group, "-", "+", 1000)
-                assert [(self.r2m[stream][_s(p["message_id"])], _s(p["consumer"]), p["times_delivered"])
-                        for p in pending] == [(p.id, p.consumer, p.deliveries)
-                                              for p in self.store.pending(stream, group)], (stream, group)
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else v
-
-
-def _outcome(call):
-    try:
-        return ("ok", call())
-    except Exception as exc:  # noqa: BLE001 - an error is an answer to compare
-        text = re.sub(r"^Command # \d+ \(.*?\) of pipeline caused error: ", "", str(exc).split(" script: ")[0])
-        if text.startswith("user_script:"):  # a Lua runtime error: the same failure, in Lua's words or Python's
-            text = "user_script: (Lua runtime error)"
-        return ("error", text.removeprefix("ERR "))
-
-
-def _normal(outcome):
-    """What may differ between two servers that agree: the order of hash keys and of a scan,
-    and the time left on another holder's lease."""
-    kind, value = outcome
-    if kind == "ok" and isinstance(value, list) and len(value) == 2 and value[1] in range(-600_000, -1):
-        return kind, [value[0], "-ttl"]
-    if kind == "ok" and isinstance(value, list) and value and all(isinstance(v, (str, bytes)) for v in value) \
-            and value[0] not in (b"OK", b"DUP"):
-        return kind, sorted(value)
-    return outcome
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_the_memory_store_answers_like_redis(redis_url: str, seed: int) -> None:
-    twins = Twins(redis_url, f"t{seed}d{random.Random().getrandbits(32):x}")
-    rng = random.Random(seed)
-    try:
-        for _ in range(250):
-            differential_call(rng, twins)
-    finally:
-        twins.close()
-
-
-def differential_call(rng: random.Random, t: Twins) -> None:
-    inbox, facts, dead, tm_inbox = t.streams
-    s = rng.choice([inbox, inbox, facts, facts, dead, tm_inbox])
-    ids = t.ids(s)
-    pick = rng.sample(ids, min(len(ids), rng.randint(1, 3))) if ids and rng.random() < 0.9 else ["1-0"]
-    group, consumer = rng.choice(t.groups), rng.choice(["a", "b"])
-    string, table, leader, epoch, fence, pos, delivered, cursor = t.others
-    ten_minutes = 600_000
-    choice = rng.randrange(27)
-    if choice < 4:
-        t.call("xadd", s, {b"n": str(rng.randint(0, 9)).encode(), b"m": b"x"}, home=s)
-    elif choice == 4:
-        target = rng.choice(t.streams)
-        t.call("xadd_many", [(target, {b"n": b"x"}) for _ in range(rng.randint(1, 4))], home=target)
-    elif choice == 5:
-        t.call("group_create", s, group, rng.choice(["0", "$", pick[0]]), home=s)
-    elif choice in (6, 7, 8):
-        t.call("xreadgroup", group, consumer, {s: rng.choice([">", ">", "0", pick[0]])}, count=rng.randint(1, 5),
-               block_ms=None, home=s)
-    elif choice == 9:
-        t.call("xreadgroup", group, consumer, {inbox: rng.choice([">", "0"]), facts: ">"},
-               count=rng.randint(1, 5), block_ms=None, home=inbox)
-    elif choice == 10:
-        t.call("xautoclaim", s, group, consumer, min_idle_ms=rng.choice([0, ten_minutes]),
-               start=rng.choice(["0-0", pick[0]]), count=rng.randint(1, 3), home=s)
-    elif choice == 11:
-        t.call("xack", s, group, pick, home=s)
-    elif choice == 12:
-        t.call("xtrim_minid", s, rng.choice(pick), home=s)
-    elif choice == 13:
-        t.call("group_setid", s, group, rng.choice(["0", "$", pick[0]]), home=s)
-    elif choice == 14:
-        t.call("group_state", s, group, home=s)
-        t.call("xlen", s, home=s)
-        t.call("last_id", s, home=s)
-    elif choice == 15:
-        t.call("xrange", s, rng.choice([None, "0", pick[0]]), rng.randint(1, 5), home=s)
-        t.call("xread", {s: rng.choice(["0", pick[0]]), facts: "0"}, count=rng.randint(1, 5), block_ms=None, home=s)
-    elif choice == 16:  # keys change type (facts or the target inbox), and WRONGTYPE follows
-        key = rng.choice([string, table, leader, facts, tm_inbox, epoch, fence, cursor, pos])
-        value = rng.choice([str(rng.randint(0, 3)), "x", "7-1", ""]).encode()
-        t.call("set", key, value, nx=rng.random() < 0.5, home=s)
-    elif choice == 17:
-        t.call("delete", *rng.sample([string, table, leader, epoch, fence, pos, facts, tm_inbox], rng.randint(1, 2)),
-               home=s)
-    elif choice == 18:
-        fields = ["x", "y", "z", "holder", "epoch"]
-        t.call("hset", rng.choice([string, table, facts, leader, delivered]),
-               {rng.choice(fields): b"1", rng.choice(fields): rng.choice([b"2", b"a", b"x"])}, home=s)
-        key = rng.choice([string, table, leader])
-        t.call("hget", key, "x", home=s)
-        t.call("hgetall", key, home=s)
-        t.call("hkeys", key, home=s)
-        t.call("get", key, home=s)
-        t.call("exists", key, key, s, home=s)
-        t.call("get_and_hgetall", pos, table, home=s)
-        t.call("scan_streams", inbox[: inbox.index(":") + 1] + "*", home=s)  # its own prefix: other tests share the server
-    elif choice == 19:
-        t.call("script", "lease_acquire", [leader, epoch, fence], [consumer, rng.choice([0, ten_minutes])], home=s)
-    elif choice == 20:
-        t.call("script", "lease_renew", [leader], [consumer, rng.randint(0, 3), ten_minutes, ""], home=s)
-        t.call("script", "lease_release", [leader], [consumer, rng.randint(0, 3)], home=s)
-    elif choice == 21:
-        t.call("script", "fence", [fence], [rng.randint(0, 5), ""], home=s)
-    elif choice in (22, 23):  # consume from s, write to facts
-        outs = [v for _ in range(rng.randint(0, 2)) for v in (3, b"e", rng.choice(["", "to"]))]
-        consumed = pick if rng.random() < 0.8 else pick[:1] * 2
-        advance = rng.choice([(0, ""), (0, ""), (4, rng.choice(["3-0", "7-1", "12-5"])), (4, "x"), (2, "3-0"),
-                              (5, "3-0"), ("", ""), ("3.5", "3-0"), (3, "3-0")])  # none, a good one, refused ones
-        reply = t.call("script", "commit", [fence, s, facts, cursor], [rng.randint(0, 5), "", rng.choice(["", group]),
-                                                                        len(consumed), *consumed, *advance, *outs],
-                       home=s, reply_home=facts)
-        assert reply[0] == "error" or reply[1][0] in (b"OK", b"DUP")
-    elif choice == 24:
-        t.call("script", "dead_letter", [inbox, dead], [rng.choice(["", group]), rng.choice(t.ids(inbox) or ["1-0"]),
-                                                         "k", "r", "f", b"v"], home=inbox, reply_home=dead)
-    elif choice == 25:
-        target = rng.choice([tm_inbox, string, table])
-        refs = sorted(rng.sample(range(1, 30), rng.randint(1, 3)))
-        t.call("script", "deliver", [target, delivered],
-               ["", "o", *[v for r in refs for v in (f"{r}-{rng.randint(0, 1)}", b"e")]], home=target)
-        t.call("script", "advance_cursor", [cursor], ["", f"{rng.randint(0, 9)}-{rng.randint(0, 9)}"], home=s)
-    else:
-        t.call("script", "project", [pos, rng.choice([string, table])],
-               ["", rng.choice(["", "1-0", "2-0"]), rng.choice(["1-0", "2-0"]), 1, rng.choice("xyz"), b"v",
-                rng.choice("xyz")], home=s)
 
 
 def test_maxlen_trims_exactly_and_a_deleted_stream_starts_again(store: MemoryStore, clock: Clock) -> None:
