@@ -246,6 +246,12 @@ ERROR_PATHS: dict[str, tuple[str, str, tuple, dict]] = {
     "xreadgroup: an invalid id": ("CommandError", "xreadgroup", ("g", "a", {"S": "x"}), {"count": 5, "block_ms": None}),
     "xreadgroup: $": ("CommandError", "xreadgroup", ("g", "a", {"S": "$"}), {"count": 5, "block_ms": None}),
     "xreadgroup: COUNT 0 is no limit": ("ok", "xreadgroup", ("g", "b", {"S": ">"}), {"count": 0, "block_ms": None}),
+    "xreadgroup_sole: a missing group": ("NoGroup", "xreadgroup_sole", ("g", "b", {"S": ">", "N": ">"}),
+                                         {"count": 5, "block_ms": None}),
+    "xreadgroup_sole: a key of another kind": ("WrongType", "xreadgroup_sole", ("g", "b", {"STR": ">"}),
+                                               {"count": 5, "block_ms": None}),
+    "xreadgroup_sole: another consumer's pending counted": ("ok", "xreadgroup_sole", ("g", "b", {"S": ">"}),
+                                                           {"count": 5, "block_ms": None}),
     "xreadgroup: acknowledgements refused are dropped": (
         "ok", "xreadgroup", ("g", "a", {"S": "0"}), {"count": 5, "block_ms": None, "ack": {"N": ["N#0"], "E": ["1-0"]}}),
     "xautoclaim: a missing stream": ("NoGroup", "xautoclaim", ("E", "g", "b"),
@@ -457,8 +463,8 @@ def differential_call(rng: random.Random, t: Twins) -> None:
     elif choice in (6, 7, 8):
         t.call("xreadgroup", group, consumer, {s: rng.choice([">", ">", "0", pick[0]])}, count=rng.randint(0, 5),
                block_ms=None, home=s)
-    elif choice == 9:
-        t.call("xreadgroup", group, consumer, {inbox: rng.choice([">", "0"]), facts: ">"},
+    elif choice == 9:  # the leader reads as the group's sole consumer: others' pending counted too
+        t.call(rng.choice(["xreadgroup", "xreadgroup_sole"]), group, consumer, {inbox: rng.choice([">", "0"]), facts: ">"},
                count=rng.randint(1, 5), block_ms=None, ack={inbox: pick} if rng.random() < 0.3 else None, home=inbox)
     elif choice == 10:
         t.call("xautoclaim", s, group, consumer, min_idle_ms=rng.choice([0, TEN_MINUTES, -1]),
