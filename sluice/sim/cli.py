@@ -53,6 +53,43 @@ def digest(outcome: dict[str, Any]) -> str:
     return hashlib.sha256(repr(sorted(keep.items())).encode()).hexdigest()[:16]
 
 
+def _init_worker(plant_name: str | None) -> None:
+    """A worker of the pool: the bug ``plant_name`` planted in it first (sluice/sim/plants.py)."""
+    if plant_name:
+        from .plants import plant
+
+        plant(plant_name)
+
+
+def _campaign(n: int, start: int, workers: int, opts: dict[str, Any], names: list[str]) -> None:
+    """Each plant on its own pool, its seeds run until the first that catches it."""
+    from .plants import PLANTS
+
+    rows = []
+    for name in names:
+        began = time.monotonic()
+        caught: int | None = None
+        ran = 0
+        with multiprocessing.get_context("fork").Pool(workers, _init_worker, (name,)) as pool:
+            for out in pool.imap(_run, [(s, opts) for s in range(start, start + n)], chunksize=2):
+                ran += 1
+                if not out["ok"]:
+                    caught = out["seed"]
+                    click.echo(f"{name}: caught by seed {caught}: {out['violation'].splitlines()[0][:200]}")
+                    pool.terminate()
+                    break
+        took = time.monotonic() - began
+        if caught is None:
+            click.echo(f"{name}: NOT caught in {ran} seeds")
+        rows.append((name, PLANTS[name].issue, caught, ran, took))
+    click.echo(f"\n{'plant':22} {'issue':6} {'caught by seed':>15} {'seeds run':>10} {'seconds':>8}")
+    for name, issue, caught, ran, took in rows:
+        click.echo(f"{name:22} {issue:6} {str(caught) if caught is not None else 'NOT CAUGHT':>15} {ran:>10} "
+                   f"{took:>8.1f}")
+    if any(caught is None for _, _, caught, _, _ in rows):
+        sys.exit(1)
+
+
 @click.command()
 @click.option("--seeds", type=int, default=None, help="How many seeds to run (from --start).")
 @click.option("--seed", type=int, default=None, help="Run this one seed and show its trace if it fails.")
@@ -68,9 +105,13 @@ def digest(outcome: dict[str, Any]) -> str:
 @click.option("--replay-page", type=int, default=None, help="Facts a new leader replays per step.")
 @click.option("--jobs", type=int, default=None, help="Jobs per world (default 1 or 2).")
 @click.option("--quiet", is_flag=True, help="Only the summary and failures.")
+@click.option("--plant", "plant_name", default=None, help="Put this known bug into the code first (see "
+              "sluice/sim/plants.py): the run says how many seeds it takes to catch it.")
+@click.option("--campaign", is_flag=True, help="Every plant (or --plant's), each until the first seed that catches "
+              "it, within --seeds seeds (default 1000); a table at the end.")
 def main(seeds: int | None, seed: int | None, start: int, workers: int | None, all_faults: bool, no_faults: bool,
          steps: int | None, stop_after: int, quiet: bool, kinds: str, max_stall_s: float | None,
-         replay_page: int | None, jobs: int | None) -> None:
+         replay_page: int | None, jobs: int | None, plant_name: str | None, campaign: bool) -> None:
     """Simulate Sluice clusters under faults; every invariant is checked after every step."""
     from .faults import KINDS
 
@@ -78,9 +119,18 @@ def main(seeds: int | None, seed: int | None, start: int, workers: int | None, a
     unknown = sorted(set(chosen) - set(KINDS))
     if unknown:
         raise click.UsageError(f"unknown fault kinds {unknown}; the kinds are {', '.join(KINDS)}")
+    from .plants import PLANTS
+
+    if plant_name is not None and plant_name not in PLANTS:
+        raise click.UsageError(f"no plant {plant_name!r}; the plants are {', '.join(PLANTS)}")
     opts = {"all_faults": all_faults, "no_faults": no_faults, "steps": steps, "kinds": chosen,
             "max_stall_s": max_stall_s, "replay_page": replay_page, "jobs": jobs}
+    if campaign:
+        _campaign(seeds or 1000, start, workers or os.cpu_count() or 1, opts,
+                  [plant_name] if plant_name else list(PLANTS))
+        return
     if seed is not None:
+        _init_worker(plant_name)
         first = _run((seed, opts))
         again = _run((seed, opts))
         same = digest(first) == digest(again)
@@ -98,7 +148,7 @@ def main(seeds: int | None, seed: int | None, start: int, workers: int | None, a
     done = steps_total = facts_total = 0
     last_report = began
     todo = [(s, opts) for s in range(start, start + n)]
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (plant_name,)) as pool:
         for out in pool.imap_unordered(_run, todo, chunksize=8):
             done += 1
             steps_total += out["steps"]
