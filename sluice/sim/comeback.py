@@ -55,6 +55,9 @@ class Comebacks:
                                                      "(simulated) lost; its leader dies before failing its tasks")],
                                     consequences=False)
         except (RedisUnavailable, StaleEpoch, StoreRestarted):
+            # Refused, or its reply lost (it may have landed): the leader dies all the same, as
+            # a step of its own that met this would have stepped down (its state is unknown).
+            sim._crash(proc)
             return
         except Crash:
             pass
