@@ -107,6 +107,7 @@ class JobManager:
         coordinator_executor: Callable[[str], Any] | None = None,
         serve_after_s: float | None = SERVE_AFTER_S,
         linger_ms: int = LINGER_MS,
+        freeze_gc: bool = True,
     ) -> None:
         self.log, self.keys, self.world = log, log.keys, world
         self.config, self.jobs_config = config, jobs_config
@@ -115,6 +116,7 @@ class JobManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.coordinator_executor = coordinator_executor
         self.batch, self.replay_page = batch, replay_page
+        self.freeze_gc = freeze_gc  # (see Replay: off where JobManagers share a process)
         self.serve_after_s = serve_after_s
         """A rebuild from the log longer than this serves the cluster while the jobs left are
         rebuilt (None: serve only once every job is)."""
@@ -303,7 +305,8 @@ class JobManager:
         self.committer.begin(epoch, server)
         self.phase = "replaying"
         self.replay = Replay(self.log, self.committer.fence, page=self.replay_page, logger=self.logger,
-                             monotonic=self.world.monotonic, serve_after_s=self.serve_after_s)
+                             monotonic=self.world.monotonic, serve_after_s=self.serve_after_s,
+                             freeze_gc=self.freeze_gc)
         self.logger.info("replaying the log", epoch=epoch)
         return True
 
@@ -311,7 +314,7 @@ class JobManager:
         """Stop leading and forget the state (it is rebuilt from the log when leading again)."""
         if self.phase != "standby":
             self.job_inboxes.close_coordinators()
-        if self.replay is not None:  # abandoned midway: what it froze (gc.freeze) is garbage now
+        if self.replay is not None and self.freeze_gc:  # abandoned midway: what it froze (gc.freeze) is garbage now
             gc.unfreeze()
         self.phase = "standby"
         self.replay = None

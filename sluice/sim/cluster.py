@@ -169,7 +169,8 @@ class JMProcess(Process):
                              batch=sim.rng.choice((2, 8, 500)),  # small: a backlog spans several reads
                              coordinator_executor=lambda name: Executor(sim, name),
                              serve_after_s=sim.rng.choice((0.0, 0.05, None)) if sim.cfg.serve_after_s == "seed"
-                             else cast("float | None", sim.cfg.serve_after_s))
+                             else cast("float | None", sim.cfg.serve_after_s),
+                             freeze_gc=False)  # process-wide: the JobManagers and the seeds share this process
         sim.jm_instances[self.name] = self.jm
         self.next_renew = 0
 
