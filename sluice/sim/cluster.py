@@ -14,6 +14,7 @@ within a bound, and the end-state checks run.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import shutil
 import tempfile
@@ -73,7 +74,9 @@ _BASE: Path | None = None
 def _base() -> Path:
     global _BASE
     if _BASE is None:
-        _BASE = Path(tempfile.mkdtemp(prefix="sluice-sim-"))
+        shm = Path("/dev/shm")  # memory, where there is one: the TaskManagers' files cost no disk I/O
+        _BASE = Path(tempfile.mkdtemp(prefix="sluice-sim-", dir=shm if shm.is_dir() and os.access(shm, os.W_OK)
+                                      else None))
     return _BASE
 
 
@@ -395,9 +398,10 @@ class Simulation:
         self.depth = 0
         self.calls = 0
         self.steps = 0
-        self.notes: deque[str] = deque(maxlen=80)
+        self.notes: deque[str | _Line] = deque(maxlen=80)
         self.jm_instances: dict[str, JobManager] = {}  # by connection name: every instance ever started
         self.tasks: list[SimTask] = []
+        self.ended_tasks = False
         self.executors: list[Executor] = []
         self.live: dict[tuple[str, str], SimTask] = {}
         self.fenced: list[tuple[str, str, int, int]] = []
@@ -516,6 +520,7 @@ class Simulation:
         self.live[task.key] = task
 
     def task_ended(self, task: SimTask, why: str) -> None:
+        self.ended_tasks = True
         if self.live.get(task.key) is task:
             del self.live[task.key]
         self.note(f"{task.name} ended: {why}")
@@ -556,8 +561,8 @@ class Simulation:
             text = "".join(traceback.format_exception(exc)).strip().splitlines()
             raise Violation(f"{proc.name} survived an unexpected error (a bug): {text[-1]}\n" + "\n".join(text[-12:]))
 
-    def log_line(self, line: str) -> None:
-        self.notes.append(f"step {self.steps:>5} t={self.world.elapsed_ms / 1000:8.3f}s  | {line}")
+    def log_line(self, line: Any) -> None:
+        self.notes.append(_Line(self.steps, self.world.elapsed_ms, line))
 
     def interleave(self, actor: str, owner: Any) -> None:
         """Other processes run while ``owner`` waits inside a call (a pause at any point)."""
@@ -627,7 +632,8 @@ class Simulation:
         actor = self.rng.choice(actors)
         did = self._run(actor)
         self.world.advance(self.rng.randint(0, 3) if did else self.rng.randint(2, 25))
-        if len(self.tasks) > 200:
+        if self.ended_tasks:  # (only tasks still going are ever looked at)
+            self.ended_tasks = False
             self.tasks = [t for t in self.tasks if not t.done]
 
     def _tm(self, name: str) -> Process:
@@ -815,12 +821,50 @@ def _diff(a: dict, b: dict) -> str:
     return "\n".join(lines[:6])
 
 
+class _Line:
+    """A component's log line in the notes, rendered only if a trace shows it (most seeds
+    pass, and formatting every line cost more than the step that logged it)."""
+
+    __slots__ = ("step", "elapsed_ms", "line")
+
+    def __init__(self, step: int, elapsed_ms: int, line: Any) -> None:
+        self.step, self.elapsed_ms, self.line = step, elapsed_ms, line
+
+    def __str__(self) -> str:
+        return f"step {self.step:>5} t={self.elapsed_ms / 1000:8.3f}s  | {self.line}"
+
+    def __radd__(self, other: str) -> str:
+        return other + str(self)
+
+
+class _Rendered:
+    """A structlog event, rendered as ConsoleRenderer would when it is shown."""
+
+    __slots__ = ("event",)
+    _render = None
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+
+    def __str__(self) -> str:
+        import structlog
+
+        if _Rendered._render is None:
+            _Rendered._render = structlog.dev.ConsoleRenderer(colors=False,
+                                                              exception_formatter=structlog.dev.plain_traceback)
+        return str(_Rendered._render(None, "", dict(self.event)))
+
+
+def _defer(logger: Any, name: str, event: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return (_Rendered(event),), {}
+
+
 class _Notes:
     """structlog's output inside the simulation: a line in the running world's notes."""
 
     current: Simulation | None = None
 
-    def msg(self, message: str) -> None:
+    def msg(self, message: Any) -> None:
         if _Notes.current is not None:
             _Notes.current.log_line(message)
 
@@ -835,8 +879,7 @@ def quiet_logging() -> None:
     import structlog
 
     structlog.configure(
-        processors=[structlog.processors.add_log_level,
-                    structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback)],
+        processors=[structlog.processors.add_log_level, _defer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         logger_factory=lambda *args: _Notes(),
         cache_logger_on_first_use=False,

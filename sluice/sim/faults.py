@@ -88,16 +88,20 @@ class FaultyBackend(Delegating):
             return call()
         rng, faults = sim.rng, sim.faults
         sim.calls += 1
-        if faults.hit(rng, "interleave", 0.01) and sim.depth == 0:
+        rates = faults.rates  # (``faults.hit`` inlined: it runs four times a call)
+        rate = rates.get("interleave")
+        if rate is not None and rng.random() < 0.01 * rate and sim.depth == 0:
             sim.interleave(self.actor, self.owner)
-        if faults.hit(rng, "conn_loss", 0.002):
+        rate = rates.get("conn_loss")
+        if rate is not None and rng.random() < 0.002 * rate:
             if rng.random() < 0.5:
                 sim.note(f"{self.actor}: connection lost before {name}")
                 raise RedisUnavailable(f"(simulated) connection lost before {name}")
             call()
             sim.note(f"{self.actor}: connection lost after {name} took effect")
             raise RedisUnavailable(f"(simulated) connection lost after {name}")
-        if faults.hit(rng, "crash_mid_call", 0.0005) and sim.can_crash(self.actor):
+        rate = rates.get("crash_mid_call")
+        if rate is not None and rng.random() < 0.0005 * rate and sim.can_crash(self.actor):
             if rng.random() < 0.5:
                 sim.note(f"{self.actor}: dies before {name}")
                 raise Crash(self.actor)
