@@ -61,7 +61,7 @@ from .invariants import (
     normal_membership,
 )
 from .tasks import SimFiles, SimSlots, SimTask
-from .world import SimWorld
+from .world import ProcessClock, SimWorld
 
 __all__ = ["Outcome", "SimConfig", "Simulation", "run_seed"]
 
@@ -164,7 +164,7 @@ class JMProcess(Process):
         self.gen += 1
         self.name = f"jm{self.index}.{self.gen}"
         sim = self.sim
-        self.jm = JobManager(sim.connect(self.name, self), world=sim.world, jm_id=self.name,
+        self.jm = JobManager(sim.connect(self.name, self), world=sim.clock(f"jm{self.index}"), jm_id=self.name,
                              config=MembershipConfig(HEARTBEAT_MS, TIMEOUT_MS), lease_ttl_ms=LEASE_MS,
                              jobs_config=JobsConfig(slot_timeout_ms=60_000, deploy_timeout_ms=3 * TIMEOUT_MS), max_stall_s=sim.cfg.max_stall_s,
                              checkpoint_interval_ms=200, storage_root=f"file://{sim.home}/storage",
@@ -214,7 +214,7 @@ class TMProcess(Process):
         log = sim.connect(f"{self.name}.{self.gen}", self)
         self.slots = SimSlots(sim, self.name, log)
         self.tm = TaskManager(log, resource_id=self.name, slots=self.slots_n,
-                              host=f"host-{self.name}", world=sim.world, runner=self.slots,
+                              host=f"host-{self.name}", world=sim.clock(self.name), runner=self.slots,
                               config=RegistrationConfig(50, 400, HEARTBEAT_MS, TIMEOUT_MS),
                               home=sim.home / self.name)
         self.begun = False
@@ -271,7 +271,7 @@ class ClientProcess(Process):
     def __init__(self, sim: Simulation, jobs: list[simjobs.SimJob]) -> None:
         self.sim, self.jobs = sim, jobs
         self.log = sim.connect("client", self)
-        self.api = Client(self.log, "c1", world=sim.world, refused_wait_s=0)
+        self.api = Client(self.log, "c1", world=sim.clock("client"), refused_wait_s=0)
         self.submitted: dict[str, int] = {}
         self.cancelled: set[str] = set()
 
@@ -407,6 +407,10 @@ class Simulation:
         self.fenced: list[tuple[str, str, int, int]] = []
         """Commits that ran below their tag's fence (each must have been refused)."""
         self.epochs: dict[int, tuple[str, int]] = {}
+        self.clocks: dict[str, ProcessClock] = {}
+        """Each host's clocks, with ``clock_skew`` on (drawn from a stream of their own: the
+        seed's other draws stay what they were)."""
+        self.clock_rng = random.Random(f"clock_skew {cfg.seed}")
         self.slow_tm = f"tm{rng.randrange(3)}" if self.faults.on("slow_reader") else None
         simjobs.VIOLATIONS.clear()
         n_jm = cfg.jobmanagers or rng.randint(2, 3)
@@ -426,6 +430,23 @@ class Simulation:
         """A new connection to the log for ``owner`` (the process or task whose calls go
         through it: while one of its calls is paused, it cannot take another step)."""
         return EventLog(FaultyBackend(MemoryBackend(self.store, name=name), self, name, owner), self.keys)
+
+    def clock(self, host: str) -> SimWorld | ProcessClock:
+        """The clocks of a process on ``host`` (a JobManager ``jm<i>``, a TaskManager and its
+        workers ``tm<i>``, the ``client``): the world's own unless ``clock_skew`` is on."""
+        if not self.faults.on("clock_skew"):
+            return self.world
+        clock = self.clocks.get(host)
+        if clock is None:
+            rng = self.clock_rng
+            skew = rng.choice((0, 3, 40, 250, 900, 2500, 20_000)) * rng.choice((-1, 1))
+            clock = self.clocks[host] = ProcessClock(self.world, skew, rng.randint(0, 10**6) / 1000)
+        return clock
+
+    def true_ms(self, host: str, ms: int) -> int:
+        """A wall-clock time read on ``host`` just now, as the world's time."""
+        clock = self.clocks.get(host)
+        return ms - clock.offset_ms if clock is not None else ms
 
     def note(self, text: str) -> None:
         self.notes.append(f"step {self.steps:>5} t={self.world.elapsed_ms / 1000:8.3f}s  {text}")
@@ -480,11 +501,12 @@ class Simulation:
         for env in lost:
             ev = env.event
             assert isinstance(ev, TaskManagerLost)
+            ts = self.true_ms(actor.split(".")[0], env.ts)  # (stamped by the leader's clock; entry ids: Redis's)
             for entry_id, fields in self.store.entries(inbox):
                 ms = entry_order(entry_id)
                 if delivered is not None and ms <= entry_order(delivered):
                     continue
-                if not env.ts - TIMEOUT_MS < ms[0] < env.ts - TIMEOUT_MS // 2:
+                if not ts - TIMEOUT_MS < ms[0] < ts - TIMEOUT_MS // 2:
                     continue
                 try:
                     said = decode_bytes(fields[FIELD]).event
@@ -493,8 +515,8 @@ class Simulation:
                 if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)) \
                         and (said.resource_id, said.session) == (ev.resource_id, ev.session):
                     raise Violation(f"{actor} declared {ev.resource_id} lost ({ev.reason}) at "
-                                    f"{env.ts - self.world.start}, while its {said.TYPE} {entry_id}, sent "
-                                    f"{env.ts - ms[0]} ms before, waited unread in the cluster inbox")
+                                    f"{ts - self.world.start}, while its {said.TYPE} {entry_id}, sent "
+                                    f"{ts - ms[0]} ms before, waited unread in the cluster inbox")
 
     def check_reconciled(self, actor: str, keys: Any, args: Any) -> None:
         """An attempt is failed as missing from its TaskManager's slot report only if that
@@ -691,6 +713,12 @@ class Simulation:
             ms = rng.choice((300, 700, 1500, 4000))
             self.world.advance(ms)
             self.note(f"the clock jumps {ms} ms")
+        rate = f.rates.get("clock_skew")
+        if rate is not None and self.clocks and self.clock_rng.random() < 0.004 * rate:
+            host = self.clock_rng.choice(sorted(self.clocks))
+            ms = self.clock_rng.choice((40, 300, 1500, 5000)) * self.clock_rng.choice((-1, 1))
+            self.clocks[host].offset_ms += ms
+            self.note(f"the wall clock of {host} steps {ms:+} ms (now {self.clocks[host].offset_ms:+} ms off)")
         if f.hit(rng, "redis_restart", 0.0008):
             self.store.crash(None)
             self.note("Redis restarts (nothing lost)")

@@ -35,6 +35,7 @@ KINDS = (
     "slow_reader",      # one TaskManager's tasks work 5x slower
     "hostile",          # malformed and hostile messages in every inbox; inboxes' keys overwritten with strings
     "cancel",           # a client cancels a job
+    "clock_skew",       # each host's wall clock is off true time, and steps (NTP); monotonic clocks stay so
 )
 
 

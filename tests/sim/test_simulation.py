@@ -82,6 +82,7 @@ SCENARIOS = {
     "7 live TaskManagers declared lost after a stall": ("pause", "clock_jump", "interleave"),
     "8 a stale attempt overwrites its replacement's sink": ("pause", "crash", "heartbeat_loss", "user_error"),
     "lost writes and restarts of Redis": ("redis_lose", "redis_restart", "conn_loss", "crash"),
+    "clocks skewed and stepped per host": ("clock_skew", "pause", "heartbeat_loss", "crash"),
 }
 
 
@@ -106,6 +107,24 @@ def test_a_seed_replays_identically() -> None:
         first, again = run_seed(seed), run_seed(seed)
         assert digest(first.__dict__) == digest(again.__dict__)
         assert (first.steps, first.facts, first.jobs) == (again.steps, again.facts, again.jobs)
+
+
+def test_each_host_has_its_own_wall_clock_and_a_monotonic_clock_that_never_goes_back() -> None:
+    from sluice.sim.cluster import SimConfig, Simulation
+
+    sim = Simulation(SimConfig(11, faults=Faults.swarm(random.Random(11), ("clock_skew",), all_on=True)))
+    clocks = [sim.clock(h) for h in ("jm0", "tm0", "client")]
+    assert sim.clock("tm0") is clocks[1]  # a TaskManager and its workers: one host
+    offsets = {c.offset_ms for c in clocks}
+    last = [c.monotonic() for c in clocks]
+    for _ in range(400):
+        sim._tick()
+        now = [c.monotonic() for c in clocks]
+        assert all(b >= a for a, b in zip(last, now))
+        last = now
+    stepped = {c.offset_ms for c in clocks}
+    assert stepped != offsets or len(offsets) > 1
+    assert Simulation(SimConfig(11, faults=Faults.none())).clock("jm0") is not clocks[0]
 
 
 def test_every_fault_kind_is_used() -> None:
