@@ -643,10 +643,12 @@ class Simulation:
         for jm in self.jms:  # renewal threads run when due
             if jm.renewal_due(now):
                 self._run_call(jm, jm.renew)
-        actors: list[Any] = [p for p in self.processes if p is not exclude and p.runnable(now)]
+        # (Process.runnable and SimTask.runnable, inlined: this runs at every step)
+        actors: list[Any] = [p for p in self.processes
+                             if p is not exclude and now >= p.paused_until and now >= p.wake_at]
         # A task's worker is a process of its own: it goes on while its TaskManager is paused
         # (and so becomes a stale attempt when that TaskManager is declared lost).
-        actors += [t for t in self.tasks if t is not exclude and not t.done and t.runnable(now)]
+        actors += [t for t in self.tasks if t is not exclude and not t.done and now >= t.busy_until]
         actors += [e for e in self.executors if e.queue and not e.closed]
         if not actors:
             self.world.advance(self.rng.randint(5, 50))
@@ -836,7 +838,7 @@ class Simulation:
             from .trace import render
 
             trace = render(self, violation)
-        facts = sum(len(self.store.entries(s)) for s in self.store.streams() if s == self.keys.facts(tag_of(s)))
+        facts = sum(self.store.length(s) for s in self.store.streams() if s == self.keys.facts(tag_of(s)))
         return Outcome(self.cfg.seed, violation is None, violation, self.steps, self.world.elapsed_ms, facts,
                        sorted(self.faults.rates), jobs, trace)
 
