@@ -37,7 +37,7 @@ from sluice.events import (
 from sluice.services.common.gauges import jobmanager_gauges
 from sluice.services.common.metrics import JobManagerMetrics
 from sluice.services.common.shell import RedisAway, get_logger, hostname, set_aside_reporter
-from sluice.services.common.world import SYSTEM, World
+from sluice.services.common.world import SYSTEM, World, monotonic_ms
 from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS, JobCoordinators
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.reconcile import Memory as SlotReports
@@ -226,7 +226,7 @@ class JobManager:
             return True
         if self.replay is not None:  # serving while the jobs left are rebuilt, a page per step
             self._recover_step()
-        read_at = self.world.now_ms()  # the view is at least this fresh (the call may stall after its read)
+        read_at = monotonic_ms(self.world)  # the view is at least this fresh (the call may stall after its read)
         entries = self.consumer.read(count=self.batch, block_ms=block_ms)
         caught_up = self.consumer.read_counts.get(self.inbox, 0) < self.batch
         if entries and block_ms and self.linger_ms and len(entries) < self.batch and all(map(_can_wait, entries)):
@@ -250,7 +250,7 @@ class JobManager:
         now = self.world.now_ms()
         if now >= self._next_tick:
             self._check_server()
-            self.tick(now, caught_up=self._timeouts_ready(now, caught_up, read_at))
+            self.tick(now, caught_up=self._timeouts_ready(monotonic_ms(self.world), caught_up, read_at))
             self._next_tick = now + min(self.config.heartbeat_interval_ms, 200)
         return bool(entries)
 
@@ -268,7 +268,7 @@ class JobManager:
         inbox, read to its end (heartbeats still waiting in a backlog, or sent while this
         step stalled after its read, would make live TaskManagers look lost). Never put off
         for longer than the timeout itself: a busy inbox or slow steps must not keep dead
-        TaskManagers counted for ever."""
+        TaskManagers counted for ever. (``now`` and ``read_at``: the monotonic clock, in ms.)"""
         timeout = self.config.heartbeat_timeout_ms
         ready = caught_up and now - read_at <= timeout // 2
         if ready:
@@ -368,7 +368,7 @@ class JobManager:
         for job_id, coords in restoring:
             self._start_coordinators(job_id, coords, r, now)
         self._renumber(now)
-        self.state.monitor.restart(self.state.membership, now)
+        self.state.monitor.restart(self.state.membership, monotonic_ms(self.world))
         for tag in [self.tag] + [self.keys.job(j) for j in rebuilt]:
             self.committer.deliver(tag)
         self.consumer.ensure_group()

@@ -127,6 +127,29 @@ def test_each_host_has_its_own_wall_clock_and_a_monotonic_clock_that_never_goes_
     assert Simulation(SimConfig(11, faults=Faults.none())).clock("jm0") is not clocks[0]
 
 
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_step_of_the_leaders_wall_clock_loses_no_taskmanager(seed: int) -> None:
+    """The heartbeat monitor ran on the wall clock: a leader's clock stepped 5 s forward
+    (an NTP correction) declared every live TaskManager lost ("no heartbeat for 5060 ms")
+    and failed their tasks. Timeouts run on the monotonic clock."""
+    from sluice.events import FIELD
+    from sluice.sim.cluster import SimConfig, Simulation
+
+    sim = Simulation(SimConfig(seed, faults=Faults({"clock_skew": 0.0}), jobmanagers=2, taskmanagers=2))
+    for clock in sim.clocks.values():
+        clock.offset_ms = 0  # (rate 0: no step but this one)
+    for _ in range(300):
+        sim._tick()
+    leader = next(p for p in sim.jms if p.jm.leading)
+    facts = sim.keys.facts(sim.keys.cluster)
+    before = sim.store.length(facts)
+    sim.clocks[f"jm{leader.index}"].offset_ms += 5000
+    for _ in range(100):
+        sim._tick()
+    lost = [f[FIELD][:160] for _, f in sim.store.entries(facts)[before:] if b"TaskManagerLost" in f[FIELD]]
+    assert not lost
+
+
 def test_every_fault_kind_is_used() -> None:
     rng = random.Random(3)
     on = set()
