@@ -407,6 +407,9 @@ class Simulation:
         self.fenced: list[tuple[str, str, int, int]] = []
         """Commits that ran below their tag's fence (each must have been refused)."""
         self.epochs: dict[int, tuple[str, int]] = {}
+        self.heard: dict[tuple[str, str, str], int] = {}
+        """(JobManager instance, resource id, session) -> the newest heartbeat or registration
+        of that TaskManager it read (the entry's time: Redis's, true time)."""
         self.clocks: dict[str, ProcessClock] = {}
         """Each host's clocks, with ``clock_skew`` on (drawn from a stream of their own: the
         seed's other draws stay what they were)."""
@@ -494,6 +497,13 @@ class Simulation:
             env = decode_bytes(raw if isinstance(raw, bytes) else str(raw).encode())
             if isinstance(env.event, TaskManagerLost) and env.event.reason.startswith("no heartbeat"):
                 lost.append(env)
+        for env in lost:  # not within a timeout (true time) of a heartbeat it read itself
+            ev = env.event
+            assert isinstance(ev, TaskManagerLost)
+            heard = self.heard.get((actor, ev.resource_id, ev.session))
+            if heard is not None and self.world.now - heard < TIMEOUT_MS - 5:
+                raise Violation(f"{actor} declared {ev.resource_id} lost ({ev.reason}) {self.world.now - heard} ms "
+                                f"after it read a heartbeat of it (timeout {TIMEOUT_MS} ms)")
         if not lost or jm.timeouts_while_behind:
             return
         inbox = self.keys.inbox(self.keys.cluster)
@@ -517,6 +527,21 @@ class Simulation:
                     raise Violation(f"{actor} declared {ev.resource_id} lost ({ev.reason}) at "
                                     f"{ts - self.world.start}, while its {said.TYPE} {entry_id}, sent "
                                     f"{ts - ms[0]} ms before, waited unread in the cluster inbox")
+
+    def read_by_jobmanager(self, actor: str, rows: Any) -> None:
+        """Note the TaskManagers' heartbeats (and registrations) ``actor`` read."""
+        inbox = self.keys.inbox(self.keys.cluster)
+        for stream, entry_id, fields in rows:
+            raw = fields.get(FIELD) if stream == inbox and fields is not None else None
+            if raw is None or (b"TaskManagerHeartbeat" not in raw and b"RegisterTaskManager" not in raw):
+                continue
+            try:
+                said = decode_bytes(raw).event
+            except Exception:
+                continue
+            if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)):
+                key = (actor, said.resource_id, said.session)
+                self.heard[key] = max(self.heard.get(key, 0), entry_order(entry_id)[0])
 
     def check_reconciled(self, actor: str, keys: Any, args: Any) -> None:
         """An attempt is failed as missing from its TaskManager's slot report only if that

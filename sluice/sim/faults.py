@@ -86,7 +86,10 @@ class FaultyBackend(Delegating):
         if not sim.faulting:
             if scripting is not None:
                 sim.fence_check(self.actor, scripting[1][0], int(scripting[2][0]), call)
-            return call()
+            result = call()
+            if name == "xreadgroup" and self.actor.startswith("jm"):
+                sim.read_by_jobmanager(self.actor, result)
+            return result
         rng, faults = sim.rng, sim.faults
         sim.calls += 1
         rates = faults.rates  # (``faults.hit`` inlined: it runs four times a call)
@@ -115,6 +118,8 @@ class FaultyBackend(Delegating):
         if scripting is not None:
             sim.fence_check(self.actor, scripting[1][0], int(scripting[2][0]), call)
         result = call()
+        if name == "xreadgroup" and self.actor.startswith("jm"):
+            sim.read_by_jobmanager(self.actor, result)
         if name == "xadd" and self.actor.startswith("tm"):
             sim.sent_by_taskmanager(self.actor.split(".")[0], self.appending)
         return result
