@@ -16,8 +16,8 @@ def test_the_garbage_of_past_seeds_is_collected_as_seeds_run() -> None:
     seed's world (cycles of actors, logs, states) stayed."""
     quiet_logging()
     gc.collect()
-    for seed in range(40):
+    for seed in range(24):
         run_seed(seed, faults=Faults.swarm(random.Random(seed), all_on=True))
     alive = sum(1 for o in gc.get_objects() if type(o) is Simulation)  # (no collection: what the process holds)
     assert gc.get_freeze_count() == 0
-    assert alive <= 20, f"{alive} of 40 finished worlds are still in memory"
+    assert alive <= 12, f"{alive} of 24 finished worlds are still in memory"
