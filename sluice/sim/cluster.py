@@ -407,9 +407,10 @@ class Simulation:
         self.fenced: list[tuple[str, str, int, int]] = []
         """Commits that ran below their tag's fence (each must have been refused)."""
         self.epochs: dict[int, tuple[str, int]] = {}
-        self.heard: dict[tuple[str, str, str], int] = {}
-        """(JobManager instance, resource id, session) -> the newest heartbeat or registration
-        of that TaskManager it read (the entry's time: Redis's, true time)."""
+        self.heard: dict[str, list[tuple[int, bytes]]] = {}
+        """JobManager instance -> the TaskManagers' heartbeats and registrations it read
+        within about a timeout (the entry's time, Redis's: true time; the raw event, decoded
+        only when that instance declares a TaskManager lost)."""
         self.clocks: dict[str, ProcessClock] = {}
         """Each host's clocks, with ``clock_skew`` on (drawn from a stream of their own: the
         seed's other draws stay what they were)."""
@@ -494,13 +495,16 @@ class Simulation:
             return
         lost = []
         for _, raw, _ in committed_events(args):
-            env = decode_bytes(raw if isinstance(raw, bytes) else str(raw).encode())
+            raw = raw if isinstance(raw, bytes) else str(raw).encode()
+            if b"TaskManagerLost" not in raw:  # (decoded only if it may be one)
+                continue
+            env = decode_bytes(raw)
             if isinstance(env.event, TaskManagerLost) and env.event.reason.startswith("no heartbeat"):
                 lost.append(env)
         for env in lost:  # not within a timeout (true time) of a heartbeat it read itself
             ev = env.event
             assert isinstance(ev, TaskManagerLost)
-            heard = self.heard.get((actor, ev.resource_id, ev.session))
+            heard = self.heard_from(actor, ev.resource_id, ev.session)
             if heard is not None and self.world.now - heard < TIMEOUT_MS - 5:
                 raise Violation(f"{actor} declared {ev.resource_id} lost ({ev.reason}) {self.world.now - heard} ms "
                                 f"after it read a heartbeat of it (timeout {TIMEOUT_MS} ms)")
@@ -531,17 +535,29 @@ class Simulation:
     def read_by_jobmanager(self, actor: str, rows: Any) -> None:
         """Note the TaskManagers' heartbeats (and registrations) ``actor`` read."""
         inbox = self.keys.inbox(self.keys.cluster)
+        heard = None
         for stream, entry_id, fields in rows:
             raw = fields.get(FIELD) if stream == inbox and fields is not None else None
             if raw is None or (b"TaskManagerHeartbeat" not in raw and b"RegisterTaskManager" not in raw):
                 continue
+            if heard is None:
+                heard = self.heard.setdefault(actor, [])
+                if len(heard) > 64:  # only those within a timeout can matter
+                    heard[:] = [h for h in heard if h[0] > self.world.now - 2 * TIMEOUT_MS]
+            heard.append((entry_order(entry_id)[0], raw))
+
+    def heard_from(self, actor: str, resource_id: str, session: str) -> int | None:
+        """When the newest heartbeat or registration of that TaskManager read by ``actor`` was sent."""
+        newest = None
+        for ms, raw in self.heard.get(actor, ()):
             try:
                 said = decode_bytes(raw).event
             except Exception:
                 continue
-            if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)):
-                key = (actor, said.resource_id, said.session)
-                self.heard[key] = max(self.heard.get(key, 0), entry_order(entry_id)[0])
+            if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)) \
+                    and (said.resource_id, said.session) == (resource_id, session):
+                newest = ms if newest is None else max(newest, ms)
+        return newest
 
     def check_reconciled(self, actor: str, keys: Any, args: Any) -> None:
         """An attempt is failed as missing from its TaskManager's slot report only if that
@@ -550,8 +566,10 @@ class Simulation:
         if jm is None:
             return
         for _, raw, _ in committed_events(args):
-            env = decode_bytes(raw if isinstance(raw, bytes) else str(raw).encode())
-            ev = env.event
+            raw = raw if isinstance(raw, bytes) else str(raw).encode()
+            if b"no longer holds it" not in raw:  # (decoded only if it may be one)
+                continue
+            ev = decode_bytes(raw).event
             if not (isinstance(ev, UpdateTaskExecutionState) and ev.state == TaskState.FAILED
                     and "no longer holds it" in (ev.error or "")):
                 continue
