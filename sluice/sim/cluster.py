@@ -914,7 +914,7 @@ class _Rendered:
     """A structlog event, rendered as ConsoleRenderer would when it is shown."""
 
     __slots__ = ("event",)
-    _render = None
+    _render: Any = None
 
     def __init__(self, event: Any) -> None:
         self.event = event
