@@ -489,7 +489,9 @@ class Simulation:
         heartbeat it sent well within the timeout before the decision waits, never read, in
         the cluster inbox. (A leader decides on a view read to the end at most half a
         timeout before, so whatever came before that was read; unless it says it decides
-        while behind, after the inbox stayed behind for longer than the timeout.)"""
+        while behind, after the inbox stayed behind for longer than the timeout.) Nor within
+        a timeout, in true time, of a heartbeat of it that the leader read itself (whatever
+        its wall clock says: a step of it is no silence)."""
         jm = self.jm_instances.get(actor)  # the instance that commits (it may be one that died since)
         if jm is None or keys[0] != self.keys.fence(self.keys.cluster):
             return
