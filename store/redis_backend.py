@@ -248,7 +248,11 @@ class RedisBackend(Backend):
 
     def xtrim_minid(self, stream: str, minid: str) -> int:
         with translate_errors(f"trimming {stream}"):
-            return int(self.client.xtrim(stream, minid=minid, approximate=False))
+            try:
+                return int(self.client.xtrim(stream, minid=minid, approximate=False))
+            except redis.ResponseError as exc:  # as the twin: WrongType, not redis-py's error
+                _wrong_type(exc)
+                raise
 
     def scan_streams(self, pattern: str) -> list[str]:
         with translate_errors("listing streams"):
