@@ -150,6 +150,27 @@ def test_a_step_of_the_leaders_wall_clock_loses_no_taskmanager(seed: int) -> Non
     assert not lost
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_step_back_of_a_taskmanagers_wall_clock_keeps_its_heartbeats(seed: int) -> None:
+    """A TaskManager timed its heartbeats on its wall clock: stepped 5 s back, it sent none
+    for 5 s and was declared lost ("no heartbeat for 1038 ms"), its tasks failed."""
+    from sluice.events import FIELD
+    from sluice.sim.cluster import SimConfig, Simulation
+
+    sim = Simulation(SimConfig(seed, faults=Faults({"clock_skew": 0.0}), jobmanagers=2, taskmanagers=2))
+    for clock in sim.clocks.values():
+        clock.offset_ms = 0  # (rate 0: no step but this one)
+    for _ in range(300):
+        sim._tick()
+    facts = sim.keys.facts(sim.keys.cluster)
+    before = sim.store.length(facts)
+    sim.clocks["tm0"].offset_ms -= 5000
+    for _ in range(200):
+        sim._tick()
+    lost = [f[FIELD][:160] for _, f in sim.store.entries(facts)[before:] if b"TaskManagerLost" in f[FIELD]]
+    assert not lost
+
+
 def test_every_fault_kind_is_used() -> None:
     rng = random.Random(3)
     on = set()
