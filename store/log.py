@@ -341,7 +341,7 @@ class EventLog:
         if state is None:
             return 0  # no such stream or group yet
         cutoff = trim_point(now_ms, keep_ms, state.last_delivered, state.min_pending)
-        return 0 if cutoff is None else self.backend.xtrim_minid(stream, cutoff)
+        return self._trim(stream, cutoff)
 
     def trim_delivered(self, tag: str, *, keep_ms: int, now_ms: int) -> int:
         """Drop entries of the tag's outbox up to its delivery cursor that are older than
@@ -353,14 +353,22 @@ class EventLog:
         if cursor is None:
             return 0  # nothing delivered yet (or no outbox)
         cutoff = trim_point(now_ms, keep_ms, cursor.decode())
-        return 0 if cutoff is None else self.backend.xtrim_minid(self.keys.outbox(tag), cutoff)
+        return self._trim(self.keys.outbox(tag), cutoff)
 
     def trim_read(self, stream: str, last_read: str, *, keep_ms: int, now_ms: int) -> int:
         """Drop entries of ``stream`` up to and including ``last_read`` (its reader is done
         with them: a subtask inbox whose attempt ended) that are older than ``keep_ms``.
         Anything appended after ``last_read`` was read stays."""
         cutoff = trim_point(now_ms, keep_ms, successor(last_read))
-        return 0 if cutoff is None else self.backend.xtrim_minid(stream, cutoff)
+        return self._trim(stream, cutoff)
+
+    def _trim(self, stream: str, cutoff: str | None) -> int:
+        if cutoff is None:
+            return 0
+        try:
+            return self.backend.xtrim_minid(stream, cutoff)
+        except WrongType:  # overwritten since the look: its reader moves it aside and makes it again
+            return 0
 
     def trim_before(self, stream: str, entry_id: str) -> int:
         """Drop the entries of ``stream`` before ``entry_id`` (e.g. a delivered outbox's past)."""

@@ -531,6 +531,11 @@ class MemoryStore:
             return []
         return [(sid, dict(f)) for sid, f in zip(s.sids, s.fields)]
 
+    def length(self, stream: str) -> int:
+        """How many entries ``stream`` holds (0 if there is no such stream), without copying them."""
+        s = self._state.data.get(stream)
+        return len(s.sids) if isinstance(s, _Stream) else 0
+
     def groups(self, stream: str) -> dict[str, str]:
         """The consumer groups of ``stream``: name -> last delivered id."""
         s = self._state.data.get(stream)
@@ -571,7 +576,8 @@ class MemoryStore:
     def _tick(self) -> int:
         """The clock for one command (or script); mutations are recorded at this time."""
         now = self.clock()
-        self._aof_time = max(self._aof_time, now)
+        if now > self._aof_time:
+            self._aof_time = now
         if len(self._aof) >= self._compact_at:
             self._compact()
         return now

@@ -11,18 +11,25 @@ import os
 import time
 from typing import Protocol
 
-__all__ = ["World", "SystemWorld", "SYSTEM"]
+__all__ = ["World", "SystemWorld", "SYSTEM", "monotonic_ms"]
 
 
 class World(Protocol):
     def now_ms(self) -> int:
-        """Wall-clock milliseconds (event times, timeouts)."""
+        """Wall-clock milliseconds (event times; a timeout within one process runs on
+        ``monotonic``: the wall clock steps when NTP corrects it)."""
 
     def monotonic(self) -> float:
         """Seconds on a clock that never goes back (stall detection)."""
 
     def new_id(self) -> str:
         """A fresh unique id (32 hex digits)."""
+
+
+def monotonic_ms(world: World) -> int:
+    """``world``'s monotonic clock in milliseconds: what timeouts measured within one
+    process run on (its wall clock may step back or forward, as NTP corrects it)."""
+    return round(world.monotonic() * 1000)
 
 
 class SystemWorld:

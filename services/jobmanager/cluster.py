@@ -26,6 +26,7 @@ from sluice.events import (
     TaskStatesRecorded,
 )
 from sluice.events.ids import id_problem
+from sluice.services.common.world import monotonic_ms
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.reconcile import reconcile
 from sluice.services.jobs.validate import problems
@@ -76,7 +77,7 @@ class ClusterInbox:
         self.apply(envs)
         rid = getattr(msg, "resource_id", None)
         if rid is not None and jm.state.membership.is_registered(rid, getattr(msg, "session", "")):
-            jm.state.monitor.observe(rid, jm.world.now_ms())
+            jm.state.monitor.observe(rid, monotonic_ms(jm.world))  # (a timeout: never on the wall clock)
             if isinstance(msg, (RegisterTaskManager, TaskManagerHeartbeat)):
                 self.reconcile(msg)
 
@@ -177,7 +178,8 @@ class ClusterInbox:
     # --- time ---
     def timeouts(self, now: int) -> None:
         """TaskManagers not heard from within the heartbeat timeout are lost."""
-        decision = decide_timeouts(self.jm.state.membership, self.jm.state.monitor, now, self.jm.config)
+        decision = decide_timeouts(self.jm.state.membership, self.jm.state.monitor, monotonic_ms(self.jm.world),
+                                   self.jm.config)
         for fact in decision.facts:
             lost = cast(TaskManagerLost, fact)  # the only fact decide_timeouts decides
             self.jm.logger.warning("taskmanager lost", resource_id=lost.resource_id, reason=lost.reason)

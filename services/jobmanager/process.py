@@ -37,7 +37,7 @@ from sluice.events import (
 from sluice.services.common.gauges import jobmanager_gauges
 from sluice.services.common.metrics import JobManagerMetrics
 from sluice.services.common.shell import RedisAway, get_logger, hostname, set_aside_reporter
-from sluice.services.common.world import SYSTEM, World
+from sluice.services.common.world import SYSTEM, World, monotonic_ms
 from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS, JobCoordinators
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.reconcile import Memory as SlotReports
@@ -110,6 +110,7 @@ class JobManager:
         serve_after_s: float | None = SERVE_AFTER_S,
         linger_ms: int = LINGER_MS,
         fact_retention: FactRetention | None = None,
+        freeze_gc: bool = True,
     ) -> None:
         self.log, self.keys, self.world = log, log.keys, world
         self.config, self.jobs_config = config, jobs_config
@@ -118,6 +119,7 @@ class JobManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.coordinator_executor = coordinator_executor
         self.batch, self.replay_page = batch, replay_page
+        self.freeze_gc = freeze_gc  # (see Replay: off where JobManagers share a process)
         self.serve_after_s = serve_after_s
         """A rebuild from the log longer than this serves the cluster while the jobs left are
         rebuilt (None: serve only once every job is)."""
@@ -234,7 +236,7 @@ class JobManager:
             return True
         if self.replay is not None:  # serving while the jobs left are rebuilt, a page per step
             self._recover_step()
-        read_at = self.world.now_ms()  # the view is at least this fresh (the call may stall after its read)
+        read_at = monotonic_ms(self.world)  # the view is at least this fresh (the call may stall after its read)
         entries = self.consumer.read(count=self.batch, block_ms=block_ms)
         taken = self.consumer.taken_over  # a deposed leader's reads, decided where they were sent
         caught_up = self.consumer.read_counts.get(self.inbox, 0) < self.batch
@@ -263,7 +265,7 @@ class JobManager:
         now = self.world.now_ms()
         if now >= self._next_tick:
             self._check_server()
-            self.tick(now, caught_up=self._timeouts_ready(now, caught_up, read_at))
+            self.tick(now, caught_up=self._timeouts_ready(monotonic_ms(self.world), caught_up, read_at))
             self._next_tick = now + min(self.config.heartbeat_interval_ms, 200)
         return bool(entries)
 
@@ -281,7 +283,7 @@ class JobManager:
         inbox, read to its end (heartbeats still waiting in a backlog, or sent while this
         step stalled after its read, would make live TaskManagers look lost). Never put off
         for longer than the timeout itself: a busy inbox or slow steps must not keep dead
-        TaskManagers counted for ever."""
+        TaskManagers counted for ever. (``now`` and ``read_at``: the monotonic clock, in ms.)"""
         timeout = self.config.heartbeat_timeout_ms
         ready = caught_up and now - read_at <= timeout // 2
         if ready:
@@ -320,7 +322,8 @@ class JobManager:
         self.committer.begin(epoch, server)
         self.phase = "replaying"
         self.replay = Replay(self.log, self.committer.fence, page=self.replay_page, logger=self.logger,
-                             monotonic=self.world.monotonic, serve_after_s=self.serve_after_s)
+                             monotonic=self.world.monotonic, serve_after_s=self.serve_after_s,
+                             freeze_gc=self.freeze_gc)
         self.logger.info("replaying the log", epoch=epoch)
         return True
 
@@ -370,7 +373,7 @@ class JobManager:
         """Stop leading and forget the state (it is rebuilt from the log when leading again)."""
         if self.phase != "standby":
             self.job_inboxes.close_coordinators()
-        if self.replay is not None:  # abandoned midway: what it froze (gc.freeze) is garbage now
+        if self.replay is not None and self.freeze_gc:  # abandoned midway: what it froze (gc.freeze) is garbage now
             gc.unfreeze()
         self.phase = "standby"
         self.replay = None
@@ -427,7 +430,7 @@ class JobManager:
         for job_id, coords in restoring:
             self._start_coordinators(job_id, coords, r, now)
         self._renumber(now)
-        self.state.monitor.restart(self.state.membership, now)
+        self.state.monitor.restart(self.state.membership, monotonic_ms(self.world))
         for tag in [self.tag] + [self.keys.job(j) for j in rebuilt]:
             self.committer.deliver(tag)
         self.consumer.ensure_group()

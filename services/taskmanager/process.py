@@ -44,7 +44,7 @@ from sluice.events import (
 from sluice.services.common.gauges import taskmanager_gauges
 from sluice.services.common.metrics import TaskManagerMetrics
 from sluice.services.common.shell import RedisAway, get_logger, hostname, set_aside_reporter
-from sluice.services.common.world import SYSTEM, World
+from sluice.services.common.world import SYSTEM, World, monotonic_ms
 from sluice.store import Blobs, EventLog, GroupConsumer, LeaseHolder, current_leader
 from sluice.store.consumer import Entry, dead_letter
 
@@ -234,7 +234,7 @@ class TaskManager:
                     self._drop_all_tasks(msg.reason)
                 elif isinstance(msg, AcknowledgeRegistration) and msg.session == self.reg.session and self.tasks:
                     self._drop_all_tasks("registered afresh: the leader had declared this TaskManager lost")
-                for send in self.reg.receive(msg, self.world.now_ms()):
+                for send in self.reg.receive(msg, monotonic_ms(self.world)):  # (its timeouts: monotonic)
                     self._send(send.message, cause=entry.envelope.id)
             self.handled[key] = None
             if len(self.handled) > _REMEMBERED:
@@ -255,7 +255,7 @@ class TaskManager:
             self._next_look = now + _LOOK_EVERY_MS
         leader = self._leader
         free = self.reg.slots - len(self.tasks)
-        for send in self.reg.tick(self.world.now_ms(), leader.epoch if leader else None, free):
+        for send in self.reg.tick(monotonic_ms(self.world), leader.epoch if leader else None, free):
             self._send(send.message)
 
     def slot_report(self) -> list[AttemptReport]:

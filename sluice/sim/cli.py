@@ -44,7 +44,18 @@ def _run(args: tuple[int, dict[str, Any]]) -> dict[str, Any]:
         if opts.get(knob):
             kwargs[knob] = opts[knob]
     outcome = run_seed(seed, **kwargs)
-    return asdict(outcome)
+    out = asdict(outcome)
+    out["pid"], out["rss"] = os.getpid(), rss_bytes()
+    return out
+
+
+def rss_bytes() -> int:
+    """This process's resident memory (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def digest(outcome: dict[str, Any]) -> str:
@@ -105,13 +116,16 @@ def _campaign(n: int, start: int, workers: int, opts: dict[str, Any], names: lis
 @click.option("--replay-page", type=int, default=None, help="Facts a new leader replays per step.")
 @click.option("--jobs", type=int, default=None, help="Jobs per world (default 1 or 2).")
 @click.option("--quiet", is_flag=True, help="Only the summary and failures.")
+@click.option("--rss-every", type=int, default=None, help="Every this many seeds, print each worker's resident "
+              "memory (a seed must leave nothing behind: it stays flat).")
 @click.option("--plant", "plant_name", default=None, help="Put this known bug into the code first (see "
               "sluice/sim/plants.py): the run says how many seeds it takes to catch it.")
 @click.option("--campaign", is_flag=True, help="Every plant (or --plant's), each until the first seed that catches "
               "it, within --seeds seeds (default 1000); a table at the end.")
 def main(seeds: int | None, seed: int | None, start: int, workers: int | None, all_faults: bool, no_faults: bool,
          steps: int | None, stop_after: int, quiet: bool, kinds: str, max_stall_s: float | None,
-         replay_page: int | None, jobs: int | None, plant_name: str | None, campaign: bool) -> None:
+         replay_page: int | None, jobs: int | None, rss_every: int | None, plant_name: str | None,
+         campaign: bool) -> None:
     """Simulate Sluice clusters under faults; every invariant is checked after every step."""
     from .faults import KINDS
 
@@ -147,12 +161,17 @@ def main(seeds: int | None, seed: int | None, start: int, workers: int | None, a
     failed: list[dict[str, Any]] = []
     done = steps_total = facts_total = 0
     last_report = began
+    rss: dict[int, int] = {}  # each worker's, as its last seed left it
     todo = [(s, opts) for s in range(start, start + n)]
     with multiprocessing.get_context("fork").Pool(workers, _init_worker, (plant_name,)) as pool:
         for out in pool.imap_unordered(_run, todo, chunksize=8):
             done += 1
             steps_total += out["steps"]
             facts_total += out["facts"]
+            rss[out["pid"]] = out["rss"]
+            if rss_every and done % rss_every == 0:
+                click.echo(f"  rss after {done} seeds ({time.monotonic() - began:.0f} s): "
+                           + ", ".join(f"{r / 2**20:.0f} MB" for _, r in sorted(rss.items())))
             if not out["ok"]:
                 failed.append(out)
                 click.echo(f"seed {out['seed']} FAILED: {out['violation'].splitlines()[0][:240]}")

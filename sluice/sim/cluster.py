@@ -14,6 +14,7 @@ within a bound, and the end-state checks run.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import shutil
 import tempfile
@@ -63,7 +64,7 @@ from .invariants import (
 )
 from .skew import SkewWatch, newer_decode
 from .tasks import SimFiles, SimSlots, SimTask
-from .world import SimWorld
+from .world import ProcessClock, SimWorld
 
 __all__ = ["Outcome", "SimConfig", "Simulation", "run_seed"]
 
@@ -76,7 +77,9 @@ _BASE: Path | None = None
 def _base() -> Path:
     global _BASE
     if _BASE is None:
-        _BASE = Path(tempfile.mkdtemp(prefix="sluice-sim-"))
+        shm = Path("/dev/shm")  # memory, where there is one: the TaskManagers' files cost no disk I/O
+        _BASE = Path(tempfile.mkdtemp(prefix="sluice-sim-", dir=shm if shm.is_dir() and os.access(shm, os.W_OK)
+                                      else None))
     return _BASE
 
 
@@ -164,7 +167,7 @@ class JMProcess(Process):
         self.gen += 1
         self.name = f"jm{self.index}.{self.gen}"
         sim = self.sim
-        self.jm = JobManager(sim.connect(self.name, self), world=sim.world, jm_id=self.name,
+        self.jm = JobManager(sim.connect(self.name, self), world=sim.clock(f"jm{self.index}"), jm_id=self.name,
                              config=MembershipConfig(HEARTBEAT_MS, TIMEOUT_MS), lease_ttl_ms=LEASE_MS,
                              jobs_config=JobsConfig(slot_timeout_ms=60_000, deploy_timeout_ms=3 * TIMEOUT_MS), max_stall_s=sim.cfg.max_stall_s,
                              checkpoint_interval_ms=200, storage_root=f"file://{sim.home}/storage",
@@ -172,7 +175,8 @@ class JMProcess(Process):
                              batch=sim.rng.choice((2, 8, 500)),  # small: a backlog spans several reads
                              coordinator_executor=lambda name: Executor(sim, name),
                              serve_after_s=sim.rng.choice((0.0, 0.05, None)) if sim.cfg.serve_after_s == "seed"
-                             else cast("float | None", sim.cfg.serve_after_s))
+                             else cast("float | None", sim.cfg.serve_after_s),
+                             freeze_gc=False)  # process-wide: the JobManagers and the seeds share this process
         sim.jm_instances[self.name] = self.jm
         self.next_renew = 0
 
@@ -213,7 +217,7 @@ class TMProcess(Process):
         log = sim.connect(f"{self.name}.{self.gen}", self)
         self.slots = SimSlots(sim, self.name, log)
         self.tm = TaskManager(log, resource_id=self.name, slots=self.slots_n,
-                              host=f"host-{self.name}", world=sim.world, runner=self.slots,
+                              host=f"host-{self.name}", world=sim.clock(self.name), runner=self.slots,
                               config=RegistrationConfig(50, 400, HEARTBEAT_MS, TIMEOUT_MS),
                               home=sim.home / self.name)
         self.begun = False
@@ -270,7 +274,7 @@ class ClientProcess(Process):
     def __init__(self, sim: Simulation, jobs: list[simjobs.SimJob]) -> None:
         self.sim, self.jobs = sim, jobs
         self.log = sim.connect("client", self)
-        self.api = Client(self.log, "c1", world=sim.world, refused_wait_s=0)
+        self.api = Client(self.log, "c1", world=sim.clock("client"), refused_wait_s=0)
         self.submitted: dict[str, int] = {}
         self.cancelled: set[str] = set()
 
@@ -397,9 +401,10 @@ class Simulation:
         self.depth = 0
         self.calls = 0
         self.steps = 0
-        self.notes: deque[str] = deque(maxlen=80)
+        self.notes: deque[str | _Line] = deque(maxlen=80)
         self.jm_instances: dict[str, JobManager] = {}  # by connection name: every instance ever started
         self.tasks: list[SimTask] = []
+        self.ended_tasks = False
         self.executors: list[Executor] = []
         self.live: dict[tuple[str, str], SimTask] = {}
         self.fenced: list[tuple[str, str, int, int]] = []
@@ -407,6 +412,14 @@ class Simulation:
         self.epochs: dict[int, tuple[str, int]] = {}
         self.decided: dict[str, tuple[tuple[int, int], str, int]] = {}
         """Per inbox, the latest entry a commit decided: (its order, its id, when)."""
+        self.heard: dict[str, list[tuple[int, bytes]]] = {}
+        """JobManager instance -> the TaskManagers' heartbeats and registrations it read
+        within about a timeout (the entry's time, Redis's: true time; the raw event, decoded
+        only when that instance declares a TaskManager lost)."""
+        self.clocks: dict[str, ProcessClock] = {}
+        """Each host's clocks, with ``clock_skew`` on (drawn from a stream of their own: the
+        seed's other draws stay what they were)."""
+        self.clock_rng = random.Random(f"clock_skew {cfg.seed}")
         self.slow_tm = f"tm{rng.randrange(3)}" if self.faults.on("slow_reader") else None
         simjobs.VIOLATIONS.clear()
         self.decode: Callable[[bytes], Envelope] = decode_bytes
@@ -434,6 +447,23 @@ class Simulation:
         older = self.skew is not None and isinstance(owner, JMProcess) and owner.index > 0
         return EventLog(FaultyBackend(MemoryBackend(self.store, name=name), self, name, owner), self.keys,
                         decode=decode_bytes if older else self.decode)
+
+    def clock(self, host: str) -> SimWorld | ProcessClock:
+        """The clocks of a process on ``host`` (a JobManager ``jm<i>``, a TaskManager and its
+        workers ``tm<i>``, the ``client``): the world's own unless ``clock_skew`` is on."""
+        if not self.faults.on("clock_skew"):
+            return self.world
+        clock = self.clocks.get(host)
+        if clock is None:
+            rng = self.clock_rng
+            skew = rng.choice((0, 3, 40, 250, 900, 2500, 20_000)) * rng.choice((-1, 1))
+            clock = self.clocks[host] = ProcessClock(self.world, skew, rng.randint(0, 10**6) / 1000)
+        return clock
+
+    def true_ms(self, host: str, ms: int) -> int:
+        """A wall-clock time read on ``host`` just now, as the world's time."""
+        clock = self.clocks.get(host)
+        return ms - clock.offset_ms if clock is not None else ms
 
     def note(self, text: str) -> None:
         self.notes.append(f"step {self.steps:>5} t={self.world.elapsed_ms / 1000:8.3f}s  {text}")
@@ -488,15 +518,27 @@ class Simulation:
         heartbeat it sent well within the timeout before the decision waits, never read, in
         the cluster inbox. (A leader decides on a view read to the end at most half a
         timeout before, so whatever came before that was read; unless it says it decides
-        while behind, after the inbox stayed behind for longer than the timeout.)"""
+        while behind, after the inbox stayed behind for longer than the timeout.) Nor within
+        a timeout, in true time, of a heartbeat of it that the leader read itself (whatever
+        its wall clock says: a step of it is no silence)."""
         jm = self.jm_instances.get(actor)  # the instance that commits (it may be one that died since)
         if jm is None or keys[0] != self.keys.fence(self.keys.cluster):
             return
         lost = []
         for _, raw, _ in committed_events(args):
-            env = decode_bytes(raw if isinstance(raw, bytes) else str(raw).encode())
+            raw = raw if isinstance(raw, bytes) else str(raw).encode()
+            if b"TaskManagerLost" not in raw:  # (decoded only if it may be one)
+                continue
+            env = decode_bytes(raw)
             if isinstance(env.event, TaskManagerLost) and env.event.reason.startswith("no heartbeat"):
                 lost.append(env)
+        for env in lost:  # not within a timeout (true time) of a heartbeat it read itself
+            ev = env.event
+            assert isinstance(ev, TaskManagerLost)
+            heard = self.heard_from(actor, ev.resource_id, ev.session)
+            if heard is not None and self.world.now - heard < TIMEOUT_MS - 5:
+                raise Violation(f"{actor} declared {ev.resource_id} lost ({ev.reason}) {self.world.now - heard} ms "
+                                f"after it read a heartbeat of it (timeout {TIMEOUT_MS} ms)")
         if not lost or jm.timeouts_while_behind:
             return
         inbox = self.keys.inbox(self.keys.cluster)
@@ -504,11 +546,12 @@ class Simulation:
         for env in lost:
             ev = env.event
             assert isinstance(ev, TaskManagerLost)
+            ts = self.true_ms(actor.split(".")[0], env.ts)  # (stamped by the leader's clock; entry ids: Redis's)
             for entry_id, fields in self.store.entries(inbox):
                 ms = entry_order(entry_id)
                 if delivered is not None and ms <= entry_order(delivered):
                     continue
-                if not env.ts - TIMEOUT_MS < ms[0] < env.ts - TIMEOUT_MS // 2:
+                if not ts - TIMEOUT_MS < ms[0] < ts - TIMEOUT_MS // 2:
                     continue
                 try:
                     said = decode_bytes(fields[FIELD]).event
@@ -517,8 +560,37 @@ class Simulation:
                 if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)) \
                         and (said.resource_id, said.session) == (ev.resource_id, ev.session):
                     raise Violation(f"{actor} declared {ev.resource_id} lost ({ev.reason}) at "
-                                    f"{env.ts - self.world.start}, while its {said.TYPE} {entry_id}, sent "
-                                    f"{env.ts - ms[0]} ms before, waited unread in the cluster inbox")
+                                    f"{ts - self.world.start}, while its {said.TYPE} {entry_id}, sent "
+                                    f"{ts - ms[0]} ms before, waited unread in the cluster inbox")
+
+    def read_by_jobmanager(self, actor: str, rows: Any) -> None:
+        """Note the TaskManagers' heartbeats (and registrations) ``actor`` read."""
+        inbox = self.keys.inbox(self.keys.cluster)
+        heard = None
+        if isinstance(rows, tuple):  # read as the sole consumer: (entries, others' pending)
+            rows = rows[0]
+        for stream, entry_id, fields in rows:
+            raw = fields.get(FIELD) if stream == inbox and fields is not None else None
+            if raw is None or (b"TaskManagerHeartbeat" not in raw and b"RegisterTaskManager" not in raw):
+                continue
+            if heard is None:
+                heard = self.heard.setdefault(actor, [])
+                if len(heard) > 64:  # only those within a timeout can matter
+                    heard[:] = [h for h in heard if h[0] > self.world.now - 2 * TIMEOUT_MS]
+            heard.append((entry_order(entry_id)[0], raw))
+
+    def heard_from(self, actor: str, resource_id: str, session: str) -> int | None:
+        """When the newest heartbeat or registration of that TaskManager read by ``actor`` was sent."""
+        newest = None
+        for ms, raw in self.heard.get(actor, ()):
+            try:
+                said = decode_bytes(raw).event
+            except Exception:
+                continue
+            if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)) \
+                    and (said.resource_id, said.session) == (resource_id, session):
+                newest = ms if newest is None else max(newest, ms)
+        return newest
 
     def check_reconciled(self, actor: str, keys: Any, args: Any) -> None:
         """An attempt is failed as missing from its TaskManager's slot report only if that
@@ -527,8 +599,10 @@ class Simulation:
         if jm is None:
             return
         for _, raw, _ in committed_events(args):
-            env = decode_bytes(raw if isinstance(raw, bytes) else str(raw).encode())
-            ev = env.event
+            raw = raw if isinstance(raw, bytes) else str(raw).encode()
+            if b"no longer holds it" not in raw:  # (decoded only if it may be one)
+                continue
+            ev = decode_bytes(raw).event
             if not (isinstance(ev, UpdateTaskExecutionState) and ev.state == TaskState.FAILED
                     and "no longer holds it" in (ev.error or "")):
                 continue
@@ -544,6 +618,7 @@ class Simulation:
         self.live[task.key] = task
 
     def task_ended(self, task: SimTask, why: str) -> None:
+        self.ended_tasks = True
         if self.live.get(task.key) is task:
             del self.live[task.key]
         self.note(f"{task.name} ended: {why}")
@@ -584,8 +659,8 @@ class Simulation:
             text = "".join(traceback.format_exception(exc)).strip().splitlines()
             raise Violation(f"{proc.name} survived an unexpected error (a bug): {text[-1]}\n" + "\n".join(text[-12:]))
 
-    def log_line(self, line: str) -> None:
-        self.notes.append(f"step {self.steps:>5} t={self.world.elapsed_ms / 1000:8.3f}s  | {line}")
+    def log_line(self, line: Any) -> None:
+        self.notes.append(_Line(self.steps, self.world.elapsed_ms, line))
 
     def interleave(self, actor: str, owner: Any) -> None:
         """Other processes run while ``owner`` waits inside a call (a pause at any point)."""
@@ -659,10 +734,12 @@ class Simulation:
         for jm in self.jms:  # renewal threads run when due
             if jm.renewal_due(now):
                 self._run_call(jm, jm.renew)
-        actors: list[Any] = [p for p in self.processes if p is not exclude and p.runnable(now)]
+        # (Process.runnable and SimTask.runnable, inlined: this runs at every step)
+        actors: list[Any] = [p for p in self.processes
+                             if p is not exclude and now >= p.paused_until and now >= p.wake_at]
         # A task's worker is a process of its own: it goes on while its TaskManager is paused
         # (and so becomes a stale attempt when that TaskManager is declared lost).
-        actors += [t for t in self.tasks if t is not exclude and not t.done and t.runnable(now)]
+        actors += [t for t in self.tasks if t is not exclude and not t.done and now >= t.busy_until]
         actors += [e for e in self.executors if e.queue and not e.closed]
         if not actors:
             self.world.advance(self.rng.randint(5, 50))
@@ -670,7 +747,8 @@ class Simulation:
         actor = self.rng.choice(actors)
         did = self._run(actor)
         self.world.advance(self.rng.randint(0, 3) if did else self.rng.randint(2, 25))
-        if len(self.tasks) > 200:
+        if self.ended_tasks:  # (only tasks still going are ever looked at)
+            self.ended_tasks = False
             self.tasks = [t for t in self.tasks if not t.done]
 
     def _tm(self, name: str) -> Process:
@@ -728,6 +806,12 @@ class Simulation:
             ms = rng.choice((300, 700, 1500, 4000))
             self.world.advance(ms)
             self.note(f"the clock jumps {ms} ms")
+        rate = f.rates.get("clock_skew")
+        if rate is not None and self.clocks and self.clock_rng.random() < 0.004 * rate:
+            host = self.clock_rng.choice(sorted(self.clocks))
+            ms = self.clock_rng.choice((40, 300, 1500, 5000)) * self.clock_rng.choice((-1, 1))
+            self.clocks[host].offset_ms += ms
+            self.note(f"the wall clock of {host} steps {ms:+} ms (now {self.clocks[host].offset_ms:+} ms off)")
         if f.hit(rng, "redis_restart", 0.0008):
             self.store.crash(None)
             self.note("Redis restarts (nothing lost)")
@@ -857,7 +941,7 @@ class Simulation:
             from .trace import render
 
             trace = render(self, violation)
-        facts = sum(len(self.store.entries(s)) for s in self.store.streams() if s == self.keys.facts(tag_of(s)))
+        facts = sum(self.store.length(s) for s in self.store.streams() if s == self.keys.facts(tag_of(s)))
         return Outcome(self.cfg.seed, violation is None, violation, self.steps, self.world.elapsed_ms, facts,
                        sorted(self.faults.rates), jobs, trace)
 
@@ -870,12 +954,50 @@ def _diff(a: dict, b: dict) -> str:
     return "\n".join(lines[:6])
 
 
+class _Line:
+    """A component's log line in the notes, rendered only if a trace shows it (most seeds
+    pass, and formatting every line cost more than the step that logged it)."""
+
+    __slots__ = ("step", "elapsed_ms", "line")
+
+    def __init__(self, step: int, elapsed_ms: int, line: Any) -> None:
+        self.step, self.elapsed_ms, self.line = step, elapsed_ms, line
+
+    def __str__(self) -> str:
+        return f"step {self.step:>5} t={self.elapsed_ms / 1000:8.3f}s  | {self.line}"
+
+    def __radd__(self, other: str) -> str:
+        return other + str(self)
+
+
+class _Rendered:
+    """A structlog event, rendered as ConsoleRenderer would when it is shown."""
+
+    __slots__ = ("event",)
+    _render: Any = None
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+
+    def __str__(self) -> str:
+        import structlog
+
+        if _Rendered._render is None:
+            _Rendered._render = structlog.dev.ConsoleRenderer(colors=False,
+                                                              exception_formatter=structlog.dev.plain_traceback)
+        return str(_Rendered._render(None, "", dict(self.event)))
+
+
+def _defer(logger: Any, name: str, event: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return (_Rendered(event),), {}
+
+
 class _Notes:
     """structlog's output inside the simulation: a line in the running world's notes."""
 
     current: Simulation | None = None
 
-    def msg(self, message: str) -> None:
+    def msg(self, message: Any) -> None:
         if _Notes.current is not None:
             _Notes.current.log_line(message)
 
@@ -890,8 +1012,7 @@ def quiet_logging() -> None:
     import structlog
 
     structlog.configure(
-        processors=[structlog.processors.add_log_level,
-                    structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback)],
+        processors=[structlog.processors.add_log_level, _defer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         logger_factory=lambda *args: _Notes(),
         cache_logger_on_first_use=False,

@@ -41,6 +41,7 @@ KINDS = (
                         # facts are written at an older version (read back by upcasting): sluice/sim/skew.py
     "tm_back_same_session",  # a leader commits a TaskManager lost and dies before failing its attempts; the
                              # TaskManager registers again under the same session (sluice/sim/comeback.py)
+    "clock_skew",       # each host's wall clock is off true time, and steps (NTP); monotonic clocks stay so
 )
 
 
@@ -91,22 +92,29 @@ class FaultyBackend(Delegating):
         if not sim.faulting:
             if scripting is not None:
                 sim.fence_check(self.actor, scripting[1][0], int(scripting[2][0]), call)
-            return call()
+            result = call()
+            if name == "xreadgroup" and self.actor.startswith("jm"):
+                sim.read_by_jobmanager(self.actor, result)
+            return result
         rng, faults = sim.rng, sim.faults
         sim.calls += 1
-        if faults.hit(rng, "interleave", 0.01) and sim.depth == 0:
+        rates = faults.rates  # (``faults.hit`` inlined: it runs four times a call)
+        rate = rates.get("interleave")
+        if rate is not None and rng.random() < 0.01 * rate and sim.depth == 0:
             sim.interleave(self.actor, self.owner)
         if (name == "xreadgroup" and self.actor.startswith("jm") and sim.depth == 0
                 and faults.hit(rng, "deposed_read", 0.005)):
             sim.freeze_inside(self.actor, self.owner)
-        if faults.hit(rng, "conn_loss", 0.002):
+        rate = rates.get("conn_loss")
+        if rate is not None and rng.random() < 0.002 * rate:
             if rng.random() < 0.5:
                 sim.note(f"{self.actor}: connection lost before {name}")
                 raise RedisUnavailable(f"(simulated) connection lost before {name}")
             call()
             sim.note(f"{self.actor}: connection lost after {name} took effect")
             raise RedisUnavailable(f"(simulated) connection lost after {name}")
-        if faults.hit(rng, "crash_mid_call", 0.0005) and sim.can_crash(self.actor):
+        rate = rates.get("crash_mid_call")
+        if rate is not None and rng.random() < 0.0005 * rate and sim.can_crash(self.actor):
             if rng.random() < 0.5:
                 sim.note(f"{self.actor}: dies before {name}")
                 raise Crash(self.actor)
@@ -119,6 +127,8 @@ class FaultyBackend(Delegating):
         if scripting is not None:
             sim.fence_check(self.actor, scripting[1][0], int(scripting[2][0]), call)
         result = call()
+        if name == "xreadgroup" and self.actor.startswith("jm"):
+            sim.read_by_jobmanager(self.actor, result)
         if name == "xadd" and self.actor.startswith("tm"):
             sim.sent_by_taskmanager(self.actor.split(".")[0], self.appending)
         return result

@@ -191,7 +191,8 @@ class SimTask:
     def _events(self) -> TaskEvents:
         if self.events is None:
             assert self.log is not None
-            self.events = TaskEvents(self.log, self.d, f"host-{self.slots.tm}", world=self.sim.world, blocking=False)
+            self.events = TaskEvents(self.log, self.d, f"host-{self.slots.tm}", world=self.sim.clock(self.slots.tm),
+                                     blocking=False)
         return self.events
 
     def step(self) -> bool:
@@ -215,7 +216,7 @@ class SimTask:
             sim.task_started(self)
             self.phase = "report-running"
         if self.phase == "report-running":
-            report_state(self.log, sim.world, d, self.slots.tm, self.slot, TaskState.RUNNING)
+            report_state(self.log, sim.clock(self.slots.tm), d, self.slots.tm, self.slot, TaskState.RUNNING)
             self.phase = "work"
             return True
         if self.phase == "work":
@@ -225,7 +226,7 @@ class SimTask:
             self.phase = "ask" if d.kind == "source" else "read"
             return True
         if self.phase == "report-failed":
-            report_state(self.log, sim.world, d, self.slots.tm, self.slot, TaskState.FAILED,
+            report_state(self.log, sim.clock(self.slots.tm), d, self.slots.tm, self.slot, TaskState.FAILED,
                          error="(simulated) the user's code raised ValueError: bad row")
             self.end("its user code raised")
             return True
@@ -298,7 +299,7 @@ class SimTask:
                 self.phase = "sink"
             return True
         if self.phase == "produced":
-            report_produced(self.log, sim.world, d)
+            report_produced(self.log, sim.clock(self.slots.tm), d)
             self.phase = "sink"
             return True
         if self.phase == "sink":
@@ -337,7 +338,7 @@ class SimTask:
             self.phase = "finish"
             return True
         if self.phase == "finish":
-            report_state(self.log, sim.world, d, self.slots.tm, self.slot, TaskState.FINISHED)
+            report_state(self.log, sim.clock(self.slots.tm), d, self.slots.tm, self.slot, TaskState.FINISHED)
             sim.task_finished(self)
             self.end("it finished")
             return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-__all__ = ["SimWorld"]
+__all__ = ["ProcessClock", "SimWorld"]
 
 
 class SimWorld:
@@ -39,3 +39,22 @@ class SimWorld:
     @property
     def elapsed_ms(self) -> int:
         return self.now - self.start
+
+
+class ProcessClock:
+    """One host's clocks (the ``clock_skew`` fault): its wall clock is off the world's by
+    ``offset_ms``, which steps forwards and backwards now and then (an NTP correction);
+    its monotonic clock counts from its own boot and never goes back. Ids come from the
+    world's seeded stream, as before."""
+
+    def __init__(self, world: SimWorld, offset_ms: int, boot_s: float) -> None:
+        self.world, self.offset_ms, self.boot_s = world, offset_ms, boot_s
+
+    def now_ms(self) -> int:
+        return self.world.now_ms() + self.offset_ms
+
+    def monotonic(self) -> float:
+        return self.world.monotonic() + self.boot_s
+
+    def new_id(self) -> str:
+        return self.world.new_id()

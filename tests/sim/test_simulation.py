@@ -82,6 +82,7 @@ SCENARIOS = {
     "7 live TaskManagers declared lost after a stall": ("pause", "clock_jump", "interleave"),
     "8 a stale attempt overwrites its replacement's sink": ("pause", "crash", "heartbeat_loss", "user_error"),
     "lost writes and restarts of Redis": ("redis_lose", "redis_restart", "conn_loss", "crash"),
+    "clocks skewed and stepped per host": ("clock_skew", "pause", "heartbeat_loss", "crash"),
     # Issue 28: one scenario per finding.
     "28.1 a deposed leader's read reorders an inbox": ("deposed_read", "pause", "interleave"),
 }
@@ -108,6 +109,68 @@ def test_a_seed_replays_identically() -> None:
         first, again = run_seed(seed), run_seed(seed)
         assert digest(first.__dict__) == digest(again.__dict__)
         assert (first.steps, first.facts, first.jobs) == (again.steps, again.facts, again.jobs)
+
+
+def test_each_host_has_its_own_wall_clock_and_a_monotonic_clock_that_never_goes_back() -> None:
+    from sluice.sim.cluster import SimConfig, Simulation
+
+    sim = Simulation(SimConfig(11, faults=Faults.swarm(random.Random(11), ("clock_skew",), all_on=True)))
+    clocks = [sim.clock(h) for h in ("jm0", "tm0", "client")]
+    assert sim.clock("tm0") is clocks[1]  # a TaskManager and its workers: one host
+    offsets = {c.offset_ms for c in clocks}
+    last = [c.monotonic() for c in clocks]
+    for _ in range(400):
+        sim._tick()
+        now = [c.monotonic() for c in clocks]
+        assert all(b >= a for a, b in zip(last, now))
+        last = now
+    stepped = {c.offset_ms for c in clocks}
+    assert stepped != offsets or len(offsets) > 1
+    assert Simulation(SimConfig(11, faults=Faults.none())).clock("jm0") is not clocks[0]
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_step_of_the_leaders_wall_clock_loses_no_taskmanager(seed: int) -> None:
+    """The heartbeat monitor ran on the wall clock: a leader's clock stepped 5 s forward
+    (an NTP correction) declared every live TaskManager lost ("no heartbeat for 5060 ms")
+    and failed their tasks. Timeouts run on the monotonic clock."""
+    from sluice.events import FIELD
+    from sluice.sim.cluster import SimConfig, Simulation
+
+    sim = Simulation(SimConfig(seed, faults=Faults({"clock_skew": 0.0}), jobmanagers=2, taskmanagers=2))
+    for clock in sim.clocks.values():
+        clock.offset_ms = 0  # (rate 0: no step but this one)
+    for _ in range(300):
+        sim._tick()
+    leader = next(p for p in sim.jms if p.jm.leading)
+    facts = sim.keys.facts(sim.keys.cluster)
+    before = sim.store.length(facts)
+    sim.clocks[f"jm{leader.index}"].offset_ms += 5000
+    for _ in range(100):
+        sim._tick()
+    lost = [f[FIELD][:160] for _, f in sim.store.entries(facts)[before:] if b"TaskManagerLost" in f[FIELD]]
+    assert not lost
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_step_back_of_a_taskmanagers_wall_clock_keeps_its_heartbeats(seed: int) -> None:
+    """A TaskManager timed its heartbeats on its wall clock: stepped 5 s back, it sent none
+    for 5 s and was declared lost ("no heartbeat for 1038 ms"), its tasks failed."""
+    from sluice.events import FIELD
+    from sluice.sim.cluster import SimConfig, Simulation
+
+    sim = Simulation(SimConfig(seed, faults=Faults({"clock_skew": 0.0}), jobmanagers=2, taskmanagers=2))
+    for clock in sim.clocks.values():
+        clock.offset_ms = 0  # (rate 0: no step but this one)
+    for _ in range(300):
+        sim._tick()
+    facts = sim.keys.facts(sim.keys.cluster)
+    before = sim.store.length(facts)
+    sim.clocks["tm0"].offset_ms -= 5000
+    for _ in range(200):
+        sim._tick()
+    lost = [f[FIELD][:160] for _, f in sim.store.entries(facts)[before:] if b"TaskManagerLost" in f[FIELD]]
+    assert not lost
 
 
 def test_every_fault_kind_is_used() -> None:

@@ -422,6 +422,28 @@ class LogContract:
         assert Tombstones(log).read("j1") == {"status": "FINISHED", "purged_at": 5}
         assert Tombstones(log).read("j2") is None and list(Tombstones(log).all()) == ["j1"]
 
+    def test_trimming_an_inbox_overwritten_meanwhile_trims_nothing(self, log: EventLog) -> None:
+        """Overwritten between the trim's look at its group and its XTRIM: the inbox's reader
+        moves it aside and makes it again, and the trim must not raise meanwhile (a
+        TaskManager's tick did: simulated seed 886 with every fault on)."""
+        inbox = log.keys.inbox(log.keys.cluster)
+        log.append_batch(inbox, [env(heartbeat()) for _ in range(2)])
+        c = GroupConsumer(log, inbox, "jm", "c1")
+        c.ack(*(e.id for e in c.read(block_ms=None)))
+
+        class OverwriteAfterLook(Delegating):
+            def group_state(self, stream: str, group: str) -> GroupState | None:
+                state = self.inner.group_state(stream, group)
+                self.inner.delete(stream)
+                self.inner.set(stream, b"someone else's")
+                return state
+
+        far_future = int(time.time() * 1000) + 3_600_000
+        raced = EventLog(OverwriteAfterLook(log.backend), log.keys)
+        assert raced.trim_consumed(inbox, "jm", keep_ms=0, now_ms=far_future) == 0
+        assert log.trim_consumed(inbox, "jm", keep_ms=0, now_ms=far_future) == 0  # overwritten before the look
+        assert log.backend.get(inbox) == b"someone else's"
+
     # --- leadership --------------------------------------------------------------------------
 
     def test_the_lease_has_one_holder_and_every_takeover_raises_the_epoch(self, log: EventLog) -> None:
