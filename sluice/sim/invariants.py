@@ -189,9 +189,14 @@ def check_retention(sim: Simulation, leader: Any) -> None:
         run = sim.observer.jobs.jobs.get(job_id)
         if run is None or run.ended_at is None:
             continue
-        # (a message sent to the job after its release makes its inbox again: a stray, kept)
+        # (a message sent to the job after its release makes its inbox again: a stray, kept).
+        # When it ended in Redis's time, the time of entry ids: the leader's stamp is its own
+        # wall clock's, which clock_skew puts off.
+        changes = [i for i, fields in sim.store.entries(keys.facts(keys.job(job_id)))
+                   if b"JobStatusChanged" in fields.get(FIELD, b"")]
+        ended = _order(changes[-1])[0] if changes else run.ended_at
         kept = [k for k in keys.transport(keys.job(job_id), subtask_inboxes(keys, run))
-                if k in streams and any(_order(i)[0] < run.ended_at for i, _ in sim.store.entries(k)[:1])]
+                if k in streams and any(_order(i)[0] < ended for i, _ in sim.store.entries(k)[:1])]
         if kept:
             raise Violation(f"job {job_id} is archived but its transport streams are still there: {kept}")
     horizon = (max(sim.world.now - leader.inbox_retention_ms - 2 * SWEEP_EVERY_MS, 0), 0)
