@@ -368,10 +368,7 @@ class ClientProcess(Process):
             return  # clobbered already
         if last is not None and (state is None or state.last_delivered != last or state.pending):
             return  # unread or pending entries: not this time
-        for entry_id, fields in sim.store.entries(inbox):  # delivered, and gone with the stream
-            origin, ref = fields.get(b"from"), fields.get(b"ref")
-            if origin is not None and ref is not None:
-                sim.clobbered[(origin.decode(), ref.decode())] = (inbox, entry_id)
+        sim.destroyed(inbox)
         backend.delete(inbox)
         backend.set(inbox, b"(simulated) someone else's value")
         sim.note(f"client: clobbered {inbox} with a string")
@@ -459,6 +456,14 @@ class Simulation:
             skew = rng.choice((0, 3, 40, 250, 900, 2500, 20_000)) * rng.choice((-1, 1))
             clock = self.clocks[host] = ProcessClock(self.world, skew, rng.randint(0, 10**6) / 1000)
         return clock
+
+    def destroyed(self, inbox: str) -> None:
+        """``inbox`` is about to be destroyed by someone else: what was delivered to it is
+        gone with the stream (the outbox check does not count it as lost)."""
+        for entry_id, fields in self.store.entries(inbox):
+            origin, ref = fields.get(b"from"), fields.get(b"ref")
+            if origin is not None and ref is not None:
+                self.clobbered[(origin.decode(), ref.decode())] = (inbox, entry_id)
 
     def true_ms(self, host: str, ms: int) -> int:
         """A wall-clock time read on ``host`` just now, as the world's time."""

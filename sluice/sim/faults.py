@@ -133,6 +133,16 @@ class FaultyBackend(Delegating):
             sim.sent_by_taskmanager(self.actor.split(".")[0], self.appending)
         return result
 
+    def group_setid(self, stream: str, group: str, start: str) -> None:
+        sim = self.sim
+        if sim.faulting and self.actor.startswith("tm") and sim.faults.hit(sim.rng, "hostile", 0.2):
+            # A TaskManager starting: its inbox goes between its group's creation and the move
+            # to its end (finding 4 of issue 28: the NOGROUP that escaped its start)
+            sim.note(f"client: deletes {stream} while {self.actor} starts")
+            sim.destroyed(stream)
+            self.inner.delete(stream)
+        super().group_setid(stream, group, start)
+
     def xadd_many(self, items: Any) -> list[str]:
         try:
             result = super().xadd_many(items)
