@@ -156,6 +156,12 @@ def _untrimmed() -> None:
     Retention.release = lambda self, job_ids: None  # type: ignore[method-assign]
 
 
+def _wall_clock_timeouts() -> None:
+    from sluice.services.jobmanager import cluster
+
+    cluster.monotonic_ms = lambda world: world.now_ms()  # type: ignore[attr-defined]  # heartbeats timed on the wall clock
+
+
 PLANTS: dict[str, Plant] = {
     "no_fence": Plant("9", "a commit below its tag's fence is not refused", _no_fence),
     "no_redelivery_check": Plant("9", "a commit of entries already consumed is applied again", _no_redelivery_check),
@@ -170,6 +176,8 @@ PLANTS: dict[str, Plant] = {
     "nogroup_at_start": Plant("28.4", "a TaskManager's start fails when its inbox is made again under it",
                               _nogroup_at_start),
     "untrimmed": Plant("28.5", "transport streams are never trimmed, an archived job's never deleted", _untrimmed),
+    "wall_clock_timeouts": Plant("28+", "the leader times heartbeats on its wall clock (found by clock_skew)",
+                                 _wall_clock_timeouts),
 }
 
 

@@ -188,3 +188,17 @@ def test_a_long_run_with_every_fault_on_is_clean() -> None:
     """``-m slow``: 3,000 seeds with every kind of fault on (scripts/simulate runs more)."""
     outcomes = [run_seed(seed, faults=Faults.swarm(random.Random(seed), all_on=True)) for seed in range(3000)]
     assert not failures(outcomes), failures(outcomes)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_every_planted_bug_is_caught_within_1000_seeds() -> None:
+    """``-m slow``: the planted-bug campaign (sluice/sim/plants.py), each plant in processes
+    of its own; the command fails when a plant goes uncaught."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "sluice.sim", "--campaign", "--seeds", "1000", "--all-faults",
+                          "--workers", "2"], capture_output=True, text=True, timeout=3500)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "NOT CAUGHT" not in run.stdout
