@@ -76,6 +76,9 @@ class GroupConsumer:
         and decided in stream order with what it returned (``xreadgroup_sole``)."""
         self.taken_over = 0
         """How many entries the last ``read`` took over from other consumers."""
+        self._fresh: set[str] = set()
+        """Streams a sole reader began to read since its last ``read``: what is pending there
+        (read by an earlier life of any consumer) is decided first, at that read."""
         self.streams: list[str] = [stream] if isinstance(stream, str) else list(stream)
         self._on_dead = on_dead_letter
         self._ensured: set[str] = set()
@@ -92,6 +95,8 @@ class GroupConsumer:
     def add_stream(self, stream: str, start: str = "0") -> None:
         if stream not in self.streams:
             self.streams.append(stream)
+            if self.sole:
+                self._fresh.add(stream)
         self._ensure(stream, start)
 
     def remove_stream(self, stream: str) -> None:
@@ -127,6 +132,14 @@ class GroupConsumer:
         self.taken_over = 0
         if others:
             out = self._take_over(out, list(others))
+        if self._fresh:  # pending there since an earlier life (of this consumer too): before what follows
+            fresh = [s for s in self.streams if s in self._fresh]
+            self._fresh.clear()
+            mine = {(e.stream, e.id) for e in out}
+            earlier = [e for e in self.recover(streams=fresh) if (e.stream, e.id) not in mine]
+            if earlier:
+                self.taken_over += len(earlier)
+                out = self._in_order(out + earlier)
         return out
 
     def _take_over(self, read: list[Entry], streams: list[str]) -> list[Entry]:

@@ -215,6 +215,25 @@ class LogContract:
         assert len(old.read(block_ms=None)) == 1
         assert plain.read(block_ms=None) == []
 
+    def test_a_sole_reader_decides_what_was_pending_in_a_stream_it_begins_to_read_first(
+            self, log: EventLog) -> None:
+        """A leader that begins to read a job's inbox (the job registered again after Redis
+        lost writes) finds an entry its own earlier life read and never decided: it comes
+        before what was sent after it, though the same consumer holds it (simulated seed
+        12165 with every fault on)."""
+        cluster, job = log.keys.inbox(log.keys.cluster), log.keys.inbox(log.keys.job("j1"))
+        sent = [env(register(f"tm-{i}")) for i in range(2)]
+        log.append(job, sent[0])
+        assert len(GroupConsumer(log, job, "jm", "jm-a").read(block_ms=None)) == 1  # an earlier life
+        leader = GroupConsumer(log, [cluster], "jm", "jm-a", sole=True)
+        assert leader.read(block_ms=None) == []
+        leader.add_stream(job)
+        log.append(job, sent[1])
+        got = leader.read(block_ms=None)
+        assert [e.envelope for e in got] == sent and leader.taken_over == 1
+        leader.ack(*[e.id for e in got], stream=job)
+        assert leader.read(block_ms=None) == [] and leader.taken_over == 0
+
     @pytest.mark.parametrize(
         "fields, kind, says",
         [
