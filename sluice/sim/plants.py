@@ -159,7 +159,7 @@ def _untrimmed() -> None:
 def _wall_clock_timeouts() -> None:
     from sluice.services.jobmanager import cluster
 
-    cluster.monotonic_ms = lambda world: world.now_ms()  # type: ignore[attr-defined]  # heartbeats timed on the wall clock
+    cluster.monotonic_ms = lambda world: world.now_ms()  # heartbeats timed on the wall clock
 
 
 PLANTS: dict[str, Plant] = {
