@@ -21,6 +21,8 @@ from .faults import Crash
 
 __all__ = ["Comebacks"]
 
+REASON = "(simulated) lost; its leader dies before failing its tasks"
+
 
 @dataclass
 class _Loss:
@@ -51,16 +53,17 @@ class Comebacks:
                   and ex.session in (None, row.session)}
         loss = _Loss(jm.committer.epoch or 0, sim.store.generation, placed)
         try:
-            jm.cluster.commit_facts([TaskManagerLost(row.resource_id, row.session,
-                                                     "(simulated) lost; its leader dies before failing its tasks")],
-                                    consequences=False)
+            jm.cluster.commit_facts([TaskManagerLost(row.resource_id, row.session, REASON)], consequences=False)
         except (RedisUnavailable, StaleEpoch, StoreRestarted):
             # Refused, or its reply lost (it may have landed): the leader dies all the same, as
             # a step of its own that met this would have stepped down (its state is unknown).
             sim._crash(proc)
             return
-        except Crash:
-            pass
+        except Crash:  # it died in the commit: before it took effect, or after
+            facts = sim.store.entries(sim.keys.facts(sim.keys.cluster))
+            if not facts or REASON.encode() not in next(iter(facts[-1][1].values())):
+                sim._crash(proc)
+                return  # not committed: nothing to check
         self.losses.append(loss)
         self.struck += bool(placed)
         sim.note(f"{proc.name}: commits {row.resource_id} lost and dies before failing its {len(placed)} attempts")
