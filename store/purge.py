@@ -1,7 +1,9 @@
 """Removing what a job left in Redis, and the tombstone that stays.
 
-* ``release_transport``: an archived job's transport keys (``Keys.transport``) deleted,
-  and the marks its outbox left in the tags it delivered to;
+* ``release_transport``: an archived job's transport keys (``Keys.transport``) deleted;
+  the marks its outbox left in the tags it delivered to stay (a deliverer that read a page
+  before the release hands it over late, and the marks make that a no-op) until a purge
+  (``forget_deliveries``);
 * ``delete_tag``: every key of a tag (``sluice job purge``);
 * ``Tombstones``: one row per purged job in the cluster's tag (``Keys.purged``), so a
   purged job is answered "purged at …" rather than "not found".
@@ -36,11 +38,11 @@ def forget_deliveries(log: EventLog, origin_tag: str, targets: Iterable[str]) ->
     return sum(log.backend.hdel(log.keys.delivered(t), outbox) for t in dict.fromkeys(targets))
 
 
-def release_transport(log: EventLog, tag: str, task_inboxes: Iterable[str] = (), targets: Iterable[str] = ()) -> int:
+def release_transport(log: EventLog, tag: str, task_inboxes: Iterable[str] = ()) -> int:
     """Delete the transport keys of a tag whose reader and writer are done with it (an
-    archived job: its outbox delivered to its end), and the marks its outbox left in
-    ``targets``; how many keys went."""
-    forget_deliveries(log, tag, targets)
+    archived job: its outbox delivered to its end); how many keys went. The marks its
+    outbox left elsewhere stay: a deliverer still holding a page it read before (a deposed
+    leader, recovery racing the leader) hands it over late, and only the marks drop it."""
     return log.backend.delete(*log.keys.transport(tag, task_inboxes))
 
 

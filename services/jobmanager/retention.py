@@ -201,7 +201,7 @@ class Retention:
                 jm.logger.warning("an archived job's outbox is not delivered to its end; its transport stays",
                                   job=job_id)
                 continue
-            release_transport(self.log, tag, subtask_inboxes(jm.keys, job), self._targets(job))
+            release_transport(self.log, tag, subtask_inboxes(jm.keys, job))
             self._trimmed = {t for t in self._trimmed if t[0] != job_id}
 
     def _delivered(self, tag: str) -> bool:

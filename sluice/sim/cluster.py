@@ -825,6 +825,9 @@ class Simulation:
             self.store.crash(self.world.now - lose)
             self.epochs = {e: w for e, w in self.epochs.items() if w[1] <= self.world.now - lose}
             self.decided = {s: d for s, d in self.decided.items() if d[2] <= self.world.now - lose}
+            # a delivery the loss undid (with the clobber that destroyed it) is delivered again
+            self.clobbered = {k: v for k, v in self.clobbered.items()
+                              if entry_order(v[1])[0] <= self.world.now - lose}
             self.note(f"Redis restarts and loses its last {lose} ms of writes")
             for tm in self.tms:  # the leader may deploy again an attempt whose facts were lost
                 tm.slots.attempts = {t.key for t in tm.slots.tasks.values() if not t.done}

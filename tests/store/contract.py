@@ -425,7 +425,7 @@ class LogContract:
         assert sorted(b.scan_keys(log.keys.tag_pattern(tag))) == sorted([log.keys.inbox(tag), log.keys.fence(tag)])
 
     def test_a_tags_transport_and_then_all_its_keys_are_deleted_and_a_tombstone_stays(self, log: EventLog) -> None:
-        from sluice.store.purge import Tombstones, delete_tag, release_transport
+        from sluice.store.purge import Tombstones, delete_tag, forget_deliveries, release_transport
 
         keys, tag, other = log.keys, log.keys.job("j1"), log.keys.taskmanager("tm-1")
         task = keys.task_inbox(tag, "src", 0)
@@ -433,13 +433,43 @@ class LogContract:
             log.append(stream, env(heartbeat()))
         log.backend.set(keys.outbox_cursor(tag), b"1-0")
         log.backend.hset(keys.delivered(other), {keys.outbox(tag): b"1-0", "else": b"1-0"})
-        assert release_transport(log, tag, [task], [other]) == 4
+        assert release_transport(log, tag, [task]) == 4
         assert log.backend.scan_keys(keys.tag_pattern(tag)) == [keys.facts(tag)]  # the facts stay
+        # The outbox's mark stays until a purge: a late deliverer's page is dropped by it.
+        assert sorted(log.backend.hkeys(keys.delivered(other))) == sorted([keys.outbox(tag).encode(), b"else"])
+        forget_deliveries(log, tag, [other])
         assert log.backend.hkeys(keys.delivered(other)) == [b"else"]
         assert delete_tag(log, tag) == 1 and log.backend.scan_keys(keys.tag_pattern(tag)) == []
         Tombstones(log).write("j1", {"status": "FINISHED", "purged_at": 5})
         assert Tombstones(log).read("j1") == {"status": "FINISHED", "purged_at": 5}
         assert Tombstones(log).read("j2") is None and list(Tombstones(log).all()) == ["j1"]
+
+    def test_a_page_read_before_its_outbox_was_released_is_not_delivered_again(self, log: EventLog) -> None:
+        """A deliverer (a deposed leader, recovery racing the leader) reads a page of a job's
+        outbox; meanwhile the leader delivers it all and archives the job (its transport
+        released); the late deliverer then hands its page over: the marks the outbox left in
+        the target drop it (simulated seeds 11076 and 11458 of --all-faults on 38b6f48, when
+        the release forgot the marks: delivered twice)."""
+        from sluice.store.purge import release_transport
+
+        tag = log.keys.job("j1")
+        outbox, target = log.keys.outbox(tag), log.keys.inbox(log.keys.taskmanager("tm-1"))
+        log.commit(tag, 1, [Out(outbox, env(heartbeat(rid=f"r{i}")), to=target) for i in range(3)])
+
+        class ReleasedMeanwhile(Delegating):
+            done = False
+
+            def xrange(self, stream: str, after: str | None, count: int) -> Any:
+                page = self.inner.xrange(stream, after, count)
+                if stream == outbox and page and not self.done:
+                    self.done = True
+                    assert Deliverer(log, tag).deliver() == 3  # the leader delivers it all...
+                    release_transport(log, tag)  # ...and archives the job
+                return page
+
+        late = Deliverer(EventLog(ReleasedMeanwhile(log.backend), log.keys), tag)
+        assert late.deliver() == 0
+        assert log.length(target) == 3 and not log.backend.exists(outbox)
 
     def test_trimming_an_inbox_overwritten_meanwhile_trims_nothing(self, log: EventLog) -> None:
         """Overwritten between the trim's look at its group and its XTRIM: the inbox's reader
