@@ -135,23 +135,23 @@ class GroupConsumer:
         if self._fresh:  # pending there since an earlier life (of this consumer too): before what follows
             fresh = [s for s in self.streams if s in self._fresh]
             self._fresh.clear()
-            mine = {(e.stream, e.id) for e in out}
-            earlier = [e for e in self.recover(streams=fresh) if (e.stream, e.id) not in mine]
-            if earlier:
-                self.taken_over += len(earlier)
-                out = self._in_order(out + earlier)
+            out = self._with(out, self.recover(streams=fresh))
         return out
 
     def _take_over(self, read: list[Entry], streams: list[str]) -> list[Entry]:
         """``read`` with what other consumers hold pending on ``streams``, taken over: each
         entry once, in stream order within each stream (a deposed leader's entries come
         before the later ones this consumer read, or after them, where they were sent)."""
+        return self._with(read, self.reclaim(min_idle_ms=0, streams=streams))
+
+    def _with(self, read: list[Entry], more: list[Entry]) -> list[Entry]:
+        """``read`` merged with ``more`` in stream order, ``taken_over`` counting what it added."""
         mine = {(e.stream, e.id) for e in read}
-        taken = [e for e in self.reclaim(min_idle_ms=0, streams=streams) if (e.stream, e.id) not in mine]
-        if not taken:
+        added = [e for e in more if (e.stream, e.id) not in mine]
+        if not added:
             return read
-        self.taken_over = len(taken)
-        return self._in_order(read + taken)
+        self.taken_over += len(added)
+        return self._in_order(read + added)
 
     def _in_order(self, entries: list[Entry]) -> list[Entry]:
         """Each entry once, by stream (in the order read) and in stream order within each."""
