@@ -46,6 +46,7 @@ __all__ = [
     "ManualWorld",
     "TinySlots",
     "WrittenAgainAtOnce",
+    "coordinated_running",
     "events",
     "job_state",
     "keyed_graph",
@@ -303,6 +304,30 @@ def started(log: EventLog, tmp_path: Path, slots: TinySlots | None = None, *, n:
     t = tm(log, world, tmp_path, slots, n=n)
     register_tm(a, t, world)
     return world, a, t, slots
+
+
+def coordinated_running(log: EventLog, world: ManualWorld, tmp_path: Path, *, jm_log: EventLog | None = None
+                        ) -> tuple[JobManager, TaskManager, dict, dict]:
+    """Leader jm-a (a 300 ms lease; writing through ``jm_log`` if given) with job j1: src ->
+    agg, agg's user coordinator a ``CountingCoordinator``, both subtasks RUNNING on tm-1.
+    Returns the leader, the TaskManager and the descriptors of src and agg."""
+    a = jm(jm_log or log, world, "jm-a", tmp_path, lease_ttl_ms=300)
+    assert lead(a, world) == 1
+    slots = TinySlots()
+    t = tm(log, world, tmp_path, slots)
+    register_tm(a, t, world)
+    steps = [lambda: a.step(block_ms=None), a.step_lease, lambda: t.step(block_ms=None)]
+    submit(log, world, "j1", keyed_graph("j1", splits=4, coordinator=f"{__name__}:CountingCoordinator"))
+    pump(steps, lambda: len(slots.launched) == 1, what="the source's deployment", world=world, advance_ms=10)
+    src = slots.launched[0][1]
+    report(log, world, src, "tm-1", 0, TaskState.RUNNING)
+    produced(log, world, src)
+    pump(steps, lambda: len(slots.launched) == 2, what="the consumer's deployment", world=world, advance_ms=10)
+    agg = slots.launched[1][1]
+    report(log, world, agg, "tm-1", 1, TaskState.RUNNING)
+    pump(steps, lambda: a.state.jobs.jobs["j1"].vertices["agg"].subtasks[0].state == TaskState.RUNNING,
+         what="the consumer running", world=world, advance_ms=10)
+    return a, t, src, agg
 
 
 def register_tm(jm: JobManager, tm: TaskManager, world: ManualWorld) -> None:

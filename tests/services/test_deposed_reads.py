@@ -13,51 +13,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sluice.events import Envelope, OperatorEvent, TaskState
-from sluice.services.jobmanager import JobManager
 from sluice.store import EventLog
 from tests.services.failover_helpers import (
     HANDLED,
     ManualWorld,
-    TinySlots,
+    coordinated_running,
     jm,
-    keyed_graph,
     lead,
-    produced,
-    pump,
-    register_tm,
     report,
-    submit,
-    tm,
 )
-
-COORDINATOR = "tests.services.failover_helpers:CountingCoordinator"
-
-
-def _running_agg(log: EventLog, tmp_path: Path, world: ManualWorld) -> tuple[JobManager, Any, dict, TinySlots]:
-    """Leader A (a 300 ms lease) with job j1: src -> agg, agg's user coordinator counting
-    the events it is given, both subtasks RUNNING on tm-1."""
-    a = jm(log, world, "jm-a", tmp_path, lease_ttl_ms=300)
-    assert lead(a, world) == 1
-    slots = TinySlots()
-    t = tm(log, world, tmp_path, slots)
-    register_tm(a, t, world)
-    steps = [lambda: a.step(block_ms=None), a.step_lease, lambda: t.step(block_ms=None)]
-    submit(log, world, "j1", keyed_graph("j1", splits=4, coordinator=COORDINATOR))
-    pump(steps, lambda: len(slots.launched) == 1, what="the source's deployment", world=world, advance_ms=10)
-    src = slots.launched[0][1]
-    report(log, world, src, "tm-1", 0, TaskState.RUNNING)
-    produced(log, world, src)
-    pump(steps, lambda: len(slots.launched) == 2, what="the consumer's deployment", world=world, advance_ms=10)
-    agg = slots.launched[1][1]
-    report(log, world, agg, "tm-1", 1, TaskState.RUNNING)
-    pump(steps, lambda: a.state.jobs.jobs["j1"].vertices["agg"].subtasks[0].state == TaskState.RUNNING,
-         what="the consumer running", world=world, advance_ms=10)
-    return a, t, agg, slots
 
 
 def _operator_event(log: EventLog, world: ManualWorld, agg: dict, n: int) -> None:
@@ -72,7 +40,7 @@ def test_a_message_read_by_a_deposed_leader_is_decided_before_later_ones(log: Ev
                                                                        then: str) -> None:
     HANDLED.clear()
     world = ManualWorld()
-    a, _, agg, _ = _running_agg(log, tmp_path, world)
+    a, _, _, agg = coordinated_running(log, world, tmp_path)
 
     time.sleep(0.4)  # A stalls: its lease lapses (Redis's clock) and B takes over
     b = jm(log, world, "jm-b", tmp_path, lease_ttl_ms=3000)

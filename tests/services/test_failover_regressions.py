@@ -54,12 +54,11 @@ from tests.services.failover_helpers import (
     HANDLED,
     ManualWorld,
     TinySlots,
+    coordinated_running,
     events,
     jm,
     job_state,
-    keyed_graph,
     lead,
-    produced,
     pump,
     register_message,
     register_tm,
@@ -70,8 +69,6 @@ from tests.services.failover_helpers import (
     submit_tasks,
     tm,
 )
-
-COORDINATOR = "tests.services.failover_helpers:CountingCoordinator"
 
 
 class Died(BaseException):
@@ -206,22 +203,7 @@ def test_bug2_a_new_leader_decides_what_the_dead_leader_read_exactly_once(log: E
     keys = log.keys
     world = ManualWorld()
     dying = DieAtCommit(log.backend)
-    a = jm(EventLog(dying, keys), world, "jm-a", tmp_path, lease_ttl_ms=300)  # B waits for it to lapse
-    assert lead(a, world) == 1
-    slots = TinySlots()
-    t = tm(log, world, tmp_path, slots)
-    register_tm(a, t, world)
-    steps = [lambda: a.step(block_ms=None), a.step_lease, lambda: t.step(block_ms=None)]
-    submit(log, world, "j1", keyed_graph("j1", splits=4, coordinator=COORDINATOR))
-    pump(steps, lambda: len(slots.launched) == 1, what="the source's deployment", world=world, advance_ms=10)
-    src = slots.launched[0][1]
-    report(log, world, src, "tm-1", 0, TaskState.RUNNING)
-    produced(log, world, src)
-    pump(steps, lambda: len(slots.launched) == 2, what="the consumer's deployment", world=world, advance_ms=10)
-    agg = slots.launched[1][1]
-    report(log, world, agg, "tm-1", 1, TaskState.RUNNING)
-    pump(steps, lambda: a.state.jobs.jobs["j1"].vertices["agg"].subtasks[0].state == TaskState.RUNNING,
-         what="the consumer running", world=world, advance_ms=10)
+    a, _, src, agg = coordinated_running(log, world, tmp_path, jm_log=EventLog(dying, keys))  # a 300 ms lease: B waits for it
     job_inbox, cluster_inbox = keys.inbox(keys.job("j1")), keys.inbox(keys.cluster)
     facts = keys.facts(keys.job("j1"))
     before = log.last_id(facts)
