@@ -100,8 +100,9 @@ def splits(requests: int, warmup: int, n_rounds: int) -> None:
 
 @bench.command()
 @click.option("--megabytes", default="60", show_default=True, help="Sizes of text, comma-separated (e.g. 60,200).")
-@click.option("--corpus", default="small,zipf", show_default=True,
-              help="Corpora, comma-separated: small (5,000 words), zipf (Zipf's law over 500,000 words).")
+@click.option("--corpus", default="small,zipf,source", show_default=True,
+              help="Corpora, comma-separated: small (5,000 words), zipf (Zipf's law over 500,000 words), source "
+                   "(real text: the installed packages' Python source).")
 def wordcount(megabytes: str, corpus: str) -> None:
     """examples/wordcount.py vs the same transformations in plain PySpark: the job on a warm cluster, and `sluice run` whole."""
     from sluice.bench.wordcount import run

@@ -35,5 +35,15 @@ def test_the_zipf_corpus_follows_zipfs_law_over_many_distinct_words(tmp_path: Pa
 
 
 def test_an_unknown_corpus_is_refused_with_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown corpus 'prose'; use one of small, zipf"):
+    with pytest.raises(ValueError, match="unknown corpus 'prose'; use one of small, zipf, source"):
         write_corpus("prose", tmp_path / "x.txt", 1)
+
+
+def test_the_source_corpus_is_real_python_text_of_the_asked_size_in_whole_lines(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    write_corpus("source", a, 2)
+    write_corpus("source", b, 2)
+    data = a.read_bytes()
+    assert data == b.read_bytes()  # the same installed packages give the same text
+    assert data.endswith(b"\n") and 0.9 * 2 * 1024 * 1024 <= len(data) <= 2 * 1024 * 1024
+    assert b"def " in data and b"import " in data
