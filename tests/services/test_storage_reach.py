@@ -136,14 +136,30 @@ def test_a_taskmanager_looks_once_per_job_and_remembers_the_answer(tmp_path: Pat
     job_marker.write(root, "job", [], "jm-host")
     d = TaskDeploymentDescriptor("job", "v:0:0", "v", 0, 0, 2, 128, "noop", "0" * 64, "m", [], {}, [],
                                  storage_root=root)
-    reach = Reach("tm-1", "h1")
+    paused: list[float] = []
+    reach = Reach("tm-1", "h1", settle_s=(0.1, 0.3), sleep=paused.append)
     reach.check(d)
     reach.check(dataclasses.replace(d, execution_id="v:1:0", subtask=1))
-    assert reach.looks == 1
+    assert reach.looks == 1 and paused == []
     other = dataclasses.replace(d, job_id="job2")
     for _ in range(2):
         with pytest.raises(StorageUnreachable, match="TaskManager tm-1 on host h1 cannot see the storage root"):
             reach.check(other)
-    assert reach.looks == 2  # a job it cannot see is not looked at again either
+    assert reach.looks == 1 + 3 and paused == [0.1, 0.3]  # looked again after each pause, then not again
     reach.check(dataclasses.replace(d, storage_root=""))  # a descriptor of an older leader: not checked
-    assert reach.looks == 2
+    assert reach.looks == 4
+
+
+def test_a_marker_that_shows_up_a_moment_late_is_found(tmp_path: Path) -> None:
+    """A shared filesystem may show another host's new file late: the TaskManager looks again."""
+    root = (tmp_path / "storage").as_uri()
+    d = TaskDeploymentDescriptor("job", "v:0:0", "v", 0, 0, 1, 128, "noop", "0" * 64, "m", [], {}, [],
+                                 storage_root=root)
+
+    def pause(seconds: float) -> None:
+        if seconds == 0.3:  # it "arrives" during the second pause
+            job_marker.write(root, "job", [], "jm-host")
+
+    reach = Reach("tm-1", "h1", settle_s=(0.1, 0.3, 0.6), sleep=pause)
+    reach.check(d)
+    assert reach.looks == 3
