@@ -166,7 +166,8 @@ def on_message(state: JobsState, job_id: str, env: Envelope, config: JobsConfig,
         if not msg.success:
             ex = job.current(msg.execution_id)
             if ex is not None and ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING):
-                # Not retryable: the TaskManager cannot see the job's storage or inputs.
+                # One that is not retryable (its TaskManager cannot see the job's storage root or
+                # inputs, so every attempt there would fail alike) fails the job at once.
                 _fail(rec, job, ex, f"deployment failed on {ex.taskmanager}: {msg.message}", config,
                       restart=msg.retryable)
     elif isinstance(msg, ScheduleOrUpdateConsumers):
