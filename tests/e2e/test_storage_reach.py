@@ -63,7 +63,10 @@ def fails_at_once(log: EventLog, job_id: str) -> str:
     client = Client(log)
     job = wait_until(lambda: (j := client.job(job_id, missing_ok=True)) is not None and j.status in TERMINAL_JOB
                      and j, f"job {job_id} to end", timeout=90)
-    facts = [e.event for _, e in log.replay(log.keys.facts(log.keys.job(job_id)))]
+    envs = [e for _, e in log.replay(log.keys.facts(log.keys.job(job_id)))]
+    facts = [e.event for e in envs]
+    print(f"job {job_id}: submitted to {job.status.value} in {envs[-1].ts - envs[0].ts} ms (leader's clock), "
+          f"{sum(isinstance(f, TaskRestartScheduled) for f in facts)} restarts")  # (-s shows it)
     assert job.status == JobStatus.FAILED, job.reason
     assert not [f for f in facts if isinstance(f, TaskRestartScheduled)], "a restart was scheduled"
     assert job.reason is not None and "(no restart)" in job.reason
