@@ -20,7 +20,8 @@ from .schema import JSON, payload_decoder, record
 __all__ = ["TaskDeploymentDescriptor", "TaskInput", "ProducerPartitions", "TaskOutput", "TaskSource", "TaskSink",
            "TaskQueryable", "DESCRIPTOR_VERSION", "descriptor_from_json", "descriptor_to_json"]
 
-DESCRIPTOR_VERSION = 1
+DESCRIPTOR_VERSION = 2
+"""Version 2 added ``storage_root``."""
 
 
 @record
@@ -111,6 +112,9 @@ class TaskDeploymentDescriptor:
     source: TaskSource | None = None
     sink: TaskSink | None = None
     queryable: TaskQueryable | None = None
+    storage_root: str = ""
+    """The job's storage root (where its marker is, ``services/common/job_marker.py``): the
+    TaskManager checks it sees it before the job's first task there ("": not checked)."""
     version: int = DESCRIPTOR_VERSION
 
     @property
@@ -122,7 +126,8 @@ _decode = payload_decoder(TaskDeploymentDescriptor)
 
 
 def upgrade(data: Any) -> Any:
-    """An older descriptor's data in the current shape (version 1 is the first)."""
+    """An older descriptor's data in the current shape (version 1 is the first; version 2
+    added ``storage_root``, unknown for a version 1 descriptor: "", not checked)."""
     if not isinstance(data, dict):
         return data
     version = data.get("version", 1)
@@ -130,6 +135,8 @@ def upgrade(data: Any) -> Any:
         raise UnsupportedSchemaVersion(
             f"a task deployment descriptor of version {version!r} was written by a newer Sluice (this one reads up "
             f"to {DESCRIPTOR_VERSION}); run the same Sluice version on JobManagers and TaskManagers")
+    if version == 1:
+        data = {**data, "storage_root": "", "version": 2}
     return data
 
 

@@ -188,12 +188,18 @@ class SubmitTask(Event):
     descriptor: TaskDeploymentDescriptor
 
 
-@event("TaskOperationResult")
+@event("TaskOperationResult", version=2)
 class TaskOperationResult(Event):
+    """The TaskManager's answer to ``SubmitTask``: the attempt started, or why not.
+    ``retryable`` False: another attempt would fail the same way (the TaskManager cannot
+    see the job's storage root or inputs), so the job fails without restarts. Version 2
+    added ``retryable``."""
+
     job_id: str
     execution_id: str
     success: bool
     message: str | None = None
+    retryable: bool = True
 
 
 @event("CancelTask")

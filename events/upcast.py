@@ -163,3 +163,11 @@ def _job_waiting_for_slots_v1_v2(payload: Payload) -> Payload:
 def _submit_task_v1_v2(payload: Payload) -> Payload:
     """v2 types the descriptor; a v1 descriptor has the same fields (and is version 1)."""
     return payload
+
+
+@upcaster("TaskOperationResult", 1)
+def _task_operation_result_v1_v2(payload: Payload) -> Payload:
+    """v2 added ``retryable``; every failure a v1 TaskManager reported could be retried."""
+    if isinstance(payload, dict):
+        return {**payload, "retryable": True}
+    return payload

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from sluice.errors import ConfigError
 
-__all__ = ["Settings", "env_int", "appendfsync", "spark_log_level"]
+__all__ = ["Settings", "env_int", "appendfsync", "spark_log_level", "host_setting", "advertised_host",
+           "spark_connect_host"]
 
 FSYNC_POLICIES = ("everysec", "always")
 SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
@@ -35,6 +36,40 @@ def spark_log_level(raw: str | None = None) -> str:
         raise ConfigError(f"Spark log level {value!r} is not a log4j level: use one of {', '.join(SPARK_LOG_LEVELS)} "
                           "($SLUICE_SPARK_LOG_LEVEL)")
     return value
+
+
+def host_setting(value: str, setting: str) -> str:
+    """``value`` as a host name or address to bind to or advertise (stripped); ConfigError,
+    naming ``setting``, when it is empty or has spaces in it."""
+    host = value.strip()
+    if not host or any(c.isspace() for c in host) or "/" in host:
+        raise ConfigError(f"{setting}={value!r} is not a host name or address: give one such as 127.0.0.1, "
+                          "198.18.0.2 or node1.example.com")
+    return host
+
+
+def advertised_host(value: str | None, setting: str) -> str | None:
+    """A host name or address other hosts reach this process on (None: not given); not a
+    wildcard, which names no host."""
+    if value is None:
+        return None
+    host = host_setting(value, setting)
+    if host in ("0.0.0.0", "::", "*"):
+        raise ConfigError(f"{setting}={value!r} is where a server listens, not an address other hosts can reach: "
+                          "give this machine's name or its address on the network the other hosts share")
+    return host
+
+
+def spark_connect_host(raw: str | None = None) -> str:
+    """The address the Spark Connect servers Sluice starts listen on: ``127.0.0.1`` by
+    default (only this machine's processes reach them), another address of this machine, or
+    ``0.0.0.0`` for every interface, with ``$SLUICE_SPARK_CONNECT_HOST``, so that
+    TaskManagers on other hosts can share one server (plain gRPC, no authentication: only on
+    a network you trust)."""
+    if raw is not None:
+        return host_setting(raw, "the Spark Connect host")
+    value = os.environ.get("SLUICE_SPARK_CONNECT_HOST")
+    return "127.0.0.1" if value is None else host_setting(value, "$SLUICE_SPARK_CONNECT_HOST")
 
 
 def env_int(name: str, default: int) -> int:

@@ -35,6 +35,7 @@
      │    ├── CoordinatorError       a coordinator failed (the job's root cause)
      │    ├── NoAnswer               a task's coordinator did not answer in time
      │    ├── TaskStartFailed        a step of starting a task failed (names the step)
+     │    ├── StorageUnreachable     a TaskManager cannot see a job's storage root or inputs (no retry)
      │    ├── HandlerFailed          a core raised deciding a message (a bug: parked, state rebuilt)
      │    └── DuplicateCommit        a leader's commit found its messages decided already
      └── QueryableStateError         reading queryable state (sluice.state)
@@ -88,6 +89,7 @@ __all__ = [
     "SchemaError",
     "NoAnswer",
     "TaskStartFailed",
+    "StorageUnreachable",
     "HandlerFailed",
     "DuplicateCommit",
     "IllegalTransition",
@@ -365,6 +367,15 @@ class TaskStartFailed(ServiceError):
     def __init__(self, step: str, cause: BaseException) -> None:
         self.step, self.cause = step, cause
         super().__init__(f"starting the task failed at step '{step}': {type(cause).__name__}: {cause}")
+
+
+class StorageUnreachable(ServiceError):
+    """A TaskManager cannot see a job's storage root or one of its input files: every
+    attempt there would fail the same way, so the job fails at once (no restart)."""
+
+    def __init__(self, message: str, *, host: str, path: str) -> None:
+        self.host, self.path = host, path
+        super().__init__(message)
 
 
 class HandlerFailed(ServiceError):

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sluice.config import spark_log_level
+from sluice.config import spark_connect_host, spark_log_level
 from sluice.errors import ConfigError, ServiceError
 
 from .redis_server import free_port
@@ -187,12 +187,14 @@ def prune_class_archives(directory: Path) -> list[Path]:
 
 class SparkConnectServer:
     """``spark-submit … SparkConnectServer`` on a free port, ``local[*]`` by default, logging
-    at ``log_level`` (default: $SLUICE_SPARK_LOG_LEVEL, else WARN)."""
+    at ``log_level`` (default: $SLUICE_SPARK_LOG_LEVEL, else WARN), listening on ``host``
+    (default: $SLUICE_SPARK_CONNECT_HOST, else 127.0.0.1; ``sluice.config.spark_connect_host``)."""
 
     def __init__(self, *, master: str = "local[*]", port: int | None = None, log_file: Path | None = None,
                  conf: dict[str, str] | None = None, log_level: str | None = None, cds: bool = True,
-                 java_options: list[str] | None = None) -> None:
+                 java_options: list[str] | None = None, host: str | None = None) -> None:
         self.master = master
+        self.host = spark_connect_host(host)
         self.java_options = list(java_options or [])
         archive = class_archive() if cds else None
         if archive is not None and archive.is_file():  # (a stale or foreign one: the JVM warns and goes without)
@@ -203,15 +205,22 @@ class SparkConnectServer:
         self.conf = {
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "8",
-            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.address": self.host,
             "spark.connect.grpc.binding.port": str(self.port),
             **(conf or {}),
         }
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
+    def address(self) -> str:
+        """Where this machine's processes connect to it: its host, or loopback when it
+        listens on every interface."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"[{host}]" if ":" in host else host
+
+    @property
     def url(self) -> str:
-        return f"sc://127.0.0.1:{self.port}"
+        return f"sc://{self.address}:{self.port}"
 
     def start(self, *, wait: bool = True, timeout: float = 120.0, detach: bool = False) -> str:
         check_java()
@@ -245,8 +254,9 @@ class SparkConnectServer:
                 raise ServiceError(f"the Spark Connect server exited at start (code {self.proc.returncode}); "
                                    f"see {self.log_file or 'its output'}")
 
-        if not _listens("127.0.0.1", self.port, timeout, 0.2, still_running):
-            raise ServiceError(f"the Spark Connect server did not listen on port {self.port} within {timeout:.0f} s")
+        if not _listens(self.address.strip("[]"), self.port, timeout, 0.2, still_running):
+            raise ServiceError(f"the Spark Connect server did not listen on {self.address}:{self.port} within "
+                               f"{timeout:.0f} s")
 
     @property
     def pid(self) -> int | None:

@@ -26,6 +26,8 @@ from sluice.events import (
     TaskStatesRecorded,
 )
 from sluice.events.ids import id_problem
+from sluice.services.common import job_marker
+from sluice.services.common.shell import hostname
 from sluice.services.common.world import monotonic_ms
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.reconcile import reconcile
@@ -158,8 +160,8 @@ class ClusterInbox:
             if not jm.blobs.exists(msg.code_blob):
                 found.append(f"the job's code (blob {msg.code_blob[:12]}) is not in Redis; submit it again")
         if not found:
-            try:
-                plan_splits(msg)
+            try:  # the job's marker: how each TaskManager proves it sees the storage and inputs
+                job_marker.write(jm.storage_root, msg.job_id, job_marker.input_paths(plan_splits(msg)), hostname())
             except Exception as exc:
                 found.append(str(exc))
         if found:

@@ -166,7 +166,10 @@ def on_message(state: JobsState, job_id: str, env: Envelope, config: JobsConfig,
         if not msg.success:
             ex = job.current(msg.execution_id)
             if ex is not None and ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING):
-                _fail(rec, job, ex, f"deployment failed on {ex.taskmanager}: {msg.message}", config)
+                # One that is not retryable (its TaskManager cannot see the job's storage root or
+                # inputs, so every attempt there would fail alike) fails the job at once.
+                _fail(rec, job, ex, f"deployment failed on {ex.taskmanager}: {msg.message}", config,
+                      restart=msg.retryable)
     elif isinstance(msg, ScheduleOrUpdateConsumers):
         ex = job.current(msg.execution_id)
         if ex is not None and (msg.vertex_id, msg.subtask, msg.attempt) != (ex.vertex, ex.subtask, ex.attempt):
@@ -457,7 +460,7 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
         queryable = TaskQueryable(spec.queryable, next((e.key for e in vertex.inputs if e.exchange == "keyed"), None))
     return TaskDeploymentDescriptor(
         job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt, len(vertex.subtasks), maxp, spec.kind, job.code_blob,
-        job.module, list(spec.functions), dict(job.params), inputs, output, source, sink, queryable)
+        job.module, list(spec.functions), dict(job.params), inputs, output, source, sink, queryable, job.storage_root)
 
 
 # --- cluster events and time ---------------------------------------------------------------------

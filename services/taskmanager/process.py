@@ -22,7 +22,7 @@ from collections import OrderedDict, deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.errors import PartlyAppended, RedisUnavailable, WrongType
+from sluice.errors import PartlyAppended, RedisUnavailable, StorageUnreachable, WrongType
 from sluice.events import (
     FIELD,
     AcknowledgeRegistration,
@@ -50,6 +50,7 @@ from sluice.store.consumer import Entry, dead_letter
 
 from .core import Registration, RegistrationConfig
 from .library import LibraryCache
+from .reach import Reach
 from .share import local_cores, task_partitions
 from .slots import ProcessSlots, Slots
 from .tasks import Task, TaskStartFailed, TaskTable, release, standard_steps, start
@@ -113,6 +114,7 @@ class TaskManager:
         self.tasks = TaskTable()
         self.library = LibraryCache(Blobs(log), self.home / "cache")
         self.temp = TempDir(self.home / "tmp", self.resource_id)
+        self.reach = Reach(self.resource_id, host)
         self.steps = standard_steps(self.library, self.tasks, self.temp.path,
                                     self._launch, self._cancel_launch)
         self.slots: Slots = runner or ProcessSlots(log, self.resource_id, redis_url=redis_url, home=self.home,
@@ -432,6 +434,10 @@ class TaskManager:
             if not 0 <= msg.slot < self.reg.slots:
                 raise TaskStartFailed("slot", ValueError(f"slot {msg.slot} does not exist (this TaskManager has "
                                                          f"{self.reg.slots})"))
+            try:
+                self.reach.check(task.descriptor)  # once per job: its storage root and inputs are here
+            except StorageUnreachable as exc:
+                raise TaskStartFailed("storage root", exc) from exc
             start(task, self.steps, on_undo_error=lambda step, exc: self.logger.error(
                 "undo failed", step=step, error=str(exc)))
         except TaskStartFailed as exc:
@@ -439,7 +445,8 @@ class TaskManager:
                 raise exc.cause from exc
             self.logger.warning("task start failed", task=task.id, step=exc.step, error=str(exc.cause),
                                 undone=task.undone)
-            self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, False, str(exc)))
+            self._to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, False, str(exc),
+                                                         not isinstance(exc.cause, StorageUnreachable)))
             return
         if not self.execute:  # a TaskManager that finishes tasks without running them (benchmarks)
             # Reports are queued first and sent once the bookkeeping is done: a Redis error

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from sluice.config import advertised_host
 from sluice.services.common.shell import stop_on_signals
 
 from .context import Context
@@ -83,7 +84,11 @@ def jobmanager(obj: Context, jm_id: str | None, storage_root: str | None, slot_t
 @click.command()
 @click.option("--slots", default=1, show_default=True, type=int, help="Task slots this TaskManager offers.")
 @click.option("--resource-id", default=None, help="Stable id of this TaskManager (default: host and a random suffix).")
-@click.option("--host", default=None, help="Host name reported for locality (default: $SLUICE_HOST or the machine's).")
+@click.option("--advertise-host", "--host", "host", envvar="SLUICE_ADVERTISE_HOST", default=None, metavar="HOST",
+              callback=lambda _ctx, _param, value: advertised_host(value, "--advertise-host ($SLUICE_ADVERTISE_HOST)"),
+              help="The name or address other hosts reach this TaskManager on, carried in its registration "
+                   "(split locality, `sluice status`, errors that name it); $SLUICE_ADVERTISE_HOST. "
+                   "Default: $SLUICE_HOST or the machine's host name.")
 @click.option("--spark", "spark", default=None, envvar="SLUICE_SPARK_REMOTE", metavar="sc://HOST:PORT",
               help="Spark Connect server the workers use (default: this TaskManager starts one when a "
                    "task first needs Spark).")

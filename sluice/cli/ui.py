@@ -7,6 +7,8 @@ import os
 
 import click
 
+from sluice.config import host_setting
+
 from .context import Context
 
 __all__ = ["register", "ui"]
@@ -15,9 +17,10 @@ __all__ = ["register", "ui"]
 @click.command()
 @click.option("--port", default=8087, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on (0: any free port).")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (0.0.0.0 to serve other machines: plain HTTP, so put a TLS proxy "
-                   "in front before allowing cancels there).")
+@click.option("--host", envvar="SLUICE_UI_HOST", default="127.0.0.1", show_default=True, metavar="ADDRESS",
+              callback=lambda _ctx, _param, value: host_setting(value, "--host ($SLUICE_UI_HOST)"),
+              help="Address to listen on, $SLUICE_UI_HOST (0.0.0.0 to serve other machines: plain HTTP, so put "
+                   "a TLS proxy in front before allowing cancels there).")
 @click.option("--token-env", default="SLUICE_UI_TOKEN", show_default=True, metavar="NAME",
               help="Environment variable holding the token that allows cancelling jobs from the "
                    "dashboard (POST with Authorization: Bearer TOKEN). Unset: read-only.")

@@ -68,7 +68,8 @@ def _old_descriptor(job: JobRun, ex) -> TaskDeploymentDescriptor:  # the code be
         queryable = TaskQueryable(spec.queryable, next((e.key for e in vertex.inputs if e.exchange == "keyed"), None))
     return TaskDeploymentDescriptor(
         job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt, len(vertex.subtasks), maxp, spec.kind, job.code_blob,
-        job.module, list(spec.functions), dict(job.params), inputs, output, source, sink, queryable)
+        job.module, list(spec.functions), dict(job.params), inputs, output, source, sink, queryable,
+        job.storage_root)  # (descriptor version 2 added the storage root)
 
 
 def identity(df):

@@ -24,6 +24,7 @@ from sluice.events import (
     UpdateTaskExecutionState,
     decode_fields,
 )
+from sluice.services.common import job_marker
 from sluice.services.jobmanager import JobManager
 from sluice.services.jobmanager.cluster import plan_splits
 from sluice.services.jobs import core
@@ -200,6 +201,7 @@ def test_a_task_the_leader_does_not_know_is_cancelled_on_its_taskmanager(log: Ev
                     log.keys.inbox(log.keys.client("c1")), {})
     state = JobsState()
     core.submit(state, sub, plan_splits(sub), f"file://{tmp_path}/storage", world.now)
+    job_marker.write(f"file://{tmp_path}/storage", "ghost", [], "jm-host")  # the leader that took it in did
     (msg,) = [m for _, m in core.schedule(state, "ghost", {"tm-1": [0]}, world.now).sends if isinstance(m, SubmitTask)]
     inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
     log.append(inbox, Envelope(msg, world.new_id(), 1, world.now, "ghost"))
