@@ -182,8 +182,6 @@ class HostsCluster:
             raise HostsError(f"redis-server on host redis did not answer within 30 s; see {redis.directory}/redis.log")
         self.client = client
         self.log = EventLog(client, Keys(self.prefix))
-        for name in self.layout.proxied:
-            self._proxy(self.hosts[name])
         self.roles = {"jm1": [Role("jobmanager", ("--id", "jm1"), "jm1")],
                       "jm2": [Role("jobmanager", ("--id", "jm2"), "jm2"), Role("projector", (), "projector")]}
         for host in self.taskmanager_hosts():
@@ -196,16 +194,25 @@ class HostsCluster:
             raise HostsError(f"the cluster of run {self.run} did not come up within {timeout:.0f} s: leader "
                              f"{self.leader()}, registered {sorted(self.registered())}; logs in {self.directory}")
 
-    def _proxy(self, host: Host) -> None:
+    def _proxy(self, host: Host, timeout: float = 20.0) -> None:
+        """The host's delay proxy to Redis (on its loopback), started and listening."""
         redis = self.hosts["redis"]
-        self._track(f"proxy-{host.name}", host.spawn(
-            [sys.executable, "-m", "sluice.hosts.proxy", "--listen", f"127.0.0.1:{PROXY_PORT}",
-             "--to", f"{redis.address}:{REDIS_PORT}", "--delay-file", str(host.directory / "delay")],
-            log=host.directory / "proxy.log", clock=False))
+        proc = host.spawn([sys.executable, "-m", "sluice.hosts.proxy", "--listen", f"127.0.0.1:{PROXY_PORT}",
+                           "--to", f"{redis.address}:{REDIS_PORT}", "--delay-file", str(host.directory / "delay")],
+                          log=host.directory / "proxy.log", clock=False)
+        self._track(f"proxy-{host.name}", proc)
+        listening = f"</dev/tcp/127.0.0.1/{PROXY_PORT}"
+        if not poll(lambda: proc.poll() is None and host.run("bash", "-c", listening, check=False).returncode == 0,
+                    timeout):
+            raise HostsError(f"the delay proxy of host {host.name} did not listen within {timeout:.0f} s; "
+                             f"see {host.directory}/proxy.log")
 
     def start_roles(self, host_name: str) -> None:
         """(Re)start the Sluice processes of a host (after ``faults.kill_host``, or with a new clock)."""
         host = self.hosts[host_name]
+        proxy = self.popen.get(f"proxy-{host_name}")
+        if host_name in self.layout.proxied and (proxy is None or proxy.poll() is not None):
+            self._proxy(host)
         exe = str(Path(sys.executable).with_name("sluice"))
         for r in self.roles.get(host_name, []):
             self._track(r.name, host.spawn([exe, r.role, *r.args], log=host.directory / f"{r.name}.log",

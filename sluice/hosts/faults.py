@@ -9,28 +9,36 @@ from sluice.chaos import procs
 
 from . import net
 from .cluster import HostsCluster
+from .host import Host
 from .net import HostsError
 
 __all__ = ["cut", "restore", "drop", "undrop", "latency", "no_latency", "kill_host", "restart_host", "freeze",
            "thaw", "skew", "heal"]
 
 
+def _host(cluster: HostsCluster, name: str) -> Host:
+    if name not in cluster.hosts:
+        raise HostsError(f"no host {name!r} in run {cluster.run}: its hosts are {', '.join(cluster.hosts) or 'none (not up)'}")
+    return cluster.hosts[name]
+
+
 def cut(cluster: HostsCluster, host: str) -> None:
     """Take ``host``'s link down: it reaches nobody and nobody reaches it."""
-    net.set_link(cluster.hosts[host].veth, up=False)
+    net.set_link(_host(cluster, host).veth, up=False)
 
 
 def restore(cluster: HostsCluster, host: str) -> None:
-    net.set_link(cluster.hosts[host].veth, up=True)
+    net.set_link(_host(cluster, host).veth, up=True)
 
 
 def drop(cluster: HostsCluster, host: str, probability: float) -> None:
     """Drop packets in and out of ``host`` at random (``probability`` in (0, 1])."""
-    net.drop(cluster.hosts[host].namespace, probability)
+    net.check_probability(probability)
+    net.drop(_host(cluster, host).namespace, probability)
 
 
 def undrop(cluster: HostsCluster, host: str) -> None:
-    net.undrop(cluster.hosts[host].namespace)
+    net.undrop(_host(cluster, host).namespace)
 
 
 def latency(cluster: HostsCluster, host: str, low_ms: int, high_ms: int) -> None:
@@ -40,18 +48,18 @@ def latency(cluster: HostsCluster, host: str, low_ms: int, high_ms: int) -> None
         raise HostsError(f"host {host} has no delay proxy: lay the cluster out with Layout(proxied=({host!r},))")
     if not 0 <= low_ms <= high_ms:
         raise HostsError(f"latency {low_ms}..{high_ms} ms: give 0 <= low <= high, e.g. 50..200")
-    (cluster.hosts[host].directory / "delay").write_text(f"{low_ms} {high_ms}\n")
+    (_host(cluster, host).directory / "delay").write_text(f"{low_ms} {high_ms}\n")
 
 
 def no_latency(cluster: HostsCluster, host: str) -> None:
-    (cluster.hosts[host].directory / "delay").write_text("0 0\n")
+    (_host(cluster, host).directory / "delay").write_text("0 0\n")
 
 
 def kill_host(cluster: HostsCluster, host: str, *, storage: bool = False) -> list[int]:
     """kill -9 every process of ``host`` (its Sluice processes, workers, Spark server, proxy),
     but its storage mount unless ``storage``; the pids killed."""
     keep = [] if storage else [p.pid for n, p in cluster.popen.items() if n == f"weed-mount-{host}"]
-    return cluster.hosts[host].kill_all(signal.SIGKILL, keep=keep)
+    return _host(cluster, host).kill_all(signal.SIGKILL, keep=keep)
 
 
 def restart_host(cluster: HostsCluster, host: str) -> None:
@@ -65,7 +73,7 @@ def skew(cluster: HostsCluster, host: str, offset: str | None) -> None:
     if offset is not None and (not offset or offset[0] not in "+-"):
         raise HostsError(f"clock offset {offset!r}: give a signed faketime offset such as '+30s' or '-30s'")
     kill_host(cluster, host)
-    cluster.hosts[host].clock_offset = offset
+    _host(cluster, host).clock_offset = offset
     restart_host(cluster, host)
 
 

@@ -11,7 +11,7 @@ import subprocess
 
 from sluice.errors import SluiceError
 
-__all__ = ["HostsError", "sh", "free_subnet", "make_bridge", "add_host", "set_link", "drop", "undrop"]
+__all__ = ["HostsError", "sh", "free_subnet", "make_bridge", "add_host", "set_link", "check_probability", "drop", "undrop"]
 
 
 class HostsError(SluiceError):
@@ -62,15 +62,19 @@ def set_link(veth: str, up: bool) -> None:
 
 def _rules(probability: float) -> list[list[str]]:
     match = ["-i", "eth0", "-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}", "-j", "DROP"]
-    out = ["-o", *match[2:]]
+    out = ["-o", "eth0", *match[2:]]
     return [["INPUT", *match], ["OUTPUT", *out]]
+
+
+def check_probability(probability: float) -> None:
+    if not 0.0 < probability <= 1.0:
+        raise HostsError(f"drop probability {probability!r} is not in (0, 1]: give e.g. 0.2 for 20%")
 
 
 def drop(namespace: str, probability: float) -> None:
     """Drop packets in and out of the host's ``eth0`` at random with ``probability`` (iptables
     inside the host's namespace: the rules go with the namespace)."""
-    if not 0.0 < probability <= 1.0:
-        raise HostsError(f"drop probability {probability!r} is not in (0, 1]: give e.g. 0.2 for 20%")
+    check_probability(probability)
     for chain, *rule in _rules(probability):
         sh("ip", "netns", "exec", namespace, "iptables", "-A", chain, *rule)
 
