@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -231,11 +232,18 @@ class HostsCluster:
 
     # --- down ----------------------------------------------------------------------------
 
-    def down(self) -> list[str]:
-        """Remove everything this run made; what could not be removed (empty: all gone)."""
+    def down(self, *, keep_logs: Path | None = None) -> list[str]:
+        """Remove everything this run made; what could not be removed (empty: all gone). With
+        ``keep_logs``, every host's logs are copied there first (a failed test's evidence)."""
         t0 = time.monotonic()
         if self.state is None:
             return []
+        if keep_logs is not None:
+            for log in self.directory.glob("*/**/*.log"):
+                if not log.is_relative_to(self.shared):
+                    target = keep_logs / log.relative_to(self.directory)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(log, target)
         client = getattr(self, "client", None)
         if client is not None:
             client.close()

@@ -5,6 +5,7 @@ where hosts cannot be made, a factory of clusters across hosts that takes each o
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -32,10 +33,22 @@ def hosts_available() -> None:
 Factory = Callable[..., HostsCluster]
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    report = yield
+    if report.when == "call":
+        item.stash[FAILED] = report.failed
+    return report
+
+
+FAILED = pytest.StashKey[bool]()
+
+
 @pytest.fixture
-def hosts_cluster(hosts_available: None) -> Iterator[Factory]:
-    """``hosts_cluster(Layout(...))`` brings a cluster up; every one is taken down at teardown,
-    and a teardown that leaves anything behind fails the test."""
+def hosts_cluster(hosts_available: None, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
+    """``hosts_cluster(Layout(...))`` brings a cluster up; every one is taken down at teardown
+    (its logs kept in the test's tmp_path/hosts-logs when the test failed), and a teardown that
+    leaves anything behind fails the test."""
     made: list[HostsCluster] = []
 
     def make(layout: Layout = Layout(), *, timeout: float = 180.0) -> HostsCluster:
@@ -44,7 +57,10 @@ def hosts_cluster(hosts_available: None) -> Iterator[Factory]:
         return cluster.up(timeout=timeout)
 
     yield make
-    left = {c.run: c.down() for c in made}
+    failed = request.node.stash.get(FAILED, True)
+    left = {c.run: c.down(keep_logs=tmp_path / "hosts-logs" / c.run if failed else None) for c in made}
+    if failed:
+        print(f"logs of the hosts runs: {tmp_path / 'hosts-logs'}")
     for c in made:
         print(f"hosts run {c.run}: " + ", ".join(f"{k} {v:.1f} s" for k, v in c.timings.items()))
     assert not any(left.values()), f"the hosts harness left things behind: {left}"
