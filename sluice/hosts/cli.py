@@ -4,6 +4,7 @@ take it down, clean leftovers of runs that died."""
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
@@ -47,10 +48,11 @@ def down(run: str) -> None:
     found = [s for s in runs() if s.run == run]
     if not found:
         raise click.ClickException(f"no run {run!r}: `scripts/hosts status` lists the runs")
+    t0 = time.monotonic()
     left = clean(found[0])
     if left:
         raise click.ClickException(f"run {run} left: {'; '.join(left)}")
-    click.echo(f"run {run} is gone")
+    click.echo(f"run {run} is gone ({time.monotonic() - t0:.1f} s)")
 
 
 @main.command()

@@ -92,6 +92,23 @@ class HostsCluster:
     def redis_url(self) -> str:
         return f"redis://{self.hosts['redis'].address}:{REDIS_PORT}/0"
 
+    @property
+    def s3_endpoint(self) -> str:
+        """SeaweedFS's S3 gateway (no credentials configured: anonymous access)."""
+        return f"http://{self.hosts['storage'].address}:{storage.S3_PORT}"
+
+    def host_named(self, namespace: str) -> Host:
+        """The host whose namespace (what TaskManagers report as their host) is ``namespace``."""
+        for host in self.hosts.values():
+            if host.namespace == namespace:
+                return host
+        raise HostsError(f"no host {namespace!r} in run {self.run}")
+
+    def listdir(self, namespace: str, path: str) -> list[str]:
+        """The names in directory ``path`` as the host ``namespace`` sees it ([] when it is not there)."""
+        done = self.host_named(namespace).run("ls", "-1", path, check=False)
+        return done.stdout.split() if done.returncode == 0 else []
+
     def url_for(self, host: Host) -> str:
         if host.name in self.layout.proxied:
             return f"redis://127.0.0.1:{PROXY_PORT}/0"

@@ -1,13 +1,19 @@
-"""Where a job ran, host by host, as the log tells it: the job's fold (its final attempts and
-the TaskManager each ran on) and the membership view (each TaskManager's host)."""
+"""Where a job ran, host by host, as the log tells it (the job's fold: each subtask's last
+attempt and its TaskManager; the membership view: each TaskManager's host), and which
+partitions of its keyed exchanges were read across hosts, as the consumer's host sees them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from sluice.client import Client
+from sluice.services.dataplane.keygroups import key_group_range
+from sluice.services.jobs.core import partition_path
 from sluice.store import EventLog
 from sluice.views.taskmanagers import taskmanagers
 
-__all__ = ["hosts_by_vertex", "crossings"]
+__all__ = ["hosts_by_vertex", "CrossRead", "cross_reads"]
 
 
 def hosts_by_vertex(log: EventLog, job_id: str) -> dict[str, list[str | None]]:
@@ -18,16 +24,41 @@ def hosts_by_vertex(log: EventLog, job_id: str) -> dict[str, list[str | None]]:
             for name, v in job.vertices.items()}
 
 
-def crossings(log: EventLog, job_id: str) -> dict[tuple[str, str], set[tuple[str, str]]]:
-    """Each keyed exchange (producer vertex, consumer vertex) -> the (consumer's host, producer's
-    host) pairs on different hosts: a consumer subtask reads its key groups from every
-    producer subtask, so each pair is a partition read across hosts."""
+@dataclass(frozen=True)
+class CrossRead:
+    """Consumer subtask ``consumer`` of ``target`` on ``consumer_host`` had key groups
+    ``key_groups`` to read in the partition of ``source``'s subtask ``producer`` written on
+    ``producer_host`` (another host)."""
+
+    source: str
+    target: str
+    producer: int
+    producer_host: str
+    consumer: int
+    consumer_host: str
+    key_groups: tuple[int, ...]
+
+
+def cross_reads(log: EventLog, job_id: str, listdir: Callable[[str, str], list[str]]) -> list[CrossRead]:
+    """Every keyed-exchange read across hosts in the job's last attempts: ``listdir(host, path)``
+    lists a producer's partition directory as ``host`` sees it (its ``_kg=N`` entries)."""
     job = Client(log).job(job_id)
     where = hosts_by_vertex(log, job_id)
-    out: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    out = []
     for edge in job.graph.edges:
         if edge.exchange != "keyed":
             continue
-        pairs = {(c, p) for c in where[edge.target] for p in where[edge.source] if c and p and c != p}
-        out[(edge.source, edge.target)] = pairs
+        producers, consumers = job.vertices[edge.source].subtasks, job.vertices[edge.target].subtasks
+        for p in producers:
+            p_host = where[edge.source][p.subtask]
+            root = partition_path(job.storage_root, job_id, edge.source, p.subtask, p.attempt).removeprefix("file://")
+            for c in consumers:
+                c_host = where[edge.target][c.subtask]
+                if not p_host or not c_host or p_host == c_host:
+                    continue
+                first, last = key_group_range(job.graph.max_parallelism, len(consumers), c.subtask)
+                groups = tuple(sorted(n for name in listdir(c_host, root) if name.startswith("_kg=")
+                                      and first <= (n := int(name[4:])) <= last))
+                if groups:
+                    out.append(CrossRead(edge.source, edge.target, p.subtask, p_host, c.subtask, c_host, groups))
     return out
