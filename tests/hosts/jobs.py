@@ -14,9 +14,14 @@ from sluice.services.jobs.state import TERMINAL_JOB, JobRun
 
 def put_workload(cluster: HostsCluster, tmp_path: Path, seed: int, **sizes: int) -> tuple[str, list[Row]]:
     """Generate the chaos workload here, copy it onto the shared filesystem from the first
-    TaskManager host; (its path there, the rows expected, computed in plain Python)."""
+    TaskManager host (with storage private to each host: onto every host running Sluice, so
+    that only the storage root differs between hosts); (its path there, the rows expected,
+    computed in plain Python)."""
     work = generate(tmp_path / "input.txt", seed, **sizes)
-    cluster.taskmanager_hosts()[0].put(work.path, f"{cluster.shared}/input")
+    targets = [h for h in cluster.hosts.values() if h.name in cluster.roles] if cluster.layout.private_storage \
+        else cluster.taskmanager_hosts()[:1]
+    for host in targets:
+        host.put(work.path, f"{cluster.shared}/input")
     return f"{cluster.shared}/input/input.txt", expected(work.path)
 
 
