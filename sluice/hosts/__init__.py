@@ -29,7 +29,13 @@ Hosts: ``storage`` (``weed server``), ``redis`` (redis-server, AOF), ``jm1`` and
 (a JobManager each; the projector on ``jm2``), ``tm1``..``tmN`` (a TaskManager with its slot
 workers and its own Spark Connect server, ``local[*]``). Processes of a host are found by
 their mount namespace (``Host.pids``). ``cluster.log`` is an EventLog on the cluster's Redis
-(prefix ``cluster.prefix``), for the client, the views and the checks.
+(prefix ``cluster.prefix``), for the client, the views and the checks;
+``cluster.s3_endpoint`` is SeaweedFS's S3 gateway; ``cluster.listdir(host, path)`` lists a
+directory as one host sees it, and ``placement.hosts_by_vertex`` / ``placement.cross_reads``
+say where a job's subtasks ran and which keyed partitions were read across hosts.
+``Layout.private_storage`` gives each host a private directory at the shared path instead
+(the negative control). ``advertise(host)`` is the one place a TaskManager's advertised
+host name is chosen (``--host``, today).
 
 Faults: ``cut``/``restore`` set the host's root-side veth down/up; ``drop``/``undrop`` add
 and flush iptables ``statistic`` DROP rules inside the host's namespace; ``latency`` writes

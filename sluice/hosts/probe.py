@@ -27,7 +27,7 @@ def unavailable() -> str | None:
         return "no /dev/fuse: FUSE is not available here (load the fuse module, or give the container /dev/fuse)"
     if shutil.which("fusermount3") is None and shutil.which("fusermount") is None:
         return "fusermount is not installed (Debian: apt-get install fuse3)"
-    if storage.weed() is None:
+    if storage.weed() is None:  # (scripts/hosts up and the test fixture install it first)
         return "SeaweedFS is not installed: " + storage.install_hint()
     name = f"slh-probe-{secrets.token_hex(3)}"
     made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=10)

@@ -62,3 +62,26 @@ def test_clean_leaves_a_run_whose_owner_lives(hosts_available: None, tmp_path: P
         assert state.path.exists() and Path(state.directory).exists()
     finally:
         state.path.unlink(missing_ok=True)
+
+
+def test_the_operator_command_brings_a_run_up_shows_it_and_takes_it_down(hosts_available: None) -> None:
+    up = subprocess.run([str(SCRIPT), "up", "--taskmanagers", "1", "--private-storage"], capture_output=True,
+                        text=True, timeout=120)
+    assert up.returncode == 0, up.stdout + up.stderr
+    run = up.stdout.split()[1]
+    try:
+        assert "tm1" in up.stdout and "redis://198.18." in up.stdout
+        status = subprocess.run([str(SCRIPT), "status"], capture_output=True, text=True, timeout=60).stdout
+        assert f"run {run} (no owner" in status
+        clean = subprocess.run([str(SCRIPT), "clean"], capture_output=True, text=True, timeout=60)
+        assert f"run {run}" not in clean.stdout, "clean removed a run left up on purpose"
+    finally:
+        down = subprocess.run([str(SCRIPT), "down", run], capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0 and f"run {run} is gone" in down.stdout, down.stdout + down.stderr
+    assert [s for s in runs() if s.run == run] == []
+
+
+def test_down_of_an_unknown_run_says_how_to_find_the_runs() -> None:
+    done = subprocess.run([str(SCRIPT), "down", "nosuch"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "no run 'nosuch': `scripts/hosts status` lists the runs" in done.stderr
