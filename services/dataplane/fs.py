@@ -112,7 +112,8 @@ def resolve(location: str) -> tuple[FileSystem, str]:
         if not parsed.netloc:
             raise StorageError(f"{location!r} names no bucket: write s3://BUCKET/PREFIX")
         if parsed.query or parsed.params or "@" in parsed.netloc:
-            raise StorageError(f"{location!r}: an s3:// location takes no options or credentials in the URI; "
+            shown = "an s3:// URI with credentials (not repeated here)" if "@" in parsed.netloc else repr(location)
+            raise StorageError(f"{shown}: an s3:// location takes no options or credentials in the URI; "
                                "set SLUICE_S3_ENDPOINT (or AWS_ENDPOINT_URL), AWS_ACCESS_KEY_ID and "
                                "AWS_SECRET_ACCESS_KEY in the environment")
         key = unquote(parsed.path).strip("/")
@@ -229,6 +230,8 @@ def glob(pattern: str) -> list[str]:
     try:
         candidates = listdir(base, recursive=len(segments) - fixed > 1)
     except StorageNotFound:
+        if info("s3://" + segments[0]) is None:  # no bucket: say so, rather than "matches nothing"
+            raise
         return []
     return [e.uri for e in candidates
             if len(e.uri[len("s3://"):].split("/")) == len(segments)
