@@ -21,7 +21,7 @@ from sluice.services.dataplane import fs, publish
 from sluice.services.dataplane.exchange import SCHEMA_FILE, _publish, _schema_of, sweep_sink
 from sluice.services.dataplane.reader import materialize_split
 from sluice.services.dataplane.splits import list_input_files, plan_splits
-from tests.dataplane.seaweed import SeaweedS3
+from tests.seaweed import SeaweedS3
 
 BUCKET = "sluice-contract"
 
@@ -41,8 +41,7 @@ def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
         return
     server: SeaweedS3 = request.getfixturevalue("seaweed_s3")
     bucket = request.getfixturevalue("_bucket")
-    for name, value in (("SLUICE_S3_ENDPOINT", server.endpoint), ("AWS_ACCESS_KEY_ID", server.access_key),
-                        ("AWS_SECRET_ACCESS_KEY", server.secret_key)):
+    for name, value in server.env().items():
         monkeypatch.setenv(name, value)
     prefix = f"s3://{bucket}/{uuid.uuid4().hex[:12]}"
     yield prefix
@@ -249,8 +248,7 @@ def test_a_split_whose_input_went_away_says_so(root: str, tmp_path: Path) -> Non
 
 
 def test_a_missing_bucket_is_named(seaweed_s3: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in (("SLUICE_S3_ENDPOINT", seaweed_s3.endpoint), ("AWS_ACCESS_KEY_ID", seaweed_s3.access_key),
-                        ("AWS_SECRET_ACCESS_KEY", seaweed_s3.secret_key)):
+    for name, value in seaweed_s3.env().items():
         monkeypatch.setenv(name, value)
     with pytest.raises(StorageNotFound, match="bucket 'no-such-bucket' of 's3://no-such-bucket/in' does not exist"):
         fs.listdir("s3://no-such-bucket/in")
@@ -263,8 +261,7 @@ def test_a_missing_bucket_is_named(seaweed_s3: SeaweedS3, monkeypatch: pytest.Mo
 def test_wrong_credentials_are_refused_without_showing_the_secret(seaweed_s3: SeaweedS3,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     seaweed_s3.admin().create_dir("sluice-denied")
-    for name, value in (("SLUICE_S3_ENDPOINT", seaweed_s3.endpoint), ("AWS_ACCESS_KEY_ID", seaweed_s3.access_key),
-                        ("AWS_SECRET_ACCESS_KEY", "not-" + seaweed_s3.secret_key)):
+    for name, value in seaweed_s3.env(AWS_SECRET_ACCESS_KEY="not-" + seaweed_s3.secret_key).items():
         monkeypatch.setenv(name, value)
     with pytest.raises(StorageError) as err:
         fs.write_bytes("s3://sluice-denied/x", b"1")

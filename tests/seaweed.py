@@ -82,6 +82,11 @@ class SeaweedS3:
             raise
         self.started_in = time.monotonic() - began
 
+    def env(self, **override: str) -> dict[str, str]:
+        """The settings a Sluice process reads S3's endpoint and credentials from (services/dataplane/fs.py)."""
+        return {"SLUICE_S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key, **override}
+
     def admin(self):  # -> pyarrow.fs.S3FileSystem
         """A client that may create and delete buckets (the tests' set-up; Sluice never does)."""
         from pyarrow import fs
