@@ -17,7 +17,9 @@ Spark (the pyspark wheel's Hadoop) reaches local paths and ``file://`` only; it 
 ``s3://`` file system at all, and reaches S3 as ``s3a://`` only with the hadoop-aws and AWS
 SDK jars, which the wheel does not ship. :func:`problems` says, for the storage root and
 the sinks of a job, what Spark cannot reach and what to do; the JobManager refuses such a
-job at submission, before any task runs.
+job at submission, before any task runs. It refuses what is sure to fail: an S3 location
+(``s3://``, ``s3a://``, ``s3n://``) for either, and any storage root but a local one; a
+sink on another scheme (``hdfs://`` on a Spark configured for it) is let through.
 """
 
 from __future__ import annotations
@@ -53,8 +55,12 @@ def problem(what: str, location: str, name: str = "") -> str | None:
         return (f"{label} cannot be used: {why}; {scheme}:// needs the hadoop-aws and AWS SDK jars "
                 "in every Spark, and Sluice's own file operations (publishing, _schema.json) do not speak "
                 f"{scheme}:// yet. {_HOW[0].upper()}{_HOW[1:]}")
-    return (f"{label} cannot be used: {why}, and Sluice reaches only local paths, file:// and "
-            f"s3:// itself (scheme {scheme!r}). {_HOW[0].upper()}{_HOW[1:]}")
+    if what == "storage root":
+        return (f"{label} cannot be used: {why}, and TaskManagers manage only file:// roots (scheme {scheme!r}). "
+                f"{_HOW[0].upper()}{_HOW[1:]}")
+    # A sink on another scheme (hdfs://, the simulation's sim://) is the deployment's to
+    # make reachable; if Sluice's own layer cannot publish there, the task says so (fs).
+    return None
 
 
 def problems(storage_root: str, sinks: Iterable[tuple[str, str]]) -> list[str]:
