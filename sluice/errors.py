@@ -25,7 +25,9 @@
      ├── JobRefusedError             the JobManager refused a submitted job
      ├── DataplaneError              (also a ValueError) a bad argument or input of the data plane
      │    ├── SplitError             input splits cannot be planned or read
-     │    └── SchemaError            a DataFrame lacks a column or schema
+     │    ├── SchemaError            a DataFrame lacks a column or schema
+     │    └── StorageError           a file operation failed (bad URI, denied, unreachable)
+     │         └── StorageNotFound   (also a FileNotFoundError) no such file, directory or bucket
      ├── MessageRejected             a well-formed message a core refuses (parked with the reason)
      │    ├── UnexpectedMessage      a message the cluster inbox does not take
      │    └── UnexpectedJobMessage   a message a job inbox does not take
@@ -86,6 +88,8 @@ __all__ = [
     "JobRefusedError",
     "DataplaneError",
     "SplitError",
+    "StorageError",
+    "StorageNotFound",
     "SchemaError",
     "NoAnswer",
     "TaskStartFailed",
@@ -355,6 +359,15 @@ class SplitError(DataplaneError):
 
 class SchemaError(DataplaneError):
     """A DataFrame or an exchange directory lacks a column or schema the operation needs."""
+
+
+class StorageError(DataplaneError):
+    """A file operation of Sluice's own (services/dataplane/fs.py) failed: an unsupported or
+    malformed location, access denied, storage unreachable. The message names the location."""
+
+
+class StorageNotFound(StorageError, FileNotFoundError):
+    """No such file, directory or bucket (also a FileNotFoundError, as pyarrow's and os's are)."""
 
 
 class NoAnswer(ServiceError):

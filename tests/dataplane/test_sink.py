@@ -106,39 +106,34 @@ def staged(root: Path, subtask: int, attempt: int, *files: str) -> str:
 
 
 def test_the_shell_keeps_compression_extensions_and_skips_spark_bookkeeping(tmp_path: Path) -> None:
-    from pyarrow.fs import LocalFileSystem
-
     from sluice.services.dataplane.exchange import _publish
 
     staging = staged(tmp_path, 2, 1, "part-00001-9f8e-c000.csv.gz", "part-00000-9f8e-c000.csv.gz")
-    assert _publish(LocalFileSystem(), str(tmp_path), staging, 2, 1, "csv") is Outcome.PUBLISHED
+    assert _publish(str(tmp_path), staging, 2, 1, "csv") is Outcome.PUBLISHED
     assert (tmp_path / "part-00002-a000001-000.csv.gz").read_text() == "part-00000-9f8e-c000.csv.gz"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != staging) == [
         "_part-00002-a000001.published", "part-00002-a000001-000.csv.gz", "part-00002-a000001-001.csv.gz"]
 
 
-def test_the_shell_takes_back_what_it_moved_when_publishing_fails(tmp_path: Path) -> None:
-    from pyarrow.fs import LocalFileSystem
-
+def test_the_shell_takes_back_what_it_moved_when_publishing_fails(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.services.dataplane import fs
     from sluice.services.dataplane.exchange import _publish
 
-    class FailingSecondMove:
-        def __init__(self) -> None:
-            self.fs, self.moves = LocalFileSystem(), 0
+    moves = []
+    real_move = fs.move
 
-        def __getattr__(self, name: str):
-            return getattr(self.fs, name)
+    def failing_second_move(src: str, dst: str) -> None:  # a disk that fills up halfway
+        moves.append(dst)
+        if len(moves) == 2:
+            raise OSError("disk full")
+        real_move(src, dst)
 
-        def move(self, src: str, dst: str) -> None:
-            self.moves += 1
-            if self.moves == 2:
-                raise OSError("disk full")
-            self.fs.move(src, dst)
-
+    monkeypatch.setattr(fs, "move", failing_second_move)
     (tmp_path / "part-00000-000.csv").write_text("legacy")
     staging = staged(tmp_path, 0, 1, "part-00000-1-c000.csv", "part-00001-1-c000.csv")
     with pytest.raises(OSError, match="disk full"):
-        _publish(FailingSecondMove(), str(tmp_path), staging, 0, 1, "csv")
+        _publish(str(tmp_path), staging, 0, 1, "csv")
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != staging) == ["part-00000-000.csv"]
 
 
