@@ -101,8 +101,23 @@ def unreachable(storage_root: str, job_id: str, resource_id: str, host: str) -> 
                                   f"{ADVICE}", host=host, path=str(path))
     inputs = data.get("inputs")
     for raw in inputs if isinstance(inputs, list) else []:
-        if not os.path.isfile(str(raw)):
+        if not _is_file(str(raw)):
             return StorageUnreachable(f"{who} cannot see the input file {raw} (the JobManager on host "
                                       f"{data.get('written_by', '?')} planned the job's splits from it): {ADVICE}",
                                       host=host, path=str(raw))
     return None
+
+
+def _is_file(location: str) -> bool:
+    """Whether the input file ``location`` is there, as this process sees it: a local path
+    with the os module, an ``s3://`` object through the data plane's file layer (an error
+    reaching the store counts as not seen: the reason then names the file)."""
+    from sluice.services.dataplane import fs
+
+    if fs.is_local(location):
+        return os.path.isfile(location if fs.scheme_of(location) == "" else fs.resolve(location)[1])
+    try:
+        entry = fs.info(location)
+    except Exception:  # noqa: BLE001 (a store this host cannot reach: it does not see the file)
+        return False
+    return entry is not None and entry.is_file
