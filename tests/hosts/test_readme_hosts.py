@@ -143,11 +143,12 @@ def test_readme_across_hosts_section_runs_as_written(hosts_cluster, tmp_path: Pa
             finished(proc, hosts[n], n, 90)
         tm_hosts = {hosts["tm1"].address, hosts["tm2"].address}
 
-        def up() -> bool:
-            registered = {r["host"] for r in taskmanagers(log) if r["state"] == "REGISTERED"}
-            return current_leader(log) is not None and registered == tm_hosts
+        def registered() -> set[str]:
+            return {r["host"] for r in taskmanagers(log) if r["state"] == "REGISTERED"}
 
-        assert poll(up, 180, every=0.5), f"no leader, or not both TaskManagers registered; logs in {cluster.directory}"
+        if not poll(lambda: current_leader(log) is not None and registered() == tm_hosts, 180, every=0.5):
+            pytest.fail(f"leader {current_leader(log)}; TaskManagers registered on {sorted(registered())}, not on "
+                        f"the TaskManager hosts' addresses {sorted(tm_hosts)}; logs in {cluster.directory}")
         for n, ports in METRICS.items():  # a standby and the projector may still be starting
             for port in ports:
                 metrics = f"http://{hosts[n].address}:{port}/metrics"
