@@ -50,6 +50,9 @@ class Layout:
     timing: Timing = Timing()
     skew: dict[str, str] = field(default_factory=dict)
     """Host name -> faketime offset (e.g. ``+30s``) its processes start with."""
+    bare: bool = False
+    """Only the hosts (namespaces, private ``/tmp``, the bridge): no SeaweedFS, Redis or Sluice;
+    the caller starts what runs on them (the README's multi-host section, followed by a test)."""
 
 
 @dataclass
@@ -130,9 +133,10 @@ class HostsCluster:
         try:
             self._network()
             self.timings["network_s"] = time.monotonic() - t0
-            self._storage()
-            self.timings["storage_s"] = time.monotonic() - t0 - self.timings["network_s"]
-            self._sluice(timeout)
+            if not self.layout.bare:
+                self._storage()
+                self.timings["storage_s"] = time.monotonic() - t0 - self.timings["network_s"]
+                self._sluice(timeout)
         except BaseException:
             self.down()
             raise
