@@ -22,7 +22,9 @@ __all__ = [
     "UnregisterTaskManager",
     "DisconnectTaskManager",
     "TaskStatesRecorded",
+    "ReportStorageReach",
     "TaskManagerRegistered",
+    "TaskManagerStorageReach",
     "TaskManagerLost",
     "TaskManagerUnregistered",
     "LeadershipGranted",
@@ -90,27 +92,51 @@ class UnregisterTaskManager(Event):
     reason: str
 
 
+@event("ReportStorageReach")
+class ReportStorageReach(Event):
+    """What a TaskManager saw at the leader's storage root: ``path`` (its ``_SLUICE_ROOT``)
+    holding ``root_id`` (``problem`` None), or not, and why (missing, another root's id,
+    unreadable, no answer in time)."""
+
+    resource_id: str
+    session: str
+    storage_root: str
+    root_id: str
+    path: str
+    problem: str | None = None
+
+
 # --- messages: JobManager -> TaskManager --------------------------------------------------
 
 
-@event("AcknowledgeRegistration")
+@event("AcknowledgeRegistration", version=2)
 class AcknowledgeRegistration(Event):
+    """Version 2 added the leader's ``storage_root`` and its identity ``root_id`` (the id in
+    ``<storage_root>/_SLUICE_ROOT``): the TaskManager checks that it sees that very root and
+    says so (``ReportStorageReach``). Empty: nothing to check (an older leader, or a root
+    that has no identity: not a local one, or one the leader could not write)."""
+
     resource_id: str
     session: str
     epoch: int
     heartbeat_interval_ms: int
     heartbeat_timeout_ms: int
+    storage_root: str = ""
+    root_id: str = ""
 
 
-@event("AlreadyRegistered")
+@event("AlreadyRegistered", version=2)
 class AlreadyRegistered(Event):
-    """The same TaskManager session registered again (a lost reply, or a new leader)."""
+    """The same TaskManager session registered again (a lost reply, or a new leader).
+    Version 2 added ``storage_root`` and ``root_id``, as AcknowledgeRegistration did."""
 
     resource_id: str
     session: str
     epoch: int
     heartbeat_interval_ms: int
     heartbeat_timeout_ms: int
+    storage_root: str = ""
+    root_id: str = ""
 
 
 @event("RefuseRegistration")
@@ -161,6 +187,20 @@ class TaskManagerRegistered(Event):
     host: str
     slots: int
     labels: dict[str, str] = field(default_factory=dict)
+
+
+@event("TaskManagerStorageReach")
+class TaskManagerStorageReach(Event):
+    """The registered session of a TaskManager sees the storage root ``storage_root`` of
+    identity ``root_id`` (``problem`` None), or cannot, and why, naming ``path``. Decided
+    when its report changes what the table says; a new session starts unknown."""
+
+    resource_id: str
+    session: str
+    storage_root: str
+    root_id: str
+    path: str
+    problem: str | None = None
 
 
 @event("TaskManagerLost")

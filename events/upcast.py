@@ -79,6 +79,22 @@ def _task_manager_heartbeat_v1_v2(payload: Payload) -> Payload:
     return payload
 
 
+@upcaster("AcknowledgeRegistration", 1)
+def _acknowledge_registration_v1_v2(payload: Payload) -> Payload:
+    """v2 added the leader's ``storage_root`` and ``root_id``; a v1 leader names none (nothing to check)."""
+    if isinstance(payload, dict):
+        return {**payload, "storage_root": "", "root_id": ""}
+    return payload
+
+
+@upcaster("AlreadyRegistered", 1)
+def _already_registered_v1_v2(payload: Payload) -> Payload:
+    """v2 added ``storage_root`` and ``root_id``, as AcknowledgeRegistration v2 did."""
+    if isinstance(payload, dict):
+        return {**payload, "storage_root": "", "root_id": ""}
+    return payload
+
+
 @upcaster("UpdateTaskExecutionState", 1)
 def _update_task_execution_state_v1_v2(payload: Payload) -> Payload:
     """v1 named the execution only; v2 records vertex, subtask, attempt and location too."""

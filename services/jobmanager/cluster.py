@@ -38,6 +38,7 @@ from sluice.store import Consumed
 from sluice.store.consumer import Entry
 
 from .kvstate import dispose_job
+from .storage_identity import StorageIdentity
 
 if TYPE_CHECKING:
     from .process import JobManager
@@ -56,6 +57,7 @@ def plan_splits(msg: SubmitJob) -> dict[str, list]:
 class ClusterInbox:
     def __init__(self, jm: JobManager) -> None:
         self.jm = jm
+        self.root = StorageIdentity(jm)
 
     def handle(self, entry: Entry) -> None:
         jm = self.jm
@@ -72,7 +74,8 @@ class ClusterInbox:
             self.check_reply_to(msg.reply_to)
             jm.retention.on_request(entry, msg)
             return
-        decision = decide(jm.state.membership, env, jm.config)
+        config = self.root.config() if isinstance(msg, RegisterTaskManager) else jm.config  # (the root to check)
+        decision = decide(jm.state.membership, env, config)
         sends = [(jm.keys.inbox(jm.keys.taskmanager(rid)), reply) for rid, reply in decision.replies]
         envs = jm.committer.commit(jm.tag, decision.facts, sends=sends, consumed=self.consumed(entry), cause=env.id)
         if envs is None:
@@ -160,6 +163,8 @@ class ClusterInbox:
                 found.append(f"job id {msg.job_id} is already taken")
             if not jm.blobs.exists(msg.code_blob):
                 found.append(f"the job's code (blob {msg.code_blob[:12]}) is not in Redis; submit it again")
+        if not found and (blind := self.root.refusal()) is not None:  # a TaskManager said it cannot see the root
+            found.append(blind)
         if not found:
             found.extend(spark_reach.problems(jm.storage_root, [(v.name, v.sink.path) for v in msg.graph.vertices
                                                                  if v.sink is not None]))

@@ -458,6 +458,8 @@ class JobManager:
         job = r.jobs.jobs.get(job_id)
         if job is None or job.status not in TERMINAL_JOB:  # archived jobs are not followed: loaded when asked about
             self.job_inboxes.follow(job_id)
+        if job is not None and job.status not in TERMINAL_JOB:
+            self.cluster.root.mark_restored(job)  # (one an older leader accepted has no marker)
         if job is None or not job.built or job.status in TERMINAL_JOB:
             return None
         # Coordinators exist before leadership is used: restored first, then bound and

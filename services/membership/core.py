@@ -24,9 +24,11 @@ from sluice.events import (
     LogRestarted,
     RefuseRegistration,
     RegisterTaskManager,
+    ReportStorageReach,
     TaskManagerHeartbeat,
     TaskManagerLost,
     TaskManagerRegistered,
+    TaskManagerStorageReach,
     TaskManagerUnregistered,
     UnregisterTaskManager,
 )
@@ -52,6 +54,11 @@ class MembershipConfig:
     heartbeat_interval_ms: int = 1000
     heartbeat_timeout_ms: int = 5000
     max_slots: int = 1024
+    storage_root: str = ""
+    """The leader's storage root, told to every TaskManager it acknowledges ("" with ``root_id``:
+    nothing to check)."""
+    root_id: str = ""
+    """The identity of ``storage_root`` (its ``_SLUICE_ROOT``; the JobManager's shell reads it)."""
 
 
 @dataclass(slots=True)
@@ -70,6 +77,21 @@ class TaskManagerRow:
     """The leader epoch that registered this session (its ``TaskManagerRegistered`` fact's;
     0: not known). An attempt placed on this TaskManager at an earlier epoch was placed on a
     registration that ended before this one began, even under the same session."""
+    storage_root: str = ""
+    """The storage root this session last reported on ("": not reported yet) ..."""
+    root_id: str = ""
+    """... of this identity, ..."""
+    storage_path: str = ""
+    """... looking at this path (its ``_SLUICE_ROOT``), ..."""
+    storage_problem: str | None = None
+    """... and why it cannot see it there (None: it sees it)."""
+
+    def sees_root(self, storage_root: str, root_id: str) -> bool | None:
+        """Whether this session reported that it sees the root ``storage_root`` of identity
+        ``root_id`` (None: it has not reported on that root)."""
+        if not root_id or (self.storage_root, self.root_id) != (storage_root, root_id):
+            return None
+        return self.storage_problem is None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -82,6 +104,10 @@ class TaskManagerRow:
             "since": self.since,
             "reason": self.reason,
             "epoch": self.epoch,
+            "storage_root": self.storage_root,
+            "root_id": self.root_id,
+            "storage_path": self.storage_path,
+            "storage_problem": self.storage_problem,
         }
 
     @classmethod
@@ -137,6 +163,11 @@ def evolve(state: Membership, env: Envelope) -> Membership:
             row.status = "LOST" if type(ev) is TaskManagerLost else "UNREGISTERED"
             row.since = env.ts
             row.reason = ev.reason
+    elif type(ev) is TaskManagerStorageReach:
+        row = state.taskmanagers.get(ev.resource_id)
+        if row is not None and row.session == ev.session:
+            row.storage_root, row.root_id, row.storage_path = ev.storage_root, ev.root_id, ev.path
+            row.storage_problem = ev.problem
     elif type(ev) is LeadershipGranted:
         state.epoch = ev.epoch
         state.leader_id = ev.leader_id
@@ -154,7 +185,7 @@ def decide(state: Membership, env: Envelope, config: MembershipConfig) -> Decisi
     anything is decided) for a message that cannot be answered: its resource id cannot be
     used to address the TaskManager, so it is parked with the reason instead."""
     msg = env.event
-    if isinstance(msg, (RegisterTaskManager, TaskManagerHeartbeat, UnregisterTaskManager)):
+    if isinstance(msg, (RegisterTaskManager, TaskManagerHeartbeat, UnregisterTaskManager, ReportStorageReach)):
         problem = id_problem(msg.resource_id, f"{msg.TYPE}'s resource id")
         if problem is not None:
             raise MessageRejected(problem + "; no reply can be addressed to it")
@@ -172,10 +203,25 @@ def decide(state: Membership, env: Envelope, config: MembershipConfig) -> Decisi
         if state.is_registered(msg.resource_id, msg.session):
             return Decision(facts=(TaskManagerUnregistered(msg.resource_id, msg.session, msg.reason),))
         return Decision()  # already gone: leaving twice is harmless
+    if isinstance(msg, ReportStorageReach):
+        return _storage_reach(state, msg)
     raise UnexpectedMessage(
         f"{msg.TYPE} is not a message the JobManager takes on the cluster inbox "
-        "(it takes RegisterTaskManager, TaskManagerHeartbeat, UnregisterTaskManager)"
+        "(it takes RegisterTaskManager, TaskManagerHeartbeat, UnregisterTaskManager, ReportStorageReach)"
     )
+
+
+def _storage_reach(state: Membership, msg: ReportStorageReach) -> Decision:
+    """A registered session's report becomes a fact when it changes what the table says (a
+    report repeated, at every registration or look, changes nothing); one from a session
+    that is not registered is void (the next registration reports again)."""
+    row = state.taskmanagers.get(msg.resource_id)
+    if row is None or row.status != "REGISTERED" or row.session != msg.session:
+        return Decision()
+    said = (msg.storage_root, msg.root_id, msg.path, msg.problem)
+    if (row.storage_root, row.root_id, row.storage_path, row.storage_problem) == said:
+        return Decision()
+    return Decision(facts=(TaskManagerStorageReach(msg.resource_id, msg.session, *said),))
 
 
 def _register(state: Membership, msg: RegisterTaskManager, config: MembershipConfig) -> Decision:
@@ -198,18 +244,18 @@ def _register(state: Membership, msg: RegisterTaskManager, config: MembershipCon
             "read the current leader and register again",
             True,
         )
-    intervals = (config.heartbeat_interval_ms, config.heartbeat_timeout_ms)
+    told = (config.heartbeat_interval_ms, config.heartbeat_timeout_ms, config.storage_root, config.root_id)
     row = state.taskmanagers.get(msg.resource_id)
     if row is not None and row.status == "REGISTERED":
         if row.session == msg.session:
-            return Decision(replies=((msg.resource_id, AlreadyRegistered(msg.resource_id, msg.session, state.epoch, *intervals)),))
+            return Decision(replies=((msg.resource_id, AlreadyRegistered(msg.resource_id, msg.session, state.epoch, *told)),))
         facts: tuple[Event, ...] = (
             TaskManagerLost(row.resource_id, row.session, f"restarted: registered again as session {msg.session}"),
         )
     else:
         facts = ()
     facts += (TaskManagerRegistered(msg.resource_id, msg.session, msg.host, msg.slots, dict(msg.labels)),)
-    return Decision(facts=facts, replies=((msg.resource_id, AcknowledgeRegistration(msg.resource_id, msg.session, state.epoch, *intervals)),))
+    return Decision(facts=facts, replies=((msg.resource_id, AcknowledgeRegistration(msg.resource_id, msg.session, state.epoch, *told)),))
 
 
 def decide_timeouts(state: Membership, monitor: HeartbeatMonitor, now: int, config: MembershipConfig) -> Decision:

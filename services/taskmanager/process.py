@@ -26,6 +26,7 @@ from sluice.errors import PartlyAppended, RedisUnavailable, StorageUnreachable, 
 from sluice.events import (
     FIELD,
     AcknowledgeRegistration,
+    AlreadyRegistered,
     AttemptReport,
     CancelTask,
     DisconnectTaskManager,
@@ -51,6 +52,7 @@ from sluice.store.consumer import Entry, dead_letter
 from .core import Registration, RegistrationConfig
 from .library import LibraryCache
 from .reach import Reach
+from .root_watch import RootWatch
 from .share import local_cores, task_partitions
 from .slots import ProcessSlots, Slots
 from .tasks import Task, TaskStartFailed, TaskTable, release, standard_steps, start
@@ -115,6 +117,8 @@ class TaskManager:
         self.library = LibraryCache(Blobs(log), self.home / "cache")
         self.temp = TempDir(self.home / "tmp", self.resource_id)
         self.reach = Reach(self.resource_id, host)
+        self.root_watch = RootWatch(self.resource_id, self.logger, inline=world is not SYSTEM)
+        """Whether it sees the leader's storage root, told to the leader (which refuses jobs if not)."""
         self.steps = standard_steps(self.library, self.tasks, self.temp.path,
                                     self._launch, self._cancel_launch)
         self.slots: Slots = runner or ProcessSlots(log, self.resource_id, redis_url=redis_url, home=self.home,
@@ -238,6 +242,8 @@ class TaskManager:
                     self._drop_all_tasks("registered afresh: the leader had declared this TaskManager lost")
                 for send in self.reg.receive(msg, monotonic_ms(self.world)):  # (its timeouts: monotonic)
                     self._send(send.message, cause=entry.envelope.id)
+                if isinstance(msg, (AcknowledgeRegistration, AlreadyRegistered)) and msg.session == self.reg.session:
+                    self.root_watch.expect(msg.session, msg.storage_root, msg.root_id, monotonic_ms(self.world))
             self.handled[key] = None
             if len(self.handled) > _REMEMBERED:
                 self.handled.popitem(last=False)
@@ -259,6 +265,10 @@ class TaskManager:
         free = self.reg.slots - len(self.tasks)
         for send in self.reg.tick(monotonic_ms(self.world), leader.epoch if leader else None, free):
             self._send(send.message)
+        if self.reg.state == "REGISTERED":  # what it sees of the leader's storage root (looked at off the loop)
+            report = self.root_watch.poll(monotonic_ms(self.world), self.reg.session)
+            if report is not None and self._send(report):
+                self.root_watch.sent()
 
     def slot_report(self) -> list[AttemptReport]:
         """What this TaskManager holds (DEPLOYING until handed to its worker, then RUNNING)

@@ -46,6 +46,11 @@ def show(leader: dict, tms: dict, *, title: str = "Sluice cluster") -> None:
         since = time.strftime("%H:%M:%S", time.localtime(r["since"] / 1000))
         table.add_row(r["resource_id"], r["host"], str(r["slots"]), f"[{style}]{r['status']}[/]", since, r.get("reason") or "")
     console.print(table)
+    for r in active:  # (reported by the TaskManager: it cannot see the leader's storage root)
+        if r.get("storage_problem"):
+            console.print(f"[yellow]warning:[/] TaskManager {r['resource_id']} on host {r['host']} cannot see the "
+                          f"storage root {r.get('storage_root')} ({r.get('storage_path')}: {r['storage_problem']}): "
+                          "jobs are refused while it is registered (README 'Across hosts')", soft_wrap=True)
     console.print(
         f"leader {leader.get('leader_id', '-')} at epoch {leader.get('epoch', '-')}; "
         f"{len(active)} TaskManagers registered, {sum(r['slots'] for r in active)} slots",

@@ -70,10 +70,10 @@ def test_a_deposed_leader_that_wakes_up_is_fenced(procs: Processes, log: EventLo
     # from a refused write. It judges heartbeats only on a view of the inbox read after it
     # woke, so it need not try to declare every TaskManager lost first; if it writes
     # anything, the fence refuses it.
-    wait_until(lambda: "deposed" in procs.output("jm-a") or "lost the lease" in procs.output("jm-a"),
+    wait_until(lambda: " deposed " in procs.output("jm-a") or "lost the lease" in procs.output("jm-a"),
                "jm-a to learn it was deposed")
     out = procs.output("jm-a")
-    if "deposed" in out:
+    if " deposed " in out:  # (the log line, not the test's own directory in a path)
         assert "writer epoch 1 is older than the fence at epoch 2" in out
     # Nothing jm-a decided after waking up reached the log.
     takeover = next(i for i, e in enumerate(facts(log)) if isinstance(e.event, LeadershipGranted) and e.event.epoch == 2)

@@ -44,7 +44,8 @@ def test_taskmanagers_register_and_the_table_is_the_fold_of_the_log(procs: Proce
     procs.start("projector", "projector")
     procs.start("tm1", "taskmanager", "--resource-id", "tm-1", "--slots", "2")
     procs.start("tm2", "taskmanager", "--resource-id", "tm-2", "--slots", "3")
-    wait_until(lambda: registered(log) == {"tm-1", "tm-2"}, "two registrations")
+    wait_until(lambda: registered(log) == {"tm-1", "tm-2"} and all(r.root_id for r in membership(log).active()),
+               "two registrations, and what each sees of the storage root (the last change to their rows)")
     assert membership(log).total_slots == 5
     # One acknowledgement; a registration retried while the leader was busy (it retries after
     # 100 ms, doubling, as Flink's does) is answered AlreadyRegistered, never a second ack.

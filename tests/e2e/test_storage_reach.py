@@ -77,13 +77,14 @@ def fails_at_once(log: EventLog, job_id: str) -> str:
 def test_a_taskmanager_with_a_storage_root_of_its_own_fails_the_job_naming_its_host_and_the_marker(
         procs: Processes, log: EventLog, cluster: dict, tmp_path: Path) -> None:
     storage = tmp_path / "storage"  # the cluster fixture's JobManager writes here
-    storage.mkdir()
+    job_id = "a-job-dir-hidden"  # only the job's directory is hidden: the root itself is seen (its identity
+    (storage / job_id).mkdir(parents=True)  # too), so the job is accepted and the check before its tasks fails it
     start_tm(procs, cluster, "tm-shared", slots=1)
-    start_tm_without(procs, cluster, "tm-private", storage, host="host-b")
+    start_tm_without(procs, cluster, "tm-private", storage / job_id, host="host-b")
     wait_until(lambda: {r.resource_id: r.host for r in membership(log).active()}.get("tm-private") == "host-b"
                and len(membership(log).active()) == 2, "both TaskManagers (tm-private advertising host-b)", timeout=90)
     text = write_text(tmp_path / "input" / "in.txt")
-    job_id = Client(log).submit(load_job(WORDCOUNT, {"input": str(text), "output": str(tmp_path / "out")}))
+    Client(log).submit(load_job(WORDCOUNT, {"input": str(text), "output": str(tmp_path / "out")}), job_id=job_id)
     reason = fails_at_once(log, job_id)
     marker = storage / job_id / "_SLUICE_JOB"
     assert f"TaskManager tm-private on host host-b cannot see the storage root {storage.as_uri()} (marker " \

@@ -1,0 +1,85 @@
+"""The leader's side of the storage check before submission: the root's identity, told to
+every TaskManager it acknowledges; the refusal of a job while a registered TaskManager
+reports it cannot see the root; and the markers of the running jobs a new leader restores.
+
+The identity is read (or made) the first time it is needed, a TaskManager registering or
+a job submitted, and kept: the root of a JobManager does not change while it runs. When
+it cannot be made, nothing is told (TaskManagers check nothing before submission, the
+check before a job's first task stays) and it is tried again a little later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from sluice.errors import StorageUnreachable
+from sluice.services.common import job_marker, root_identity
+from sluice.services.common.shell import hostname
+from sluice.services.common.world import monotonic_ms
+from sluice.services.membership.core import MembershipConfig
+from sluice.services.membership.storage import refusal
+
+if TYPE_CHECKING:
+    from sluice.services.jobs.state import JobRun
+
+    from .process import JobManager
+
+__all__ = ["StorageIdentity", "RETRY_MS"]
+
+RETRY_MS = 10_000
+"""After a failure to make or read the root's identity, how long before trying again."""
+
+
+class StorageIdentity:
+    def __init__(self, jm: JobManager) -> None:
+        self.jm = jm
+        self.root_id: str | None = None
+        """The identity of the leader's storage root ("": the root has none; None: not known yet)."""
+        self._retry_at = 0
+
+    def known(self) -> str:
+        """The root's identity, made or read now if not known yet ("": none, or not now)."""
+        if self.root_id is not None:
+            return self.root_id
+        jm = self.jm
+        now = monotonic_ms(jm.world)
+        if now < self._retry_at:
+            return ""
+        try:
+            self.root_id = root_identity.ensure(jm.storage_root, jm.world.new_id, hostname())
+        except StorageUnreachable as exc:
+            self._retry_at = now + RETRY_MS
+            jm.logger.warning("the storage root has no identity: TaskManagers cannot check it before submission",
+                              error=str(exc)[:300])
+            return ""
+        if self.root_id:
+            jm.logger.info("storage root identity", storage_root=jm.storage_root, root_id=self.root_id)
+        return self.root_id
+
+    def config(self) -> MembershipConfig:
+        """The membership config, with the root and its identity to tell a TaskManager."""
+        root_id = self.known()
+        return replace(self.jm.config, storage_root=self.jm.storage_root, root_id=root_id) if root_id \
+            else self.jm.config
+
+    def refusal(self) -> str | None:
+        """Why a job is refused now: a registered TaskManager reported it cannot see the root."""
+        root_id = self.known()
+        return refusal(self.jm.state.membership, self.jm.storage_root, root_id) if root_id else None
+
+    def mark_restored(self, job: JobRun) -> None:
+        """Write the marker of a running job a new leader restored, if it has none: a job a
+        leader of an older Sluice accepted has none, and a TaskManager of this one would fail
+        it at its next task. Left as it is when there (the leader that accepted it wrote it)."""
+        path = job_marker.marker_path(job.storage_root, job.job_id)
+        try:
+            if path is None or path.is_file():
+                return
+            job_marker.write(job.storage_root, job.job_id, job_marker.input_paths(job.splits), hostname())
+        except (OSError, StorageUnreachable) as exc:  # its next task says what the TaskManager sees
+            self.jm.logger.warning("could not write the marker of a restored job", job=job.job_id,
+                                   error=str(exc)[:300])
+            return
+        self.jm.logger.info("wrote the marker of a restored job (accepted by an older leader)", job=job.job_id,
+                            path=str(path))
