@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from sluice.chaos.cluster import poll
+from sluice.chaos.workload import JOB_FILE
+from sluice.client import Client, JobRefusedError, load_job
 from sluice.events import JobStatus
 from sluice.hosts import Layout
 from sluice.hosts.placement import cross_reads, hosts_by_vertex
+from tests.e2e.conftest import membership
 
 from .jobs import output_rows, put_workload, submit, wait_ended
 
@@ -41,14 +45,25 @@ def test_keyed_job_on_three_hosts_is_exact_and_crosses_hosts(hosts_cluster, tmp_
         print(f"{source} -> {target}: {len(across)} partitions read across hosts, e.g. {across[0]}")
 
 
-@pytest.mark.xfail(reason="needs the reachability check (branch reach)", strict=False)
-def test_storage_private_to_each_host_is_refused_naming_host_and_path(hosts_cluster, tmp_path: Path) -> None:
+def test_storage_private_to_each_host_is_refused_at_submission_naming_host_and_path(hosts_cluster,
+                                                                                    tmp_path: Path) -> None:
+    """Each host has a directory of its own where the shared filesystem should be: once the
+    TaskManagers have said what they see of the leader's storage root (its _SLUICE_ROOT),
+    the submission is refused at once, naming a TaskManager's host and the path."""
     cluster = hosts_cluster(Layout(taskmanagers=2, slots=2, private_storage=True))
     input_path, _ = put_workload(cluster, tmp_path, seed=7, vocabulary=2000, draws=3000)
-    job_id, _ = submit(cluster, input_path)
-    job = wait_ended(cluster, job_id, 60)
-    assert job.status == JobStatus.FAILED
-    assert job.restarts == 0, f"the job burnt {job.restarts} restarts before failing: {job.reason}"
-    reason = job.reason or ""
-    assert any(h.namespace in reason for h in cluster.taskmanager_hosts()), f"no host named in: {reason}"
-    assert cluster.shared in reason, f"the storage path {cluster.shared} is not named in: {reason}"
+    tm_hosts = {h.namespace for h in cluster.taskmanager_hosts()}
+
+    def reported() -> bool:
+        rows = [r for r in membership(cluster.log).taskmanagers.values() if r.host in tm_hosts]
+        return len(rows) == len(tm_hosts) and all(r.root_id for r in rows)
+
+    assert poll(reported, 120, every=0.5), "the TaskManagers did not report on the storage root within 120 s"
+    client = Client(cluster.log)  # the refusal is its reply, to its inbox
+    job_id = client.submit(load_job(JOB_FILE, {"input": input_path, "output": f"{cluster.shared}/out/refused"}))
+    with pytest.raises(JobRefusedError) as refused:
+        client.wait_accepted(job_id, timeout=60)
+    reason = str(refused.value)
+    assert any(h in reason for h in tm_hosts), f"no TaskManager host named in: {reason}"
+    assert cluster.shared in reason and "_SLUICE_ROOT" in reason, \
+        f"the storage root's identity under {cluster.shared} is not named in: {reason}"
