@@ -16,9 +16,11 @@ from sluice.events import (
     JobStatus,
     SubmitJob,
     TaskOperationResult,
+    TaskRestartScheduled,
     TaskState,
     UpdateTaskExecutionState,
 )
+from sluice.services.common.world import monotonic_ms
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.reconcile import accept_lost_finals, deployment_timeouts
@@ -138,9 +140,13 @@ class JobInboxes:
                                    now=decision.now)
         if envs is None:
             raise DuplicateCommit(f"a job commit for {decision.job_id} was a duplicate")
+        clock = monotonic_ms(jm.world)  # deadlines count from here, on this process's clock (services/jobs/timers.py)
         for ev in decision.facts:  # a slot report says something of a deployment only once sent after it
             if isinstance(ev, UpdateTaskExecutionState) and ev.state == TaskState.DEPLOYING:
                 jm.state.reports.heard(f"{decision.job_id}/{ev.execution_id}")
+                jm.state.reports.deployed[f"{decision.job_id}/{ev.execution_id}"] = clock
+            elif isinstance(ev, TaskRestartScheduled):
+                jm.state.timers.restart_seen(ev.job_id, ev.vertex_id, ev.subtask, ev.attempt, clock)
         coords = jm.state.coords.get(decision.job_id)
         if coords is not None:
             coords.committed()
@@ -196,7 +202,8 @@ class JobInboxes:
             return _Scheduled(None, free)  # already waiting for slots and none is free: nothing to try
         sessions = {r.resource_id: r.session for r in jm.state.membership.active()}
         at = jm.world.now_ms() if now is None else now
-        return _Scheduled(jobs.schedule(jm.state.jobs, job_id, free, at, sessions), free)
+        return _Scheduled(jobs.schedule(jm.state.jobs, job_id, free, at, sessions, timers=jm.state.timers,
+                                        clock=monotonic_ms(jm.world)), free)
 
     def _free_slots(self) -> jobs.FreeSlots:
         used = self.jm.state.jobs.pool.by_tm
@@ -204,18 +211,19 @@ class JobInboxes:
                 for r in sorted(self.jm.state.membership.active(), key=lambda r: r.resource_id)}
 
     def tick(self, now: int) -> None:
+        """Deadlines (slot waits, deployments) at ``now`` (the wall clock: their facts' time),
+        measured on the monotonic clock (services/jobs/timers.py)."""
         jm = self.jm
+        clock = monotonic_ms(jm.world)
         total = sum(r.slots for r in jm.state.membership.active())
         if not jm.recovering:  # no waiting for slots times out while nothing can be scheduled, nor for that time
-            for d in jobs.tick(jm.state.jobs, jm.jobs_config, now, total, jm.scheduling_since):
+            for d in jobs.tick(jm.state.jobs, jm.jobs_config, now, total, timers=jm.state.timers, clock=clock):
                 self.commit(d)
         reports = jm.state.reports
-        if not reports.leading_since:
-            reports.leading_since = now  # the first tick of this leadership
-        if now >= self._next_deploy_check:  # once a second is plenty for a timeout of a minute
-            self._next_deploy_check = now + 1000
+        if clock >= self._next_deploy_check:  # once a second is plenty for a timeout of a minute
+            self._next_deploy_check = clock + 1000
             for d in deployment_timeouts(jm.state.jobs, reports, now, jm.jobs_config.deploy_timeout_ms,
-                                         jm.jobs_config):
+                                         jm.jobs_config, clock=clock):
                 jm.logger.warning("deployment timed out", job=d.job_id, facts=len(d.facts))
                 self.commit(d)
         self.flush_coordinators(now)
