@@ -233,7 +233,8 @@ class JobInboxes:
         jm = self.jm
         job = jm.state.jobs.jobs[job_id]
         coords = JobCoordinators(job_id, job.graph.vertices, job.splits, self._loader(job_id),
-                                 interval_ms=jm.checkpoint_interval_ms, executor=jm.coordinator_executor)
+                                 interval_ms=jm.checkpoint_interval_ms, executor=jm.coordinator_executor,
+                                 monotonic=jm.world.monotonic)
         jm.state.coords[job_id] = coords
         return coords
 
