@@ -431,7 +431,8 @@ class JobManager:
             self._start_coordinators(job_id, coords, r, now)
         self._renumber(now)
         self.state.monitor.restart(self.state.membership, monotonic_ms(self.world))
-        self.state.reports.leading_since = monotonic_ms(self.world)  # deployment timeouts: from here at the earliest
+        # Deadlines of what the log has pending count from here at the earliest (services/jobs/timers.py).
+        self.state.reports.leading_since = self.state.timers.started = monotonic_ms(self.world)
         for tag in [self.tag] + [self.keys.job(j) for j in rebuilt]:
             self.committer.deliver(tag)
         self.consumer.ensure_group()

@@ -34,7 +34,10 @@ class Timers:
     """Job -> (the log's stamps of its wait: its start, its last slot taken; when first seen
     so). New stamps (a slot taken) start the clock again, as they do in the log."""
     restarts: dict[_RestartKey, int] = field(default_factory=dict)
-    """A restarted attempt -> when its restart was first seen (committed, or looked at)."""
+    """A restarted attempt -> when its restart was seen: committed by this leader, or ``started``."""
+    started: int | None = None
+    """When this leadership began: restarts committed before it count from here (they were
+    committed before it, so never early)."""
 
     def slot_wait(self, job: JobRun, clock: int) -> int:
         """How long ``job`` (waiting for slots) has waited, on this clock, since its wait
@@ -57,7 +60,8 @@ class Timers:
         delay = ex.not_before - ex.since
         if delay <= 0:
             return False
-        first = self.restarts.setdefault((job_id, ex.vertex, ex.subtask, ex.attempt), clock)
+        first = self.restarts.setdefault((job_id, ex.vertex, ex.subtask, ex.attempt),
+                                         clock if self.started is None else self.started)
         return clock - first < delay
 
     def keep(self, state: JobsState) -> None:
