@@ -64,13 +64,12 @@ class LeaderClock:
 class Cluster:
     """A leader on a stepping wall clock and one TaskManager (``slots`` slots) on the test's."""
 
-    def __init__(self, log: EventLog, tmp_path: Path, *, slots: int = 1, **jobs_config: Any) -> None:
-        self.log, self.world = log, ManualWorld()
+    def __init__(self, log: EventLog, tmp_path: Path, *, slots: int = 1, lease_ttl_ms: int = 600_000,
+                 **jobs_config: Any) -> None:
+        self.log, self.world, self.tmp_path = log, ManualWorld(), tmp_path
+        self.lease_ttl_ms, self.jobs_config = lease_ttl_ms, JobsConfig(**jobs_config)
         self.clock = LeaderClock(self.world)
-        self.jm = JobManager(log, world=self.clock, jm_id="jm-a", storage_root=f"file://{tmp_path}/storage",
-                             checkpoint_interval_ms=600_000, lease_ttl_ms=600_000,
-                             config=MembershipConfig(heartbeat_interval_ms=100, heartbeat_timeout_ms=1_000),
-                             jobs_config=JobsConfig(**jobs_config))
+        self.jm = self.jobmanager("jm-a", self.clock)
         lead(self.jm, self.world)
         self.slots = TinySlots(log)
         self.tm = TaskManager(log, resource_id="tm-1", slots=slots, host="host-a", world=self.world,
@@ -79,12 +78,18 @@ class Cluster:
         self.elapsed_ms = 0
         """How far the test's clocks moved since ``mark``."""
 
+    def jobmanager(self, name: str, clock: LeaderClock) -> JobManager:
+        return JobManager(self.log, world=clock, jm_id=name, storage_root=f"file://{self.tmp_path}/storage",
+                          checkpoint_interval_ms=600_000, lease_ttl_ms=self.lease_ttl_ms,
+                          config=MembershipConfig(heartbeat_interval_ms=100, heartbeat_timeout_ms=1_000),
+                          jobs_config=self.jobs_config)
+
     def run(self, until: Any, what: str, rounds: int = 400) -> None:
         def count() -> None:
             self.elapsed_ms += ADVANCE_MS
 
-        pump([lambda: self.tm.step(block_ms=None), lambda: self.jm.step(block_ms=None), count], until, what=what,
-             world=self.world, advance_ms=ADVANCE_MS, rounds=rounds)
+        pump([lambda: self.tm.step(block_ms=None), lambda: self.jm.step(block_ms=None), self.jm.step_lease, count],
+             until, what=what, world=self.world, advance_ms=ADVANCE_MS, rounds=rounds)
 
     def for_ms(self, ms: int) -> None:
         """Run the cluster while every clock moves ``ms`` (nothing asked of it)."""
@@ -172,6 +177,24 @@ def test_a_step_back_of_the_leaders_wall_clock_does_not_put_a_restart_off(log: E
     c.clock.offset_ms -= STEP_MS
     c.run(lambda: c.attempts() == [0, 1], "the next attempt", rounds=(DEADLINE_MS + STEP_MS // 2) // ADVANCE_MS)
     assert c.elapsed_ms <= DEADLINE_MS + 1_000
+
+
+@pytest.mark.timeout(120)
+def test_a_new_leader_whose_wall_clock_is_ahead_waits_a_pending_restarts_delay_from_its_takeover(
+        log: EventLog, tmp_path: Path) -> None:
+    """The leader that scheduled the restart dies; the next one's wall clock is 10 s ahead of
+    its. It counts the delay from its takeover, on its own clock: later than it began, never
+    earlier. On the wall clock, the log's ``not_before`` started the next attempt 10 s early."""
+    c = Cluster(log, tmp_path, lease_ttl_ms=1_000)
+    _failed_once(c)
+    c.for_ms(2_000)
+    ahead = LeaderClock(c.world)
+    ahead.offset_ms = STEP_MS
+    c.jm = c.jobmanager("jm-b", ahead)  # jm-a is no longer stepped: it died, its lease lapses
+    assert lead(c.jm, c.world) == 2
+    c.mark()
+    c.run(lambda: c.attempts() == [0, 1], "the next attempt", rounds=(DEADLINE_MS + STEP_MS) // ADVANCE_MS)
+    assert c.elapsed_ms >= DEADLINE_MS - 1_000  # (not 10 s early)
 
 
 # --- deployment timeouts -----------------------------------------------------------------------
