@@ -86,6 +86,7 @@ class JobInboxes:
             except Exception as exc:
                 raise HandlerFailed(entry, exc) from exc
             _merge(merged, decision)
+            self._restarts_seen(decision.facts)  # before the batch's scheduling pass looks at them
             done.append(entry.id)
         if done:
             # What the messages freed or made ready is scheduled in the same commit (one
@@ -145,8 +146,7 @@ class JobInboxes:
             if isinstance(ev, UpdateTaskExecutionState) and ev.state == TaskState.DEPLOYING:
                 jm.state.reports.heard(f"{decision.job_id}/{ev.execution_id}")
                 jm.state.reports.deployed[f"{decision.job_id}/{ev.execution_id}"] = clock
-            elif isinstance(ev, TaskRestartScheduled):
-                jm.state.timers.restart_seen(ev.job_id, ev.vertex_id, ev.subtask, ev.attempt, clock)
+        self._restarts_seen(decision.facts)
         coords = jm.state.coords.get(decision.job_id)
         if coords is not None:
             coords.committed()
@@ -161,6 +161,15 @@ class JobInboxes:
             if self.following(decision.job_id):
                 self.unfollow(decision.job_id)
                 jm.logger.info("job ended", job=decision.job_id, status=job.status.value, reason=job.reason)
+
+    def _restarts_seen(self, facts: list) -> None:
+        """Restarts this leader decided: their delays count from now, on its clock (a
+        scheduling pass may look at them before they are committed)."""
+        clock = None
+        for ev in facts:
+            if isinstance(ev, TaskRestartScheduled):
+                clock = monotonic_ms(self.jm.world) if clock is None else clock
+                self.jm.state.timers.restart_seen(ev.job_id, ev.vertex_id, ev.subtask, ev.attempt, clock)
 
     def accept_lost_finals(self) -> None:
         """Final states from slot reports whose own reports are lost (services/jobs/reconcile.py):
