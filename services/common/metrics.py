@@ -151,6 +151,9 @@ class JobManagerMetrics(Metrics):
             for env in envs:
                 key = _answer(env.event)
                 if key is not None and key in self._asked:
+                    # Across two clocks on purpose (a metric, shown only: no decision reads it):
+                    # the subtask's send time, stamped by its host's wall clock, to this
+                    # leader's; a skew between hosts moves it by as much (never below 0).
                     self.split_round_trip.observe(max(now_ms - self._asked.pop(key), 0) / 1000)
 
     def forget(self) -> None:

@@ -20,7 +20,8 @@ class World(Protocol):
         ``monotonic``: the wall clock steps when NTP corrects it)."""
 
     def monotonic(self) -> float:
-        """Seconds on a clock that never goes back (stall detection)."""
+        """Seconds on a clock that never goes back: what every timeout and schedule of a
+        shell runs on (``monotonic_ms``), and stall detection."""
 
     def new_id(self) -> str:
         """A fresh unique id (32 hex digits)."""

@@ -98,7 +98,11 @@ class SplitAssigner:
     # --- operations ---
     def next(self, subtask: int, host: str = "", now: int | None = None) -> int | None:
         """The split ``subtask`` gets next (None: none left for it). ``now``: when it asked
-        (ms, from the log), for the end game; None: not known."""
+        (ms, from the log), for the end game; None: not known. The log's wall-clock stamps on
+        purpose, not a monotonic clock: the coordinator is rebuilt by folding its facts, and
+        must decide on a replay as it did live; a step of the leader's clock only misjudges
+        one reader's pace (a heuristic of who reads the last splits, no deadline), and one
+        back is not counted."""
         self.arrived.add(subtask)
         if now is not None:
             last = self.asked.get(subtask)

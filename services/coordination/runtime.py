@@ -68,6 +68,7 @@ class _Holder:
     dirty: bool = False
     want_checkpoint: bool = False
     last_checkpoint_ms: int = 0
+    """When it was last checkpointed, on ``JobCoordinators.clock``."""
     failed: str | None = None
     muted: bool = False
     replayed: list[Event] = field(default_factory=list)
@@ -86,11 +87,14 @@ def describe(exc: BaseException, limit: int = 6000) -> str:
 class JobCoordinators:
     def __init__(self, job_id: str, vertices: Iterable[JobVertex], splits: dict[str, list],
                  load: Callable[[str], type], *, interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
-                 executor: Callable[[str], Any] | None = None) -> None:
+                 executor: Callable[[str], Any] | None = None, monotonic: Callable[[], float] | None = None) -> None:
         """Create every coordinator of a job, with unbound contexts (``load`` imports a
-        user coordinator class from the job's code by ``module:qualname``)."""
+        user coordinator class from the job's code by ``module:qualname``). The checkpoint
+        interval runs on ``monotonic`` (the leader's clock, in seconds; a wall clock that
+        steps back would put checkpoints off by the step); None: on the times ``flush`` is given."""
         self.job_id = job_id
         self.interval_ms = interval_ms
+        self._monotonic = monotonic
         self.holders: dict[str, _Holder] = {}
         self._early = Flush()
         for v in vertices:
@@ -109,6 +113,10 @@ class JobCoordinators:
             except Exception as exc:
                 holder.failed = f"creating the coordinator of {v.name!r} failed:\n{describe(exc)}"
 
+    def clock(self, now: int) -> int:
+        """What the checkpoint interval is measured on: the monotonic clock, in ms (else ``now``)."""
+        return now if self._monotonic is None else round(self._monotonic() * 1000)
+
     # --- life ---
     def restore(self, operator_id: str, checkpoint_id: int, state: Any, attempts: list[int] | None = None) -> None:
         """Reset a coordinator to its checkpoint; ``attempts``: each subtask's attempt then."""
@@ -125,7 +133,7 @@ class JobCoordinators:
         checkpointed is checkpointed at once (so a later restore never starts it afresh)."""
         for h in self.holders.values():
             h.context._bind()
-            h.last_checkpoint_ms = now
+            h.last_checkpoint_ms = self.clock(now)
             if h.coordinator is not None and h.failed is None:
                 self._call(h, h.coordinator.start)
                 if h.checkpoint_id < 0:
@@ -224,7 +232,7 @@ class JobCoordinators:
             self._drain(h, out, now)
             if h.coordinator is None or h.failed is not None or not h.context.bound:
                 continue
-            due = h.dirty and now - h.last_checkpoint_ms >= self.interval_ms
+            due = h.dirty and self.clock(now) - h.last_checkpoint_ms >= self.interval_ms
             if force or h.want_checkpoint or h.pending or due:
                 self._checkpoint(h, out, now)
         for h in self.holders.values():
@@ -288,7 +296,7 @@ class JobCoordinators:
         out.facts.append((CoordinatorCheckpointed(self.job_id, h.vertex.name, cid, state, len(h.pending)), None))
         h.pending = []
         h.checkpoint_id, h.committing = cid, cid
-        h.dirty, h.want_checkpoint, h.last_checkpoint_ms = False, False, now
+        h.dirty, h.want_checkpoint, h.last_checkpoint_ms = False, False, self.clock(now)
 
     def committed(self) -> None:
         """The last flush is in the log: tell the coordinators their checkpoints completed."""

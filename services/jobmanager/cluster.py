@@ -100,7 +100,7 @@ class ClusterInbox:
         if recovering:  # jobs not yet rebuilt: nothing is known of them, so nothing is said of them
             attempts = [a for a in attempts if a.job_id not in recovering]
         out = reconcile(jm.state.jobs, jm.state.reports, msg.resource_id, msg.session, attempts, now,
-                        jm.config.heartbeat_timeout_ms, jm.jobs_config)
+                        jm.config.heartbeat_timeout_ms, jm.jobs_config, clock=monotonic_ms(jm.world))
         for note in out.notes:
             jm.logger.warning("reconciled with a slot report", taskmanager=msg.resource_id, what=note)
         for decision in out.decisions:

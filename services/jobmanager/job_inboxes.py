@@ -16,9 +16,11 @@ from sluice.events import (
     JobStatus,
     SubmitJob,
     TaskOperationResult,
+    TaskRestartScheduled,
     TaskState,
     UpdateTaskExecutionState,
 )
+from sluice.services.common.world import monotonic_ms
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.reconcile import accept_lost_finals, deployment_timeouts
@@ -84,6 +86,7 @@ class JobInboxes:
             except Exception as exc:
                 raise HandlerFailed(entry, exc) from exc
             _merge(merged, decision)
+            self._restarts_seen(decision.facts)  # before the batch's scheduling pass looks at them
             done.append(entry.id)
         if done:
             # What the messages freed or made ready is scheduled in the same commit (one
@@ -138,9 +141,12 @@ class JobInboxes:
                                    now=decision.now)
         if envs is None:
             raise DuplicateCommit(f"a job commit for {decision.job_id} was a duplicate")
+        clock = monotonic_ms(jm.world)  # deadlines count from here, on this process's clock (services/jobs/timers.py)
         for ev in decision.facts:  # a slot report says something of a deployment only once sent after it
             if isinstance(ev, UpdateTaskExecutionState) and ev.state == TaskState.DEPLOYING:
                 jm.state.reports.heard(f"{decision.job_id}/{ev.execution_id}")
+                jm.state.reports.deployed[f"{decision.job_id}/{ev.execution_id}"] = clock
+        self._restarts_seen(decision.facts)
         coords = jm.state.coords.get(decision.job_id)
         if coords is not None:
             coords.committed()
@@ -155,6 +161,15 @@ class JobInboxes:
             if self.following(decision.job_id):
                 self.unfollow(decision.job_id)
                 jm.logger.info("job ended", job=decision.job_id, status=job.status.value, reason=job.reason)
+
+    def _restarts_seen(self, facts: list) -> None:
+        """Restarts this leader decided: their delays count from now, on its clock (a
+        scheduling pass may look at them before they are committed)."""
+        clock = None
+        for ev in facts:
+            if isinstance(ev, TaskRestartScheduled):
+                clock = monotonic_ms(self.jm.world) if clock is None else clock
+                self.jm.state.timers.restart_seen(ev.job_id, ev.vertex_id, ev.subtask, ev.attempt, clock)
 
     def accept_lost_finals(self) -> None:
         """Final states from slot reports whose own reports are lost (services/jobs/reconcile.py):
@@ -196,7 +211,8 @@ class JobInboxes:
             return _Scheduled(None, free)  # already waiting for slots and none is free: nothing to try
         sessions = {r.resource_id: r.session for r in jm.state.membership.active()}
         at = jm.world.now_ms() if now is None else now
-        return _Scheduled(jobs.schedule(jm.state.jobs, job_id, free, at, sessions), free)
+        return _Scheduled(jobs.schedule(jm.state.jobs, job_id, free, at, sessions, timers=jm.state.timers,
+                                        clock=monotonic_ms(jm.world)), free)
 
     def _free_slots(self) -> jobs.FreeSlots:
         used = self.jm.state.jobs.pool.by_tm
@@ -204,18 +220,19 @@ class JobInboxes:
                 for r in sorted(self.jm.state.membership.active(), key=lambda r: r.resource_id)}
 
     def tick(self, now: int) -> None:
+        """Deadlines (slot waits, deployments) at ``now`` (the wall clock: their facts' time),
+        measured on the monotonic clock (services/jobs/timers.py)."""
         jm = self.jm
+        clock = monotonic_ms(jm.world)
         total = sum(r.slots for r in jm.state.membership.active())
         if not jm.recovering:  # no waiting for slots times out while nothing can be scheduled, nor for that time
-            for d in jobs.tick(jm.state.jobs, jm.jobs_config, now, total, jm.scheduling_since):
+            for d in jobs.tick(jm.state.jobs, jm.jobs_config, now, total, timers=jm.state.timers, clock=clock):
                 self.commit(d)
         reports = jm.state.reports
-        if not reports.leading_since:
-            reports.leading_since = now  # the first tick of this leadership
-        if now >= self._next_deploy_check:  # once a second is plenty for a timeout of a minute
-            self._next_deploy_check = now + 1000
+        if clock >= self._next_deploy_check:  # once a second is plenty for a timeout of a minute
+            self._next_deploy_check = clock + 1000
             for d in deployment_timeouts(jm.state.jobs, reports, now, jm.jobs_config.deploy_timeout_ms,
-                                         jm.jobs_config):
+                                         jm.jobs_config, clock=clock):
                 jm.logger.warning("deployment timed out", job=d.job_id, facts=len(d.facts))
                 self.commit(d)
         self.flush_coordinators(now)
@@ -225,7 +242,8 @@ class JobInboxes:
         jm = self.jm
         job = jm.state.jobs.jobs[job_id]
         coords = JobCoordinators(job_id, job.graph.vertices, job.splits, self._loader(job_id),
-                                 interval_ms=jm.checkpoint_interval_ms, executor=jm.coordinator_executor)
+                                 interval_ms=jm.checkpoint_interval_ms, executor=jm.coordinator_executor,
+                                 monotonic=jm.world.monotonic)
         jm.state.coords[job_id] = coords
         return coords
 

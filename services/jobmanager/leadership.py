@@ -38,6 +38,7 @@ from sluice.events import (
     TaskRestartScheduled,
     UpdateTaskExecutionState,
 )
+from sluice.services.common.world import monotonic_ms
 from sluice.services.coordination.runtime import operator_of
 from sluice.services.jobs.state import TERMINAL_JOB, JobsState
 from sluice.services.jobs.state import evolve as jobs_evolve
@@ -561,9 +562,10 @@ class SnapshotWriter:
                 self.lengths.pop(jm.keys.job(j), None)
                 jm.committer.retire(jm.keys.job(j))
             jm.logger.info("jobs archived", jobs=len(archived), archived=len(self.archived))
-        if now < self.next_due:
+        clock = monotonic_ms(jm.world)  # (the schedule: a wall-clock step back would put snapshots off)
+        if clock < self.next_due:
             return
-        self.next_due = now + self.interval_ms
+        self.next_due = clock + self.interval_ms
         for job_id in list(jm.state.jobs.jobs):
             tag = jm.keys.job(job_id)
             if jm.log.length(jm.keys.facts(tag)) != self.lengths.get(tag):

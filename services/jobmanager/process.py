@@ -42,6 +42,7 @@ from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS,
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.reconcile import Memory as SlotReports
 from sluice.services.jobs.state import TERMINAL_JOB, JobsState
+from sluice.services.jobs.timers import Timers
 from sluice.services.membership.core import HeartbeatMonitor, Membership, MembershipConfig
 from sluice.store import Blobs, Consumed, EventLog, GroupConsumer
 from sluice.store.consumer import Entry
@@ -78,6 +79,8 @@ class LeaderState:
     coords: dict[str, JobCoordinators] = field(default_factory=dict)
     reports: SlotReports = field(default_factory=SlotReports)
     """What the TaskManagers' slot reports showed lately (services/jobs/reconcile.py)."""
+    timers: Timers = field(default_factory=Timers)
+    """When slot waits and restart delays began, on this leader's clock (services/jobs/timers.py)."""
 
 
 def _can_wait(entry: Entry) -> bool:
@@ -150,9 +153,6 @@ class JobManager:
         log.on_set_aside = set_aside_reporter(self.logger, self.metrics)
         self.phase = "standby"
         self.replay: Replay | None = None
-        self.scheduling_since = 0
-        """When this leader, having rebuilt jobs while it served, could schedule again (0: it
-        waited for every job): waits for slots count from then at the earliest."""
         self.errors: list[BaseException] = []
         """Unexpected errors survived (each a bug; the simulation fails a seed on one)."""
         self._next_acquire = 0
@@ -262,11 +262,12 @@ class JobManager:
             self.job_inboxes.accept_lost_finals()
         if entries:
             self.job_inboxes.schedule_all()
-        now = self.world.now_ms()
-        if now >= self._next_tick:
+        clock = monotonic_ms(self.world)  # (the tick's schedule: a wall-clock step back would stop it)
+        if clock >= self._next_tick:
             self._check_server()
-            self.tick(now, caught_up=self._timeouts_ready(monotonic_ms(self.world), caught_up, read_at))
-            self._next_tick = now + min(self.config.heartbeat_interval_ms, 200)
+            # (the clock read again: the check may have stalled, and the view must be fresh after it)
+            self.tick(self.world.now_ms(), caught_up=self._timeouts_ready(monotonic_ms(self.world), caught_up, read_at))
+            self._next_tick = clock + min(self.config.heartbeat_interval_ms, 200)
         return bool(entries)
 
     def _check_server(self) -> None:
@@ -301,10 +302,10 @@ class JobManager:
     def _try_lead(self) -> bool:
         if self.unreadable is not None and not self._may_read_again():
             return False
-        now = self.world.now_ms()
-        if now < self._next_acquire:
+        clock = monotonic_ms(self.world)
+        if clock < self._next_acquire:
             return False
-        self._next_acquire = now + max(self.lease.ttl_ms // 4, 1)
+        self._next_acquire = clock + max(self.lease.ttl_ms // 4, 1)
         server = self.log.server_id()
         if self.seen_server is not None and self.seen_server != server:
             self.saw_restart = (self.seen_server, server)  # even if the log kept no trace of it
@@ -377,7 +378,6 @@ class JobManager:
             gc.unfreeze()
         self.phase = "standby"
         self.replay = None
-        self.scheduling_since = 0
         self.committer.end()
         self.committer.on_facts = None
         self.state = LeaderState()
@@ -431,6 +431,8 @@ class JobManager:
             self._start_coordinators(job_id, coords, r, now)
         self._renumber(now)
         self.state.monitor.restart(self.state.membership, monotonic_ms(self.world))
+        # Deadlines of what the log has pending count from here at the earliest (services/jobs/timers.py).
+        self.state.reports.leading_since = self.state.timers.started = monotonic_ms(self.world)
         for tag in [self.tag] + [self.keys.job(j) for j in rebuilt]:
             self.committer.deliver(tag)
         self.consumer.ensure_group()
@@ -552,8 +554,7 @@ class JobManager:
                              jobs=len(self.state.jobs.jobs),
                              seconds=round(self.world.monotonic() - self._took_lease, 3))
             self.metrics.all_recovered.observe(self.world.monotonic() - self._took_lease)
-            self.replay = None
-            self.scheduling_since = now
+            self.replay = None  # (waits for slots count from here at the earliest: services/jobs/timers.py)
             self.job_inboxes.schedule_all()
 
     def _log_restarted(self, before: str, now_server: str) -> list:

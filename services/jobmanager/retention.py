@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.errors import ConfigError
 from sluice.events import JobPurged, JobRefused, PurgeJob, TaskState
+from sluice.services.common.world import monotonic_ms
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun
 from sluice.store import EventLog, Keys, entry_order, tag_of
 from sluice.store.purge import Tombstones, delete_tag, forget_deliveries, release_transport
@@ -95,6 +96,9 @@ def due_for_purge(archived: Sequence[str], policy: FactRetention, now_ms: int,
         return list(archived[: max(len(archived) - policy.keep_last, 0)])
     if policy.keep_days is None:
         return []
+    # A wall-clock comparison on purpose: ``ended_at`` is a job's end as the log stamped it
+    # (another leader's wall clock, perhaps days ago), and days of retention are days of the
+    # calendar; a step or skew of seconds moves a purge by as much, which nothing relies on.
     horizon = now_ms - policy.keep_days * _DAY_MS
     out = []
     for job_id in archived:
@@ -154,10 +158,15 @@ class Retention:
     def tick(self, now: int) -> None:
         """Trim every stream the leader serves (at most every ``SWEEP_EVERY_MS``), and purge
         the archived jobs the fact retention no longer keeps."""
-        if now < self._next:
+        clock = monotonic_ms(self.jm.world)  # the sweep's schedule; what is kept is judged by ``now`` (see below)
+        if clock < self._next:
             return
         jm, log, keep = self.jm, self.log, self.jm.inbox_retention_ms
-        self._next = now + min(keep, SWEEP_EVERY_MS)
+        self._next = clock + min(keep, SWEEP_EVERY_MS)
+        # Entry ids are the Redis server's clock, ``now`` the leader's wall clock: a skew or a
+        # step between them keeps the last ``keep`` ms of traffic (for inspection only, minutes
+        # long) that much longer or shorter, which nothing relies on; no monotonic clock is
+        # shared with the server to compare them by.
         log.trim_consumed(jm.inbox, jm.group, keep_ms=keep, now_ms=now)
         log.trim_delivered(jm.tag, keep_ms=keep, now_ms=now)
         for job_id, job in list(jm.state.jobs.jobs.items()):

@@ -52,6 +52,7 @@ from sluice.services.coordination.runtime import has_coordinator
 from sluice.services.kvstate import core as kvstate
 
 from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
+from .timers import Timers
 
 __all__ = ["JobsConfig", "Decision", "Dest", "submit", "MAX_DEPLOY_PER_PASS", "on_message", "schedule",
            "taskmanager_lost", "gone", "orphans", "log_restarted", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
@@ -350,11 +351,13 @@ def _maybe_complete(rec: _Recorder, job: JobRun) -> None:
 
 
 def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int,
-             sessions: dict[str, str] | None = None) -> Decision:
+             sessions: dict[str, str] | None = None, *, timers: Timers | None = None, clock: int = 0) -> Decision:
     """Deploy every ready execution whose inputs are available, each on a free slot of the
     TaskManager with the most free slots (so a vertex spreads over TaskManagers). ``free``
     is taken from as slots are assigned; ``sessions`` names each TaskManager's current
-    registration, recorded with the placement."""
+    registration, recorded with the placement. A restarted attempt waits out its delay on
+    the leader's monotonic ``clock`` (``timers``: services/jobs/timers.py); without
+    ``timers`` (the core on its own, one clock for everything) on ``now``."""
     job = state.jobs[job_id]
     rec = _Recorder(state, job_id, now)
     if job.status not in (JobStatus.CREATED, JobStatus.RUNNING) or not job.built:
@@ -372,7 +375,7 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int,
             continue
         if ex.state != TaskState.CREATED or not job.inputs_available(ex):
             continue
-        if now < ex.not_before:
+        if (timers.held_back(job_id, ex, clock) if timers is not None else now < ex.not_before):
             later.append(ex)
             continue
         tm = _pick(free)
@@ -561,16 +564,25 @@ def log_restarted(state: JobsState, reason: str, now: int, attempt_floor: int) -
     return out
 
 
-def tick(state: JobsState, config: JobsConfig, now: int, total_slots: int, since: int = 0) -> list[Decision]:
+def tick(state: JobsState, config: JobsConfig, now: int, total_slots: int, since: int = 0, *,
+         timers: Timers | None = None, clock: int = 0) -> list[Decision]:
     """Jobs that waited too long for slots fail: counted from the wait's start or the job's
     last slot taken, whichever is later (a job that takes slots makes progress), and from
     ``since`` at the earliest (when a leader that rebuilt jobs while serving could schedule
-    again)."""
+    again). The leader measures the wait on its monotonic ``clock`` from when it first saw
+    it so (``timers``: services/jobs/timers.py; it looks only once it can schedule, so
+    ``since`` is then implied); without ``timers`` (the core on its own, one clock for
+    everything) the log's stamps are compared with ``now``."""
     out = []
+    if timers is not None:
+        timers.keep(state)
     for job in list(state.jobs.values()):
         if job.waiting_since is None or job.status not in (JobStatus.CREATED, JobStatus.RUNNING):
             continue
-        waited = now - max(job.waiting_since, job.slot_taken_at or 0, since)
+        if timers is not None:
+            waited = timers.slot_wait(job, clock)
+        else:
+            waited = now - max(job.waiting_since, job.slot_taken_at or 0, since)
         if waited > config.slot_timeout_ms:
             rec = _Recorder(state, job.job_id, now)
             pending = sum(1 for ex in job.executions() if ex.state == TaskState.CREATED)

@@ -72,7 +72,14 @@ class Memory:
 
     taskmanagers: dict[str, _PerTaskManager] = field(default_factory=dict)
     leading_since: int = 0
-    """When this leader began (deployment timeouts count from then at the earliest)."""
+    """When this leader began (deployment timeouts count from then at the earliest), on the
+    clock deployment timeouts are measured on: the leader's monotonic clock (``deployed``)."""
+    deployed: dict[str, int] = field(default_factory=dict)
+    """Task id -> when this leader committed the attempt's deployment, on its monotonic
+    clock. Not the log's stamp (``Execution.since``): that is some leader's wall clock, and
+    a deadline across two clocks, or across an NTP step, fails deployments early or late.
+    Attempts deployed before this leadership count from ``leading_since``: later, never
+    earlier, than their deployment."""
     batch: int = 0
     """The number of the leader's current read of its inboxes (from 1)."""
     fresh: int = -1
@@ -114,6 +121,7 @@ class Memory:
         """Forget what was heard of attempts not placed anywhere (none comes back: a placed
         attempt only leaves, and a new attempt has a new id)."""
         self.heard_at = {t: b for t, b in self.heard_at.items() if t in task_ids}
+        self.deployed = {t: at for t, at in self.deployed.items() if t in task_ids}
 
     def forget(self, resource_id: str) -> None:
         self.taskmanagers.pop(resource_id, None)
@@ -168,9 +176,13 @@ def _split(task_id: str) -> tuple[str, str]:
 
 
 def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, report: list[AttemptReport],
-              now: int, grace_ms: int, config: JobsConfig) -> Reconciled:
+              now: int, grace_ms: int, config: JobsConfig, *, clock: int | None = None) -> Reconciled:
     """Compare TaskManager ``resource_id`` (registered as ``session``)'s slot report with the
-    attempts placed on it; the state is changed by the decisions, as they are decided."""
+    attempts placed on it; the state is changed by the decisions, as they are decided
+    (at ``now``: the wall clock, their facts' time). The grace period runs on ``clock``, the
+    leader's monotonic clock (None: ``now``, for the core on its own): a wall clock that
+    steps would act on a difference early, or late."""
+    clock = now if clock is None else clock
     out = Reconciled()
     tm = memory.taskmanagers.setdefault(resource_id, _PerTaskManager())
     previous, tm.differences = tm.differences, {}
@@ -181,16 +193,16 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
     def due(kind: str, task_id: str) -> bool:
         """Whether a difference has lasted long enough to act on (and remember it)."""
         seen = previous.get((kind, task_id))
-        seen = _Seen(seen.since, seen.reports + 1) if seen is not None else _Seen(now)
+        seen = _Seen(seen.since, seen.reports + 1) if seen is not None else _Seen(clock)
         tm.differences[(kind, task_id)] = seen
-        return seen.reports >= 2 and now - seen.since >= grace_ms
+        return seen.reports >= 2 and clock - seen.since >= grace_ms
 
     def cancel_due(task_id: str) -> bool:
         """Whether a cancel may be sent for it now (once per grace period; and remember it)."""
         last = tm.cancelled.get(task_id)
-        if last is not None and now - last < grace_ms:
+        if last is not None and clock - last < grace_ms:
             return False
-        tm.cancelled[task_id] = now
+        tm.cancelled[task_id] = clock
         return True
 
     def recorder(job_id: str) -> _Recorder:
@@ -330,9 +342,11 @@ def _state_lost(job: JobRun, ex: Execution) -> bool:
 
 
 def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: int,
-                        config: JobsConfig) -> list[Decision]:
-    """Attempts DEPLOYING for longer than ``timeout_ms`` (counted from this leader's start
-    at the earliest) whose TaskManager's reports, sent since the deployment, go on not
+                        config: JobsConfig, *, clock: int | None = None) -> list[Decision]:
+    """Attempts DEPLOYING for longer than ``timeout_ms`` (on ``clock``, the leader's monotonic
+    clock, from their deployment as ``Memory.deployed`` has it, and from this leader's start
+    at the earliest; None: ``now``, the core on its own) whose TaskManager's reports, sent
+    since the deployment, go on not
     listing them (held or ended) fail, and are restarted as any failure is; the TaskManager
     is told to cancel them in case they arrive late. A TaskManager that sends no report is
     left to its heartbeat timeout.
@@ -340,21 +354,23 @@ def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: 
     Only the attempts the reports go on not listing (``Memory.unanswered``) are looked at,
     not every attempt holding a slot (scanning 10,000 of them each second cost the leader a
     tenth of its time), and they are failed in the order of the slots they hold, as a scan
-    of the pool would."""
+    of the pool would. Their facts are decided at ``now`` (the wall clock: their time)."""
+    one_clock = clock is None
+    clock = now if clock is None else clock
     due: list[tuple[str, int, str, str]] = []
     for tm, seen_there in memory.taskmanagers.items():
         for (kind, task_id), seen in seen_there.differences.items():
             if kind != "deploying" or seen.reports < 2:
                 continue
             job_id, eid = _split(task_id)
-            ex = _timed_out(state, memory, now, timeout_ms, tm, job_id, eid)
+            ex = _timed_out(state, memory, clock, timeout_ms, tm, job_id, eid, one_clock)
             if ex is not None:
                 slot = _first_slot(state.pool, tm, job_id, eid, ex.slot)
                 if slot is not None:
                     due.append((tm, slot, job_id, eid))
     out: dict[str, _Recorder] = {}
     for tm, _slot, job_id, eid in sorted(due):
-        ex = _timed_out(state, memory, now, timeout_ms, tm, job_id, eid)  # again: one failed may end its job
+        ex = _timed_out(state, memory, clock, timeout_ms, tm, job_id, eid, one_clock)  # again: one failed may end its job
         if ex is None:
             continue
         job = state.jobs[job_id]
@@ -367,14 +383,19 @@ def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: 
     return [rec.decision for rec in out.values() if rec.decision]
 
 
-def _timed_out(state: JobsState, memory: Memory, now: int, timeout_ms: int, tm: str, job_id: str,
-               eid: str) -> Execution | None:
-    """The attempt, if its deployment to ``tm`` has gone unanswered for too long."""
+def _timed_out(state: JobsState, memory: Memory, clock: int, timeout_ms: int, tm: str, job_id: str,
+               eid: str, one_clock: bool = False) -> Execution | None:
+    """The attempt, if its deployment to ``tm`` has gone unanswered for too long (on ``clock``;
+    ``one_clock``: the log's times are on it too, so a deployment not in ``Memory.deployed``
+    counts from its stamp)."""
     job = state.jobs.get(job_id)
     ex = job.current(eid) if job is not None and job.status not in TERMINAL_JOB else None
     if ex is None or ex.state != TaskState.DEPLOYING or ex.taskmanager != tm:
         return None
-    if now - max(ex.since, memory.leading_since) <= timeout_ms or not memory.unanswered(tm, f"{job_id}/{eid}"):
+    task_id = f"{job_id}/{eid}"
+    deployed = memory.deployed.get(task_id, ex.since if one_clock else 0)
+    if clock - max(deployed, memory.leading_since) <= timeout_ms \
+            or not memory.unanswered(tm, task_id):
         return None
     return ex
 

@@ -249,9 +249,11 @@ class TaskManager:
                 self.handled.popitem(last=False)
 
     def _tick(self, *, busy: bool = False) -> None:
-        now = self.world.now_ms()
+        now = monotonic_ms(self.world)  # its schedules (a wall-clock step back would put them off)
         if now >= self._next_trim:
-            self.log.trim_consumed(self.inbox, GROUP, keep_ms=self.inbox_retention_ms, now_ms=now)
+            # What is kept: entry ids (the Redis server's clock) against this host's wall clock,
+            # for inspection only; a skew keeps that much more or less, which nothing relies on.
+            self.log.trim_consumed(self.inbox, GROUP, keep_ms=self.inbox_retention_ms, now_ms=self.world.now_ms())
             self._next_trim = now + min(self.inbox_retention_ms, 10_000)
         if self.temp.claimed and now >= self._next_sweep:
             self._sweep_temp()
@@ -321,7 +323,7 @@ class TaskManager:
     def _sweep_temp(self) -> None:
         """Remove the temp directories of TaskManagers of this home that died (killed, their
         files left behind): at the start, then every minute."""
-        self._next_sweep = self.world.now_ms() + 60_000
+        self._next_sweep = monotonic_ms(self.world) + 60_000
         for path in self.temp.sweep():
             self.logger.info("removed the temp files of a TaskManager that is gone", path=str(path))
 
@@ -376,7 +378,7 @@ class TaskManager:
             refused: dict[int, str] = {}
         except PartlyAppended as exc:
             refused = exc.errors
-        now = self.world.now_ms()
+        now = monotonic_ms(self.world)  # how long a report has been refused: a timeout, on this process's clock
         kept: deque[tuple[str, Envelope]] = deque()
         parked: list[tuple[str, Envelope, str]] = []
         for i, (stream, env) in enumerate(sent):

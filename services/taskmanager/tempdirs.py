@@ -106,6 +106,8 @@ def _take(path: Path, lock: Path) -> int | None:
         fd = os.open(lock, os.O_RDWR)
     except FileNotFoundError:
         try:
+            # The wall clock, as it must be: a file's mtime is the only stamp there is, and
+            # the grace is ten minutes, far beyond an NTP step or a skew between hosts.
             return -1 if time.time() - path.stat().st_mtime > _UNLOCKED_GRACE_S else None
         except FileNotFoundError:
             return None
