@@ -12,7 +12,8 @@ The file is JSON lines::
 
 One line per entry, streams in name order, entries in id order: the job's streams (its
 facts, inboxes, outbox, dead letters, its subtasks' inboxes), then the cluster facts that
-concern it (those naming the job, every TaskManager's registration, loss and leaving, every
+concern it (those naming the job, every TaskManager's registration, report on the storage
+root, loss and leaving, every
 grant of leadership, every restart of the log); then the job's code blob. Stream names are
 relative to the prefix (``{job:j1}:facts`` is ``{<prefix>:job:j1}:facts``). Fields are raw:
 a value that is not UTF-8 is ``{"b64": "..."}``, and an entry with a field name that is not
@@ -40,6 +41,7 @@ from sluice.events import (
     LogRestarted,
     TaskManagerLost,
     TaskManagerRegistered,
+    TaskManagerStorageReach,
     TaskManagerUnregistered,
     decode_fields,
 )
@@ -51,7 +53,8 @@ __all__ = ["EXPORT_VERSION", "Export", "NotAnExport", "PrefixInUse", "collect", 
 
 EXPORT_VERSION = 1
 
-_CLUSTER_WIDE = (TaskManagerRegistered, TaskManagerLost, TaskManagerUnregistered, LeadershipGranted, LogRestarted)
+_CLUSTER_WIDE = (TaskManagerRegistered, TaskManagerStorageReach, TaskManagerLost, TaskManagerUnregistered,
+                 LeadershipGranted, LogRestarted)
 """Cluster facts an export keeps whatever job they name (see the module's docstring)."""
 _ENTRY_ID = re.compile(r"^\d+-\d+$")
 

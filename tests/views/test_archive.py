@@ -63,7 +63,7 @@ def test_an_imported_job_is_the_job_that_was_exported(log: EventLog, other: Even
                                        "data": base64.b64encode(CODE).decode()}
     cluster_types = {orjson.loads(orjson.loads(x)["fields"]["e"])["type"] for x in lines[1:]
                      if orjson.loads(x).get("stream") == "{cluster}:facts"}
-    assert cluster_types == {"LeadershipGranted", "TaskManagerRegistered", "JobRegistered"}
+    assert cluster_types == {"LeadershipGranted", "TaskManagerRegistered", "TaskManagerStorageReach", "JobRegistered"}
     dead = [orjson.loads(x) for x in lines if '"{job:j1}:dead"' in x]
     assert dead[-1]["fields"] == [["kind", "undecodable"], [{"b64": base64.b64encode(BAD_NAME).decode()},
                                                            {"b64": base64.b64encode(BAD_VALUE).decode()}]]
