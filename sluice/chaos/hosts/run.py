@@ -174,7 +174,7 @@ def _stop(c: HostsCluster, before: dict[str, set[str]], timeout: float = 60.0) -
     beyond its storage, Redis and proxy, and the files the run left in each host's /tmp (what
     was not there once the cluster was up) and in each TaskManager's temp directory."""
     sluice = [(h, p) for h in c.hosts.values() for p in h.pids()
-              if any(r in procs.argv(p) for r in ROLES) and "faketime" not in procs.argv(p)[0]]
+              if any(r in procs.argv(p) for r in ROLES) and "faketime" not in (procs.argv(p) or [""])[0]]
     for _, p in sluice:
         procs.kill(p, signal.SIGTERM)
     problems = [f"{h.name}: {' '.join(procs.argv(p))[:160]} outlived SIGTERM for {timeout:.0f} s"

@@ -99,12 +99,18 @@ def _tm_cut(c: HostsCluster, s: HostStrike, out: Outcome) -> None:
         return
     if poll(lambda: _registered_since(c, s.target, healed_ms), RECOVERY_TIMEOUT_S):
         out.recovered_s = time.monotonic() - healed
-    line = poll(lambda: refusal(c.log_file(s.target, s.target), offset, TM_REFUSALS), 30)
+    log_file = c.log_file(s.target, s.target)
+    line = poll(lambda: refusal(log_file, offset, TM_REFUSALS) or refusal(log_file, offset, FRESH), 30)
     if line is None:
         out.failures.append(f"{s.target} came back after it was declared lost and its log never said the leader "
-                            f"had stopped counting it in ({' / '.join(TM_REFUSALS)})")
+                            f"had stopped counting it in ({' / '.join(TM_REFUSALS + FRESH)})")
     else:
         out.notes.append(f"{s.target} healed: {line[:160]}")
+
+
+FRESH = ("AcknowledgeRegistration",)
+"""A TaskManager the leader still counted in is answered AlreadyRegistered; one it declared
+lost is acknowledged afresh (what its log says when it held no task to drop)."""
 
 
 def _jm_cut(c: HostsCluster, s: HostStrike, out: Outcome) -> None:
