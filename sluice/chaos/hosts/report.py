@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from ..report import _fmt
+from ..report import _fmt, print_failed
 from .kinds import KINDS
 from .run import HostRunResult
 
@@ -59,8 +59,4 @@ def summary(console: Console, results: Sequence[HostRunResult], seed: int) -> No
         console.print(f"[green]{len(results)} runs: every job's output exact, replay equals the tables, no stale "
                       "write, nothing leaked on any host[/]")
         return
-    for r in failed:
-        console.print(f"[red]run {r.seed} FAILED[/] (logs in {r.home}/logs):", soft_wrap=True)
-        for f in r.failures:
-            console.print(f"  - {f}", soft_wrap=True, markup=False)
-        console.print(f"  replay it: scripts/chaos --hosts --runs 1 --seed {r.seed}", soft_wrap=True, markup=False)
+    print_failed(console, failed, lambda seed: f"scripts/chaos --hosts --runs 1 --seed {seed}")
