@@ -29,5 +29,5 @@ def test_two_runs_survive_a_cut_taskmanager_host_and_a_cut_leader(tmp_path: Path
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = summary.read_text()
     assert "2 runs: every job's output exact, replay equals the tables, no stale write, nothing leaked" in text
-    assert "tm-cut of tm" in done.stdout and "declared lost after" in done.stdout and "registered afresh" in done.stdout
+    assert "tm-cut of tm" in done.stdout and "declared lost after" in done.stdout and " healed: " in done.stdout
     assert "jm-cut of leader" in done.stdout and "reconnected:" in done.stdout
