@@ -94,9 +94,9 @@ def epochs_go_back(log: EventLog) -> list[str]:
     return problems
 
 
-def refusal(log_file: Path, offset: int) -> str | None:
+def refusal(log_file: Path, offset: int, markers: tuple[str, ...] = REFUSALS) -> str | None:
     """The first line after ``offset`` of a JobManager's log that says it was refused or
-    stepped down (None: none yet)."""
+    stepped down (None: none yet); with ``markers``, a line that says any of those."""
     try:
         with log_file.open("rb") as f:
             f.seek(offset)
@@ -104,6 +104,6 @@ def refusal(log_file: Path, offset: int) -> str | None:
     except OSError:
         return None
     for line in text.splitlines():
-        if any(r in line for r in REFUSALS):
+        if any(r in line for r in markers):
             return line.strip()
     return None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 from rich.table import Table
@@ -11,7 +13,7 @@ from rich.table import Table
 from .kinds import KINDS
 from .run import RunResult
 
-__all__ = ["summary", "totals"]
+__all__ = ["summary", "totals", "print_failed"]
 
 
 def totals(results: Sequence[RunResult]) -> dict[str, dict[str, object]]:
@@ -79,9 +81,19 @@ def summary(console: Console, results: Sequence[RunResult], seed: int, kills: in
         console.print(f"[green]{len(results)} runs, {n} strikes: every job's output exact, replay equals the "
                       "tables, no stale write, nothing leaked[/]")
         return
+    print_failed(console, failed, lambda seed: f"scripts/chaos --runs 1 --seed {seed} --kills {kills}")
+
+
+class Failed(Protocol):
+    seed: int
+    home: Path
+    failures: list[str]
+
+
+def print_failed(console: Console, failed: Sequence[Failed], replay: Callable[[int], str]) -> None:
+    """Each failed run: where its logs are, its failures, the command that replays it."""
     for r in failed:
         console.print(f"[red]run {r.seed} FAILED[/] (logs in {r.home}/logs):", soft_wrap=True)
         for f in r.failures:
             console.print(f"  - {f}", soft_wrap=True, markup=False)
-        console.print(f"  replay it: scripts/chaos --runs 1 --seed {r.seed} --kills {kills}", soft_wrap=True,
-                      markup=False)
+        console.print(f"  replay it: {replay(r.seed)}", soft_wrap=True, markup=False)

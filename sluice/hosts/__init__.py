@@ -41,7 +41,7 @@ Faults: ``cut``/``restore`` set the host's root-side veth down/up; ``drop``/``un
 and flush iptables ``statistic`` DROP rules inside the host's namespace; ``latency`` writes
 the delay range that the host's delay proxy (``proxy.py``, between its processes and Redis,
 only for hosts in ``Layout.proxied``) reads every 0.5 s; ``skew`` restarts a host's
-processes under ``faketime`` with ``FAKETIME_DONT_FAKE_MONOTONIC=1`` (also at start:
+processes under ``faketime`` (the monotonic clock shifted by the same constant: durations true) (also at start:
 ``Layout(skew={"tm1": "+30s"})``); ``kill_host`` kill -9s all of a host's processes but its
 storage mount.
 

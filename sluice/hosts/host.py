@@ -79,12 +79,14 @@ class Host:
     def spawn(self, argv: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None,
               clock: bool = True) -> subprocess.Popen[bytes]:
         """Start ``argv`` on this host, output to ``log``; under ``faketime`` when the host's
-        clock is offset (the wall clock only, as a skewed NTP would leave it)."""
+        clock is offset (the wall clock as a skewed NTP would leave it; durations true)."""
         full = dict(os.environ if env is None else env)
         cmd = list(argv)
         if clock and self.clock_offset:
+            # The offset shifts the monotonic clock too, by a constant (durations stay true):
+            # with FAKETIME_DONT_FAKE_MONOTONIC=1, libfaketime 0.9.10 makes every absolute
+            # clock_nanosleep fail with EINVAL, so Python's time.sleep raised in every process.
             cmd = ["faketime", "-f", self.clock_offset, *cmd]
-            full["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             proc = subprocess.Popen([*self.enter(), *cmd], stdout=out, stderr=subprocess.STDOUT,
