@@ -284,6 +284,9 @@ def _sluice_rows(name: str, layout, source: Path, size: int, parallelism: int, r
         left = cluster.down()
     if left:
         raise RuntimeError(f"the hosts run {cluster.run} left things behind: {left}")
+    for r in [*(plain_rows or []), row]:  # as it comes: the whole bench takes a while
+        console.print(f"{r.name}: best {r.best:.1f} s of {', '.join(f'{s:.1f}' for s in r.seconds)}, first "
+                      f"{r.first:.1f} s", style="dim")
     return [row]
 
 
