@@ -111,6 +111,29 @@ def wordcount(megabytes: str, corpus: str) -> None:
 
 
 @bench.command()
+@click.option("--megabytes", default=60, show_default=True, type=click.IntRange(1), help="Size of the text.")
+@click.option("--corpus", default="source", show_default=True, type=click.Choice(["small", "zipf", "source"]),
+              help="The text (see `sluice bench wordcount`): source is real text, the installed packages' Python source.")
+@click.option("--parallelism", default=2, show_default=True, type=click.IntRange(1), help="Readers and reducers of the job.")
+@click.option("--rounds", default=2, show_default=True, type=click.IntRange(1, 20),
+              help="Timed runs of each after its untimed first one; the best counts.")
+@click.option("--spark", "modes", default="local,standalone", show_default=True,
+              help="Spark of the two-host rows, comma-separated: local (each TaskManager's own local[*]), "
+                   "standalone (a standalone cluster behind each TaskManager's Connect server), standalone-shared "
+                   "(one Connect server on it for all).")
+def hosts(megabytes: int, corpus: str, parallelism: int, rounds: int, modes: str) -> None:
+    """The word count over two hosts vs one host vs plain PySpark on one host, on a shared SeaweedFS (as root)."""
+    from sluice.bench.hosts import MODES, run
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in MODES]
+    if unknown or "local" not in chosen:
+        raise click.BadParameter(f"{modes!r}: give Spark modes among {', '.join(MODES)} separated by commas, "
+                                 "local among them (e.g. local,standalone)", param_hint="--spark")
+    run(megabytes=megabytes, corpus=corpus, parallelism=parallelism, rounds=rounds, modes=chosen)
+
+
+@bench.command()
 @click.option("--variants", default="1:shared,2:shared,2:per-taskmanager", show_default=True,
               help="TASKMANAGERS:SPARK_SERVERS for each `sluice run` to time (spark servers: shared or "
                    "per-taskmanager).")

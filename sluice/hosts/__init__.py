@@ -34,7 +34,10 @@ their mount namespace (``Host.pids``). ``cluster.log`` is an EventLog on the clu
 directory as one host sees it, and ``placement.hosts_by_vertex`` / ``placement.cross_reads``
 say where a job's subtasks ran and which keyed partitions were read across hosts.
 ``Layout.private_storage`` gives each host a private directory at the shared path instead
-(the negative control). ``advertise(host)`` is the one place a TaskManager's advertised
+(the negative control). ``Layout.spark`` puts the TaskManagers on a Spark standalone cluster
+(``spark.py``: a master on host ``spark``, a worker on each TaskManager host; ``standalone``: each
+TaskManager's Connect server is an application of it, ``standalone-shared``: one Connect server on
+``spark`` for all). ``advertise(host)`` is the one place a TaskManager's advertised
 host name is chosen (``--host``, today).
 
 Faults: ``cut``/``restore`` set the host's root-side veth down/up; ``drop``/``undrop`` add

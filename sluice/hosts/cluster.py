@@ -21,7 +21,7 @@ from sluice.chaos import procs
 from sluice.chaos.cluster import Timing, poll
 from sluice.store import EventLog, Keys, connect, current_leader
 
-from . import net, storage
+from . import net, spark, storage
 from .cleanup import clean
 from .host import Host
 from .net import HostsError
@@ -53,6 +53,13 @@ class Layout:
     bare: bool = False
     """Only the hosts (namespaces, private ``/tmp``, the bridge): no SeaweedFS, Redis or Sluice;
     the caller starts what runs on them (the README's multi-host section, followed by a test)."""
+    spark: str = "local"
+    """The TaskManagers' Spark (``spark.SPARK_MODES``): ``local`` (each its own ``local[*]``), ``standalone``
+    (a master on host ``spark``, a worker on each TaskManager host, each TaskManager's own Connect server an
+    application of it) or ``standalone-shared`` (one Connect server on host ``spark`` for every TaskManager)."""
+
+    def __post_init__(self) -> None:
+        spark.check_mode(self.spark)
 
 
 @dataclass
@@ -71,6 +78,8 @@ class HostsCluster:
     popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     state: RunState | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    spark_remote: str = ""
+    """The shared Spark Connect server's URL (``Layout.spark == "standalone-shared"``)."""
 
     # --- where things are ----------------------------------------------------------------
 
@@ -136,6 +145,10 @@ class HostsCluster:
             if not self.layout.bare:
                 self._storage()
                 self.timings["storage_s"] = time.monotonic() - t0 - self.timings["network_s"]
+                if self.layout.spark != "local":
+                    t1 = time.monotonic()
+                    self._spark(timeout)
+                    self.timings["spark_s"] = time.monotonic() - t1
                 self._sluice(timeout)
         except BaseException:
             self.down()
@@ -151,7 +164,7 @@ class HostsCluster:
         self.state.links.append(bridge)
         self.state.save()
         net.make_bridge(bridge, subnet)
-        names = ["storage", "redis", "jm1", "jm2"] + [f"tm{i + 1}" for i in range(self.layout.taskmanagers)]
+        names = ["storage", "redis", "jm1", "jm2"] + (["spark"] if self.layout.spark != "local" else []) + [f"tm{i + 1}" for i in range(self.layout.taskmanagers)]
         for i, name in enumerate(names):
             host = Host(name, f"slh-{self.run}-{name}", f"slh{self.run}{i}", str(subnet.network_address + 2 + i),
                         self.directory / name, clock_offset=self.layout.skew.get(name))
@@ -189,7 +202,29 @@ class HostsCluster:
     def env(self, host: Host) -> dict[str, str]:
         return {**os.environ, **self.layout.timing.env(), "SLUICE_REDIS_URL": self.url_for(host),
                 "SLUICE_PREFIX": self.prefix, "SLUICE_HOME": str(host.directory / "home"),
-                "SLUICE_STORAGE_ROOT": self.storage_root}
+                "SLUICE_STORAGE_ROOT": self.storage_root, **self.spark_env(host)}
+
+    def spark_env(self, host: Host) -> dict[str, str]:
+        """What a TaskManager on ``host`` is told of Spark beyond its own ``local[*]`` (``Layout.spark``)."""
+        if self.layout.spark == "local" or not host.name.startswith("tm"):
+            return {}
+        if self.layout.spark == "standalone-shared":
+            return {"SLUICE_SPARK_REMOTE": self.spark_remote}
+        return spark.driver_env(host, self.hosts["spark"])
+
+    def _spark(self, timeout: float) -> None:
+        """The standalone cluster (``sluice.hosts.spark``): its master, a worker on each TaskManager
+        host, and with ``standalone-shared`` the one Connect server; returns once they all serve."""
+        master = self.hosts["spark"]
+        self._track("spark-master", spark.start_master(master, os.environ))
+        workers = {}
+        for host in self.taskmanager_hosts():
+            workers[f"worker of {host.name}"] = spark.start_worker(host, master, os.environ, spark.worker_cores())
+            self._track(f"spark-worker-{host.name}", workers[f"worker of {host.name}"])
+        spark.wait_workers(master, len(workers), {"master": self.popen["spark-master"], **workers}, timeout)
+        if self.layout.spark == "standalone-shared":
+            proc, self.spark_remote = spark.start_connect(master, master, os.environ, timeout)
+            self._track("spark-connect", proc)
 
     def _sluice(self, timeout: float) -> None:
         redis = self.hosts["redis"]
