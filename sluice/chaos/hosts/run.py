@@ -104,8 +104,12 @@ def run_once(seed: int, root: Path, *, sizes: Sizes = Sizes(), timing: Timing = 
         result.failures += [f"fencing: {d}" for d in checks.epochs_go_back(cluster.log)]
         result.failures += [f"fencing: {d}" for d in fences.stale_reports(cluster.log)]
         if s.kind is HostKind.SKEW:
+            # A skewed clock is the run's only fault: every TaskManager stays alive, so a loss
+            # means some timeout read a wall clock (issue 29: none may be declared lost).
             lost = [x.resource_id for x in fences.losses(cluster.log)]
             result.notes.append(f"TaskManagers declared lost under a skewed clock: {', '.join(lost) or 'none'}")
+            result.failures += [f"TaskManager {tm} declared lost under a skewed clock ({s.target} {s.offset}), "
+                                "with nothing else wrong" for tm in lost]
         result.failures += _stop(cluster, before)
     except Exception as exc:  # the harness or the cluster broke: the run failed, say how
         result.failures.append(f"the run stopped: {type(exc).__name__}: {exc}")
