@@ -3,9 +3,13 @@ every TaskManager it acknowledges; the refusal of a job while a registered TaskM
 reports it cannot see the root; and the markers of the running jobs a new leader restores.
 
 The identity is read (or made) the first time it is needed, a TaskManager registering or
-a job submitted, and kept: the root of a JobManager does not change while it runs. When
-it cannot be made, nothing is told (TaskManagers check nothing before submission, the
-check before a job's first task stays) and it is tried again a little later.
+a job submitted, and read again when it is needed and older than ``REFRESH_MS``: the
+root's URI does not change while a JobManager runs, but what is mounted there may (a
+JobManager started before the shared mount was up made a private identity the mount then
+hid; someone removed ``_SLUICE_ROOT``), and an identity kept for ever would refuse every
+submission until a restart. When it cannot be made, nothing is told (TaskManagers check
+nothing before submission, the check before a job's first task stays) and it is tried
+again a little later.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ __all__ = ["StorageIdentity", "RETRY_MS"]
 
 RETRY_MS = 10_000
 """After a failure to make or read the root's identity, how long before trying again."""
+REFRESH_MS = 30_000
+"""How old a known identity may be before it is read again (as TaskManagers look again)."""
 
 
 class StorageIdentity:
@@ -37,24 +43,32 @@ class StorageIdentity:
         self.root_id: str | None = None
         """The identity of the leader's storage root ("": the root has none; None: not known yet)."""
         self._retry_at = 0
+        self._read_at = 0
 
     def known(self) -> str:
-        """The root's identity, made or read now if not known yet ("": none, or not now)."""
-        if self.root_id is not None:
-            return self.root_id
+        """The root's identity, made or read now if not known yet or last read more than
+        ``REFRESH_MS`` ago ("": none, or not now)."""
         jm = self.jm
         now = monotonic_ms(jm.world)
+        if self.root_id is not None and now - self._read_at < REFRESH_MS:
+            return self.root_id
         if now < self._retry_at:
-            return ""
+            return self.root_id or ""
         try:
-            self.root_id = root_identity.ensure(jm.storage_root, jm.world.new_id, hostname())
+            found = root_identity.ensure(jm.storage_root, jm.world.new_id, hostname())
         except StorageUnreachable as exc:
             self._retry_at = now + RETRY_MS
             jm.logger.warning("the storage root has no identity: TaskManagers cannot check it before submission",
                               error=str(exc)[:300])
-            return ""
-        if self.root_id:
-            jm.logger.info("storage root identity", storage_root=jm.storage_root, root_id=self.root_id)
+            return self.root_id or ""
+        self._read_at = now
+        if found != self.root_id:
+            if self.root_id:  # what is mounted at the root changed: reports on the old identity no longer count
+                jm.logger.warning("the storage root's identity changed", storage_root=jm.storage_root,
+                                  was=self.root_id, now=found)
+            elif found:
+                jm.logger.info("storage root identity", storage_root=jm.storage_root, root_id=found)
+            self.root_id = found
         return self.root_id
 
     def config(self) -> MembershipConfig:

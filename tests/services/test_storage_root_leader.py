@@ -104,3 +104,20 @@ def test_a_new_leader_writes_the_marker_of_a_running_job_that_has_none(log: Even
     assert orjson.loads(marker.read_bytes())["job_id"] == "j1"
     assert not (tmp_path / "storage" / "j2" / "_SLUICE_JOB").exists()  # no job of that id: nothing written
     assert events(log, keys.facts(keys.cluster), JobRegistered)[0].job_id == "j1"
+
+
+@pytest.mark.timeout(60)
+def test_the_leader_reads_the_roots_identity_again_once_it_is_old(log: EventLog, tmp_path: Path) -> None:
+    """A JobManager started before the shared filesystem was mounted made an identity on its
+    own disk, which the mount then hid: kept for ever, it would refuse every submission (every
+    TaskManager reports the mounted root's id) until the JobManager restarts."""
+    from sluice.services.jobmanager.storage_identity import REFRESH_MS
+
+    world, a, _, _ = started(log, tmp_path)
+    first = a.cluster.root.known()
+    assert first
+    (tmp_path / "storage" / "_SLUICE_ROOT").write_bytes(orjson.dumps({"root_id": "the-mounted-root"}))
+    world.advance(REFRESH_MS // 2)
+    assert a.cluster.root.known() == first  # not read on every submission
+    world.advance(REFRESH_MS // 2 + 1)
+    assert a.cluster.root.known() == "the-mounted-root"
