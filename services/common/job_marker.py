@@ -91,7 +91,12 @@ def unreachable(storage_root: str, job_id: str, resource_id: str, host: str) -> 
     except FileNotFoundError:
         return StorageUnreachable(f"{who} cannot see the storage root {storage_root} (marker {path} missing): "
                                   f"{ADVICE}", host=host, path=str(path))
-    except (OSError, orjson.JSONDecodeError) as exc:
+    except OSError as exc:
+        if not _conclusive(exc):
+            return None  # an I/O error, not an absence: the attempt runs and fails (and restarts) as any would
+        return StorageUnreachable(f"{who} cannot read the job's marker {path} under the storage root {storage_root} "
+                                  f"({type(exc).__name__}: {exc}): {ADVICE}", host=host, path=str(path))
+    except orjson.JSONDecodeError as exc:
         return StorageUnreachable(f"{who} cannot read the job's marker {path} under the storage root {storage_root} "
                                   f"({type(exc).__name__}: {exc}): {ADVICE}", host=host, path=str(path))
     if not isinstance(data, dict) or data.get("job_id") != job_id:
@@ -101,23 +106,39 @@ def unreachable(storage_root: str, job_id: str, resource_id: str, host: str) -> 
                                   f"{ADVICE}", host=host, path=str(path))
     inputs = data.get("inputs")
     for raw in inputs if isinstance(inputs, list) else []:
-        if not _is_file(str(raw)):
+        if _is_file(str(raw)) is False:
             return StorageUnreachable(f"{who} cannot see the input file {raw} (the JobManager on host "
                                       f"{data.get('written_by', '?')} planned the job's splits from it): {ADVICE}",
                                       host=host, path=str(raw))
     return None
 
 
-def _is_file(location: str) -> bool:
+def _conclusive(exc: OSError) -> bool:
+    """Whether ``exc`` says the path is not there for this host (missing, not a directory,
+    not allowed: the same on every attempt), not that reaching it failed this time (EIO,
+    ESTALE, a timeout of a network filesystem): only the former fails a job without restarts."""
+    return isinstance(exc, (FileNotFoundError, NotADirectoryError, PermissionError))
+
+
+def _is_file(location: str) -> bool | None:
     """Whether the input file ``location`` is there, as this process sees it: a local path
-    with the os module, an ``s3://`` object through the data plane's file layer (an error
-    reaching the store counts as not seen: the reason then names the file)."""
+    with the os module, an ``s3://`` object through the data plane's file layer. None when
+    looking failed for another reason than its absence (an I/O error, a store that did not
+    answer): not proof that this host cannot see it."""
+    import stat as stat_
+
     from sluice.services.dataplane import fs
 
     if fs.is_local(location):
-        return os.path.isfile(location if fs.scheme_of(location) == "" else fs.resolve(location)[1])
+        try:
+            st = os.stat(location if fs.scheme_of(location) == "" else fs.resolve(location)[1])
+        except OSError as exc:
+            return False if _conclusive(exc) else None
+        return stat_.S_ISREG(st.st_mode)
     try:
         entry = fs.info(location)
-    except Exception:  # noqa: BLE001 (a store this host cannot reach: it does not see the file)
+    except FileNotFoundError:  # (StorageNotFound: no such bucket)
         return False
+    except Exception:  # noqa: BLE001 (a store that did not answer this time: inconclusive)
+        return None
     return entry is not None and entry.is_file

@@ -163,3 +163,37 @@ def test_a_marker_that_shows_up_a_moment_late_is_found(tmp_path: Path) -> None:
     reach = Reach("tm-1", "h1", settle_s=(0.1, 0.3, 0.6), sleep=pause)
     reach.check(d)
     assert reach.looks == 3
+
+
+def test_an_io_error_is_not_proof_that_a_host_cannot_see_the_storage(tmp_path: Path, monkeypatch) -> None:
+    """EIO or ESTALE from a network filesystem (a mount losing packets) says reaching the file
+    failed this time, not that this host has no such file: the check lets the attempt run, and
+    it fails and restarts as any attempt would, instead of failing the whole job at once."""
+    import errno
+    import os
+
+    root = (tmp_path / "storage").as_uri()
+    inputs = _inputs(tmp_path)
+    marker = job_marker.write(root, "j1", inputs, "jm-host")
+    real_read, real_stat = Path.read_bytes, os.stat
+
+    def read_eio(self: Path) -> bytes:
+        if self == marker:
+            raise OSError(errno.EIO, "Input/output error", str(self))
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_eio)
+    assert job_marker.unreachable(root, "j1", "tm-1", "h1") is None
+    monkeypatch.setattr(Path, "read_bytes", real_read)
+
+    def stat_estale(path, *args, **kwargs):
+        if str(path) == inputs[0]:
+            raise OSError(errno.ESTALE, "Stale file handle", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(job_marker.os, "stat", stat_estale)
+    assert job_marker.unreachable(root, "j1", "tm-1", "h1") is None
+    Path(inputs[0]).unlink()
+    monkeypatch.setattr(job_marker.os, "stat", real_stat)
+    problem = job_marker.unreachable(root, "j1", "tm-1", "h1")  # truly missing: refused, named
+    assert problem is not None and problem.path == inputs[0]
