@@ -25,6 +25,7 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from sluice.errors import StorageError
 from sluice.services.dataplane import fs, publish
 from sluice.services.dataplane.errors import DataplaneError, SchemaError
 from sluice.services.dataplane.keygroups import key_group_column
@@ -262,7 +263,7 @@ def write_sink(df: DataFrame, path: str, subtask: int, attempt: int, format: str
     try:
         return _publish(path, staging, subtask, attempt, format)
     finally:
-        with contextlib.suppress(OSError):  # private and hidden: a leftover harms no reader
+        with contextlib.suppress(OSError, StorageError):  # private and hidden: a leftover harms no reader
             fs.delete_tree(fs.join(path, staging))
 
 
@@ -309,7 +310,7 @@ def _publish(path: str, staging: str, subtask: int, attempt: int, format: str) -
         # A failed attempt takes back what it moved in (marker first): its task fails, and
         # a newer attempt or its restart publishes the subtask.
         for name in reversed(pub.names):
-            with contextlib.suppress(OSError):  # the first error is the one to report
+            with contextlib.suppress(OSError, StorageError):  # the first error is the one to report
                 fs.delete_file(fs.join(path, name))
         raise
     assert pub.outcome is not None

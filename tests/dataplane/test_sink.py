@@ -137,6 +137,42 @@ def test_the_shell_takes_back_what_it_moved_when_publishing_fails(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != staging) == ["part-00000-000.csv"]
 
 
+def test_taking_back_goes_on_past_a_delete_the_file_layer_refuses(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file layer raises StorageError (not OSError) for a delete that fails for another
+    reason than a missing file: the take-back must still try every other name it moved in,
+    and the error reported stays the first one (the failed move)."""
+    from sluice.errors import StorageError
+    from sluice.services.dataplane import fs
+    from sluice.services.dataplane.exchange import _publish
+
+    moves: list[str] = []
+    real_move, real_delete = fs.move, fs.delete_file
+
+    def failing_third_move(src: str, dst: str) -> None:
+        moves.append(dst)
+        if len(moves) == 3:
+            raise OSError("disk full")
+        real_move(src, dst)
+
+    refused: list[str] = []
+
+    def refusing_first_delete(location: str) -> None:
+        if not refused:
+            refused.append(location)
+            raise StorageError(f"cannot delete {location}: device busy")
+        real_delete(location)
+
+    monkeypatch.setattr(fs, "move", failing_third_move)
+    monkeypatch.setattr(fs, "delete_file", refusing_first_delete)
+    staging = staged(tmp_path, 0, 1, "part-00000-1-c000.csv", "part-00001-1-c000.csv", "part-00002-1-c000.csv")
+    with pytest.raises(OSError, match="disk full"):
+        _publish(str(tmp_path), staging, 0, 1, "csv")
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != staging)
+    assert len(refused) == 1  # the first delete of the take-back was refused, and the take-back went on:
+    assert set(left) <= {refused[0].rsplit("/", 1)[-1]} and not [n for n in left if n.startswith("part-")]
+
+
 def test_a_sweep_deletes_what_a_stale_attempt_left_halfway_and_nothing_else(tmp_path: Path) -> None:
     """Attempt 1 of subtask 0 moved a data file in after attempt 2 published, and died
     before its own re-check withdrew it: a plain reader would count its rows twice. The
