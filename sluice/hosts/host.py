@@ -103,7 +103,9 @@ class Host:
     def pids(self) -> list[int]:
         """Every live process of this host but its holder (by mount namespace)."""
         mine = self._mnt(self.holder) if self.holder else None
-        if mine is None:
+        if mine is None or mine == self._mnt(os.getpid()):
+            # No holder, or its pid now belongs to a process of our own mount namespace (the
+            # holder died and the pid was reused): every process of the machine would match.
             return []
         out = []
         for d in Path("/proc").iterdir():

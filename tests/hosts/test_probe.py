@@ -51,3 +51,15 @@ def test_no_namespaces_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
     why = unavailable()
     assert why is not None and "cannot make a network namespace" in why and "Operation not permitted" in why
+
+
+def test_a_host_whose_holder_pid_is_now_ours_has_no_processes(tmp_path: Path) -> None:
+    """The holder died and its pid went to a process of the machine's own mount namespace:
+    matching by that namespace would take every process of the machine for the host's (and
+    kill_host would kill them all). Such a host has none."""
+    import os
+
+    from sluice.hosts import Host
+
+    host = Host("tm9", "slh-none-tm9", "veth-none", "198.18.0.99", tmp_path, holder=os.getpid())
+    assert host.pids() == []
