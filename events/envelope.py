@@ -54,17 +54,26 @@ class Envelope(NamedTuple):
 
 
 def encode(env: Envelope) -> bytes:
+    """``env`` as bytes. An event that holds nothing its previous version lacks may be
+    written as that version (its class's ``written_as``): a reader of the previous release
+    reads it, which a rolling upgrade needs when a process upgraded before its readers writes
+    it (a TaskManager, before the leader: README, rolling upgrades)."""
     ev = env.event
+    version: int = ev.VERSION
+    payload: Any = ev
+    older = getattr(ev, "written_as", None)
+    if older is not None and (down := older()) is not None:
+        version, payload = down
     return orjson.dumps(
         {
             "type": ev.TYPE,
-            "v": ev.VERSION,
+            "v": version,
             "id": env.id,
             "job": env.job,
             "epoch": env.epoch,
             "ts": env.ts,
             "cause": env.cause,
-            "payload": ev,
+            "payload": payload,
         }
     )
 

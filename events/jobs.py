@@ -11,6 +11,7 @@ partition is ready), ``TaskRestartScheduled``, ``JobWaitingForSlots``, ``JobSlot
 from __future__ import annotations
 
 from dataclasses import field
+from typing import Any
 
 from .descriptor import TaskDeploymentDescriptor
 from .jobgraph import JobGraph
@@ -200,6 +201,15 @@ class TaskOperationResult(Event):
     success: bool
     message: str | None = None
     retryable: bool = True
+
+    def written_as(self) -> tuple[int, dict[str, Any]] | None:
+        """Version 1 while ``retryable`` is True (what a v1 reader takes every failure for):
+        TaskManagers are upgraded before the leader, so nearly every answer of an upgraded
+        one stays readable by a leader not yet upgraded."""
+        if not self.retryable:
+            return None
+        return 1, {"job_id": self.job_id, "execution_id": self.execution_id, "success": self.success,
+                   "message": self.message}
 
 
 @event("CancelTask")
