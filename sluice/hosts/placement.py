@@ -13,7 +13,7 @@ from sluice.services.jobs.core import partition_path
 from sluice.store import EventLog
 from sluice.views.taskmanagers import taskmanagers
 
-__all__ = ["hosts_by_vertex", "CrossRead", "cross_reads"]
+__all__ = ["hosts_by_vertex", "hosts_ran_on", "CrossRead", "cross_reads"]
 
 
 def hosts_by_vertex(log: EventLog, job_id: str) -> dict[str, list[str | None]]:
@@ -22,6 +22,19 @@ def hosts_by_vertex(log: EventLog, job_id: str) -> dict[str, list[str | None]]:
     job = Client(log).job(job_id)
     return {name: [host_of.get(e.taskmanager) if e.taskmanager else None for e in v.subtasks]
             for name, v in job.vertices.items()}
+
+
+def hosts_ran_on(log: EventLog, job_id: str) -> set[str]:
+    """The hosts of every TaskManager any attempt of the job ran on (RUNNING in its facts),
+    the attempts a fault made run again included: a host declared lost during the job ran
+    its first attempts, and the survivors the later ones."""
+    from sluice.events import TaskState, UpdateTaskExecutionState
+
+    host_of = {r["resource_id"]: r["host"] for r in taskmanagers(log)}
+    ran = {env.event.taskmanager for _, env in log.replay(log.keys.facts(log.keys.job(job_id)))
+           if isinstance(env.event, UpdateTaskExecutionState) and env.event.state == TaskState.RUNNING
+           and env.event.taskmanager}
+    return {h for tm in ran if (h := host_of.get(tm))}
 
 
 @dataclass(frozen=True)
