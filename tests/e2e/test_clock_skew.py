@@ -95,11 +95,12 @@ def test_a_leader_whose_clock_steps_forward_waits_out_a_restarts_delay(
     start_tm(procs, cluster, "tm-1", env={"SLUICE_TEST_FAIL_ONCE": str(tmp_path / "failed-once")})
     wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
     text = write_lines(tmp_path / "in.txt")
-    params = {"input": str(text), "output": str(tmp_path / "out"), "restart_delay_ms": str(RESTART_DELAY_MS)}
+    params = {"input": str(text), "output": str(tmp_path / "out"), "restart_delay_ms": str(RESTART_DELAY_MS),
+              "queryable": "no"}
     from sluice.client import Client, load_job
 
     client = Client(log)
-    job_id = client.submit(load_job(JOBS / "delayed_restart.py", params))
+    job_id = client.submit(load_job(JOBS / "flaky_wordcount.py", params))
 
     def restart() -> Any:
         return next(((i, env) for i, env in log.replay(log.keys.facts(log.keys.job(job_id)))
