@@ -34,6 +34,20 @@ from tests.helpers import env, heartbeat, register
 CONFIG = MembershipConfig(heartbeat_interval_ms=100, heartbeat_timeout_ms=500, max_slots=64)
 
 
+def assert_replay_and_table_are_live(log: list, live: Membership) -> None:
+    """A fresh fold of ``log`` is ``live``; the projector folds with the same evolve, and its
+    table loads back to the same rows."""
+    replayed = Membership()
+    for e in log:
+        evolve(replayed, e)
+    assert replayed == live
+    projected = TASKMANAGERS.initial()
+    for e in log:
+        TASKMANAGERS.evolve(projected, e)
+    rows = {k: TASKMANAGERS.row(projected, k) for k in projected.taskmanagers}
+    assert TASKMANAGERS.load(rows).taskmanagers == live.taskmanagers
+
+
 def leader(epoch: int = 1) -> Membership:
     return evolve(Membership(), env(LeadershipGranted(epoch, "jm", "h")))
 
@@ -170,15 +184,6 @@ def test_replaying_the_facts_gives_the_live_state_and_the_projected_table(sequen
             e = env(fact, ts=i)
             log.append(e)
             evolve(live, e)
-    replayed = Membership()
-    for e in log:
-        evolve(replayed, e)
-    assert replayed == live
-    # The projector folds with the same evolve; its table loads back to the same rows.
-    projected = TASKMANAGERS.initial()
-    for e in log:
-        TASKMANAGERS.evolve(projected, e)
-    rows = {k: TASKMANAGERS.row(projected, k) for k in projected.taskmanagers}
-    assert TASKMANAGERS.load(rows).taskmanagers == live.taskmanagers
+    assert_replay_and_table_are_live(log, live)
     # Invariant: a resource id is registered at most once, with a valid slot count.
     assert all(1 <= r.slots <= CONFIG.max_slots for r in live.active())

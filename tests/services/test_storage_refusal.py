@@ -19,8 +19,8 @@ from sluice.events import (
 )
 from sluice.services.membership.core import Membership, MembershipConfig, decide, evolve
 from sluice.services.membership.storage import refusal
-from sluice.services.projector.core import TASKMANAGERS
 from tests.helpers import env, register
+from tests.services.test_membership_core import assert_replay_and_table_are_live
 
 ROOT, ID = "file:///shared/storage", "root-1"
 CONFIG = MembershipConfig(100, 500, 64, ROOT, ID)
@@ -127,15 +127,7 @@ def test_replay_equals_live_and_a_refusal_names_exactly_the_registered_taskmanag
             evolve(live, e)
             if isinstance(fact, TaskManagerRegistered):  # a new session has said nothing yet
                 reported.pop(fact.resource_id, None)
-    replayed = Membership()
-    for e in log:
-        evolve(replayed, e)
-    assert replayed == live
-    projected = TASKMANAGERS.initial()
-    for e in log:
-        TASKMANAGERS.evolve(projected, e)
-    rows = {k: TASKMANAGERS.row(projected, k) for k in projected.taskmanagers}
-    assert TASKMANAGERS.load(rows).taskmanagers == live.taskmanagers
+    assert_replay_and_table_are_live(log, live)
     expected = sorted(rid for rid, (root_id, problem) in reported.items()
                       if live.taskmanagers[rid].status == "REGISTERED" and root_id == ID and problem is not None)
     why = refusal(live, ROOT, ID)
