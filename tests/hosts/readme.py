@@ -1,10 +1,11 @@
-"""The README's multi-host section as commands: its marked blocks (``<!-- hosts:NAME -->``
-before a ```` ```bash ```` fence), and those commands with the placeholders filled in.
+"""The multi-host page's 'Across hosts' section (``docs/hosts.md``, which the README links
+to) as commands: its marked blocks (``<!-- hosts:NAME -->`` before a ```` ```bash ````
+fence), and those commands with the placeholders filled in.
 
 A block uses placeholders (``REDIS_HOST``, ``STORAGE_HOST``, ``THIS_HOST``,
 ``YOUR_TEXT_FILES``) and two paths a machine has (``/mnt/sluice``, the shared mount, and
 ``/var/lib/sluice``, the machine's own data); ``fill`` replaces each with what stands for it
-here, and refuses a block with a placeholder it has no value for, so a README that grows a
+here, and refuses a block with a placeholder it has no value for, so a page that grows a
 new one fails loudly instead of running a command with a literal ``NEW_HOST`` in it.
 """
 
@@ -14,9 +15,12 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["README", "SECTION", "PLACEHOLDERS", "PATHS", "ReadmeError", "section", "blocks", "placeholders", "fill"]
+__all__ = ["README", "PAGE", "SECTION", "PLACEHOLDERS", "PATHS", "ReadmeError", "section", "blocks", "placeholders", "fill"]
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = README.parent / "docs" / "hosts.md"
+"""The page that holds the section (the README links to it by the section's name)."""
+_WHERE = "docs/hosts.md"
 SECTION = "## Across hosts"
 PLACEHOLDERS = ("REDIS_HOST", "STORAGE_HOST", "THIS_HOST", "YOUR_TEXT_FILES")
 PATHS = ("/mnt/sluice", "/var/lib/sluice")
@@ -29,31 +33,31 @@ name of a variable being set (``export SLUICE_HOME=...``)."""
 
 
 class ReadmeError(AssertionError):
-    """The README's multi-host section is not what the test can follow (which block, and why)."""
+    """The multi-host section is not what the test can follow (which block, and why)."""
 
 
 def section(text: str) -> str:
     """The section from its heading to the next ``## `` heading."""
     start = text.find(f"\n{SECTION}\n")
     if start < 0:
-        raise ReadmeError(f"the README has no {SECTION!r} section (error messages point at it: keep its name)")
+        raise ReadmeError(f"{_WHERE} has no {SECTION!r} section (error messages point at it: keep its name)")
     end = text.find("\n## ", start + 1)
     return text[start:] if end < 0 else text[start:end]
 
 
 def blocks(text: str) -> dict[str, str]:
-    """Block name -> its commands, from the README's text (the whole file)."""
+    """Block name -> its commands, from the page's text (the whole file)."""
     part = section(text)
     found = _BLOCK.findall(part)
     marks = _MARK.findall(part)
     if len(found) != len(marks):
         bare = sorted(set(marks) - {name for name, _ in found}) or marks
-        raise ReadmeError(f"README {SECTION!r}: a marker <!-- hosts:NAME --> must be followed, on the next line, "
+        raise ReadmeError(f"{_WHERE} {SECTION!r}: a marker <!-- hosts:NAME --> must be followed, on the next line, "
                           f"by a ```bash block; not so for {', '.join(f'hosts:{m}' for m in bare)}")
     out: dict[str, str] = {}
     for name, body in found:
         if name in out:
-            raise ReadmeError(f"README {SECTION!r}: two blocks are marked hosts:{name}; give each machine's its own name")
+            raise ReadmeError(f"{_WHERE} {SECTION!r}: two blocks are marked hosts:{name}; give each machine's its own name")
         out[name] = body
     return out
 
@@ -68,7 +72,7 @@ def fill(name: str, block: str, values: Mapping[str, str]) -> str:
     block when it uses a placeholder ``values`` has none for."""
     missing = sorted(placeholders(block) - set(values))
     if missing:
-        raise ReadmeError(f"README block hosts:{name} uses {', '.join(missing)}, which the test cannot fill: "
+        raise ReadmeError(f"{_WHERE} block hosts:{name} uses {', '.join(missing)}, which the test cannot fill: "
                           f"use one of {', '.join(PLACEHOLDERS)}, or teach tests/hosts/readme.py the new one")
     out = block
     for path in PATHS:

@@ -1,7 +1,7 @@
-"""The README's multi-host section can be followed by a test (no hosts needed: this runs in the
-default suite): every machine's block is marked and uses only placeholders the test fills,
-and the parser refuses, naming the block, what it could not follow. The README's first two
-commands stay as they are."""
+"""The multi-host section ('Across hosts', docs/hosts.md) can be followed by a test (no hosts
+needed: this runs in the default suite): every machine's block is marked and uses only
+placeholders the test fills, and the parser refuses, naming the block, what it could not
+follow. (The README's first two commands are guarded in tests/test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import re
 
 import pytest
 
-from .readme import PATHS, PLACEHOLDERS, README, ReadmeError, blocks, fill, placeholders
+from .readme import PAGE, PATHS, PLACEHOLDERS, ReadmeError, blocks, fill, placeholders
 from .test_readme_hosts import CLIENT, MACHINES
 
-TEXT = README.read_text()
+TEXT = PAGE.read_text()
 
 
 def test_every_block_the_hosts_test_runs_is_in_the_section_and_fills_completely() -> None:
     section = blocks(TEXT)
     wanted = {n for names in [*MACHINES.values(), CLIENT[1]] for n in names}
-    assert wanted == set(section), f"the README's marked blocks {sorted(section)} are not those run: {sorted(wanted)}"
+    assert wanted == set(section), f"the page's marked blocks {sorted(section)} are not those run: {sorted(wanted)}"
     values = {**{w: f"<{w.lower()}>" for w in PLACEHOLDERS}, **{p: f"/here{p}" for p in PATHS}}
     for name, body in section.items():
         filled = fill(name, body, values)
@@ -41,8 +41,3 @@ def test_a_marker_without_its_block_and_an_unknown_placeholder_are_refused_by_na
     assert fill("x", 'echo "$SLUICE_REDIS_URL" THIS_HOST /mnt/sluice/in /mnt/sluicex',
                 {"THIS_HOST": "1.2.3.4", "/mnt/sluice": "/s"}) == 'echo "$SLUICE_REDIS_URL" 1.2.3.4 /s/in /mnt/sluicex'
 
-
-def test_the_first_two_commands_stay_as_they_are() -> None:
-    fences = re.findall(r"```bash\n(.*?)\n```", TEXT, re.S)
-    assert fences[:2] == ["scripts/setup && .venv/bin/sluice run examples/wordcount.py",
-                          "scripts/setup && .venv/bin/python -m pytest"]

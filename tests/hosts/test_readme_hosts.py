@@ -1,11 +1,12 @@
-"""The README's 'Across hosts' section, followed step by step on hosts of their own.
+"""The 'Across hosts' section (docs/hosts.md, linked from the README), followed step by step
+on hosts of their own.
 
 Bare hosts (``Layout(bare=True)``: namespaces, private ``/tmp``, nothing running) play the
 machines: ``storage`` runs the storage block, ``redis`` the Redis block, ``jm1`` and ``jm2``
 the JobManager block (``jm2`` the projector's too), ``tm1`` and ``tm2`` the TaskManager
 block, each Sluice machine the block every one of them runs first; then ``redis`` plays the
 machine a user submits from (that block and the client block). Each machine's blocks run, as
-the README writes them, in one ``bash -euo pipefail`` from the checkout, with the checkout's
+the page writes them, in one ``bash -euo pipefail`` from the checkout, with the checkout's
 ``.venv/bin`` on ``PATH`` and ``SLUICE_REDIS_PASSWORD`` in the environment (the section's
 prerequisites), after ``tests/hosts/readme.py`` filled in the placeholders with the hosts'
 addresses and paths. The test itself only waits for what a user would see come up and checks
@@ -41,7 +42,7 @@ from sluice.hosts.placement import hosts_by_vertex
 from sluice.store import EventLog, Keys, connect, current_leader
 from sluice.views.taskmanagers import taskmanagers
 
-from .readme import README, blocks, fill
+from .readme import PAGE, README, blocks, fill
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 
@@ -49,11 +50,11 @@ CHECKOUT = README.parent
 MACHINES = {"storage": ("storage",), "redis": ("redis",), "jm1": ("every", "jobmanager"),
             "jm2": ("every", "jobmanager", "projector"), "tm1": ("every", "taskmanager"),
             "tm2": ("every", "taskmanager")}
-"""Host -> the README blocks it runs, in order, to bring the cluster up."""
+"""Host -> the page's blocks it runs, in order, to bring the cluster up."""
 CLIENT = ("redis", ("every", "client"))
 """The machine a user submits from, and what it runs."""
 METRICS = {"jm1": (9250,), "jm2": (9250, 9252), "tm1": (9251,), "tm2": (9251,)}
-"""The metrics ports the README's blocks give each host (checked to answer on its address)."""
+"""The metrics ports the page's blocks give each host (checked to answer on its address)."""
 WORDS = "The sluice gate's water flows; a river, a lock. Canal basin: SPARK, flink & stream!".split()
 
 
@@ -86,10 +87,10 @@ def finished(proc: subprocess.Popen[bytes], host: Host, what: str, timeout: floa
     try:
         code = proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"the README's blocks on {host.name} ({what}) did not end within {timeout:.0f} s:\n"
+        pytest.fail(f"the page's blocks on {host.name} ({what}) did not end within {timeout:.0f} s:\n"
                     f"{log.read_text()[-3000:]}")
     out = log.read_text()
-    assert code == 0, f"a README command on {host.name} ({what}) failed (exit {code}):\n{out[-3000:]}"
+    assert code == 0, f"a command of the page on {host.name} ({what}) failed (exit {code}):\n{out[-3000:]}"
     return out
 
 
@@ -111,7 +112,7 @@ def answers(address: str, port: int) -> bool:
 
 
 def test_readme_across_hosts_section_runs_as_written(hosts_cluster, tmp_path: Path) -> None:
-    section = blocks(README.read_text())
+    section = blocks(PAGE.read_text())
     cluster: HostsCluster = hosts_cluster(Layout(taskmanagers=2, bare=True))
     hosts = cluster.hosts
     password = secrets.token_urlsafe(18)
@@ -159,7 +160,7 @@ def test_readme_across_hosts_section_runs_as_written(hosts_cluster, tmp_path: Pa
         t0 = time.monotonic()
         out = finished(run_blocks(hosts[machine], script(hosts[machine], names, section, values), env, "client"),
                        hosts[machine], "client", 480)
-        print(f"the README's client block took {time.monotonic() - t0:.1f} s (submit --wait, list, inspect)")
+        print(f"the page's client block took {time.monotonic() - t0:.1f} s (submit --wait, list, inspect)")
         done = re.search(r"job (\S+) \(wordcount\): FINISHED", out)
         assert done, f"`sluice submit --wait` did not report the job FINISHED:\n{out[-3000:]}"
         job_id = done.group(1)
