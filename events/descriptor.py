@@ -146,7 +146,8 @@ def descriptor_from_json(data: Any) -> TaskDeploymentDescriptor:
         data = orjson.loads(data)
     if isinstance(data, TaskDeploymentDescriptor):
         return data
-    return _decode(upgrade(data))
+    descriptor: TaskDeploymentDescriptor = _decode(upgrade(data))
+    return descriptor
 
 
 def descriptor_to_json(d: TaskDeploymentDescriptor) -> Any:

@@ -50,7 +50,8 @@ class Envelope(NamedTuple):
 
     def to_dict(self) -> dict[str, Any]:
         """The envelope as plain JSON data (what ``sluice inspect --json`` prints)."""
-        return orjson.loads(encode(self))
+        data: dict[str, Any] = orjson.loads(encode(self))
+        return data
 
 
 def encode(env: Envelope) -> bytes:

@@ -30,6 +30,9 @@ __all__ = ["event", "record", "Event", "JSON", "EVENT_TYPES", "event_class", "pa
 
 T = TypeVar("T")
 
+_Converter = Callable[[Any], Any]
+"""A decoded field's check: the value back (converted where it must be), or WrongFieldType."""
+
 JSON = typing.NewType("JSON", object)
 """A field holding any JSON value, passed through as decoded."""
 
@@ -43,14 +46,14 @@ class Event:
 
 
 EVENT_TYPES: dict[str, type[Event]] = {}
-_DECODERS: dict[type, Callable[[Any], Any]] = {}
+_DECODERS: dict[type, _Converter] = {}
 
 
 def event_class(type_name: str) -> type[Event] | None:
     return EVENT_TYPES.get(type_name)
 
 
-def payload_decoder(cls: type) -> Callable[[Any], Any]:
+def payload_decoder(cls: type) -> _Converter:
     """The compiled strict decoder of a ``@record`` or ``@event`` class."""
     dec = _DECODERS.get(cls)
     if dec is None:
@@ -93,7 +96,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
+def _converter(tp: Any, path: str) -> tuple[_Converter | None, str]:
     """A function checking (and converting) one JSON value, or None when a type check is enough.
 
     Returns (converter, simple_type_test) where the test is a Python expression on ``v``
@@ -115,7 +118,7 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         values = {m.value: m for m in tp}
 
-        def conv_enum(v: Any, _values: dict = values, _tp: type = tp) -> Any:
+        def conv_enum(v: Any, _values: dict[Any, enum.Enum] = values, _tp: type = tp) -> Any:
             try:
                 return _values[v]
             except (KeyError, TypeError):
@@ -130,7 +133,7 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
             if inner is None:
                 return None, f"v is None or ({test})"
 
-            def conv_opt(v: Any, _inner: Callable = inner) -> Any:
+            def conv_opt(v: Any, _inner: _Converter = inner) -> Any:
                 return None if v is None else _inner(v)
 
             return conv_opt, ""
@@ -142,7 +145,7 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
             return _scalar_container(list, "a list", _SCALARS[item], path, _describe(item)), ""
         check = _as_function(conv, test, item, path + "[]")
 
-        def conv_list(v: Any, _check: Callable = check) -> Any:
+        def conv_list(v: Any, _check: _Converter = check) -> Any:
             if type(v) is not list:
                 _fail_type(path, "a list", v)
             return [_check(x) for x in v]
@@ -157,7 +160,7 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
             return _scalar_container(dict, "an object", _SCALARS[val], path, _describe(val)), ""
         check = _as_function(conv, test, val, path + "{}")
 
-        def conv_dict(v: Any, _check: Callable = check) -> Any:
+        def conv_dict(v: Any, _check: _Converter = check) -> Any:
             if type(v) is not dict:
                 _fail_type(path, "an object", v)
             return {k: _check(x) for k, x in v.items()}
@@ -166,7 +169,7 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         dec = payload_decoder(tp)
 
-        def conv_record(v: Any, _dec: Callable = dec) -> Any:
+        def conv_record(v: Any, _dec: _Converter = dec) -> Any:
             try:
                 return _dec(v)
             except (MissingField, WrongFieldType, UnexpectedField) as exc:
@@ -179,8 +182,8 @@ def _converter(tp: Any, path: str) -> tuple[Callable[[Any], Any] | None, str]:
 _SCALARS = {str: frozenset({str}), int: frozenset({int}), bool: frozenset({bool})}
 
 
-def _scalar_container(kind: type[list[Any]] | type[dict[str, Any]], kind_name: str, allowed: frozenset, path: str,
-                      item: str) -> Callable[[Any], Any]:
+def _scalar_container(kind: type[list[Any]] | type[dict[str, Any]], kind_name: str, allowed: frozenset[type], path: str,
+                      item: str) -> _Converter:
     """A list or dict of one scalar type, checked at C speed (no per-item Python call)."""
 
     def check(v: Any) -> Any:
@@ -195,7 +198,7 @@ def _scalar_container(kind: type[list[Any]] | type[dict[str, Any]], kind_name: s
     return check
 
 
-def _as_function(conv: Callable | None, test: str, tp: Any, path: str) -> Callable[[Any], Any]:
+def _as_function(conv: _Converter | None, test: str, tp: Any, path: str) -> _Converter:
     if conv is not None:
         return conv
     if test == "True":
@@ -203,7 +206,8 @@ def _as_function(conv: Callable | None, test: str, tp: Any, path: str) -> Callab
     expected = _describe(tp)
     ns: dict[str, Any] = {"_fail": _fail_type}
     exec(f"def check(v):\n    if not ({test}):\n        _fail({path!r}, {expected!r}, v)\n    return v\n", ns)
-    return ns["check"]
+    check: _Converter = ns["check"]
+    return check
 
 
 def _describe(tp: Any) -> str:
@@ -215,7 +219,7 @@ def _describe(tp: Any) -> str:
     return str(tp)
 
 
-def _compile(cls: type) -> Callable[[Any], Any]:
+def _compile(cls: type) -> _Converter:
     """Generate a decoder for ``cls``: a fast straight-line path for the usual payload (every
     declared field present, nothing else) and a careful path for everything else (defaults,
     and the precise error for a missing, unexpected or mistyped field)."""
@@ -231,14 +235,14 @@ def _compile(cls: type) -> Callable[[Any], Any]:
         "_Wrong": WrongFieldType,
         "_names": frozenset(f.name for f in fields),
     }
-    checks: list[tuple[int, dataclasses.Field, Callable | None, str]] = []
+    checks: list[tuple[int, dataclasses.Field[Any], _Converter | None, str]] = []
     for i, f in enumerate(fields):
         conv, test = _converter(hints[f.name], f.name)
         checks.append((i, f, conv, test))
         if conv is not None:
             ns[f"_c{i}"] = conv
 
-    def check_lines(i: int, f: dataclasses.Field, conv: Callable | None, test: str, indent: str) -> list[str]:
+    def check_lines(i: int, f: dataclasses.Field[Any], conv: _Converter | None, test: str, indent: str) -> list[str]:
         tp = hints[f.name]
         if isinstance(tp, type) and issubclass(tp, enum.Enum):  # inline: the member by value, else the error
             ns[f"_e{i}"] = {m.value: m for m in tp}
@@ -298,7 +302,8 @@ def _compile(cls: type) -> Callable[[Any], Any]:
         fast.append(f"    return _cls({', '.join(f'{f.name}=a{i}' for i, f, _, _ in checks)})")
     exec("\n".join(slow), ns)
     exec("\n".join(fast), ns)
-    return ns["decode"]
+    decode: _Converter = ns["decode"]
+    return decode
 
 
 def _subst(test: str, var: str) -> str:

@@ -44,7 +44,7 @@ def ensure_group(log: EventLog, stream: str, group: str, start: str = "0") -> No
     log.backend.group_create(stream, group, start)
 
 
-def dead_letter(log: EventLog, stream: str, group: str, entry_id: str, fields: dict, kind: str, reason: str) -> None:
+def dead_letter(log: EventLog, stream: str, group: str, entry_id: str, fields: Fields, kind: str, reason: str) -> None:
     """Park an entry (with why) in its tag's dead-letter stream and, read through
     ``group`` (not ''), acknowledge it, in one step."""
     if len(reason) > MAX_REASON:
@@ -273,7 +273,7 @@ class GroupConsumer:
                 self.flush_acks()
             return []
         ack = self._later if with_acks and self._later else None
-        reply: list = []
+        reply: list[tuple[str, str, Fields | None]] = []
         for attempt in range(3):
             try:
                 wait, acks = None if attempt else block_ms, None if attempt else ack
@@ -320,7 +320,7 @@ class GroupConsumer:
             out.append(Entry(stream, entry_id, env))
         return out
 
-    def dead_letter(self, entry_id: str, fields: dict, error: DecodeError, *, stream: str | None = None) -> None:
+    def dead_letter(self, entry_id: str, fields: Fields, error: DecodeError, *, stream: str | None = None) -> None:
         """Park an entry (with why) in its tag's dead-letter stream and acknowledge it. An
         inbox deleted or clobbered since it was read (the script's XPENDING answers NOGROUP
         or WRONGTYPE) has nothing left to acknowledge: the entry is parked all the same."""

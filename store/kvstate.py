@@ -63,7 +63,7 @@ class KvStates:
 
     # --- the task's side ---
 
-    def write(self, job_id: str, state_id: str, items: Iterable[tuple[str, bytes]], meta: dict) -> int:
+    def write(self, job_id: str, state_id: str, items: Iterable[tuple[str, bytes]], meta: dict[str, Any]) -> int:
         """Replace the hash of ``state_id`` with ``items`` (key, value JSON), in chunks;
         returns how many keys were written."""
         key = self.key(job_id, state_id)
@@ -95,7 +95,7 @@ class KvStates:
     def exists(self, state_key: str) -> bool:
         return bool(self.backend.exists(state_key))
 
-    def location(self, job_id: str, name: str) -> dict | None:
+    def location(self, job_id: str, name: str) -> dict[str, Any] | None:
         """The KvStateLocation table's row for ``name`` in job ``job_id``."""
         raw = self.backend.hget(self.keys.table(self.keys.job(job_id), TABLE), name)
         return orjson.loads(raw) if raw else None

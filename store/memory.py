@@ -177,7 +177,17 @@ class _State:
 
 # The mutations: pure functions of the state and their arguments, so that replaying the
 # recorded ones rebuilds the state exactly. Entry field dicts are shared between the
-# live state, the snapshot and the records, and never mutated.
+# live state, the snapshot and the records, and never mutated. A mutation does not check
+# the kind of the value it changes: the command that recorded it did (WRONGTYPE), and a
+# replay finds the same value there, so the accessors below only tell mypy what it is.
+
+def _hash_at(st: _State, key: str) -> dict[bytes, bytes]:
+    return cast("dict[bytes, bytes]", st.data[key])
+
+
+def _stream_at(st: _State, key: str) -> _Stream:
+    return cast(_Stream, st.data[key])
+
 
 def _op_del(st: _State, key: str) -> None:
     st.data.pop(key, None)
@@ -194,16 +204,16 @@ def _op_setkeep(st: _State, key: str, value: bytes) -> None:
 
 
 def _op_hset(st: _State, key: str, mapping: dict[bytes, bytes]) -> None:
-    h = st.data.get(key)
+    h = cast("dict[bytes, bytes] | None", st.data.get(key))
     if h is None:
         h = st.data[key] = {}
-    h.update(mapping)  # type: ignore[union-attr]
+    h.update(mapping)
 
 
 def _op_hdel(st: _State, key: str, fields: tuple[bytes, ...]) -> None:
-    h = st.data[key]
+    h = _hash_at(st, key)
     for f in fields:
-        h.pop(f, None)  # type: ignore[union-attr]
+        h.pop(f, None)
     if not h:
         del st.data[key]
         st.expires.pop(key, None)
@@ -218,32 +228,32 @@ def _op_mkstream(st: _State, key: str) -> None:
 
 
 def _op_xadd(st: _State, key: str, entry: Id, sid: str, fields: Fields) -> None:
-    s = st.data.get(key)
+    s = cast("_Stream | None", st.data.get(key))
     if s is None:
         s = st.data[key] = _Stream()
-    s.ids.append(entry)  # type: ignore[union-attr]
-    s.sids.append(sid)  # type: ignore[union-attr]
-    s.fields.append(fields)  # type: ignore[union-attr]
-    s.last = entry  # type: ignore[union-attr]
+    s.ids.append(entry)
+    s.sids.append(sid)
+    s.fields.append(fields)
+    s.last = entry
 
 
 def _op_xtrim(st: _State, key: str, n: int) -> None:
-    s: _Stream = st.data[key]  # type: ignore[assignment]
+    s = _stream_at(st, key)
     del s.ids[:n], s.sids[:n], s.fields[:n]
 
 
 def _op_group(st: _State, key: str, group: str, last: Id) -> None:
-    st.data[key].groups[group] = _Group(last)  # type: ignore[union-attr]
+    _stream_at(st, key).groups[group] = _Group(last)
 
 
 def _op_setid(st: _State, key: str, group: str, last: Id) -> None:
-    st.data[key].groups[group].last = last  # type: ignore[union-attr]
+    _stream_at(st, key).groups[group].last = last
 
 
 def _op_deliver(st: _State, key: str, group: str, consumer: str, ids: tuple[Id, ...], now: int) -> None:
     """New entries delivered to ``consumer`` (XREADGROUP >): pending, one delivery; an
     entry that was already pending (the group was moved back) changes owner, count 1."""
-    g: _Group = st.data[key].groups[group]  # type: ignore[union-attr]
+    g = _stream_at(st, key).groups[group]
     pel, order = g.pel, g.order
     for entry in ids:
         if entry not in pel:
@@ -258,7 +268,7 @@ def _op_deliver(st: _State, key: str, group: str, consumer: str, ids: tuple[Id, 
 def _op_touch(st: _State, key: str, group: str, ids: tuple[Id, ...], now: int) -> None:
     """Pending entries read again by their owner: one more delivery, idle from now. (Not
     recorded: Redis does not write it to the AOF, so a restart forgets it.)"""
-    pel = st.data[key].groups[group].pel  # type: ignore[union-attr]
+    pel = _stream_at(st, key).groups[group].pel
     for entry in ids:
         consumer, _, count = pel[entry]
         pel[entry] = (consumer, now, count + 1)
@@ -267,13 +277,13 @@ def _op_touch(st: _State, key: str, group: str, ids: tuple[Id, ...], now: int) -
 def _op_claim(st: _State, key: str, group: str, claims: tuple[tuple[Id, str, int, int], ...]) -> None:
     """Pending entries taken over (XAUTOCLAIM): (id, consumer, delivery ms, delivery count)
     each, absolute, as Redis writes XCLAIM ... TIME ... RETRYCOUNT ... to its AOF."""
-    pel = st.data[key].groups[group].pel  # type: ignore[union-attr]
+    pel = _stream_at(st, key).groups[group].pel
     for entry, consumer, when, count in claims:
         pel[entry] = (consumer, when, count)
 
 
 def _op_unpend(st: _State, key: str, group: str, ids: tuple[Id, ...]) -> None:
-    g: _Group = st.data[key].groups[group]  # type: ignore[union-attr]
+    g = _stream_at(st, key).groups[group]
     pel, order = g.pel, g.order
     for entry in ids:
         del pel[entry]
@@ -355,13 +365,34 @@ def _or(value: bytes | None, default: bytes) -> bytes:
     return default if value is None else value
 
 
-def _lua_concat(num: float) -> str:
+def _lua_lt(a: float | None, b: float | None) -> bool:
+    """Lua's ``a < b`` on two ``tonumber`` results."""
+    # A nil operand is a Lua runtime error; Python's TypeError comparing None is that error here.
+    return a < b  # type: ignore[operator]
+
+
+def _lua_gt(a: float | None, b: float | None) -> bool:
+    """Lua's ``a > b`` on two ``tonumber`` results (a nil raises as in ``_lua_lt``)."""
+    return a > b  # type: ignore[operator]
+
+
+def _lua_count(value: bytes) -> int:
+    """``tonumber(ARGV[i])`` used as a count or a key index (the Lua truncates it)."""
+    # Not a number: Lua's nil where a number is needed, a runtime error; int(None)'s TypeError is that error here.
+    return int(_tonumber(value))  # type: ignore[arg-type]
+
+
+def _lua_concat(num: float | None) -> str:
     """A Lua number as ``..`` writes it (``%.14g``)."""
+    if num is None:
+        raise TypeError("attempt to concatenate a nil value")
     return f"{num:.14g}"
 
 
-def _redis_arg(num: float) -> bytes:
+def _redis_arg(num: float | None) -> bytes:
     """A Lua number passed to redis.call, as Redis turns it into an argument (``%.17g``)."""
+    if num is None:
+        raise TypeError("Lua redis() command arguments must be strings or integers")
     return f"{num:.17g}".encode()
 
 
@@ -724,7 +755,7 @@ class MemoryStore:
         sid = f"{new[0]}-{new[1]}"
         self._do(_op_xadd, key, new, sid, fields)
         if maxlen is not None:
-            extra = len(self._state.data[key].ids) - max(maxlen, 0)  # type: ignore[union-attr]
+            extra = len(_stream_at(self._state, key).ids) - max(maxlen, 0)
             if extra > 0:
                 self._do(_op_xtrim, key, extra)
         return sid
@@ -769,9 +800,9 @@ class MemoryStore:
         self._restarted(argv[1])
         epoch = _tonumber(argv[0])
         fence = _tonumber(_or(self._get(keys[0], now), b"0"))
-        if epoch < fence:  # type: ignore[operator]
-            raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")  # type: ignore[arg-type]
-        n = int(_tonumber(argv[3]))  # type: ignore[arg-type]
+        if _lua_lt(epoch, fence):
+            raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")
+        n = _lua_count(argv[3])
         ci = _tonumber(argv[4 + n]) if 4 + n < len(argv) else None  # the outbox cursor to move, if any
         upto = argv[5 + n] if 5 + n < len(argv) else b""
         if ci is None or (ci != 0 and (ci < 3 or ci > len(keys) or ci != int(ci)
@@ -781,7 +812,7 @@ class MemoryStore:
         for i in range(6 + n, len(argv), 3):  # every check before the first write
             if ci > 0 and _tonumber(argv[i]) == ci:
                 raise ScriptFailed(f"{scripts.BAD_COMMIT} the cursor to advance is a stream the commit appends to")
-            index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
+            index = _lua_count(argv[i])
             if not 1 <= index <= len(keys):
                 raise TypeError("Lua redis() command arguments must be strings or integers")
             key = keys[index - 1]
@@ -807,8 +838,8 @@ class MemoryStore:
                     if not self._is_pending(keys[1], name, _s(entry), now):
                         return [b"DUP"]
                 self._xack(keys[1], name, [_s(a) for a in argv[4:4 + n]], now)
-        if epoch > fence:  # type: ignore[operator]
-            self._set(keys[0], _redis_arg(epoch))  # type: ignore[arg-type]
+        if _lua_gt(epoch, fence):
+            self._set(keys[0], _redis_arg(epoch))
         if ci > 0:
             cursor = keys[int(ci) - 1]
             kind = self._type(cursor, now)
@@ -818,7 +849,7 @@ class MemoryStore:
         before: bytes | None = None
         for i in range(6 + n, len(argv), 3):
             if argv[i + 2] != b"":
-                index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
+                index = _lua_count(argv[i])
                 if not 1 <= index <= len(keys):
                     raise TypeError("Lua redis() command arguments must be strings or integers")
                 s = self._stream(keys[index - 1], now)
@@ -826,7 +857,7 @@ class MemoryStore:
                 break
         out: list[Any] = [b"OK"]
         for i in range(6 + n, len(argv), 3):
-            index = int(_tonumber(argv[i]))  # type: ignore[arg-type]
+            index = _lua_count(argv[i])
             if not 1 <= index <= len(keys):
                 raise TypeError("Lua redis() command arguments must be strings or integers")
             to = argv[i + 2]
@@ -858,7 +889,7 @@ class MemoryStore:
             if isinstance(value, bytes):
                 self._do(_op_set, keys[1], value)
             else:
-                self._do(_op_hset, keys[1], dict(value))  # type: ignore[arg-type]
+                self._do(_op_hset, keys[1], dict(cast("dict[bytes, bytes]", value)))  # kind is "hash"
             if deadline is not None:
                 self._do(_op_pexpireat, keys[1], deadline)
             self._do(_op_del, keys[0])
@@ -880,8 +911,8 @@ class MemoryStore:
                 self._xadd(keys[0], {b"e": argv[i + 1], b"from": origin, b"ref": argv[i]}, now)
                 last = argv[i]
                 n += 1
-        if n > 0:
-            self._hset(keys[1], {origin: last}, now)  # type: ignore[dict-item]
+        if n > 0 and last is not None:  # (n > 0: last is the newest id appended)
+            self._hset(keys[1], {origin: last}, now)
         return n
 
     def _advance_cursor(self, keys: list[str], argv: list[bytes], now: int) -> bytes:
@@ -904,7 +935,7 @@ class MemoryStore:
         self._hset(keys[0], {b"holder": argv[0], b"epoch": _redis_arg(taken)}, now)
         self._pexpire(keys[0], argv[1], now)
         fence = _tonumber(_or(self._get(keys[2], now), b"0"))
-        if taken > fence:  # type: ignore[operator]
+        if _lua_gt(taken, fence):
             self._set(keys[2], _redis_arg(taken))
         return [taken, 1]
 
@@ -925,9 +956,9 @@ class MemoryStore:
         self._restarted(argv[1])
         fence = _tonumber(_or(self._get(keys[0], now), b"0"))
         epoch = _tonumber(argv[0])
-        if epoch < fence:  # type: ignore[operator]
-            raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")  # type: ignore[arg-type]
-        self._set(keys[0], _redis_arg(epoch))  # type: ignore[arg-type]
+        if _lua_lt(epoch, fence):
+            raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")
+        self._set(keys[0], _redis_arg(epoch))
         return _lua_int(epoch)
 
     def _project(self, keys: list[str], argv: list[bytes], now: int) -> int:
@@ -936,7 +967,7 @@ class MemoryStore:
         cur = _or(self._get(keys[0], now), b"")
         if cur != argv[0]:
             return 0
-        n = int(_tonumber(argv[2]))  # type: ignore[arg-type]
+        n = _lua_count(argv[2])
         i = 3
         if n > 0:
             pairs = [argv[j] for j in range(i, i + 2 * n)]
@@ -950,8 +981,8 @@ class MemoryStore:
     def _snapshot(self, keys: list[str], argv: list[bytes], now: int) -> bytes:
         self._restarted(argv[1])
         fence = _tonumber(_or(self._get(keys[0], now), b"0"))
-        if _tonumber(argv[0]) < fence:  # type: ignore[operator]
-            raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")  # type: ignore[arg-type]
+        if _lua_lt(_tonumber(argv[0]), fence):
+            raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")
         s = self._stream(keys[1], now)
         pos = s.sids[-1].encode() if s is not None and s.sids else b"0-0"
         self._hset(keys[2], {b"pos": pos, b"data": argv[2]}, now)

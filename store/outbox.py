@@ -26,7 +26,7 @@ delivered to (``EventLog.set_aside``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from sluice.errors import ConfigError, StoreRestarted
 
@@ -217,7 +217,7 @@ class Deliverer:
     def _park(self, target: str, pairs: list[object], problem: str) -> None:
         reason = f"undeliverable: {problem}; the message stays here with its address"
         for i in range(0, len(pairs), 2):
-            entry_id, data = str(pairs[i]), pairs[i + 1]
+            entry_id, data = str(pairs[i]), cast(bytes, pairs[i + 1])  # (entry id, its field e) pairs, flat
             dead_letter(self.log, self.outbox, "", entry_id, {b"e": data, b"to": target.encode()},
                         "undeliverable", reason)
             if self._on_undeliverable is not None:
