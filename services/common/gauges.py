@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from sluice.errors import SluiceError
+from sluice.events import AttemptReport
 
 if TYPE_CHECKING:
     from sluice.services.jobmanager.process import JobManager
     from sluice.services.jobs.state import JobsState
     from sluice.services.membership.core import Membership
     from sluice.services.projector.process import Projector
-    from sluice.services.taskmanager.process import TaskManager
+    from sluice.store import EventLog
     from sluice.store.metrics_reads import InboxReading
 
 __all__ = ["cluster_families", "inbox_families", "dead_letter_family", "taskmanager_families", "store_families",
@@ -122,20 +123,21 @@ def jobmanager_gauges(jm: JobManager) -> list[Metric]:
     return out + store_families(read, jm.logger)
 
 
-def taskmanager_gauges(tm: TaskManager) -> list[Metric]:
-    """Everything a TaskManager's endpoint computes when scraped."""
+def taskmanager_gauges(log: EventLog, inbox: str, group: str, logger: Any, *, registered: bool, slots: int,
+                       held: Iterable[AttemptReport]) -> list[Metric]:
+    """Everything a TaskManager's endpoint computes when scraped: its registration and slots,
+    ``held`` (its slot report) and its inbox (the stream ``inbox``, read by ``group``)."""
     from sluice.store import tag_of
     from sluice.store.metrics_reads import dead_letter_counts, inbox_readings
 
-    held = [r.state._value_ for r in tm.slot_report() if not r.state.terminal]
-    out = taskmanager_families(tm.reg.state == "REGISTERED", tm.reg.slots, held)
+    out = taskmanager_families(registered, slots, [r.state._value_ for r in held if not r.state.terminal])
 
     def read() -> list[Metric]:
-        tag = tag_of(tm.inbox)
-        return [*inbox_families(inbox_readings(tm.log, [tm.inbox], tm.consumer.group), lambda _: "taskmanager"),
-                dead_letter_family(dead_letter_counts(tm.log, [tag]), lambda _: "taskmanager")]
+        tag = tag_of(inbox)
+        return [*inbox_families(inbox_readings(log, [inbox], group), lambda _: "taskmanager"),
+                dead_letter_family(dead_letter_counts(log, [tag]), lambda _: "taskmanager")]
 
-    return out + store_families(read, tm.logger)
+    return out + store_families(read, logger)
 
 
 def projector_gauges(p: Projector) -> list[Metric]:

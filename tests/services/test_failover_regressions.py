@@ -549,7 +549,7 @@ def test_a_launch_whose_reply_was_lost_is_not_handed_over_twice(log: EventLog, t
     pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
          lambda: slots.failed and bool(t.tasks) and bool(slots.asked), what="the hand-over, settled",
          world=world, advance_ms=10)
-    assert slots.asked == [slots.lost] and not t._unsure
+    assert slots.asked == [slots.lost] and not t.launches.unsure
     assert len(slots.launched) == 1  # once, whichever way the first try went
     (task,) = t.tasks.values()
     assert (slots.launched[0][2] == slots.lost) == effect and task.rq_job == slots.launched[0][2]

@@ -123,14 +123,14 @@ def test_a_taskmanager_whose_goodbye_is_refused_does_not_say_it_unregistered(log
 
     _, _, t, _ = started(log, tmp_path)
     cluster = log.keys.inbox(log.keys.cluster)
-    t.log = EventLog(WrittenAgainAtOnce(log.backend, cluster), log.keys)
+    t.to_leader.log = EventLog(WrittenAgainAtOnce(log.backend, cluster), log.keys)
     clobber(log, cluster)
     with capture_logs() as logs:
         t.leave()
     said = [(e["log_level"], e["event"]) for e in logs]
     assert ("info", "unregistered") not in said
     assert any(level == "warning" and "could not say goodbye" in what for level, what in said), said
-    t.log = log
+    t.to_leader.log = log
     with capture_logs() as logs:
         t.leave()
     assert ("info", "unregistered") in [(e["log_level"], e["event"]) for e in logs]

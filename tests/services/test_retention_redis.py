@@ -73,9 +73,9 @@ def _transport(log: EventLog, job_id: str) -> dict[str, int]:
 def test_an_archived_jobs_transport_goes_its_facts_stay_and_the_cluster_streams_are_trimmed(
         log: EventLog, tmp_path: Path) -> None:
     world, a, t, slots = started(log, tmp_path, n=1)
-    a.inbox_retention_ms = t.inbox_retention_ms = 0  # nothing kept for inspection: everything consumed goes
+    a.inbox_retention_ms = t.inbox.retention_ms = 0  # nothing kept for inspection: everything consumed goes
     a.retention.reset()
-    t._next_trim = 0
+    t.inbox.next_trim = 0
     ids = [f"j{i}" for i in range(JOBS)]
     _run_jobs(log, world, a, t, slots, ids)
     keys = log.keys

@@ -60,8 +60,8 @@ def test_a_taskmanager_gives_its_tasks_their_share(log, tmp_path, given, remote,
     t = tm(log, ManualWorld(), tmp_path, TinySlots(), n=2, task_partitions=given, spark_remote=remote,
            spark_cores=cores, spark_slots=shared)
     if own_master is not None:
-        t._spark_server = _Server(own_master)  # type: ignore[assignment]  # as _spark() leaves it
-    assert t._partitions(parallelism) == want
+        t.spark.server = _Server(own_master)  # type: ignore[assignment]  # as url() leaves it
+    assert t.spark.partitions(parallelism) == want
 
 
 @pytest.mark.timeout(60)

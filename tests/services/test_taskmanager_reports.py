@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from sluice.events import TaskOperationResult, decode
-from sluice.services.taskmanager.process import REFUSED_FOR_MS
+from sluice.services.taskmanager.reports import REFUSED_FOR_MS
 from sluice.store import EventLog
 from tests.services.failover_helpers import ManualWorld, TinySlots, WrittenAgainAtOnce, tm
 
 
 def owe(t, job: str, execution: str) -> None:  # type: ignore[no-untyped-def]
-    t._to_job(job, TaskOperationResult(job, execution, True, None), flush=False)
+    t.reports.to_job(job, TaskOperationResult(job, execution, True, None), flush=False)
 
 
 def owe_in_turn(t, good: str, bad: str) -> None:  # type: ignore[no-untyped-def]
@@ -29,8 +29,8 @@ def test_owed_reports_arrive_in_order_and_are_no_longer_owed(log: EventLog, tmp_
     for i in range(3):
         owe(t, "j1", f"e{i}")
     owe(t, "j2", "e9")
-    t._flush()
-    assert not t.owed
+    t.reports.flush()
+    assert not t.reports.owed
     assert inbox_events(log, "j1") == ["e0", "e1", "e2"]
     assert inbox_events(log, "j2") == ["e9"]
 
@@ -46,8 +46,8 @@ def test_reports_to_an_inbox_that_is_not_a_stream_go_at_once_and_its_value_is_ke
     bad = log.keys.inbox(log.keys.job("bad"))
     log.backend.set(bad, b"not a stream")
     owe_in_turn(t, "j1", "bad")
-    t._flush()
-    assert not t.owed
+    t.reports.flush()
+    assert not t.reports.owed
     assert inbox_events(log, "j1") == ["e0", "e2"] and inbox_events(log, "bad") == ["e1", "e3"]
     ((stream, kind, aside),) = told
     assert (stream, kind) == (bad, "string") and log.backend.get(aside) == b"not a stream"
@@ -64,14 +64,14 @@ def test_a_report_refused_again_stays_owed_without_holding_back_the_others_then_
     t = tm(hostile, world, tmp_path, TinySlots())
     log.backend.set(bad, b"not a stream")
     owe_in_turn(t, "j1", "bad")
-    t._flush()
+    t.reports.flush()
     assert inbox_events(log, "j1") == ["e0", "e2"]  # once each
-    assert [env.event.execution_id for _, env in t.owed] == ["e1", "e3"]
-    t._flush()  # still refused: still owed, nothing sent twice
-    assert inbox_events(log, "j1") == ["e0", "e2"] and len(t.owed) == 2
+    assert [env.event.execution_id for _, env in t.reports.owed] == ["e1", "e3"]
+    t.reports.flush()  # still refused: still owed, nothing sent twice
+    assert inbox_events(log, "j1") == ["e0", "e2"] and len(t.reports.owed) == 2
     world.advance(REFUSED_FOR_MS)
-    t._flush()
-    assert not t.owed
+    t.reports.flush()
+    assert not t.reports.owed
     dead = [f for _, f in log.replay_raw(log.keys.dead(log.keys.job("bad")))]
     assert [f[b"kind"] for f in dead] == [b"undeliverable"] * 2
     assert all(b"refused the report for 30 s" in f[b"reason"] and f[b"stream"].decode() == bad for f in dead)
@@ -93,6 +93,6 @@ def test_the_inbox_is_left_with_nothing_pending_after_a_job(log: EventLog, tmp_p
     pump(steps, lambda: job_state(log, "j1").status.value == "FINISHED", what="the job's end", world=world,
          advance_ms=10)
     t.step(block_ms=None)
-    group = t.consumer.group
-    state = log.backend.group_state(t.inbox, group)
+    group = t.inbox.consumer.group
+    state = log.backend.group_state(t.inbox.stream, group)
     assert state is not None and state.pending == 0
