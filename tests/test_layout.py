@@ -35,6 +35,24 @@ def test_every_package_directory_is_packaged() -> None:
     assert found == set(config["packages"])
 
 
+LAB = ("bench", "chaos", "sim", "hosts")
+
+
+def test_the_wheel_holds_the_product_alone() -> None:
+    """The benchmarks, the chaos campaign, the simulator and the hosts harness live in tools/,
+    beside the packages and outside the wheel; no packaged module imports them."""
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert not [p for p in packages if p.startswith("tools") or set(p.split(".")) & set(LAB)]
+    assert {d.name for d in (ROOT / "tools").iterdir() if (d / "__init__.py").exists()} >= set(LAB)
+    offenders = [
+        str(p.relative_to(ROOT))
+        for folder in MAPPED.values()
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if "tools" in imports(p)
+    ]
+    assert offenders == []
+
+
 REDIS_LIBRARIES = {"redis", "rq", "hiredis"}
 REDIS_COMMANDS = {
     "xadd", "xrange", "xrevrange", "xread", "xreadgroup", "xautoclaim", "xclaim", "xack", "xpending", "xtrim",
@@ -69,7 +87,7 @@ def test_only_store_talks_to_redis() -> None:
     anywhere else (the benchmarks' baselines excepted: they measure raw redis-py on purpose)."""
     offenders = [
         hit
-        for folder in ("events", "services", "sluice")
+        for folder in ("events", "services", "sluice", "tools")
         for p in sorted((ROOT / folder).rglob("*.py"))
         if p.parent.name != "bench"
         for hit in redis_calls(p)
@@ -97,7 +115,7 @@ def test_keys_are_built_in_one_module() -> None:
     suffixes = ('":inbox"', '":facts"', '":outbox"', '":dead"', '":fence"', '":leader"', '":epoch"')
     offenders = [
         str(p.relative_to(ROOT))
-        for folder in ("events", "store", "services", "sluice")
+        for folder in ("events", "store", "services", "sluice", "tools")
         for p in (ROOT / folder).rglob("*.py")
         if p.name != "keys.py" and any(s in p.read_text() for s in suffixes)
     ]

@@ -78,7 +78,7 @@ def user_frames(text: str) -> list[str]:
 
 def test_a_user_error_under_sluice_and_the_standard_library_shows_the_users_frames_and_the_exception(
         tmp_path: Path) -> None:
-    from sluice.chaos.cluster import poll
+    from tools.chaos.cluster import poll
 
     module = job_module(tmp_path)
     # Sluice's code calls json.loads, which calls the user's hook, which raises.

@@ -1,4 +1,4 @@
-"""``sluice bench hosts``'s pure parts: where a job's time went from its task state changes,
+"""``scripts/bench hosts``'s pure parts: where a job's time went from its task state changes,
 the ratios, the table, the plain-Python count and the output check; its options refused
 with what to give instead. The bench itself (hosts, as root) is ``-m "hosts and slow"``."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sluice.bench.console import console
-from sluice.bench.hosts import Phase, Row, check_counts, phase_lines, phases, python_counts, ratios, read_counts, table
+from tools.bench.console import console
+from tools.bench.hosts import Phase, Row, check_counts, phase_lines, phases, python_counts, ratios, read_counts, table
 
 
 def test_phases_fold_task_changes_into_windows_running_and_waiting_per_vertex() -> None:
