@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -132,3 +133,28 @@ def test_public_apis() -> None:
     }
     for name in sluice.events.__all__ + sluice.store.__all__:
         assert getattr(sluice.events, name, None) is not None or getattr(sluice.store, name, None) is not None, name
+
+
+def test_every_error_is_declared_in_the_tree() -> None:
+    """Every exception class of the packages is declared in sluice/errors.py, under SluiceError,
+    and drawn in that module's docstring (a module may name one again by importing it)."""
+    import inspect
+
+    import sluice.errors
+
+    declared = [
+        f"{p.relative_to(ROOT)}:{node.lineno} {node.name}"
+        for folder in MAPPED.values()
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if p != ROOT / "sluice" / "errors.py"
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and any(isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception")) or b.id in sluice.errors.__all__)
+                for b in node.bases)
+    ]
+    assert declared == []
+    classes = {n: c for n, c in vars(sluice.errors).items() if inspect.isclass(c) and issubclass(c, BaseException)}
+    assert all(issubclass(c, sluice.errors.SluiceError) for c in classes.values())
+    assert set(classes) == set(sluice.errors.__all__)
+    drawn = sluice.errors.__doc__ or ""
+    assert [n for n, c in classes.items() if c.__name__ == n and not re.search(rf"(── |^ +){n}\b", drawn, re.M)] == []
