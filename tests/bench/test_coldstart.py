@@ -11,7 +11,7 @@ import time
 
 from click.testing import CliRunner
 
-from sluice.cli.bench import bench
+from tools.bench.cli import bench
 from sluice.services.embedded import free_port
 from tools.bench.coldstart import Timeline, _SparkWatch
 

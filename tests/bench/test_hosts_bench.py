@@ -84,7 +84,7 @@ def test_the_output_check_reads_parquet_and_names_what_differs(tmp_path: Path) -
 
 @pytest.mark.parametrize("spark", ["standalone", "local,yarn"])
 def test_bad_spark_modes_are_refused_naming_the_choices(spark: str) -> None:
-    from sluice.cli.bench import bench
+    from tools.bench.cli import bench
 
     result = CliRunner().invoke(bench, ["hosts", "--spark", spark])
     assert result.exit_code == 2, result.output

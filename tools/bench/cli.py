@@ -150,7 +150,7 @@ def coldstart(variants: str, runs: int) -> None:
     from sluice.errors import ConfigError
     from tools.bench.coldstart import Variant, run
 
-    from .cluster import SPARK_SERVERS
+    from sluice.cli.embedded import SPARK_SERVERS
 
     chosen = []
     for item in variants.split(","):
