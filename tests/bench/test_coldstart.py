@@ -11,8 +11,8 @@ import time
 
 from click.testing import CliRunner
 
-from tools.bench.cli import bench
 from sluice.services.embedded import free_port
+from tools.bench.cli import bench
 from tools.bench.coldstart import Timeline, _SparkWatch
 
 # A stand-in for `sluice run`: a child whose command line names a Spark Connect port, as

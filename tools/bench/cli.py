@@ -147,10 +147,9 @@ def hosts(megabytes: int, corpus: str, parallelism: int, rounds: int, modes: str
 @click.option("--runs", default=2, show_default=True, help="Rounds, each the plain script then every variant.")
 def coldstart(variants: str, runs: int) -> None:
     """The default example from nothing (`sluice run`) vs a plain PySpark script, whole processes, with timelines."""
+    from sluice.cli.embedded import SPARK_SERVERS
     from sluice.errors import ConfigError
     from tools.bench.coldstart import Variant, run
-
-    from sluice.cli.embedded import SPARK_SERVERS
 
     chosen = []
     for item in variants.split(","):
