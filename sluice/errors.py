@@ -17,12 +17,19 @@
      │    ├── ScriptError            a Lua script answered with an error we did not expect
      │    ├── ScriptFailed           a script's error reply, as the backend saw it
      │    ├── NoGroup                a consumer group (or its stream) is gone
-     │    └── CommandError           a command's error reply (an invalid id, READONLY, ...)
-     │         └── WrongType         WRONGTYPE: the key holds another kind of value
+     │    ├── CommandError           a command's error reply (an invalid id, READONLY, ...)
+     │    │    └── WrongType         WRONGTYPE: the key holds another kind of value
+     │    ├── PartlyAppended         some appends of a batch refused, the others taken
+     │    └── IdsOutOfOrder          an entry copied with its id is not above its stream's last
      ├── ConfigError                 a setting is missing or wrong
+     │    └── PrefixInUse            an import or rebuild into a prefix that holds keys
      ├── InvalidJobGraph             a JobGraph that cannot run (every problem listed)
-     ├── JobNotFound                 no such job in this cluster
      ├── JobRefusedError             the JobManager refused a submitted job
+     ├── SnapshotUnreadable          (also a ValueError) a stored snapshot not usable: full replay
+     ├── BadMoment                   an --at / --until that is neither an entry id nor a time
+     ├── UnknownDeadLetter           no dead letter with that id (or it cannot be re-driven)
+     ├── NotAnExport                 a file `sluice job import` cannot read (names file and line)
+     ├── ApiError                    an answer other than 200 the dashboard decides (its status)
      ├── DataplaneError              (also a ValueError) a bad argument or input of the data plane
      │    ├── SplitError             input splits cannot be planned or read
      │    ├── SchemaError            a DataFrame lacks a column or schema
@@ -41,7 +48,8 @@
      │    ├── HandlerFailed          a core raised deciding a message (a bug: parked, state rebuilt)
      │    └── DuplicateCommit        a leader's commit found its messages decided already
      └── QueryableStateError         reading queryable state (sluice.state)
-          ├── UnknownJob             no such job
+          ├── JobNotFound            no such job in this cluster (a lookup, a view, the client;
+          │                          also named UnknownJob, as sluice.state's lookups raised it)
           ├── UnknownStateName       the job has no state under that name
           ├── StateNotRegistered     the key's key group has no state right now (retry)
           └── StateServerUnavailable the server the state lives on does not answer
@@ -49,8 +57,12 @@
 Errors carry their context (which stream, which entry, which job) as attributes and
 in their message, so a log line or a bug report explains itself.
 
+Each class is declared here; a module whose callers expect it there also names it
+(``sluice.views.archive.NotAnExport``, ``sluice.services.jobmanager.snapshot.SnapshotUnreadable``...).
+
 Outside the tree on purpose: the simulation's ``Crash`` (a process dies) and ``Violation``
-(an invariant broke) are BaseExceptions, so no component's error handling can swallow them.
+(an invariant broke), in tools/sim, are BaseExceptions, so no component's error handling can
+swallow them.
 """
 
 from __future__ import annotations
@@ -83,6 +95,7 @@ __all__ = [
     "ScriptFailed",
     "NoGroup",
     "CommandError",
+    "WrongType",
     "InvalidJobGraph",
     "JobNotFound",
     "JobRefusedError",
@@ -102,6 +115,14 @@ __all__ = [
     "UnknownStateName",
     "StateNotRegistered",
     "StateServerUnavailable",
+    "PartlyAppended",
+    "IdsOutOfOrder",
+    "PrefixInUse",
+    "SnapshotUnreadable",
+    "BadMoment",
+    "UnknownDeadLetter",
+    "NotAnExport",
+    "ApiError",
 ]
 
 
@@ -275,8 +296,13 @@ class QueryableStateError(SluiceError):
         super().__init__(message)
 
 
-class UnknownJob(QueryableStateError):
-    """No job with that id in this cluster."""
+class JobNotFound(QueryableStateError):
+    """No job with that id in this cluster: a queryable-state lookup, a view of the log or a
+    client call named one the cluster never had (or purged). ``job_id`` says which, when known."""
+
+
+UnknownJob = JobNotFound
+"""The name ``sluice.state``'s lookups raised it under (one class: code catching either works)."""
 
 
 class UnknownStateName(QueryableStateError):
@@ -340,10 +366,6 @@ class InvalidJobGraph(SluiceError):
         super().__init__(f"job {name!r} is not valid:\n{lines}")
 
 
-class JobNotFound(SluiceError):
-    """No job with that id in this cluster."""
-
-
 class JobRefusedError(SluiceError):
     """The JobManager refused a submitted job (the message says why)."""
 
@@ -404,3 +426,38 @@ class HandlerFailed(ServiceError):
 class DuplicateCommit(ServiceError):
     """A commit found its inbox entries already acknowledged: another leader decided them,
     so this leader's state is behind or ahead of the log. Rebuild."""
+
+
+class IdsOutOfOrder(StoreError):
+    """An entry whose id is not above the last one of its stream (a stream's ids only grow)."""
+
+
+class PrefixInUse(ConfigError):
+    """A prefix that already holds keys: imports and rebuilds only go into a fresh one."""
+
+
+class SnapshotUnreadable(SluiceError, ValueError):
+    """A stored snapshot that cannot be used: the log is replayed in full instead. Also a
+    ValueError, as it was first declared (callers catch it with what decoding raises)."""
+
+
+class BadMoment(SluiceError):
+    """An ``--at`` / ``--until`` that is neither an entry id nor a time."""
+
+
+class UnknownDeadLetter(SluiceError):
+    """No dead letter with that id (or it cannot be re-driven)."""
+
+
+class NotAnExport(SluiceError):
+    """A file ``sluice job import`` cannot read: not an export, a version it does not know,
+    or a line that is not what an export holds (the message names the file and the line)."""
+
+
+class ApiError(SluiceError):
+    """An answer other than 200 that the dashboard itself decides (not found, forbidden...);
+    ``status`` is the HTTP status, ``headers`` any headers the answer carries."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.headers = status, headers or {}

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import orjson
 
 from sluice.errors import (
+    JobNotFound,
     RedisUnavailable,
     SluiceError,
     StateNotRegistered,
     StateServerUnavailable,
-    UnknownJob,
     UnknownStateName,
 )
 from sluice.events import DisposeJob, Envelope, JobDisposed, JobRefused
@@ -139,7 +139,7 @@ class StateClient:
         if row is None:
             self._locations.pop((job_id, name), None)
             if not self.home.job_exists(job_id):
-                raise UnknownJob(f"job not found: {job_id} (no such job in this cluster; `sluice list` shows the "
+                raise JobNotFound(f"job not found: {job_id} (no such job in this cluster; `sluice list` shows the "
                                  "jobs)", job_id=job_id, name=name)
             known = self.home.names(job_id)
             have = f"it publishes {', '.join(map(repr, known))}" if known else "it publishes no queryable state now"
@@ -181,7 +181,7 @@ class StateClient:
             for entry_id, env in self.log.replay(inbox, pos):
                 pos = entry_id
                 if isinstance(env.event, JobRefused):
-                    raise UnknownJob(env.event.reason, job_id=job_id) if "not found" in env.event.reason \
+                    raise JobNotFound(env.event.reason, job_id=job_id) if "not found" in env.event.reason \
                         else SluiceError(f"dispose refused: {env.event.reason}")
                 if isinstance(env.event, JobDisposed):
                     self._locations = {k: v for k, v in self._locations.items() if k[0] != job_id}

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from sluice.errors import StoreError
+from sluice.errors import IdsOutOfOrder, StoreError
 
 from .backend import Delegating
 from .log import EventLog
@@ -23,10 +23,6 @@ from .redis_backend import RedisBackend, translate_errors
 __all__ = ["keys_under", "append_with_ids", "IdsOutOfOrder"]
 
 _BATCH = 500
-
-
-class IdsOutOfOrder(StoreError):
-    """An entry whose id is not above the last one of its stream (a stream's ids only grow)."""
 
 
 def _client(log: EventLog) -> Any:

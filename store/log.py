@@ -92,7 +92,7 @@ class EventLog:
         self.decode = decode
         """How ``replay`` decodes an entry's envelope (``events.decode_bytes``: this Sluice's
         schema versions). A test or the simulation gives a JobManager of another version its
-        own (sluice/sim/skew.py)."""
+        own (tools/sim/skew.py)."""
         self.on_set_aside: Callable[[str, str, str], None] | None = None
         """Told (inbox, the kind of value found there, where it went) of each inbox this
         process moved aside (``set_aside``): the process's log line."""

@@ -23,7 +23,7 @@ HEARTBEAT_EVERY_S = 1.0
 """A slot's worker renews its RQ registration at most this often. RQ renews it before and
 after each dequeue and after each job: three times a job, three round trips each, for a
 key that lives for minutes (``worker_ttl``). With no-op tasks that was a fifth of a
-worker's CPU (``sluice bench tasks``)."""
+worker's CPU (``scripts/bench tasks``)."""
 
 
 def _client(log: EventLog) -> Any:
@@ -105,7 +105,7 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
     renews its registration and asks whether `rq suspend` was called at most every
     ``HEARTBEAT_EVERY_S``, and writes its state only when it changed. RQ alone spends about
     ten round trips on a task, five of them on those, and one more on a job's heartbeat that the
-    next transaction writes again (``sluice bench tasks``: a worker's CPU a no-op task went
+    next transaction writes again (``scripts/bench tasks``: a worker's CPU a no-op task went
     from RQ's 3.5 ms to 2.7 ms with the suspension check and the state write)."""
     import redis
     from rq import Queue, SimpleWorker

@@ -139,8 +139,8 @@ def spark(spark_remote: str):
 @pytest.fixture(scope="session")
 def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One SeaweedFS ``weed server`` with its S3 gateway on 127.0.0.1 for the test run (tests/seaweed.py)."""
-    from sluice.hosts.storage import weed
     from tests.seaweed import SeaweedS3
+    from tools.hosts.storage import weed
 
     binary = weed()  # (the hosts harness finds it the same way)
     if binary is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -33,6 +34,24 @@ def test_every_package_directory_is_packaged() -> None:
             rel = init.parent.relative_to(ROOT / folder)
             found.add(".".join([package, *rel.parts]))
     assert found == set(config["packages"])
+
+
+LAB = ("bench", "chaos", "sim", "hosts")
+
+
+def test_the_wheel_holds_the_product_alone() -> None:
+    """The benchmarks, the chaos campaign, the simulator and the hosts harness live in tools/,
+    beside the packages and outside the wheel; no packaged module imports them."""
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert not [p for p in packages if p.startswith("tools") or set(p.split(".")) & set(LAB)]
+    assert {d.name for d in (ROOT / "tools").iterdir() if (d / "__init__.py").exists()} >= set(LAB)
+    offenders = [
+        str(p.relative_to(ROOT))
+        for folder in MAPPED.values()
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if "tools" in imports(p)
+    ]
+    assert offenders == []
 
 
 REDIS_LIBRARIES = {"redis", "rq", "hiredis"}
@@ -69,7 +88,7 @@ def test_only_store_talks_to_redis() -> None:
     anywhere else (the benchmarks' baselines excepted: they measure raw redis-py on purpose)."""
     offenders = [
         hit
-        for folder in ("events", "services", "sluice")
+        for folder in ("events", "services", "sluice", "tools")
         for p in sorted((ROOT / folder).rglob("*.py"))
         if p.parent.name != "bench"
         for hit in redis_calls(p)
@@ -97,7 +116,7 @@ def test_keys_are_built_in_one_module() -> None:
     suffixes = ('":inbox"', '":facts"', '":outbox"', '":dead"', '":fence"', '":leader"', '":epoch"')
     offenders = [
         str(p.relative_to(ROOT))
-        for folder in ("events", "store", "services", "sluice")
+        for folder in ("events", "store", "services", "sluice", "tools")
         for p in (ROOT / folder).rglob("*.py")
         if p.name != "keys.py" and any(s in p.read_text() for s in suffixes)
     ]
@@ -114,3 +133,28 @@ def test_public_apis() -> None:
     }
     for name in sluice.events.__all__ + sluice.store.__all__:
         assert getattr(sluice.events, name, None) is not None or getattr(sluice.store, name, None) is not None, name
+
+
+def test_every_error_is_declared_in_the_tree() -> None:
+    """Every exception class of the packages is declared in sluice/errors.py, under SluiceError,
+    and drawn in that module's docstring (a module may name one again by importing it)."""
+    import inspect
+
+    import sluice.errors
+
+    declared = [
+        f"{p.relative_to(ROOT)}:{node.lineno} {node.name}"
+        for folder in MAPPED.values()
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if p != ROOT / "sluice" / "errors.py"
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and any(isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception")) or b.id in sluice.errors.__all__)
+                for b in node.bases)
+    ]
+    assert declared == []
+    classes = {n: c for n, c in vars(sluice.errors).items() if inspect.isclass(c) and issubclass(c, BaseException)}
+    assert all(issubclass(c, sluice.errors.SluiceError) for c in classes.values())
+    assert set(classes) == set(sluice.errors.__all__)
+    drawn = sluice.errors.__doc__ or ""
+    assert [n for n, c in classes.items() if c.__name__ == n and not re.search(rf"(── |^ +){n}\b", drawn, re.M)] == []

@@ -78,12 +78,13 @@ def user_frames(text: str) -> list[str]:
 
 def test_a_user_error_under_sluice_and_the_standard_library_shows_the_users_frames_and_the_exception(
         tmp_path: Path) -> None:
-    from sluice.chaos.cluster import poll
+    from sluice.services.embedded.spark_connect import _listens
 
     module = job_module(tmp_path)
-    # Sluice's code calls json.loads, which calls the user's hook, which raises.
+    # Sluice's code (a wait's check, called before the first try) calls json.loads, which
+    # calls the user's hook, which raises.
     full = "task lines -> out[0] failed after 2 restarts: " + raised(
-        poll, functools.partial(json.loads, '{"a": 1}', object_hook=module.hook), 1.0)
+        _listens, "127.0.0.1", 1, 1.0, 0.1, functools.partial(json.loads, '{"a": 1}', object_hook=module.hook))
     frames = sum(line.startswith('  File "') for line in full.splitlines())
     short = short_traceback(full, hint=HINT)
     lines = short.splitlines()
@@ -91,10 +92,10 @@ def test_a_user_error_under_sluice_and_the_standard_library_shows_the_users_fram
     assert user_frames(short) == ["hook", "deep", "deep", "deep", "boom"] == user_frames(full)
     assert "    return deep(n - 1) if n else boom()" in lines and '    raise ValueError("bad input row 42")' in lines
     assert "  [Previous line repeated 1 more time]" in lines  # Python's count of the fourth deep()
-    assert frames - 5 >= 4  # poll, and json's loads, decode, raw_decode
+    assert frames - 5 >= 4  # _listens, and json's loads, decode, raw_decode
     assert lines[-2:] == ["ValueError: bad input row 42", f"({frames - 5} internal frames of Sluice, Spark and "
                                                           f"Python hidden; the full traceback: {HINT})"]
-    assert "chaos/cluster.py" in full and "chaos/cluster.py" not in short and "json/" not in short
+    assert "embedded/spark_connect.py" in full and "embedded/spark_connect.py" not in short and "json/" not in short
 
 
 def test_pyspark_frames_are_hidden(tmp_path: Path) -> None:

@@ -10,12 +10,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
-
-if TYPE_CHECKING:
-    from .metrics import Metrics
 
 __all__ = ["new_id", "now_ms", "hostname", "configure_logging", "stop_on_signals", "get_logger", "RedisAway",
            "set_aside_reporter"]
@@ -66,7 +63,14 @@ def get_logger(component: str, **bound: object) -> structlog.typing.FilteringBou
     return structlog.get_logger().bind(component=component, **bound)
 
 
-def set_aside_reporter(logger: structlog.typing.FilteringBoundLogger, metrics: Metrics
+class CountsParked(Protocol):
+    """What ``set_aside_reporter`` needs of a process's metrics (``metrics.Metrics`` has it):
+    this module stays below metrics.py, which imports ``hostname`` from here."""
+
+    def parked(self, kind: str) -> None: ...
+
+
+def set_aside_reporter(logger: structlog.typing.FilteringBoundLogger, metrics: CountsParked
                        ) -> Callable[[str, str, str], None]:
     """A process's ``EventLog.on_set_aside``: an inbox it read or wrote to held another kind
     of value (something else wrote its key), which was moved aside. Messages unread in it

@@ -199,7 +199,7 @@ def info(location: str) -> Entry | None:
     from pyarrow import fs as pafs
 
     fs, path = resolve(location)
-    if fs is _local():  # os.stat: a third of pyarrow's cost on a local disk (sluice/bench/fslayer.py)
+    if fs is _local():  # os.stat: a third of pyarrow's cost on a local disk (tools/bench/fslayer.py)
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -255,7 +255,7 @@ def glob(pattern: str) -> list[str]:
 def open_read(location: str) -> BinaryIO:
     """The file at ``location``, open for reading at any offset (``seek``; on S3 each read is a
     ranged GET). A local file is Python's own (pyarrow's costs 1.7 times as much to copy
-    a file through: sluice/bench/fslayer.py)."""
+    a file through: tools/bench/fslayer.py)."""
     fs, path = resolve(location)
     with _translated(location, "cannot open"):
         if is_local(location):

@@ -61,7 +61,7 @@ LINGER_MS = 5
 """A batch of reports that decide nothing yet (a task's start acknowledged, INITIALIZING,
 RUNNING) waits at most this long for more before it is decided: a short task's end comes
 a millisecond or two after its start, and both are then one commit, not two (the leader's
-CPU a task, ``sluice bench tasks``). A batch with anything else in it is decided at once."""
+CPU a task, ``scripts/bench tasks``). A batch with anything else in it is decided at once."""
 
 SERVE_AFTER_S = 1.0
 """How long a new leader rebuilds before it serves the cluster, rebuilding the jobs left

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from sluice.errors import SnapshotUnreadable
 from sluice.events import Envelope, Event, JobEdge, JobStatus, JobSubmitted, LeadershipGranted, TaskState
 from sluice.events import decode_bytes as decode_envelope
 from sluice.events import encode as encode_envelope
@@ -38,10 +39,6 @@ VERSION = 1
 """The snapshot schema version; a snapshot of another version is not read (full replay)."""
 
 Checkpoint = tuple[int, Any, "list[int] | None"]
-
-
-class SnapshotUnreadable(ValueError):
-    """A stored snapshot that cannot be used: the log is replayed in full instead."""
 
 
 @dataclass

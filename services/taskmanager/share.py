@@ -13,7 +13,7 @@ consumes) as at most ``n`` Spark partitions, its shuffles make ``n``, and its ke
 is written from those ``n`` without another shuffle. With ``n = 1`` a task is one thread,
 as a Flink subtask is: Spark then plans an aggregation or a join over the task's input
 without any exchange (one partition is clustered by every key). Measured by
-``sluice bench wordcount`` (issue 11).
+``scripts/bench wordcount`` (issue 11).
 
 The share is the server's cores divided by the slots that share it, or by the vertex's
 subtasks when it has fewer than slots (a vertex of one subtask gets every core), at least

@@ -122,7 +122,7 @@ def warm_up() -> None:
     task does not pay for the session (a cold session's first query takes seconds). Once a
     task came, the query is left out: on a server that has just started, the task's own
     queries warm it, and a second query beside them only takes CPU from them (measured with
-    ``sluice bench coldstart``)."""
+    ``scripts/bench coldstart``)."""
     def run() -> None:
         try:
             spark = spark_session()

@@ -19,8 +19,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sluice.errors import SluiceError
-from sluice.views.history import BadMoment, Moment, resolve_at
+from sluice.errors import BadMoment, SluiceError
+from sluice.views.history import Moment, resolve_at
 
 from .context import Context
 

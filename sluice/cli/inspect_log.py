@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sluice.store import EventLog
+from sluice.views.entries import resolve, short
 
 from .context import Context
 from .inspect_jobs import clock, console, emit
@@ -28,12 +29,6 @@ def parse_window(ctx: click.Context | None, param: click.Parameter | None, value
         raise click.BadParameter(f"{value!r} is not a time window: give seconds above 0, like 60s, 5m, 1h or 500ms",
                                  ctx, param)
     return seconds
-
-
-def short(log: EventLog, stream: str) -> str:
-    from .inspect import short as shorten
-
-    return shorten(log, stream)
 
 
 def size(n: int | None) -> str:
@@ -127,8 +122,6 @@ def register_log_views(group: click.Group) -> None:
     def dead_letters_cmd(obj: Context, redrive_id: str | None, dead_stream: str | None, as_json: bool) -> None:
         """The entries parked because they could not be decoded or handled, with why."""
         from sluice.views.deadletters import dead_letters, redrive
-
-        from .inspect import resolve
 
         log = obj.log()
         if redrive_id is None:

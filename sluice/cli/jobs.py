@@ -29,8 +29,8 @@ from sluice.errors_display import short_traceback
 from sluice.events import JobStatus
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun
 
-from .cluster import spark_servers_option
 from .context import Context
+from .embedded import spark_servers_option, start_cluster, stop_cluster
 
 console = Console(emoji=False, highlight=False)
 
@@ -144,12 +144,10 @@ def follow(client: Client, job_id: str) -> JobRun:
 @click.pass_obj
 def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slots: int, spark_servers: str) -> None:
     """Run a job file on the embedded cluster, with progress; exit 0 when it FINISHED."""
-    from .cluster import _start, _stop
-
     job_file = load_job(file, parse_params(params))  # invalid jobs fail here, before anything starts
     started = time.monotonic()
     cluster = obj.cluster
-    _, log, _ = _start(obj, taskmanagers, slots, detach=False, spark_servers=spark_servers)
+    _, log, _ = start_cluster(obj, taskmanagers, slots, detach=False, spark_servers=spark_servers)
     try:
         client = Client(log)
         with console.status("waiting for Spark"):
@@ -160,7 +158,7 @@ def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slo
         client.wait_accepted(job_id, timeout=120)
         job = follow(client, job_id)
     finally:
-        _stop(cluster, log)
+        stop_cluster(cluster, log)
     show_job(job_json(job))
     console.print(f"total {time.monotonic() - started:.1f} s; inspect it with `sluice status {job_id}` or "
                   f"`sluice inspect tail job:{job_id}:facts`", soft_wrap=True)

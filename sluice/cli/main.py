@@ -12,7 +12,7 @@ from sluice.errors import SluiceError
 
 from .context import Context
 
-__all__ = ["main", "cli"]
+__all__ = ["main", "cli", "run_command"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,17 +35,32 @@ def cli(ctx: click.Context, redis_url: str | None, prefix: str, home: str) -> No
     ctx.obj = Context(Settings(redis_url=redis_url, prefix=prefix, home=Path(home)))
 
 
-def _register() -> None:
-    from . import bench, cluster, inspect, jobs, processes, replay, state, ui
+@cli.command("bench", hidden=True, add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def bench() -> None:
+    """Moved: the benchmarks run from a source checkout (scripts/bench)."""
+    raise click.ClickException(
+        "the benchmarks are not part of the installed sluice command: they run from a source checkout of "
+        "Sluice, as `scripts/bench NAME [OPTIONS]` (the same names and options; `scripts/bench --help` lists them)")
 
-    for module in (cluster, processes, inspect, jobs, bench, state, replay, ui):
+
+def _register() -> None:
+    from . import cluster, inspect, jobs, processes, replay, state, ui
+
+    for module in (cluster, processes, inspect, jobs, state, replay, ui):
         module.register(cli)
 
 
 def main() -> None:
     _register()
+    run_command(cli)
+
+
+def run_command(command: click.Command, **kwargs: object) -> None:
+    """Run a click command as ``sluice`` does: a usage error shown with its exit code, a Sluice
+    error as one red line (exit 1), Ctrl-C as exit 130, never a traceback for either."""
     try:
-        cli(standalone_mode=False)
+        command(standalone_mode=False, **kwargs)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

@@ -54,7 +54,8 @@ def replay(obj: Context, job_id: str | None, cluster_only: bool, until: str | No
         except SluiceError as exc:
             click.secho(f"error: {exc}", fg="red", err=True)
             sys.exit(2)
-    from sluice.views.history import BadMoment, resolve_at
+    from sluice.errors import BadMoment
+    from sluice.views.history import resolve_at
     from sluice.views.replay import rebuild, rebuild_json, write_into
 
     try:

@@ -7,32 +7,24 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sluice.errors import (
+    ApiError,
+    BadMoment,
     ConfigError,
     JobNotFound,
     RedisUnavailable,
     SluiceError,
     StateNotRegistered,
     StateServerUnavailable,
-    UnknownJob,
     UnknownStateName,
 )
-from sluice.views.history import BadMoment
 
 __all__ = ["ApiError", "status_of", "error_response", "handle_sluice_error", "handle_bug"]
-
-
-class ApiError(SluiceError):
-    """An answer other than 200 that the dashboard itself decides (not found, forbidden...)."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.headers = status, headers or {}
 
 
 def status_of(exc: SluiceError) -> int:
     if isinstance(exc, ApiError):
         return exc.status
-    if isinstance(exc, JobNotFound | UnknownJob | UnknownStateName):
+    if isinstance(exc, JobNotFound | UnknownStateName):
         return 404
     if isinstance(exc, StateNotRegistered | StateServerUnavailable | RedisUnavailable):
         return 503

@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from sluice.errors import ConfigError, SluiceError
+from sluice.errors import ConfigError, NotAnExport, PrefixInUse, SluiceError
 from sluice.events import (
     JobSubmitted,
     LeadershipGranted,
@@ -57,15 +57,6 @@ _CLUSTER_WIDE = (TaskManagerRegistered, TaskManagerStorageReach, TaskManagerLost
                  LeadershipGranted, LogRestarted)
 """Cluster facts an export keeps whatever job they name (see the module's docstring)."""
 _ENTRY_ID = re.compile(r"^\d+-\d+$")
-
-
-class NotAnExport(SluiceError):
-    """A file ``sluice job import`` cannot read: not an export, a version it does not know,
-    or a line that is not what an export holds (the message names the file and the line)."""
-
-
-class PrefixInUse(ConfigError):
-    """A prefix that already holds keys: imports and rebuilds only go into a fresh one."""
 
 
 Fields = dict[bytes, bytes]

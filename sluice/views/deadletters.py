@@ -23,7 +23,7 @@ import re
 
 import orjson
 
-from sluice.errors import SluiceError
+from sluice.errors import UnknownDeadLetter
 from sluice.store import EventLog, entry_order
 from sluice.store.inspection import DEAD_FIELD_PREFIX, entry, redrive_entry
 
@@ -31,10 +31,6 @@ __all__ = ["dead_letters", "redrive", "UnknownDeadLetter"]
 
 _ENTRY = re.compile(r"^\d+-\d+$")
 _DATA_SHOWN = 2000
-
-
-class UnknownDeadLetter(SluiceError):
-    """No dead letter with that id (or it cannot be re-driven)."""
 
 
 def _text(value: bytes | None) -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.errors import SluiceError
+from sluice.errors import BadMoment, SluiceError
 from sluice.events import Envelope
 from sluice.services.jobs.state import JobRun, JobsState
 from sluice.services.kvstate.registry import KvStateRegistry
@@ -39,10 +39,6 @@ __all__ = ["Moment", "resolve_at", "facts_until", "cluster_at", "job_at", "Clust
 
 _ENTRY = re.compile(r"^\d+-\d+$")
 _LAST_SEQ = 2**64 - 1
-
-
-class BadMoment(SluiceError):
-    """An ``--at`` / ``--until`` that is neither an entry id nor a time."""
 
 
 @dataclass(frozen=True)

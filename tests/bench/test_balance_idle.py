@@ -1,12 +1,12 @@
-"""The balance bench's idle measure (sluice/bench/balance.py ``idle``) on facts made by the
+"""The balance bench's idle measure (tools/bench/balance.py ``idle``) on facts made by the
 coordination core: how long each reader was idle at the end of reading, and for how much
 of that the other held splits it had not started (read whole: until told "no more")."""
 
 from __future__ import annotations
 
-from sluice.bench.balance import idle
 from sluice.events import TaskState
 from tests.views.test_split_outcomes import Loop, request, state
+from tools.bench.balance import idle
 
 
 def _run(each_split: bool) -> Loop:

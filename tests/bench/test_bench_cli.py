@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from sluice.cli.bench import bench
+from tools.bench.cli import bench
 
 
 @pytest.mark.parametrize(("command", "option"), [("tasks", "--tasks"), ("control", "--sizes"),
@@ -20,3 +20,15 @@ def test_a_bad_list_of_counts_is_named(command: str, option: str, value: str, sa
     result = CliRunner().invoke(bench, [command, option, value])
     assert result.exit_code == 2
     assert option in result.output and says in result.output
+
+
+def test_sluice_bench_says_where_the_benchmarks_went() -> None:
+    """The installed ``sluice`` has no benchmarks: ``sluice bench ...`` says to run them from a
+    source checkout with scripts/bench, whatever follows it."""
+    from sluice.cli.main import _register, cli
+
+    _register()
+    for args in (["bench"], ["bench", "tasks", "--tasks", "60"], ["bench", "--help"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, result.output
+        assert "source checkout" in result.output and "scripts/bench" in result.output

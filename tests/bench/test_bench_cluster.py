@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sluice.api import Job
-from sluice.bench.cluster import BenchCluster
 from sluice.client import JobFile
+from tools.bench.cluster import BenchCluster
 
 
 def _noop_job() -> JobFile:

@@ -11,9 +11,9 @@ import time
 
 from click.testing import CliRunner
 
-from sluice.bench.coldstart import Timeline, _SparkWatch
-from sluice.cli.bench import bench
 from sluice.services.embedded import free_port
+from tools.bench.cli import bench
+from tools.bench.coldstart import Timeline, _SparkWatch
 
 # A stand-in for `sluice run`: a child whose command line names a Spark Connect port, as
 # spark-submit's does, and that listens on it after a while, as a JVM coming up does.

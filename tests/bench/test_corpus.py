@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.bench.corpus import write_corpus, zipf
+from tools.bench.corpus import write_corpus, zipf
 
 
 def test_the_zipf_corpus_is_deterministic_and_ends_on_a_whole_line(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The bench's CPU meter (sluice/bench/cpu.py) against real processes: a busy one, an idle
+"""The bench's CPU meter (tools/bench/cpu.py) against real processes: a busy one, an idle
 one, one started inside the measure and one gone before its end."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sluice.bench.cpu import CpuMeter, cpu_seconds
+from tools.bench.cpu import CpuMeter, cpu_seconds
 
 BUSY = "while True: pass"
 IDLE = "import time; time.sleep(60)"

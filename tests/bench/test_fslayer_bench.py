@@ -1,4 +1,4 @@
-"""The file layer's benchmark (sluice/bench/fslayer.py) runs every operation on both sides
+"""The file layer's benchmark (tools/bench/fslayer.py) runs every operation on both sides
 and prints a ratio for each; no timing is asserted."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.bench.fslayer import main, measure
+from tools.bench.fslayer import main, measure
 
 
 def test_every_operation_is_measured_on_both_sides(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``sluice bench hosts``'s pure parts: where a job's time went from its task state changes,
+"""``scripts/bench hosts``'s pure parts: where a job's time went from its task state changes,
 the ratios, the table, the plain-Python count and the output check; its options refused
 with what to give instead. The bench itself (hosts, as root) is ``-m "hosts and slow"``."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sluice.bench.console import console
-from sluice.bench.hosts import Phase, Row, check_counts, phase_lines, phases, python_counts, ratios, read_counts, table
+from tools.bench.console import console
+from tools.bench.hosts import Phase, Row, check_counts, phase_lines, phases, python_counts, ratios, read_counts, table
 
 
 def test_phases_fold_task_changes_into_windows_running_and_waiting_per_vertex() -> None:
@@ -84,7 +84,7 @@ def test_the_output_check_reads_parquet_and_names_what_differs(tmp_path: Path) -
 
 @pytest.mark.parametrize("spark", ["standalone", "local,yarn"])
 def test_bad_spark_modes_are_refused_naming_the_choices(spark: str) -> None:
-    from sluice.cli.bench import bench
+    from tools.bench.cli import bench
 
     result = CliRunner().invoke(bench, ["hosts", "--spark", spark])
     assert result.exit_code == 2, result.output

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.bench.control import _deployed_up_to
 from sluice.events import TaskState
+from tools.bench.control import _deployed_up_to
 
 STATES = [TaskState.CREATED, TaskState.SCHEDULED, TaskState.DEPLOYING, TaskState.RUNNING, TaskState.FINISHED]
 

@@ -1,10 +1,10 @@
-"""``sluice bench soak``: a few no-op jobs on a real cluster (no Spark), a row each few jobs."""
+"""``scripts/bench soak``: a few no-op jobs on a real cluster (no Spark), a row each few jobs."""
 
 from __future__ import annotations
 
 import pytest
 
-from sluice.bench.soak import EVERY, Row, per_job
+from tools.bench.soak import EVERY, Row, per_job
 
 
 def _row(jobs: int, used: int) -> Row:
@@ -20,7 +20,7 @@ def test_the_bytes_a_job_adds_are_measured_after_the_warm_up() -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("purge", [False, True])
 def test_a_soak_of_five_jobs_runs_and_releases_each_jobs_transport(purge: bool) -> None:
-    from sluice.bench.soak import run
+    from tools.bench.soak import run
 
     rows = run(jobs=5, purge=purge, every=5)
     assert [r.jobs for r in rows] == [0, 5]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluice.bench.tasks import _raw_rq
+from tools.bench.tasks import _raw_rq
 
 
 def test_raw_rq_runs_each_count_on_a_queue_of_its_own(redis_url: str) -> None:
@@ -20,8 +20,8 @@ def test_raw_rq_runs_each_count_on_a_queue_of_its_own(redis_url: str) -> None:
 
 
 def test_the_cpu_profile_prints_the_budget_the_target_leaves_and_says_when_it_does_not_bound_the_rate() -> None:
-    from sluice.bench.console import console
-    from sluice.bench.tasks import Rate, _print_cpu
+    from tools.bench.console import console
+    from tools.bench.tasks import Rate, _print_cpu
 
     raw = Rate(500.0, {"workers": 2.0, "Redis": 0.6, "bench: enqueue, wait": 0.4}, 1.7)
     ours = Rate(230.0, {"workers": 2.9, "Redis": 1.2, "JobManager": 1.4, "TaskManager": 1.4}, 1.65)
@@ -38,7 +38,7 @@ def test_the_cpu_profile_prints_the_budget_the_target_leaves_and_says_when_it_do
 
 def test_rounds_combine_into_the_median_rate_and_the_mean_cpu() -> None:
     """A round the shared machine slowed (the middle one here) moves the median least."""
-    from sluice.bench.tasks import Rate, combined
+    from tools.bench.tasks import Rate, combined
 
     c = combined([Rate(500.0, {"workers": 2.0}, 1.6), Rate(300.0, {"workers": 3.0, "Redis": 0.6}, 1.8),
                   Rate(520.0, {"workers": 2.2}, 1.7)])

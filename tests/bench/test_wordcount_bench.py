@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from sluice.bench.wordcount import warm_cluster
+from tools.bench.wordcount import warm_cluster
 
 
 def test_the_job_runs_on_one_cluster_each_time_with_the_whole_count(spark, spark_remote: str, tmp_path: Path) -> None:

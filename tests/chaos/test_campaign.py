@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from sluice.chaos import campaign
-from sluice.chaos.kinds import KINDS
+from tools.chaos import campaign
+from tools.chaos.kinds import KINDS
 
 pytestmark = pytest.mark.chaos
 

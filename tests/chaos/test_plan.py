@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.chaos.kinds import KINDS, Kind, fsync_policy, plan
-from sluice.chaos.workload import expected, generate
+from tools.chaos.kinds import KINDS, Kind, fsync_policy, plan
+from tools.chaos.workload import expected, generate
 
 pytestmark = pytest.mark.chaos
 

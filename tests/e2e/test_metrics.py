@@ -16,12 +16,12 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sluice.bench.control import graph
 from sluice.client import Client, JobFile
 from sluice.events import JobStatus, TaskState, UpdateTaskExecutionState
 from sluice.store import EventLog
 from tests.e2e.conftest import MARGIN, TEARDOWN, Processes, registered, wait_until
 from tests.e2e.test_cli import sluice
+from tools.bench.control import graph
 
 N = 2  # parallelism of both vertices: 2 x N subtasks
 SLOTS = 3
@@ -83,7 +83,7 @@ def test_each_process_serves_metrics_that_agree_with_the_log(procs: Processes, l
     source = tmp_path / "in.txt"
     source.write_text("x\n")
     code = b"def identity(df):\n    return df\n"
-    job = JobFile(Path("x.py"), code, hashlib.sha256(code).hexdigest(), "sluice.bench.control", None,
+    job = JobFile(Path("x.py"), code, hashlib.sha256(code).hexdigest(), "tools.bench.control", None,
                   graph(N, str(source)), {})
     client = Client(log)
     job_id = client.submit(job)

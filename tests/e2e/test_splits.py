@@ -174,7 +174,7 @@ def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
 def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, cluster: dict, spark,
                                           tmp_path: Path) -> None:
     """Four readers, one five times slower: dynamic assignment gives it about a fifth as many
-    splits as each fast one. (How long reading takes is for ``sluice bench``: a wall-clock
+    splits as each fast one. (How long reading takes is for ``scripts/bench``: a wall-clock
     bound here would fail on a busy machine, not on a bad assignment.)"""
     rate = 40_000
     start_tm(procs, cluster, "tm-fast", slots=3, env={"SLUICE_IO_RATE": str(rate)})

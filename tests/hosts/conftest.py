@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.hosts import HostsCluster, Layout, clean_leftovers, unavailable
-from sluice.hosts.storage import ensure_weed
+from tools.hosts import HostsCluster, Layout, clean_leftovers, unavailable
+from tools.hosts.storage import ensure_weed
 
 
 @pytest.fixture(scope="session")

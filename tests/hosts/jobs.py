@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sluice.chaos.cluster import poll
-from sluice.chaos.workload import JOB_FILE, Row, expected, generate, read_output
 from sluice.client import Client, load_job
-from sluice.hosts import HostsCluster
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun
+from tools.chaos.cluster import poll
+from tools.chaos.workload import JOB_FILE, Row, expected, generate, read_output
+from tools.hosts import HostsCluster
 
 
 def put_workload(cluster: HostsCluster, tmp_path: Path, seed: int, **sizes: int) -> tuple[str, list[Row]]:

@@ -1,4 +1,4 @@
-"""``sluice bench hosts`` end to end on a small text (slow: it brings three clusters of hosts up,
+"""``scripts/bench hosts`` end to end on a small text (slow: it brings three clusters of hosts up,
 one of them on a Spark standalone cluster): every row measured, every output checked word by
 word against the plain-Python count inside the bench (it raises otherwise)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.bench.hosts import ratios, run
+from tools.bench.hosts import ratios, run
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow, pytest.mark.timeout(1800)]
 

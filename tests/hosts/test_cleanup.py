@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sluice.chaos import procs
-from sluice.hosts.cleanup import leftovers
-from sluice.hosts.state import RunState, runs
+from tools.chaos import procs
+from tools.hosts.cleanup import leftovers
+from tools.hosts.state import RunState, runs
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(180)]
 
@@ -21,7 +21,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "hosts"
 
 OWNER = """
 import sys, time
-from sluice.hosts import HostsCluster, Layout
+from tools.hosts import HostsCluster, Layout
 c = HostsCluster(Layout(taskmanagers=1, slots=1)).up()
 print(c.run, flush=True)
 time.sleep(600)

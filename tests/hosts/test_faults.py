@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sluice.chaos import procs
-from sluice.chaos.cluster import poll
-from sluice.hosts import HostsCluster, HostsError, Layout, faults
+from tools.chaos import procs
+from tools.chaos.cluster import poll
+from tools.hosts import HostsCluster, HostsError, Layout, faults
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(300)]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.hosts import unavailable
-from sluice.hosts.storage import weed
+from tools.hosts import unavailable
+from tools.hosts.storage import weed
 
 pytestmark = [pytest.mark.hosts, pytest.mark.skipif(os.geteuid() != 0, reason="the probe's own checks need root")]
 
@@ -59,7 +59,7 @@ def test_a_host_whose_holder_pid_is_now_ours_has_no_processes(tmp_path: Path) ->
     kill_host would kill them all). Such a host has none."""
     import os
 
-    from sluice.hosts import Host
+    from tools.hosts import Host
 
     host = Host("tm9", "slh-none-tm9", "veth-none", "198.18.0.99", tmp_path, holder=os.getpid())
     assert host.pids() == []

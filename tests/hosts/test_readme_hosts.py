@@ -33,14 +33,14 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from sluice.chaos.cluster import poll
 from sluice.client import Client
 from sluice.errors import RedisUnavailable
 from sluice.events import JobStatus
-from sluice.hosts import Host, HostsCluster, Layout
-from sluice.hosts.placement import hosts_by_vertex
 from sluice.store import EventLog, Keys, connect, current_leader
 from sluice.views.taskmanagers import taskmanagers
+from tools.chaos.cluster import poll
+from tools.hosts import Host, HostsCluster, Layout
+from tools.hosts.placement import hosts_by_vertex
 
 from .readme import PAGE, README, blocks, fill
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from sluice.events import JobStatus
-from sluice.hosts import Layout
-from sluice.hosts.placement import hosts_by_vertex
+from tools.hosts import Layout
+from tools.hosts.placement import hosts_by_vertex
 
 from .jobs import output_rows, put_workload, submit, wait_ended
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sluice.events import JobStatus
-from sluice.hosts import HostsError, Layout
-from sluice.hosts.placement import hosts_by_vertex
+from tools.hosts import HostsError, Layout
+from tools.hosts.placement import hosts_by_vertex
 
 from .jobs import output_rows, put_workload, submit, wait_ended
 

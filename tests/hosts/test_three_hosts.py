@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sluice.chaos.cluster import poll
-from sluice.chaos.workload import JOB_FILE
 from sluice.client import Client, JobRefusedError, load_job
 from sluice.events import JobStatus
-from sluice.hosts import Layout
-from sluice.hosts.placement import cross_reads, hosts_by_vertex
 from tests.e2e.conftest import membership
+from tools.chaos.cluster import poll
+from tools.chaos.workload import JOB_FILE
+from tools.hosts import Layout
+from tools.hosts.placement import cross_reads, hosts_by_vertex
 
 from .jobs import output_rows, put_workload, submit, wait_ended
 

@@ -20,7 +20,6 @@ import pytest
 
 from sluice.events import TaskState
 from sluice.services.jobs.state import JobsState
-from sluice.sim.invariants import normal_jobs
 from sluice.store import EventLog
 from tests.services.failover_helpers import (
     ManualWorld,
@@ -31,6 +30,7 @@ from tests.services.failover_helpers import (
     started,
     submit,
 )
+from tools.sim.invariants import normal_jobs
 
 
 class CreepingWorld(ManualWorld):

@@ -448,7 +448,7 @@ def test_more_tasks_than_slots_deploy_in_order_and_a_pass_stops_at_the_first_wit
 
 
 def test_an_all_to_all_no_op_job_deploys_its_consumers_once_every_producer_finished() -> None:
-    """The control-plane benchmark's job (``sluice bench alltoall``): no-op vertices joined
+    """The control-plane benchmark's job (``scripts/bench alltoall``): no-op vertices joined
     all-to-all. Nothing is produced (a no-op writes no partition), so each consumer waits
     for every producer's FINISHED, as it would for every producer's partition."""
     j = Job("a2a", max_parallelism=128)

@@ -3,7 +3,7 @@
 A task's hand-over reports (its start acknowledged, INITIALIZING) and its RUNNING free no
 slot and deploy nothing. Read alone, they cost a commit of their own, and a short task's end
 a second one a millisecond or two later: two of the leader's three commits per no-op task
-(``sluice bench tasks``). A read that brings only such reports waits up to ``linger_ms``
+(``scripts/bench tasks``). A read that brings only such reports waits up to ``linger_ms``
 for more, so they are decided with what follows; a read with anything else in it is
 decided at once, and a step that may not block (the simulation's) never waits.
 """

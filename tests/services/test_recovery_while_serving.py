@@ -36,7 +36,6 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 from sluice.services.jobs.state import JobsState
-from sluice.sim.invariants import normal_jobs
 from sluice.store import EventLog
 from tests.services.failover_helpers import (
     ManualWorld,
@@ -51,6 +50,7 @@ from tests.services.failover_helpers import (
     started,
     submit,
 )
+from tools.sim.invariants import normal_jobs
 
 REQUESTS = 15
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from sluice.bench.recovery import _take_over, _Writer
 from sluice.errors import StaleEpoch
 from sluice.events import DisposeJob, Envelope, JobDisposed, JobRefused
-from sluice.sim.invariants import normal_jobs, normal_membership
 from sluice.store import EventLog, Snapshots
+from tools.bench.recovery import _take_over, _Writer
+from tools.sim.invariants import normal_jobs, normal_membership
 
 
 def _log_with(log: EventLog, finished: int = 0, facts: int = 600) -> list[str]:

@@ -102,7 +102,7 @@ def test_the_share_travels_with_each_task_to_its_worker(log, tmp_path) -> None: 
 ])
 def test_the_embedded_cluster_tells_its_taskmanagers_the_cores_all_its_slots_share(
         tmp_path, monkeypatch, given, master, slots, want) -> None:  # type: ignore[no-untyped-def]
-    from sluice.cli.cluster import _record_share, _task_partition_args
+    from sluice.cli.embedded import _record_share, task_partition_args
     from sluice.services.embedded import EmbeddedCluster
 
     cluster = EmbeddedCluster(tmp_path / "home")
@@ -112,14 +112,14 @@ def test_the_embedded_cluster_tells_its_taskmanagers_the_cores_all_its_slots_sha
         monkeypatch.setenv("SLUICE_TASK_PARTITIONS", given)
     _record_share(cluster, master)
     monkeypatch.delenv("SLUICE_TASK_PARTITIONS", raising=False)  # `sluice scale` from another shell
-    assert _task_partition_args(cluster, slots) == want
+    assert task_partition_args(cluster, slots) == want
 
 
 def test_a_cluster_recorded_before_shares_existed_gives_none(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from sluice.cli.cluster import _task_partition_args
+    from sluice.cli.embedded import task_partition_args
     from sluice.services.embedded import EmbeddedCluster
 
-    assert _task_partition_args(EmbeddedCluster(tmp_path / "home"), 4) == []
+    assert task_partition_args(EmbeddedCluster(tmp_path / "home"), 4) == []
 
 
 def test_the_cores_of_local_star_are_those_this_process_may_use_and_a_cgroup_quota_bounds_them(tmp_path) -> None:  # type: ignore[no-untyped-def]

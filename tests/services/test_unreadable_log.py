@@ -17,9 +17,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from sluice.events import FIELD, Envelope, LeadershipGranted, encode
-from sluice.sim.skew import NEWER, as_newer, newer_decode
 from sluice.store import EventLog, current_leader
 from tests.services.failover_helpers import ManualWorld, events, jm, lead
+from tools.sim.skew import NEWER, as_newer, newer_decode
 
 STEP_MS = 100
 

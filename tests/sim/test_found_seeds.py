@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from sluice.sim.cluster import quiet_logging, run_seed
-from sluice.sim.faults import Faults
+from tools.sim.cluster import quiet_logging, run_seed
+from tools.sim.faults import Faults
 
 FOUND = {
     # Issue 28, finding 4: a TaskManager's inbox clobbered, set aside and made again by the

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from sluice.sim.cli import digest
-from sluice.sim.cluster import Outcome, quiet_logging, run_seed
-from sluice.sim.faults import KINDS, Faults
+from tools.sim.cli import digest
+from tools.sim.cluster import Outcome, quiet_logging, run_seed
+from tools.sim.faults import KINDS, Faults
 
 SLICE = 480
 CHUNK = 60
@@ -112,7 +112,7 @@ def test_a_seed_replays_identically() -> None:
 
 
 def test_each_host_has_its_own_wall_clock_and_a_monotonic_clock_that_never_goes_back() -> None:
-    from sluice.sim.cluster import SimConfig, Simulation
+    from tools.sim.cluster import SimConfig, Simulation
 
     sim = Simulation(SimConfig(11, faults=Faults.swarm(random.Random(11), ("clock_skew",), all_on=True)))
     clocks = [sim.clock(h) for h in ("jm0", "tm0", "client")]
@@ -135,7 +135,7 @@ def test_a_step_of_the_leaders_wall_clock_loses_no_taskmanager(seed: int) -> Non
     (an NTP correction) declared every live TaskManager lost ("no heartbeat for 5060 ms")
     and failed their tasks. Timeouts run on the monotonic clock."""
     from sluice.events import FIELD
-    from sluice.sim.cluster import SimConfig, Simulation
+    from tools.sim.cluster import SimConfig, Simulation
 
     sim = Simulation(SimConfig(seed, faults=Faults({"clock_skew": 0.0}), jobmanagers=2, taskmanagers=2))
     for clock in sim.clocks.values():
@@ -157,7 +157,7 @@ def test_a_step_back_of_a_taskmanagers_wall_clock_keeps_its_heartbeats(seed: int
     """A TaskManager timed its heartbeats on its wall clock: stepped 5 s back, it sent none
     for 5 s and was declared lost ("no heartbeat for 1038 ms"), its tasks failed."""
     from sluice.events import FIELD
-    from sluice.sim.cluster import SimConfig, Simulation
+    from tools.sim.cluster import SimConfig, Simulation
 
     sim = Simulation(SimConfig(seed, faults=Faults({"clock_skew": 0.0}), jobmanagers=2, taskmanagers=2))
     for clock in sim.clocks.values():
@@ -193,12 +193,14 @@ def test_a_long_run_with_every_fault_on_is_clean() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_every_planted_bug_is_caught_within_1000_seeds() -> None:
-    """``-m slow``: the planted-bug campaign (sluice/sim/plants.py), each plant in processes
+    """``-m slow``: the planted-bug campaign (tools/sim/plants.py), each plant in processes
     of its own; the command fails when a plant goes uncaught."""
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "sluice.sim", "--campaign", "--seeds", "1000", "--all-faults",
-                          "--workers", "2"], capture_output=True, text=True, timeout=3500)
+    from tools import with_tools
+
+    run = subprocess.run([sys.executable, "-m", "tools.sim", "--campaign", "--seeds", "1000", "--all-faults",
+                          "--workers", "2"], env=with_tools(), capture_output=True, text=True, timeout=3500)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "NOT CAUGHT" not in run.stdout

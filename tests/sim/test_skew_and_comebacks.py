@@ -1,4 +1,4 @@
-"""Simulation scenarios of issue 28's findings 2 and 3 (sluice/sim/skew.py, comeback.py):
+"""Simulation scenarios of issue 28's findings 2 and 3 (tools/sim/skew.py, comeback.py):
 
 * ``schema_skew``: jm0 is a newer Sluice whose grants and snapshots the older JobManagers
   cannot read, and restarts now and then; facts are written at older versions too. The
@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from sluice.sim.cluster import SimConfig, Simulation, quiet_logging
-from sluice.sim.faults import Faults
+from tools.sim.cluster import SimConfig, Simulation, quiet_logging
+from tools.sim.faults import Faults
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -68,7 +68,7 @@ def test_the_reports_are_in_their_stream_when_a_waiting_worker_gets_the_task(log
     reports = [(inbox, env(heartbeat(rid="first"))), (inbox, env(heartbeat(rid="second")))]
     t, seen = _idle_worker(log, lambda _: log.length(inbox))
     queues = SlotQueues(log, "tm-1")
-    handle = queues.enqueue(0, "sluice.bench.tasks.noop", ({}, {}), job_id="h1", description="t", before=reports)
+    handle = queues.enqueue(0, "tools.bench.tasks.noop", ({}, {}), job_id="h1", description="t", before=reports)
     t.join(10)
     assert handle == "h1" and seen and seen[0] is not None
     assert seen[1] == 2  # both reports were in before the task could be taken
@@ -82,7 +82,7 @@ def test_a_report_redis_refuses_leaves_no_task_queued_and_says_why(log: EventLog
     log.backend.set(bad, b"not a stream")
     queues = SlotQueues(log, "tm-1")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        queues.enqueue(0, "sluice.bench.tasks.noop", ({}, {}), job_id="h2", description="t",
+        queues.enqueue(0, "tools.bench.tasks.noop", ({}, {}), job_id="h2", description="t",
                        before=[(good, env(heartbeat())), (bad, env(heartbeat()))])
     assert _queue(log).job_ids == []  # taken back out: no worker runs a task whose start failed
     status = Job.fetch("h2", connection=log.backend.client).get_status()  # type: ignore[attr-defined]
@@ -98,7 +98,7 @@ def test_a_refused_report_does_not_take_back_a_task_a_worker_already_has(log: Ev
     log.backend.set(bad, b"not a stream")
     t, seen = _idle_worker(log, lambda popped: None)
     queues = SlotQueues(log, "tm-1")
-    handle = queues.enqueue(0, "sluice.bench.tasks.noop", ({}, {}), job_id="h3", description="t",
+    handle = queues.enqueue(0, "tools.bench.tasks.noop", ({}, {}), job_id="h3", description="t",
                             before=[(bad, env(heartbeat()))])
     t.join(10)
     assert handle == "h3" and seen and seen[0] is not None
@@ -115,7 +115,7 @@ def _noops_on_a_slot_worker(log: EventLog, name: str, tasks: int) -> tuple[Any, 
 
     client = log.backend.client  # type: ignore[attr-defined]
     queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
-    jobs = [queue.enqueue("sluice.bench.tasks.noop", job_id=f"noop-{i}") for i in range(tasks)]
+    jobs = [queue.enqueue("tools.bench.tasks.noop", job_id=f"noop-{i}") for i in range(tasks)]
     worker = slot_worker_class()([queue], name=name, connection=client, serializer=JSONSerializer)
     started = time.monotonic()
     worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
@@ -183,7 +183,7 @@ def test_a_slot_worker_waits_through_an_outage_that_begins_between_two_short_tas
     said: list[str] = []
     outage = Outage(probe, who="slot 0", url="redis://test", say=said.append)
     queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
-    jobs = [queue.enqueue("sluice.bench.tasks.noop", job_id=f"outage-{i}") for i in range(2)]
+    jobs = [queue.enqueue("tools.bench.tasks.noop", job_id=f"outage-{i}") for i in range(2)]
     worker = slot_worker_class(outage)([queue], name="slot-outage", connection=client, serializer=JSONSerializer)
     worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
     assert injected
@@ -283,7 +283,7 @@ def test_a_job_end_is_stamped_by_the_transaction_that_records_its_outcome_not_a_
     monkeypatch.setattr(RqJob, "heartbeat", counted)
     client = log.backend.client  # type: ignore[attr-defined]
     queue = Queue(log.keys.slot_queue("tm-1", 0), connection=client, serializer=JSONSerializer)
-    ok = queue.enqueue("sluice.bench.tasks.noop", job_id="ends-ok")
+    ok = queue.enqueue("tools.bench.tasks.noop", job_id="ends-ok")
     bad = queue.enqueue("builtins.int", args=("not a number",), job_id="ends-bad")
     worker = slot_worker_class()([queue], name="slot-ends", connection=client, serializer=JSONSerializer)
     worker.work(burst=True, with_scheduler=False, logging_level="WARNING")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.hosts import unavailable
+from tools.hosts import unavailable
 
 pytestmark = [pytest.mark.chaos_hosts, pytest.mark.timeout(1200)]
 

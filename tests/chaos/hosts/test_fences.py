@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from sluice.chaos.hosts.fences import losses, stale_reports
 from sluice.events import JobRegistered, TaskManagerLost, TaskManagerRegistered, TaskState, UpdateTaskExecutionState
 from sluice.store import EventLog
+from tools.chaos.hosts.fences import losses, stale_reports
 
 from ...helpers import env
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from sluice.chaos.hosts.kinds import KINDS, HostKind, plan
+from tools.chaos.hosts.kinds import KINDS, HostKind, plan
 
 
 def _plan(seed: int, taskmanagers: int = 2):

@@ -1,3 +1,0 @@
-from sluice.chaos.cli import main
-
-main()
