@@ -219,6 +219,17 @@ def inspect_bench(events: int, finished: int, repeats: int, redis_url: str | Non
     run(events=events, finished=finished, repeats=repeats, redis_url=redis_url)
 
 
+@bench.command()
+@click.option("--files", default=2000, show_default=True, help="Files in the listed and stat'ed folder.")
+@click.option("--mb", default=64, show_default=True, help="MiB of the file read in ranges and copied.")
+@click.option("--repeat", default=5, show_default=True, help="Timed runs of each (the best is shown).")
+def fslayer(files: int, mb: int, repeat: int) -> None:
+    """The file-system layer (services/dataplane/fs.py) vs the os calls it replaced, per operation."""
+    from tools.bench.fslayer import main as run
+
+    run(["--files", str(files), "--mb", str(mb), "--repeat", str(repeat)])
+
+
 def main() -> None:
     """The benchmarks' command line; errors are reported as ``sluice`` reports them."""
     from sluice.cli.main import run_command
