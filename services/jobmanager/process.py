@@ -28,7 +28,7 @@ import gc
 import threading
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.errors import DecodeError, RedisUnavailable, StaleEpoch, StoreRestarted
 from sluice.events import LeadershipGranted
@@ -55,6 +55,9 @@ from .runner import ProcessLoop
 from .snapshot import Archive, SnapshotWriter
 from .state import LeaderState, Phase
 from .unreadable import Unreadable, UnreadableWatch
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 __all__ = ["JobManager", "LeaderState", "Phase", "GROUP", "LINGER_MS", "SERVE_AFTER_S"]
 
@@ -161,7 +164,7 @@ class JobManager:
         """The leader's state as it is now (it is replaced whole at a step down and a take-over)."""
         return self.state
 
-    def _gauges(self) -> list:
+    def _gauges(self) -> list[Metric]:
         state = self.state  # replaced whole when it steps down: read once
         return jobmanager_gauges(leading=self.leading, epoch=self.epoch, state=state, recovering=len(self.recovering),
                                  streams=list(self.consumer.streams), cluster=(self.inbox, self.tag), log=self.log,
