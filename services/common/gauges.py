@@ -15,7 +15,7 @@ from sluice.errors import SluiceError
 from sluice.events import AttemptReport
 
 if TYPE_CHECKING:
-    from sluice.services.jobmanager.process import JobManager
+    from sluice.services.jobmanager.state import LeaderState
     from sluice.services.jobs.state import JobsState
     from sluice.services.membership.core import Membership
     from sluice.services.projector.process import Projector
@@ -101,26 +101,29 @@ def taskmanager_families(registered: bool, slots: int, held: Iterable[str]) -> l
     ]
 
 
-def jobmanager_gauges(jm: JobManager) -> list[Metric]:
-    """Everything a JobManager's endpoint computes when scraped."""
+def jobmanager_gauges(*, leading: bool, epoch: int | None, state: LeaderState, recovering: int,
+                      streams: list[str], cluster: tuple[str, str], log: EventLog, group: str,
+                      logger: Any) -> list[Metric]:
+    """Everything a JobManager's endpoint computes when scraped: from its leadership, its
+    state (read once: it is replaced whole when it steps down), how many jobs it is still
+    recovering, the streams it reads (``cluster``: the cluster's inbox and tag) and, through
+    the log, what Redis holds for them."""
     from sluice.store import tag_of
     from sluice.store.metrics_reads import dead_letter_counts, inbox_readings
 
-    state = jm.state  # replaced whole when it steps down: read once
-    out = cluster_families(jm.leading, jm.epoch, state.membership, state.jobs)
+    out = cluster_families(leading, epoch, state.membership, state.jobs)
     out.append(_gauge("sluice_jobs_recovering", "Live jobs a leader that already serves is still rebuilding from "
-                      "the log.", value=len(jm.recovering)))
-    streams = list(jm.consumer.streams)
+                      "the log.", value=recovering))
 
     def kind(stream_or_tag: str) -> str:
-        return "cluster" if stream_or_tag in (jm.inbox, jm.tag) else "jobs"
+        return "cluster" if stream_or_tag in cluster else "jobs"
 
     def read() -> list[Metric]:
         tags = list(dict.fromkeys(tag_of(s) for s in streams))
-        return [*inbox_families(inbox_readings(jm.log, streams, jm.group), kind),
-                dead_letter_family(dead_letter_counts(jm.log, tags), kind)]
+        return [*inbox_families(inbox_readings(log, streams, group), kind),
+                dead_letter_family(dead_letter_counts(log, tags), kind)]
 
-    return out + store_families(read, jm.logger)
+    return out + store_families(read, logger)
 
 
 def taskmanager_gauges(log: EventLog, inbox: str, group: str, logger: Any, *, registered: bool, slots: int,

@@ -14,11 +14,12 @@ from typing import Any
 
 from sluice.errors import PartlyAppended
 from sluice.events import Envelope, Event, JobManagerHeartbeat
+from sluice.services.common.metrics import JobManagerMetrics
 from sluice.services.common.world import World
 from sluice.store import CommitResult, Consumed, Deliverer, EventLog, KvStates, Out
 from sluice.store.consumer import Entry, dead_letter
 
-__all__ = ["Committer", "Send"]
+__all__ = ["Committer", "MeteredCommitter", "Send"]
 
 Send = tuple[str, Event]
 """A message for another tag's inbox: (inbox key, message), delivered through the outbox."""
@@ -148,3 +149,29 @@ class Committer:
     def retire_state(self, job_id: str, state_ids: list[str]) -> None:
         """Delete the queryable state of attempts that ended (after the facts saying so)."""
         KvStates(self.log.backend, self.keys).delete(job_id, state_ids)
+
+
+class MeteredCommitter(Committer):
+    """The committer, counting what it writes for the metrics (services/common/metrics.py)."""
+
+    def __init__(self, log: EventLog, world: World, jm_id: str, group: str, logger: Any,
+                 metrics: JobManagerMetrics) -> None:
+        super().__init__(log, world, jm_id, group, logger)
+        self.metrics = metrics
+
+    def commit(self, tag: str, facts: Sequence[Event], *, sends: Sequence[tuple[str, Event]] = (),
+               consumed: Consumed | None = None, cause: str | None = None,
+               deliver_to: dict[int, str] | None = None, now: int | None = None) -> list[Envelope] | None:
+        envs = super().commit(tag, facts, sends=sends, consumed=consumed, cause=cause, deliver_to=deliver_to,
+                              now=now)
+        if envs is not None:
+            self.metrics.committed(envs, [ev for _, ev in sends], self.world.now_ms())
+        return envs
+
+    def park(self, entry: Entry, kind: str, reason: str) -> None:
+        super().park(entry, kind, reason)
+        self.metrics.parked(kind)
+
+    def _undeliverable(self, entry_id: str, target: str, reason: str) -> None:
+        super()._undeliverable(entry_id, target, reason)
+        self.metrics.parked("undeliverable")

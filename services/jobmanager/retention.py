@@ -28,21 +28,21 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.errors import ConfigError
 from sluice.events import JobPurged, JobRefused, PurgeJob, TaskState
-from sluice.services.common.world import monotonic_ms
+from sluice.services.common.world import World, monotonic_ms
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun
-from sluice.store import EventLog, Keys, entry_order, tag_of
+from sluice.store import Consumed, EventLog, Keys, entry_order, tag_of
 from sluice.store.purge import Tombstones, delete_tag, forget_deliveries, release_transport
 
-from .leadership import restore_job
+from .committer import Committer
+from .snapshot import SnapshotWriter, load_job
+from .state import CurrentState
 
 if TYPE_CHECKING:
     from sluice.store.consumer import Entry
-
-    from .process import JobManager
 
 __all__ = ["FactRetention", "Retention", "finished_subtasks", "subtask_inboxes", "due_for_purge", "purge_refusal",
            "SWEEP_EVERY_MS"]
@@ -135,20 +135,36 @@ def purge_refusal(job_id: str, job: JobRun | None, known: bool, holds_slots: boo
 
 # --- the shell --------------------------------------------------------------------------------
 
-class Retention:
-    """The leader's trimming and purging (a collaborator of the JobManager's tick)."""
+class FollowedInboxes(Protocol):
+    """Which jobs' inboxes the leader reads (services/jobmanager/job_inboxes.py)."""
 
-    def __init__(self, jm: JobManager, facts: FactRetention | None = None) -> None:
-        self.jm = jm
+    def following(self, job_id: str) -> bool: ...
+
+    def unfollow(self, job_id: str) -> None: ...
+
+
+class Retention:
+    """The leader's trimming and purging (a collaborator of the JobManager's tick). Built
+    from the log, the committer, the leader's state (as it is now), the ids of the jobs
+    registered and purged, the world, a logger, the inboxes followed, ``restore(job_id)``
+    (an archived job brought back: services/jobmanager/snapshot.py), ``snapshots()`` (the
+    leader's snapshot writer, None while it has none), how long the streams keep their
+    traffic, the consumer group and the fact retention."""
+
+    def __init__(self, *, log: EventLog, committer: Committer, state: CurrentState, registered: set[str],
+                 purged: set[str], world: World, logger: Any, inboxes: FollowedInboxes,
+                 restore: Callable[[str], bool], snapshots: Callable[[], SnapshotWriter | None],
+                 inbox_retention_ms: int, group: str, facts: FactRetention | None = None) -> None:
+        self.log, self.keys, self.committer, self.state = log, log.keys, committer, state
+        self.registered, self.purged, self.world, self.logger = registered, purged, world, logger
+        self.inboxes, self.restore, self.snapshots = inboxes, restore, snapshots
+        self.inbox_retention_ms, self.group = inbox_retention_ms, group
+        self.tag = self.keys.cluster
         self.facts = facts if facts is not None else FactRetention.from_env()
-        self.tombstones = Tombstones(jm.log)
+        self.tombstones = Tombstones(log)
         self._next = 0
         self._trimmed: set[tuple[str, str, int, int]] = set()
         """Subtask attempts whose inbox was trimmed past their last entry (nothing more to do)."""
-
-    @property
-    def log(self) -> EventLog:
-        return self.jm.log
 
     def reset(self) -> None:
         """A new leadership: trim at its first tick."""
@@ -158,35 +174,35 @@ class Retention:
     def tick(self, now: int) -> None:
         """Trim every stream the leader serves (at most every ``SWEEP_EVERY_MS``), and purge
         the archived jobs the fact retention no longer keeps."""
-        clock = monotonic_ms(self.jm.world)  # the sweep's schedule; what is kept is judged by ``now`` (see below)
+        clock = monotonic_ms(self.world)  # the sweep's schedule; what is kept is judged by ``now`` (see below)
         if clock < self._next:
             return
-        jm, log, keep = self.jm, self.log, self.jm.inbox_retention_ms
+        keys, log, keep = self.keys, self.log, self.inbox_retention_ms
         self._next = clock + min(keep, SWEEP_EVERY_MS)
         # Entry ids are the Redis server's clock, ``now`` the leader's wall clock: a skew or a
         # step between them keeps the last ``keep`` ms of traffic (for inspection only, minutes
         # long) that much longer or shorter, which nothing relies on; no monotonic clock is
         # shared with the server to compare them by.
-        log.trim_consumed(jm.inbox, jm.group, keep_ms=keep, now_ms=now)
-        log.trim_delivered(jm.tag, keep_ms=keep, now_ms=now)
-        for job_id, job in list(jm.state.jobs.jobs.items()):
+        log.trim_consumed(keys.inbox(self.tag), self.group, keep_ms=keep, now_ms=now)
+        log.trim_delivered(self.tag, keep_ms=keep, now_ms=now)
+        for job_id, job in list(self.state().jobs.jobs.items()):
             self._trim_job(job_id, job, now)
-        snapshots = getattr(jm, "snapshots", None)
+        snapshots = self.snapshots()
         if not self.facts.keeps_all and snapshots is not None:
             for job_id in due_for_purge(list(snapshots.archived), self.facts, now, self._ended_at)[:100]:
                 self.purge(job_id, now)
 
     def _trim_job(self, job_id: str, job: JobRun, now: int) -> None:
-        jm, log, keep = self.jm, self.log, self.jm.inbox_retention_ms
-        tag = jm.keys.job(job_id)
-        if jm.job_inboxes.following(job_id):
-            log.trim_consumed(jm.keys.inbox(tag), jm.group, keep_ms=keep, now_ms=now)
+        keys, log, keep = self.keys, self.log, self.inbox_retention_ms
+        tag = keys.job(job_id)
+        if self.inboxes.following(job_id):
+            log.trim_consumed(keys.inbox(tag), self.group, keep_ms=keep, now_ms=now)
         log.trim_delivered(tag, keep_ms=keep, now_ms=now)
         for vertex, subtask, attempt in finished_subtasks(job):
             done = (job_id, vertex, subtask, attempt)
             if done in self._trimmed:
                 continue
-            inbox = jm.keys.task_inbox(tag, vertex, subtask)
+            inbox = keys.task_inbox(tag, vertex, subtask)
             last = log.last_id(inbox)
             if last is not None:
                 log.trim_read(inbox, last, keep_ms=keep, now_ms=now)
@@ -198,37 +214,35 @@ class Retention:
         """Jobs being archived (ended, in their snapshots): their transport keys go, once
         their outbox is delivered to its end. Called before the archive is recorded, so a
         leader that dies in between archives, and releases, them again."""
-        jm = self.jm
+        jobs = self.state().jobs
         for job_id in job_ids:
-            job = jm.state.jobs.jobs.get(job_id)
+            job = jobs.jobs.get(job_id)
             if job is None:
                 continue
-            tag = jm.keys.job(job_id)
-            jm.committer.deliver(tag)
-            jm.committer.retire(tag)  # its cursor moved to where delivery ended
+            tag = self.keys.job(job_id)
+            self.committer.deliver(tag)
+            self.committer.retire(tag)  # its cursor moved to where delivery ended
             if not self._delivered(tag):
-                jm.logger.warning("an archived job's outbox is not delivered to its end; its transport stays",
+                self.logger.warning("an archived job's outbox is not delivered to its end; its transport stays",
                                   job=job_id)
                 continue
-            release_transport(self.log, tag, subtask_inboxes(jm.keys, job))
+            release_transport(self.log, tag, subtask_inboxes(self.keys, job))
             self._trimmed = {t for t in self._trimmed if t[0] != job_id}
 
     def _delivered(self, tag: str) -> bool:
-        last = self.log.last_id(self.jm.keys.outbox(tag))
-        cursor = self.log.backend.get(self.jm.keys.outbox_cursor(tag))
+        last = self.log.last_id(self.keys.outbox(tag))
+        cursor = self.log.backend.get(self.keys.outbox_cursor(tag))
         return last is None or (cursor is not None and entry_order(cursor.decode()) >= entry_order(last))
 
     def _targets(self, job: JobRun | None) -> list[str]:
         """The tags a job's outbox can have delivered to: the TaskManagers, its client, the cluster."""
-        jm = self.jm
-        out = [jm.keys.taskmanager(rid) for rid in jm.state.membership.taskmanagers] + [jm.tag]
-        if job is not None and jm.keys.inbox_problem(job.reply_to, ("client",)) is None:
+        keys = self.keys
+        out = [keys.taskmanager(rid) for rid in self.state().membership.taskmanagers] + [self.tag]
+        if job is not None and keys.inbox_problem(job.reply_to, ("client",)) is None:
             out.append(tag_of(job.reply_to))
         return out
 
     def _ended_at(self, job_id: str) -> int | None:
-        from .leadership import load_job
-
         snap = load_job(self.log, job_id)
         return snap.run.ended_at if snap.run is not None else None
 
@@ -236,25 +250,27 @@ class Retention:
     def on_request(self, entry: Entry, msg: PurgeJob) -> None:
         """``PurgeJob`` from the cluster inbox: carried out, or refused with the reason; the
         reply and the request's acknowledgement go in one cluster commit."""
-        jm = self.jm
-        known = msg.job_id in jm.registered
+        known = msg.job_id in self.registered
         reply: JobPurged | JobRefused
-        if msg.job_id in jm.purged:
+        if msg.job_id in self.purged:
             row = self.tombstones.read(msg.job_id) or {}
             reply = JobRefused(msg.job_id, f"job {msg.job_id} was already purged (at {row.get('purged_at', '?')} "
                                            "ms since the epoch)")
         else:
-            done = self.purge(msg.job_id, jm.world.now_ms(), known=known, reply_to=msg.reply_to,
+            done = self.purge(msg.job_id, self.world.now_ms(), known=known, reply_to=msg.reply_to,
                               consumed=entry) if known else None
             if done is not None:
                 return
             reply = JobRefused(msg.job_id, self._refusal(msg.job_id, known))
-        jm.logger.warning("purge refused", job=msg.job_id[:40], reason=reply.reason[:300])
-        jm.committer.commit(jm.tag, [], sends=[(msg.reply_to, reply)], consumed=jm.cluster.consumed(entry),
-                            cause=entry.envelope.id)
+        self.logger.warning("purge refused", job=msg.job_id[:40], reason=reply.reason[:300])
+        self.committer.commit(self.tag, [], sends=[(msg.reply_to, reply)], consumed=self._consumed(entry),
+                              cause=entry.envelope.id)
+
+    def _consumed(self, entry: Entry) -> Consumed:
+        return Consumed(entry.stream, self.group, entry.id)
 
     def _refusal(self, job_id: str, known: bool) -> str:
-        state = self.jm.state.jobs
+        state = self.state().jobs
         return (purge_refusal(job_id, state.jobs.get(job_id), known, state.pool.holds(job_id))
                 or f"job {job_id} cannot be purged")
 
@@ -264,23 +280,23 @@ class Retention:
         and the acknowledgement of ``consumed``, in one cluster commit); None when the job
         cannot be purged (nothing was done). The tombstone is written first: a leader that
         dies half-way finds it when the request comes again, and finishes."""
-        jm = self.jm
         row = self.tombstones.read(job_id)
         if row is None:
-            restore_job(jm, job_id)  # an archived job left the leader's memory: its status from its snapshot
-            job = jm.state.jobs.jobs.get(job_id)
-            if job is None or purge_refusal(job_id, job, known, jm.state.jobs.pool.holds(job_id)) is not None:
+            self.restore(job_id)  # an archived job left the leader's memory: its status from its snapshot
+            jobs = self.state().jobs
+            job = jobs.jobs.get(job_id)
+            if job is None or purge_refusal(job_id, job, known, jobs.pool.holds(job_id)) is not None:
                 return None
             row = {"name": job.name, "status": job.status.value, "ended_at": job.ended_at, "reason": job.reason,
                    "purged_at": now}
             self.tombstones.write(job_id, row)
-        job = jm.state.jobs.jobs.pop(job_id, None)
-        tag = jm.keys.job(job_id)
-        jm.committer.deliver(tag)
-        jm.committer.retire(tag)
-        if jm.job_inboxes.following(job_id):
-            jm.job_inboxes.unfollow(job_id)
-        snapshots = getattr(jm, "snapshots", None)
+        job = self.state().jobs.jobs.pop(job_id, None)
+        tag = self.keys.job(job_id)
+        self.committer.deliver(tag)
+        self.committer.retire(tag)
+        if self.inboxes.following(job_id):
+            self.inboxes.unfollow(job_id)
+        snapshots = self.snapshots()
         if snapshots is not None:
             snapshots.forget(job_id)
         forget_deliveries(self.log, tag, self._targets(job))
@@ -288,12 +304,12 @@ class Retention:
         done = JobPurged(job_id, str(row.get("name", "")), _status(row), row.get("ended_at"), int(row["purged_at"]),
                          row.get("reason"))
         sends = [(reply_to, done)] if reply_to else []
-        envs = jm.committer.commit(jm.tag, [done], sends=sends,
-                                   consumed=jm.cluster.consumed(consumed) if consumed is not None else None,
-                                   cause=consumed.envelope.id if consumed is not None else None)
+        envs = self.committer.commit(self.tag, [done], sends=sends,
+                                     consumed=self._consumed(consumed) if consumed is not None else None,
+                                     cause=consumed.envelope.id if consumed is not None else None)
         if envs is not None:
-            jm.purged.add(job_id)
-            jm.logger.info("job purged", job=job_id, was=row.get("status"))
+            self.purged.add(job_id)
+            self.logger.info("job purged", job=job_id, was=row.get("status"))
         return done
 
 

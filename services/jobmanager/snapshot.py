@@ -1,237 +1,354 @@
-"""Snapshots of the leader's state, as data: encode and decode, exactly (no I/O).
+"""The leader's snapshots: writing them, reading them back, and the jobs they archive.
 
-Two kinds, one per hash tag, each stored with the fact entry id it covers (store/snapshots.py):
+* ``SnapshotWriter``: every interval, each tag whose facts grew; at once, a job that ended
+  (then archived: left out of later replays and dropped from the leader's memory);
+* ``CoordinatorTrail``: a live job's coordinators' checkpoints and tails, kept up to date
+  from its facts, so a job snapshot need not read them back from the log;
+* ``load_job`` and ``Archive.restore_job``: one job's state from its snapshot and the
+  facts after it (an archived job brought back for a message about it);
+* ``read_snapshot`` and ``rebuild_job``: what the replay (services/jobmanager/leadership.py)
+  starts each tag from.
 
-* a **job** snapshot: that job's ``JobRun`` (ExecutionGraph, slots, queryable state, the
-  scheduler's ready queue and the subtasks' stories), the slots it holds in the pool, and
-  its coordinators' last checkpoints with the facts fed to them since;
-* the **cluster** snapshot: membership, every job ever registered (in order), the last
-  leadership grant, the jobs that ended and left the replay (``archived``), and the jobs
-  purged (``purged``; absent from snapshots written before purging existed).
-
-Serialized with orjson; events inside (the job's submission, coordinator tails, the grant)
-are stored as encoded envelopes, so their own schema versions and upcasters apply. A
-snapshot carries :data:`VERSION`; one that does not decode, has another version or does not
-fit raises :class:`SnapshotUnreadable` (the caller replays the log in full instead).
+What a snapshot holds, and its encoding, are in services/jobmanager/snapshot_codec.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections import deque
+import functools
+import os
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
+from sluice.errors import DecodeError
+from sluice.events import (
+    CoordinatorCheckpointed,
+    Envelope,
+    Event,
+    ExecutionGraphBuilt,
+    JobSubmitted,
+    LeadershipGranted,
+    TaskRestartScheduled,
+    UpdateTaskExecutionState,
+)
+from sluice.services.common.world import World, monotonic_ms
+from sluice.services.coordination.runtime import operator_of
+from sluice.services.jobs.state import TERMINAL_JOB, JobsState
+from sluice.services.jobs.state import evolve as jobs_evolve
+from sluice.store import EventLog, Snapshots, entry_order
 
-from sluice.errors import SnapshotUnreadable
-from sluice.events import Envelope, Event, JobEdge, JobStatus, JobSubmitted, LeadershipGranted, TaskState
-from sluice.events import decode_bytes as decode_envelope
-from sluice.events import encode as encode_envelope
-from sluice.services.jobs.state import Execution, JobRun, JobsState, VertexRun
-from sluice.services.kvstate.registry import KvStateEntry, KvStateLocation, KvStateRegistry
-from sluice.services.membership.core import Membership, TaskManagerRow
+from . import snapshot_codec as codec
+from .committer import Committer
+from .snapshot_codec import Checkpoint, JobSnapshot, SnapshotUnreadable, install_job, job_snapshot
+from .state import CurrentState
 
-__all__ = ["VERSION", "SnapshotUnreadable", "JobSnapshot", "ClusterSnapshot", "encode_job", "decode_job",
-           "encode_cluster", "decode_cluster", "job_snapshot", "install_job"]
+if TYPE_CHECKING:
+    from .leadership import Rebuilt
 
-VERSION = 1
-"""The snapshot schema version; a snapshot of another version is not read (full replay)."""
+__all__ = ["SnapshotWriter", "CoordinatorTrail", "Archive", "Checkpoint", "load_job", "read_snapshot",
+           "rebuild_job", "fold_job", "SNAPSHOT_INTERVAL_MS"]
 
-Checkpoint = tuple[int, Any, "list[int] | None"]
+SNAPSHOT_INTERVAL_MS = int(os.environ.get("SLUICE_SNAPSHOT_INTERVAL_MS", "5000"))
+"""How often the leader snapshots the tags whose facts grew (a job that ended: at once)."""
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+def fold_job(jobs: JobsState, job_id: str, page: list[tuple[str, Envelope]], checkpoints: dict[str, Checkpoint],
+             tails: dict[str, list[Event]]) -> None:
+    """A page of a job's facts: into the jobs state, and its coordinators' checkpoints and
+    tails (one loop, its names local: replay runs it for every fact)."""
+    for _, env in page:
+        jobs_evolve(jobs, env)
+        ev = env.event
+        op = ev.vertex_id if type(ev) is UpdateTaskExecutionState else operator_of(ev)
+        if op is None:
+            continue
+        if type(ev) is CoordinatorCheckpointed:
+            run = jobs.jobs[job_id].vertices.get(op)
+            attempts = [ex.attempt for ex in run.subtasks] if run else None
+            checkpoints[op] = (ev.checkpoint_id, ev.state, attempts)
+            tails[op] = []
+        else:
+            tail = tails.get(op)
+            if tail is None:
+                tail = tails[op] = []
+            tail.append(ev)
+
+
+def read_snapshot(log: EventLog, tag: str, decode: Callable[[bytes], Any],
+                  warn: Callable[..., None] | None) -> tuple[str, Any] | None:
+    """(position, decoded snapshot) of ``tag``, or None when there is none or it cannot be
+    used (then ``warn`` is told why, and the tag is replayed in full)."""
+    stored = Snapshots(log).read(tag)
+    if stored is None:
+        return None
+    try:
+        snap = decode(stored.data)
+        entry_order(stored.position)
+        last = log.last_id(log.keys.facts(tag)) or "0-0"
+        if entry_order(stored.position) > entry_order(last):
+            raise SnapshotUnreadable(f"it covers facts up to {stored.position}, but the log ends at {last}")
+    except (SnapshotUnreadable, ValueError, DecodeError) as exc:  # (an event in it of a later version)
+        if warn is not None:
+            warn("snapshot unreadable; replaying the log in full", tag=tag, error=str(exc)[:300])
+        return None
+    return stored.position, snap
+
+
+def rebuild_job(log: EventLog, job_id: str, *, snapshots: bool, warn: Callable[..., None] | None, page: int = 1000,
+                folded: Callable[[int, bool], None] | None = None) -> Generator[None, None, tuple[JobSnapshot, str]]:
+    """One job's state as its log has it, a page per step (its snapshot, when usable, and
+    the facts after it), in a state of its own; returns it with the last entry id folded.
+    ``folded(facts, from_snapshot)`` is told as it goes."""
+    tag = log.keys.job(job_id)
+    own = JobsState()
+    checkpoints: dict[str, Checkpoint] = {}
+    tails: dict[str, list[Event]] = {}
+    after = "0-0"
+    if snapshots:
+        got = read_snapshot(log, tag, functools.partial(codec.decode_job, job_id=job_id), warn)
+        if got is not None:
+            after, snap = got
+            install_job(own, snap)
+            checkpoints, tails = snap.checkpoints, snap.tails
+            if folded is not None:
+                folded(0, True)
+    for facts in log.replay_pages(log.keys.facts(tag), after, page=page):
+        fold_job(own, job_id, facts, checkpoints, tails)
+        after = facts[-1][0]
+        if folded is not None:
+            folded(len(facts), False)
+        yield
+    return job_snapshot(own, job_id, checkpoints, tails), after
+
+
+def load_job(log: EventLog, job_id: str, *, snapshots: bool = True,
+             warn: Callable[..., None] | None = None) -> JobSnapshot:
+    """One job's state as its log has it: its snapshot (when usable) and the facts after it."""
+    steps = rebuild_job(log, job_id, snapshots=snapshots, warn=warn)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            snap: JobSnapshot = done.value[0]
+            return snap
+
+
+class Archive:
+    """The jobs that ended and left the leader's memory (archived in the cluster snapshot),
+    brought back one at a time for a message about them. Built from the log, the committer
+    (to fence the job's tag), the leader's state (as it is now), the ids of the jobs
+    registered and purged, a logger, and ``recover(job_id)``: the leader's rebuild, at once,
+    of a live job it is still recovering (nothing when it is not)."""
+
+    def __init__(self, log: EventLog, committer: Committer, state: CurrentState, registered: set[str],
+                 purged: set[str], logger: Any, recover: Callable[[str], None]) -> None:
+        self.log, self.committer, self.state, self.logger = log, committer, state, logger
+        self.registered, self.purged, self.recover = registered, purged, recover
+
+    def restore_job(self, job_id: str) -> bool:
+        """Bring an archived job (ended, left out of the replay) back into the leader's state,
+        for a message about it (``sluice job dispose``); whether it is there now. Its tag is
+        fenced first, as the replay fences a live job's."""
+        self.recover(job_id)  # a live job not yet rebuilt: at once
+        if job_id in self.state().jobs.jobs:
+            return True
+        if job_id not in self.registered or job_id in self.purged or self.committer.epoch is None:
+            return False  # (a purged job's tag must not be written again: not even its fence)
+        self.committer.fence(self.log.keys.job(job_id))
+        snap = load_job(self.log, job_id, warn=self.logger.warning)
+        if snap.run is None:
+            return False
+        install_job(self.state().jobs, snap)
+        self.logger.info("archived job loaded", job=job_id, status=snap.run.status.value)
+        return True
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+class SnapshotWriter:
+    """The leader's snapshots: every ``interval_ms`` each tag whose facts grew since its last
+    snapshot, and at once a job that ended (then archived: left out of later replays and
+    dropped from memory). Written through the fenced ``snapshot`` script: a deposed leader's
+    write is refused (StaleEpoch, and it steps down).
+
+    Built from the log, the committer (its epoch and server; it retires an archived job's
+    tag), the leader's state (as it is now), the ids of the jobs registered and purged, the
+    world (its clock), a logger, ``release(job_ids)`` (an archived job's transport keys:
+    services/jobmanager/retention.py), and the rebuild it starts from."""
+
+    def __init__(self, *, log: EventLog, committer: Committer, state: CurrentState, registered: set[str],
+                 purged: set[str], world: World, logger: Any, release: Callable[[Sequence[str]], None],
+                 rebuilt: Rebuilt, grant: LeadershipGranted | None, interval_ms: int = SNAPSHOT_INTERVAL_MS) -> None:
+        self.log, self.keys, self.committer, self.state = log, log.keys, committer, state
+        self.registered, self.purged, self.world, self.logger = registered, purged, world, logger
+        self.release, self.interval_ms = release, interval_ms
+        self.tag = self.keys.cluster
+        self.store = Snapshots(log)
+        self.order = list(rebuilt.registered)
+        self.archived = list(rebuilt.archived)
+        self.last_grant = grant
+        self.lengths: dict[str, int] = {}
+        """Per tag, the length of its fact stream at its last snapshot."""
+        self.trails: dict[str, CoordinatorTrail] = {}
+        for j in rebuilt.live:
+            self.rebuilt(j, rebuilt)
+        self.next_due = 0
+        self.written = 0
+
+    def rebuilt(self, job_id: str, r: Rebuilt) -> None:
+        """A live job the replay has rebuilt: its snapshots start from where the replay ended."""
+        if job_id in r.jobs.jobs:
+            self.trails[job_id] = CoordinatorTrail.of(r.jobs, job_id, r.positions.get(job_id, "0-0"),
+                                                      r.checkpoints.get(job_id, {}), r.tails.get(job_id, {}))
+
+    def committed(self, tag: str, facts: list[tuple[str, Envelope]]) -> None:
+        """Facts this leader just committed to ``tag``: a job's trail folds them at once, so
+        its next snapshot need not read them back from the log (a big job's facts made the
+        writer a quarter of the leader's work). A job's trail starts at its first fact; a
+        trail that cannot take them is dropped, and the next snapshot replays the job."""
+        job_id = self.keys.job_id_of(tag)
+        if job_id is None or not facts:
+            return
+        trail = self.trails.get(job_id)
+        if trail is None:
+            if type(facts[0][1].event) is not JobSubmitted:
+                return  # the next snapshot replays the job from its start
+            trail = self.trails[job_id] = CoordinatorTrail(fed=True)
+        elif not trail.fed:
+            return  # facts may have been committed since its position: the next snapshot reads them
+        try:
+            for entry_id, env in facts:
+                trail.fold(entry_id, env)
+        except Exception as exc:  # a bug: the snapshot replays the job instead
+            self.logger.warning("snapshot trail dropped", job=job_id, error=str(exc)[:300])
+            self.trails.pop(job_id, None)
+
+    def forget(self, job_id: str) -> None:
+        """A purged job: in no archive, with no trail."""
+        self.trails.pop(job_id, None)
+        if job_id in self.archived:
+            self.archived.remove(job_id)
+
+    def _registered(self) -> list[str]:
+        known = set(self.order)
+        self.order += sorted(j for j in self.registered if j not in known)
+        return self.order
+
+    def _write(self, tag: str, data: bytes) -> str:
+        assert self.committer.epoch is not None
+        pos = self.store.write(tag, self.committer.epoch, data, server=self.committer.server)
+        self.written += 1
+        return pos
+
+    def _job(self, job_id: str) -> bool:
+        keys, log, jobs = self.keys, self.log, self.state().jobs
+        tag = keys.job(job_id)
+        trail = self.trails.get(job_id)
+        if trail is None:
+            trail = self.trails[job_id] = CoordinatorTrail()
+        for entry_id, env in log.replay(keys.facts(tag), trail.pos):  # what the leader wrote since
+            trail.fold(entry_id, env)
+        trail.fed = True  # up to the log's end now: every later commit is fed to it (``committed``)
+        ended = jobs.jobs[job_id].status in TERMINAL_JOB  # an ended job has no coordinators to restore
+        try:
+            data = codec.encode_job(job_snapshot(jobs, job_id, {} if ended else trail.checkpoints,
+                                           {} if ended else trail.tails))
+        except (TypeError, ValueError) as exc:  # orjson: a value it cannot encode (a bug; replay still works)
+            self.logger.warning("job snapshot not written", job=job_id, error=str(exc)[:300])
+            return False
+        pos = self._write(tag, data)
+        if pos != trail.pos:  # only this leader appends to the tag: never; if it did, replay this job in full
+            self.logger.warning("job snapshot does not match its log; dropped", job=job_id, pos=pos, read=trail.pos)
+            self.store.delete(tag)
+            self.trails.pop(job_id, None)
+            return False
+        self.lengths[tag] = log.length(keys.facts(tag))
+        return True
+
+    def _cluster(self) -> None:
+        snap = codec.ClusterSnapshot(self.state().membership, self._registered(), self.last_grant, self.archived,
+                               sorted(self.purged))
+        try:
+            data = codec.encode_cluster(snap)
+        except (TypeError, ValueError) as exc:
+            self.logger.warning("cluster snapshot not written", error=str(exc)[:300])
+            return
+        self._write(self.tag, data)
+        self.lengths[self.tag] = self.log.length(self.keys.facts(self.tag))
+
+    def tick(self, now: int) -> None:
+        keys, log, state = self.keys, self.log, self.state()
+        ended = [j for j, job in state.jobs.jobs.items()
+                 if job.status in TERMINAL_JOB and j not in state.coords and not _holds_slots(state.jobs, j)]
+        archived = [j for j in ended if self._job(j)]
+        if archived:
+            self.release(archived)  # before the archive is recorded: done again if we die here
+            self.archived += [j for j in archived if j not in self.archived]
+            self._cluster()
+            for j in archived:  # in its snapshot and in the archive: it leaves the leader's memory
+                del state.jobs.jobs[j]
+                self.trails.pop(j, None)
+                self.lengths.pop(keys.job(j), None)
+                self.committer.retire(keys.job(j))
+            self.logger.info("jobs archived", jobs=len(archived), archived=len(self.archived))
+        clock = monotonic_ms(self.world)  # (the schedule: a wall-clock step back would put snapshots off)
+        if clock < self.next_due:
+            return
+        self.next_due = clock + self.interval_ms
+        for job_id in list(state.jobs.jobs):
+            tag = keys.job(job_id)
+            if log.length(keys.facts(tag)) != self.lengths.get(tag):
+                self._job(job_id)
+        if log.length(keys.facts(self.tag)) != self.lengths.get(self.tag) or archived:
+            self._cluster()
+
+
+def _holds_slots(state: JobsState, job_id: str) -> bool:
+    return state.pool.holds(job_id)  # (an index: this is asked of every ended job at every tick)
 
 
 @dataclass
-class JobSnapshot:
-    job_id: str
-    run: JobRun | None
-    pool: list[tuple[str, int, str]] = field(default_factory=list)
-    """(taskmanager, slot, execution id) the job holds in the slot pool."""
+class CoordinatorTrail:
+    """A live job's coordinators' last checkpoints and the facts fed to them since, as the
+    replay finds them (``fold_job``), kept up to date from the job's facts after ``pos``:
+    what a job snapshot stores for them. Only the subtasks' attempt numbers are followed
+    besides (a checkpoint records them), not the whole job."""
+
+    pos: str = "0-0"
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
     tails: dict[str, list[Event]] = field(default_factory=dict)
+    parallelism: dict[str, int] = field(default_factory=dict)
+    attempts: dict[str, list[int]] = field(default_factory=dict)
+    fed: bool = False
+    """Whether it holds every fact up to the log's end, so commits may be folded as they
+    are made; False when it comes from a replay (facts may have been committed since)."""
 
+    @classmethod
+    def of(cls, state: JobsState, job_id: str, pos: str, checkpoints: dict[str, Checkpoint],
+           tails: dict[str, list[Event]]) -> CoordinatorTrail:
+        job = state.jobs.get(job_id)
+        trail = cls(pos, dict(checkpoints), {op: list(evs) for op, evs in tails.items()})
+        if job is not None:
+            trail.parallelism = {v.name: v.parallelism for v in job.graph.vertices}
+            trail.attempts = {name: [ex.attempt for ex in v.subtasks] for name, v in job.vertices.items()}
+        return trail
 
-@dataclass
-class ClusterSnapshot:
-    membership: Membership
-    registered: list[str]
-    last_grant: LeadershipGranted | None
-    archived: list[str]
-    purged: list[str] = field(default_factory=list)
-    """Registered jobs purged (``JobPurged``): in no replay, their ids taken."""
-
-
-# --- events inside a snapshot ------------------------------------------------------------------
-
-def _ev(ev: Event) -> str:
-    return encode_envelope(Envelope(ev, "snapshot")).decode()
-
-
-def _unev(raw: str) -> Event:
-    return decode_envelope(raw).event
-
-
-# --- jobs --------------------------------------------------------------------------------------
-
-def _execution(ex: Execution) -> list:
-    return [ex.attempt, ex.state.value, ex.taskmanager, ex.slot, ex.error, ex.since, ex.not_before, ex.produced,
-            ex.seq, ex.session, ex.history, ex.placed_epoch]
-
-
-def _unexecution(vertex: str, subtask: int, d: list) -> Execution:
-    attempt, state, tm, slot, error, since, not_before, produced, seq, session, history = d[:11]
-    placed = d[11] if len(d) > 11 else None  # (snapshots written before the placement's epoch was kept)
-    return Execution(vertex, subtask, attempt, TaskState(state), tm, slot, error, since, not_before, produced, seq,
-                     session, [(int(t), str(w)) for t, w in history], placed)
-
-
-def _kvstate(reg: KvStateRegistry) -> dict:
-    return {
-        "job_id": reg.job_id, "num_key_groups": reg.num_key_groups, "disposed": reg.disposed,
-        "state_ids": sorted(reg.state_ids),
-        "locations": [[loc.job_id, loc.name, loc.vertex, loc.num_key_groups,
-                       [[e.start, e.end, e.state_id, e.address, e.execution_id] for e in loc.entries.values()]]
-                      for loc in reg.locations.values()],
-    }
-
-
-def _unkvstate(d: dict) -> KvStateRegistry:
-    reg = KvStateRegistry(d["job_id"], d["num_key_groups"], disposed=d["disposed"], state_ids=set(d["state_ids"]))
-    for job_id, name, vertex, nkg, entries in d["locations"]:
-        loc = KvStateLocation(job_id, name, vertex, nkg)
-        for start, end, state_id, address, eid in entries:
-            loc.entries[(start, end)] = KvStateEntry(start, end, state_id, address, eid)
-        reg.locations[name] = loc
-    return reg
-
-
-def _run(job: JobRun) -> dict:
-    submitted = JobSubmitted(job.job_id, job.graph, job.code_blob, job.module, job.reply_to, job.params, job.splits,
-                             job.storage_root)
-    return {
-        "submitted": _ev(submitted), "submitted_at": job.submitted_at, "status": job.status.value,
-        "reason": job.reason, "restarts": job.restarts, "waiting_since": job.waiting_since,
-        "wait_until_placed": job.wait_until_placed, "slot_taken_at": job.slot_taken_at, "built": job.built,
-        "ended_at": job.ended_at, "floor": job.floor, "history": job.history,
-        "vertices": [[name, v.produced, v.finished, v.started, [_execution(ex) for ex in v.subtasks]]
-                     for name, v in job.vertices.items()],
-        "ready": [[ex.vertex, ex.subtask] for ex in job.ready],
-        "kvstate": _kvstate(job.kvstate),
-    }
-
-
-def _unrun(d: dict) -> JobRun:
-    sub = _unev(d["submitted"])
-    if not isinstance(sub, JobSubmitted):
-        raise SnapshotUnreadable(f"a job snapshot's submission is a {sub.TYPE}")
-    job = JobRun(sub.job_id, sub.graph, sub.code_blob, sub.module, sub.reply_to, sub.params, sub.splits,
-                 sub.storage_root, d["submitted_at"])
-    job.status, job.reason, job.restarts = JobStatus(d["status"]), d["reason"], d["restarts"]
-    job.waiting_since, job.built, job.ended_at, job.floor = d["waiting_since"], d["built"], d["ended_at"], d["floor"]
-    # (a snapshot older than JobWaitingForSlots v2 holds a wait that ends at a slot taken)
-    job.wait_until_placed, job.slot_taken_at = d.get("wait_until_placed", False), d.get("slot_taken_at")
-    job.history = [(int(t), str(w)) for t, w in d["history"]]
-    specs = {v.name: v for v in sub.graph.vertices}
-    inputs: dict[str, list[JobEdge]] = {v.name: [] for v in sub.graph.vertices}
-    outputs: dict[str, list[JobEdge]] = {v.name: [] for v in sub.graph.vertices}
-    for e in sub.graph.edges:  # wired as services/jobs/state.py _build wires them
-        inputs[e.target].append(e)
-        outputs[e.source].append(e)
-    for name, produced, finished, started, subtasks in d["vertices"]:
-        execs = [_unexecution(name, i, ex) for i, ex in enumerate(subtasks)]
-        job.vertices[name] = VertexRun(specs[name], inputs[name], outputs[name], execs, produced, finished, started)
-    job.ready = deque(job.vertices[v].subtasks[i] for v, i in d["ready"])
-    job.kvstate = _unkvstate(d["kvstate"])
-    return job
-
-
-def job_snapshot(state: JobsState, job_id: str, checkpoints: dict[str, Checkpoint] | None = None,
-                 tails: dict[str, list[Event]] | None = None) -> JobSnapshot:
-    """What a snapshot of ``job_id`` holds, taken from a JobsState."""
-    pool = state.pool.held_by(job_id)
-    return JobSnapshot(job_id, state.jobs.get(job_id), pool, dict(checkpoints or {}),
-                       {op: list(evs) for op, evs in (tails or {}).items()})
-
-
-def install_job(state: JobsState, snap: JobSnapshot) -> None:
-    """Put a decoded job snapshot into ``state`` (its run, and the slots it holds)."""
-    if snap.run is not None:
-        state.jobs[snap.job_id] = snap.run
-    for tm, slot, eid in snap.pool:
-        state.pool.take(tm, slot, snap.job_id, eid)
-
-
-def encode_job(snap: JobSnapshot) -> bytes:
-    return orjson.dumps({
-        "v": VERSION, "kind": "job", "job_id": snap.job_id,
-        "run": _run(snap.run) if snap.run is not None else None,
-        "pool": [list(p) for p in snap.pool],
-        "checkpoints": {op: [cid, cstate, attempts] for op, (cid, cstate, attempts) in snap.checkpoints.items()},
-        "tails": {op: [_ev(ev) for ev in evs] for op, evs in snap.tails.items()},
-    })
-
-
-def decode_job(data: bytes, job_id: str | None = None) -> JobSnapshot:
-    def build(d: dict) -> JobSnapshot:
-        if job_id is not None and d["job_id"] != job_id:
-            raise SnapshotUnreadable(f"the snapshot is of job {d['job_id']!r}, not {job_id!r}")
-        return JobSnapshot(
-            d["job_id"], _unrun(d["run"]) if d["run"] is not None else None,
-            [(str(tm), int(slot), str(eid)) for tm, slot, eid in d["pool"]],
-            {op: (int(cid), cstate, list(attempts) if attempts is not None else None)
-             for op, (cid, cstate, attempts) in d["checkpoints"].items()},
-            {op: [_unev(raw) for raw in evs] for op, evs in d["tails"].items()})
-
-    return _decode(data, "job", build)
-
-
-# --- the cluster -------------------------------------------------------------------------------
-
-def _membership(m: Membership) -> dict:
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(m):
-        value = getattr(m, f.name)
-        out[f.name] = [row.to_dict() for row in value.values()] if f.name == "taskmanagers" else value
-    return out
-
-
-def _unmembership(d: dict) -> Membership:
-    d = dict(d)
-    rows = [TaskManagerRow.from_dict(r) for r in d.pop("taskmanagers")]
-    return Membership(taskmanagers={r.resource_id: r for r in rows}, **d)
-
-
-def encode_cluster(snap: ClusterSnapshot) -> bytes:
-    return orjson.dumps({
-        "v": VERSION, "kind": "cluster", "membership": _membership(snap.membership),
-        "registered": snap.registered, "archived": snap.archived, "purged": snap.purged,
-        "last_grant": _ev(snap.last_grant) if snap.last_grant is not None else None,
-    })
-
-
-def decode_cluster(data: bytes) -> ClusterSnapshot:
-    def build(d: dict) -> ClusterSnapshot:
-        grant = _unev(d["last_grant"]) if d["last_grant"] is not None else None
-        if grant is not None and not isinstance(grant, LeadershipGranted):
-            raise SnapshotUnreadable(f"the cluster snapshot's last grant is a {grant.TYPE}")
-        return ClusterSnapshot(_unmembership(d["membership"]), [str(j) for j in d["registered"]], grant,
-                               [str(j) for j in d["archived"]], [str(j) for j in d.get("purged", [])])
-
-    return _decode(data, "cluster", build)
-
-
-def _decode(data: bytes, kind: str, build: Any) -> Any:
-    try:
-        d = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise SnapshotUnreadable(f"not JSON: {exc}") from None
-    if type(d) is not dict or d.get("kind") != kind:
-        raise SnapshotUnreadable(f"not a {kind} snapshot")
-    if d.get("v") != VERSION:
-        raise SnapshotUnreadable(f"schema version {d.get('v')!r}, this Sluice reads version {VERSION}")
-    try:
-        return build(d)
-    except SnapshotUnreadable:
-        raise
-    except Exception as exc:  # a field missing, of the wrong type, an event that does not decode
-        raise SnapshotUnreadable(f"{type(exc).__name__}: {exc}"[:300]) from None
+    def fold(self, entry_id: str, env: Envelope) -> None:
+        ev = env.event
+        if type(ev) is JobSubmitted:
+            self.parallelism = {v.name: v.parallelism for v in ev.graph.vertices}
+        elif type(ev) is ExecutionGraphBuilt:
+            self.attempts = {name: [ev.first_attempt] * p for name, p in self.parallelism.items()}
+        elif type(ev) is TaskRestartScheduled:
+            self.attempts[ev.vertex_id][ev.subtask] = ev.attempt
+        op = operator_of(ev)
+        if op is not None:
+            if isinstance(ev, CoordinatorCheckpointed):
+                attempts = self.attempts.get(op)
+                self.checkpoints[op] = (ev.checkpoint_id, ev.state, list(attempts) if attempts is not None else None)
+                self.tails[op] = []
+            else:
+                self.tails.setdefault(op, []).append(ev)
+        self.pos = entry_id

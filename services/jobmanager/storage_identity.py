@@ -14,20 +14,19 @@ again a little later.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluice.errors import StorageUnreachable
 from sluice.services.common import job_marker, root_identity
 from sluice.services.common.shell import hostname
-from sluice.services.common.world import monotonic_ms
-from sluice.services.membership.core import MembershipConfig
+from sluice.services.common.world import World, monotonic_ms
+from sluice.services.membership.core import Membership, MembershipConfig
 from sluice.services.membership.storage import refusal
 
 if TYPE_CHECKING:
     from sluice.services.jobs.state import JobRun
-
-    from .process import JobManager
 
 __all__ = ["StorageIdentity", "RETRY_MS"]
 
@@ -38,8 +37,13 @@ REFRESH_MS = 30_000
 
 
 class StorageIdentity:
-    def __init__(self, jm: JobManager) -> None:
-        self.jm = jm
+    """Built from the root's URI, the membership config to tell it with, the leader's
+    membership as it is now, the world (clock, ids) and a logger."""
+
+    def __init__(self, storage_root: str, config: MembershipConfig, membership: Callable[[], Membership],
+                 world: World, logger: Any) -> None:
+        self.storage_root, self.base, self.membership = storage_root, config, membership
+        self.world, self.logger = world, logger
         self.root_id: str | None = None
         """The identity of the leader's storage root ("": the root has none; None: not known yet)."""
         self._retry_at = 0
@@ -48,39 +52,37 @@ class StorageIdentity:
     def known(self) -> str:
         """The root's identity, made or read now if not known yet or last read more than
         ``REFRESH_MS`` ago ("": none, or not now)."""
-        jm = self.jm
-        now = monotonic_ms(jm.world)
+        now = monotonic_ms(self.world)
         if self.root_id is not None and now - self._read_at < REFRESH_MS:
             return self.root_id
         if now < self._retry_at:
             return self.root_id or ""
         try:
-            found = root_identity.ensure(jm.storage_root, jm.world.new_id, hostname())
+            found = root_identity.ensure(self.storage_root, self.world.new_id, hostname())
         except StorageUnreachable as exc:
             self._retry_at = now + RETRY_MS
-            jm.logger.warning("the storage root has no identity: TaskManagers cannot check it before submission",
+            self.logger.warning("the storage root has no identity: TaskManagers cannot check it before submission",
                               error=str(exc)[:300])
             return self.root_id or ""
         self._read_at = now
         if found != self.root_id:
             if self.root_id:  # what is mounted at the root changed: reports on the old identity no longer count
-                jm.logger.warning("the storage root's identity changed", storage_root=jm.storage_root,
+                self.logger.warning("the storage root's identity changed", storage_root=self.storage_root,
                                   was=self.root_id, now=found)
             elif found:
-                jm.logger.info("storage root identity", storage_root=jm.storage_root, root_id=found)
+                self.logger.info("storage root identity", storage_root=self.storage_root, root_id=found)
             self.root_id = found
         return self.root_id
 
     def config(self) -> MembershipConfig:
         """The membership config, with the root and its identity to tell a TaskManager."""
         root_id = self.known()
-        return replace(self.jm.config, storage_root=self.jm.storage_root, root_id=root_id) if root_id \
-            else self.jm.config
+        return replace(self.base, storage_root=self.storage_root, root_id=root_id) if root_id else self.base
 
     def refusal(self) -> str | None:
         """Why a job is refused now: a registered TaskManager reported it cannot see the root."""
         root_id = self.known()
-        return refusal(self.jm.state.membership, self.jm.storage_root, root_id) if root_id else None
+        return refusal(self.membership(), self.storage_root, root_id) if root_id else None
 
     def mark_restored(self, job: JobRun) -> None:
         """Write the marker of a running job a new leader restored, if it has none: a job a
@@ -92,8 +94,8 @@ class StorageIdentity:
                 return
             job_marker.write(job.storage_root, job.job_id, job_marker.input_paths(job.splits), hostname())
         except (OSError, StorageUnreachable) as exc:  # its next task says what the TaskManager sees
-            self.jm.logger.warning("could not write the marker of a restored job", job=job.job_id,
+            self.logger.warning("could not write the marker of a restored job", job=job.job_id,
                                    error=str(exc)[:300])
             return
-        self.jm.logger.info("wrote the marker of a restored job (accepted by an older leader)", job=job.job_id,
+        self.logger.info("wrote the marker of a restored job (accepted by an older leader)", job=job.job_id,
                             path=str(path))

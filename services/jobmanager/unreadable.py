@@ -13,12 +13,14 @@ what it met once, as one error line naming the stream, the entry, why and what t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sluice.errors import DecodeError, UnknownEventType, UnsupportedSchemaVersion
 from sluice.store import EventLog
 
-__all__ = ["Unreadable", "advice", "MAX_BACKOFF_S"]
+__all__ = ["Unreadable", "UnreadableWatch", "advice", "MAX_BACKOFF_S"]
 
 MAX_BACKOFF_S = 60.0
 """The longest a JobManager that cannot read the log waits before it looks again."""
@@ -74,3 +76,45 @@ class Unreadable:
         except DecodeError:
             return True
         return False
+
+
+class UnreadableWatch:
+    """The fact this JobManager last could not read (``current``; None: none met), said once
+    per entry, and whether it may try to lead again. Built from the log, a logger and the
+    JobManager's monotonic clock (seconds)."""
+
+    def __init__(self, log: EventLog, logger: Any, monotonic: Callable[[], float]) -> None:
+        self.log, self.logger, self.monotonic = log, logger, monotonic
+        self.current: Unreadable | None = None
+
+    def met(self, exc: DecodeError, wait_s: float, *, epoch: int | None, served: bool) -> None:
+        """``exc`` was met (the JobManager has stepped down and handed the lease over): wait
+        ``wait_s`` before looking again, longer each time the same entry is met."""
+        now = self.monotonic()
+        if self.current is not None and self.current.same(exc):
+            self.current.again(now)
+            self.logger.debug("still cannot read the log", stream=exc.stream, entry=exc.entry_id,
+                              retry_in_s=self.current.backoff_s)
+            return
+        self.current = Unreadable(exc.stream, exc.entry_id, exc.reason, wait_s, now + wait_s)
+        self.logger.error("cannot read the log it would lead: lease released", stream=exc.stream, entry=exc.entry_id,
+                          epoch=epoch, served=served, error=f"{exc.kind}: {exc.reason}"[:500], what_to_do=advice(exc))
+
+    def may_lead(self) -> bool:
+        """Whether to try to lead now: not before the wait is over, and not while the fact met
+        is still there (looked at without taking the lease)."""
+        u = self.current
+        if u is None:
+            return True
+        now = self.monotonic()
+        if now < u.retry_at:
+            return False
+        there = u.still_there(self.log)
+        if there:
+            u.again(now)
+            return False
+        if there is False:
+            self.logger.info("the fact this JobManager could not read is gone or readable: it may lead again",
+                             stream=u.stream, entry=u.entry_id)
+            self.current = None
+        return True

@@ -11,7 +11,7 @@ from sluice.events import decode_fields
 from sluice.services.common.gauges import projector_gauges
 from sluice.services.common.metrics import ProjectorMetrics
 from sluice.services.common.shell import RedisAway, get_logger
-from sluice.services.jobmanager.snapshot import SnapshotUnreadable, decode_job, install_job
+from sluice.services.jobmanager.snapshot_codec import SnapshotUnreadable, decode_job, install_job
 from sluice.services.jobs.state import JobsState
 from sluice.store import EventLog, ReadModels, Snapshots, entry_order
 

@@ -31,7 +31,7 @@ from sluice.events import (
 )
 from sluice.events.descriptor import descriptor_from_json
 from sluice.services.coordination.coordinator import OperatorCoordinator
-from sluice.services.jobmanager import JobManager
+from sluice.services.jobmanager import JobManager, Phase
 from sluice.services.jobs.state import JobRun, JobsState, evolve
 from sluice.services.taskmanager.core import RegistrationConfig
 from sluice.services.taskmanager.process import TaskManager
@@ -255,7 +255,7 @@ def lead(jm: JobManager, world: ManualWorld | None = None, *, timeout: float = 1
     while not jm.leading:
         if time.monotonic() > deadline:
             raise AssertionError(f"{jm.id} did not become leader within {timeout} s (phase {jm.phase})")
-        if not jm.step(block_ms=None) and jm.phase == "standby":
+        if not jm.step(block_ms=None) and jm.phase is Phase.STANDBY:
             if world is not None:
                 world.advance(jm.lease.ttl_ms // 4 + 1)
             time.sleep(0.02)

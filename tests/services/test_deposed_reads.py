@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sluice.events import Envelope, OperatorEvent, TaskState
+from sluice.services.jobmanager import Phase
 from sluice.store import EventLog
 from tests.services.failover_helpers import (
     HANDLED,
@@ -49,7 +50,7 @@ def test_a_message_read_by_a_deposed_leader_is_decided_before_later_ones(log: Ev
 
     _operator_event(log, world, agg, 1)
     a.step(block_ms=None)  # A resumes: one more read before it learns it was deposed
-    assert a.phase == "standby"  # its commit was refused
+    assert a.phase is Phase.STANDBY  # its commit was refused
     if then == "next-event":
         _operator_event(log, world, agg, 2)
     else:

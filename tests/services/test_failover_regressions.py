@@ -46,7 +46,7 @@ from sluice.events import (
     encode,
 )
 from sluice.services.common.shell import configure_logging
-from sluice.services.jobmanager import JobManager
+from sluice.services.jobmanager import JobManager, Phase
 from sluice.services.membership import MembershipConfig
 from sluice.store import Deliverer, EventLog, current_leader
 from sluice.store.backend import Delegating
@@ -705,7 +705,7 @@ def test_bug6_the_real_loop_and_renewal_thread_lead_once_after_a_long_replay(log
             time.sleep(0.02)
         assert b.leading, "jm-b never finished becoming leader"
         # The watchdog looked during the replay after the stall limit had passed since it began.
-        assert any(phase == "replaying" and at - began > b.lease.max_stall_s for at, phase in looked), \
+        assert any(phase is Phase.REPLAYING and at - began > b.lease.max_stall_s for at, phase in looked), \
             f"the replay took {time.monotonic() - began:.2f} s: too short to show anything"
         time.sleep(0.6)  # renewals go on: it keeps leading
         assert b.leading and b.epoch == 2 and b.errors == []

@@ -504,7 +504,7 @@ class JobsMachine(RuleBasedStateMachine):
 
     @rule(clock=st.integers(0, 12), dies_after=st.sampled_from([None, 0, 1]))
     def log_restarts(self, clock: int, dies_after: int | None) -> None:
-        """The log's server restarts and may have lost writes (``JobManager._log_restarted``):
+        """The log's server restarts and may have lost writes (``restarts.log_restarted``):
         every TaskManager is lost, and the next leader (which may die after 0 or 1 job commits)
         runs every unfinished attempt again, numbered at least the floor, counting no restart."""
         floor = max(clock, self.members.attempt_floor + 1)

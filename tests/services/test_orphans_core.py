@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice.events import Envelope, SubmitJob, TaskManagerLost, TaskManagerRegistered, TaskState
-from sluice.services.jobmanager.snapshot import decode_job, encode_job, install_job, job_snapshot
+from sluice.services.jobmanager.snapshot_codec import decode_job, encode_job, install_job, job_snapshot
 from sluice.services.jobs import core
 from sluice.services.jobs.state import JobsState, evolve
 from sluice.services.membership.core import Membership

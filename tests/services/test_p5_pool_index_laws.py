@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.services.jobmanager.leadership import _holds_slots
-from sluice.services.jobmanager.snapshot import job_snapshot
+from sluice.services.jobmanager.snapshot import _holds_slots
+from sluice.services.jobmanager.snapshot_codec import job_snapshot
 from sluice.services.jobs.state import JobsState, SlotPool
 
 TMS = ["tm-a", "tm-b"]

@@ -73,7 +73,7 @@ def _transport(log: EventLog, job_id: str) -> dict[str, int]:
 def test_an_archived_jobs_transport_goes_its_facts_stay_and_the_cluster_streams_are_trimmed(
         log: EventLog, tmp_path: Path) -> None:
     world, a, t, slots = started(log, tmp_path, n=1)
-    a.inbox_retention_ms = t.inbox.retention_ms = 0  # nothing kept for inspection: everything consumed goes
+    a.retention.inbox_retention_ms = t.inbox.retention_ms = 0  # nothing kept for inspection: everything consumed goes
     a.retention.reset()
     t.inbox.next_trim = 0
     ids = [f"j{i}" for i in range(JOBS)]
@@ -97,7 +97,7 @@ def test_a_live_jobs_streams_keep_the_retention_window_and_a_finished_subtasks_i
     """Trimming a live job: its inbox up to what the leader acknowledged, its outbox up to
     its cursor, a subtask inbox once its attempt ended; nothing newer than the retention."""
     world, a, t, slots = started(log, tmp_path, n=1)
-    a.inbox_retention_ms = 3_600_000
+    a.retention.inbox_retention_ms = 3_600_000
     _run_jobs(log, world, a, t, slots, ["j0"])
     assert _transport(log, "j0")["inbox"] == 0  # archived: released whatever the retention
     assert log.length(log.keys.inbox(log.keys.cluster)) > 1  # recent traffic kept for `sluice inspect tail`

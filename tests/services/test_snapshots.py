@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from sluice.events import Envelope, LeadershipGranted, TaskManagerLost, TaskManagerRegistered
-from sluice.services.jobmanager.snapshot import (
+from sluice.services.jobmanager.snapshot_codec import (
     VERSION,
     ClusterSnapshot,
     SnapshotUnreadable,

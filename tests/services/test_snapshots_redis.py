@@ -163,7 +163,7 @@ def test_a_trail_fed_by_the_leaders_commits_equals_one_read_back_from_the_log(lo
     what a full replay of the job's facts gives: split assignments, the attempts, a
     checkpoint taken meanwhile."""
     from sluice.events import RequestNextInputSplit, TaskState, TriggerCheckpoint
-    from sluice.services.jobmanager.leadership import CoordinatorTrail
+    from sluice.services.jobmanager.snapshot import CoordinatorTrail
     from tests.services.failover_helpers import pump, report, source_graph, started, submit
 
     world, a, t, slots = started(log, tmp_path)

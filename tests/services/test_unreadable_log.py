@@ -17,6 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from sluice.events import FIELD, Envelope, LeadershipGranted, encode
+from sluice.services.jobmanager import Phase
 from sluice.store import EventLog, current_leader
 from tests.services.failover_helpers import ManualWorld, events, jm, lead
 from tools.sim.skew import NEWER, as_newer, newer_decode
@@ -64,7 +65,7 @@ def test_a_mixed_version_pair_the_newer_leads_and_the_older_stands_by_without_ta
     new.lease.release()
     with capture_logs() as logs:
         run([old], world, 30.0)
-    assert old.errors == [] and old.phase == "standby"
+    assert old.errors == [] and old.phase is Phase.STANDBY
     assert current_leader(log) is None, "the older JobManager holds the lease of a log it cannot read"
     assert takeovers(log) == epoch + 1, "it took the lease again and again (it spins)"
     (line,) = unreadable_lines(logs)  # said once, whatever the retries
@@ -80,7 +81,7 @@ def test_a_mixed_version_pair_the_newer_leads_and_the_older_stands_by_without_ta
     # The newer one comes back: it leads at once, and the older one stays a standby.
     assert lead(new, world, timeout=2.0) == epoch + 2
     run([new, old], world, 20.0)
-    assert new.leading and new.errors == [] and old.phase == "standby" and old.errors == []
+    assert new.leading and new.errors == [] and old.phase is Phase.STANDBY and old.errors == []
     assert current_leader(log).holder == "jm-new"  # type: ignore[union-attr]
     # It goes again: the older one looks at the entry without taking the lease, and stands by.
     new.step_down()

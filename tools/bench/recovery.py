@@ -35,7 +35,7 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 from sluice.services.embedded import RedisServer
-from sluice.services.jobmanager.process import SERVE_AFTER_S, JobManager
+from sluice.services.jobmanager.process import SERVE_AFTER_S, JobManager, Phase
 from sluice.services.jobs import core
 from sluice.services.jobs.state import JobsState
 from sluice.services.membership import MembershipConfig
@@ -127,9 +127,9 @@ def _take_over(log: EventLog, name: str) -> tuple[float, float, JobManager]:
     # would declare it lost (and fail the job) after the usual timeout.
     jm = JobManager(log, jm_id=name, lease_ttl_ms=60_000, max_stall_s=600, replay_page=2000,
                     config=MembershipConfig(heartbeat_timeout_ms=3_600_000))
-    while jm.phase != "leading":
+    while jm.phase is not Phase.LEADING:
         jm.step()
-        if jm.phase == "standby" and jm.lease.epoch is None and jm.errors:
+        if jm.phase is Phase.STANDBY and jm.lease.epoch is None and jm.errors:
             raise RuntimeError(f"the JobManager failed: {jm.errors[-1]!r}")
     serving = time.perf_counter() - t
     while jm.replay is not None:  # the jobs left, rebuilt while it serves

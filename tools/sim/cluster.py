@@ -38,7 +38,7 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 from sluice.events.envelope import decode_bytes
-from sluice.services.jobmanager import JobManager
+from sluice.services.jobmanager import JobManager, Phase
 from sluice.services.jobs.core import JobsConfig
 from sluice.services.jobs.state import TERMINAL_JOB, JobsState, SlotPool
 from sluice.services.membership.core import MembershipConfig
@@ -182,7 +182,7 @@ class JMProcess(Process):
 
     def renewal_due(self, now: int) -> bool:
         """The renewal thread's turn: it runs on its own, whatever the main loop does."""
-        return now >= self.next_renew and self.jm.phase != "standby" and now >= self.paused_until
+        return now >= self.next_renew and self.jm.phase is not Phase.STANDBY and now >= self.paused_until
 
     def renew(self) -> bool:
         self.next_renew = self.sim.world.now + LEASE_MS // 3

@@ -199,7 +199,7 @@ def check_retention(sim: Simulation, leader: Any) -> None:
                 if k in streams and any(_order(i)[0] < ended for i, _ in sim.store.entries(k)[:1])]
         if kept:
             raise Violation(f"job {job_id} is archived but its transport streams are still there: {kept}")
-    horizon = (max(sim.world.now - leader.inbox_retention_ms - 2 * SWEEP_EVERY_MS, 0), 0)
+    horizon = (max(sim.world.now - leader.retention.inbox_retention_ms - 2 * SWEEP_EVERY_MS, 0), 0)
     for inbox in [leader.inbox, *(keys.inbox(keys.job(j)) for j in leader.state.jobs.jobs)]:
         state = sim.observer.reader.group_state(inbox, leader.group)
         entries = sim.store.entries(inbox) if state is not None else []

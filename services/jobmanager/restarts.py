@@ -1,0 +1,83 @@
+"""Restarts of the Redis server: noticed, and announced with a new leader's epoch.
+
+A restart is noticed even while nothing is written (redis-py reconnects without a word):
+the leader asks the server's run id at every tick (``ServerWatch.check``: the state in
+memory may be ahead of what the server kept, so it is rebuilt from the log), and a
+standby remembers the run id it last saw (``ServerWatch.seen``: a leader may lose even the
+last grant with the restart). A server that does not keep every acknowledged write is
+announced with the next epoch (``announce``), and nothing that ran across it is trusted
+(``log_restarted``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.errors import StoreRestarted
+from sluice.events import Event, LeadershipGranted, LogRestarted, TaskManagerLost
+from sluice.services.membership.core import Membership
+
+__all__ = ["ServerWatch", "announce", "log_restarted"]
+
+
+class ServerWatch:
+    """The Redis run ids this JobManager saw. Built from the cluster's tag (to say where a
+    restart was met)."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.seen_server: str | None = None
+        """The Redis run id this JobManager last saw; a different one later means a restart."""
+        self.saw_restart: tuple[str, str] | None = None
+        """(run id before, run id now) of the last restart seen and not yet announced."""
+
+    def seen(self, server: str) -> None:
+        """The server's run id, asked before taking the lease."""
+        if self.seen_server is not None and self.seen_server != server:
+            self.saw_restart = (self.seen_server, server)  # even if the log kept no trace of it
+        self.seen_server = server
+
+    def check(self, server: str, leading_on: str) -> None:
+        """The leader's state was rebuilt from the server ``leading_on``; ``server`` answers
+        now: a different one restarted (StoreRestarted)."""
+        if leading_on and server != leading_on:
+            self.saw_restart = (leading_on, server)
+            raise StoreRestarted(tag=self.tag, run_id=server)
+
+    def announced(self) -> None:
+        self.saw_restart = None
+
+
+def announce(granted: LeadershipGranted, last: LeadershipGranted | None, saw_restart: tuple[str, str] | None,
+             backend: Any, membership: Membership, logger: Any) -> tuple[LeadershipGranted, list[Event], bool]:
+    """What a new leader commits with its epoch (``granted``), after the log's ``last`` grant:
+    (the grant it leads under, the cluster facts to commit, whether their consequences are
+    carried out at once). When the Redis server restarted since the last grant (or since
+    this JobManager saw it: ``saw_restart``, (before, now)) and does not keep every write,
+    the restart is announced in the same commit as the new epoch, so a leader that dies
+    right after still leaves it on record; the lost TaskManagers' tasks are failed later,
+    once the coordinators run (they must see the facts in order)."""
+    server = granted.server
+    before = last.server if last is not None and last.server and last.server != server else None
+    if before is None and saw_restart is not None and saw_restart[1] == server:
+        before = saw_restart[0]  # the log lost even the last leader's grant: we remember
+    if before is not None and not backend.durable():
+        return granted, [*log_restarted(before, server, backend.time_ms(), membership, logger), granted], False
+    if last is None or (last.epoch, last.leader_id, last.server) != (granted.epoch, granted.leader_id, server):
+        return granted, [granted], True
+    return last, [], True  # the log's last grant is already ours
+
+
+def log_restarted(before: str, now_server: str, server_ms: int, membership: Membership, logger: Any) -> list[Event]:
+    """The Redis server restarted since the last leader took over, and does not keep every
+    acknowledged write (``appendfsync everysec``, or unknown): it may have lost its last
+    writes, so nothing that ran across the restart is trusted. The facts to commit with
+    the new epoch: every TaskManager registers again (they drop their tasks when they see
+    the restart), and every attempt not finished runs again under a number no lost write
+    can have used (the server's clock, ``server_ms``: ``LogRestarted``'s floor)."""
+    reason = (f"the Redis server restarted (run id {before[:8]} -> {now_server[:8]}) and may have lost its last "
+              "writes: every task that was not finished runs again")
+    logger.warning("log restarted", reason=reason)
+    floor = max(server_ms, membership.attempt_floor + 1)
+    lost: list[Event] = [TaskManagerLost(row.resource_id, row.session, reason) for row in membership.active()]
+    return [LogRestarted(before, now_server, floor, reason), *lost]
