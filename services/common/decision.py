@@ -109,14 +109,14 @@ _I = TypeVar("_I", Note, Checkpoint, FailVertex, FailJob, Recorded, Deliver)
 
 @dataclass(slots=True)
 class Decision:
-    """What one stimulus causes. ``job_id``: the job whose log the facts go to (None: the
+    """What one stimulus causes. ``job_id``: the job whose log the facts go to ("": the
     cluster's); ``now``: when they were decided (their envelopes' time); ``jobs``: for a
     stimulus that touches several jobs, one decision per job, each committed on its own."""
 
     facts: list[Event] = field(default_factory=list)
     sends: list[Send] = field(default_factory=list)
     instructions: list[Instruction] = field(default_factory=list)
-    job_id: str | None = None
+    job_id: str = ""
     now: int = 0
     jobs: list[Decision] = field(default_factory=list)
 

@@ -27,13 +27,14 @@ from sluice.events import (
 )
 from sluice.events.ids import id_problem
 from sluice.services.common import job_marker
+from sluice.services.common.decision import Recorded
 from sluice.services.common.shell import hostname
 from sluice.services.common.world import monotonic_ms
 from sluice.services.dataplane import spark_reach
 from sluice.services.jobs import core as jobs
-from sluice.services.jobs.reconcile import reconcile
+from sluice.services.jobs import reconcile as reconciliation
 from sluice.services.jobs.validate import problems
-from sluice.services.membership.core import decide, decide_timeouts, evolve
+from sluice.services.membership.core import Inbound, Timeouts, decide, evolve
 from sluice.store import Consumed
 from sluice.store.consumer import Entry
 
@@ -75,8 +76,8 @@ class ClusterInbox:
             jm.retention.on_request(entry, msg)
             return
         config = self.root.config() if isinstance(msg, RegisterTaskManager) else jm.config  # (the root to check)
-        decision = decide(jm.state.membership, env, config)
-        sends = [(jm.keys.inbox(jm.keys.taskmanager(rid)), reply) for rid, reply in decision.replies]
+        decision = decide(jm.state.membership, Inbound(env, config), env.ts)
+        sends = [(jm.keys.inbox(jm.keys.taskmanager(to.name)), reply) for to, reply in decision.sends]
         envs = jm.committer.commit(jm.tag, decision.facts, sends=sends, consumed=self.consumed(entry), cause=env.id)
         if envs is None:
             return
@@ -99,17 +100,19 @@ class ClusterInbox:
         recovering = set(jm.recovering)
         if recovering:  # jobs not yet rebuilt: nothing is known of them, so nothing is said of them
             attempts = [a for a in attempts if a.job_id not in recovering]
-        out = reconcile(jm.state.jobs, jm.state.reports, msg.resource_id, msg.session, attempts, now,
-                        jm.config.heartbeat_timeout_ms, jm.jobs_config, clock=monotonic_ms(jm.world))
+        out = reconciliation.decide(jm.state.jobs, reconciliation.SlotReport(
+            jm.state.reports, msg.resource_id, msg.session, attempts, jm.config.heartbeat_timeout_ms, jm.jobs_config,
+            clock=monotonic_ms(jm.world)), now)
         for note in out.notes:
             jm.logger.warning("reconciled with a slot report", taskmanager=msg.resource_id, what=note)
-        for decision in out.decisions:
+        for decision in out.jobs:
             jm.job_inboxes.commit(decision)
         inbox = jm.keys.inbox(jm.keys.taskmanager(msg.resource_id))
-        sends: list[tuple[str, Event]] = [(inbox, m) for m in (*out.cancels, *out.release)]
-        if out.recorded:
+        sends: list[tuple[str, Event]] = [(inbox, m) for _, m in out.sends]
+        recorded = [task_id for r in out.of(Recorded) for task_id in r.task_ids]
+        if recorded:
             sends.append((inbox, TaskStatesRecorded(msg.resource_id, msg.session, jm.committer.epoch or 0,
-                                                    out.recorded)))
+                                                    recorded)))
         if sends:
             jm.committer.commit(jm.tag, [], sends=sends)
 
@@ -131,8 +134,8 @@ class ClusterInbox:
                 jm.state.monitor.forget(ev.resource_id)
                 jm.state.reports.forget(ev.resource_id)
                 # (jobs not yet rebuilt learn of it when they join: ``JobManager._orphans``)
-                for d in jobs.taskmanager_lost(jm.state.jobs, ev.resource_id, ev.reason, jm.jobs_config, env.ts,
-                                               ev.session):
+                for d in jobs.decide(jm.state.jobs, jobs.TaskManagerGone(ev.resource_id, ev.reason, jm.jobs_config,
+                                                                         ev.session), env.ts).jobs:
                     jm.job_inboxes.commit(d)
 
     def commit_facts(self, facts: list[Event] | tuple[Event, ...], *, consequences: bool = True,
@@ -189,10 +192,10 @@ class ClusterInbox:
     # --- time ---
     def timeouts(self, now: int) -> None:
         """TaskManagers not heard from within the heartbeat timeout are lost."""
-        decision = decide_timeouts(self.jm.state.membership, self.jm.state.monitor, monotonic_ms(self.jm.world),
-                                   self.jm.config)
+        decision = decide(self.jm.state.membership, Timeouts(self.jm.state.monitor, self.jm.config),
+                          monotonic_ms(self.jm.world))
         for fact in decision.facts:
-            lost = cast(TaskManagerLost, fact)  # the only fact decide_timeouts decides
+            lost = cast(TaskManagerLost, fact)  # the only fact a Timeouts decides
             self.jm.logger.warning("taskmanager lost", resource_id=lost.resource_id, reason=lost.reason)
         if decision.facts:
             self.commit_facts(decision.facts, now=now)

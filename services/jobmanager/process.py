@@ -475,7 +475,7 @@ class JobManager:
         if coords is not None:
             coords.start(now)
             coords.replay(r.tails.get(job_id, {}))
-            self.job_inboxes.commit(jobs.Decision(job_id, now))
+            self.job_inboxes.commit(jobs.Decision(job_id=job_id, now=now))
 
     def _jobs(self, only: str | None) -> JobsState:
         """The leader's jobs, or a view of one of them (its run and the shared slot pool)."""
@@ -489,7 +489,7 @@ class JobManager:
         """Jobs not yet renumbered above the attempt floor (a restart of Redis that may have lost
         writes; a leader that died while doing this): every unfinished attempt runs again."""
         members = self.state.membership
-        for d in jobs.log_restarted(self._jobs(only), members.restart_reason, now, members.attempt_floor):
+        for d in jobs.decide(self._jobs(only), jobs.LogRestart(members.restart_reason, members.attempt_floor), now).jobs:
             self.job_inboxes.commit(d)
 
     def _orphans(self, now: int, only: str | None = None) -> None:
@@ -502,7 +502,7 @@ class JobManager:
         active = {row.resource_id: row.session for row in members.active()}
         registered = {row.resource_id: row.epoch for row in members.active()}
         reasons = {rid: row.reason or "" for rid, row in members.taskmanagers.items()}
-        for d in jobs.orphans(self._jobs(only), active, reasons, self.jobs_config, now, registered):
+        for d in jobs.decide(self._jobs(only), jobs.Orphans(active, reasons, self.jobs_config, registered), now).jobs:
             self.job_inboxes.commit(d)
 
     # --- jobs rebuilt while leading ----------------------------------------------------------

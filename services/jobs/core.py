@@ -11,6 +11,9 @@ one decision per job (``Decision.jobs``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from sluice.errors import UnexpectedJobMessage
 from sluice.events import (
     AttemptsRenumbered,
@@ -433,6 +436,7 @@ def _slot_waits(state: JobsState, s: SlotWaits, now: int) -> Decision:
     return out
 
 
-_HANDLERS = {Submit: _submit, Inbound: _inbound, Schedule: schedule, FailAtOnce: _fail_at_once,
-             TaskManagerGone: _taskmanager_gone, Orphans: _orphans, LogRestart: _log_restarted,
-             SlotWaits: _slot_waits}
+_HANDLERS: dict[type, Callable[[JobsState, Any, int], Decision]] = {
+    Submit: _submit, Inbound: _inbound, Schedule: schedule, FailAtOnce: _fail_at_once, TaskManagerGone: _taskmanager_gone,
+    Orphans: _orphans, LogRestart: _log_restarted, SlotWaits: _slot_waits,
+}

@@ -49,7 +49,7 @@ from sluice.services.common.world import SYSTEM, World, monotonic_ms
 from sluice.store import Blobs, EventLog, GroupConsumer, LeaseHolder, current_leader
 from sluice.store.consumer import Entry, dead_letter
 
-from .core import Registration, RegistrationConfig
+from .core import Registration, RegistrationConfig, Tick, decide
 from .library import LibraryCache
 from .reach import Reach
 from .root_watch import RootWatch
@@ -240,8 +240,8 @@ class TaskManager:
                     self._drop_all_tasks(msg.reason)
                 elif isinstance(msg, AcknowledgeRegistration) and msg.session == self.reg.session and self.tasks:
                     self._drop_all_tasks("registered afresh: the leader had declared this TaskManager lost")
-                for send in self.reg.receive(msg, monotonic_ms(self.world)):  # (its timeouts: monotonic)
-                    self._send(send.message, cause=entry.envelope.id)
+                for send in decide(self.reg, msg, monotonic_ms(self.world)).sends:  # (its timeouts: monotonic)
+                    self._send(send.event, cause=entry.envelope.id)
                 if isinstance(msg, (AcknowledgeRegistration, AlreadyRegistered)) and msg.session == self.reg.session:
                     self.root_watch.expect(msg.session, msg.storage_root, msg.root_id, monotonic_ms(self.world))
             self.handled[key] = None
@@ -265,8 +265,8 @@ class TaskManager:
             self._next_look = now + _LOOK_EVERY_MS
         leader = self._leader
         free = self.reg.slots - len(self.tasks)
-        for send in self.reg.tick(monotonic_ms(self.world), leader.epoch if leader else None, free):
-            self._send(send.message)
+        for send in decide(self.reg, Tick(leader.epoch if leader else None, free), monotonic_ms(self.world)).sends:
+            self._send(send.event)
         if self.reg.state == "REGISTERED":  # what it sees of the leader's storage root (looked at off the loop)
             report = self.root_watch.poll(monotonic_ms(self.world), self.reg.session)
             if report is not None and self._send(report):
