@@ -34,7 +34,7 @@ from sluice.events import (
 )
 from sluice.services.common.decision import Address, Decision, Send
 from sluice.services.coordination.runtime import JobCoordinators
-from sluice.services.jobs import core
+from sluice.services.jobs import core, reconcile
 from sluice.services.jobs.state import JobRun, JobsState, evolve
 from tests.helpers import env
 
@@ -108,8 +108,9 @@ class Driven:
 
 
 class JobsDriven(Driven):
-    """The jobs core driven as the JobManager shell does: job "j1" of ``graph`` submitted at
-    once, TaskManagers with ``slots`` slots each (change ``slots`` to scale)."""
+    """The jobs core (and reconciliation, on the same state) driven as the JobManager shell
+    does: job "j1" of ``graph`` submitted at once, TaskManagers with ``slots`` slots each
+    (change ``slots`` to scale)."""
 
     def __init__(self, graph: JobGraph, slots: dict[str, int], *, now: int = 1_000) -> None:
         super().__init__(core.decide, JobsState(), fold=evolve, fresh=JobsState, now=now)
@@ -139,6 +140,8 @@ class JobsDriven(Driven):
         """A stimulus of the jobs core; an event is a message in the job's inbox."""
         if isinstance(stimulus, Event):
             stimulus = core.Inbound("j1", env(stimulus), CFG)
+        if isinstance(stimulus, (reconcile.SlotReport, reconcile.LostFinals, reconcile.DeploymentTimeouts)):
+            return self.record(reconcile.decide(self.state, stimulus, self.now))  # the leader's other door
         return super().tell(stimulus)
 
     def report(self, task: SubmitTask, state: TaskState, error: str | None = None) -> Decision:
