@@ -27,7 +27,7 @@ from sluice.events import (
     TaskState,
 )
 from sluice.services.jobs import core
-from sluice.services.jobs.state import JobsState, evolve
+from sluice.services.jobs.state import JobsState
 from sluice.services.kvstate import core as kvcore
 from sluice.services.kvstate.registry import KvStateRegistry, location_row
 from tests.cores import JobsDriven
@@ -206,8 +206,7 @@ def test_disposing_needs_an_ended_job_and_releases_every_location() -> None:
         sim.report(t, TaskState.FINISHED)
     facts, reply = kvcore.dispose(sim.state, DisposeJob("j1", "inbox"))
     assert facts == [reply] == [JobDisposed("j1", ["counts"], sorted([f"sid-{t0.execution_id}", f"sid-{t1.execution_id}"]))]
-    sim.record(core.Decision(list(facts), job_id="j1", now=sim.now))  # committed, then folded (dispose_job)
-    evolve(sim.state, Envelope(reply, "x", 0, sim.now))
+    sim.commit(*facts)  # committed, then folded (dispose_job)
     assert sim.job.kvstate.locations == {} and sim.job.kvstate.disposed
 
 
