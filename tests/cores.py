@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,13 +33,13 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
-from sluice.services.common.decision import Address, Decision, Send
+from sluice.services.common.decision import Address, Decision, Deliver, FailJob, Send
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core, reconcile
 from sluice.services.jobs.state import JobRun, JobsState, evolve
 from tests.helpers import env
 
-__all__ = ["Driven", "JobsDriven", "CoordinatorsDriven", "cores_checked", "CFG"]
+__all__ = ["Driven", "JobsDriven", "CoordinatorsDriven", "flushed", "cores_checked", "CFG"]
 
 CFG = core.JobsConfig(slot_timeout_ms=10_000)
 
@@ -190,6 +191,14 @@ class CoordinatorsDriven(Driven):
 
     def envelopes(self) -> list[Envelope]:
         return [Envelope(ev, f"id{i}", 1, 1000 + i, self.job_id) for i, ev in enumerate(self.log)]
+
+
+def flushed(decision: Decision) -> SimpleNamespace:
+    """What the coordinators' flush decided, as ``facts`` (each fact with the (vertex, subtask)
+    whose inbox it is also delivered to, None: none) and ``failures`` (the reasons)."""
+    to = {d.fact: (d.to.vertex, d.to.subtask) for d in decision.of(Deliver)}
+    return SimpleNamespace(facts=[(ev, to.get(i)) for i, ev in enumerate(decision.facts)],
+                           failures=[f.reason for f in decision.of(FailJob)])
 
 
 @pytest.fixture(autouse=True)
