@@ -49,12 +49,14 @@ _made: list[Driven] | None = None
 class Driven:
     """A core driven as its shell drives it. ``fold(state, envelope)`` applies one fact;
     ``fresh()`` makes an empty state (for the replay the teardown compares); ``folds``: the
-    door does not apply its facts (the shell folds them once committed)."""
+    door does not apply its facts (the shell folds them once committed); ``normalize(state)``:
+    what of a state a replay must give (None: all of it)."""
 
     def __init__(self, decide: Callable[[Any, Any, int], Decision], state: Any, *,
                  fold: Callable[[Any, Envelope], Any] | None = None, fresh: Callable[[], Any] | None = None,
-                 folds: bool = False, now: int = 1_000) -> None:
+                 folds: bool = False, normalize: Callable[[Any], Any] | None = None, now: int = 1_000) -> None:
         self.door, self.state, self.fold, self.fresh, self.folds = decide, state, fold, fresh, folds
+        self.normalize = normalize
         self.now = now
         self.log: list[Event] = []
         self.timed: list[tuple[Event, int]] = []
@@ -103,8 +105,8 @@ class Driven:
         return state
 
     def normalized(self, state: Any) -> Any:
-        """What of a state a replay must give (a hook)."""
-        return state
+        """What of a state a replay must give (``normalize``'s view, else all of it)."""
+        return state if self.normalize is None else self.normalize(state)
 
     def check_replay(self) -> None:
         assert self.normalized(copy.deepcopy(self.state)) == self.normalized(self.replayed()), \

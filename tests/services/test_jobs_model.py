@@ -78,6 +78,7 @@ from sluice.services.jobs.state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobR
 from sluice.services.jobs.validate import validate
 from sluice.services.kvstate.registry import location_row
 from sluice.services.membership import core as membership
+from tests.cores import Driven
 from tests.services import jobfixtures
 
 CFG = core.JobsConfig(slot_timeout_ms=3_000)
@@ -174,9 +175,10 @@ class JobsMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.state = JobsState()
+        # The jobs core as the shell drives it (tests/cores.py): its state, clock, log and
+        # sends; a fold of its log from scratch must give the live state at the end.
+        self.core = Driven(core.decide, JobsState(), fold=evolve, fresh=JobsState, normalize=normalize, now=1_000)
         self.members = membership.Membership()
-        self.now = 1_000
         self.decisions: list[tuple[str, int, list[Event]]] = []  # the job facts committed, decision by decision
         self.replayed = JobsState()  # the log folded as it grows (a fold from scratch is compared at the end)
         self.sessions = itertools.count(1)
@@ -192,10 +194,27 @@ class JobsMachine(RuleBasedStateMachine):
         self.frozen: dict[str, dict] = {}
         self.last: tuple[str, Event, int] | None = None  # the last message told, and the decisions then
 
+    @property
+    def state(self) -> JobsState:
+        return self.core.state
+
+    @state.setter
+    def state(self, state: JobsState) -> None:
+        self.core.state = state
+
+    @property
+    def now(self) -> int:
+        return self.core.now
+
+    @now.setter
+    def now(self, now: int) -> None:
+        self.core.now = now
+
     # --- the shell ---
 
     def record(self, d: core.Decision) -> core.Decision:
         """What the committer does with a decision (and what the machine learns from it)."""
+        self.core.record(d)
         if d.facts:
             self.decisions.append((d.job_id, d.now, list(d.facts)))
             for fact in d.facts:

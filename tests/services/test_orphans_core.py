@@ -16,7 +16,8 @@ from sluice.services.jobs import core
 from sluice.services.jobs.state import JobsState, evolve
 from sluice.services.membership.core import Membership
 from sluice.services.membership.core import evolve as members_evolve
-from tests.services.test_jobs_core import CFG, copy_job
+from tests.cores import CFG
+from tests.services.test_jobs_core import copy_job
 
 
 def placed_at(epoch: int) -> JobsState:
