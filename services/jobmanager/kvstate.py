@@ -38,7 +38,7 @@ def dispose_job(jm: JobManager, entry: Entry, msg: DisposeJob) -> None:
     facts, reply = dispose(jm.state.jobs, msg)
     if facts:
         now = jm.world.now_ms()
-        jm.job_inboxes.commit(Decision(list(facts), job_id=msg.job_id, now=now))  # deletes the state it names, once committed
+        jm.job_inboxes.commit(Decision(list(facts), job_id=msg.job_id, now=now))  # deletes its state, once committed
         for fact in facts:
             evolve(jm.state.jobs, Envelope(fact, "", 0, now))
         jm.logger.info("job disposed", job=msg.job_id, names=reply.names if isinstance(reply, JobDisposed) else None)

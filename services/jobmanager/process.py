@@ -489,7 +489,8 @@ class JobManager:
         """Jobs not yet renumbered above the attempt floor (a restart of Redis that may have lost
         writes; a leader that died while doing this): every unfinished attempt runs again."""
         members = self.state.membership
-        for d in jobs.decide(self._jobs(only), jobs.LogRestart(members.restart_reason, members.attempt_floor), now).jobs:
+        restart = jobs.LogRestart(members.restart_reason, members.attempt_floor)
+        for d in jobs.decide(self._jobs(only), restart, now).jobs:
             self.job_inboxes.commit(d)
 
     def _orphans(self, now: int, only: str | None = None) -> None:

@@ -437,6 +437,6 @@ def _slot_waits(state: JobsState, s: SlotWaits, now: int) -> Decision:
 
 
 _HANDLERS: dict[type, Callable[[JobsState, Any, int], Decision]] = {
-    Submit: _submit, Inbound: _inbound, Schedule: schedule, FailAtOnce: _fail_at_once, TaskManagerGone: _taskmanager_gone,
-    Orphans: _orphans, LogRestart: _log_restarted, SlotWaits: _slot_waits,
+    Submit: _submit, Inbound: _inbound, Schedule: schedule, FailAtOnce: _fail_at_once,
+    TaskManagerGone: _taskmanager_gone, Orphans: _orphans, LogRestart: _log_restarted, SlotWaits: _slot_waits,
 }

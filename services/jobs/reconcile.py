@@ -435,7 +435,8 @@ def _deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms:
             continue
         job = state.jobs[job_id]
         rec = out.setdefault(job_id, Recorder(state, job_id, now))
-        rec.send(Address.taskmanager(tm), CancelTask(job_id, eid, "deployment timed out"))  # before: a restart renumbers ex
+        # (sent before it fails: a restart renumbers ex)
+        rec.send(Address.taskmanager(tm), CancelTask(job_id, eid, "deployment timed out"))
         _fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
                             "(its SubmitTask or the answer was lost)", config)
         _maybe_complete(rec, job)

@@ -74,4 +74,5 @@ def _deploy(rec: Recorder, job: JobRun, ex: Execution, tm: str, slot: int, sessi
                                       tm, slot, session))
     rec.fact(UpdateTaskExecutionState(job.job_id, eid, TaskState.DEPLOYING, None, ex.vertex, ex.subtask, ex.attempt,
                                       tm, slot))
-    rec.send(Address.taskmanager(tm), SubmitTask(job.job_id, eid, ex.vertex, ex.subtask, ex.attempt, slot, descriptor(job, ex)))
+    rec.send(Address.taskmanager(tm),
+             SubmitTask(job.job_id, eid, ex.vertex, ex.subtask, ex.attempt, slot, descriptor(job, ex)))
