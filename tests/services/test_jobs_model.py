@@ -248,7 +248,8 @@ class JobsMachine(RuleBasedStateMachine):
         ex = job.vertices[task.vertex_id].subtasks[task.subtask]
         key = (task.job_id, task.vertex_id, task.subtask, task.attempt)
         assert (ex.id, ex.state) == (task.execution_id, TaskState.DEPLOYING), f"deployed {task.execution_id}: {ex}"
-        assert dest == Address.taskmanager(ex.taskmanager) and task.slot == ex.slot, f"{task.execution_id} sent to {dest}"
+        assert dest == Address.taskmanager(ex.taskmanager) and task.slot == ex.slot, \
+            f"{task.execution_id} sent to {dest}"
         assert key not in self.deployed, f"{task.execution_id} was deployed twice"
         assert key[:3] not in self.finished, f"{task.execution_id}: its subtask FINISHED, yet it was deployed again"
         assert ex.not_before <= self.now, f"{task.execution_id} deployed at {self.now}, before its delay ({ex.not_before})"
@@ -289,7 +290,8 @@ class JobsMachine(RuleBasedStateMachine):
         for fact in facts:
             membership.evolve(self.members, Envelope(fact, "", 0, self.now))
             if announce and isinstance(fact, (TaskManagerLost, TaskManagerUnregistered)):
-                for d in core.decide(self.state, core.TaskManagerGone(fact.resource_id, fact.reason, CFG, fact.session), self.now).jobs:
+                gone = core.TaskManagerGone(fact.resource_id, fact.reason, CFG, fact.session)
+                for d in core.decide(self.state, gone, self.now).jobs:
                     self.record(d)
         if not announce:
             self.take_over()
@@ -301,7 +303,8 @@ class JobsMachine(RuleBasedStateMachine):
         ``dies_after``, the leader dies after that many job commits of the renumbering and the
         next leader takes over."""
         self.state = self.fold()
-        decisions = core.decide(self.state, core.LogRestart(self.members.restart_reason, self.members.attempt_floor), self.now).jobs
+        restart = core.LogRestart(self.members.restart_reason, self.members.attempt_floor)
+        decisions = core.decide(self.state, restart, self.now).jobs
         for n, d in enumerate(decisions):
             if dies_after is not None and n >= dies_after:
                 self.take_over(pending=pending)
@@ -356,7 +359,8 @@ class JobsMachine(RuleBasedStateMachine):
         same = row is not None and row.status == "REGISTERED" and not restarted
         session = row.session if same else f"{rid}-s{next(self.sessions)}"
         msg = RegisterTaskManager(rid, session, "host", slots, PROTOCOL_VERSION, self.members.epoch)
-        decision = membership.decide(self.members, membership.Inbound(Envelope(msg, "r", 0, self.now), MEMBERSHIP), self.now)
+        decision = membership.decide(self.members, membership.Inbound(Envelope(msg, "r", 0, self.now), MEMBERSHIP),
+                                     self.now)
         self.cluster_facts(decision.facts, announce)
 
     @precondition(lambda self: self.members.active())
@@ -365,7 +369,8 @@ class JobsMachine(RuleBasedStateMachine):
         row = pick(sorted(self.members.active(), key=lambda r: r.resource_id), i)
         if how == "unregister":
             msg = UnregisterTaskManager(row.resource_id, row.session, "shutting down")
-            facts = membership.decide(self.members, membership.Inbound(Envelope(msg, "u", 0, self.now), MEMBERSHIP), self.now).facts
+            facts = membership.decide(self.members, membership.Inbound(Envelope(msg, "u", 0, self.now), MEMBERSHIP),
+                                      self.now).facts
         else:
             facts = (TaskManagerLost(row.resource_id, row.session, "no heartbeat for 6000 ms (timeout 5000 ms)"),)
         self.cluster_facts(facts, announce=how != "leader-died")
@@ -379,7 +384,9 @@ class JobsMachine(RuleBasedStateMachine):
         jid = f"j{len(self.job_ids) + 1}"
         splits = {v.name: [{"path": "/x", "start": i, "end": i + 1, "index": i} for i in range(2)]
                   for v in graph.vertices if v.source is not None}
-        self.record(core.decide(self.state, core.Submit(SubmitJob(jid, graph, "blob", "mod", f"client-{jid}"), splits, "file:///s", self.members.attempt_floor), self.now))
+        submitted = core.Submit(SubmitJob(jid, graph, "blob", "mod", f"client-{jid}"), splits, "file:///s",
+                                self.members.attempt_floor)
+        self.record(core.decide(self.state, submitted, self.now))
         self.job_ids.append(jid)
         assert all(ex.attempt == self.members.attempt_floor for ex in self.state.jobs[jid].executions())
 
@@ -403,7 +410,8 @@ class JobsMachine(RuleBasedStateMachine):
         if how == "cancel":
             self.tell(jid, CancelJob(jid, "the user cancelled it"))
         else:
-            self.record(core.decide(self.state, core.FailAtOnce(jid, "CoordinatorError: the enumerator failed"), self.now))
+            failed = core.FailAtOnce(jid, "CoordinatorError: the enumerator failed")
+            self.record(core.decide(self.state, failed, self.now))
 
     @rule(ms=st.sampled_from([1, 50, 100, 1_000, 4_000]))
     def time_passes(self, ms: int) -> None:
@@ -703,7 +711,8 @@ def running(forward: bool = True) -> tuple[JobsState, JobRun]:
     state = JobsState()
     core.decide(state, core.Submit(SubmitJob("j1", graph, "blob", "mod", "client-j1"), {"s0": []}, "file:///s"), 1_000)
     core.decide(state, core.Schedule("j1", {"tm-a": [0, 1, 2, 3]}, {"tm-a": "tm-a-s1"}), 1_000)
-    core.decide(state, core.Inbound("j1", Envelope(UpdateTaskExecutionState("j1", "s0:0:0", TaskState.RUNNING), "m"), CFG), 1_000)
+    started = UpdateTaskExecutionState("j1", "s0:0:0", TaskState.RUNNING)
+    core.decide(state, core.Inbound("j1", Envelope(started, "m"), CFG), 1_000)
     return state, state.jobs["j1"]
 
 
@@ -732,4 +741,5 @@ def test_schedule_or_update_consumers_is_taken_only_from_the_attempt_it_names_wh
     before = normalize(state)
     d = core.decide(state, core.Inbound("j1", Envelope(msg, "m"), CFG), 1_000)  # raises today for the first two
     assert not d.facts and normalize(state) == before, f"{msg} was taken: {d.facts}"
-    assert not core.decide(state, core.Schedule("j1", {"tm-a": [2, 3]}), 1_000).sends, "a consumer was deployed before its input"
+    assert not core.decide(state, core.Schedule("j1", {"tm-a": [2, 3]}), 1_000).sends, \
+        "a consumer was deployed before its input"

@@ -402,8 +402,8 @@ def test_a_registration_under_a_negative_subtask_is_stale_and_never_outlives_the
     state, job = keyed_job_running()
     msg = NotifyKvStateRegistered("j1", "c0", KeyGroupRange(64, 127), "q0", "sid-forged", ADDR, "c0:-1:0")
     d = core.decide(state, core.Inbound("j1", Envelope(msg, "m"), CFG), 1_000)
-    failed = core.decide(state, core.Inbound("j1", Envelope(UpdateTaskExecutionState("j1", "c0:1:0", TaskState.FAILED, "boom"),
-                                                   "m"), CFG), 1_000)
+    boom = UpdateTaskExecutionState("j1", "c0:1:0", TaskState.FAILED, "boom")
+    failed = core.decide(state, core.Inbound("j1", Envelope(boom, "m"), CFG), 1_000)
     assert any(isinstance(f, TaskRestartScheduled) for f in failed.facts)
     assert not job.kvstate.locations, f"c0:1:0 failed and {rows(job)} is still served"
     assert [type(f) for f in d.facts] == [KvStateNotificationRefused] and "is stale" in d.note, d.facts
@@ -415,7 +415,8 @@ def test_an_ended_attempt_retires_only_state_no_range_points_to() -> None:
     for msg in (NotifyKvStateRegistered("j1", "c0", KeyGroupRange(0, 63), "q0", sid, ADDR, "c0:0:0"),
                 NotifyKvStateRegistered("j1", "c0", KeyGroupRange(64, 127), "q0", sid, ADDR, None)):
         assert core.decide(state, core.Inbound("j1", Envelope(msg, "m"), CFG), 1_000).facts == [msg]
-    d = core.decide(state, core.Inbound("j1", Envelope(UpdateTaskExecutionState("j1", "c0:0:0", TaskState.FAILED, "boom"), "m"), CFG), 1_000)
+    boom = UpdateTaskExecutionState("j1", "c0:0:0", TaskState.FAILED, "boom")
+    d = core.decide(state, core.Inbound("j1", Envelope(boom, "m"), CFG), 1_000)
     retired = {s for f in d.facts if isinstance(f, NotifyKvStateUnregistered) for s in f.state_ids}
     served = {e.state_id for loc in job.kvstate.locations.values() for e in loc.entries.values()}
     assert not retired & served, f"{sorted(retired & served)} retired (deleted) and still served: {rows(job)}"

@@ -247,7 +247,8 @@ def test_a_deployment_no_taskmanager_took_times_out_and_restarts() -> None:
     sim.now += 1
     (d,) = sim.tell(DeploymentTimeouts(memory, 60_000, CFG)).jobs
     assert d.facts[0].execution_id == a.execution_id and "not acknowledged within 60 s" in (d.facts[0].error or "")
-    assert [(dest, type(m), m.execution_id) for dest, m in d.sends] == [(Address.taskmanager(tm_a), CancelTask, a.execution_id)]
+    assert [(dest, type(m), m.execution_id) for dest, m in d.sends] == [
+        (Address.taskmanager(tm_a), CancelTask, a.execution_id)]
     assert sim.job.vertices[b.vertex_id].subtasks[b.subtask].state == TaskState.DEPLOYING
     assert sim.job.vertices[a.vertex_id].subtasks[a.subtask].attempt == a.attempt + 1
 

@@ -333,7 +333,8 @@ def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, ses
         out.notes.append(f"{task_id} unknown on {resource_id}: cancelled")
     tm.cancelled = {t: at for t, at in tm.cancelled.items() if t in held}
     return Decision(sends=[Send(Address.taskmanager(resource_id), m) for m in (*out.cancels, *out.release)],
-                    instructions=[*(Note(n) for n in out.notes), *([Recorded(tuple(out.recorded))] if out.recorded else [])],
+                    instructions=[*(Note(n) for n in out.notes),
+                                  *([Recorded(tuple(out.recorded))] if out.recorded else [])],
                     now=now, jobs=[rec.decision for rec in recorders.values() if rec.decision])
 
 
