@@ -4,7 +4,9 @@ A core's door takes its state, one stimulus (a small frozen dataclass, or the me
 itself) and the time, and returns a ``Decision``: the facts for the log, in order; the
 messages to send, each to an ``Address`` (which inbox); and the other things its shell
 carries out, as typed instructions (a note to log, a checkpoint, a vertex or a job to
-fail...). A door does no I/O; the shell commits the facts with the sends in one script.
+fail...). A door does no I/O and never raises: a message it refuses to decide on is a
+``Rejected`` decision, which the shell parks. The shell commits the facts with the sends
+in one script.
 Modelled on dask's ``handle_stimulus(*events) -> instructions`` and Temporal's
 ``activate(activation) -> completion``.
 """
@@ -14,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, TypeVar
 
+from sluice.errors import MessageRejected
 from sluice.events import Event
 
-__all__ = ["Address", "Send", "Note", "Checkpoint", "FailVertex", "FailJob", "Recorded", "Deliver",
+__all__ = ["Address", "Send", "Note", "Checkpoint", "FailVertex", "FailJob", "Recorded", "Deliver", "Rejected",
            "Instruction", "Decision"]
 
 Inbox = Literal["cluster", "job", "subtask", "taskmanager", "client"]
@@ -103,8 +106,16 @@ class Deliver:
     to: Address
 
 
-Instruction = Note | Checkpoint | FailVertex | FailJob | Recorded | Deliver
-_I = TypeVar("_I", Note, Checkpoint, FailVertex, FailJob, Recorded, Deliver)
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """The message was refused before anything was decided (the shell parks it with ``error``'s
+    kind and text); a decision that holds one holds nothing else."""
+
+    error: MessageRejected
+
+
+Instruction = Note | Checkpoint | FailVertex | FailJob | Recorded | Deliver | Rejected
+_I = TypeVar("_I", Note, Checkpoint, FailVertex, FailJob, Recorded, Deliver, Rejected)
 
 
 @dataclass(slots=True)
@@ -126,6 +137,12 @@ class Decision:
     def of(self, kind: type[_I]) -> list[_I]:
         """The instructions of one kind, in order."""
         return [i for i in self.instructions if type(i) is kind]
+
+    @property
+    def rejected(self) -> MessageRejected | None:
+        """Why the message was refused (None: it was decided)."""
+        found = self.of(Rejected)
+        return found[0].error if found else None
 
     @property
     def notes(self) -> list[str]:

@@ -77,6 +77,8 @@ class ClusterInbox:
             return
         config = self.root.config() if isinstance(msg, RegisterTaskManager) else jm.config  # (the root to check)
         decision = decide(jm.state.membership, Inbound(env, config), env.ts)
+        if decision.rejected is not None:
+            raise decision.rejected  # parked by the caller, as every rejection of this inbox
         sends = [(jm.keys.inbox(jm.keys.taskmanager(to.name)), reply) for to, reply in decision.sends]
         envs = jm.committer.commit(jm.tag, decision.facts, sends=sends, consumed=self.consumed(entry), cause=env.id)
         if envs is None:

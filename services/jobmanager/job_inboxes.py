@@ -82,6 +82,9 @@ class JobInboxes:
                 continue
             except Exception as exc:
                 raise HandlerFailed(entry, exc) from exc
+            if decision.rejected is not None:
+                jm.committer.park(entry, decision.rejected.kind, str(decision.rejected))
+                continue
             _merge(merged, decision)
             self._restarts_seen(decision.facts)  # before the batch's scheduling pass looks at them
             done.append(entry.id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sluice.errors import UnexpectedJobMessage
+from sluice.errors import MessageRejected, UnexpectedJobMessage
 from sluice.events import (
     AttemptsRenumbered,
     CancelJob,
@@ -35,7 +35,7 @@ from sluice.events import (
     TriggerCheckpoint,
     UpdateTaskExecutionState,
 )
-from sluice.services.common.decision import Address, Checkpoint, Decision, FailVertex
+from sluice.services.common.decision import Address, Checkpoint, Decision, FailVertex, Rejected
 from sluice.services.coordination.runtime import has_coordinator
 from sluice.services.kvstate import core as kvstate
 
@@ -81,12 +81,15 @@ LEGAL: frozenset[tuple[TaskState, TaskState]] = frozenset({
 
 def decide(state: JobsState, stimulus: Stimulus, now: int) -> Decision:
     """The jobs core's one door: what ``stimulus`` causes at ``now`` (its facts already applied
-    to ``state``). A message a job inbox does not take raises UnexpectedJobMessage (the
-    shell parks it) before anything is decided."""
+    to ``state``). It never raises for a message: one a job inbox does not take is
+    ``Rejected`` with an UnexpectedJobMessage (the shell parks it), before anything is decided."""
     handler = _HANDLERS.get(type(stimulus))
     if handler is None:
-        raise TypeError(f"{type(stimulus).__name__} is not a stimulus of the jobs core")
-    return handler(state, stimulus, now)
+        raise TypeError(f"{type(stimulus).__name__} is not a stimulus of the jobs core")  # a bug of the caller
+    try:
+        return handler(state, stimulus, now)
+    except MessageRejected as exc:
+        return Decision(instructions=[Rejected(exc)], job_id=getattr(stimulus, "job_id", ""), now=now)
 
 
 # --- submission -------------------------------------------------------------------------------

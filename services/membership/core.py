@@ -34,7 +34,7 @@ from sluice.events import (
     UnregisterTaskManager,
 )
 from sluice.events.ids import id_problem
-from sluice.services.common.decision import Address, Decision, Send
+from sluice.services.common.decision import Address, Decision, Rejected, Send
 
 __all__ = [
     "MembershipConfig",
@@ -197,12 +197,18 @@ def evolve(state: Membership, env: Envelope) -> Membership:
 
 def decide(state: Membership, stimulus: Inbound | Timeouts, now: int) -> Decision:
     """Membership's one door: the facts and replies a cluster-inbox message causes, or the
-    TaskManagers that timed out. MessageRejected (before anything is decided) for a message
-    that cannot be answered: its resource id cannot be used to address the TaskManager, so
-    it is parked with the reason instead."""
+    TaskManagers that timed out. It never raises: a message that cannot be answered (its
+    resource id cannot be used to address the TaskManager) or that the cluster inbox does
+    not take is ``Rejected`` before anything is decided, and parked with the reason."""
     if isinstance(stimulus, Timeouts):
         return _timeouts(state, stimulus.monitor, now, stimulus.config)
-    msg, config = stimulus.env.event, stimulus.config
+    try:
+        return _message(state, stimulus.env.event, stimulus.config)
+    except MessageRejected as exc:
+        return Decision(instructions=[Rejected(exc)])
+
+
+def _message(state: Membership, msg: Event, config: MembershipConfig) -> Decision:
     if isinstance(msg, (RegisterTaskManager, TaskManagerHeartbeat, UnregisterTaskManager, ReportStorageReach)):
         problem = id_problem(msg.resource_id, f"{msg.TYPE}'s resource id")
         if problem is not None:

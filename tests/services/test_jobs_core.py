@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.api import Job
+from sluice.errors import UnexpectedJobMessage
 from sluice.events import (
     CancelJob,
     CancelTask,
@@ -443,3 +444,12 @@ def test_a_split_request_is_recorded_with_the_leaders_time_as_the_coordinators_c
     recorded = [ev for ev in sim.log if isinstance(ev, (RequestNextInputSplit, OperatorEvent))]
     assert [(type(ev).__name__, ev.at) for ev in recorded] == [("RequestNextInputSplit", 7_000),
                                                               ("OperatorEvent", 7_000)]
+
+
+def test_a_message_a_job_inbox_does_not_take_is_rejected_not_raised() -> None:
+    """The door never raises (Temporal's ``activate``): the refusal is the decision, and the
+    shell parks the message with its reason."""
+    sim = JobsDriven(wordcount(), {"tm-a": 2})
+    d = sim.tell(Success("j1"))
+    assert isinstance(d.rejected, UnexpectedJobMessage) and "Success is not a message a job inbox takes" in str(d.rejected)
+    assert (d.facts, d.sends, d.job_id) == ([], [], "j1")

@@ -161,8 +161,11 @@ def test_a_lost_taskmanager_can_register_again() -> None:
 
 
 def test_messages_the_cluster_inbox_does_not_take_are_named() -> None:
+    """Refused, not raised (the door never raises): the shell parks it with the reason."""
+    decision = decide(leader(), Inbound(env(SubmitTask("j", "x", "v", 0, 0, 0, {})), CONFIG), 0)
     with pytest.raises(UnexpectedMessage, match="SubmitTask is not a message the JobManager takes"):
-        decide(leader(), Inbound(env(SubmitTask("j", "x", "v", 0, 0, 0, {})), CONFIG), 0)
+        raise decision.rejected or AssertionError("not rejected")
+    assert (decision.facts, decision.sends) == ([], [])
 
 
 # --- the law: the log is the state -----------------------------------------------------------
