@@ -405,7 +405,7 @@ class JobsMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.job_ids)
     @rule(i=st.integers(0, 9), how=st.sampled_from(["cancel", "coordinator"]))
     def job_is_stopped(self, i: int, how: str) -> None:
-        """The user cancels the job, or one of its coordinators fails (``fail_job``)."""
+        """The user cancels the job, or one of its coordinators fails (``FailAtOnce``)."""
         jid = pick(self.job_ids, i)
         if how == "cancel":
             self.tell(jid, CancelJob(jid, "the user cancelled it"))
