@@ -31,6 +31,7 @@ from sluice.services.membership.core import (
     evolve,
 )
 from sluice.services.projector.core import TASKMANAGERS
+from tests.cores import Driven
 from tests.helpers import env, heartbeat, register
 
 CONFIG = MembershipConfig(heartbeat_interval_ms=100, heartbeat_timeout_ms=500, max_slots=64)
@@ -61,10 +62,9 @@ def replies(decision: Decision) -> tuple:
 
 
 def apply(state: Membership, message) -> tuple[Membership, list]:
-    """Decide on a message, fold its facts, return the replies (the shell's job, minus Redis)."""
-    decision = decide(state, Inbound(env(message), CONFIG), 0)
-    for fact in decision.facts:
-        evolve(state, env(fact))
+    """Decide on a message, fold its facts, return the replies (the shell's job, minus Redis:
+    the one fixture, tests/cores.py)."""
+    decision = Driven(decide, state, fold=evolve, folds=True).tell(Inbound(env(message), CONFIG))
     return state, list(replies(decision))
 
 

@@ -19,6 +19,7 @@ from sluice.events import (
 )
 from sluice.services.membership.core import Inbound, Membership, MembershipConfig, decide, evolve
 from sluice.services.membership.storage import refusal
+from tests.cores import Driven
 from tests.helpers import env, register
 from tests.services.test_membership_core import assert_replay_and_table_are_live
 
@@ -32,9 +33,7 @@ def leader() -> Membership:
 
 
 def apply(state: Membership, message) -> tuple[Membership, list, list]:
-    decision = decide(state, Inbound(env(message), CONFIG), 0)
-    for fact in decision.facts:
-        evolve(state, env(fact))
+    decision = Driven(decide, state, fold=evolve, folds=True).tell(Inbound(env(message), CONFIG))  # tests/cores.py
     return state, list(decision.facts), [(to.name, reply) for to, reply in decision.sends]
 
 
