@@ -2,8 +2,9 @@
 facts, and turning what they do into facts to commit.
 
 The JobManager's main loop is the only caller. It feeds every fact it commits for the job
-(``feed``) and then asks for what the coordinators did (``flush``): events to subtasks,
-checkpoints and failures, which it commits in the same script as the facts that caused
+(``feed``) and then asks for what the coordinators did (``flush``, a ``Decision``:
+services/common/decision.py): events to subtasks (facts, each ``Deliver``ed to its
+subtask's inbox), checkpoints, and failures (``FailJob``), which it commits in the same script as the facts that caused
 them. A new leader replays the log the same way (``restore``): the last checkpoint of
 each coordinator, then the facts after it. See ``coordinator`` for the delivery rules.
 """
@@ -28,12 +29,13 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
+from sluice.services.common.decision import Address, Decision, Deliver, FailJob
 from sluice.services.jobs.state import execution_id, parse_execution_id
 
 from .coordinator import CoordinatorContext, OperatorCoordinator
 from .source import NO_MORE, REQUEST, SPLIT, SourceCoordinator
 
-__all__ = ["JobCoordinators", "Flush", "Delivery", "has_coordinator", "operator_of", "DEFAULT_CHECKPOINT_INTERVAL_MS"]
+__all__ = ["JobCoordinators", "Delivery", "has_coordinator", "operator_of", "DEFAULT_CHECKPOINT_INTERVAL_MS"]
 
 DEFAULT_CHECKPOINT_INTERVAL_MS = 2000
 
@@ -43,18 +45,6 @@ Delivery = tuple[str, int]
 
 def has_coordinator(vertex: JobVertex) -> bool:
     return vertex.kind == "source" or bool(getattr(vertex, "coordinator", None))
-
-
-@dataclass
-class Flush:
-    """What the coordinators did: facts in order (each with the subtask inbox it is also
-    delivered to, if any), and the failures that fail the job."""
-
-    facts: list[tuple[Event, Delivery | None]] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.facts or self.failures)
 
 
 @dataclass
@@ -96,7 +86,7 @@ class JobCoordinators:
         self.interval_ms = interval_ms
         self._monotonic = monotonic
         self.holders: dict[str, _Holder] = {}
-        self._early = Flush()
+        self._early = Decision(job_id=job_id)
         for v in vertices:
             if not has_coordinator(v):
                 continue
@@ -161,7 +151,7 @@ class JobCoordinators:
         for op, h in self.holders.items():
             if not h.muted:
                 continue
-            self._drain(h, Flush(), 0)
+            self._drain(h, Decision(job_id=self.job_id), 0)
             h.muted = False
             if h.replayed != h.recorded and h.failed is None:
                 h.failed = (f"the coordinator of {op!r} is declared deterministic but, replaying the log after its "
@@ -223,11 +213,11 @@ class JobCoordinators:
             h.failed = f"the coordinator of {h.vertex.name!r} failed in {fn.__name__}:\n{describe(exc)}"
 
     # --- what they did ---
-    def flush(self, now: int, *, force: bool = False) -> Flush:
+    def flush(self, now: int, *, force: bool = False) -> Decision:
         """Events to release, checkpoints to take and failures, since the last flush.
         Checkpoints are taken when asked for (``force``, ``request_checkpoint``), when a
         coordinator holds events back, and every ``interval_ms`` while inputs arrive."""
-        out, self._early = self._early, Flush()
+        out, self._early = self._early, Decision(job_id=self.job_id)
         for h in self.holders.values():
             self._drain(h, out, now)
             if h.coordinator is None or h.failed is not None or not h.context.bound:
@@ -237,10 +227,10 @@ class JobCoordinators:
                 self._checkpoint(h, out, now)
         for h in self.holders.values():
             if h.failed is not None:
-                out.failures.append(h.failed)
+                out.instructions.append(FailJob(h.failed))
         return out
 
-    def _drain(self, h: _Holder, out: Flush, now: int, deferred: list | None = None) -> None:
+    def _drain(self, h: _Holder, out: Decision, now: int, deferred: list | None = None) -> None:
         """Apply what the coordinator queued. With ``deferred`` (at a snapshot), callbacks
         are not run but collected: what they change belongs to the next checkpoint."""
         while True:
@@ -257,7 +247,7 @@ class JobCoordinators:
                     if h.muted:
                         h.replayed.append(ev)
                     elif h.deterministic:
-                        out.facts.append((ev, (h.vertex.name, subtask)))
+                        self._emit(out, ev, h.vertex.name, subtask)
                     else:
                         h.pending.append((ev, subtask))
                 elif kind == "fail" and h.failed is None:
@@ -269,6 +259,11 @@ class JobCoordinators:
                     then, result = item
                     self._call(h, then, result)
 
+    def _emit(self, out: Decision, ev: Event, vertex: str, subtask: int) -> None:
+        """A fact of the coordinator that is also delivered to the subtask's inbox."""
+        out.instructions.append(Deliver(len(out.facts), Address.of_subtask(self.job_id, vertex, subtask)))
+        out.facts.append(ev)
+
     def _event(self, h: _Holder, subtask: int, attempt: int, body: Any) -> Event:
         v = h.vertex
         if v.kind == "source" and v.source is not None and v.source.protocol == "input-splits" \
@@ -276,7 +271,7 @@ class JobCoordinators:
             return NextInputSplit(self.job_id, execution_id(v.name, subtask, attempt), body.get("split"))
         return OperatorEvent(self.job_id, v.name, subtask, False, body, attempt)
 
-    def _checkpoint(self, h: _Holder, out: Flush, now: int) -> None:
+    def _checkpoint(self, h: _Holder, out: Decision, now: int) -> None:
         assert h.coordinator is not None  # flush checkpoints only the holders that have one
         cid = h.checkpoint_id + 1
         later: list = []
@@ -292,8 +287,8 @@ class JobCoordinators:
             for then, result in later:  # after the snapshot: their effects go to the next checkpoint
                 self._call(h, then, result)
         for ev, subtask in h.pending:
-            out.facts.append((ev, (h.vertex.name, subtask)))
-        out.facts.append((CoordinatorCheckpointed(self.job_id, h.vertex.name, cid, state, len(h.pending)), None))
+            self._emit(out, ev, h.vertex.name, subtask)
+        out.facts.append(CoordinatorCheckpointed(self.job_id, h.vertex.name, cid, state, len(h.pending)))
         h.pending = []
         h.checkpoint_id, h.committing = cid, cid
         h.dirty, h.want_checkpoint, h.last_checkpoint_ms = False, False, self.clock(now)
@@ -322,3 +317,4 @@ def operator_of(ev: Event) -> str | None:
     if type(ev) is NextInputSplit:
         return parse_execution_id(ev.execution_id)[0]
     return None
+

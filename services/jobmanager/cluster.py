@@ -28,13 +28,14 @@ from sluice.events import (
 )
 from sluice.events.ids import id_problem
 from sluice.services.common import job_marker
+from sluice.services.common.decision import Recorded
 from sluice.services.common.shell import hostname
 from sluice.services.common.world import World, monotonic_ms
 from sluice.services.dataplane import spark_reach
 from sluice.services.jobs import core as jobs
-from sluice.services.jobs.reconcile import reconcile
+from sluice.services.jobs import reconcile as reconciliation
 from sluice.services.jobs.validate import problems
-from sluice.services.membership.core import MembershipConfig, decide, decide_timeouts, evolve
+from sluice.services.membership.core import Inbound, MembershipConfig, Timeouts, decide, evolve
 from sluice.store import Blobs, Consumed, Keys
 from sluice.store.consumer import Entry
 
@@ -99,8 +100,10 @@ class ClusterInbox:
             return
         config = self.root.config() if isinstance(msg, RegisterTaskManager) else self.config  # (the root to check)
         state = self.state()
-        decision = decide(state.membership, env, config)
-        sends = [(self.keys.inbox(self.keys.taskmanager(rid)), reply) for rid, reply in decision.replies]
+        decision = decide(state.membership, Inbound(env, config), env.ts)
+        if decision.rejected is not None:
+            raise decision.rejected  # parked by the caller, as every rejection of this inbox
+        sends = [(self.keys.inbox(self.keys.taskmanager(to.name)), reply) for to, reply in decision.sends]
         envs = self.committer.commit(self.tag, decision.facts, sends=sends, consumed=self.consumed(entry),
                                      cause=env.id)
         if envs is None:
@@ -124,17 +127,19 @@ class ClusterInbox:
         if recovering:  # jobs not yet rebuilt: nothing is known of them, so nothing is said of them
             attempts = [a for a in attempts if a.job_id not in recovering]
         state = self.state()
-        out = reconcile(state.jobs, state.reports, msg.resource_id, msg.session, attempts, now,
-                        self.config.heartbeat_timeout_ms, self.jobs_config, clock=monotonic_ms(self.world))
+        out = reconciliation.decide(state.jobs, reconciliation.SlotReport(
+            state.reports, msg.resource_id, msg.session, attempts, self.config.heartbeat_timeout_ms, self.jobs_config,
+            clock=monotonic_ms(self.world)), now)
         for note in out.notes:
             self.logger.warning("reconciled with a slot report", taskmanager=msg.resource_id, what=note)
-        for decision in out.decisions:
+        for decision in out.jobs:
             self.jobs.commit(decision)
         inbox = self.keys.inbox(self.keys.taskmanager(msg.resource_id))
-        sends: list[tuple[str, Event]] = [(inbox, m) for m in (*out.cancels, *out.release)]
-        if out.recorded:
+        sends: list[tuple[str, Event]] = [(inbox, m) for _, m in out.sends]
+        recorded = [task_id for r in out.of(Recorded) for task_id in r.task_ids]
+        if recorded:
             sends.append((inbox, TaskStatesRecorded(msg.resource_id, msg.session, self.committer.epoch or 0,
-                                                    out.recorded)))
+                                                    recorded)))
         if sends:
             self.committer.commit(self.tag, [], sends=sends)
 
@@ -156,8 +161,8 @@ class ClusterInbox:
                 state.monitor.forget(ev.resource_id)
                 state.reports.forget(ev.resource_id)
                 # (jobs not yet rebuilt learn of it when they join: ``Restorer.orphans``)
-                for d in jobs.taskmanager_lost(state.jobs, ev.resource_id, ev.reason, self.jobs_config, env.ts,
-                                               ev.session):
+                for d in jobs.decide(state.jobs, jobs.TaskManagerGone(ev.resource_id, ev.reason, self.jobs_config,
+                                                                      ev.session), env.ts).jobs:
                     self.jobs.commit(d)
 
     def commit_facts(self, facts: list[Event] | tuple[Event, ...], *, consequences: bool = True,
@@ -214,9 +219,9 @@ class ClusterInbox:
     def timeouts(self, now: int) -> None:
         """TaskManagers not heard from within the heartbeat timeout are lost."""
         state = self.state()
-        decision = decide_timeouts(state.membership, state.monitor, monotonic_ms(self.world), self.config)
+        decision = decide(state.membership, Timeouts(state.monitor, self.config), monotonic_ms(self.world))
         for fact in decision.facts:
-            lost = cast(TaskManagerLost, fact)  # the only fact decide_timeouts decides
+            lost = cast(TaskManagerLost, fact)  # the only fact a Timeouts decides
             self.logger.warning("taskmanager lost", resource_id=lost.resource_id, reason=lost.reason)
         if decision.facts:
             self.commit_facts(decision.facts, now=now)

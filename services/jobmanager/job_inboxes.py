@@ -21,10 +21,11 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
+from sluice.services.common.decision import Address, Checkpoint, Deliver, FailJob, Send
 from sluice.services.common.world import World, monotonic_ms
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
-from sluice.services.jobs.reconcile import accept_lost_finals, deployment_timeouts
+from sluice.services.jobs import reconcile
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import Blobs, Consumed, GroupConsumer, Keys, tag_of
 from sluice.store.consumer import Entry
@@ -43,11 +44,7 @@ class _Scheduled(NamedTuple):
 
 
 def _merge(into: jobs.Decision, decision: jobs.Decision | None) -> None:
-    if decision is not None:
-        assert decision.now == into.now, "a merged decision was decided at another time than its batch"
-        into.facts += decision.facts
-        into.sends += decision.sends
-        into.checkpoint |= decision.checkpoint
+    into.merge(decision)
 
 
 class JobInboxes:
@@ -86,7 +83,7 @@ class JobInboxes:
         job_id = self.keys.job_id_of(tag_of(stream))
         assert job_id is not None
         now = self.world.now_ms()
-        merged = jobs.Decision(job_id, now)
+        merged = jobs.Decision(job_id=job_id, now=now)
         done: list[str] = []
         for entry in entries:
             try:
@@ -96,6 +93,9 @@ class JobInboxes:
                 continue
             except Exception as exc:
                 raise HandlerFailed(entry, exc) from exc
+            if decision.rejected is not None:
+                self.committer.park(entry, decision.rejected.kind, str(decision.rejected))
+                continue
             _merge(merged, decision)
             self._restarts_seen(decision.facts)  # before the batch's scheduling pass looks at them
             done.append(entry.id)
@@ -110,18 +110,19 @@ class JobInboxes:
         env = entry.envelope
         if isinstance(env.event, SubmitJob):
             if job_id in state.jobs.jobs:
-                return jobs.Decision(job_id, now)  # already accepted: a redelivery
+                return jobs.Decision(job_id=job_id, now=now)  # already accepted: a redelivery
             try:
                 splits = plan_splits(env.event)
             except Exception as exc:
-                return jobs.Decision(job_id, now, sends=[(("inbox", env.event.reply_to), JobRefused(job_id, str(exc)))])
+                return jobs.Decision(sends=[Send(Address.client(env.event.reply_to), JobRefused(job_id, str(exc)))],
+                                     job_id=job_id, now=now)
             self.logger.info("job submitted", job=job_id, name=env.event.graph.name,
                              subtasks=sum(v.parallelism for v in env.event.graph.vertices))
-            return jobs.submit(state.jobs, env.event, splits, self.storage_root, now,
-                               state.membership.attempt_floor)
+            return jobs.decide(state.jobs, jobs.Submit(env.event, splits, self.storage_root,
+                                                       state.membership.attempt_floor), now)
         if isinstance(env.event, (UpdateTaskExecutionState, TaskOperationResult)):
             state.reports.heard(f"{job_id}/{env.event.execution_id}")  # for reconciliation
-        decision = jobs.on_message(state.jobs, job_id, env, self.jobs_config, now)
+        decision = jobs.decide(state.jobs, jobs.Inbound(job_id, env, self.jobs_config), now)
         if decision.note:
             self.logger.debug("job message", job=job_id, note=decision.note)
         return decision
@@ -136,13 +137,13 @@ class JobInboxes:
             return
         sends = []
         inboxes: dict[str, str] = {}  # a deployment pass sends a thousand messages to a few TaskManagers
-        for (kind, where), ev in decision.sends:
-            if kind == "tm":
-                target = inboxes.get(where)
+        for to, ev in decision.sends:
+            if to.kind == "taskmanager":
+                target = inboxes.get(to.name)
                 if target is None:
-                    target = inboxes[where] = self.keys.inbox(self.keys.taskmanager(where))
+                    target = inboxes[to.name] = self.keys.inbox(self.keys.taskmanager(to.name))
             else:
-                target = where
+                target = to.name
             sends.append((target, ev))
         consumed = Consumed(stream, self.group, entry_ids) if stream and entry_ids else None
         # One decision, one script: its facts and its messages land together or not at all
@@ -192,7 +193,8 @@ class JobInboxes:
 
         state = self.state()
         reports = state.reports
-        for d in accept_lost_finals(state.jobs, reports, caught_up, self.world.now_ms(), self.jobs_config):
+        for d in reconcile.decide(state.jobs, reconcile.LostFinals(reports, caught_up, self.jobs_config),
+                                  self.world.now_ms()).jobs:
             self.commit(d)
         for task_id in reports.accepted:
             self.logger.warning("a final state taken from a slot report: its own report was lost", task=task_id)
@@ -222,8 +224,8 @@ class JobInboxes:
             return _Scheduled(None, free)  # already waiting for slots and none is free: nothing to try
         sessions = {r.resource_id: r.session for r in state.membership.active()}
         at = self.world.now_ms() if now is None else now
-        return _Scheduled(jobs.schedule(state.jobs, job_id, free, at, sessions, timers=state.timers,
-                                        clock=monotonic_ms(self.world)), free)
+        return _Scheduled(jobs.decide(state.jobs, jobs.Schedule(job_id, free, sessions, state.timers,
+                                                                monotonic_ms(self.world)), at), free)
 
     def _free_slots(self) -> jobs.FreeSlots:
         state = self.state()
@@ -238,13 +240,14 @@ class JobInboxes:
         clock = monotonic_ms(self.world)
         total = sum(r.slots for r in state.membership.active())
         if not self.recovering():  # no waiting for slots times out while nothing can be scheduled, nor for that time
-            for d in jobs.tick(state.jobs, self.jobs_config, now, total, timers=state.timers, clock=clock):
+            for d in jobs.decide(state.jobs, jobs.SlotWaits(self.jobs_config, total, timers=state.timers,
+                                                            clock=clock), now).jobs:
                 self.commit(d)
         reports = state.reports
         if clock >= self._next_deploy_check:  # once a second is plenty for a timeout of a minute
             self._next_deploy_check = clock + 1000
-            for d in deployment_timeouts(state.jobs, reports, now, self.jobs_config.deploy_timeout_ms,
-                                         self.jobs_config, clock=clock):
+            for d in reconcile.decide(state.jobs, reconcile.DeploymentTimeouts(
+                    reports, self.jobs_config.deploy_timeout_ms, self.jobs_config, clock=clock), now).jobs:
                 self.logger.warning("deployment timed out", job=d.job_id, facts=len(d.facts))
                 self.commit(d)
         self.flush_coordinators(now)
@@ -300,10 +303,10 @@ class JobInboxes:
             return {}
         job = state.jobs.jobs.get(job_id)
         ending = job is not None and job.status in TERMINAL_JOB  # a last checkpoint keeps the final state
-        flush = coords.flush(now, force=decision.checkpoint or ending)
-        if flush.failures:
-            reason = "\n".join(flush.failures)
-            failed = jobs.fail_job(state.jobs, job_id, reason, now)
+        flush = coords.flush(now, force=bool(decision.of(Checkpoint)) or ending)
+        if flush.of(FailJob):
+            reason = "\n".join(f.reason for f in flush.of(FailJob))
+            failed = jobs.decide(state.jobs, jobs.FailAtOnce(job_id, reason), now)
             if failed.facts:  # a failed coordinator stays failed: say so once, when the job fails
                 self.logger.error("coordinator failed; failing the job", job=job_id, reason=reason.splitlines()[0])
             for ev in failed.facts:
@@ -312,10 +315,9 @@ class JobInboxes:
             decision.sends += failed.sends
         tag = self.keys.job(job_id)
         deliver: dict[int, str] = {}
-        for ev, to in flush.facts:
-            if to is not None:
-                deliver[len(decision.facts)] = self.keys.task_inbox(tag, to[0], to[1])
-            decision.facts.append(ev)
+        for d in flush.of(Deliver):
+            deliver[len(decision.facts) + d.fact] = self.keys.task_inbox(tag, d.to.vertex, d.to.subtask)
+        decision.facts += flush.facts
         return deliver
 
     def close_coordinators(self) -> None:
@@ -327,4 +329,4 @@ class JobInboxes:
     def flush_coordinators(self, now: int) -> None:
         """Periodic checkpoints, and what coordinator threads did since the last pass."""
         for job_id in list(self.state().coords):
-            self.commit(jobs.Decision(job_id, now))
+            self.commit(jobs.Decision(job_id=job_id, now=now))

@@ -49,7 +49,7 @@ class JobDisposal:
         facts, reply = dispose(jobs, msg)
         if facts:
             now = self.world.now_ms()
-            self.commit_job(Decision(msg.job_id, now, list(facts)))  # deletes the state it names, once committed
+            self.commit_job(Decision(list(facts), job_id=msg.job_id, now=now))  # deletes the state it names, once committed
             for fact in facts:
                 evolve(self.state().jobs, Envelope(fact, "", 0, now))
             self.logger.info("job disposed", job=msg.job_id,

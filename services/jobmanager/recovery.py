@@ -84,7 +84,7 @@ class Restorer:
         if coords is not None:
             coords.start(now)
             coords.replay(r.tails.get(job_id, {}))
-            self.jobs.commit(jobs.Decision(job_id, now))
+            self.jobs.commit(jobs.Decision(job_id=job_id, now=now))
 
     def _jobs(self, only: str | None) -> JobsState:
         """The leader's jobs, or a view of one of them (its run and the shared slot pool)."""
@@ -98,7 +98,8 @@ class Restorer:
         """Jobs not yet renumbered above the attempt floor (a restart of Redis that may have lost
         writes; a leader that died while doing this): every unfinished attempt runs again."""
         members = self.state().membership
-        for d in jobs.log_restarted(self._jobs(only), members.restart_reason, now, members.attempt_floor):
+        restart = jobs.LogRestart(members.restart_reason, members.attempt_floor)
+        for d in jobs.decide(self._jobs(only), restart, now).jobs:
             self.jobs.commit(d)
 
     def orphans(self, now: int, only: str | None = None) -> None:
@@ -111,7 +112,7 @@ class Restorer:
         active = {row.resource_id: row.session for row in members.active()}
         registered = {row.resource_id: row.epoch for row in members.active()}
         reasons = {rid: row.reason or "" for rid, row in members.taskmanagers.items()}
-        for d in jobs.orphans(self._jobs(only), active, reasons, self.jobs_config, now, registered):
+        for d in jobs.decide(self._jobs(only), jobs.Orphans(active, reasons, self.jobs_config, registered), now).jobs:
             self.jobs.commit(d)
 
     def heard(self, job_id: str, job: JobRun | None) -> None:

@@ -30,6 +30,9 @@ cluster inbox was appended after everything that read saw (``Memory.read``, ``he
 backlog of old heartbeats never fails a running attempt. What the leader remembers
 between reports (``Memory``) is soft state, like the heartbeat monitor: a new leader
 starts it afresh.
+
+One door: ``decide(state, stimulus, now) -> Decision`` (services/common/decision.py), the
+stimulus a ``SlotReport``, ``LostFinals`` or ``DeploymentTimeouts``.
 """
 
 from __future__ import annotations
@@ -38,12 +41,22 @@ from collections import Counter
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
-from sluice.events import AttemptReport, CancelTask, ScheduleOrUpdateConsumers, TaskState, UpdateTaskExecutionState
+from sluice.events import (
+    AttemptReport,
+    CancelTask,
+    Event,
+    ScheduleOrUpdateConsumers,
+    TaskState,
+    UpdateTaskExecutionState,
+)
+from sluice.services.common.decision import Address, Decision, Note, Recorded, Send
 
-from .core import Decision, JobsConfig, _fail, _maybe_complete, _Recorder, _update, gone
+from .core import _fail, _maybe_complete, _update, gone
+from .recorder import Recorder
 from .state import TERMINAL_JOB, Execution, JobRun, JobsState, SlotPool
+from .stimuli import JobsConfig
 
-__all__ = ["Memory", "Reconciled", "reconcile", "accept_lost_finals", "deployment_timeouts"]
+__all__ = ["Memory", "SlotReport", "LostFinals", "DeploymentTimeouts", "decide"]
 
 _WATCHED = (TaskState.INITIALIZING, TaskState.RUNNING, TaskState.CANCELING)
 """States in which an attempt must be in its TaskManager's report (DEPLOYING: the
@@ -157,17 +170,56 @@ class Memory:
         return seen is not None and seen.reports >= 2
 
 
-@dataclass
-class Reconciled:
-    """What one slot report causes: job decisions (facts) and messages to the TaskManager."""
+@dataclass(frozen=True)
+class SlotReport:
+    """TaskManager ``resource_id`` (registered as ``session``) reported the attempts it holds
+    and the final states not yet confirmed. The grace period runs on ``clock``, the leader's
+    monotonic clock (None: ``now``, for the core on its own): a wall clock that steps would
+    act on a difference early, or late."""
 
-    decisions: list[Decision] = field(default_factory=list)
-    cancels: list[CancelTask] = field(default_factory=list)
-    release: list[UpdateTaskExecutionState] = field(default_factory=list)
-    """Attempts the leader has as FINISHED that the TaskManager still holds: freed there."""
-    recorded: list[str] = field(default_factory=list)
-    """Final states the log has: the TaskManager may forget them."""
-    notes: list[str] = field(default_factory=list)
+    memory: Memory
+    resource_id: str
+    session: str
+    report: list[AttemptReport]
+    grace_ms: int
+    config: JobsConfig
+    clock: int | None = None
+
+
+@dataclass(frozen=True)
+class LostFinals:
+    """A read's messages were handled: final states whose own reports are lost are taken
+    (``caught_up(job_id)``: the job's inbox was read to its end)."""
+
+    memory: Memory
+    caught_up: Callable[[str], bool]
+    config: JobsConfig
+
+
+@dataclass(frozen=True)
+class DeploymentTimeouts:
+    """Time passed: deployments unanswered for ``timeout_ms`` (on ``clock``; None: ``now``) fail."""
+
+    memory: Memory
+    timeout_ms: int
+    config: JobsConfig
+    clock: int | None = None
+
+
+def decide(state: JobsState, stimulus: SlotReport | LostFinals | DeploymentTimeouts, now: int) -> Decision:
+    """Reconciliation's one door. A slot report's decision sends to the TaskManager (cancels,
+    releases) and says what it may forget (``Recorded``); every stimulus's job facts are in
+    ``Decision.jobs``, one decision per job."""
+    s = stimulus
+    if type(s) is SlotReport:
+        return _reconcile(state, s.memory, s.resource_id, s.session, s.report, now, s.grace_ms, s.config,
+                          clock=s.clock)
+    if type(s) is LostFinals:
+        return Decision(now=now, jobs=_accept_lost_finals(state, s.memory, s.caught_up, now, s.config))
+    if type(s) is DeploymentTimeouts:
+        return Decision(now=now, jobs=_deployment_timeouts(state, s.memory, now, s.timeout_ms, s.config,
+                                                           clock=s.clock))
+    raise TypeError(f"{type(s).__name__} is not a stimulus of reconciliation")
 
 
 def _split(task_id: str) -> tuple[str, str]:
@@ -175,20 +227,23 @@ def _split(task_id: str) -> tuple[str, str]:
     return job_id, execution_id
 
 
-def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, report: list[AttemptReport],
-              now: int, grace_ms: int, config: JobsConfig, *, clock: int | None = None) -> Reconciled:
+def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, report: list[AttemptReport],
+               now: int, grace_ms: int, config: JobsConfig, *, clock: int | None = None) -> Decision:
     """Compare TaskManager ``resource_id`` (registered as ``session``)'s slot report with the
     attempts placed on it; the state is changed by the decisions, as they are decided
     (at ``now``: the wall clock, their facts' time). The grace period runs on ``clock``, the
     leader's monotonic clock (None: ``now``, for the core on its own): a wall clock that
     steps would act on a difference early, or late."""
     clock = now if clock is None else clock
-    out = Reconciled()
+    cancels: list[Event] = []
+    release: list[Event] = []
+    recorded: list[str] = []
+    notes: list[str] = []
     tm = memory.taskmanagers.setdefault(resource_id, _PerTaskManager())
     previous, tm.differences = tm.differences, {}
     held = {r.task_id: r for r in report if not r.state.terminal}
     finals = {r.task_id: r for r in report if r.state.terminal}
-    recorders: dict[str, _Recorder] = {}
+    recorders: dict[str, Recorder] = {}
 
     def due(kind: str, task_id: str) -> bool:
         """Whether a difference has lasted long enough to act on (and remember it)."""
@@ -205,9 +260,9 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
         tm.cancelled[task_id] = clock
         return True
 
-    def recorder(job_id: str) -> _Recorder:
+    def recorder(job_id: str) -> Recorder:
         if job_id not in recorders:
-            recorders[job_id] = _Recorder(state, job_id, now)
+            recorders[job_id] = Recorder(state, job_id, now)
         return recorders[job_id]
 
     # Attempts placed here (they hold its slots): missing ones, and deployments not taken.
@@ -238,7 +293,7 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
             gone(rec, job, ex, f"TaskManager {resource_id} no longer holds it and never reported its end "
                                "(its slot report does not list it)", config)
             _maybe_complete(rec, job)
-            out.notes.append(f"{task_id} missing on {resource_id}: failed")
+            notes.append(f"{task_id} missing on {resource_id}: failed")
 
     # Final states reported here: confirmed when the log has them; otherwise kept until the
     # job's inbox has been read to its end since (``accept_lost_finals``).
@@ -250,7 +305,7 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
         ex = found.current(execution_id) if found is not None else None
         if found is None or found.status in TERMINAL_JOB or ex is None or ex.state.terminal \
                 or ex.taskmanager != resource_id:
-            out.recorded.append(task_id)  # the log has its end, or does not count the attempt
+            recorded.append(task_id)  # the log has its end, or does not count the attempt
             memory.drop_final(task_id)
             continue
         memory.keep_final(task_id, resource_id, line)
@@ -263,28 +318,33 @@ def reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, 
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.CANCELING:
             # Still held though the leader cancelled it: the CancelTask was lost, say it again.
             if due("cancelling", task_id) and cancel_due(task_id):
-                out.cancels.append(CancelTask(job_id, execution_id, "cancelled (said again: the TaskManager still "
+                cancels.append(CancelTask(job_id, execution_id, "cancelled (said again: the TaskManager still "
                                                                     "holds it)"))
             continue
         if ex is not None and ex.taskmanager == resource_id and not ex.state.terminal:
             continue  # as it should be
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.FINISHED:
             if due("finished", task_id):  # no TaskManager named: the leader's release, not a worker's report
-                out.release.append(UpdateTaskExecutionState(job_id, execution_id, TaskState.FINISHED, None, ex.vertex,
-                                                            ex.subtask, ex.attempt, None, ex.slot))
+                release.append(UpdateTaskExecutionState(job_id, execution_id, TaskState.FINISHED, None, ex.vertex,
+                                                        ex.subtask, ex.attempt, None, ex.slot))
             continue
         if not due("unknown", task_id) or not cancel_due(task_id):
             continue
         why = ("its job is not running" if found is None or found.status in TERMINAL_JOB
                else "the leader does not count this attempt (it failed, was cancelled, or was replaced)")
-        out.cancels.append(CancelTask(job_id, execution_id, f"reconciled with the slot report of {resource_id}: {why}"))
-        out.notes.append(f"{task_id} unknown on {resource_id}: cancelled")
+        cancels.append(CancelTask(job_id, execution_id, f"reconciled with the slot report of {resource_id}: {why}"))
+        notes.append(f"{task_id} unknown on {resource_id}: cancelled")
     tm.cancelled = {t: at for t, at in tm.cancelled.items() if t in held}
-    out.decisions = [rec.decision for rec in recorders.values() if rec.decision]
+    to = Address.taskmanager(resource_id)
+    out = Decision(sends=[Send(to, m) for m in (*cancels, *release)], now=now,
+                   jobs=[rec.decision for rec in recorders.values() if rec.decision])
+    out.instructions += [Note(n) for n in notes]
+    if recorded:
+        out.instructions.append(Recorded(tuple(recorded)))
     return out
 
 
-def accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[str], bool], now: int,
+def _accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[str], bool], now: int,
                        config: JobsConfig) -> list[Decision]:
     """Final states TaskManagers report for attempts the leader still has running, whose
     own reports are lost: taken from the slot reports. Lost, not late: an attempt's final
@@ -293,7 +353,7 @@ def accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[st
     the slot report) and the attempt still runs, the report is not coming. Taking it
     earlier would overtake what the attempt sent before it (its queryable state, its
     partition being ready). Called after a read's messages were handled."""
-    out: dict[str, _Recorder] = {}
+    out: dict[str, Recorder] = {}
     notes = []
     ready: dict[str, bool] = {}
     if not any(caught_up(job_id) for job_id in memory.final_jobs):
@@ -313,7 +373,7 @@ def accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[st
         memory.drop_final(task_id)
         if job is None or ex is None or ex.state.terminal or ex.taskmanager != resource_id:
             continue
-        rec = out.setdefault(job_id, _Recorder(state, job_id, now))
+        rec = out.setdefault(job_id, Recorder(state, job_id, now))
         final, error = line.state, line.error
         if final == TaskState.FINISHED and _state_lost(job, ex):
             # Its queryable state's registration was lost with its reports (a restart of
@@ -341,7 +401,7 @@ def _state_lost(job: JobRun, ex: Execution) -> bool:
     return loc is None or not any(e.execution_id == ex.id for e in loc.entries.values())
 
 
-def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: int,
+def _deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: int,
                         config: JobsConfig, *, clock: int | None = None) -> list[Decision]:
     """Attempts DEPLOYING for longer than ``timeout_ms`` (on ``clock``, the leader's monotonic
     clock, from their deployment as ``Memory.deployed`` has it, and from this leader's start
@@ -368,14 +428,15 @@ def deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: 
                 slot = _first_slot(state.pool, tm, job_id, eid, ex.slot)
                 if slot is not None:
                     due.append((tm, slot, job_id, eid))
-    out: dict[str, _Recorder] = {}
+    out: dict[str, Recorder] = {}
     for tm, _slot, job_id, eid in sorted(due):
         ex = _timed_out(state, memory, clock, timeout_ms, tm, job_id, eid, one_clock)  # again: one failed may end its job
         if ex is None:
             continue
         job = state.jobs[job_id]
-        rec = out.setdefault(job_id, _Recorder(state, job_id, now))
-        rec.send(("tm", tm), CancelTask(job_id, eid, "deployment timed out"))  # before: a restart renumbers ex
+        rec = out.setdefault(job_id, Recorder(state, job_id, now))
+        # (sent before it fails: a restart renumbers ex)
+        rec.send(Address.taskmanager(tm), CancelTask(job_id, eid, "deployment timed out"))
         _fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
                             "(its SubmitTask or the answer was lost)", config)
         _maybe_complete(rec, job)

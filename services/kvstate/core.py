@@ -12,8 +12,9 @@ The rules are Flink's ``KvStateLocationRegistry`` (see ``registry``), as events:
 - a key-group range outside ``0..max parallelism-1`` is an error;
 - a notification for a job that is not running gets "job not found".
 
-Refusals become a ``KvStateNotificationRefused`` fact and a note for the JobManager's
-log; none raises. Registrations also carry the attempt that registered (Sluice's addition
+``decide(job, notification, now)`` returns a ``Decision`` (services/common/decision.py).
+Refusals become a ``KvStateNotificationRefused`` fact and a ``Note`` for the JobManager's
+log; a clash adds a ``FailVertex``; none raises. Registrations also carry the attempt that registered (Sluice's addition
 to Flink's message): an attempt that is not the subtask's current, live one is refused,
 and when an attempt fails or is cancelled (or the job fails or is cancelled) the leader
 records its unregistration itself (``released``), in the same decision that records the
@@ -24,7 +25,7 @@ is disposed (``dispose``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sluice.events import (
@@ -41,30 +42,22 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
+from sluice.services.common.decision import Decision, FailVertex, Note
 
 from .registry import KvStateEntry, KvStateLocation
 
 if TYPE_CHECKING:
-    from sluice.services.jobs.state import Execution, JobRun, JobsState
+    from sluice.services.jobs.state import JobRun, JobsState
 
-__all__ = ["LIVE_TASK", "RUNNING_JOB", "Verdict", "decide", "dispose", "released"]
+__all__ = ["LIVE_TASK", "RUNNING_JOB", "decide", "dispose", "released"]
 
 RUNNING_JOB = frozenset({JobStatus.CREATED, JobStatus.RUNNING, JobStatus.RESTARTING})
 LIVE_TASK = frozenset({TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING})
 
 
-@dataclass
-class Verdict:
-    """What a notification causes: ``facts`` to record, an ``error`` to log, and for a
-    clash ``fail_vertex``: the vertex to fail without restart (``fail`` its attempt, if live)."""
-
-    facts: list[Event] = field(default_factory=list)
-    error: str | None = None
-    fail_vertex: str | None = None
-    fail: Execution | None = None
-
-
-def decide(job: JobRun | None, job_id: str, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered) -> Verdict:
+def decide(job: JobRun | None, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered, now: int = 0) -> Decision:
+    """The registry's door: what a notification to ``job`` (None: its job is not known) causes."""
+    job_id = job.job_id if job is not None else msg.job_id
     kind = msg.TYPE
     if job is None or msg.job_id != job_id or job.status not in RUNNING_JOB:
         why = "no such job" if job is None or msg.job_id != job_id else f"it is {job.status.value}"
@@ -85,11 +78,11 @@ def decide(job: JobRun | None, job_id: str, msg: NotifyKvStateRegistered | Notif
     if loc.vertex != msg.vertex_id:
         return _refuse(job, job_id, msg, f"vertex {msg.vertex_id!r} cannot unregister KvState "
                                          f"{msg.registration_name!r}: another operator ({loc.vertex!r}) registered it")
-    return Verdict([NotifyKvStateUnregistered(job_id, msg.vertex_id, r, msg.registration_name,
-                                              _retired(loc, r.start, r.end))])
+    return Decision([NotifyKvStateUnregistered(job_id, msg.vertex_id, r, msg.registration_name,
+                                               _retired(loc, r.start, r.end))])
 
 
-def _register(job: JobRun, msg: NotifyKvStateRegistered, loc: KvStateLocation | None) -> Verdict:
+def _register(job: JobRun, msg: NotifyKvStateRegistered, loc: KvStateLocation | None) -> Decision:
     name = msg.registration_name
     vertex = job.vertices.get(msg.vertex_id)
     if vertex is None:
@@ -107,19 +100,19 @@ def _register(job: JobRun, msg: NotifyKvStateRegistered, loc: KvStateLocation | 
                   f"{loc.vertex!r} has already registered; {msg.vertex_id!r} fails without restart (give each "
                   "queryable vertex its own name)")
         v = _refuse(job, job.job_id, msg, reason)
-        v.fail_vertex, v.fail = msg.vertex_id, ex
+        v.instructions.append(FailVertex(msg.vertex_id, ex.id if ex is not None else None, reason))
         return v
     if ex is not None and msg.execution_id != ex.id:
         msg = replace(msg, execution_id=ex.id)  # recorded under the attempt's own id
-    return Verdict([msg])
+    return Decision([msg])
 
 
 def _refuse(job: JobRun | None, job_id: str, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered,
-            reason: str) -> Verdict:
+            reason: str) -> Decision:
     facts: list[Event] = []
     if job is not None:
         facts.append(KvStateNotificationRefused(job_id, msg.TYPE, msg.vertex_id, msg.registration_name, reason))
-    return Verdict(facts, reason)
+    return Decision(facts, instructions=[Note(reason)])
 
 
 def _retired(loc: KvStateLocation, start: int, end: int) -> list[str]:

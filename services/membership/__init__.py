@@ -3,11 +3,12 @@
 from .core import (
     Decision,
     HeartbeatMonitor,
+    Inbound,
     Membership,
     MembershipConfig,
     TaskManagerRow,
+    Timeouts,
     decide,
-    decide_timeouts,
     evolve,
 )
 
@@ -17,7 +18,8 @@ __all__ = [
     "Membership",
     "MembershipConfig",
     "TaskManagerRow",
+    "Inbound",
+    "Timeouts",
     "decide",
-    "decide_timeouts",
     "evolve",
 ]

@@ -1,7 +1,8 @@
 """Membership, pure: who is in the cluster, decided from messages, folded from facts.
 
-``decide(state, message)`` returns the facts a message causes and the replies it
-gets; ``evolve(state, fact)`` applies one fact. Neither does I/O, reads a clock or
+``decide(state, stimulus, now)`` (the door: an ``Inbound`` message, or ``Timeouts``)
+returns a ``Decision`` (services/common/decision.py): the facts a message causes and the
+replies it gets; ``evolve(state, fact)`` applies one fact. Neither does I/O, reads a clock or
 draws randomness: time comes in with the call. Liveness (when each TaskManager was
 last heard from) is not history and is not folded from the log: a new leader starts
 every TaskManager's heartbeat timeout afresh, as Flink's JobMaster does.
@@ -33,15 +34,17 @@ from sluice.events import (
     UnregisterTaskManager,
 )
 from sluice.events.ids import id_problem
+from sluice.services.common.decision import Address, Decision, Rejected, Send
 
 __all__ = [
     "MembershipConfig",
     "TaskManagerRow",
     "Membership",
     "Decision",
+    "Inbound",
+    "Timeouts",
     "UnexpectedMessage",
     "decide",
-    "decide_timeouts",
     "evolve",
     "HeartbeatMonitor",
 ]
@@ -139,12 +142,24 @@ class Membership:
         return sum(r.slots for r in self.active())
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What a message causes: facts for the log, replies to TaskManagers (by resource id)."""
+@dataclass(frozen=True)
+class Inbound:
+    """A message on the cluster inbox."""
 
-    facts: tuple[Event, ...] = ()
-    replies: tuple[tuple[str, Event], ...] = ()
+    env: Envelope
+    config: MembershipConfig
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Time passed (``now``: on the leader's monotonic clock, as ``monitor``'s)."""
+
+    monitor: HeartbeatMonitor
+    config: MembershipConfig
+
+
+def _reply(resource_id: str, reply: Event) -> Decision:
+    return Decision(sends=[Send(Address.taskmanager(resource_id), reply)])
 
 
 # --- evolve ------------------------------------------------------------------------------
@@ -180,11 +195,20 @@ def evolve(state: Membership, env: Envelope) -> Membership:
 # --- decide ------------------------------------------------------------------------------
 
 
-def decide(state: Membership, env: Envelope, config: MembershipConfig) -> Decision:
-    """The facts and replies one cluster-inbox message causes; MessageRejected (before
-    anything is decided) for a message that cannot be answered: its resource id cannot be
-    used to address the TaskManager, so it is parked with the reason instead."""
-    msg = env.event
+def decide(state: Membership, stimulus: Inbound | Timeouts, now: int) -> Decision:
+    """Membership's one door: the facts and replies a cluster-inbox message causes, or the
+    TaskManagers that timed out. It never raises: a message that cannot be answered (its
+    resource id cannot be used to address the TaskManager) or that the cluster inbox does
+    not take is ``Rejected`` before anything is decided, and parked with the reason."""
+    if isinstance(stimulus, Timeouts):
+        return _timeouts(state, stimulus.monitor, now, stimulus.config)
+    try:
+        return _message(state, stimulus.env.event, stimulus.config)
+    except MessageRejected as exc:
+        return Decision(instructions=[Rejected(exc)])
+
+
+def _message(state: Membership, msg: Event, config: MembershipConfig) -> Decision:
     if isinstance(msg, (RegisterTaskManager, TaskManagerHeartbeat, UnregisterTaskManager, ReportStorageReach)):
         problem = id_problem(msg.resource_id, f"{msg.TYPE}'s resource id")
         if problem is not None:
@@ -194,14 +218,14 @@ def decide(state: Membership, env: Envelope, config: MembershipConfig) -> Decisi
     if isinstance(msg, TaskManagerHeartbeat):
         if state.is_registered(msg.resource_id, msg.session):
             return Decision()
-        return Decision(replies=((msg.resource_id, DisconnectTaskManager(
+        return _reply(msg.resource_id, DisconnectTaskManager(
             msg.resource_id, msg.session, state.epoch,
             "this TaskManager is not registered with the leader (declared lost, or registered "
             "under another session); register again",
-        )),))
+        ))
     if isinstance(msg, UnregisterTaskManager):
         if state.is_registered(msg.resource_id, msg.session):
-            return Decision(facts=(TaskManagerUnregistered(msg.resource_id, msg.session, msg.reason),))
+            return Decision([TaskManagerUnregistered(msg.resource_id, msg.session, msg.reason)])
         return Decision()  # already gone: leaving twice is harmless
     if isinstance(msg, ReportStorageReach):
         return _storage_reach(state, msg)
@@ -221,12 +245,12 @@ def _storage_reach(state: Membership, msg: ReportStorageReach) -> Decision:
     said = (msg.storage_root, msg.root_id, msg.path, msg.problem)
     if (row.storage_root, row.root_id, row.storage_path, row.storage_problem) == said:
         return Decision()
-    return Decision(facts=(TaskManagerStorageReach(msg.resource_id, msg.session, *said),))
+    return Decision([TaskManagerStorageReach(msg.resource_id, msg.session, *said)])
 
 
 def _register(state: Membership, msg: RegisterTaskManager, config: MembershipConfig) -> Decision:
     def refuse(reason: str, retry: bool) -> Decision:
-        return Decision(replies=((msg.resource_id, RefuseRegistration(msg.resource_id, msg.session, state.epoch, reason, retry)),))
+        return _reply(msg.resource_id, RefuseRegistration(msg.resource_id, msg.session, state.epoch, reason, retry))
 
     if msg.protocol_version != PROTOCOL_VERSION:
         return refuse(
@@ -248,19 +272,21 @@ def _register(state: Membership, msg: RegisterTaskManager, config: MembershipCon
     row = state.taskmanagers.get(msg.resource_id)
     if row is not None and row.status == "REGISTERED":
         if row.session == msg.session:
-            return Decision(replies=((msg.resource_id, AlreadyRegistered(msg.resource_id, msg.session, state.epoch, *told)),))
-        facts: tuple[Event, ...] = (
+            return _reply(msg.resource_id, AlreadyRegistered(msg.resource_id, msg.session, state.epoch, *told))
+        facts: list[Event] = [
             TaskManagerLost(row.resource_id, row.session, f"restarted: registered again as session {msg.session}"),
-        )
+        ]
     else:
-        facts = ()
-    facts += (TaskManagerRegistered(msg.resource_id, msg.session, msg.host, msg.slots, dict(msg.labels)),)
-    return Decision(facts=facts, replies=((msg.resource_id, AcknowledgeRegistration(msg.resource_id, msg.session, state.epoch, *told)),))
+        facts = []
+    facts.append(TaskManagerRegistered(msg.resource_id, msg.session, msg.host, msg.slots, dict(msg.labels)))
+    decision = _reply(msg.resource_id, AcknowledgeRegistration(msg.resource_id, msg.session, state.epoch, *told))
+    decision.facts += facts
+    return decision
 
 
-def decide_timeouts(state: Membership, monitor: HeartbeatMonitor, now: int, config: MembershipConfig) -> Decision:
+def _timeouts(state: Membership, monitor: HeartbeatMonitor, now: int, config: MembershipConfig) -> Decision:
     """TaskManagers not heard from for the heartbeat timeout are lost."""
-    facts = []
+    facts: list[Event] = []
     for row in state.active():
         last = monitor.last_seen.get(row.resource_id)
         if last is None:
@@ -270,7 +296,7 @@ def decide_timeouts(state: Membership, monitor: HeartbeatMonitor, now: int, conf
                 row.resource_id, row.session,
                 f"no heartbeat for {now - last} ms (timeout {config.heartbeat_timeout_ms} ms)",
             ))
-    return Decision(facts=tuple(facts))
+    return Decision(facts)
 
 
 @dataclass

@@ -3,7 +3,9 @@
 States: ``UNREGISTERED`` (waiting for a leader or for the backoff to pass),
 ``REGISTERING`` (a request is out), ``REGISTERED``, ``REFUSED`` (final: the leader said
 trying again cannot help). Inputs are replies from the leader, leader heartbeats and
-ticks with the current time; outputs are what the shell should do next.
+ticks with the current time; outputs are what the shell should do next. One door:
+``decide(registration, stimulus, now) -> Decision`` (services/common/decision.py), the
+stimulus a ``Tick`` or a message from the leader; every send goes to the cluster inbox.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from sluice.events import (
     RegisterTaskManager,
     TaskManagerHeartbeat,
 )
+from sluice.services.common.decision import Address, Decision, Send
 
-__all__ = ["RegistrationConfig", "Registration", "Send"]
+__all__ = ["RegistrationConfig", "Registration", "Tick", "decide"]
 
 State = Literal["UNREGISTERED", "REGISTERING", "REGISTERED", "REFUSED"]
 
@@ -39,10 +42,23 @@ class RegistrationConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Send:
-    """Send ``message`` to the cluster inbox."""
+class Tick:
+    """Time passes; ``leader_epoch`` is the epoch of the current lease holder, if any."""
 
-    message: Event
+    leader_epoch: int | None
+    slots_free: int
+
+
+def decide(reg: Registration, stimulus: Tick | Event, now: int) -> Decision:
+    """The registration's one door: a tick, or a message from the leader in this
+    TaskManager's inbox; ``reg`` changes as it decides."""
+    if isinstance(stimulus, Tick):
+        return Decision(sends=reg._tick(now, stimulus.leader_epoch, stimulus.slots_free))
+    return Decision(sends=reg._receive(stimulus, now))
+
+
+def _to_leader(message: Event) -> Send:
+    return Send(Address.cluster(), message)
 
 
 @dataclass
@@ -71,8 +87,7 @@ class Registration:
 
     # --- inputs --------------------------------------------------------------------------
 
-    def tick(self, now: int, leader_epoch: int | None, slots_free: int) -> list[Send]:
-        """Time passes; ``leader_epoch`` is the epoch of the current lease holder, if any."""
+    def _tick(self, now: int, leader_epoch: int | None, slots_free: int) -> list[Send]:
         if self.state == "REFUSED":
             return []
         if self.state == "REGISTERED":
@@ -84,8 +99,8 @@ class Registration:
                 self.backoff_ms = 0
             elif now >= self.next_heartbeat:
                 self.next_heartbeat = now + self.config.heartbeat_interval_ms
-                return [Send(TaskManagerHeartbeat(self.resource_id, self.session, self.epoch or 0, slots_free,
-                                                  list(self.reporter())))]
+                return [_to_leader(TaskManagerHeartbeat(self.resource_id, self.session, self.epoch or 0, slots_free,
+                                                        list(self.reporter())))]
             return []
         if now < self.next_attempt or leader_epoch is None:
             return []
@@ -93,11 +108,11 @@ class Registration:
         self.backoff_ms = min(max(self.backoff_ms * 2, self.config.initial_backoff_ms), self.config.max_backoff_ms)
         self.next_attempt = now + self.backoff_ms
         self._to("REGISTERING", f"registering with the leader at epoch {leader_epoch}")
-        return [Send(RegisterTaskManager(self.resource_id, self.session, self.host, self.slots,
-                                         PROTOCOL_VERSION, leader_epoch, dict(self.labels), list(self.reporter())))]
+        return [_to_leader(RegisterTaskManager(self.resource_id, self.session, self.host, self.slots,
+                                               PROTOCOL_VERSION, leader_epoch, dict(self.labels),
+                                               list(self.reporter())))]
 
-    def receive(self, msg: Event, now: int) -> list[Send]:
-        """A message from the leader arrived in this TaskManager's inbox."""
+    def _receive(self, msg: Event, now: int) -> list[Send]:
         if isinstance(msg, JobManagerHeartbeat):
             if self.state == "REGISTERED":
                 if msg.epoch == self.epoch:
@@ -133,4 +148,4 @@ class Registration:
         self._to("UNREGISTERED", why)
         self.backoff_ms = 0
         self.next_attempt = now
-        return self.tick(now, epoch, 0)
+        return self._tick(now, epoch, 0)

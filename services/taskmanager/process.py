@@ -38,7 +38,7 @@ from sluice.services.common.world import SYSTEM, World, monotonic_ms
 from sluice.store import Blobs, EventLog, LeaseHolder, current_leader
 from sluice.store.consumer import Entry
 
-from .core import Registration, RegistrationConfig
+from .core import Registration, RegistrationConfig, Tick, decide
 from .inbox import GROUP, Inbox
 from .launches import Launches
 from .library import LibraryCache
@@ -207,8 +207,8 @@ class TaskManager:
                 self.pool.drop_all(msg.reason)
             elif isinstance(msg, AcknowledgeRegistration) and msg.session == self.reg.session and self.tasks:
                 self.pool.drop_all("registered afresh: the leader had declared this TaskManager lost")
-            for send in self.reg.receive(msg, monotonic_ms(self.world)):  # (its timeouts: monotonic)
-                self.to_leader.send(send.message, cause=entry.envelope.id)
+            for send in decide(self.reg, msg, monotonic_ms(self.world)).sends:  # (its timeouts: monotonic)
+                self.to_leader.send(send.event, cause=entry.envelope.id)
             if isinstance(msg, (AcknowledgeRegistration, AlreadyRegistered)) and msg.session == self.reg.session:
                 self.root_watch.expect(msg.session, msg.storage_root, msg.root_id, monotonic_ms(self.world))
 
@@ -224,8 +224,9 @@ class TaskManager:
             self._leader = current_leader(self.log)
             self._next_look = now + _LOOK_EVERY_MS
         leader = self._leader
-        for send in self.reg.tick(monotonic_ms(self.world), leader.epoch if leader else None, self.pool.free()):
-            self.to_leader.send(send.message)
+        for send in decide(self.reg, Tick(leader.epoch if leader else None, self.pool.free()),
+                           monotonic_ms(self.world)).sends:
+            self.to_leader.send(send.event)
         if self.reg.state == "REGISTERED":  # what it sees of the leader's storage root (looked at off the loop)
             report = self.root_watch.poll(monotonic_ms(self.world), self.reg.session)
             if report is not None and self.to_leader.send(report):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import orjson
@@ -37,8 +38,9 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 from sluice.services.coordination.coordinator import ContextNotBound, CoordinatorContext, OperatorCoordinator
-from sluice.services.coordination.runtime import Flush, JobCoordinators, operator_of
+from sluice.services.coordination.runtime import JobCoordinators, operator_of
 from sluice.services.coordination.source import NO_MORE, REQUEST, SPLIT, plan_range
+from tests.cores import flushed
 
 JOB = "job-1"
 
@@ -313,11 +315,11 @@ def restart(op: str, subtask: int, attempt: int) -> TaskRestartScheduled:
     return TaskRestartScheduled(JOB, op, subtask, attempt, 0, attempt)
 
 
-def sends(flush: Flush) -> list[tuple[Event, Any]]:
+def sends(flush: SimpleNamespace) -> list[tuple[Event, Any]]:
     return [(ev, to) for ev, to in flush.facts if not isinstance(ev, CoordinatorCheckpointed)]
 
 
-def checkpoints(flush: Flush) -> list[CoordinatorCheckpointed]:
+def checkpoints(flush: SimpleNamespace) -> list[CoordinatorCheckpointed]:
     return [ev for ev, _ in flush.facts if isinstance(ev, CoordinatorCheckpointed)]
 
 
@@ -333,11 +335,11 @@ class Log:
         self.j = j
         self.facts: list[Event] = []
 
-    def step(self, *inputs: Event, now: int = 0, force: bool = False) -> Flush:
+    def step(self, *inputs: Event, now: int = 0, force: bool = False) -> SimpleNamespace:
         for ev in inputs:
             self.j.feed(ev)
             self.facts.append(ev)
-        out = self.j.flush(now, force=force)
+        out = flushed(self.j.flush(now, force=force))
         self.facts += [ev for ev, _ in out.facts]
         self.j.committed()
         return out
@@ -383,12 +385,12 @@ def json_facts(facts: list[Event]) -> list[Event]:
 
 def test_events_from_the_coordinator_reach_the_right_subtask_and_attempt() -> None:
     j = coordinators(user_vertex(DeterministicEcho, parallelism=3))
-    first = j.flush(0)
+    first = flushed(j.flush(0))
     assert [c.checkpoint_id for c in checkpoints(first)] == [0]  # a started coordinator is checkpointed at once
     j.feed(restart("op", 2, 1))  # subtask 2 runs again as attempt 1
     for s in range(3):
         j.feed(to_coordinator("op", s, f"hi from {s}"))
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     assert out.failures == []
     assert out.facts == [
         (to_subtask("op", 1, {"echo": "hi from 0", "from": 0}, 0), ("op", 1)),
@@ -425,13 +427,13 @@ def test_events_to_a_subtask_that_is_not_running_wait_in_its_inbox() -> None:
     j.flush(0)
     ctx = coordinator(j).context
     ctx.send_event(1, "early")  # no subtask is ready yet
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     assert out.facts == [(to_subtask("op", 1, "early", 0), ("op", 1))]
     j.feed(task_state("op", 1, 0, TaskState.FAILED, "lost"))
     j.feed(restart("op", 1, 1))
     ctx.send_event(1, "later")  # for the attempt that runs next
     ctx.send_event(1, "for the old one", attempt=0)
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     assert out.facts == [(to_subtask("op", 1, "later", 1), ("op", 1)),
                          (to_subtask("op", 1, "for the old one", 0), ("op", 1))]
     with pytest.raises(ValueError, match="subtasks 0..1; there is no subtask 2"):
@@ -463,7 +465,7 @@ def test_a_failed_subtasks_splits_are_added_back_and_assigned_again(protocol: st
 
     def ask(subtask: int, attempt: int) -> list:
         j.feed(request(protocol, subtask, attempt))
-        out = j.flush(0)
+        out = flushed(j.flush(0))
         assert out.failures == []
         return out.facts
 
@@ -490,13 +492,13 @@ def test_the_source_coordinator_prefers_the_requesters_host() -> None:
     j.flush(0)
     for subtask, host, want in [(0, "b", 1), (1, "a", 0), (0, "x", 2), (1, "b", 3), (1, "a", None)]:
         j.feed(request("operator-events", subtask, 0, host))
-        assert j.flush(0).facts == [answer("operator-events", subtask, 0, None if want is None else splits[want])]
+        assert flushed(j.flush(0)).facts == [answer("operator-events", subtask, 0, None if want is None else splits[want])]
 
 
 def test_the_source_coordinator_refuses_other_events() -> None:
     j = coordinators(source_vertex())
     j.feed(to_coordinator("src", 0, {"type": "hello"}))
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     assert out.facts == [] and len(out.failures) == 1
     assert "takes only {'type': 'request-split'" in out.failures[0]
 
@@ -511,7 +513,7 @@ def test_checkpoint_then_restore_gives_the_same_coordinator_state() -> None:
     for ev in (request("operator-events", 0, 0), request("operator-events", 1, 0, "h"), to_coordinator("op", 0, "x"),
                request("operator-events", 0, 0), task_state("src", 0, 0, TaskState.FAILED, "x"), restart("src", 0, 1)):
         j1.feed(ev)
-    cut = j1.flush(0, force=True)
+    cut = flushed(j1.flush(0, force=True))
     taken = {c.operator_id: c for c in checkpoints(cut)}
     assert set(taken) == {"src", "op"}
     assert cut.facts[-1] == (taken["op"], None) and taken["op"].released == 1  # after the echo it released
@@ -522,16 +524,16 @@ def test_checkpoint_then_restore_gives_the_same_coordinator_state() -> None:
     j2.start(0)
     assert coordinator(j2, "src").enumerator.assigner == coordinator(j1, "src").enumerator.assigner
     assert coordinator(j2, "op").got == coordinator(j1, "op").got
-    again1, again2 = j1.flush(0, force=True), j2.flush(0, force=True)
+    again1, again2 = flushed(j1.flush(0, force=True)), flushed(j2.flush(0, force=True))
     assert again2.facts == again1.facts  # the same state at the same checkpoint id
     later = (restart("src", 0, 1), request("operator-events", 0, 1), request("operator-events", 1, 0),
              to_coordinator("op", 2, "y"), task_state("src", 1, 0, TaskState.FAILED), request("operator-events", 0, 1))
     for ev in later:
         j1.feed(ev)
         j2.feed(ev)
-        f1, f2 = j1.flush(0), j2.flush(0)
+        f1, f2 = flushed(j1.flush(0)), flushed(j2.flush(0))
         assert f2.facts == f1.facts and f1.failures == f2.failures == []
-    assert j2.flush(0, force=True).facts == j1.flush(0, force=True).facts
+    assert flushed(j2.flush(0, force=True)).facts == flushed(j1.flush(0, force=True)).facts
 
 
 @pytest.mark.parametrize("protocol", ["operator-events", "input-splits"])
@@ -546,11 +548,11 @@ def test_replay_of_a_deterministic_coordinator_checks_its_answers(protocol: str)
 
     # a faithful log: the new leader answers the same, muted, and goes on like the old one
     j2 = log.takeover(v)
-    assert j2.flush(0).failures == []
+    assert flushed(j2.flush(0)).failures == []
     for ev in (request(protocol, 0, 1), request(protocol, 1, 0), request(protocol, 1, 0)):
         log.j.feed(ev)
         j2.feed(ev)
-        f1, f2 = log.j.flush(0), j2.flush(0)
+        f1, f2 = flushed(log.j.flush(0)), flushed(j2.flush(0))
         assert f2.facts == f1.facts and f2.failures == []
 
     # a log whose recorded answer differs from what the coordinator answers now
@@ -566,7 +568,7 @@ def test_replay_of_a_deterministic_coordinator_checks_its_answers(protocol: str)
             tail[i] = to_subtask("src", ev.subtask, {"type": SPLIT, "split": wrong}, ev.attempt)
         assert tail[i] != ev
 
-    failures = log.takeover(v, tamper=other_split).flush(0).failures
+    failures = flushed(log.takeover(v, tamper=other_split).flush(0)).failures
     assert len(failures) == 1
     assert "declared deterministic" in failures[0] and "first difference" in failures[0]
     assert "set deterministic = False" in failures[0]
@@ -578,7 +580,7 @@ def test_replay_of_a_deterministic_coordinator_checks_its_answers(protocol: str)
                    and not getattr(ev, "to_coordinator", False))
         del tail[last]
 
-    failures = log.takeover(v, tamper=one_answer_fewer).flush(0).failures
+    failures = flushed(log.takeover(v, tamper=one_answer_fewer).flush(0)).failures
     assert len(failures) == 1 and "declared deterministic" in failures[0] and "one list is longer" in failures[0]
 
 
@@ -601,11 +603,11 @@ def test_a_source_read_each_split_holds_a_slow_reader_back_from_the_last_splits_
     assert sends(out) == [answer(protocol, 1, 0, None)]
 
     j2 = log.takeover(v)  # replays the requests after the checkpoint, with their times
-    assert j2.flush(0).failures == []
+    assert flushed(j2.flush(0)).failures == []
     assert coordinator(j2, "src").enumerator.assigner == coordinator(log.j, "src").enumerator.assigner
     for j in (log.j, j2):
         j.feed(request(protocol, 0, 0, at=1300))
-        assert sends(j.flush(0)) == [answer(protocol, 0, 0, plan[4])]
+        assert sends(flushed(j.flush(0))) == [answer(protocol, 0, 0, plan[4])]
 
     # the same requests without times, or to a source read whole: no end game
     for at, each_split in ((0, True), (1, False)):
@@ -625,7 +627,7 @@ def test_replay_of_a_non_deterministic_coordinator_answers_inputs_again() -> Non
     log.facts.append(to_coordinator("op", 1, "b"))
     j2 = log.takeover(v)
     assert coordinator(j2).got == [(0, 0, "a"), (1, 0, "b")]
-    out = j2.flush(0)
+    out = flushed(j2.flush(0))
     assert out.failures == []
     assert sends(out) == [(to_subtask("op", 0, {"echo": "b", "from": 1}), ("op", 0))]
     assert [c.released for c in checkpoints(out)] == [1]
@@ -636,13 +638,13 @@ def test_replay_of_a_non_deterministic_coordinator_answers_inputs_again() -> Non
 
 def test_held_back_events_are_released_with_the_checkpoint_that_covers_them() -> None:
     j = coordinators(user_vertex(Echo, parallelism=2))
-    assert [(c.checkpoint_id, c.released) for c in checkpoints(j.flush(0))] == [(0, 0)]
+    assert [(c.checkpoint_id, c.released) for c in checkpoints(flushed(j.flush(0)))] == [(0, 0)]
     j.committed()
     assert coordinator(j).completed == [0]
     for body in ("a", "b", "c"):
         j.feed(to_coordinator("op", 0, body))
     assert len(j.holders["op"].context._queue) == 3  # sent, not released yet
-    out = j.flush(0)  # not forced, not due: the held events force a checkpoint
+    out = flushed(j.flush(0))  # not forced, not due: the held events force a checkpoint
     assert out.failures == []
     assert out.facts == [
         (to_subtask("op", 1, {"echo": "a", "from": 0}), ("op", 1)),
@@ -654,9 +656,9 @@ def test_held_back_events_are_released_with_the_checkpoint_that_covers_them() ->
     j.committed()
     j.committed()
     assert coordinator(j).completed == [0, 1]
-    assert j.flush(0).facts == []  # nothing new: no checkpoint
+    assert flushed(j.flush(0)).facts == []  # nothing new: no checkpoint
     coordinator(j).context.send_event(0, "from its own thread")
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     assert [type(ev).__name__ for ev, _ in out.facts] == ["OperatorEvent", "CoordinatorCheckpointed"]
     assert checkpoints(out)[0].released == 1
 
@@ -665,7 +667,7 @@ def test_a_deterministic_coordinator_releases_without_a_checkpoint() -> None:
     j = coordinators(user_vertex(DeterministicEcho, parallelism=2))
     j.flush(0)
     j.feed(to_coordinator("op", 0, "a"))
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     assert out.facts == [(to_subtask("op", 1, {"echo": "a", "from": 0}), ("op", 1))]
 
 
@@ -674,20 +676,20 @@ def test_held_back_events_are_never_released_without_their_checkpoint() -> None:
     j.holders["op"].checkpoint_id = 0  # as if restored: no checkpoint at start
     j.start(0)
     j.feed(to_coordinator("op", 0, "a"))
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     assert out.facts == [] and len(out.failures) == 1  # the checkpoint failed: the echo stays held
 
 
 def test_checkpoints_are_taken_when_due_or_requested() -> None:
     j = coordinators(user_vertex(DeterministicEcho), interval_ms=100)
-    assert checkpoints(j.flush(0))
+    assert checkpoints(flushed(j.flush(0)))
     j.feed(to_coordinator("op", 0, "a"))
-    assert checkpoints(j.flush(50)) == []
-    assert [c.checkpoint_id for c in checkpoints(j.flush(100))] == [1]  # inputs arrived and the interval passed
-    assert checkpoints(j.flush(500)) == []  # no inputs since
+    assert checkpoints(flushed(j.flush(50))) == []
+    assert [c.checkpoint_id for c in checkpoints(flushed(j.flush(100)))] == [1]  # inputs arrived and the interval passed
+    assert checkpoints(flushed(j.flush(500))) == []  # no inputs since
     coordinator(j).context.request_checkpoint()
-    assert [c.checkpoint_id for c in checkpoints(j.flush(510))] == [2]
-    assert [c.checkpoint_id for c in checkpoints(j.flush(520, force=True))] == [3]
+    assert [c.checkpoint_id for c in checkpoints(flushed(j.flush(510)))] == [2]
+    assert [c.checkpoint_id for c in checkpoints(flushed(j.flush(520, force=True)))] == [3]
 
 
 # --- failures --------------------------------------------------------------------------------------
@@ -705,10 +707,10 @@ def test_a_coordinator_failure_fails_the_job_and_the_coordinator_is_not_called_a
     j = coordinators(user_vertex(cls))
     c = coordinator(j)
     deadline = time.monotonic() + 5
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     j.feed(to_coordinator("op", 0, "x"))
     while not out.failures and time.monotonic() < deadline:  # a thread's failure comes when it comes
-        out = j.flush(0)
+        out = flushed(j.flush(0))
         time.sleep(0.001)
     assert len(out.failures) == 1, out
     assert text in out.failures[0]
@@ -718,7 +720,7 @@ def test_a_coordinator_failure_fails_the_job_and_the_coordinator_is_not_called_a
     for ev in (to_coordinator("op", 1, "y"), task_state("op", 0, 0, TaskState.RUNNING),
                task_state("op", 1, 0, TaskState.FAILED), restart("op", 1, 1), task_state("op", 2, 0, TaskState.FINISHED)):
         j.feed(ev)
-    again = j.flush(0, force=True)
+    again = flushed(j.flush(0, force=True))
     j.committed()
     assert c.calls == calls  # silenced
     assert again.failures == out.failures  # and the job stays failed
@@ -732,7 +734,7 @@ def test_a_coordinator_that_cannot_be_created_fails_the_job() -> None:
     j = JobCoordinators(JOB, [user_vertex(Echo)], {}, broken)
     j.start(0)
     j.feed(to_coordinator("op", 0, "x"))
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     assert out.facts == [] and len(out.failures) == 1
     assert "creating the coordinator of 'op' failed" in out.failures[0] and "no module for" in out.failures[0]
 
@@ -758,7 +760,7 @@ def test_sending_from_reset_to_checkpoint_raises_context_not_bound() -> None:
     j.restore("op", 4, {"got": []})
     assert len(SendsInReset.caught) == 1 and isinstance(SendsInReset.caught[0], ContextNotBound)
     j.start(0)
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     assert out.facts == [] and len(out.failures) == 1
     assert "failed in reset_to_checkpoint" in out.failures[0] and "ContextNotBound" in out.failures[0]
     assert "used its context before the JobManager leads" in out.failures[0]
@@ -767,7 +769,7 @@ def test_sending_from_reset_to_checkpoint_raises_context_not_bound() -> None:
 
 def test_sending_from_init_raises_context_not_bound() -> None:
     j = coordinators(user_vertex(SendsInInit))
-    out = j.flush(0)
+    out = flushed(j.flush(0))
     assert out.facts == [] and len(out.failures) == 1
     assert "creating the coordinator of 'op' failed" in out.failures[0]
     assert "ContextNotBound" in out.failures[0] and "used its context before the JobManager leads" in out.failures[0]
@@ -796,11 +798,11 @@ def test_a_coordinator_thread_sends_while_the_main_loop_checkpoints(cls: type) -
         assert time.monotonic() - began < 10, "the coordinator's thread did not finish"
         now += 1
         j.feed(to_coordinator("op", now % 2, now))
-        out = j.flush(now, force=True)
+        out = flushed(j.flush(now, force=True))
         assert out.failures == []
         facts += [ev for ev, _ in out.facts]
         j.committed()
-    out = j.flush(now + 1, force=True)
+    out = flushed(j.flush(now + 1, force=True))
     facts += [ev for ev, _ in out.facts]
     j.close()
 
@@ -832,7 +834,7 @@ def test_a_then_callback_after_the_snapshot_is_not_released_with_it() -> None:
     j = coordinators(user_vertex(SlowWork, parallelism=2))
     j.flush(0)
     j.feed(to_coordinator("op", 1, "job"))
-    out = j.flush(0, force=True)
+    out = flushed(j.flush(0, force=True))
     released = 0
     for ev, _ in out.facts:
         if isinstance(ev, CoordinatorCheckpointed):
@@ -844,10 +846,10 @@ def test_a_then_callback_after_the_snapshot_is_not_released_with_it() -> None:
 def test_a_recorded_checkpoint_state_does_not_change_afterwards() -> None:
     j = coordinators(user_vertex(LiveState, parallelism=2))
     c = coordinator(j)
-    first = checkpoints(j.flush(0))[0]
+    first = checkpoints(flushed(j.flush(0)))[0]
     assert first.state == {"sent": 0}
     c.send(1)
-    second = checkpoints(j.flush(0))[0]
+    second = checkpoints(flushed(j.flush(0)))[0]
     assert second.state == {"sent": 1} and second.released == 1
     c.send(0)  # the coordinator's thread goes on before the flush is committed
     assert (first.state, second.state) == ({"sent": 0}, {"sent": 1})
@@ -860,9 +862,9 @@ def test_after_takeover_a_send_goes_to_the_attempt_that_runs() -> None:
     log.step(task_state("op", 1, 0, TaskState.FAILED, "x"), restart("op", 1, 1), force=True)
     assert coordinator(log.j).context.current_attempt(1) == 1
     j2 = log.takeover(v)
-    assert j2.flush(0).failures == []
+    assert flushed(j2.flush(0)).failures == []
     j2.feed(to_coordinator("op", 0, "to the restarted subtask"))
-    assert j2.flush(0).facts == [(to_subtask("op", 1, {"echo": "to the restarted subtask", "from": 0}, 1), ("op", 1))]
+    assert flushed(j2.flush(0)).facts == [(to_subtask("op", 1, {"echo": "to the restarted subtask", "from": 0}, 1), ("op", 1))]
 
 
 def test_a_deterministic_coordinator_that_sends_in_start_survives_a_takeover() -> None:
@@ -872,5 +874,5 @@ def test_a_deterministic_coordinator_that_sends_in_start_survives_a_takeover() -
     assert sends(first) == [(to_subtask("op", 0, "hello"), ("op", 0))]
     log.step(to_coordinator("op", 0, "a"))
     j2 = log.takeover(v)
-    out = j2.flush(0)
+    out = flushed(j2.flush(0))
     assert out.failures == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.api import Job
+from sluice.errors import UnexpectedJobMessage
 from sluice.events import (
     CancelJob,
     CancelTask,
@@ -21,21 +22,18 @@ from sluice.events import (
     RestartStrategy,
     ScheduleOrUpdateConsumers,
     SourceSpec,
-    SubmitJob,
-    SubmitTask,
     Success,
     TaskOperationResult,
     TaskSource,
     TaskState,
     UpdateTaskExecutionState,
 )
-from sluice.services.jobs import core
-from sluice.services.jobs.state import JobsState, evolve
+from sluice.services.common.decision import Address
+from sluice.services.jobs import core, scheduling
+from sluice.services.jobs.state import evolve
 from sluice.services.jobs.validate import InvalidJobGraph, problems, validate
-from tests.helpers import env
+from tests.cores import CFG, JobsDriven
 from tests.services import jobfixtures
-
-CFG = core.JobsConfig(slot_timeout_ms=10_000)
 
 
 def wordcount(restart: RestartStrategy | None = None, sources: int = 2, reducers: int = 2) -> JobGraph:
@@ -51,59 +49,6 @@ def copy_job(sources: int) -> JobGraph:
     j = Job("copy")
     j.read_text("lines", "/data/in.txt", parallelism=sources).write_parquet("out", "/data/out")
     return j.graph()
-
-
-class Sim:
-    """Drives the core like the JobManager shell does, recording every fact (the log)."""
-
-    def __init__(self, graph: JobGraph, slots: dict[str, int]) -> None:
-        self.state = JobsState()
-        self.log: list = []
-        self.sent: list = []
-        self.slots = slots
-        self.now = 1_000
-        splits = {v.name: [{"path": "/data/in.txt", "start": i, "end": i + 1, "index": i} for i in range(3)]
-                  for v in graph.vertices if v.source is not None}
-        self.record(core.submit(self.state, SubmitJob("j1", graph, "blob", "mod", "client-inbox"), splits,
-                                "file:///s", self.now))
-
-    def record(self, decision: core.Decision) -> core.Decision:
-        self.log += decision.facts
-        self.sent += decision.sends
-        return decision
-
-    def free(self) -> core.FreeSlots:
-        used = self.state.pool.by_tm
-        return {tm: [s for s in range(n) if s not in used.get(tm, ())] for tm, n in sorted(self.slots.items())}
-
-    def schedule(self) -> list[SubmitTask]:
-        d = self.record(core.schedule(self.state, "j1", self.free(), self.now))
-        return [ev for _, ev in d.sends if isinstance(ev, SubmitTask)]
-
-    def tell(self, message) -> core.Decision:
-        return self.record(core.on_message(self.state, "j1", env(message), CFG, self.now))
-
-    def report(self, task: SubmitTask, state: TaskState, error: str | None = None) -> core.Decision:
-        return self.tell(UpdateTaskExecutionState("j1", task.execution_id, state, error))
-
-    def produce(self, task: SubmitTask) -> None:
-        self.tell(ScheduleOrUpdateConsumers("j1", task.execution_id, task.vertex_id, task.subtask, task.attempt))
-
-    def run_to_end(self, task: SubmitTask, produce: bool = True) -> None:
-        self.report(task, TaskState.RUNNING)
-        if produce and task.descriptor.output:
-            self.produce(task)
-        self.report(task, TaskState.FINISHED)
-
-    @property
-    def job(self):
-        return self.state.jobs["j1"]
-
-    def replayed(self) -> JobsState:
-        state = JobsState()
-        for fact in self.log:
-            evolve(state, Envelope(fact, "", 0, self.now))
-        return state
 
 
 # --- validation ------------------------------------------------------------------------------
@@ -168,7 +113,7 @@ def test_a_lambda_transform_is_refused_at_build_time() -> None:
 
 
 def test_sources_deploy_first_spread_over_taskmanagers_and_consumers_wait_for_data() -> None:
-    sim = Sim(wordcount(), {"tm-a": 2, "tm-b": 2})
+    sim = JobsDriven(wordcount(), {"tm-a": 2, "tm-b": 2})
     first = sim.schedule()
     assert [(t.vertex_id, t.subtask) for t in first] == [("lines -> tokenize", 0), ("lines -> tokenize", 1)]
     assert {sim.job.vertices[t.vertex_id].subtasks[t.subtask].taskmanager for t in first} == {"tm-a", "tm-b"}
@@ -176,7 +121,7 @@ def test_sources_deploy_first_spread_over_taskmanagers_and_consumers_wait_for_da
                                                     {"path": "/data/in.txt", "start": 0, "end": 1, "index": 0})
     for t in first:
         sim.report(t, TaskState.RUNNING)
-    assert ("inbox", "client-inbox") in [d for d, _ in sim.sent] and sim.job.status == JobStatus.RUNNING
+    assert Address.client("client-inbox") in [d for d, _ in sim.sent] and sim.job.status == JobStatus.RUNNING
     sim.produce(first[0])
     assert sim.schedule() == []  # a keyed consumer needs every producer's partition
     sim.produce(first[1])
@@ -192,7 +137,7 @@ def test_sources_deploy_first_spread_over_taskmanagers_and_consumers_wait_for_da
 
 
 def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins_or_fails_after_the_timeout() -> None:
-    sim = Sim(wordcount(), {})
+    sim = JobsDriven(wordcount(), {})
     assert sim.schedule() == []
     assert sim.job.waiting_since == sim.now
     sim.slots = {"tm-new": 1}
@@ -200,19 +145,20 @@ def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins_or_fails_after_
     (one,) = sim.schedule()
     # the second source still waits: the same wait (one fact), its timeout counted from the slot taken
     assert (sim.job.waiting_since, sim.job.slot_taken_at) == (1_000, 1_500)
-    assert core.tick(sim.state, CFG, 1_500 + CFG.slot_timeout_ms, total_slots=1) == []
-    assert len(core.tick(sim.state, CFG, 1_501 + CFG.slot_timeout_ms, total_slots=1)) == 1
-    late = Sim(wordcount(), {})
+    sim.now = 1_500 + CFG.slot_timeout_ms
+    assert sim.tell(core.SlotWaits(CFG, total_slots=1)).jobs == []
+    sim.now += 1
+    assert len(sim.tell(core.SlotWaits(CFG, total_slots=1)).jobs) == 1
+    late = JobsDriven(wordcount(), {})
     late.schedule()
     late.now += CFG.slot_timeout_ms + 1
-    for d in core.tick(late.state, CFG, late.now, total_slots=0):
-        late.record(d)
+    late.tell(core.SlotWaits(CFG, total_slots=0))
     assert late.job.status == JobStatus.FAILED
     assert "waited 10 s for free slots" in late.job.reason and "sluice scale" in late.job.reason
 
 
 def test_a_failed_task_is_restarted_after_the_delay_then_the_job_fails_with_the_users_error() -> None:
-    sim = Sim(wordcount(RestartStrategy("fixed-delay", 2, 100)), {"tm-a": 4})
+    sim = JobsDriven(wordcount(RestartStrategy("fixed-delay", 2, 100)), {"tm-a": 4})
     tasks = sim.schedule()
     victim = tasks[0]
     sim.report(victim, TaskState.RUNNING)
@@ -237,7 +183,7 @@ def test_a_failed_task_is_restarted_after_the_delay_then_the_job_fails_with_the_
 
 
 def test_exponential_backoff_doubles_the_delay_up_to_the_maximum() -> None:
-    sim = Sim(wordcount(RestartStrategy("exponential-backoff", 5, 100, 300)), {"tm-a": 4})
+    sim = JobsDriven(wordcount(RestartStrategy("exponential-backoff", 5, 100, 300)), {"tm-a": 4})
     delays = []
     task = sim.schedule()[0]
     for _ in range(4):
@@ -250,7 +196,7 @@ def test_exponential_backoff_doubles_the_delay_up_to_the_maximum() -> None:
 
 
 def test_a_failed_deployment_counts_as_a_failure() -> None:
-    sim = Sim(wordcount(RestartStrategy("none")), {"tm-a": 4})
+    sim = JobsDriven(wordcount(RestartStrategy("none")), {"tm-a": 4})
     t = sim.schedule()[0]
     sim.tell(TaskOperationResult("j1", t.execution_id, False, "starting the task failed at step 'temp files'"))
     assert sim.job.status in (JobStatus.FAILING, JobStatus.FAILED)
@@ -258,7 +204,7 @@ def test_a_failed_deployment_counts_as_a_failure() -> None:
 
 
 def test_cancelling_cancels_every_task() -> None:
-    sim = Sim(wordcount(), {"tm-a": 4})
+    sim = JobsDriven(wordcount(), {"tm-a": 4})
     tasks = sim.schedule()
     sim.report(tasks[0], TaskState.RUNNING)
     d = sim.tell(CancelJob("j1", "user asked"))
@@ -271,11 +217,10 @@ def test_cancelling_cancels_every_task() -> None:
 
 
 def test_tasks_on_a_lost_taskmanager_fail_and_restart_elsewhere() -> None:
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     tasks = sim.schedule()
     on_a = next(t for t in tasks if sim.job.vertices[t.vertex_id].subtasks[t.subtask].taskmanager == "tm-a")
-    for d in core.taskmanager_lost(sim.state, "tm-a", "no heartbeat", CFG, sim.now):
-        sim.record(d)
+    sim.tell(core.TaskManagerGone("tm-a", "no heartbeat", CFG))
     ex = sim.job.vertices[on_a.vertex_id].subtasks[on_a.subtask]
     assert ex.attempt == 1 and "TaskManager tm-a was lost (no heartbeat)" in ex.error
     sim.slots = {"tm-b": 2}
@@ -284,7 +229,7 @@ def test_tasks_on_a_lost_taskmanager_fail_and_restart_elsewhere() -> None:
 
 
 def test_stale_and_illegal_updates_change_nothing() -> None:
-    sim = Sim(wordcount(), {"tm-a": 4})
+    sim = JobsDriven(wordcount(), {"tm-a": 4})
     t = sim.schedule()[0]
     sim.report(t, TaskState.RUNNING)
     d = sim.tell(UpdateTaskExecutionState("j1", "lines -> tokenize:0:7", TaskState.FINISHED))
@@ -296,7 +241,7 @@ def test_stale_and_illegal_updates_change_nothing() -> None:
 def test_consumers_read_a_restarted_producer_at_its_new_attempt() -> None:
     # Replay = live is not tested here: both sides would fold with the same evolve. The state
     # machine in test_jobs_model.py checks it among the invariants that give it meaning.
-    sim = Sim(wordcount(RestartStrategy("fixed-delay", 3, 0)), {"tm-a": 2, "tm-b": 1})
+    sim = JobsDriven(wordcount(RestartStrategy("fixed-delay", 3, 0)), {"tm-a": 2, "tm-b": 1})
     producers = sim.schedule()
     sim.report(producers[0], TaskState.FAILED, "flaky")
     producers = producers[1:] + sim.schedule()
@@ -318,7 +263,7 @@ def test_a_producer_that_finished_before_its_produced_report_arrived_still_lets_
     leader reclaims it only after a lease, so the FINISHED sent after it comes first. Finished
     means produced (a worker reports its partition before it finishes): the consumers are
     deployed, and the late report is ignored (found by simulation seed 21108, all faults)."""
-    sim = Sim(wordcount(sources=1, reducers=1), {"tm-a": 2})
+    sim = JobsDriven(wordcount(sources=1, reducers=1), {"tm-a": 2})
     (producer,) = sim.schedule()
     sim.run_to_end(producer, produce=False)
     (consumer,) = sim.schedule()
@@ -334,13 +279,14 @@ def test_a_producer_that_finished_before_its_produced_report_arrived_still_lets_
 def test_a_wait_for_slots_counts_from_when_the_leader_could_schedule_again() -> None:
     """A leader that rebuilt jobs while it served scheduled nothing meanwhile: a job already
     waiting for slots is not failed for that time (``since``), only for the wait after it."""
-    sim = Sim(wordcount(sources=3, reducers=1), {"tm-a": 1})
+    sim = JobsDriven(wordcount(sources=3, reducers=1), {"tm-a": 1})
     sim.schedule()
     waiting = sim.job.waiting_since
     assert waiting is not None
     late = waiting + CFG.slot_timeout_ms + 1
-    assert core.tick(sim.state, CFG, late, 1, since=late - 1000) == []
-    (failed,) = core.tick(sim.state, CFG, late, 1)
+    sim.now = late
+    assert sim.tell(core.SlotWaits(CFG, 1, since=late - 1000)).jobs == []
+    (failed,) = sim.tell(core.SlotWaits(CFG, 1)).jobs
     assert any(getattr(f, "status", None) == JobStatus.FAILING for f in failed.facts)
 
 
@@ -352,7 +298,7 @@ def test_a_job_of_many_tasks_on_few_slots_records_one_wait_not_one_for_every_slo
     """30 tasks on 2 slots: a wait when the first pass runs out of slots, its end when the last
     tasks are placed, and nothing in between (it was one JobWaitingForSlots a task: the wait
     ended with every slot taken and began again at the next pass). Replay gives the same."""
-    sim = Sim(copy_job(30), {"tm-a": 2})
+    sim = JobsDriven(copy_job(30), {"tm-a": 2})
     running = sim.schedule()
     assert _waits(sim.log) == ["JobWaitingForSlots"] and sim.job.waiting_since == 1_000
     while running:
@@ -374,9 +320,9 @@ def test_a_wait_recorded_by_an_older_leader_ends_at_the_next_slot_taken_as_it_di
     """A v1 JobWaitingForSlots (read with until_placed False) lasted until the job's next slot
     taken; replayed by this version it still does, and a wait that goes on after it is
     recorded again, now as a v2 wait that lasts until JobSlotsFound."""
-    sim = Sim(copy_job(4), {})
+    sim = JobsDriven(copy_job(4), {})
     old = JobWaitingForSlots("j1", 4, 0, until_placed=False)
-    sim.record(core.Decision("j1", sim.now, [old]))
+    sim.record(core.Decision([old], job_id="j1", now=sim.now))
     evolve(sim.state, Envelope(old, "", 0, sim.now))
     assert sim.job.waiting_since == 1_000 and not sim.job.wait_until_placed
     sim.slots = {"tm-a": 1}
@@ -390,8 +336,8 @@ def test_a_wait_recorded_by_an_older_leader_ends_at_the_next_slot_taken_as_it_di
 def test_a_pass_stopped_at_its_cap_does_not_end_a_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pass that deploys MAX_DEPLOY_PER_PASS tasks leaves the rest unlooked at: it cannot say
     every deployable task has a slot (it did, and then began the wait again)."""
-    monkeypatch.setattr(core, "MAX_DEPLOY_PER_PASS", 3)
-    sim = Sim(copy_job(8), {})
+    monkeypatch.setattr(scheduling, "MAX_DEPLOY_PER_PASS", 3)
+    sim = JobsDriven(copy_job(8), {})
     sim.schedule()
     sim.slots = {"tm-a": 6}
     sim.now += 10
@@ -409,8 +355,8 @@ def test_a_pass_stopped_at_its_cap_does_not_end_a_wait(monkeypatch: pytest.Monke
 def test_a_pass_that_places_the_last_waiting_tasks_at_its_cap_ends_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """At the cap with nothing left to look at, the pass did look at every task: the wait
     ends there (no later pass would: the shell schedules a job only while tasks are ready)."""
-    monkeypatch.setattr(core, "MAX_DEPLOY_PER_PASS", 3)
-    sim = Sim(copy_job(3), {})
+    monkeypatch.setattr(scheduling, "MAX_DEPLOY_PER_PASS", 3)
+    sim = JobsDriven(copy_job(3), {})
     sim.schedule()
     sim.slots = {"tm-a": 3}
     sim.now += 10
@@ -419,10 +365,10 @@ def test_a_pass_that_places_the_last_waiting_tasks_at_its_cap_ends_the_wait(monk
 
 
 def test_a_wait_of_an_older_leader_that_no_slot_taken_ended_ends_when_nothing_waits() -> None:
-    sim = Sim(copy_job(2), {"tm-a": 2})
+    sim = JobsDriven(copy_job(2), {"tm-a": 2})
     assert len(sim.schedule()) == 2 and _waits(sim.log) == []
     old = JobWaitingForSlots("j1", 1, 0, until_placed=False)  # (as a v1 fact replayed here)
-    sim.record(core.Decision("j1", sim.now, [old]))
+    sim.record(core.Decision([old], job_id="j1", now=sim.now))
     evolve(sim.state, Envelope(old, "", 0, sim.now))
     sim.now += 10
     assert sim.schedule() == []
@@ -433,7 +379,7 @@ def test_more_tasks_than_slots_deploy_in_order_and_a_pass_stops_at_the_first_wit
     """40 source subtasks on 3 slots: each pass deploys as many as there are free slots, in
     subtask order, and leaves the rest queued in that order; the pass stops at the first
     task that finds no slot (it looked at all 40 each time: O(N^2) for a big job)."""
-    sim = Sim(copy_job(40), {"tm-a": 2, "tm-b": 1})
+    sim = JobsDriven(copy_job(40), {"tm-a": 2, "tm-b": 1})
     order = []
     while len(order) < 40:
         deployed = sim.schedule()
@@ -455,7 +401,7 @@ def test_an_all_to_all_no_op_job_deploys_its_consumers_once_every_producer_finis
     j.noop("a", parallelism=3)
     j.noop("b", parallelism=2, after="a")
     validate(j.graph())
-    sim = Sim(j.graph(), {"tm-a": 8})
+    sim = JobsDriven(j.graph(), {"tm-a": 8})
     producers = sim.schedule()
     assert [t.vertex_id for t in producers] == ["a", "a", "a"]
     for t in producers[:2]:
@@ -476,7 +422,7 @@ def test_an_all_to_all_no_op_job_deploys_its_consumers_once_every_producer_finis
 def test_the_moved_attempts_cache_follows_a_restart() -> None:
     """Consumers' descriptors share a producer vertex's moved attempts (O(N) to deploy N
     all-to-all consumers): a restart of one of its subtasks must show in the next one."""
-    sim = Sim(wordcount(RestartStrategy("fixed-delay", 3, 0)), {"tm-a": 2, "tm-b": 1})
+    sim = JobsDriven(wordcount(RestartStrategy("fixed-delay", 3, 0)), {"tm-a": 2, "tm-b": 1})
     producers = sim.schedule()
     vertex = sim.job.vertices[producers[0].vertex_id]
     assert vertex.moved_attempts(sim.job.floor) == {}
@@ -489,7 +435,7 @@ def test_the_moved_attempts_cache_follows_a_restart() -> None:
 def test_a_split_request_is_recorded_with_the_leaders_time_as_the_coordinators_clock() -> None:
     """The fact says when the leader took the request (whatever the subtask sent): the
     source's coordinator paces its readers by it, and a replay must see the same time."""
-    sim = Sim(wordcount(), {"tm-a": 2})
+    sim = JobsDriven(wordcount(), {"tm-a": 2})
     first = sim.schedule()
     sim.report(first[0], TaskState.RUNNING)
     sim.now = 7_000
@@ -498,3 +444,12 @@ def test_a_split_request_is_recorded_with_the_leaders_time_as_the_coordinators_c
     recorded = [ev for ev in sim.log if isinstance(ev, (RequestNextInputSplit, OperatorEvent))]
     assert [(type(ev).__name__, ev.at) for ev in recorded] == [("RequestNextInputSplit", 7_000),
                                                               ("OperatorEvent", 7_000)]
+
+
+def test_a_message_a_job_inbox_does_not_take_is_rejected_not_raised() -> None:
+    """The door never raises (Temporal's ``activate``): the refusal is the decision, and the
+    shell parks the message with its reason."""
+    sim = JobsDriven(wordcount(), {"tm-a": 2})
+    d = sim.tell(Success("j1"))
+    assert isinstance(d.rejected, UnexpectedJobMessage) and "Success is not a message a job inbox takes" in str(d.rejected)
+    assert (d.facts, d.sends, d.job_id) == ([], [], "j1")

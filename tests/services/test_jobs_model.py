@@ -72,11 +72,13 @@ from sluice.events import (
     descriptor_from_json,
     descriptor_to_json,
 )
+from sluice.services.common.decision import Address
 from sluice.services.jobs import core
 from sluice.services.jobs.state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve
 from sluice.services.jobs.validate import validate
 from sluice.services.kvstate.registry import location_row
 from sluice.services.membership import core as membership
+from tests.cores import Driven
 from tests.services import jobfixtures
 
 CFG = core.JobsConfig(slot_timeout_ms=3_000)
@@ -173,9 +175,10 @@ class JobsMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.state = JobsState()
+        # The jobs core as the shell drives it (tests/cores.py): its state, clock, log and
+        # sends; a fold of its log from scratch must give the live state at the end.
+        self.core = Driven(core.decide, JobsState(), fold=evolve, fresh=JobsState, normalize=normalize, now=1_000)
         self.members = membership.Membership()
-        self.now = 1_000
         self.decisions: list[tuple[str, int, list[Event]]] = []  # the job facts committed, decision by decision
         self.replayed = JobsState()  # the log folded as it grows (a fold from scratch is compared at the end)
         self.sessions = itertools.count(1)
@@ -191,10 +194,27 @@ class JobsMachine(RuleBasedStateMachine):
         self.frozen: dict[str, dict] = {}
         self.last: tuple[str, Event, int] | None = None  # the last message told, and the decisions then
 
+    @property
+    def state(self) -> JobsState:
+        return self.core.state
+
+    @state.setter
+    def state(self, state: JobsState) -> None:
+        self.core.state = state
+
+    @property
+    def now(self) -> int:
+        return self.core.now
+
+    @now.setter
+    def now(self, now: int) -> None:
+        self.core.now = now
+
     # --- the shell ---
 
     def record(self, d: core.Decision) -> core.Decision:
         """What the committer does with a decision (and what the machine learns from it)."""
+        self.core.record(d)
         if d.facts:
             self.decisions.append((d.job_id, d.now, list(d.facts)))
             for fact in d.facts:
@@ -206,7 +226,7 @@ class JobsMachine(RuleBasedStateMachine):
                 self.check_deployment(dest, ev)
             elif isinstance(ev, CancelTask):
                 ex = self.state.jobs[ev.job_id].current(ev.execution_id)
-                assert ex is not None and ex.taskmanager is not None and dest == ("tm", ex.taskmanager), \
+                assert ex is not None and ex.taskmanager is not None and dest == Address.taskmanager(ex.taskmanager), \
                     f"CancelTask for {ev.execution_id} sent to {dest}, not where it runs"
             elif isinstance(ev, Success):
                 self.successes[ev.job_id] += 1
@@ -228,7 +248,8 @@ class JobsMachine(RuleBasedStateMachine):
         ex = job.vertices[task.vertex_id].subtasks[task.subtask]
         key = (task.job_id, task.vertex_id, task.subtask, task.attempt)
         assert (ex.id, ex.state) == (task.execution_id, TaskState.DEPLOYING), f"deployed {task.execution_id}: {ex}"
-        assert dest == ("tm", ex.taskmanager) and task.slot == ex.slot, f"{task.execution_id} sent to {dest}"
+        assert dest == Address.taskmanager(ex.taskmanager) and task.slot == ex.slot, \
+            f"{task.execution_id} sent to {dest}"
         assert key not in self.deployed, f"{task.execution_id} was deployed twice"
         assert key[:3] not in self.finished, f"{task.execution_id}: its subtask FINISHED, yet it was deployed again"
         assert ex.not_before <= self.now, f"{task.execution_id} deployed at {self.now}, before its delay ({ex.not_before})"
@@ -257,7 +278,7 @@ class JobsMachine(RuleBasedStateMachine):
     def tell(self, job_id: str, msg: Event, remember: bool = True) -> core.Decision:
         """A message in the job's inbox, decided by the core (``JobInboxes._decide``)."""
         env = Envelope(msg, f"m-{next(self.msg_ids)}", 0, self.now, job_id)
-        d = self.record(core.on_message(self.state, job_id, env, CFG, self.now))
+        d = self.record(core.decide(self.state, core.Inbound(job_id, env, CFG), self.now))
         if remember:
             self.last = (job_id, msg, len(self.decisions))
         return d
@@ -269,7 +290,8 @@ class JobsMachine(RuleBasedStateMachine):
         for fact in facts:
             membership.evolve(self.members, Envelope(fact, "", 0, self.now))
             if announce and isinstance(fact, (TaskManagerLost, TaskManagerUnregistered)):
-                for d in core.taskmanager_lost(self.state, fact.resource_id, fact.reason, CFG, self.now, fact.session):
+                gone = core.TaskManagerGone(fact.resource_id, fact.reason, CFG, fact.session)
+                for d in core.decide(self.state, gone, self.now).jobs:
                     self.record(d)
         if not announce:
             self.take_over()
@@ -281,7 +303,8 @@ class JobsMachine(RuleBasedStateMachine):
         ``dies_after``, the leader dies after that many job commits of the renumbering and the
         next leader takes over."""
         self.state = self.fold()
-        decisions = core.log_restarted(self.state, self.members.restart_reason, self.now, self.members.attempt_floor)
+        restart = core.LogRestart(self.members.restart_reason, self.members.attempt_floor)
+        decisions = core.decide(self.state, restart, self.now).jobs
         for n, d in enumerate(decisions):
             if dies_after is not None and n >= dies_after:
                 self.take_over(pending=pending)
@@ -291,7 +314,7 @@ class JobsMachine(RuleBasedStateMachine):
             self.tell(*pending)
         active = {row.resource_id: row.session for row in self.members.active()}
         reasons = {rid: row.reason or "" for rid, row in self.members.taskmanagers.items()}
-        for d in core.orphans(self.state, active, reasons, CFG, self.now):
+        for d in core.decide(self.state, core.Orphans(active, reasons, CFG), self.now).jobs:
             self.record(d)
         self.schedule()
 
@@ -336,7 +359,8 @@ class JobsMachine(RuleBasedStateMachine):
         same = row is not None and row.status == "REGISTERED" and not restarted
         session = row.session if same else f"{rid}-s{next(self.sessions)}"
         msg = RegisterTaskManager(rid, session, "host", slots, PROTOCOL_VERSION, self.members.epoch)
-        decision = membership.decide(self.members, Envelope(msg, "r", 0, self.now), MEMBERSHIP)
+        decision = membership.decide(self.members, membership.Inbound(Envelope(msg, "r", 0, self.now), MEMBERSHIP),
+                                     self.now)
         self.cluster_facts(decision.facts, announce)
 
     @precondition(lambda self: self.members.active())
@@ -345,7 +369,8 @@ class JobsMachine(RuleBasedStateMachine):
         row = pick(sorted(self.members.active(), key=lambda r: r.resource_id), i)
         if how == "unregister":
             msg = UnregisterTaskManager(row.resource_id, row.session, "shutting down")
-            facts = membership.decide(self.members, Envelope(msg, "u", 0, self.now), MEMBERSHIP).facts
+            facts = membership.decide(self.members, membership.Inbound(Envelope(msg, "u", 0, self.now), MEMBERSHIP),
+                                      self.now).facts
         else:
             facts = (TaskManagerLost(row.resource_id, row.session, "no heartbeat for 6000 ms (timeout 5000 ms)"),)
         self.cluster_facts(facts, announce=how != "leader-died")
@@ -359,8 +384,9 @@ class JobsMachine(RuleBasedStateMachine):
         jid = f"j{len(self.job_ids) + 1}"
         splits = {v.name: [{"path": "/x", "start": i, "end": i + 1, "index": i} for i in range(2)]
                   for v in graph.vertices if v.source is not None}
-        self.record(core.submit(self.state, SubmitJob(jid, graph, "blob", "mod", f"client-{jid}"), splits,
-                                "file:///s", self.now, self.members.attempt_floor))
+        submitted = core.Submit(SubmitJob(jid, graph, "blob", "mod", f"client-{jid}"), splits, "file:///s",
+                                self.members.attempt_floor)
+        self.record(core.decide(self.state, submitted, self.now))
         self.job_ids.append(jid)
         assert all(ex.attempt == self.members.attempt_floor for ex in self.state.jobs[jid].executions())
 
@@ -374,24 +400,25 @@ class JobsMachine(RuleBasedStateMachine):
                 if job.waiting_since is not None and not any(free.values()):
                     continue
                 sessions = {r.resource_id: r.session for r in self.members.active()}
-                self.record(core.schedule(self.state, job_id, free, self.now, sessions))
+                self.record(core.decide(self.state, core.Schedule(job_id, free, sessions), self.now))
 
     @precondition(lambda self: self.job_ids)
     @rule(i=st.integers(0, 9), how=st.sampled_from(["cancel", "coordinator"]))
     def job_is_stopped(self, i: int, how: str) -> None:
-        """The user cancels the job, or one of its coordinators fails (``fail_job``)."""
+        """The user cancels the job, or one of its coordinators fails (``FailAtOnce``)."""
         jid = pick(self.job_ids, i)
         if how == "cancel":
             self.tell(jid, CancelJob(jid, "the user cancelled it"))
         else:
-            self.record(core.fail_job(self.state, jid, "CoordinatorError: the enumerator failed", self.now))
+            failed = core.FailAtOnce(jid, "CoordinatorError: the enumerator failed")
+            self.record(core.decide(self.state, failed, self.now))
 
     @rule(ms=st.sampled_from([1, 50, 100, 1_000, 4_000]))
     def time_passes(self, ms: int) -> None:
         """``JobInboxes.tick``: jobs that waited too long for slots fail."""
         self.now += ms
         total = sum(r.slots for r in self.members.active())
-        for d in core.tick(self.state, CFG, self.now, total):
+        for d in core.decide(self.state, core.SlotWaits(CFG, total), self.now).jobs:
             self.record(d)
 
     # --- what TaskManagers report ---
@@ -533,7 +560,7 @@ class JobsMachine(RuleBasedStateMachine):
         if uncommitted and self.live_tasks():
             job, ex = pick(self.live_tasks(), i)
             pending = (job.job_id, self.next_message(job, ex, variant=True))
-            core.on_message(self.state, job.job_id, Envelope(pending[1], "lost", 0, self.now), CFG, self.now)
+            core.decide(self.state, core.Inbound(job.job_id, Envelope(pending[1], "lost", 0, self.now), CFG), self.now)
         self.take_over(pending=pending)
 
     # --- invariants ---
@@ -682,9 +709,10 @@ def running(forward: bool = True) -> tuple[JobsState, JobRun]:
     graph = JobGraph("g", [src, c0], [JobEdge("s0", "c0", "forward")], 128, RestartStrategy("fixed-delay", 3, 0))
     validate(graph, jobfixtures)
     state = JobsState()
-    core.submit(state, SubmitJob("j1", graph, "blob", "mod", "client-j1"), {"s0": []}, "file:///s", 1_000)
-    core.schedule(state, "j1", {"tm-a": [0, 1, 2, 3]}, 1_000, {"tm-a": "tm-a-s1"})
-    core.on_message(state, "j1", Envelope(UpdateTaskExecutionState("j1", "s0:0:0", TaskState.RUNNING), "m"), CFG, 1_000)
+    core.decide(state, core.Submit(SubmitJob("j1", graph, "blob", "mod", "client-j1"), {"s0": []}, "file:///s"), 1_000)
+    core.decide(state, core.Schedule("j1", {"tm-a": [0, 1, 2, 3]}, {"tm-a": "tm-a-s1"}), 1_000)
+    started = UpdateTaskExecutionState("j1", "s0:0:0", TaskState.RUNNING)
+    core.decide(state, core.Inbound("j1", Envelope(started, "m"), CFG), 1_000)
     return state, state.jobs["j1"]
 
 
@@ -696,7 +724,7 @@ def running(forward: bool = True) -> tuple[JobsState, JobRun]:
 def test_an_execution_id_with_a_negative_subtask_names_no_execution(msg: Event) -> None:
     state, job = running()
     before = normalize(state)
-    d = core.on_message(state, "j1", Envelope(msg, "m"), CFG, 1_000)
+    d = core.decide(state, core.Inbound("j1", Envelope(msg, "m"), CFG), 1_000)
     assert not d.facts and normalize(state) == before, f"{msg.execution_id} changed s0[1]: {d.facts}"
 
 
@@ -711,6 +739,7 @@ def test_schedule_or_update_consumers_is_taken_only_from_the_attempt_it_names_wh
         msg: ScheduleOrUpdateConsumers) -> None:
     state, job = running()
     before = normalize(state)
-    d = core.on_message(state, "j1", Envelope(msg, "m"), CFG, 1_000)  # raises today for the first two
+    d = core.decide(state, core.Inbound("j1", Envelope(msg, "m"), CFG), 1_000)  # raises today for the first two
     assert not d.facts and normalize(state) == before, f"{msg} was taken: {d.facts}"
-    assert not core.schedule(state, "j1", {"tm-a": [2, 3]}, 1_000).sends, "a consumer was deployed before its input"
+    assert not core.decide(state, core.Schedule("j1", {"tm-a": [2, 3]}), 1_000).sends, \
+        "a consumer was deployed before its input"

@@ -26,11 +26,12 @@ from sluice.events import (
     TaskQueryable,
     TaskState,
 )
-from sluice.services.jobs.state import JobsState, evolve
+from sluice.services.jobs import core
+from sluice.services.jobs.state import JobsState
 from sluice.services.kvstate import core as kvcore
 from sluice.services.kvstate.registry import KvStateRegistry, location_row
+from tests.cores import JobsDriven
 from tests.services import jobfixtures
-from tests.services.test_jobs_core import Sim
 
 V = "count -> out"  # the keyed vertex (its sink chained in)
 SRC = "lines -> tokenize"
@@ -45,9 +46,9 @@ def graph(reducers: int = 2, restart: RestartStrategy | None = None) -> JobGraph
     return j.graph()
 
 
-def running(reducers: int = 2, restart: RestartStrategy | None = None) -> tuple[Sim, list[SubmitTask]]:
+def running(reducers: int = 2, restart: RestartStrategy | None = None) -> tuple[JobsDriven, list[SubmitTask]]:
     """A job whose sources finished and whose keyed tasks run."""
-    sim = Sim(graph(reducers, restart), {"tm-1": 4, "tm-2": 4})
+    sim = JobsDriven(graph(reducers, restart), {"tm-1": 4, "tm-2": 4})
     for task in sim.schedule():
         sim.run_to_end(task)
     consumers = sim.schedule()
@@ -75,7 +76,7 @@ def unreg(name: str = "counts", vertex: str = V, rng: tuple[int, int] = (0, 63),
     return NotifyKvStateUnregistered(job, vertex, KeyGroupRange(*rng), name)
 
 
-def refused(sim: Sim) -> list[str]:
+def refused(sim: JobsDriven) -> list[str]:
     return [f.reason for f in sim.log if isinstance(f, KvStateNotificationRefused)]
 
 
@@ -145,9 +146,7 @@ def test_a_notification_for_a_job_that_is_not_running_gets_job_not_found() -> No
     for msg in (reg(t0), unreg()):
         d = sim.tell(msg)
         assert d.note.startswith("job not found: j1 (it is CANCEL")
-    from sluice.services.jobs import core
-
-    d = core.on_message(JobsState(), "ghost", Envelope(reg(t0, job="ghost"), "x"), core.JobsConfig(), 1)
+    d = core.decide(JobsState(), core.Inbound("ghost", Envelope(reg(t0, job="ghost"), "x"), core.JobsConfig()), 1)
     assert d.note == "job ghost not found" and not d.facts
 
 
@@ -207,7 +206,7 @@ def test_disposing_needs_an_ended_job_and_releases_every_location() -> None:
         sim.report(t, TaskState.FINISHED)
     facts, reply = kvcore.dispose(sim.state, DisposeJob("j1", "inbox"))
     assert facts == [reply] == [JobDisposed("j1", ["counts"], sorted([f"sid-{t0.execution_id}", f"sid-{t1.execution_id}"]))]
-    evolve(sim.state, Envelope(reply, "x"))
+    sim.commit(*facts)  # committed, then folded (dispose_job)
     assert sim.job.kvstate.locations == {} and sim.job.kvstate.disposed
 
 

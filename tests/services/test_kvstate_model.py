@@ -291,7 +291,7 @@ class KvStateMachine(JobsMachine):
             assert facts == [] and isinstance(reply, JobRefused) and "cancel it first" in reply.reason
             return
         assert facts == [reply] == [JobDisposed(job.job_id, held, ids)]
-        d = core.Decision(job.job_id, self.now, list(facts))
+        d = core.Decision(list(facts), job_id=job.job_id, now=self.now)
         for fact in facts:
             evolve(self.state, Envelope(fact, "", 0, self.now))
         self.record(d)
@@ -380,17 +380,17 @@ def keyed_job_running() -> tuple[JobsState, JobRun]:
     c0 = JobVertex("c0", "transform", 2, [FN], sink=SinkSpec("parquet", "/out"), queryable="q0")
     graph = JobGraph("g", [src, c0], [JobEdge("s0", "c0", "keyed", "k")], 128, RestartStrategy("fixed-delay", 3, 0))
     state = JobsState()
-    core.submit(state, SubmitJob("j1", graph, "blob", "mod", "client-j1"), {"s0": []}, "file:///s", 1_000)
+    core.decide(state, core.Submit(SubmitJob("j1", graph, "blob", "mod", "client-j1"), {"s0": []}, "file:///s"), 1_000)
 
     def tell(msg: Event) -> core.Decision:
-        return core.on_message(state, "j1", Envelope(msg, "m"), CFG, 1_000)
+        return core.decide(state, core.Inbound("j1", Envelope(msg, "m"), CFG), 1_000)
 
-    core.schedule(state, "j1", {"tm-a": [0, 1, 2, 3]}, 1_000)
+    core.decide(state, core.Schedule("j1", {"tm-a": [0, 1, 2, 3]}), 1_000)
     for s in (0, 1):
         tell(UpdateTaskExecutionState("j1", f"s0:{s}:0", TaskState.RUNNING))
         tell(ScheduleOrUpdateConsumers("j1", f"s0:{s}:0", "s0", s, 0))
         tell(UpdateTaskExecutionState("j1", f"s0:{s}:0", TaskState.FINISHED))
-    core.schedule(state, "j1", {"tm-a": [0, 1]}, 1_000)
+    core.decide(state, core.Schedule("j1", {"tm-a": [0, 1]}), 1_000)
     for s in (0, 1):
         tell(UpdateTaskExecutionState("j1", f"c0:{s}:0", TaskState.RUNNING))
     job = state.jobs["j1"]
@@ -401,9 +401,9 @@ def keyed_job_running() -> tuple[JobsState, JobRun]:
 def test_a_registration_under_a_negative_subtask_is_stale_and_never_outlives_the_attempt() -> None:
     state, job = keyed_job_running()
     msg = NotifyKvStateRegistered("j1", "c0", KeyGroupRange(64, 127), "q0", "sid-forged", ADDR, "c0:-1:0")
-    d = core.on_message(state, "j1", Envelope(msg, "m"), CFG, 1_000)
-    failed = core.on_message(state, "j1", Envelope(UpdateTaskExecutionState("j1", "c0:1:0", TaskState.FAILED, "boom"),
-                                                   "m"), CFG, 1_000)
+    d = core.decide(state, core.Inbound("j1", Envelope(msg, "m"), CFG), 1_000)
+    boom = UpdateTaskExecutionState("j1", "c0:1:0", TaskState.FAILED, "boom")
+    failed = core.decide(state, core.Inbound("j1", Envelope(boom, "m"), CFG), 1_000)
     assert any(isinstance(f, TaskRestartScheduled) for f in failed.facts)
     assert not job.kvstate.locations, f"c0:1:0 failed and {rows(job)} is still served"
     assert [type(f) for f in d.facts] == [KvStateNotificationRefused] and "is stale" in d.note, d.facts
@@ -414,9 +414,9 @@ def test_an_ended_attempt_retires_only_state_no_range_points_to() -> None:
     sid = "sid-q0-c0:0:0"
     for msg in (NotifyKvStateRegistered("j1", "c0", KeyGroupRange(0, 63), "q0", sid, ADDR, "c0:0:0"),
                 NotifyKvStateRegistered("j1", "c0", KeyGroupRange(64, 127), "q0", sid, ADDR, None)):
-        assert core.on_message(state, "j1", Envelope(msg, "m"), CFG, 1_000).facts == [msg]
-    d = core.on_message(state, "j1", Envelope(UpdateTaskExecutionState("j1", "c0:0:0", TaskState.FAILED, "boom"), "m"),
-                        CFG, 1_000)
+        assert core.decide(state, core.Inbound("j1", Envelope(msg, "m"), CFG), 1_000).facts == [msg]
+    boom = UpdateTaskExecutionState("j1", "c0:0:0", TaskState.FAILED, "boom")
+    d = core.decide(state, core.Inbound("j1", Envelope(boom, "m"), CFG), 1_000)
     retired = {s for f in d.facts if isinstance(f, NotifyKvStateUnregistered) for s in f.state_ids}
     served = {e.state_id for loc in job.kvstate.locations.values() for e in loc.entries.values()}
     assert not retired & served, f"{sorted(retired & served)} retired (deleted) and still served: {rows(job)}"

@@ -20,15 +20,18 @@ from sluice.events import (
     UnregisterTaskManager,
 )
 from sluice.services.membership.core import (
+    Decision,
     HeartbeatMonitor,
+    Inbound,
     Membership,
     MembershipConfig,
+    Timeouts,
     UnexpectedMessage,
     decide,
-    decide_timeouts,
     evolve,
 )
 from sluice.services.projector.core import TASKMANAGERS
+from tests.cores import Driven
 from tests.helpers import env, heartbeat, register
 
 CONFIG = MembershipConfig(heartbeat_interval_ms=100, heartbeat_timeout_ms=500, max_slots=64)
@@ -52,12 +55,17 @@ def leader(epoch: int = 1) -> Membership:
     return evolve(Membership(), env(LeadershipGranted(epoch, "jm", "h")))
 
 
+def replies(decision: Decision) -> tuple:
+    """The decision's replies, (resource id, reply) each (every send of membership goes to a TaskManager)."""
+    assert all(to.kind == "taskmanager" for to, _ in decision.sends)
+    return tuple((to.name, reply) for to, reply in decision.sends)
+
+
 def apply(state: Membership, message) -> tuple[Membership, list]:
-    """Decide on a message, fold its facts, return the replies (the shell's job, minus Redis)."""
-    decision = decide(state, env(message), CONFIG)
-    for fact in decision.facts:
-        evolve(state, env(fact))
-    return state, list(decision.replies)
+    """Decide on a message, fold its facts, return the replies (the shell's job, minus Redis:
+    the one fixture, tests/cores.py)."""
+    decision = Driven(decide, state, fold=evolve, folds=True).tell(Inbound(env(message), CONFIG))
+    return state, list(replies(decision))
 
 
 def test_first_registration_is_acknowledged_and_recorded() -> None:
@@ -71,18 +79,18 @@ def test_first_registration_is_acknowledged_and_recorded() -> None:
 def test_the_same_session_registering_again_is_already_registered() -> None:
     state, _ = apply(leader(), register())
     before = state.taskmanagers["tm-1"].since
-    decision = decide(state, env(register()), CONFIG)
-    assert decision.facts == ()
-    assert decision.replies == (("tm-1", AlreadyRegistered("tm-1", "s1", 1, 100, 500)),)
+    decision = decide(state, Inbound(env(register()), CONFIG), 0)
+    assert decision.facts == []
+    assert replies(decision) == (("tm-1", AlreadyRegistered("tm-1", "s1", 1, 100, 500)),)
     assert state.taskmanagers["tm-1"].since == before
 
 
 def test_a_restarted_taskmanager_replaces_its_old_session() -> None:
     state, _ = apply(leader(), register(session="old"))
-    decision = decide(state, env(register(session="new")), CONFIG)
+    decision = decide(state, Inbound(env(register(session="new")), CONFIG), 0)
     assert [type(f) for f in decision.facts] == [TaskManagerLost, TaskManagerRegistered]
     assert "restarted" in decision.facts[0].reason
-    assert isinstance(decision.replies[0][1], AcknowledgeRegistration)
+    assert isinstance(replies(decision)[0][1], AcknowledgeRegistration)
 
 
 @pytest.mark.parametrize(
@@ -97,9 +105,9 @@ def test_a_restarted_taskmanager_replaces_its_old_session() -> None:
 )
 def test_registrations_that_cannot_be_accepted_are_refused_with_a_reason(message, says: str, retry: bool) -> None:
     state = leader()
-    decision = decide(state, env(message), CONFIG)
-    assert decision.facts == ()
-    ((target, reply),) = decision.replies
+    decision = decide(state, Inbound(env(message), CONFIG), 0)
+    assert decision.facts == []
+    ((target, reply),) = replies(decision)
     assert target == message.resource_id and isinstance(reply, RefuseRegistration)
     assert says in reply.reason and reply.retry is retry
     assert state.taskmanagers == {}
@@ -108,16 +116,16 @@ def test_registrations_that_cannot_be_accepted_are_refused_with_a_reason(message
 def test_a_registration_for_a_deposed_leaders_epoch_is_refused() -> None:
     state, _ = apply(leader(1), register(epoch=1))
     evolve(state, env(LeadershipGranted(2, "jm-2", "h")))
-    (_, reply), = decide(state, env(register(epoch=1)), CONFIG).replies
+    (_, reply), = replies(decide(state, Inbound(env(register(epoch=1)), CONFIG), 0))
     assert isinstance(reply, RefuseRegistration) and reply.retry and "epoch 2" in reply.reason
-    (_, reply), = decide(state, env(register(epoch=2)), CONFIG).replies
+    (_, reply), = replies(decide(state, Inbound(env(register(epoch=2)), CONFIG), 0))
     assert isinstance(reply, AlreadyRegistered) and reply.epoch == 2
 
 
 def test_heartbeats_from_unknown_taskmanagers_are_told_to_register_again() -> None:
     state, _ = apply(leader(), register())
-    assert decide(state, env(heartbeat()), CONFIG).replies == ()
-    (_, reply), = decide(state, env(heartbeat(session="other")), CONFIG).replies
+    assert replies(decide(state, Inbound(env(heartbeat()), CONFIG), 0)) == ()
+    (_, reply), = replies(decide(state, Inbound(env(heartbeat(session="other")), CONFIG), 0))
     assert isinstance(reply, DisconnectTaskManager) and "register again" in reply.reason
 
 
@@ -127,8 +135,8 @@ def test_missed_heartbeats_make_a_taskmanager_lost() -> None:
     monitor = HeartbeatMonitor()
     monitor.restart(state, now=1000)
     monitor.observe("tm-2", 1400)
-    assert decide_timeouts(state, monitor, 1500, CONFIG).facts == ()
-    (lost,) = decide_timeouts(state, monitor, 1501, CONFIG).facts
+    assert decide(state, Timeouts(monitor, CONFIG), 1500).facts == []
+    (lost,) = decide(state, Timeouts(monitor, CONFIG), 1501).facts
     assert lost == TaskManagerLost("tm-1", "s1", "no heartbeat for 501 ms (timeout 500 ms)")
     evolve(state, env(lost))
     assert [r.resource_id for r in state.active()] == ["tm-2"]
@@ -137,11 +145,11 @@ def test_missed_heartbeats_make_a_taskmanager_lost() -> None:
 
 def test_graceful_leave_and_leaving_twice() -> None:
     state, _ = apply(leader(), register())
-    decision = decide(state, env(UnregisterTaskManager("tm-1", "s1", "bye")), CONFIG)
-    assert decision.facts == (TaskManagerUnregistered("tm-1", "s1", "bye"),)
+    decision = decide(state, Inbound(env(UnregisterTaskManager("tm-1", "s1", "bye")), CONFIG), 0)
+    assert decision.facts == [TaskManagerUnregistered("tm-1", "s1", "bye")]
     evolve(state, env(decision.facts[0]))
     assert state.taskmanagers["tm-1"].status == "UNREGISTERED"
-    assert decide(state, env(UnregisterTaskManager("tm-1", "s1", "bye")), CONFIG).facts == ()
+    assert decide(state, Inbound(env(UnregisterTaskManager("tm-1", "s1", "bye")), CONFIG), 0).facts == []
 
 
 def test_a_lost_taskmanager_can_register_again() -> None:
@@ -153,8 +161,11 @@ def test_a_lost_taskmanager_can_register_again() -> None:
 
 
 def test_messages_the_cluster_inbox_does_not_take_are_named() -> None:
+    """Refused, not raised (the door never raises): the shell parks it with the reason."""
+    decision = decide(leader(), Inbound(env(SubmitTask("j", "x", "v", 0, 0, 0, {})), CONFIG), 0)
     with pytest.raises(UnexpectedMessage, match="SubmitTask is not a message the JobManager takes"):
-        decide(leader(), env(SubmitTask("j", "x", "v", 0, 0, 0, {})), CONFIG)
+        raise decision.rejected or AssertionError("not rejected")
+    assert (decision.facts, decision.sends) == ([], [])
 
 
 # --- the law: the log is the state -----------------------------------------------------------
@@ -179,7 +190,7 @@ def test_replaying_the_facts_gives_the_live_state_and_the_projected_table(sequen
         if isinstance(msg, (LeadershipGranted, TaskManagerLost)):
             facts = (msg,)  # facts the shell decides from leadership and timers
         else:
-            facts = decide(live, env(msg, ts=i), CONFIG).facts
+            facts = decide(live, Inbound(env(msg, ts=i), CONFIG), i).facts
         for fact in facts:
             e = env(fact, ts=i)
             log.append(e)

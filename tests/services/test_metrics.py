@@ -24,8 +24,9 @@ from sluice.services.common.gauges import cluster_families, dead_letter_family, 
 from sluice.services.common.metrics import JobManagerMetrics, StateCollector, TaskManagerMetrics, serve
 from sluice.services.membership.core import Membership, evolve
 from sluice.store.metrics_reads import InboxReading
+from tests.cores import JobsDriven
 from tests.helpers import env
-from tests.services.test_jobs_core import Sim, wordcount
+from tests.services.test_jobs_core import wordcount
 
 
 def samples(families) -> dict[tuple[str, tuple], float]:
@@ -42,7 +43,7 @@ def test_the_leaders_gauges_count_slots_tasks_and_jobs_from_its_state() -> None:
     members = Membership()
     for rid, slots in (("tm-1", 2), ("tm-2", 3)):
         evolve(members, env(TaskManagerRegistered(rid, "s1", "host-a", slots)))
-    sim = Sim(wordcount(sources=2, reducers=2), {"tm-1": 2, "tm-2": 3})
+    sim = JobsDriven(wordcount(sources=2, reducers=2), {"tm-1": 2, "tm-2": 3})
     deployed = sim.schedule()
     assert len(deployed) == 2  # the two sources; the reducers wait for their input
     sim.report(deployed[0], TaskState.INITIALIZING)

@@ -16,7 +16,8 @@ from sluice.services.jobs import core
 from sluice.services.jobs.state import JobsState, evolve
 from sluice.services.membership.core import Membership
 from sluice.services.membership.core import evolve as members_evolve
-from tests.services.test_jobs_core import CFG, copy_job
+from tests.cores import CFG
+from tests.services.test_jobs_core import copy_job
 
 
 def placed_at(epoch: int) -> JobsState:
@@ -24,9 +25,9 @@ def placed_at(epoch: int) -> JobsState:
     replay of its facts has it."""
     live = JobsState()
     splits = {"lines": [{"path": "/data/in.txt", "start": 0, "end": 1, "index": 0}]}
-    facts = list(core.submit(live, SubmitJob("j1", copy_job(1), "blob", "mod", "client-inbox"), splits, "file:///s",
-                             1_000).facts)
-    facts += core.schedule(live, "j1", {"tm-1": [0]}, 1_000, sessions={"tm-1": "s1"}).facts
+    submitted = core.Submit(SubmitJob("j1", copy_job(1), "blob", "mod", "client-inbox"), splits, "file:///s")
+    facts = list(core.decide(live, submitted, 1_000).facts)
+    facts += core.decide(live, core.Schedule("j1", {"tm-1": [0]}, {"tm-1": "s1"}), 1_000).facts
     state = JobsState()
     for fact in facts:
         evolve(state, Envelope(fact, "f", epoch, 1_000))
@@ -44,7 +45,7 @@ def orphans(state: JobsState, m: Membership) -> list:
     active = {r.resource_id: r.session for r in m.active()}
     registered = {r.resource_id: r.epoch for r in m.active()}
     reasons = {rid: r.reason or "" for rid, r in m.taskmanagers.items()}
-    return [f for d in core.orphans(state, active, reasons, CFG, 2_000, registered) for f in d.facts]
+    return [f for d in core.decide(state, core.Orphans(active, reasons, CFG, registered), 2_000).jobs for f in d.facts]
 
 
 REGISTERED = TaskManagerRegistered("tm-1", "s1", "host-a", 1, {})

@@ -87,7 +87,7 @@ def _run(j: Job, params: dict[str, str]) -> JobRun:
     state = JobsState()
     msg = SubmitJob("job-1", j.graph(), "blob", "mod", "reply", params)
     splits = {v.name: [{"path": "/in.txt", "start": 0, "length": 2}] for v in j.graph().vertices if v.source}
-    core.submit(state, msg, splits, "file:///tmp/storage", 0, 3)
+    core.decide(state, core.Submit(msg, splits, "file:///tmp/storage", 3), 0)
     return state.jobs["job-1"]
 
 

@@ -10,9 +10,10 @@ stepped back kept a missing attempt counted 10 s longer.
 from __future__ import annotations
 
 from sluice.events import AttemptReport
-from sluice.services.jobs.reconcile import Memory, reconcile
-from tests.services.test_jobs_core import CFG, wordcount
-from tests.services.test_reconcile_core import GRACE, Sim, started, where
+from sluice.services.jobs.reconcile import Memory, SlotReport
+from tests.cores import CFG, JobsDriven
+from tests.services.test_jobs_core import wordcount
+from tests.services.test_reconcile_core import GRACE, started, where
 
 STEP_MS = 10_000
 
@@ -21,7 +22,7 @@ class Leader:
     """Reads of the leader's inboxes that bring one TaskManager's (empty) slot report, at
     the sim's wall clock ``sim.now`` and on a monotonic clock (``clock``) of its own."""
 
-    def __init__(self, sim: Sim, tm: str) -> None:
+    def __init__(self, sim: JobsDriven, tm: str) -> None:
         self.sim, self.tm, self.memory, self.clock = sim, tm, Memory(), 0
 
     def report(self, report: list[AttemptReport] | None = None) -> int:
@@ -29,13 +30,10 @@ class Leader:
         self.memory.read(True)
         self.memory.reading = True
         try:
-            out = reconcile(self.sim.state, self.memory, self.tm, "s", report or [], self.sim.now, GRACE, CFG,
-                            clock=self.clock)
+            out = self.sim.tell(SlotReport(self.memory, self.tm, "s", report or [], GRACE, CFG, clock=self.clock))
         finally:
             self.memory.reading = False
-        for d in out.decisions:
-            self.sim.record(d)
-        return sum(len(d.facts) for d in out.decisions)
+        return sum(len(d.facts) for d in out.jobs)
 
     def wait(self, ms: int) -> None:
         """Both clocks move on."""
@@ -43,9 +41,9 @@ class Leader:
         self.clock += ms
 
 
-def _missing() -> tuple[Sim, Leader]:
+def _missing() -> tuple[JobsDriven, Leader]:
     """An attempt RUNNING on its TaskManager, missing from its reports from now on."""
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
     leader = Leader(sim, where(sim, t))
     assert leader.report() == 0  # the leader's first read: no report yet counts

@@ -8,7 +8,7 @@ finished one released), and a deployment no TaskManager took times out.
 
 from __future__ import annotations
 
-import copy
+from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from sluice.events import (
     AttemptReport,
     CancelTask,
-    Envelope,
     JobStatus,
     RestartStrategy,
     SubmitTask,
@@ -24,41 +23,24 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
-from sluice.services.jobs import core
-from sluice.services.jobs.reconcile import Memory, accept_lost_finals, deployment_timeouts, reconcile
-from sluice.services.jobs.state import JobsState, evolve
-from tests.services.test_jobs_core import CFG, wordcount
-from tests.services.test_jobs_core import Sim as _Sim
+from sluice.services.common.decision import Address, Decision, Recorded
+from sluice.services.jobs.reconcile import DeploymentTimeouts, LostFinals, Memory, SlotReport
+from tests.cores import CFG, JobsDriven
+from tests.services.test_jobs_core import wordcount
 
 GRACE = 5_000
 
 
-class Sim(_Sim):
-    """The jobs core driven as the shell does, each fact recorded with its time."""
-
-    def record(self, decision: core.Decision) -> core.Decision:
-        self.__dict__.setdefault("timed", []).extend((f, self.now) for f in decision.facts)
-        return super().record(decision)
-
-    def replayed(self) -> JobsState:
-        state = JobsState()
-        for fact, at in self.__dict__.get("timed", []):
-            evolve(state, Envelope(fact, "", 0, at))
-        return state
-
-    def replays_to_live(self) -> bool:
-        """The live state equals a fold of its facts (but for ``ready``, the scheduler's work
-        queue, which the live scheduler drains as it deploys)."""
-        def norm(state: JobsState) -> JobsState:
-            for job in state.jobs.values():
-                job.ready.clear()
-            return state
-
-        live = copy.deepcopy(self.state)
-        return norm(live) == norm(self.replayed())
+def seen(out: Decision) -> SimpleNamespace:
+    """What a slot report's decision says, by kind: the job decisions, the cancels and the
+    releases sent to the TaskManager, and the final states it may forget."""
+    sent = [m for _, m in out.sends]
+    return SimpleNamespace(decisions=out.jobs, cancels=[m for m in sent if isinstance(m, CancelTask)],
+                           release=[m for m in sent if isinstance(m, UpdateTaskExecutionState)],
+                           recorded=[t for r in out.of(Recorded) for t in r.task_ids])
 
 
-def started(sim: Sim) -> list[SubmitTask]:
+def started(sim: JobsDriven) -> list[SubmitTask]:
     """Two source subtasks deployed (one on each TaskManager) and RUNNING."""
     tasks = sim.schedule()
     for t in tasks:
@@ -66,7 +48,7 @@ def started(sim: Sim) -> list[SubmitTask]:
     return tasks
 
 
-def where(sim: Sim, t: SubmitTask) -> str:
+def where(sim: JobsDriven, t: SubmitTask) -> str:
     tm = sim.job.vertices[t.vertex_id].subtasks[t.subtask].taskmanager
     assert tm is not None
     return tm
@@ -76,22 +58,20 @@ def line(t: SubmitTask, state: TaskState, error: str | None = None) -> AttemptRe
     return AttemptReport("j1", t.execution_id, state, error)
 
 
-def run(sim: Sim, memory: Memory, tm: str, report: list[AttemptReport], *, caught_up: bool = True):
+def run(sim: JobsDriven, memory: Memory, tm: str, report: list[AttemptReport], *, caught_up: bool = True):
     """One read of the leader's inboxes (``caught_up``: to the end of the cluster inbox) that
     brought this report."""
     memory.read(caught_up)
     memory.reading = True
     try:
-        out = reconcile(sim.state, memory, tm, "s", report, sim.now, GRACE, CFG)
+        out = sim.tell(SlotReport(memory, tm, "s", report, GRACE, CFG))
     finally:
         memory.reading = False
-    for d in out.decisions:
-        sim.record(d)
-    return out
+    return seen(out)
 
 
 def test_a_consistent_report_changes_nothing_however_often_it_comes() -> None:
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     tasks = started(sim)
     memory = Memory()
     for _ in range(5):
@@ -102,21 +82,18 @@ def test_a_consistent_report_changes_nothing_however_often_it_comes() -> None:
     assert sim.job.status == JobStatus.RUNNING
 
 
-def next_read(sim: Sim, memory: Memory, *, job_caught_up: bool) -> list:
+def next_read(sim: JobsDriven, memory: Memory, *, job_caught_up: bool) -> list:
     """The leader's next read of its inboxes (``job_caught_up``: it read the job's inbox to
     its end), its messages handled: lost final states are judged."""
     memory.read(True)
-    decisions = accept_lost_finals(sim.state, memory, lambda job_id: job_caught_up, sim.now, CFG)
-    for d in decisions:
-        sim.record(d)
-    return decisions
+    return sim.tell(LostFinals(memory, lambda job_id: job_caught_up, CFG)).jobs
 
 
 def test_a_lost_final_state_is_taken_once_the_jobs_inbox_was_read_to_its_end_after_the_report() -> None:
     """The worker's own report goes to the job's inbox before its TaskManager lists the final
     state: a read of that inbox to its end after the slot report, with the attempt still
     running, proves the report lost (not late)."""
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
     tm, memory = where(sim, t), Memory()
     failed = [line(t, TaskState.FAILED, "ValueError: bad row 7")]
@@ -138,17 +115,17 @@ def test_a_lost_final_state_is_taken_once_the_jobs_inbox_was_read_to_its_end_aft
 def test_a_final_state_in_the_same_read_as_its_report_is_not_taken() -> None:
     """Judged only on a read after the one that brought the slot report: the job's messages
     of that read (the report itself among them) are handled after the cluster's."""
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
     tm, memory = where(sim, t), Memory()
     run(sim, memory, tm, [line(t, TaskState.FINISHED)])
-    assert accept_lost_finals(sim.state, memory, lambda job_id: True, sim.now, CFG) == []
+    assert sim.tell(LostFinals(memory, lambda job_id: True, CFG)).jobs == []
     sim.report(t, TaskState.FINISHED)  # the report arrives in that read after all
     assert next_read(sim, memory, job_caught_up=True) == [] and memory.finals == {}
 
 
 def test_a_lost_finished_report_finishes_the_subtask_with_its_partition() -> None:
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
     tm, memory = where(sim, t), Memory()
     run(sim, memory, tm, [line(t, TaskState.FINISHED)])
@@ -159,7 +136,7 @@ def test_a_lost_finished_report_finishes_the_subtask_with_its_partition() -> Non
 
 
 def test_an_attempt_its_taskmanager_no_longer_holds_fails_and_restarts() -> None:
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, other = started(sim)
     tm, memory = where(sim, t), Memory()
     assert run(sim, memory, tm, []).decisions == []  # the leader's first read: no report yet counts
@@ -177,7 +154,7 @@ def test_a_backlog_of_reports_older_than_the_attempt_never_fails_it() -> None:
     """The leader heard of the attempt (its RUNNING) in a read that did not reach the end of
     the cluster inbox: every report read since may predate it, however many and however
     late. Only a report read after a read that reached the end counts."""
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
     tm, memory = where(sim, t), Memory()
     memory.read(False)
@@ -193,17 +170,17 @@ def test_a_backlog_of_reports_older_than_the_attempt_never_fails_it() -> None:
 
 
 def test_reclaimed_reports_are_no_evidence() -> None:
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
     tm, memory = where(sim, t), Memory()
     for _ in range(4):
         memory.read(True)  # not ``reading``: entries another consumer left pending, of any age
-        assert reconcile(sim.state, memory, tm, "s", [], sim.now, GRACE, CFG).decisions == []
+        assert sim.tell(SlotReport(memory, tm, "s", [], GRACE, CFG)).jobs == []
         sim.now += GRACE
 
 
 def test_a_difference_that_goes_away_starts_over() -> None:
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
     tm, memory = where(sim, t), Memory()
     run(sim, memory, tm, [])  # an old report, overtaken
@@ -215,7 +192,7 @@ def test_a_difference_that_goes_away_starts_over() -> None:
 
 
 def test_an_attempt_the_leader_does_not_count_is_cancelled_once_per_grace_period() -> None:
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
     tm, memory = where(sim, t), Memory()
     stale = AttemptReport("j1", t.execution_id.rsplit(":", 1)[0] + ":7", TaskState.RUNNING)  # a newer attempt
@@ -236,7 +213,7 @@ def test_an_attempt_the_leader_does_not_count_is_cancelled_once_per_grace_period
 
 def test_a_finished_attempt_still_held_is_released_not_cancelled() -> None:
     """A cancel would delete the output the consumers read."""
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     t, _ = started(sim)
     sim.produce(t)
     sim.report(t, TaskState.FINISHED)
@@ -248,7 +225,7 @@ def test_a_finished_attempt_still_held_is_released_not_cancelled() -> None:
         (t.execution_id, TaskState.FINISHED, None)]
 
 
-def deployed(sim: Sim, memory: Memory, *, caught_up: bool = True) -> list[SubmitTask]:
+def deployed(sim: JobsDriven, memory: Memory, *, caught_up: bool = True) -> list[SubmitTask]:
     """Both sources deployed (DEPLOYING), in the leader's current read."""
     tasks = sim.schedule()
     memory.read(caught_up)
@@ -258,7 +235,7 @@ def deployed(sim: Sim, memory: Memory, *, caught_up: bool = True) -> list[Submit
 
 
 def test_a_deployment_no_taskmanager_took_times_out_and_restarts() -> None:
-    sim = Sim(wordcount(RestartStrategy("fixed-delay", 2, 0)), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(RestartStrategy("fixed-delay", 2, 0)), {"tm-a": 1, "tm-b": 1})
     memory = Memory(leading_since=sim.now)
     a, b = deployed(sim, memory)
     tm_a, tm_b = where(sim, a), where(sim, b)
@@ -266,12 +243,12 @@ def test_a_deployment_no_taskmanager_took_times_out_and_restarts() -> None:
         run(sim, memory, tm_b, [line(b, TaskState.DEPLOYING)])  # b's TaskManager has it
         run(sim, memory, tm_a, [])  # a's never got it
         sim.now += 20_000
-    assert deployment_timeouts(sim.state, memory, sim.now, 60_000, CFG) == []
+    assert sim.tell(DeploymentTimeouts(memory, 60_000, CFG)).jobs == []
     sim.now += 1
-    (d,) = deployment_timeouts(sim.state, memory, sim.now, 60_000, CFG)
-    sim.record(d)
+    (d,) = sim.tell(DeploymentTimeouts(memory, 60_000, CFG)).jobs
     assert d.facts[0].execution_id == a.execution_id and "not acknowledged within 60 s" in (d.facts[0].error or "")
-    assert [(dest, type(m), m.execution_id) for dest, m in d.sends] == [(("tm", tm_a), CancelTask, a.execution_id)]
+    assert [(dest, type(m), m.execution_id) for dest, m in d.sends] == [
+        (Address.taskmanager(tm_a), CancelTask, a.execution_id)]
     assert sim.job.vertices[b.vertex_id].subtasks[b.subtask].state == TaskState.DEPLOYING
     assert sim.job.vertices[a.vertex_id].subtasks[a.subtask].attempt == a.attempt + 1
 
@@ -280,37 +257,37 @@ def test_a_deployment_is_timed_out_only_on_reports_sent_after_it() -> None:
     """Reports read while the cluster inbox has stayed behind since the deployment may
     predate it, however late they are read (a backlog of heartbeats and registration
     retries): they say nothing. Only reports read after a read that reached the end count."""
-    sim = Sim(wordcount(RestartStrategy("fixed-delay", 2, 0)), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(RestartStrategy("fixed-delay", 2, 0)), {"tm-a": 1, "tm-b": 1})
     memory = Memory(leading_since=sim.now)
     a, _ = deployed(sim, memory, caught_up=False)
     tm = where(sim, a)
     for _ in range(4):
         sim.now += 30_000
         run(sim, memory, tm, [], caught_up=False)  # old reports, read late
-    assert deployment_timeouts(sim.state, memory, sim.now, 60_000, CFG) == []
+    assert sim.tell(DeploymentTimeouts(memory, 60_000, CFG)).jobs == []
     for caught_up in (True, False, False):  # the backlog is read to its end: what comes after counts
         run(sim, memory, tm, [], caught_up=caught_up)
-    assert len(deployment_timeouts(sim.state, memory, sim.now, 60_000, CFG)) == 1
+    assert len(sim.tell(DeploymentTimeouts(memory, 60_000, CFG)).jobs) == 1
 
 
 def test_a_deployment_its_taskmanager_reports_ended_is_answered() -> None:
     """A task that ends between two heartbeats is never listed as held, only as a final
     state (always so on a TaskManager that does not execute): that answers the deployment."""
-    sim = Sim(wordcount(RestartStrategy("fixed-delay", 2, 0)), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(RestartStrategy("fixed-delay", 2, 0)), {"tm-a": 1, "tm-b": 1})
     memory = Memory(leading_since=sim.now)
     a, _ = deployed(sim, memory)
     tm = where(sim, a)
     for _ in range(3):
         run(sim, memory, tm, [line(a, TaskState.FINISHED)])
         sim.now += 3_000
-    assert deployment_timeouts(sim.state, memory, sim.now, 5_000, CFG) == []
+    assert sim.tell(DeploymentTimeouts(memory, 5_000, CFG)).jobs == []
 
 
 def test_a_new_leader_gives_deployments_a_full_timeout() -> None:
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     sim.schedule()
     sim.now += 120_000
-    assert deployment_timeouts(sim.state, Memory(leading_since=sim.now - 1_000), sim.now, 60_000, CFG) == []
+    assert sim.tell(DeploymentTimeouts(Memory(leading_since=sim.now - 1_000), 60_000, CFG)).jobs == []
 
 
 _KINDS = st.sampled_from(["held", "missing", "finished", "failed", "stale", "unknown-job"])
@@ -323,7 +300,7 @@ def test_whatever_the_reports_the_facts_replay_to_the_live_state(kinds, gaps) ->
     """Reports of any shape, at any pace: the state stays a fold of the recorded facts;
     a TaskManager's first report, or one within the grace period of its first, never
     causes anything; and an attempt a report shows as held is never failed or cancelled."""
-    sim = Sim(wordcount(), {"tm-a": 1, "tm-b": 1})
+    sim = JobsDriven(wordcount(), {"tm-a": 1, "tm-b": 1})
     tasks = started(sim)
     placed = [where(sim, t) for t in tasks]
     memory = Memory()

@@ -200,9 +200,10 @@ def test_a_task_the_leader_does_not_know_is_cancelled_on_its_taskmanager(log: Ev
     sub = SubmitJob("ghost", source_graph("ghost"), Blobs(log).put(CODE), "failover_job",
                     log.keys.inbox(log.keys.client("c1")), {})
     state = JobsState()
-    core.submit(state, sub, plan_splits(sub), f"file://{tmp_path}/storage", world.now)
+    core.decide(state, core.Submit(sub, plan_splits(sub), f"file://{tmp_path}/storage"), world.now)
     job_marker.write(f"file://{tmp_path}/storage", "ghost", [], "jm-host")  # the leader that took it in did
-    (msg,) = [m for _, m in core.schedule(state, "ghost", {"tm-1": [0]}, world.now).sends if isinstance(m, SubmitTask)]
+    (msg,) = [m for _, m in core.decide(state, core.Schedule("ghost", {"tm-1": [0]}), world.now).sends
+              if isinstance(m, SubmitTask)]
     inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
     log.append(inbox, Envelope(msg, world.new_id(), 1, world.now, "ghost"))
     run(world, a, t, lambda: bool(slots.launched), "the ghost task starting")

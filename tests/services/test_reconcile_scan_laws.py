@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,80 +25,67 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
-from sluice.services.jobs import core
-from sluice.services.jobs.core import Decision, JobsConfig, _fail, _maybe_complete, _Recorder, _update, gone
+from sluice.services.common.decision import Address, Decision, Note, Recorded, Send
+from sluice.services.jobs.core import JobsConfig, _fail, _maybe_complete, _update, gone
 from sluice.services.jobs.machine import REPORTED
 from sluice.services.jobs.reconcile import (
     _WATCHED,
+    DeploymentTimeouts,
+    LostFinals,
     Memory,
-    Reconciled,
+    SlotReport,
     _PerTaskManager,
     _Seen,
-    accept_lost_finals,
-    deployment_timeouts,
-    reconcile,
 )
-from sluice.services.jobs.state import TERMINAL_JOB, Execution, JobRun, JobsState, SlotPool, evolve, parse_execution_id
-from tests.helpers import env
-from tests.services.test_jobs_core import CFG, wordcount
-from tests.services.test_reconcile_core import Sim
+from sluice.services.jobs.recorder import Recorder
+from sluice.services.jobs.state import TERMINAL_JOB, Execution, JobRun, JobsState, SlotPool, parse_execution_id
+from tests.cores import CFG, JobsDriven
+from tests.services.test_jobs_core import wordcount
 
 GRACE = 5_000
 TIMEOUT = 12_000
 TMS = ("tm-a", "tm-b")
 
 
-class World:
-    """One side: the jobs core driven as the shell does, and the leader's report memory."""
+class Side(JobsDriven):
+    """One side: the jobs core driven as the shell does (the fixture), with the leader's report
+    memory; ``reference``: reconciliation decided by the full scans below."""
 
     def __init__(self, reference: bool) -> None:
-        self.sim = Sim(wordcount(RestartStrategy("fixed-delay", 3, 0), sources=3, reducers=3), {tm: 3 for tm in TMS})
-        self.memory = Memory(leading_since=self.sim.now)
-        self.reference = reference
+        super().__init__(wordcount(RestartStrategy("fixed-delay", 3, 0), sources=3, reducers=3), {tm: 3 for tm in TMS})
+        self.memory = Memory(leading_since=self.now)
+        if reference:
+            self.reconcile_door = _reference_decide
 
-    def reconcile(self, tm: str, session: str, report: list[AttemptReport], caught_up: bool) -> Reconciled:
+    def reconcile(self, tm: str, session: str, report: list[AttemptReport], caught_up: bool) -> Decision:
         self.memory.read(caught_up)
         self.memory.reading = True
         try:
-            how = _reference_reconcile if self.reference else reconcile
-            out = how(self.sim.state, self.memory, tm, session, report, self.sim.now, GRACE, CFG)
+            return self.tell(SlotReport(self.memory, tm, session, report, GRACE, CFG))
         finally:
             self.memory.reading = False
-        for d in out.decisions:
-            self.sim.record(d)
-        return out
 
     def timeouts(self) -> list[Decision]:
-        how = _reference_timeouts if self.reference else deployment_timeouts
-        out = how(self.sim.state, self.memory, self.sim.now, TIMEOUT, CFG)
-        for d in out:
-            self.sim.record(d)
-        return out
+        return self.tell(DeploymentTimeouts(self.memory, TIMEOUT, CFG)).jobs
 
     def lost_finals(self, caught_up: bool) -> list[Decision]:
         self.memory.read(True)
-        how = _reference_lost_finals if self.reference else accept_lost_finals
-        out = how(self.sim.state, self.memory, lambda job_id: caught_up, self.sim.now, CFG)
-        for d in out:
-            self.sim.record(d)
-        return out
+        return self.tell(LostFinals(self.memory, lambda job_id: caught_up, CFG)).jobs
 
-    def tell(self, message) -> None:
-        if isinstance(message, UpdateTaskExecutionState):
-            self.memory.heard(f"j1/{message.execution_id}")
-        self.sim.record(core.on_message(self.sim.state, "j1", env(message), CFG, self.sim.now))
+    def tell(self, stimulus):
+        if isinstance(stimulus, UpdateTaskExecutionState):
+            self.memory.heard(f"j1/{stimulus.execution_id}")
+        return super().tell(stimulus)
 
-    def schedule(self, sessions: bool) -> None:
+    def deploy(self, sessions: bool) -> None:
         names = {tm: "s" for tm in TMS} if sessions else None
-        d = self.sim.record(core.schedule(self.sim.state, "j1", self.sim.free(), self.sim.now, names))
-        for ev in d.facts:  # as the shell does once the deployment is committed
-            if isinstance(ev, UpdateTaskExecutionState) and ev.state == TaskState.DEPLOYING:
-                self.memory.heard(f"j1/{ev.execution_id}")
+        for task in self.schedule(names):  # as the shell does once the deployment is committed
+            self.memory.heard(f"j1/{task.execution_id}")
 
-    def same_as(self, other: World) -> None:
+    def same_as(self, other: Side) -> None:
         a, b = self.memory, other.memory
-        assert self.sim.state == other.sim.state
-        assert self.sim.log == other.sim.log and self.sim.sent == other.sim.sent
+        assert self.state == other.state
+        assert self.log == other.log and self.sent == other.sent
         assert (a.taskmanagers, a.finals, a.accepted, a.batch, a.fresh) == (b.taskmanagers, b.finals, b.accepted,
                                                                              b.batch, b.fresh)
         # What was heard of attempts no longer placed is forgotten at a slightly different
@@ -106,12 +94,12 @@ class World:
             assert task_ids == {t for t, f in a.finals.items() if f[1] == tm}
         assert {f[1] for f in a.finals.values()} <= set(a.finals_on)
         assert a.final_jobs == Counter(t.partition("/")[0] for t in a.finals)
-        placed = {f"{j}/{e}" for held in self.sim.state.pool.used.values() for j, e in held}
+        placed = {f"{j}/{e}" for held in self.state.pool.used.values() for j, e in held}
         assert {t: n for t, n in a.heard_at.items() if t in placed} == {t: n for t, n in b.heard_at.items()
                                                                           if t in placed}
 
 
-def _executions(sim: Sim) -> list[Execution]:
+def _executions(sim: JobsDriven) -> list[Execution]:
     return list(sim.job.executions())
 
 
@@ -122,20 +110,20 @@ _LINE_STATES = [None, None, TaskState.DEPLOYING, TaskState.RUNNING, TaskState.RU
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_the_cheap_paths_decide_as_the_full_scans(data) -> None:
-    new, ref = World(False), World(True)
+    new, ref = Side(False), Side(True)
     for _ in range(data.draw(st.integers(5, 40), label="steps")):
         step = data.draw(st.sampled_from(["schedule", "move", "report", "report", "report", "time", "timeouts",
                                           "finals", "read", "heard"]), label="step")
-        exs = _executions(new.sim)
+        exs = _executions(new)
         if step == "schedule":
             sessions = data.draw(st.booleans(), label="sessions")
             for w in (new, ref):
-                w.schedule(sessions)
+                w.deploy(sessions)
         elif step == "move":
             ex = data.draw(st.sampled_from(exs), label="subtask")
             moves = [to for (old, to) in REPORTED if old == ex.state]
             if ex.state in (TaskState.RUNNING, TaskState.FINISHED) and not ex.produced \
-                    and new.sim.job.vertices[ex.vertex].outputs:
+                    and new.job.vertices[ex.vertex].outputs:
                 moves.append("produced")
             if not moves:
                 continue
@@ -167,7 +155,7 @@ def test_the_cheap_paths_decide_as_the_full_scans(data) -> None:
         elif step == "time":
             gap = data.draw(st.sampled_from([0, 1, 1_000, GRACE, GRACE + 1, TIMEOUT, 30_000]), label="gap")
             for w in (new, ref):
-                w.sim.now += gap
+                w.now += gap
         elif step == "timeouts":
             assert new.timeouts() == ref.timeouts()
         elif step == "finals":
@@ -204,22 +192,22 @@ def test_the_pools_index_of_placed_attempts_is_its_holders_counted(ops) -> None:
                                        "count -> out:5:0", "garbage"]), min_size=1, max_size=9))
 def test_the_current_attempt_cache_answers_as_parsing_does(steps, asked) -> None:
     """Asked again and again as attempts restart (and the graph is built anew)."""
-    sim = Sim(wordcount(RestartStrategy("fixed-delay", 9, 0)), {"tm-a": 4})
+    sim = JobsDriven(wordcount(RestartStrategy("fixed-delay", 9, 0)), {"tm-a": 4})
     job = sim.job
     for restart, which, attempt in steps:
         ex = _executions(sim)[which]
         if restart and ex.state == TaskState.CREATED and attempt > ex.attempt:
-            evolve(sim.state, env(TaskRestartScheduled("j1", ex.vertex, ex.subtask, attempt, 1, 0)))
+            sim.commit(TaskRestartScheduled("j1", ex.vertex, ex.subtask, attempt, 1, 0))
         for eid in asked:
             assert job.current(eid) is _uncached_current(job, eid)
 
 
 def test_both_sides_time_out_a_deployment_and_fail_a_missing_attempt() -> None:
     """The histories the law is checked on do reach decisions: here, by hand, one of each."""
-    new, ref = World(False), World(True)
+    new, ref = Side(False), Side(True)
     for w in (new, ref):
-        w.schedule(False)
-    a, b = _executions(new.sim)[:2]
+        w.deploy(False)
+    a, b = _executions(new)[:2]
     assert a.taskmanager is not None and b.taskmanager is not None and a.taskmanager != b.taskmanager
     a_id, b_id = a.id, b.id  # (the executions move on to their next attempts)
     running = UpdateTaskExecutionState("j1", b_id, TaskState.RUNNING, None)
@@ -229,12 +217,12 @@ def test_both_sides_time_out_a_deployment_and_fail_a_missing_attempt() -> None:
         for tm in (a.taskmanager, b.taskmanager):  # neither lists its attempt
             assert new.reconcile(tm, "s", [], True) == ref.reconcile(tm, "s", [], True)
         for w in (new, ref):
-            w.sim.now += TIMEOUT
+            w.now += TIMEOUT
     failed = [f for d in new.timeouts() for f in d.facts]
     assert failed and failed[0].execution_id == a_id and failed[0].state == TaskState.FAILED
     assert [f for d in ref.timeouts() for f in d.facts] == failed
     assert any(isinstance(f, UpdateTaskExecutionState) and f.execution_id == b_id and f.state == TaskState.FAILED
-               for f in new.sim.log)  # missing: failed on the reports
+               for f in new.log)  # missing: failed on the reports
     new.same_as(ref)
 
 
@@ -258,13 +246,13 @@ def _split(task_id: str) -> tuple[str, str]:
 
 
 def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
-                         report: list[AttemptReport], now: int, grace_ms: int, config: JobsConfig) -> Reconciled:
-    out = Reconciled()
+                         report: list[AttemptReport], now: int, grace_ms: int, config: JobsConfig) -> Decision:
+    out = SimpleNamespace(cancels=[], release=[], recorded=[], notes=[])
     tm = memory.taskmanagers.setdefault(resource_id, _PerTaskManager())
     previous, tm.differences = tm.differences, {}
     held = {r.task_id: r for r in report if not r.state.terminal}
     finals = {r.task_id: r for r in report if r.state.terminal}
-    recorders: dict[str, _Recorder] = {}
+    recorders: dict[str, Recorder] = {}
 
     def due(kind: str, task_id: str) -> bool:
         seen = previous.get((kind, task_id))
@@ -279,9 +267,9 @@ def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, ses
         tm.cancelled[task_id] = now
         return True
 
-    def recorder(job_id: str) -> _Recorder:
+    def recorder(job_id: str) -> Recorder:
         if job_id not in recorders:
-            recorders[job_id] = _Recorder(state, job_id, now)
+            recorders[job_id] = Recorder(state, job_id, now)
         return recorders[job_id]
 
     for slot in sorted(state.pool.by_tm.get(resource_id, ())):
@@ -344,13 +332,15 @@ def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, ses
         out.cancels.append(CancelTask(job_id, execution_id, f"reconciled with the slot report of {resource_id}: {why}"))
         out.notes.append(f"{task_id} unknown on {resource_id}: cancelled")
     tm.cancelled = {t: at for t, at in tm.cancelled.items() if t in held}
-    out.decisions = [rec.decision for rec in recorders.values() if rec.decision]
-    return out
+    return Decision(sends=[Send(Address.taskmanager(resource_id), m) for m in (*out.cancels, *out.release)],
+                    instructions=[*(Note(n) for n in out.notes),
+                                  *([Recorded(tuple(out.recorded))] if out.recorded else [])],
+                    now=now, jobs=[rec.decision for rec in recorders.values() if rec.decision])
 
 
 def _reference_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: int,
                         config: JobsConfig) -> list[Decision]:
-    out: dict[str, _Recorder] = {}
+    out: dict[str, Recorder] = {}
     placed: set[str] = set()
     for (tm, _slot), holders in sorted(state.pool.used.items()):
         for job_id, eid in sorted(holders):
@@ -363,8 +353,8 @@ def _reference_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: 
             waited = now - max(ex.since, memory.leading_since)
             if waited <= timeout_ms or not memory.unanswered(tm, task_id):
                 continue
-            rec = out.setdefault(job_id, _Recorder(state, job_id, now))
-            rec.send(("tm", tm), CancelTask(job_id, eid, "deployment timed out"))
+            rec = out.setdefault(job_id, Recorder(state, job_id, now))
+            rec.send(Address.taskmanager(tm), CancelTask(job_id, eid, "deployment timed out"))
             _fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
                                 "(its SubmitTask or the answer was lost)", config)
             _maybe_complete(rec, job)
@@ -374,7 +364,7 @@ def _reference_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: 
 
 def _reference_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[str], bool], now: int,
                             config: JobsConfig) -> list[Decision]:
-    out: dict[str, _Recorder] = {}
+    out: dict[str, Recorder] = {}
     notes = []
     ready: dict[str, bool] = {}
     for task_id, (seen_in, resource_id, line) in list(memory.finals.items()):
@@ -392,7 +382,7 @@ def _reference_lost_finals(state: JobsState, memory: Memory, caught_up: Callable
         del memory.finals[task_id]
         if job is None or ex is None or ex.state.terminal or ex.taskmanager != resource_id:
             continue
-        rec = out.setdefault(job_id, _Recorder(state, job_id, now))
+        rec = out.setdefault(job_id, Recorder(state, job_id, now))
         if line.state == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
             # A finished producer wrote its partition (its worker says so before it finishes):
             # that report was lost too, and consumers wait for it.
@@ -402,3 +392,12 @@ def _reference_lost_finals(state: JobsState, memory: Memory, caught_up: Callable
         notes.append(task_id)
     memory.accepted += notes
     return [rec.decision for rec in out.values() if rec.decision]
+
+
+def _reference_decide(state: JobsState, s: SlotReport | LostFinals | DeploymentTimeouts, now: int) -> Decision:
+    """Reconciliation's door, on the reference scans."""
+    if isinstance(s, SlotReport):
+        return _reference_reconcile(state, s.memory, s.resource_id, s.session, s.report, now, s.grace_ms, s.config)
+    if isinstance(s, LostFinals):
+        return Decision(now=now, jobs=_reference_lost_finals(state, s.memory, s.caught_up, now, s.config))
+    return Decision(now=now, jobs=_reference_timeouts(state, s.memory, now, s.timeout_ms, s.config))

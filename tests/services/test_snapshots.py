@@ -120,8 +120,9 @@ def test_a_snapshot_from_before_v2_waits_holds_a_wait_that_ends_at_the_next_slot
     j.read_text("lines", "/data/in.txt", parallelism=3).write_parquet("out", "/data/out")
     state = JobsState()
     splits = {"lines": [{"path": "/data/in.txt", "start": 0, "end": 1, "index": 0}]}
-    for d in (core.submit(state, SubmitJob("j1", j.graph(), "blob", "mod", "client-inbox"), splits, "file:///s", 1_000),
-              core.schedule(state, "j1", {}, 1_000)):
+    submitted = core.Submit(SubmitJob("j1", j.graph(), "blob", "mod", "client-inbox"), splits, "file:///s")
+    for d in (core.decide(state, submitted, 1_000),
+              core.decide(state, core.Schedule("j1", {}), 1_000)):
         for fact in d.facts:
             evolve(state, Envelope(fact, "", 0, 1_000))
     assert state.jobs["j1"].waiting_since == 1_000 and state.jobs["j1"].wait_until_placed

@@ -20,7 +20,8 @@ from sluice.events import (
 )
 from sluice.services.common import job_marker
 from sluice.services.taskmanager.reach import Reach
-from tests.services.test_jobs_core import Sim, wordcount
+from tests.cores import JobsDriven
+from tests.services.test_jobs_core import wordcount
 
 ADVICE = "every TaskManager must reach the same storage root and inputs"
 
@@ -29,7 +30,7 @@ ADVICE = "every TaskManager must reach the same storage root and inputs"
 
 
 def test_a_start_that_is_not_retryable_fails_the_job_at_once_without_a_restart() -> None:
-    sim = Sim(wordcount(RestartStrategy("fixed-delay", 3, 100)), {"tm-a": 4})
+    sim = JobsDriven(wordcount(RestartStrategy("fixed-delay", 3, 100)), {"tm-a": 4})
     first, second = sim.schedule()
     assert first.descriptor.storage_root == "file:///s"  # what the TaskManager checks
     why = "TaskManager tm-a on host h1 cannot see the storage root file:///s (marker /s/j1/_SLUICE_JOB missing)"
@@ -45,7 +46,7 @@ def test_a_start_that_is_not_retryable_fails_the_job_at_once_without_a_restart()
 
 
 def test_a_start_that_is_retryable_is_restarted_as_before() -> None:
-    sim = Sim(wordcount(RestartStrategy("fixed-delay", 3, 100)), {"tm-a": 4})
+    sim = JobsDriven(wordcount(RestartStrategy("fixed-delay", 3, 100)), {"tm-a": 4})
     first, _ = sim.schedule()
     d = sim.tell(TaskOperationResult("j1", first.execution_id, False, "starting the task failed at step 'temp files'"))
     assert [f.attempt for f in d.facts if isinstance(f, TaskRestartScheduled)] == [1]

@@ -17,8 +17,9 @@ from sluice.events import (
     TaskManagerRegistered,
     TaskManagerStorageReach,
 )
-from sluice.services.membership.core import Membership, MembershipConfig, decide, evolve
+from sluice.services.membership.core import Inbound, Membership, MembershipConfig, decide, evolve
 from sluice.services.membership.storage import refusal
+from tests.cores import Driven
 from tests.helpers import env, register
 from tests.services.test_membership_core import assert_replay_and_table_are_live
 
@@ -32,10 +33,8 @@ def leader() -> Membership:
 
 
 def apply(state: Membership, message) -> tuple[Membership, list, list]:
-    decision = decide(state, env(message), CONFIG)
-    for fact in decision.facts:
-        evolve(state, env(fact))
-    return state, list(decision.facts), list(decision.replies)
+    decision = Driven(decide, state, fold=evolve, folds=True).tell(Inbound(env(message), CONFIG))  # tests/cores.py
+    return state, list(decision.facts), [(to.name, reply) for to, reply in decision.sends]
 
 
 def blind(rid: str = "tm-1", session: str = "s1", root_id: str = ID) -> ReportStorageReach:
@@ -118,7 +117,7 @@ def test_replay_equals_live_and_a_refusal_names_exactly_the_registered_taskmanag
     log = [env(LeadershipGranted(1, "jm", "h"))]
     reported: dict[str, tuple[str, str | None]] = {}  # the last report of each registered session, by rid
     for i, msg in enumerate(sequence):
-        facts = (msg,) if isinstance(msg, TaskManagerLost) else decide(live, env(msg, ts=i), CONFIG).facts
+        facts = (msg,) if isinstance(msg, TaskManagerLost) else decide(live, Inbound(env(msg, ts=i), CONFIG), i).facts
         if isinstance(msg, ReportStorageReach) and live.is_registered(msg.resource_id, msg.session):
             reported[msg.resource_id] = (msg.root_id, msg.problem)
         for fact in facts:

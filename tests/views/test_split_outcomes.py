@@ -5,8 +5,6 @@ what the coordinators flush after them, as one batch commits them."""
 from __future__ import annotations
 
 from sluice.events import (
-    Envelope,
-    Event,
     JobVertex,
     RequestNextInputSplit,
     SourceSpec,
@@ -14,35 +12,21 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
-from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.coordination.source import plan_range
 from sluice.services.coordination.timeline import held_back, split_timeline
+from tests.cores import CoordinatorsDriven, cores_checked
 
 JOB = "j1"
+__all__ = ["cores_checked"]  # (the fixture: every loop checked at each test's end)
 
 
-class Loop:
-    """The JobManager's main loop over one job's coordinators: each ``batch`` feeds its facts
-    and appends them, then what the coordinators did, to the log (``facts``)."""
-
-    def __init__(self, parallelism: int = 2, splits: int = 3, each_split: bool = False) -> None:
-        src = JobVertex("src", "source", parallelism,
-                        source=SourceSpec("range", [], 1, {}, "input-splits", each_split))
-        self.coords = JobCoordinators(JOB, [src], {"src": plan_range(0, splits, 1)}, lambda name: type)
-        self.coords.start(0)
-        self.facts: list[Event] = []
-        self.now = 1000
-
-    def batch(self, *facts: Event) -> None:
-        for ev in facts:
-            self.coords.feed(ev)
-            self.facts.append(ev)
-        self.now += 10
-        self.facts += [ev for ev, _ in self.coords.flush(self.now).facts]
-        self.coords.committed()
-
-    def envelopes(self) -> list[Envelope]:
-        return [Envelope(ev, f"id{i}", 1, 1000 + i, JOB) for i, ev in enumerate(self.facts)]
+def main_loop(parallelism: int = 2, splits: int = 3, each_split: bool = False) -> CoordinatorsDriven:
+    """The JobManager's main loop over one job's coordinators (tests/cores.py): each ``batch``
+    feeds its facts and appends them, then what the coordinators did, to the log."""
+    src = JobVertex("src", "source", parallelism, source=SourceSpec("range", [], 1, {}, "input-splits", each_split))
+    loop = CoordinatorsDriven(JOB, [src], {"src": plan_range(0, splits, 1)}, lambda name: type)
+    loop.coords.start(0)
+    return loop
 
 
 def request(subtask: int, attempt: int, seq: int, at: int = 0) -> RequestNextInputSplit:
@@ -55,7 +39,7 @@ def state(subtask: int, attempt: int, to: TaskState) -> UpdateTaskExecutionState
 
 
 def test_a_split_answered_after_its_attempt_failed_in_the_same_batch_is_returned_not_reading() -> None:
-    loop = Loop()
+    loop = main_loop()
     for subtask in (0, 1):
         loop.batch(state(subtask, 0, TaskState.RUNNING))
     # One batch: attempt 0 of src[0] asks, fails, and is restarted. The coordinators answer
@@ -79,7 +63,7 @@ def test_a_split_answered_after_its_attempt_failed_in_the_same_batch_is_returned
 
 
 def test_a_split_held_by_a_running_attempt_is_reading() -> None:
-    loop = Loop(parallelism=1)
+    loop = main_loop(parallelism=1)
     loop.batch(state(0, 0, TaskState.RUNNING))
     loop.batch(request(0, 0, 1))
     (row,) = split_timeline(loop.envelopes())
@@ -90,7 +74,7 @@ def test_a_reader_told_no_more_while_splits_were_left_is_named_with_how_many_wen
     """The end game of a source read each split: the slow reader (5 s a split) asks with two
     splits left that the fast one (1 s a split) finishes first; a reader told "no more"
     once nothing was left is not held back."""
-    loop = Loop(splits=8, each_split=True)
+    loop = main_loop(splits=8, each_split=True)
     for subtask in (0, 1):
         loop.batch(state(subtask, 0, TaskState.RUNNING))
     loop.batch(request(0, 0, 1, at=1000), request(1, 0, 1, at=1000))
@@ -102,7 +86,7 @@ def test_a_reader_told_no_more_while_splits_were_left_is_named_with_how_many_wen
     assert held_back(loop.envelopes()) == {("src", 1, 0): 2}
     rows = split_timeline(loop.envelopes())
     assert [(r.split, r.subtask) for r in rows] == [(0, 0), (1, 1), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)]
-    without_times = Loop(splits=8, each_split=True)
+    without_times = main_loop(splits=8, each_split=True)
     for ev in [state(0, 0, TaskState.RUNNING), state(1, 0, TaskState.RUNNING), request(0, 0, 1), request(1, 0, 1),
                *[request(0, 0, seq) for seq in range(2, 6)], request(1, 0, 2),
                *[request(0, 0, seq) for seq in range(6, 9)]]:
@@ -113,7 +97,7 @@ def test_a_reader_told_no_more_while_splits_were_left_is_named_with_how_many_wen
 def test_a_split_given_back_after_a_reader_was_told_no_more_does_not_count_as_left_then() -> None:
     """Reader 0 is told "no more" with nothing left; then reader 1's attempt fails and its
     next attempt takes its split again: reader 0 was not held back."""
-    loop = Loop(splits=2)
+    loop = main_loop(splits=2)
     for subtask in (0, 1):
         loop.batch(state(subtask, 0, TaskState.RUNNING))
     loop.batch(request(0, 0, 1), request(1, 0, 1))

@@ -46,7 +46,7 @@ def graph(n: int, source: str):
 def build_time(n: int, source: str) -> float:
     msg = SubmitJob("b", graph(n, source), "blob", "m", "reply")
     t = time.perf_counter()
-    core.submit(JobsState(), msg, {"src": []}, "file:///tmp/s", 0)
+    core.decide(JobsState(), core.Submit(msg, {"src": []}, "file:///tmp/s"), 0)
     return time.perf_counter() - t
 
 

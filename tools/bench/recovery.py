@@ -93,8 +93,8 @@ class _Writer:
         fail, the last ones left RUNNING (or FINISHED)."""
         graph = _graph(job_id, parallelism)
         v = graph.vertices[0].name
-        d = core.submit(self.state, SubmitJob(job_id, graph, "0" * 64, "bench", "{bench:client:c}:inbox"),
-                        {v: []}, "file:///tmp/sluice-bench-recovery", self.ts)
+        d = core.decide(self.state, core.Submit(SubmitJob(job_id, graph, "0" * 64, "bench", "{bench:client:c}:inbox"),
+                                                {v: []}, "file:///tmp/sluice-bench-recovery"), self.ts)
         tag = self.keys.job(job_id)
         self.commit(tag, [*d.facts, JobStatusChanged(job_id, JobStatus.RUNNING)])
         per_cycle = 6 * parallelism

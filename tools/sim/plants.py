@@ -116,14 +116,16 @@ def _unreadable_spin() -> None:
 
 
 def _loss_forgotten() -> None:
+    from dataclasses import replace
+
     from sluice.services.jobs import core
 
-    def make(orphans: Any) -> Any:
-        def planted(state: Any, active: Any, reasons: Any, config: Any, now: int, registered: Any = None) -> Any:
-            return orphans(state, active, reasons, config, now)  # the registrations' epochs not looked at
-        return planted
+    orphans = core._HANDLERS[core.Orphans]
 
-    _patch(core, "orphans", make)
+    def planted(state: Any, stimulus: Any, now: int) -> Any:
+        return orphans(state, replace(stimulus, registered=None), now)  # the registrations' epochs not looked at
+
+    core._HANDLERS[core.Orphans] = planted
 
 
 def _nogroup_at_start() -> None:
