@@ -13,7 +13,6 @@ from sluice.errors import DuplicateCommit, HandlerFailed, MessageRejected
 from sluice.events import (
     ExecutionGraphBuilt,
     JobRefused,
-    JobStatus,
     SubmitJob,
     TaskOperationResult,
     TaskRestartScheduled,
@@ -23,8 +22,8 @@ from sluice.events import (
 from sluice.services.common.world import monotonic_ms
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
+from sluice.services.jobs.machine import LIVE_JOB, TERMINAL_JOB
 from sluice.services.jobs.reconcile import accept_lost_finals, deployment_timeouts
-from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import Consumed, tag_of
 from sluice.store.consumer import Entry
 
@@ -204,7 +203,7 @@ class JobInboxes:
         (the batch's, when merged into its decision; None: the clock's)."""
         jm = self.jm
         job = jm.state.jobs.jobs.get(job_id)
-        if jm.recovering or job is None or not job.ready or job.status not in (JobStatus.CREATED, JobStatus.RUNNING):
+        if jm.recovering or job is None or not job.ready or job.status not in LIVE_JOB:
             return _Scheduled(None, free)
         free = free if free is not None else self._free_slots()
         if job.waiting_since is not None and not any(free.values()):

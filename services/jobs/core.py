@@ -51,35 +51,27 @@ from sluice.events import (
 from sluice.services.coordination.runtime import has_coordinator
 from sluice.services.kvstate import core as kvstate
 
-from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
+from .machine import (
+    HOLDS_SLOT,
+    LIVE_JOB,
+    LIVE_TASK,
+    REPORTED,
+    STARTED_TASK,
+    STOPPING_JOB,
+    TERMINAL_JOB,
+    UNDEPLOYED_TASK,
+)
+from .state import Execution, JobRun, JobsState, evolve, parse_execution_id
 from .timers import Timers
 
 __all__ = ["JobsConfig", "Decision", "Dest", "submit", "MAX_DEPLOY_PER_PASS", "on_message", "schedule",
-           "taskmanager_lost", "gone", "orphans", "log_restarted", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage", "LEGAL"]
+           "taskmanager_lost", "gone", "orphans", "log_restarted", "tick", "fail_job", "partition_path", "FreeSlots", "UnexpectedJobMessage"]
 
 Dest = tuple[str, str]
 """Where a message goes: ("tm", resource_id) or ("inbox", stream key)."""
 
 FreeSlots = dict[str, list[int]]
 """Free slots per registered TaskManager."""
-
-# Moves a TaskManager may report for the current attempt (anything else is stale or
-# out of order and is ignored, with the reason logged).
-LEGAL: frozenset[tuple[TaskState, TaskState]] = frozenset({
-    (TaskState.DEPLOYING, TaskState.INITIALIZING),
-    (TaskState.DEPLOYING, TaskState.RUNNING),
-    (TaskState.INITIALIZING, TaskState.RUNNING),
-    (TaskState.DEPLOYING, TaskState.FINISHED),
-    (TaskState.INITIALIZING, TaskState.FINISHED),
-    (TaskState.RUNNING, TaskState.FINISHED),
-    (TaskState.DEPLOYING, TaskState.FAILED),
-    (TaskState.INITIALIZING, TaskState.FAILED),
-    (TaskState.RUNNING, TaskState.FAILED),
-    (TaskState.CANCELING, TaskState.CANCELED),
-    (TaskState.CANCELING, TaskState.FAILED),
-    (TaskState.CANCELING, TaskState.FINISHED),
-})
-
 
 @dataclass(frozen=True)
 class JobsConfig:
@@ -176,7 +168,7 @@ def on_message(state: JobsState, job_id: str, env: Envelope, config: JobsConfig,
         if ex is not None and (msg.vertex_id, msg.subtask, msg.attempt) != (ex.vertex, ex.subtask, ex.attempt):
             ex = None  # its fields disagree with the attempt it names: malformed
         if ex is not None and not ex.produced and job.status not in TERMINAL_JOB \
-                and ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING):
+                and ex.state in LIVE_TASK:
             # Recorded as the leader knows the attempt, whatever else the message claims.
             rec.fact(ScheduleOrUpdateConsumers(job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
         else:
@@ -189,7 +181,7 @@ def on_message(state: JobsState, job_id: str, env: Envelope, config: JobsConfig,
         else:
             rec.decision.checkpoint = True
     elif isinstance(msg, CancelJob):
-        if job.status in TERMINAL_JOB or job.status in (JobStatus.CANCELLING, JobStatus.FAILING):
+        if job.status not in LIVE_JOB:
             rec.decision.note = f"job {job_id} is already {job.status.value}"
         else:
             rec.fact(JobStatusChanged(job_id, JobStatus.CANCELLING, msg.reason))
@@ -232,7 +224,7 @@ def _coordinator_input(rec: _Recorder, job: JobRun, msg: RequestNextInputSplit |
         rec.decision.note = f"{msg.TYPE} from subtask {subtask} of {vertex_name!r}, which has {len(vertex.subtasks)}"
         return
     ex = vertex.subtasks[subtask]
-    if job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+    if job.status not in LIVE_JOB:
         rec.decision.note = f"{msg.TYPE} from {ex.id} while the job is {job.status.value}; ignored"
     elif ex.attempt != attempt or ex.state.terminal:
         rec.decision.note = f"{msg.TYPE} from attempt {attempt} of {vertex_name}[{subtask}], which is not running " \
@@ -249,7 +241,7 @@ def fail_job(state: JobsState, job_id: str, reason: str, now: int) -> Decision:
     """Fail a job at once, without restarts (a coordinator failed): cancel its tasks."""
     rec = _Recorder(state, job_id, now)
     job = state.jobs.get(job_id)
-    if job is None or job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+    if job is None or job.status not in LIVE_JOB:
         return rec.decision
     _fail_job(rec, job, reason)
     return rec.decision
@@ -268,7 +260,7 @@ def _kvstate(rec: _Recorder, job: JobRun, msg: NotifyKvStateRegistered | NotifyK
         reason = verdict.error or "KvState registration clash"
         if ex is not None and ex.state in HOLDS_SLOT and ex.state != TaskState.CANCELING:
             _fail(rec, job, ex, reason, config, restart=False)
-        elif job.status not in (JobStatus.FAILING, JobStatus.CANCELLING):
+        elif job.status not in STOPPING_JOB:
             # No attempt of the vertex runs (they finished, or have not started): the job fails.
             _fail_job(rec, job, f"vertex {verdict.fail_vertex} failed (no restart): {reason}")
 
@@ -278,7 +270,7 @@ def _update(rec: _Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: 
     if ex is None:
         rec.decision.note = f"stale update for {msg.execution_id} ignored"
         return
-    if (ex.state, msg.state) not in LEGAL:
+    if (ex.state, msg.state) not in REPORTED:
         rec.decision.note = f"{msg.execution_id}: {ex.state.value} -> {msg.state.value} is not a legal move; ignored"
         return
     if msg.state == TaskState.FAILED and ex.state != TaskState.CANCELING:
@@ -292,11 +284,11 @@ def _update(rec: _Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: 
         rec.fact(ScheduleOrUpdateConsumers(job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
     rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, msg.state, msg.error, ex.vertex, ex.subtask, ex.attempt,
                                       ex.taskmanager, ex.slot))
-    if msg.state in (TaskState.RUNNING, TaskState.FINISHED) and job.status == JobStatus.CREATED \
+    if msg.state in STARTED_TASK and job.status == JobStatus.CREATED \
             and job.sources_running():
         rec.fact(JobStatusChanged(job.job_id, JobStatus.RUNNING, None))
         rec.send(("inbox", job.reply_to), Success(job.job_id))
-    if job.status in (JobStatus.RUNNING, JobStatus.CREATED) and job.all_finished():
+    if job.status in LIVE_JOB and job.all_finished():
         rec.fact(JobStatusChanged(job.job_id, JobStatus.FINISHED, None))
     _maybe_complete(rec, job)
 
@@ -305,7 +297,7 @@ def _fail(rec: _Recorder, job: JobRun, ex: Execution, error: str, config: JobsCo
     """An execution failed: restart it if the job's strategy allows (and ``restart``), else fail the job."""
     rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.FAILED, error, ex.vertex, ex.subtask, ex.attempt,
                                       ex.taskmanager, ex.slot))
-    if job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+    if job.status not in LIVE_JOB:
         _maybe_complete(rec, job)
         return
     strategy = job.graph.restart
@@ -331,10 +323,10 @@ def _fail_job(rec: _Recorder, job: JobRun, reason: str, cancel_reason: str = "th
 
 def _cancel_all(rec: _Recorder, job: JobRun, reason: str) -> None:
     for ex in job.executions():
-        if ex.state == TaskState.CREATED or ex.state == TaskState.SCHEDULED:
+        if ex.state in UNDEPLOYED_TASK:
             rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
                                               ex.attempt, ex.taskmanager, ex.slot))
-        elif ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING):
+        elif ex.state in LIVE_TASK:
             rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELING, None, ex.vertex, ex.subtask,
                                               ex.attempt, ex.taskmanager, ex.slot))
             rec.send(("tm", ex.taskmanager or ""), CancelTask(job.job_id, ex.id, reason))
@@ -360,7 +352,7 @@ def schedule(state: JobsState, job_id: str, free: FreeSlots, now: int,
     ``timers`` (the core on its own, one clock for everything) on ``now``."""
     job = state.jobs[job_id]
     rec = _Recorder(state, job_id, now)
-    if job.status not in (JobStatus.CREATED, JobStatus.RUNNING) or not job.built:
+    if job.status not in LIVE_JOB or not job.built:
         return rec.decision
     ready = job.ready
     waiting = 0
@@ -543,7 +535,7 @@ def log_restarted(state: JobsState, reason: str, now: int, attempt_floor: int) -
             continue  # ended, or renumbered at this floor already (recovery resumed by a new leader)
         rec = _Recorder(state, job.job_id, now)
         rec.fact(AttemptsRenumbered(job.job_id, attempt_floor, reason))
-        ending = job.status in (JobStatus.FAILING, JobStatus.CANCELLING)
+        ending = job.status in STOPPING_JOB
         for ex in list(job.executions()):
             if ex.state == TaskState.CANCELING or (ending and ex.state in HOLDS_SLOT):
                 rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, reason, ex.vertex,
@@ -577,7 +569,7 @@ def tick(state: JobsState, config: JobsConfig, now: int, total_slots: int, since
     if timers is not None:
         timers.keep(state)
     for job in list(state.jobs.values()):
-        if job.waiting_since is None or job.status not in (JobStatus.CREATED, JobStatus.RUNNING):
+        if job.waiting_since is None or job.status not in LIVE_JOB:
             continue
         if timers is not None:
             waited = timers.slot_wait(job, clock)
