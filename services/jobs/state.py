@@ -363,7 +363,7 @@ def _restarted(state: JobsState, env: Envelope, ev: TaskRestartScheduled) -> Non
     job.ready.append(ex)
 
 
-def _coordinator_input(state: JobsState, env: Envelope, ev: OperatorEvent | RequestNextInputSplit) -> None:
+def _coordinator_took(state: JobsState, env: Envelope, ev: OperatorEvent | RequestNextInputSplit) -> None:
     """A message a subtask sent its coordinator was taken: its number, so it is taken once
     (an operator event to a subtask changes nothing here)."""
     if type(ev) is OperatorEvent and not ev.to_coordinator:
@@ -431,8 +431,8 @@ _HANDLERS: dict[type[Event], Callable[[JobsState, Envelope, Any], None]] = {
     UpdateTaskExecutionState: _task_moved,
     ScheduleOrUpdateConsumers: _produced,
     TaskRestartScheduled: _restarted,
-    OperatorEvent: _coordinator_input,
-    RequestNextInputSplit: _coordinator_input,
+    OperatorEvent: _coordinator_took,
+    RequestNextInputSplit: _coordinator_took,
     JobSubmitted: _submitted,
     ExecutionGraphBuilt: _built,
     AttemptsRenumbered: _renumbered,
@@ -454,10 +454,12 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
     move (services/jobs/machine.py), or that no handler folds, raises IllegalTransition
     (the first with the subtask's or job's story)."""
     ev = env.event
-    handler = _HANDLERS.get(type(ev))
-    if handler is None:
+    try:
+        handler = _HANDLERS[type(ev)]
+    except KeyError:
+        entry = env.id or "(not committed)"
         raise IllegalTransition(f"{ev.TYPE} is not a fact of a job's stream: evolve has no handler for it (the "
-                                f"handlers: services/jobs/state.py _HANDLERS; entry {env.id or '(not committed)'})")
+                                f"handlers: services/jobs/state.py _HANDLERS; entry {entry})") from None
     handler(state, env, ev)
     return state
 
