@@ -424,7 +424,8 @@ def _queryable(state: JobsState, env: Envelope, ev: NotifyKvStateRegistered | No
 
 
 def _nothing(state: JobsState, env: Envelope, ev: Event) -> None:
-    """A fact of a job's stream that this state does not fold (its coordinators' do)."""
+    """A fact of a job's stream that changes nothing here: a refused queryable-state
+    notification, or what a coordinator sent or checkpointed (its coordinator folds that)."""
 
 
 _HANDLERS: dict[type[Event], Callable[[JobsState, Envelope, Any], None]] = {
