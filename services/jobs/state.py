@@ -323,20 +323,20 @@ def _task_moved(state: JobsState, env: Envelope, ev: UpdateTaskExecutionState) -
 
 def _produced(state: JobsState, env: Envelope, ev: ScheduleOrUpdateConsumers) -> None:
     """An attempt's partition is complete: its consumers may be deployable."""
-    job = state.jobs.get(ev.job_id)
-    if job is None:
+    if (job := state.jobs.get(ev.job_id)) is None:
         return
     vertex = job.vertices[ev.vertex_id]
     ex = vertex.subtasks[ev.subtask]
-    if ex.attempt == ev.attempt and not ex.produced:
-        ex.produced = True
-        vertex.produced += 1
-        for edge in vertex.outputs:
-            consumer = job.vertices[edge.target]
-            if edge.exchange == "forward":
-                job.ready.append(consumer.subtasks[ev.subtask])
-            elif vertex.produced == len(vertex.subtasks):
-                job.ready.extend(consumer.subtasks)
+    if ex.attempt != ev.attempt or ex.produced:
+        return  # (of an attempt gone since, or said again)
+    ex.produced = True
+    vertex.produced += 1
+    for edge in vertex.outputs:
+        consumer = job.vertices[edge.target]
+        if edge.exchange == "forward":
+            job.ready.append(consumer.subtasks[ev.subtask])
+        elif vertex.produced == len(vertex.subtasks):
+            job.ready.extend(consumer.subtasks)
 
 
 def _restarted(state: JobsState, env: Envelope, ev: TaskRestartScheduled) -> None:
