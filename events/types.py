@@ -48,7 +48,6 @@ class JobStatus(str, enum.Enum):
     CANCELLING = "CANCELLING"
     CANCELED = "CANCELED"
     FINISHED = "FINISHED"
-    RESTARTING = "RESTARTING"
 
     __hash__ = str.__hash__  # (as TaskState's)
 

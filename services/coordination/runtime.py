@@ -30,6 +30,7 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 from sluice.services.common.decision import Address, Decision, Deliver, FailJob
+from sluice.services.jobs.machine import ABORTED_TASK
 from sluice.services.jobs.state import execution_id, parse_execution_id
 
 from .coordinator import CoordinatorContext, OperatorCoordinator
@@ -174,7 +175,7 @@ class JobCoordinators:
                 self._call(h, c.subtask_ready, ev.subtask, ev.attempt)
             elif ev.state == TaskState.FINISHED:
                 self._call(h, c.subtask_finished, ev.subtask, ev.attempt)
-            elif ev.state in (TaskState.FAILED, TaskState.CANCELED):
+            elif ev.state in ABORTED_TASK:
                 self._call(h, c.subtask_failed, ev.subtask, ev.attempt, ev.error)
         elif type(ev) is TaskRestartScheduled:
             h.dirty = True

@@ -14,7 +14,6 @@ from sluice.errors import DuplicateCommit, HandlerFailed, MessageRejected
 from sluice.events import (
     ExecutionGraphBuilt,
     JobRefused,
-    JobStatus,
     SubmitJob,
     TaskOperationResult,
     TaskRestartScheduled,
@@ -26,7 +25,7 @@ from sluice.services.common.world import World, monotonic_ms
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs import reconcile
-from sluice.services.jobs.state import TERMINAL_JOB
+from sluice.services.jobs.machine import LIVE_JOB, TERMINAL_JOB
 from sluice.store import Blobs, Consumed, GroupConsumer, Keys, tag_of
 from sluice.store.consumer import Entry
 
@@ -217,7 +216,7 @@ class JobInboxes:
         (the batch's, when merged into its decision; None: the clock's)."""
         state = self.state()
         job = state.jobs.jobs.get(job_id)
-        if self.recovering() or job is None or not job.ready or job.status not in (JobStatus.CREATED, JobStatus.RUNNING):
+        if self.recovering() or job is None or not job.ready or job.status not in LIVE_JOB:
             return _Scheduled(None, free)
         free = free if free is not None else self._free_slots()
         if job.waiting_since is not None and not any(free.values()):

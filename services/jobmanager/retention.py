@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.errors import ConfigError
-from sluice.events import JobPurged, JobRefused, PurgeJob, TaskState
+from sluice.events import JobPurged, JobRefused, PurgeJob
 from sluice.services.common.world import World, monotonic_ms
-from sluice.services.jobs.state import TERMINAL_JOB, JobRun
+from sluice.services.jobs.machine import TERMINAL_JOB, TERMINAL_TASK
+from sluice.services.jobs.state import JobRun
 from sluice.store import Consumed, EventLog, Keys, entry_order, tag_of
 from sluice.store.purge import Tombstones, delete_tag, forget_deliveries, release_transport
 
@@ -50,7 +51,6 @@ __all__ = ["FactRetention", "Retention", "finished_subtasks", "subtask_inboxes",
 SWEEP_EVERY_MS = 10_000
 """The longest time between two trims of the leader's streams (shorter when the retention is)."""
 
-_ENDED_TASK = frozenset({TaskState.FINISHED, TaskState.CANCELED, TaskState.FAILED})
 _DAY_MS = 86_400_000
 
 
@@ -112,7 +112,7 @@ def due_for_purge(archived: Sequence[str], policy: FactRetention, now_ms: int,
 def finished_subtasks(job: JobRun) -> list[tuple[str, int, int]]:
     """(vertex, subtask, attempt) of every subtask whose current attempt has ended: its inbox
     holds nothing any attempt will read (a later attempt reads only its own entries)."""
-    return [(ex.vertex, ex.subtask, ex.attempt) for ex in job.executions() if ex.state in _ENDED_TASK]
+    return [(ex.vertex, ex.subtask, ex.attempt) for ex in job.executions() if ex.state in TERMINAL_TASK]
 
 
 def subtask_inboxes(keys: Keys, job: JobRun) -> list[str]:

@@ -40,9 +40,19 @@ from sluice.services.coordination.runtime import has_coordinator
 from sluice.services.kvstate import core as kvstate
 
 from .descriptor import descriptor, partition_path
+from .machine import (
+    HOLDS_SLOT,
+    LIVE_JOB,
+    LIVE_TASK,
+    REPORTED,
+    STARTED_TASK,
+    STOPPING_JOB,
+    TERMINAL_JOB,
+    UNDEPLOYED_TASK,
+)
 from .recorder import Recorder
 from .scheduling import MAX_DEPLOY_PER_PASS, schedule
-from .state import HOLDS_SLOT, TERMINAL_JOB, Execution, JobRun, JobsState, parse_execution_id
+from .state import Execution, JobRun, JobsState, parse_execution_id
 from .stimuli import (
     FailAtOnce,
     FreeSlots,
@@ -59,24 +69,8 @@ from .stimuli import (
 
 __all__ = ["decide", "Decision", "Stimulus", "Submit", "Inbound", "Schedule", "FailAtOnce", "TaskManagerGone",
            "Orphans", "LogRestart", "SlotWaits", "JobsConfig", "FreeSlots", "MAX_DEPLOY_PER_PASS", "gone",
-           "partition_path", "descriptor", "UnexpectedJobMessage", "LEGAL"]
+           "partition_path", "descriptor", "UnexpectedJobMessage"]
 
-# Moves a TaskManager may report for the current attempt (anything else is stale or
-# out of order and is ignored, with the reason logged).
-LEGAL: frozenset[tuple[TaskState, TaskState]] = frozenset({
-    (TaskState.DEPLOYING, TaskState.INITIALIZING),
-    (TaskState.DEPLOYING, TaskState.RUNNING),
-    (TaskState.INITIALIZING, TaskState.RUNNING),
-    (TaskState.DEPLOYING, TaskState.FINISHED),
-    (TaskState.INITIALIZING, TaskState.FINISHED),
-    (TaskState.RUNNING, TaskState.FINISHED),
-    (TaskState.DEPLOYING, TaskState.FAILED),
-    (TaskState.INITIALIZING, TaskState.FAILED),
-    (TaskState.RUNNING, TaskState.FAILED),
-    (TaskState.CANCELING, TaskState.CANCELED),
-    (TaskState.CANCELING, TaskState.FAILED),
-    (TaskState.CANCELING, TaskState.FINISHED),
-})
 
 
 def decide(state: JobsState, stimulus: Stimulus, now: int) -> Decision:
@@ -133,7 +127,7 @@ def _inbound(state: JobsState, s: Inbound, now: int) -> Decision:
         if ex is not None and (msg.vertex_id, msg.subtask, msg.attempt) != (ex.vertex, ex.subtask, ex.attempt):
             ex = None  # its fields disagree with the attempt it names: malformed
         if ex is not None and not ex.produced and job.status not in TERMINAL_JOB \
-                and ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING):
+                and ex.state in LIVE_TASK:
             # Recorded as the leader knows the attempt, whatever else the message claims.
             rec.fact(ScheduleOrUpdateConsumers(job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
         else:
@@ -146,7 +140,7 @@ def _inbound(state: JobsState, s: Inbound, now: int) -> Decision:
         else:
             rec.instruct(Checkpoint())
     elif isinstance(msg, CancelJob):
-        if job.status in TERMINAL_JOB or job.status in (JobStatus.CANCELLING, JobStatus.FAILING):
+        if job.status not in LIVE_JOB:
             rec.note(f"job {job_id} is already {job.status.value}")
         else:
             rec.fact(JobStatusChanged(job_id, JobStatus.CANCELLING, msg.reason))
@@ -189,7 +183,7 @@ def _coordinator_input(rec: Recorder, job: JobRun, msg: RequestNextInputSplit | 
         rec.note(f"{msg.TYPE} from subtask {subtask} of {vertex_name!r}, which has {len(vertex.subtasks)}")
         return
     ex = vertex.subtasks[subtask]
-    if job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+    if job.status not in LIVE_JOB:
         rec.note(f"{msg.TYPE} from {ex.id} while the job is {job.status.value}; ignored")
     elif ex.attempt != attempt or ex.state.terminal:
         rec.note(f"{msg.TYPE} from attempt {attempt} of {vertex_name}[{subtask}], which is not running "
@@ -207,7 +201,7 @@ def _fail_at_once(state: JobsState, s: FailAtOnce, now: int) -> Decision:
     job_id, reason = s.job_id, s.reason
     rec = Recorder(state, job_id, now)
     job = state.jobs.get(job_id)
-    if job is None or job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+    if job is None or job.status not in LIVE_JOB:
         return rec.decision
     _fail_job(rec, job, reason)
     return rec.decision
@@ -229,7 +223,7 @@ def _kvstate(rec: Recorder, job: JobRun, msg: NotifyKvStateRegistered | NotifyKv
             or next((e for e in vertex.subtasks if e.state in HOLDS_SLOT), None)
         if ex is not None and ex.state in HOLDS_SLOT and ex.state != TaskState.CANCELING:
             _fail(rec, job, ex, clash.reason, config, restart=False)
-        elif job.status not in (JobStatus.FAILING, JobStatus.CANCELLING):
+        elif job.status not in STOPPING_JOB:
             # No attempt of the vertex runs (they finished, or have not started): the job fails.
             _fail_job(rec, job, f"vertex {clash.vertex} failed (no restart): {clash.reason}")
 
@@ -239,7 +233,7 @@ def _update(rec: Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: J
     if ex is None:
         rec.note(f"stale update for {msg.execution_id} ignored")
         return
-    if (ex.state, msg.state) not in LEGAL:
+    if (ex.state, msg.state) not in REPORTED:
         rec.note(f"{msg.execution_id}: {ex.state.value} -> {msg.state.value} is not a legal move; ignored")
         return
     if msg.state == TaskState.FAILED and ex.state != TaskState.CANCELING:
@@ -253,11 +247,11 @@ def _update(rec: Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: J
         rec.fact(ScheduleOrUpdateConsumers(job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
     rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, msg.state, msg.error, ex.vertex, ex.subtask, ex.attempt,
                                       ex.taskmanager, ex.slot))
-    if msg.state in (TaskState.RUNNING, TaskState.FINISHED) and job.status == JobStatus.CREATED \
+    if msg.state in STARTED_TASK and job.status == JobStatus.CREATED \
             and job.sources_running():
         rec.fact(JobStatusChanged(job.job_id, JobStatus.RUNNING, None))
         rec.send(Address.client(job.reply_to), Success(job.job_id))
-    if job.status in (JobStatus.RUNNING, JobStatus.CREATED) and job.all_finished():
+    if job.status in LIVE_JOB and job.all_finished():
         rec.fact(JobStatusChanged(job.job_id, JobStatus.FINISHED, None))
     _maybe_complete(rec, job)
 
@@ -266,7 +260,7 @@ def _fail(rec: Recorder, job: JobRun, ex: Execution, error: str, config: JobsCon
     """An execution failed: restart it if the job's strategy allows (and ``restart``), else fail the job."""
     rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.FAILED, error, ex.vertex, ex.subtask, ex.attempt,
                                       ex.taskmanager, ex.slot))
-    if job.status in TERMINAL_JOB or job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+    if job.status not in LIVE_JOB:
         _maybe_complete(rec, job)
         return
     strategy = job.graph.restart
@@ -292,10 +286,10 @@ def _fail_job(rec: Recorder, job: JobRun, reason: str, cancel_reason: str = "the
 
 def _cancel_all(rec: Recorder, job: JobRun, reason: str) -> None:
     for ex in job.executions():
-        if ex.state == TaskState.CREATED or ex.state == TaskState.SCHEDULED:
+        if ex.state in UNDEPLOYED_TASK:
             rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
                                               ex.attempt, ex.taskmanager, ex.slot))
-        elif ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING):
+        elif ex.state in LIVE_TASK:
             rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELING, None, ex.vertex, ex.subtask,
                                               ex.attempt, ex.taskmanager, ex.slot))
             rec.send(Address.taskmanager(ex.taskmanager or ""), CancelTask(job.job_id, ex.id, reason))
@@ -389,7 +383,7 @@ def _log_restarted(state: JobsState, s: LogRestart, now: int) -> Decision:
             continue  # ended, or renumbered at this floor already (recovery resumed by a new leader)
         rec = Recorder(state, job.job_id, now)
         rec.fact(AttemptsRenumbered(job.job_id, attempt_floor, reason))
-        ending = job.status in (JobStatus.FAILING, JobStatus.CANCELLING)
+        ending = job.status in STOPPING_JOB
         for ex in list(job.executions()):
             if ex.state == TaskState.CANCELING or (ending and ex.state in HOLDS_SLOT):
                 rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, reason, ex.vertex,
@@ -423,7 +417,7 @@ def _slot_waits(state: JobsState, s: SlotWaits, now: int) -> Decision:
     if timers is not None:
         timers.keep(state)
     for job in list(state.jobs.values()):
-        if job.waiting_since is None or job.status not in (JobStatus.CREATED, JobStatus.RUNNING):
+        if job.waiting_since is None or job.status not in LIVE_JOB:
             continue
         if timers is not None:
             waited = timers.slot_wait(job, clock)

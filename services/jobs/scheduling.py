@@ -3,10 +3,11 @@ at a time (the one with the most free slots, so a vertex spreads over TaskManage
 
 from __future__ import annotations
 
-from sluice.events import JobSlotsFound, JobStatus, JobWaitingForSlots, SubmitTask, TaskState, UpdateTaskExecutionState
+from sluice.events import JobSlotsFound, JobWaitingForSlots, SubmitTask, TaskState, UpdateTaskExecutionState
 from sluice.services.common.decision import Address, Decision
 
 from .descriptor import descriptor
+from .machine import LIVE_JOB
 from .recorder import Recorder
 from .state import Execution, JobRun, JobsState
 from .stimuli import FreeSlots, Schedule
@@ -20,7 +21,7 @@ def schedule(state: JobsState, s: Schedule, now: int) -> Decision:
     job_id, free, sessions, timers, clock = s.job_id, s.free, s.sessions, s.timers, s.clock
     job = state.jobs[job_id]
     rec = Recorder(state, job_id, now)
-    if job.status not in (JobStatus.CREATED, JobStatus.RUNNING) or not job.built:
+    if job.status not in LIVE_JOB or not job.built:
         return rec.decision
     ready = job.ready
     waiting = 0

@@ -4,12 +4,18 @@ folded from the jobs' fact streams by ``evolve`` (no I/O, no clock)."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from sluice.errors import IllegalTransition
 from sluice.events import (
     AttemptsRenumbered,
+    CoordinatorCheckpointed,
     Envelope,
+    Event,
     ExecutionGraphBuilt,
+    JobDisposed,
     JobEdge,
     JobGraph,
     JobSlotsFound,
@@ -18,6 +24,10 @@ from sluice.events import (
     JobSubmitted,
     JobVertex,
     JobWaitingForSlots,
+    KvStateNotificationRefused,
+    NextInputSplit,
+    NotifyKvStateRegistered,
+    NotifyKvStateUnregistered,
     OperatorEvent,
     RequestNextInputSplit,
     ScheduleOrUpdateConsumers,
@@ -27,15 +37,11 @@ from sluice.events import (
 )
 from sluice.services.kvstate import registry as kvreg
 
-from .machine import RESTART_FROM, TASK_MOVES, check_job, check_task
+from .machine import HOLDS_SLOT, STARTED_TASK, TASK_MOVES, TERMINAL_JOB, check_job, check_task
 
 __all__ = ["Execution", "VertexRun", "JobRun", "JobsState", "SlotPool", "evolve", "execution_id", "parse_execution_id",
            "HOLDS_SLOT", "TERMINAL_JOB"]
-
-HOLDS_SLOT = frozenset({TaskState.SCHEDULED, TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING,
-                        TaskState.CANCELING})
-TERMINAL_JOB = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED})
-_STARTED = frozenset({TaskState.RUNNING, TaskState.FINISHED})
+# (HOLDS_SLOT and TERMINAL_JOB are services/jobs/machine.py's groups, named here too: much imports them from here.)
 
 
 def execution_id(vertex: str, subtask: int, attempt: int) -> str:
@@ -261,12 +267,12 @@ class JobsState:
     the committed facts sees (``Execution.placed_epoch``). Not folded from the log."""
 
 
-# --- evolve ------------------------------------------------------------------------------
+# --- evolve: one handler per fact -----------------------------------------------------------
 
 
 _STORY = 8  # moves kept per subtask and job
-_MOVE_TEXT = {(old, new): f"{old._value_}->{new._value_}" for old, new in TASK_MOVES}
-"""Each legal move of a task as its story tells it (one look-up checks the move and names it)."""
+_MOVE_TEXT = {(m.old, m.new): f"{m.old._value_}->{m.new._value_}" for m in TASK_MOVES if not m.restart}
+"""Each legal move of an attempt as its story tells it (one look-up checks the move and names it)."""
 
 
 def _remember(history: list[tuple[int, str]], ts: int, what: str) -> None:
@@ -275,128 +281,187 @@ def _remember(history: list[tuple[int, str]], ts: int, what: str) -> None:
         del history[0]
 
 
+def _task_moved(state: JobsState, env: Envelope, ev: UpdateTaskExecutionState) -> None:
+    """An attempt moved (nine facts in ten: written for speed)."""
+    job = state.jobs.get(ev.job_id)
+    if job is None:
+        return
+    vertex = job.vertices[ev.vertex_id]
+    ex = vertex.subtasks[ev.subtask]
+    old, new = ex.state, ev.state
+    move = _MOVE_TEXT.get((old, new)) if ex.attempt == ev.attempt else None
+    if move is None:  # raises: not a legal move
+        check_task(ev.execution_id, old, new, ex.history, current=ex.attempt, attempt=ev.attempt)
+    history = ex.history
+    history.append((env.ts, f"{ex.attempt}: {move}"))
+    if len(history) > _STORY:
+        del history[0]
+    ex.state = new
+    ex.since = env.ts
+    if ev.error is not None:
+        ex.error = ev.error
+    if ev.taskmanager is not None:
+        ex.taskmanager, ex.slot = ev.taskmanager, ev.slot
+    if ev.session is not None:
+        ex.session = ev.session
+    holds, held = new in HOLDS_SLOT, old in HOLDS_SLOT
+    if holds and not held:
+        ex.placed_epoch = env.epoch
+        if ex.taskmanager is not None:
+            state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
+            job.slot_taken_at = env.ts
+            if not job.wait_until_placed:
+                job.waiting_since = None
+    elif held and not holds:
+        state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
+    if new == TaskState.FINISHED and old != TaskState.FINISHED:
+        vertex.finished += 1
+    started = new in STARTED_TASK
+    if started is not (old in STARTED_TASK):
+        vertex.started += 1 if started else -1
+
+
+def _produced(state: JobsState, env: Envelope, ev: ScheduleOrUpdateConsumers) -> None:
+    """An attempt's partition is complete: its consumers may be deployable."""
+    if (job := state.jobs.get(ev.job_id)) is None:
+        return
+    vertex = job.vertices[ev.vertex_id]
+    ex = vertex.subtasks[ev.subtask]
+    if ex.attempt != ev.attempt or ex.produced:
+        return  # (of an attempt gone since, or said again)
+    ex.produced = True
+    vertex.produced += 1
+    for edge in vertex.outputs:
+        consumer = job.vertices[edge.target]
+        if edge.exchange == "forward":
+            job.ready.append(consumer.subtasks[ev.subtask])
+        elif vertex.produced == len(vertex.subtasks):
+            job.ready.extend(consumer.subtasks)
+
+
+def _restarted(state: JobsState, env: Envelope, ev: TaskRestartScheduled) -> None:
+    """A new attempt replaces the subtask's current one (a move of the table, as any other)."""
+    job = state.jobs[ev.job_id]
+    vertex = job.vertices[ev.vertex_id]
+    ex = vertex.subtasks[ev.subtask]
+    check_task(ex.id, ex.state, TaskState.CREATED, ex.history, current=ex.attempt, attempt=ev.attempt, restart=True)
+    _remember(ex.history, env.ts, f"{ex.attempt}: restarted as attempt {ev.attempt}")
+    if ex.state in HOLDS_SLOT:
+        state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
+    if ex.state == TaskState.FINISHED:
+        vertex.finished -= 1
+    if ex.state in STARTED_TASK:
+        vertex.started -= 1
+    if ex.produced:
+        vertex.produced -= 1
+    job.by_id.pop(ex.id, None)  # (no longer current)
+    ex.attempt, ex.state, ex.taskmanager, ex.slot, ex.seq = ev.attempt, TaskState.CREATED, None, None, 0
+    vertex.restarted += 1
+    ex.session = ex.placed_epoch = None
+    ex.not_before, ex.produced, ex.since = ev.not_before, False, env.ts
+    job.restarts = ev.restarts
+    job.ready.append(ex)
+
+
+def _coordinator_took(state: JobsState, env: Envelope, ev: OperatorEvent | RequestNextInputSplit) -> None:
+    """A message a subtask sent its coordinator was taken: its number, so it is taken once
+    (an operator event to a subtask changes nothing here)."""
+    if type(ev) is OperatorEvent and not ev.to_coordinator:
+        return
+    job = state.jobs.get(ev.job_id)
+    if job is not None and ev.seq:
+        if isinstance(ev, OperatorEvent):
+            ex, attempt = job.vertices[ev.operator_id].subtasks[ev.subtask], ev.attempt
+        else:
+            ex, attempt = job.vertices[ev.vertex_id].subtasks[ev.subtask], parse_execution_id(ev.execution_id)[2]
+        if ex.attempt == attempt and ev.seq > ex.seq:
+            ex.seq = ev.seq
+
+
+def _submitted(state: JobsState, env: Envelope, ev: JobSubmitted) -> None:
+    job = state.jobs[ev.job_id] = JobRun(ev.job_id, ev.graph, ev.code_blob, ev.module, ev.reply_to, ev.params,
+                                         ev.splits, ev.storage_root, env.ts)
+    kvreg.evolve(job.kvstate, ev)
+
+
+def _built(state: JobsState, env: Envelope, ev: ExecutionGraphBuilt) -> None:
+    _build(state.jobs[ev.job_id], ev.first_attempt)
+    state.jobs[ev.job_id].floor = ev.first_attempt
+
+
+def _renumbered(state: JobsState, env: Envelope, ev: AttemptsRenumbered) -> None:
+    job = state.jobs[ev.job_id]
+    job.floor = max(job.floor, ev.attempt_floor)
+
+
+def _job_moved(state: JobsState, env: Envelope, ev: JobStatusChanged) -> None:
+    job = state.jobs[ev.job_id]
+    check_job(job.job_id, job.status, ev.status, job.history)
+    _remember(job.history, env.ts, f"{job.status.value}->{ev.status.value}")
+    job.status = ev.status
+    if ev.reason is not None:
+        job.reason = ev.reason
+    if ev.status in TERMINAL_JOB:
+        job.ended_at = env.ts
+        job.ready.clear()
+
+
+def _waiting(state: JobsState, env: Envelope, ev: JobWaitingForSlots) -> None:
+    job = state.jobs[ev.job_id]
+    if job.waiting_since is None:
+        job.waiting_since, job.wait_until_placed = env.ts, ev.until_placed
+
+
+def _slots_found(state: JobsState, env: Envelope, ev: JobSlotsFound) -> None:
+    state.jobs[ev.job_id].waiting_since = None
+
+
+def _queryable(state: JobsState, env: Envelope, ev: NotifyKvStateRegistered | NotifyKvStateUnregistered
+               | JobDisposed) -> None:
+    """Queryable state: the job's KvState registry (services/kvstate/registry.py)."""
+    if (job := state.jobs.get(ev.job_id)) is not None:
+        kvreg.evolve(job.kvstate, ev)
+
+
+def _nothing(state: JobsState, env: Envelope, ev: Event) -> None:
+    """A fact of a job's stream that changes nothing here: a refused queryable-state
+    notification, or what a coordinator sent or checkpointed (its coordinator folds that)."""
+
+
+_HANDLERS: dict[type[Event], Callable[[JobsState, Envelope, Any], None]] = {
+    UpdateTaskExecutionState: _task_moved,
+    ScheduleOrUpdateConsumers: _produced,
+    TaskRestartScheduled: _restarted,
+    OperatorEvent: _coordinator_took,
+    RequestNextInputSplit: _coordinator_took,
+    JobSubmitted: _submitted,
+    ExecutionGraphBuilt: _built,
+    AttemptsRenumbered: _renumbered,
+    JobStatusChanged: _job_moved,
+    JobWaitingForSlots: _waiting,
+    JobSlotsFound: _slots_found,
+    NotifyKvStateRegistered: _queryable,
+    NotifyKvStateUnregistered: _queryable,
+    JobDisposed: _queryable,
+    KvStateNotificationRefused: _nothing,
+    NextInputSplit: _nothing,
+    CoordinatorCheckpointed: _nothing,
+}
+"""Each fact of a job's stream -> how it changes the state (as dask's handlers, keyed)."""
+
+
 def evolve(state: JobsState, env: Envelope) -> JobsState:
     """Apply one job fact to ``state`` in place (and return it). A fact that is not a legal
-    move (services/jobs/machine.py) raises IllegalTransition with the subtask's story."""
+    move (services/jobs/machine.py), or that no handler folds, raises IllegalTransition
+    (the first with the subtask's or job's story)."""
     ev = env.event
-    if type(ev) is UpdateTaskExecutionState:  # nine facts in ten: written for speed
-        job = state.jobs.get(ev.job_id)
-        if job is None:
-            return state
-        vertex = job.vertices[ev.vertex_id]
-        ex = vertex.subtasks[ev.subtask]
-        old, new = ex.state, ev.state
-        if ex.attempt != ev.attempt:
-            check_task(f"{ev.execution_id} (a fact about attempt {ev.attempt}; the subtask is at attempt "
-                       f"{ex.attempt})", old, old, ex.history)
-        move = _MOVE_TEXT.get((old, new))
-        if move is None:
-            check_task(ev.execution_id, old, new, ex.history)  # raises: not a legal move
-        history = ex.history
-        history.append((env.ts, f"{ex.attempt}: {move}"))
-        if len(history) > _STORY:
-            del history[0]
-        ex.state = new
-        ex.since = env.ts
-        if ev.error is not None:
-            ex.error = ev.error
-        if ev.taskmanager is not None:
-            ex.taskmanager, ex.slot = ev.taskmanager, ev.slot
-        if ev.session is not None:
-            ex.session = ev.session
-        holds, held = new in HOLDS_SLOT, old in HOLDS_SLOT
-        if holds and not held:
-            ex.placed_epoch = env.epoch
-            if ex.taskmanager is not None:
-                state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
-                job.slot_taken_at = env.ts
-                if not job.wait_until_placed:
-                    job.waiting_since = None
-        elif held and not holds:
-            state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
-        if new == TaskState.FINISHED and old != TaskState.FINISHED:
-            vertex.finished += 1
-        started = new in _STARTED
-        if started is not (old in _STARTED):
-            vertex.started += 1 if started else -1
-        return state  # (not a queryable-state fact)
-    elif type(ev) is ScheduleOrUpdateConsumers:
-        job = state.jobs.get(ev.job_id)
-        if job is None:
-            return state
-        vertex = job.vertices[ev.vertex_id]
-        ex = vertex.subtasks[ev.subtask]
-        if ex.attempt == ev.attempt and not ex.produced:
-            ex.produced = True
-            vertex.produced += 1
-            for edge in vertex.outputs:
-                consumer = job.vertices[edge.target]
-                if edge.exchange == "forward":
-                    job.ready.append(consumer.subtasks[ev.subtask])
-                elif vertex.produced == len(vertex.subtasks):
-                    job.ready.extend(consumer.subtasks)
-    elif type(ev) is TaskRestartScheduled:
-        job = state.jobs[ev.job_id]
-        ex = job.vertices[ev.vertex_id].subtasks[ev.subtask]
-        if ex.state not in RESTART_FROM or ev.attempt <= ex.attempt:
-            from sluice.errors import IllegalTransition
-
-            from .machine import story
-
-            raise IllegalTransition(
-                f"{execution_id(ex.vertex, ex.subtask, ex.attempt)}: a restart as attempt {ev.attempt} from "
-                f"{ex.state.value} is not a legal move (a new attempt follows a FAILED one, or a CREATED one after "
-                f"the log restarted, and has a higher number). Its story: {story(ex.history)}")
-        _remember(ex.history, env.ts, f"{ex.attempt}: restarted as attempt {ev.attempt}")
-        if ex.state in HOLDS_SLOT:
-            state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
-        if ex.state == TaskState.FINISHED:
-            job.vertices[ev.vertex_id].finished -= 1
-        if ex.state in _STARTED:
-            job.vertices[ev.vertex_id].started -= 1
-        if ex.produced:
-            job.vertices[ev.vertex_id].produced -= 1
-        job.by_id.pop(ex.id, None)  # (no longer current)
-        ex.attempt, ex.state, ex.taskmanager, ex.slot, ex.seq = ev.attempt, TaskState.CREATED, None, None, 0
-        job.vertices[ev.vertex_id].restarted += 1
-        ex.session = ex.placed_epoch = None
-        ex.not_before, ex.produced, ex.since = ev.not_before, False, env.ts
-        job.restarts = ev.restarts
-        job.ready.append(ex)
-    elif (type(ev) is OperatorEvent and ev.to_coordinator) or type(ev) is RequestNextInputSplit:
-        job = state.jobs.get(ev.job_id)
-        if job is not None and ev.seq:
-            attempt = ev.attempt if isinstance(ev, OperatorEvent) else parse_execution_id(ev.execution_id)[2]
-            ex = job.vertices[ev.operator_id if isinstance(ev, OperatorEvent) else ev.vertex_id].subtasks[ev.subtask]
-            if ex.attempt == attempt and ev.seq > ex.seq:
-                ex.seq = ev.seq
-    elif type(ev) is JobSubmitted:
-        state.jobs[ev.job_id] = JobRun(ev.job_id, ev.graph, ev.code_blob, ev.module, ev.reply_to, ev.params,
-                                       ev.splits, ev.storage_root, env.ts)
-    elif type(ev) is ExecutionGraphBuilt:
-        _build(state.jobs[ev.job_id], ev.first_attempt)
-        state.jobs[ev.job_id].floor = ev.first_attempt
-    elif type(ev) is AttemptsRenumbered:
-        job = state.jobs[ev.job_id]
-        job.floor = max(job.floor, ev.attempt_floor)
-    elif type(ev) is JobStatusChanged:
-        job = state.jobs[ev.job_id]
-        check_job(job.job_id, job.status, ev.status, job.history)
-        _remember(job.history, env.ts, f"{job.status.value}->{ev.status.value}")
-        job.status = ev.status
-        if ev.reason is not None:
-            job.reason = ev.reason
-        if ev.status in TERMINAL_JOB:
-            job.ended_at = env.ts
-            job.ready.clear()
-    elif type(ev) is JobWaitingForSlots:
-        job = state.jobs[ev.job_id]
-        if job.waiting_since is None:
-            job.waiting_since, job.wait_until_placed = env.ts, ev.until_placed
-    elif type(ev) is JobSlotsFound:
-        state.jobs[ev.job_id].waiting_since = None
-    if kvreg.is_fact(ev) and (job := state.jobs.get(ev.job_id)) is not None:
-        kvreg.evolve(job.kvstate, ev)
+    try:
+        handler = _HANDLERS[type(ev)]
+    except KeyError:
+        entry = env.id or "(not committed)"
+        raise IllegalTransition(f"{ev.TYPE} is not a fact of a job's stream: evolve has no handler for it (the "
+                                f"handlers: services/jobs/state.py _HANDLERS; entry {entry})") from None
+    handler(state, env, ev)
     return state
 
 

@@ -33,33 +33,30 @@ from sluice.events import (
     Event,
     JobDisposed,
     JobRefused,
-    JobStatus,
     JobStatusChanged,
     KeyGroupRange,
     KvStateNotificationRefused,
     NotifyKvStateRegistered,
     NotifyKvStateUnregistered,
-    TaskState,
     UpdateTaskExecutionState,
 )
 from sluice.services.common.decision import Decision, FailVertex, Note
+from sluice.services.jobs.machine import ABORTED_JOB, ABORTED_TASK, LIVE_JOB, LIVE_TASK, TERMINAL_JOB
 
 from .registry import KvStateEntry, KvStateLocation
 
 if TYPE_CHECKING:
     from sluice.services.jobs.state import JobRun, JobsState
 
-__all__ = ["LIVE_TASK", "RUNNING_JOB", "decide", "dispose", "released"]
+__all__ = ["decide", "dispose", "released"]
 
-RUNNING_JOB = frozenset({JobStatus.CREATED, JobStatus.RUNNING, JobStatus.RESTARTING})
-LIVE_TASK = frozenset({TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING})
 
 
 def decide(job: JobRun | None, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered, now: int = 0) -> Decision:
     """The registry's door: what a notification to ``job`` (None: its job is not known) causes."""
     job_id = job.job_id if job is not None else msg.job_id
     kind = msg.TYPE
-    if job is None or msg.job_id != job_id or job.status not in RUNNING_JOB:
+    if job is None or msg.job_id != job_id or job.status not in LIVE_JOB:
         why = "no such job" if job is None or msg.job_id != job_id else f"it is {job.status.value}"
         return _refuse(job, job_id, msg, f"job not found: {msg.job_id} ({why}); {kind} for "
                                          f"{msg.registration_name!r} ignored")
@@ -125,9 +122,9 @@ def _retired(loc: KvStateLocation, start: int, end: int) -> list[str]:
 def released(job: JobRun, ev: Event) -> list[Event]:
     """The unregistrations a just-recorded fact causes: an attempt that failed or was
     cancelled drops what it registered; a job that failed or was cancelled drops everything."""
-    if type(ev) is UpdateTaskExecutionState and ev.state in (TaskState.FAILED, TaskState.CANCELED):
+    if type(ev) is UpdateTaskExecutionState and ev.state in ABORTED_TASK:
         pick = lambda e: e.execution_id == ev.execution_id
-    elif type(ev) is JobStatusChanged and ev.status in (JobStatus.FAILED, JobStatus.CANCELED):
+    elif type(ev) is JobStatusChanged and ev.status in ABORTED_JOB:
         pick = lambda e: True
     else:
         return []
@@ -145,8 +142,6 @@ def released(job: JobRun, ev: Event) -> list[Event]:
 
 def dispose(state: JobsState, msg: DisposeJob) -> tuple[list[Event], Event]:
     """(facts for the job's stream, the reply) for a request to release a job's queryable state."""
-    from sluice.services.jobs.state import TERMINAL_JOB
-
     job = state.jobs.get(msg.job_id)
     if job is None:
         return [], JobRefused(msg.job_id, f"job not found: {msg.job_id} (no such job in this cluster; "

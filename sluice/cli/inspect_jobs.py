@@ -32,7 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 STATE_STYLE = {
     "CREATED": "dim", "SCHEDULED": "blue", "DEPLOYING": "blue", "INITIALIZING": "cyan", "RUNNING": "bold blue",
     "FINISHED": "green", "CANCELING": "yellow", "CANCELED": "yellow", "FAILED": "bold red", "FAILING": "red",
-    "CANCELLING": "yellow", "RESTARTING": "magenta", "REGISTERED": "green", "LOST": "red", "UNREGISTERED": "dim",
+    "CANCELLING": "yellow", "REGISTERED": "green", "LOST": "red", "UNREGISTERED": "dim",
 }
 
 

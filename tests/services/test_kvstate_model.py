@@ -54,6 +54,7 @@ from sluice.events import (
 )
 from sluice.services.dataplane.keygroups import key_group_range
 from sluice.services.jobs import core
+from sluice.services.jobs.machine import LIVE_JOB, LIVE_TASK
 from sluice.services.jobs.state import TERMINAL_JOB, Execution, JobRun, JobsState, evolve, parse_execution_id
 from sluice.services.kvstate import core as kvcore
 from sluice.services.kvstate import registry as kvreg
@@ -93,7 +94,7 @@ def publication(job: JobRun, ex: Execution, name: str) -> NotifyKvStateRegistere
 
 def expected(job: JobRun, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered) -> str:
     """The registry's rules, as the outcome they predict for ``msg``."""
-    if job.status not in kvcore.RUNNING_JOB:
+    if job.status not in LIVE_JOB:
         return "job not found"
     r = msg.key_group_range
     if not 0 <= r.start <= r.end < job.graph.max_parallelism:
@@ -112,7 +113,7 @@ def expected(job: JobRun, msg: NotifyKvStateRegistered | NotifyKvStateUnregister
             return "is stale"
         subtasks = job.vertices[v].subtasks if v in job.vertices else []
         if v != msg.vertex_id or not 0 <= s < len(subtasks) or subtasks[s].attempt != a \
-                or subtasks[s].state not in kvcore.LIVE_TASK:
+                or subtasks[s].state not in LIVE_TASK:
             return "is stale"
     if loc is not None and loc.vertex != msg.vertex_id:
         return "registration name clash"
@@ -155,8 +156,8 @@ class KvStateMachine(JobsMachine):
             super().step(job, ex, variant)
 
     def clashes(self) -> list[tuple[JobRun, Execution, str]]:
-        return [(job, ex, name) for job, ex in self.live_tasks() if job.status in kvcore.RUNNING_JOB
-                and ex.state in kvcore.LIVE_TASK
+        return [(job, ex, name) for job, ex in self.live_tasks() if job.status in LIVE_JOB
+                and ex.state in LIVE_TASK
                 for name, loc in sorted(job.kvstate.locations.items()) if loc.vertex != ex.vertex]
 
     @precondition(lambda self: self.clashes())

@@ -13,6 +13,7 @@ from sluice.events import (
     FIELD,
     Envelope,
     JobRegistered,
+    JobSlotsFound,
     JobSubmitted,
     KeyGroupRange,
     NotifyKvStateRegistered,
@@ -121,7 +122,7 @@ def test_the_kvstate_table_now_and_before_a_registration(log: EventLog) -> None:
         return log.append(facts, Envelope(ev, world.new_id(), 1, world.now_ms(), "j1"))  # type: ignore[arg-type]
 
     fact(JobSubmitted("j1", g, "blob", "m", "reply", {}, {}, "file:///tmp"))
-    before = fact(JobRegistered("j1", "j1"))
+    before = fact(JobSlotsFound("j1"))  # (a fact before the first registration)
     fact(NotifyKvStateRegistered("j1", "src", KeyGroupRange(0, 63), "counts", "state-a", "redis://a:1/0",
                                  "src:0:0"))
     fact(NotifyKvStateRegistered("j1", "src", KeyGroupRange(64, 127), "counts", "state-b", "redis://a:1/0",
