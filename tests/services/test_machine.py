@@ -155,8 +155,9 @@ def deploying() -> tuple[JobsState, SubmitTask]:
     """One source subtask, deployed on tm-a: its attempt 0 is DEPLOYING."""
     graph = JobGraph("g", [JobVertex("src", "source", 1, source=SourceSpec("text", ["/x"], 100))], [], 128)
     state = JobsState()
-    core.submit(state, SubmitJob("j1", graph, "blob", "mod", "client-inbox"), {"src": []}, "file:///s", 1_000)
-    d = core.schedule(state, "j1", {"tm-a": [0]}, 2_000)
+    core.decide(state, core.Submit(SubmitJob("j1", graph, "blob", "mod", "client-inbox"), {"src": []}, "file:///s"),
+                1_000)
+    d = core.decide(state, core.Schedule("j1", {"tm-a": [0]}), 2_000)
     (task,) = [ev for _, ev in d.sends if isinstance(ev, SubmitTask)]
     return state, task
 
