@@ -5,13 +5,14 @@ of that the other held splits it had not started (read whole: until told "no mor
 from __future__ import annotations
 
 from sluice.events import TaskState
-from tests.views.test_split_outcomes import Loop, request, state
+from tests.cores import CoordinatorsDriven
+from tests.views.test_split_outcomes import main_loop, request, state
 from tools.bench.balance import idle
 
 
-def _run(each_split: bool) -> Loop:
+def _run(each_split: bool) -> CoordinatorsDriven:
     """Subtask 1 takes a split and finishes; subtask 0 takes two, is told no more, finishes last."""
-    loop = Loop(splits=3, each_split=each_split)
+    loop = main_loop(splits=3, each_split=each_split)
     loop.batch(state(0, 0, TaskState.RUNNING), state(1, 0, TaskState.RUNNING))
     loop.batch(request(1, 0, 1))
     loop.batch(request(0, 0, 1))
@@ -23,7 +24,7 @@ def _run(each_split: bool) -> Loop:
     return loop
 
 
-def _ts(loop: Loop, subtask: int, what: str) -> int:
+def _ts(loop: CoordinatorsDriven, subtask: int, what: str) -> int:
     """The time of a subtask's FINISHED, first split answer or no-more answer in ``loop``."""
     from sluice.services.coordination.timeline import split_timeline, told_no_more
 
@@ -53,6 +54,6 @@ def test_read_each_split_a_reader_never_holds_a_split_unstarted() -> None:
 
 
 def test_no_reader_finished_means_nothing_to_say() -> None:
-    loop = Loop()
+    loop = main_loop()
     loop.batch(state(0, 0, TaskState.RUNNING), request(0, 0, 1))
     assert idle(loop.envelopes(), "src", whole=True) == {}
