@@ -42,17 +42,16 @@ from sluice.services.membership.core import MembershipConfig
 from sluice.store import Blobs, EventLog, GroupConsumer
 from sluice.store.consumer import Entry
 
+from .assembly import Ports, Settings, assemble
 from .batches import LINGER_MS, read_batch, route
-from .cluster import ClusterInbox, TimeoutGate
+from .cluster import TimeoutGate
 from .committer import MeteredCommitter
-from .job_inboxes import DuplicateCommit, HandlerFailed, JobInboxes
-from .kvstate import JobDisposal
+from .job_inboxes import DuplicateCommit, HandlerFailed
 from .leadership import Lease, Replay, gc_paused
-from .recovery import Restorer
 from .restarts import ServerWatch, announce
-from .retention import FactRetention, Retention
+from .retention import FactRetention
 from .runner import ProcessLoop
-from .snapshot import Archive, SnapshotWriter
+from .snapshot import SnapshotWriter
 from .state import LeaderState, Phase
 from .unreadable import Unreadable, UnreadableWatch
 
@@ -126,28 +125,14 @@ class JobManager:
         self.snapshots: SnapshotWriter | None = None
         """The leader's snapshot writer (None while it does not lead)."""
         # The collaborators, each built from what it uses (none sees the JobManager).
-        log, world, logger, committer, current = self.log, self.world, self.logger, self.committer, self.current
-        self.job_inboxes = JobInboxes(
-            state=current, committer=committer, keys=self.keys, world=world, jobs_config=self.jobs_config,
-            logger=logger, consumer=lambda: self.consumer, group=GROUP, batch=self.batch,
-            recovering=lambda: self.recovering, storage_root=self.storage_root, blobs=self.blobs,
-            checkpoint_interval_ms=self.checkpoint_interval_ms, coordinator_executor=self.coordinator_executor)
-        self.archive = Archive(log, committer, current, self.registered, self.purged, logger, self._recover_pending)
-        self.retention = Retention(
-            log=log, committer=committer, state=current, registered=self.registered, purged=self.purged,
-            world=world, logger=logger, inboxes=self.job_inboxes, restore=self.archive.restore_job,
-            snapshots=lambda: self.snapshots, inbox_retention_ms=inbox_retention_ms, group=GROUP,
-            facts=fact_retention)
-        """Trims the streams the leader serves and purges jobs (``fact_retention``: how long
-        archived jobs' facts are kept; None: $SLUICE_FACT_RETENTION, by default for ever)."""
-        self.disposal = JobDisposal(state=current, world=world, committer=committer, group=GROUP, logger=logger,
-                                    restore=self.archive.restore_job, commit_job=self.job_inboxes.commit)
-        self.cluster = ClusterInbox(
-            state=current, committer=committer, keys=self.keys, world=world, config=self.config,
-            jobs_config=self.jobs_config, logger=logger, blobs=self.blobs, storage_root=self.storage_root,
-            group=GROUP, registered=self.registered, jobs=self.job_inboxes, recovering=lambda: self.recovering,
-            dispose=self.disposal.handle, purge=self.retention.on_request)
-        self.restorer = Restorer(current, self.job_inboxes, committer, self.jobs_config, self.cluster.root.mark_restored)
+        parts = assemble(
+            log, self.committer, world, self.logger, self.blobs, registered=self.registered, purged=self.purged,
+            settings=Settings(config, jobs_config, storage_root, GROUP, batch, checkpoint_interval_ms,
+                              coordinator_executor, inbox_retention_ms, fact_retention),
+            ports=Ports(self.current, lambda: self.consumer, lambda: self.recovering, lambda: self.snapshots,
+                        self._recover_pending))
+        self.job_inboxes, self.archive, self.retention = parts.job_inboxes, parts.archive, parts.retention
+        self.disposal, self.cluster, self.restorer = parts.disposal, parts.cluster, parts.restorer
         self.errors: list[BaseException] = []
         """Unexpected errors survived (each a bug; the simulation fails a seed on one)."""
         self._next_acquire = 0
