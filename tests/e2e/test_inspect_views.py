@@ -184,9 +184,9 @@ def test_inspect_splits_names_a_reader_held_back_by_the_end_game(log: EventLog, 
     splits left (made by the real coordination core, tests/views/test_split_outcomes.py),
     in the log on the session's redis-server."""
     from sluice.events import TaskState
-    from tests.views.test_split_outcomes import JOB, Loop, request, state
+    from tests.views.test_split_outcomes import JOB, main_loop, request, state
 
-    loop = Loop(splits=8, each_split=True)
+    loop = main_loop(splits=8, each_split=True)
     loop.batch(state(0, 0, TaskState.RUNNING), state(1, 0, TaskState.RUNNING))
     loop.batch(request(0, 0, 1, at=1000), request(1, 0, 1, at=1000))
     for seq, at in enumerate((2000, 3000, 4000, 5000), start=2):
