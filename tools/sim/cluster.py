@@ -1,4 +1,4 @@
-"""The simulated cluster: actors, the seeded scheduler, faults, and the run of one seed.
+"""The simulated cluster: its world, the seeded scheduler, faults, and the run of one seed.
 
 Every actor wraps a real component: ``JobManager`` (its main loop and its lease renewal),
 ``TaskManager`` (with ``SimSlots`` for workers), the ``Projector``, the ``Client``, the
@@ -11,8 +11,8 @@ A run has a fault phase, then faults stop and the world must settle: every job e
 within a bound, and the end-state checks run.
 
 The actors are in ``actors.py`` and ``client.py``, the checks run inside the log's calls
-in ``watch.py``, the checks of the whole cluster in ``checks.py``, the routing of log lines
-in ``notes.py``; here are the world, its scheduler and faults, and the run of one seed.
+in ``watch.py``, the checks of the whole cluster in ``checks.py``, the routing of log
+lines in ``notes.py``, what a run is given and yields in ``config.py``.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ __all__ = ["Outcome", "SimConfig", "Simulation", "run_seed"]
 
 
 class Simulation:
+    """One seed's world: its cluster, its scheduler, its faults."""
+
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)

@@ -17,7 +17,9 @@ TIMEOUT_MS = 1000
 LEASE_MS = 600
 _BASE: Path | None = None
 
+
 def base() -> Path:
+    """The folder of this process's runs (each seed's TaskManagers' disks are a folder in it)."""
     global _BASE
     if _BASE is None:
         shm = Path("/dev/shm")  # memory, where there is one: the TaskManagers' files cost no disk I/O
