@@ -9,8 +9,9 @@ import random
 
 import pytest
 
-from tools.sim.cluster import quiet_logging, run_seed
+from tools.sim.cluster import run_seed
 from tools.sim.faults import Faults
+from tools.sim.notes import quiet_logging
 
 FOUND = {
     # Issue 28, finding 4: a TaskManager's inbox clobbered, set aside and made again by the

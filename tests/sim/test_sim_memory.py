@@ -6,8 +6,9 @@ from __future__ import annotations
 import gc
 import random
 
-from tools.sim.cluster import Simulation, quiet_logging, run_seed
+from tools.sim.cluster import Simulation, run_seed
 from tools.sim.faults import Faults
+from tools.sim.notes import quiet_logging
 
 
 def test_the_garbage_of_past_seeds_is_collected_as_seeds_run() -> None:

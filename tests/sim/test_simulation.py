@@ -13,8 +13,9 @@ import pytest
 import structlog
 
 from tools.sim.cli import digest
-from tools.sim.cluster import Outcome, quiet_logging, run_seed
+from tools.sim.cluster import Outcome, run_seed
 from tools.sim.faults import KINDS, Faults
+from tools.sim.notes import quiet_logging
 
 SLICE = 480
 CHUNK = 60

@@ -20,8 +20,9 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from tools.sim.cluster import SimConfig, Simulation, quiet_logging
+from tools.sim.cluster import SimConfig, Simulation
 from tools.sim.faults import Faults
+from tools.sim.notes import quiet_logging
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -22,8 +22,9 @@ __all__ = ["main"]
 
 
 def _run(args: tuple[int, dict[str, Any]]) -> dict[str, Any]:
-    from .cluster import quiet_logging, run_seed
+    from .cluster import run_seed
     from .faults import Faults
+    from .notes import quiet_logging
 
     seed, opts = args
     quiet_logging()

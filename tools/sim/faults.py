@@ -91,10 +91,10 @@ class FaultyBackend(Delegating):
         scripting = self.scripting if name == "script:commit" else None
         if not sim.faulting:
             if scripting is not None:
-                sim.fence_check(self.actor, scripting[1][0], int(scripting[2][0]), call)
+                sim.watch.fence_check(self.actor, scripting[1][0], int(scripting[2][0]), call)
             result = call()
             if name == "xreadgroup" and self.actor.startswith("jm"):
-                sim.read_by_jobmanager(self.actor, result)
+                sim.watch.read_by_jobmanager(self.actor, result)
             return result
         rng, faults = sim.rng, sim.faults
         sim.calls += 1
@@ -125,12 +125,12 @@ class FaultyBackend(Delegating):
             sim.note(f"{self.actor}: a message does not get through")
             raise RedisUnavailable("(simulated) network trouble")
         if scripting is not None:
-            sim.fence_check(self.actor, scripting[1][0], int(scripting[2][0]), call)
+            sim.watch.fence_check(self.actor, scripting[1][0], int(scripting[2][0]), call)
         result = call()
         if name == "xreadgroup" and self.actor.startswith("jm"):
-            sim.read_by_jobmanager(self.actor, result)
+            sim.watch.read_by_jobmanager(self.actor, result)
         if name == "xadd" and self.actor.startswith("tm"):
-            sim.sent_by_taskmanager(self.actor.split(".")[0], self.appending)
+            sim.watch.sent_by_taskmanager(self.actor.split(".")[0], self.appending)
         return result
 
     def group_setid(self, stream: str, group: str, start: str) -> None:
@@ -139,7 +139,7 @@ class FaultyBackend(Delegating):
             # A TaskManager starting: its inbox goes between its group's creation and the move
             # to its end (finding 4 of issue 28: the NOGROUP that escaped its start)
             sim.note(f"client: deletes {stream} while {self.actor} starts")
-            sim.destroyed(stream)
+            sim.watch.destroyed(stream)
             self.inner.delete(stream)
         super().group_setid(stream, group, start)
 
@@ -155,7 +155,7 @@ class FaultyBackend(Delegating):
     def _sent_together(self, items: Any) -> None:
         if self.actor.startswith("tm"):  # a TaskManager's reports sent together (see ``around``)
             for _, fields in items:
-                self.sim.sent_by_taskmanager(self.actor.split(".")[0], fields)
+                self.sim.watch.sent_by_taskmanager(self.actor.split(".")[0], fields)
 
     def script(self, name: str, keys: Any, args: Any) -> Any:
         sent = args
@@ -170,10 +170,10 @@ class FaultyBackend(Delegating):
                                      older=self.sim.faulting and self.sim.faults.hit(self.sim.rng, "schema_skew", 0.3))
         result = super().script(name, keys, sent)
         if name == "commit" and result and result[0] in (b"OK", "OK"):
-            self.sim.committed(self.actor, int(args[0]), keys[0])
-            self.sim.check_order(keys, args)
-            self.sim.check_losses(self.actor, keys, args)
-            self.sim.check_reconciled(self.actor, keys, args)
+            self.sim.watch.committed(self.actor, int(args[0]), keys[0])
+            self.sim.watch.check_order(keys, args)
+            self.sim.watch.check_losses(self.actor, keys, args)
+            self.sim.watch.check_reconciled(self.actor, keys, args)
             sim = self.sim
             if sim.faulting and int(args[3]) > 0 and sim.faults.hit(sim.rng, "redeliver", 0.05):
                 # The same commit arrives again (a retry after a lost reply): it consumed its
@@ -181,5 +181,5 @@ class FaultyBackend(Delegating):
                 sim.note(f"{self.actor}: a commit of {keys[1]} reaches Redis twice")
                 again = self.inner.script(name, keys, sent)
                 if again and again[0] not in (b"DUP", "DUP"):
-                    sim.committed(self.actor, int(args[0]), keys[0])
+                    sim.watch.committed(self.actor, int(args[0]), keys[0])
         return result

@@ -137,7 +137,7 @@ def check_outboxes(sim: Simulation) -> None:
     store, keys = sim.store, sim.keys
     # Delivered to an inbox a hostile client then destroyed (the same entry again only if a
     # loss of writes undid the clobber: any other copy is a second delivery).
-    seen: dict[tuple[str, str], tuple[str, str]] = dict(sim.clobbered)
+    seen: dict[tuple[str, str], tuple[str, str]] = dict(sim.watch.clobbered)
     for stream in store.streams():
         if not keys.is_inbox(stream):
             continue
