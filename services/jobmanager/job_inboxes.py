@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from sluice.errors import DuplicateCommit, HandlerFailed, MessageRejected
 from sluice.events import (
+    Event,
     ExecutionGraphBuilt,
     JobRefused,
     SubmitJob,
@@ -173,7 +174,7 @@ class JobInboxes:
                 self.unfollow(decision.job_id)
                 self.logger.info("job ended", job=decision.job_id, status=job.status.value, reason=job.reason)
 
-    def _restarts_seen(self, facts: list) -> None:
+    def _restarts_seen(self, facts: list[Event]) -> None:
         """Restarts this leader decided: their delays count from now, on its clock (a
         scheduling pass may look at them before they are committed)."""
         clock = None
