@@ -282,6 +282,8 @@ class JobInboxes:
                 obj = importlib.import_module(module_name)
             for part in qualname.split("."):
                 obj = getattr(obj, part)
+            # (whatever the user's ref names: JobCoordinators calls it as a coordinator class,
+            # and what fails there fails the job)
             return obj  # type: ignore[return-value]
 
         return load

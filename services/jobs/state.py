@@ -308,6 +308,7 @@ def _task_moved(state: JobsState, env: Envelope, ev: UpdateTaskExecutionState) -
     if holds and not held:
         ex.placed_epoch = env.epoch
         if ex.taskmanager is not None:
+            # (a placement names the TaskManager and its slot together: slot is not None here)
             state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
             job.slot_taken_at = env.ts
             if not job.wait_until_placed:
