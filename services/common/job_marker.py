@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import orjson
@@ -47,7 +48,7 @@ def marker_path(storage_root: str, job_id: str) -> Path | None:
     return None if root is None else root / job_id / MARKER
 
 
-def input_paths(splits: dict[str, list]) -> list[str]:
+def input_paths(splits: dict[str, list[Any]]) -> list[str]:
     """The input files of a job's split plan (every split's ``path``), each once, in order."""
     return list(dict.fromkeys(str(s["path"]) for plan in splits.values() for s in plan
                               if isinstance(s, dict) and "path" in s))

@@ -41,7 +41,7 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
     # and locals can hold secrets and whole messages.
     renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(
         colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)
-    processors: list = [
+    processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso"),
@@ -60,7 +60,8 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
 
 
 def get_logger(component: str, **bound: object) -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger().bind(component=component, **bound)
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger().bind(component=component, **bound)
+    return logger
 
 
 class CountsParked(Protocol):

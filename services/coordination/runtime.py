@@ -43,6 +43,9 @@ DEFAULT_CHECKPOINT_INTERVAL_MS = 2000
 Delivery = tuple[str, int]
 """(vertex, subtask): whose inbox an event goes to."""
 
+_Callback = tuple[Callable[..., Any], Any]
+"""A coordinator's queued callback: (then, the result it is called with)."""
+
 
 def has_coordinator(vertex: JobVertex) -> bool:
     return vertex.kind == "source" or bool(getattr(vertex, "coordinator", None))
@@ -76,7 +79,7 @@ def describe(exc: BaseException, limit: int = 6000) -> str:
 
 
 class JobCoordinators:
-    def __init__(self, job_id: str, vertices: Iterable[JobVertex], splits: dict[str, list],
+    def __init__(self, job_id: str, vertices: Iterable[JobVertex], splits: dict[str, list[Any]],
                  load: Callable[[str], type], *, interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
                  executor: Callable[[str], Any] | None = None, monotonic: Callable[[], float] | None = None) -> None:
         """Create every coordinator of a job, with unbound contexts (``load`` imports a
@@ -204,7 +207,7 @@ class JobCoordinators:
         finally:
             h.context.now = None
 
-    def _call(self, h: _Holder, fn: Callable, *args: Any) -> None:
+    def _call(self, h: _Holder, fn: Callable[..., Any], *args: Any) -> None:
         if h.failed is not None:
             return
         try:
@@ -231,7 +234,7 @@ class JobCoordinators:
                 out.instructions.append(FailJob(h.failed))
         return out
 
-    def _drain(self, h: _Holder, out: Decision, now: int, deferred: list | None = None) -> None:
+    def _drain(self, h: _Holder, out: Decision, now: int, deferred: list[_Callback] | None = None) -> None:
         """Apply what the coordinator queued. With ``deferred`` (at a snapshot), callbacks
         are not run but collected: what they change belongs to the next checkpoint."""
         while True:
@@ -275,7 +278,7 @@ class JobCoordinators:
     def _checkpoint(self, h: _Holder, out: Decision, now: int) -> None:
         assert h.coordinator is not None  # flush checkpoints only the holders that have one
         cid = h.checkpoint_id + 1
-        later: list = []
+        later: list[_Callback] = []
         try:
             with h.context.lock:
                 state = h.coordinator.checkpoint_coordinator(cid)

@@ -30,7 +30,7 @@ __all__ = ["SourceCoordinator", "SplitEnumerator", "discover", "plan_range", "RE
 REQUEST, SPLIT, NO_MORE = "request-split", "split", "no-more-splits"
 
 
-def plan_range(start: int, end: int, per_split: int) -> list[dict]:
+def plan_range(start: int, end: int, per_split: int) -> list[dict[str, Any]]:
     """The numbers ``[start, end)`` in splits of ``per_split``."""
     if end < start:
         raise ValueError(f"a range source needs start <= end, got {start}..{end}")
@@ -40,7 +40,7 @@ def plan_range(start: int, end: int, per_split: int) -> list[dict]:
             for i, a in enumerate(range(start, end, per_split))]
 
 
-def discover(format: str, paths: list[str], split_bytes: int, options: dict[str, str]) -> list[dict]:
+def discover(format: str, paths: list[str], split_bytes: int, options: dict[str, str]) -> list[dict[str, Any]]:
     """Every split of a source, in order (raises with a clear message when it cannot)."""
     if format == "range":
         try:
@@ -54,14 +54,14 @@ def discover(format: str, paths: list[str], split_bytes: int, options: dict[str,
 class SplitEnumerator:
     """Hands out one source's splits on request (FLIP-27's SplitEnumerator)."""
 
-    def __init__(self, splits: list[dict], readers: int | None = None, paced: bool = False) -> None:
+    def __init__(self, splits: list[dict[str, Any]], readers: int | None = None, paced: bool = False) -> None:
         """``paced``: readers ask for a split only after they processed the last one (a
         source read ``each_split``), so the time between requests is a reader's pace and
         the assigner plays the end game with it (see ``assigner``)."""
         self.splits, self.readers, self.paced = splits, readers, paced
         self.assigner = SplitAssigner([s.get("hosts", ()) for s in splits], readers)
 
-    def handle_split_request(self, subtask: int, host: str, now: int | None = None) -> dict | None:
+    def handle_split_request(self, subtask: int, host: str, now: int | None = None) -> dict[str, Any] | None:
         """The split for this request, or None when there are no more splits for it
         (``now``: when it asked, ms, for the end game)."""
         i = self.assigner.next(subtask, host, now if self.paced else None)
@@ -83,7 +83,7 @@ class SplitEnumerator:
 class SourceCoordinator(OperatorCoordinator):
     deterministic = True
 
-    def __init__(self, context: CoordinatorContext, splits: list[dict], protocol: str = "operator-events",
+    def __init__(self, context: CoordinatorContext, splits: list[dict[str, Any]], protocol: str = "operator-events",
                  paced: bool = False) -> None:
         super().__init__(context)
         self.protocol = protocol

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from sluice.events import (
     Envelope,
@@ -39,7 +40,7 @@ class Assignment:
     had ended when the answer was recorded)."""
 
 
-def describe_split(split: dict) -> str:
+def describe_split(split: dict[str, Any]) -> str:
     if split.get("format") == "range":
         return f"numbers {split['start']}..{split['end'] - 1}"
     if "row_groups" in split:

@@ -39,7 +39,8 @@ def input_bytes(item: tuple[int, int] | Path) -> int | None:
 
             with fs.open_read(str(item)) as f:
                 meta = pq.ParquetFile(f).metadata
-            return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            size: int = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))  # (pyarrow: untyped)
+            return size
         except Exception:  # Spark reads it (and says what is wrong with it)
             return None
     if item.suffix in (".txt", ".csv"):

@@ -109,6 +109,7 @@ def _check_options(fmt: str, options: Mapping[str, object], split: Split) -> Non
     if fmt == "parquet":
         return
     multiline = _is_true(options, "multiLine") or _is_true(options, "wholetext")
+    # (a Split's values are objects, which int() is not typed for: _check_split checked them)
     if multiline and not (split["start"] == 0 and _source_size(split) <= int(split["end"])):  # type: ignore[call-overload]
         raise SplitError(
             f"{fmt} option multiLine/wholetext cannot be read split by split (a record may span splits): "
@@ -153,6 +154,7 @@ def _line_range(f: IO[bytes], start: int, end: int, size: int) -> tuple[int, int
 
 
 def _materialize_lines(split: Split, fmt: str, options: Mapping[str, object], out: Path) -> None:
+    # (a Split's values are objects, which int() is not typed for: _check_split checked them)
     start, end = int(split["start"]), int(split["end"])  # type: ignore[call-overload]
     header = fmt == "csv" and _is_true(options, "header")
     size = _source_size(split)  # and a clear error when the file is gone
@@ -203,6 +205,7 @@ def materialize_split(split: Split, options: Mapping[str, str], temp_dir: Path) 
     src_name = str(split["path"]).lower()
     if fmt != "parquet" and src_name.endswith(COMPRESSED_SUFFIXES):
         suffix += Path(src_name).suffix  # keep .gz & co so Spark decompresses the whole-file copy
+    # (a Split's values are objects, which int() is not typed for: plan_splits numbers them)
     out = temp_dir / f"split-{int(split['index']):05d}-{uuid.uuid4().hex[:8]}{suffix}"  # type: ignore[call-overload]
     if fmt == "parquet":
         _materialize_parquet(split, out)

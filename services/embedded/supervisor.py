@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluice.config import appendfsync
 from sluice.errors import ConfigError, RedisUnavailable
@@ -133,15 +133,16 @@ class EmbeddedCluster:
 
     # --- state file ----------------------------------------------------------------------
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         try:
-            return json.loads(self.state_file.read_text())
+            data: dict[str, Any] = json.loads(self.state_file.read_text())
+            return data
         except FileNotFoundError:
             return {}
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{self.state_file} is damaged ({exc}); remove it and start the cluster again") from exc
 
-    def _write(self, data: dict) -> None:
+    def _write(self, data: dict[str, Any]) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2))
@@ -166,7 +167,7 @@ class EmbeddedCluster:
         self._write(data)
         return url
 
-    def redis_record(self) -> dict | None:
+    def redis_record(self) -> dict[str, Any] | None:
         """What ``cluster.json`` says of the embedded Redis (url, pid, port), if anything."""
         rec = self._read().get("redis")
         return dict(rec) if rec else None

@@ -30,7 +30,8 @@ from sluice.events.ids import id_problem
 from sluice.services.common import job_marker
 from sluice.services.common.decision import Recorded
 from sluice.services.common.shell import hostname
-from sluice.services.common.world import World, monotonic_ms
+from sluice.services.common.world import World
+from sluice.services.common.world import monotonic_ms as monotonic_ms  # (a seam: tools/sim/plants.py replaces it)
 from sluice.services.dataplane import spark_reach
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs import reconcile as reconciliation
@@ -57,7 +58,7 @@ class JobOperations(Protocol):
     def following(self, job_id: str) -> bool: ...
 
 
-def plan_splits(msg: SubmitJob) -> dict[str, list]:
+def plan_splits(msg: SubmitJob) -> dict[str, list[Any]]:
     """Each source's split enumerator discovers its splits (a missing input refuses the job)."""
     from sluice.services.coordination.source import discover
 

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from sluice.errors import DuplicateCommit, HandlerFailed, MessageRejected
 from sluice.events import (
+    Event,
     ExecutionGraphBuilt,
     JobRefused,
     SubmitJob,
@@ -173,7 +174,7 @@ class JobInboxes:
                 self.unfollow(decision.job_id)
                 self.logger.info("job ended", job=decision.job_id, status=job.status.value, reason=job.reason)
 
-    def _restarts_seen(self, facts: list) -> None:
+    def _restarts_seen(self, facts: list[Event]) -> None:
         """Restarts this leader decided: their delays count from now, on its clock (a
         scheduling pass may look at them before they are committed)."""
         clock = None
@@ -281,6 +282,8 @@ class JobInboxes:
                 obj = importlib.import_module(module_name)
             for part in qualname.split("."):
                 obj = getattr(obj, part)
+            # (whatever the user's ref names: JobCoordinators calls it as a coordinator class,
+            # and what fails there fails the job)
             return obj  # type: ignore[return-value]
 
         return load

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -41,6 +42,8 @@ VERSION = 1
 
 Checkpoint = tuple[int, Any, "list[int] | None"]
 """A coordinator's last checkpoint: (checkpoint id, state, each subtask's attempt then)."""
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -75,19 +78,19 @@ def _unev(raw: str) -> Event:
 
 # --- jobs --------------------------------------------------------------------------------------
 
-def _execution(ex: Execution) -> list:
+def _execution(ex: Execution) -> list[Any]:
     return [ex.attempt, ex.state.value, ex.taskmanager, ex.slot, ex.error, ex.since, ex.not_before, ex.produced,
             ex.seq, ex.session, ex.history, ex.placed_epoch]
 
 
-def _unexecution(vertex: str, subtask: int, d: list) -> Execution:
+def _unexecution(vertex: str, subtask: int, d: list[Any]) -> Execution:
     attempt, state, tm, slot, error, since, not_before, produced, seq, session, history = d[:11]
     placed = d[11] if len(d) > 11 else None  # (snapshots written before the placement's epoch was kept)
     return Execution(vertex, subtask, attempt, TaskState(state), tm, slot, error, since, not_before, produced, seq,
                      session, [(int(t), str(w)) for t, w in history], placed)
 
 
-def _kvstate(reg: KvStateRegistry) -> dict:
+def _kvstate(reg: KvStateRegistry) -> dict[str, Any]:
     return {
         "job_id": reg.job_id, "num_key_groups": reg.num_key_groups, "disposed": reg.disposed,
         "state_ids": sorted(reg.state_ids),
@@ -97,7 +100,7 @@ def _kvstate(reg: KvStateRegistry) -> dict:
     }
 
 
-def _unkvstate(d: dict) -> KvStateRegistry:
+def _unkvstate(d: dict[str, Any]) -> KvStateRegistry:
     reg = KvStateRegistry(d["job_id"], d["num_key_groups"], disposed=d["disposed"], state_ids=set(d["state_ids"]))
     for job_id, name, vertex, nkg, entries in d["locations"]:
         loc = KvStateLocation(job_id, name, vertex, nkg)
@@ -107,7 +110,7 @@ def _unkvstate(d: dict) -> KvStateRegistry:
     return reg
 
 
-def _run(job: JobRun) -> dict:
+def _run(job: JobRun) -> dict[str, Any]:
     submitted = JobSubmitted(job.job_id, job.graph, job.code_blob, job.module, job.reply_to, job.params, job.splits,
                              job.storage_root)
     return {
@@ -122,7 +125,7 @@ def _run(job: JobRun) -> dict:
     }
 
 
-def _unrun(d: dict) -> JobRun:
+def _unrun(d: dict[str, Any]) -> JobRun:
     sub = _unev(d["submitted"])
     if not isinstance(sub, JobSubmitted):
         raise SnapshotUnreadable(f"a job snapshot's submission is a {sub.TYPE}")
@@ -174,7 +177,7 @@ def encode_job(snap: JobSnapshot) -> bytes:
 
 
 def decode_job(data: bytes, job_id: str | None = None) -> JobSnapshot:
-    def build(d: dict) -> JobSnapshot:
+    def build(d: dict[str, Any]) -> JobSnapshot:
         if job_id is not None and d["job_id"] != job_id:
             raise SnapshotUnreadable(f"the snapshot is of job {d['job_id']!r}, not {job_id!r}")
         return JobSnapshot(
@@ -189,7 +192,7 @@ def decode_job(data: bytes, job_id: str | None = None) -> JobSnapshot:
 
 # --- the cluster -------------------------------------------------------------------------------
 
-def _membership(m: Membership) -> dict:
+def _membership(m: Membership) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(m):
         value = getattr(m, f.name)
@@ -197,7 +200,7 @@ def _membership(m: Membership) -> dict:
     return out
 
 
-def _unmembership(d: dict) -> Membership:
+def _unmembership(d: dict[str, Any]) -> Membership:
     d = dict(d)
     rows = [TaskManagerRow.from_dict(r) for r in d.pop("taskmanagers")]
     return Membership(taskmanagers={r.resource_id: r for r in rows}, **d)
@@ -212,7 +215,7 @@ def encode_cluster(snap: ClusterSnapshot) -> bytes:
 
 
 def decode_cluster(data: bytes) -> ClusterSnapshot:
-    def build(d: dict) -> ClusterSnapshot:
+    def build(d: dict[str, Any]) -> ClusterSnapshot:
         grant = _unev(d["last_grant"]) if d["last_grant"] is not None else None
         if grant is not None and not isinstance(grant, LeadershipGranted):
             raise SnapshotUnreadable(f"the cluster snapshot's last grant is a {grant.TYPE}")
@@ -222,7 +225,7 @@ def decode_cluster(data: bytes) -> ClusterSnapshot:
     return _decode(data, "cluster", build)
 
 
-def _decode(data: bytes, kind: str, build: Any) -> Any:
+def _decode(data: bytes, kind: str, build: Callable[[dict[str, Any]], _T]) -> _T:
     try:
         d = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

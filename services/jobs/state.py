@@ -4,7 +4,7 @@ folded from the jobs' fact streams by ``evolve`` (no I/O, no clock)."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,7 +117,7 @@ class JobRun:
     module: str
     reply_to: str
     params: dict[str, str]
-    splits: dict[str, list]
+    splits: dict[str, list[Any]]
     storage_root: str
     submitted_at: int
     status: JobStatus = JobStatus.CREATED
@@ -135,7 +135,7 @@ class JobRun:
     ended_at: int | None = None
     # Executions that may be deployable (checked again when scheduling): CREATED ones whose
     # inputs became available. An index for the scheduler, derived from the facts.
-    ready: deque = field(default_factory=deque)
+    ready: deque[Execution] = field(default_factory=deque)
     # Queryable state: registration name -> KvStateLocation (services/kvstate).
     kvstate: kvreg.KvStateRegistry = field(default_factory=kvreg.KvStateRegistry)
     history: list[tuple[int, str]] = field(default_factory=list)
@@ -152,7 +152,7 @@ class JobRun:
     def name(self) -> str:
         return self.graph.name
 
-    def executions(self):
+    def executions(self) -> Iterator[Execution]:
         for v in self.vertices.values():
             yield from v.subtasks
 
@@ -308,6 +308,7 @@ def _task_moved(state: JobsState, env: Envelope, ev: UpdateTaskExecutionState) -
     if holds and not held:
         ex.placed_epoch = env.epoch
         if ex.taskmanager is not None:
+            # (a placement names the TaskManager and its slot together: slot is not None here)
             state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
             job.slot_taken_at = env.ts
             if not job.wait_until_placed:

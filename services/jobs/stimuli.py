@@ -4,6 +4,7 @@ kind of stimulus, each with what its rules need besides the state and the time."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sluice.events import Envelope, SubmitJob
 
@@ -29,7 +30,7 @@ class Submit:
     attempt numbered ``first_attempt``: the cluster's attempt floor)."""
 
     msg: SubmitJob
-    splits: dict[str, list]
+    splits: dict[str, list[Any]]
     storage_root: str
     first_attempt: int = 0
 

@@ -6,7 +6,7 @@ from collections import Counter
 from types import ModuleType
 
 from sluice.errors import InvalidJobGraph
-from sluice.events import JobGraph
+from sluice.events import JobEdge, JobGraph
 
 __all__ = ["InvalidJobGraph", "validate", "problems"]
 
@@ -38,8 +38,8 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
     if not graph.vertices:
         out.append("the job has no vertices")
     by_name = {v.name: v for v in graph.vertices}
-    inputs: dict[str, list] = {v.name: [] for v in graph.vertices}
-    outputs: dict[str, list] = {v.name: [] for v in graph.vertices}
+    inputs: dict[str, list[JobEdge]] = {v.name: [] for v in graph.vertices}
+    outputs: dict[str, list[JobEdge]] = {v.name: [] for v in graph.vertices}
     for e in graph.edges:
         for end in (e.source, e.target):
             if end not in by_name:
@@ -122,7 +122,7 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
     return out
 
 
-def _queryable_problems(graph: JobGraph, inputs: dict[str, list]) -> list[str]:
+def _queryable_problems(graph: JobGraph, inputs: dict[str, list[JobEdge]]) -> list[str]:
     """Queryable state: a keyed vertex (its state is found by its input's key), one name per vertex."""
     out: list[str] = []
     owners: dict[str, list[str]] = {}

@@ -25,6 +25,7 @@ is disposed (``dispose``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -122,6 +123,7 @@ def _retired(loc: KvStateLocation, start: int, end: int) -> list[str]:
 def released(job: JobRun, ev: Event) -> list[Event]:
     """The unregistrations a just-recorded fact causes: an attempt that failed or was
     cancelled drops what it registered; a job that failed or was cancelled drops everything."""
+    pick: Callable[[KvStateEntry], bool]
     if type(ev) is UpdateTaskExecutionState and ev.state in ABORTED_TASK:
         pick = lambda e: e.execution_id == ev.execution_id
     elif type(ev) is JobStatusChanged and ev.status in ABORTED_JOB:

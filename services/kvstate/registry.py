@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from sluice.events import Event, JobDisposed, JobSubmitted, NotifyKvStateRegistered, NotifyKvStateUnregistered
 
@@ -121,7 +121,7 @@ def evolve(reg: KvStateRegistry, ev: Event) -> KvStateRegistry:
     return reg
 
 
-def location_row(loc: KvStateLocation) -> dict:
+def location_row(loc: KvStateLocation) -> dict[str, Any]:
     """The KvStateLocation table's row (JSON) for one registration name."""
     return {
         "job_id": loc.job_id, "name": loc.name, "vertex": loc.vertex, "num_key_groups": loc.num_key_groups,

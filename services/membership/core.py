@@ -11,7 +11,7 @@ every TaskManager's heartbeat timeout afresh, as Flink's JobMaster does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from sluice.errors import MessageRejected, UnexpectedMessage
 from sluice.events import (
@@ -114,7 +114,7 @@ class TaskManagerRow:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> TaskManagerRow:
+    def from_dict(cls, d: dict[str, Any]) -> TaskManagerRow:
         return cls(**d)
 
 

@@ -42,8 +42,8 @@ class Projection:
     initial: Callable[[], Any]
     evolve: Callable[[Any, Envelope], Any]
     touched: Callable[[Envelope], tuple[str, ...]]
-    row: Callable[[Any, str], dict | None]
-    load: Callable[[dict[str, dict]], Any] | None
+    row: Callable[[Any, str], dict[str, Any] | None]
+    load: Callable[[dict[str, dict[str, Any]]], Any] | None
     """Rebuilds the state from the stored rows; None: replay the stream up to the stored position."""
 
 
@@ -52,12 +52,12 @@ def _tm_touched(env: Envelope) -> tuple[str, ...]:
     return (rid,) if rid is not None else ()
 
 
-def _tm_row(state: Membership, key: str) -> dict | None:
+def _tm_row(state: Membership, key: str) -> dict[str, Any] | None:
     row = state.taskmanagers.get(key)
     return row.to_dict() if row else None
 
 
-def _tm_load(rows: dict[str, dict]) -> Membership:
+def _tm_load(rows: dict[str, dict[str, Any]]) -> Membership:
     return Membership(taskmanagers={k: TaskManagerRow.from_dict(v) for k, v in rows.items()})
 
 
@@ -84,7 +84,7 @@ LEADERSHIP = Projection(
     load=lambda rows: Membership(epoch=rows.get("leader", {}).get("epoch", 0), leader_id=rows.get("leader", {}).get("leader_id")),
 )
 
-def _jobs_evolve(state: dict, env: Envelope) -> dict:
+def _jobs_evolve(state: dict[str, dict[str, Any]], env: Envelope) -> dict[str, dict[str, Any]]:
     ev = env.event
     if isinstance(ev, JobRegistered):
         state[ev.job_id] = {"job_id": ev.job_id, "name": ev.name, "registered_at": env.ts}
@@ -118,7 +118,7 @@ def _eg_touched(env: Envelope) -> tuple[str, ...]:
     return ("job",)
 
 
-def _eg_row(state: JobsState, key: str) -> dict | None:
+def _eg_row(state: JobsState, key: str) -> dict[str, Any] | None:
     if not state.jobs:
         return None
     (job,) = state.jobs.values()
@@ -175,7 +175,7 @@ def _kv_touched(env: Envelope) -> tuple[str, ...]:
     return ()
 
 
-def _kv_row(state: kvreg.KvStateRegistry, name: str) -> dict | None:
+def _kv_row(state: kvreg.KvStateRegistry, name: str) -> dict[str, Any] | None:
     loc = state.locations.get(name)
     return kvreg.location_row(loc) if loc is not None else None
 

@@ -108,7 +108,7 @@ class Projector:
             if "purged_at" not in row:
                 self.add_job(job_id, have)
 
-    def add_job(self, job_id: str, have: set | None = None) -> None:
+    def add_job(self, job_id: str, have: set[tuple[str, str]] | None = None) -> None:
         """Follow one job's tables (also for a reader that wants only this job brought up to date)."""
         have = have if have is not None else {(r.tag, r.projection.name) for r in self.running}
         tag = self.log.keys.job(job_id)

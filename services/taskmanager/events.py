@@ -60,7 +60,7 @@ class TaskEvents:
         self.position = "0-0"
         self.answer_timeout_s = answer_timeout_s
         self._events: deque[Any] = deque()  # operator events for the user's code
-        self._splits: deque[dict | None] = deque()
+        self._splits: deque[dict[str, Any] | None] = deque()
 
     # --- splits: the steps (the simulation drives them one at a time) ---
     def ask_for_split(self) -> None:
@@ -78,7 +78,7 @@ class TaskEvents:
         """Whether an answer to a split request is here (read the inbox with ``poll``)."""
         return bool(self._splits)
 
-    def take_split(self) -> dict | None:
+    def take_split(self) -> dict[str, Any] | None:
         """The answer that came (None: no more splits)."""
         return self._splits.popleft()
 
@@ -87,7 +87,7 @@ class TaskEvents:
         self._poll(0.0)
 
     # --- splits: blocking ---
-    def next_split(self) -> dict | None:
+    def next_split(self) -> dict[str, Any] | None:
         """The next split for this subtask (None: no more). Blocks until the coordinator answers."""
         self.ask_for_split()
         deadline = time.monotonic() + self.answer_timeout_s
@@ -166,7 +166,7 @@ class TaskEvents:
             ev = decode_fields(fields, stream=self.inbox, entry_id=entry_id).event
             if isinstance(ev, NextInputSplit):
                 if ev.execution_id == self.execution_id:
-                    self._splits.append(cast("dict | None", ev.split))  # a split is a JSON object
+                    self._splits.append(cast("dict[str, Any] | None", ev.split))  # a split is a JSON object
             elif isinstance(ev, OperatorEvent) and ev.attempt == self.attempt and not ev.to_coordinator:
                 body = ev.body
                 if self.is_source and isinstance(body, dict) and body.get("type") in (SPLIT, NO_MORE):

@@ -31,7 +31,7 @@ class Launches:
         self.reports, self.spark = reports, spark
         self.resource_id, self.host, self.io_rate, self.execute = resource_id, host, io_rate, execute
         self.logger, self.metrics = logger, metrics
-        self.unsure: dict[str, tuple[str, dict]] = {}
+        self.unsure: dict[str, tuple[str, dict[str, Any]]] = {}
         """Task id -> (handle, runtime) of a hand-over whose reply was lost (it may or may not
         have taken effect): settled by ``confirm``."""
 
@@ -49,13 +49,13 @@ class Launches:
         if not self.execute:
             self.reports.to_job(d.job_id, task_state(task, TaskState.INITIALIZING, self.resource_id))
             return "not-executed"
-        runtime: dict = {"host": self.host}  # a no-op task needs nothing more (worker.run_task)
+        runtime: dict[str, Any] = {"host": self.host}  # a no-op task needs nothing more (worker.run_task)
         if d.kind != "noop":
             runtime.update(code_path=str(task.code_path), temp_dir=str(task.temp_dir), io_rate=self.io_rate,
                            spark_remote=self.spark.url(), partitions=self.spark.partitions(d.parallelism))
         return self._hand_over(task, runtime)
 
-    def _hand_over(self, task: Task, runtime: dict) -> str:
+    def _hand_over(self, task: Task, runtime: dict[str, Any]) -> str:
         d = task.descriptor
         inbox = self.log.keys.inbox(self.log.keys.job(d.job_id))
         reports = [(inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), d.job_id))

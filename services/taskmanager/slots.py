@@ -28,7 +28,7 @@ class Slots(Protocol):
     def start(self, slots: int) -> None:
         """Start one worker per slot."""
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
+    def launch(self, slot: int, descriptor: dict[str, Any], runtime: dict[str, Any], *, task_id: str, handle: str,
                reports: Sequence[tuple[str, Envelope]] = ()) -> str:
         """Hand a task to the slot's worker under ``handle`` (a fresh id); returns the handle.
         ``reports`` (stream, message) are appended, in order, before the worker can take the
@@ -70,7 +70,7 @@ class ProcessSlots:
                  spark_remote: Any = None) -> None:
         self.log, self.resource_id, self.redis_url, self.home = log, resource_id, redis_url, home
         self.queues = SlotQueues(log, resource_id)
-        self.workers: dict[int, subprocess.Popen] = {}
+        self.workers: dict[int, subprocess.Popen[bytes]] = {}
         self.spark_remote = spark_remote
         """A callable giving the Spark Connect URL for the workers' environment (or None)."""
 
@@ -92,7 +92,7 @@ class ProcessSlots:
                                               stdin=subprocess.DEVNULL, env=env)
         out.close()
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
+    def launch(self, slot: int, descriptor: dict[str, Any], runtime: dict[str, Any], *, task_id: str, handle: str,
                reports: Sequence[tuple[str, Envelope]] = ()) -> str:
         from .worker import RUN_TASK
 

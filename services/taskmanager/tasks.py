@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from sluice.errors import TaskStartFailed
@@ -36,7 +37,7 @@ class Task:
     descriptor: TaskDeploymentDescriptor
     slot: int
     code_path: Path | None = None
-    splits: list | None = None
+    splits: list[Any] | None = None
     output_dir: Path | None = None
     temp_dir: Path | None = None
     rq_job: str | None = None
@@ -47,7 +48,7 @@ class Task:
         return self.descriptor.task_id
 
 
-class TaskTable(dict):
+class TaskTable(dict[str, Task]):
     """Running tasks by id; a slot runs one task at a time."""
 
     def slot_busy(self, slot: int) -> Task | None:

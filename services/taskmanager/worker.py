@@ -201,7 +201,7 @@ def _persist(ctx: WorkerContext, send: Callable[[], T], *, give_up_s: float = 60
             delay = min(delay * 2, 5.0)
 
 
-def run_task(data: dict, runtime: dict) -> str:
+def run_task(data: dict[str, Any], runtime: dict[str, Any]) -> str:
     """Run one execution attempt: read, apply the chain, write; report every state. ``data``
     is the task deployment descriptor as JSON (RQ carries JSON, never pickles)."""
     d = descriptor_from_json(data)
@@ -241,7 +241,7 @@ def describe_error(exc: BaseException, limit: int = 8000) -> str:
     return text if len(text) <= limit else text[: limit - 40] + "\n… (truncated)"
 
 
-def _execute(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path) -> None:
+def _execute(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path) -> None:
     spark = spark_session(runtime.get("spark_remote"))
     share.configure(spark, runtime.get("partitions"))
     temp_dir.mkdir(parents=True, exist_ok=True)
@@ -253,7 +253,7 @@ def _execute(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, tem
         task_events.install(None)
 
 
-def _taken_splits(d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path,
+def _taken_splits(d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path,
                   events: task_events.TaskEvents) -> Iterator[tuple[int, int] | Path]:
     """Ask the source coordinator for splits until there are none left, each taken as it
     comes: a range of numbers, or the split copied to a file (at most ``io_rate`` bytes a
@@ -300,14 +300,14 @@ def _source_frame(spark: Any, source: TaskSource, items: list[tuple[int, int] | 
     return reader.read_materialized(spark, source.format, source.options, files)
 
 
-def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path,
+def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path,
                  events: task_events.TaskEvents) -> Any:
     """Every split this subtask takes, then one DataFrame of all it read."""
     assert d.source is not None
     return _source_frame(spark, d.source, list(_taken_splits(d, runtime, temp_dir, events)), temp_dir)
 
 
-def _read_each_split(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path,
+def _read_each_split(spark: Any, d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path,
                      events: task_events.TaskEvents, chain: Callable[[Any], Any]) -> Any:
     """The source's chained functions run on each split as it arrives, each result written
     to a chunk in the task's own temp dir before the next split is asked for; then one
@@ -331,7 +331,7 @@ def _read_each_split(spark: Any, d: TaskDeploymentDescriptor, runtime: dict, tem
     return spark.read.schema(schema).parquet(*chunks)
 
 
-def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict, temp_dir: Path, spark: Any,
+def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path, spark: Any,
                events: task_events.TaskEvents) -> None:
     from sluice.services.dataplane import exchange
 
