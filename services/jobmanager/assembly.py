@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.events import LeadershipGranted
 from sluice.services.jobs.core import JobsConfig
 from sluice.services.membership.core import MembershipConfig
 from sluice.store import Blobs, EventLog, GroupConsumer
@@ -20,7 +21,9 @@ from .cluster import ClusterInbox
 from .committer import Committer
 from .job_inboxes import JobInboxes
 from .kvstate import JobDisposal
+from .leadership import Rebuilt, Replay
 from .recovery import Restorer
+from .rejoin import Rejoin
 from .retention import FactRetention, Retention
 from .snapshot import Archive, SnapshotWriter
 from .state import CurrentState
@@ -39,6 +42,14 @@ class Ports:
     snapshots: Callable[[], SnapshotWriter | None]
     recover_pending: Callable[[str], None]
     """A job still being rebuilt, rebuilt at once (a message about it cannot wait)."""
+    replay: Callable[[], Replay | None]
+    """The rebuild going on, or None."""
+    serve: Callable[[str], None]
+    """What a previous leader read of a joining job's inbox, handled."""
+    progress: Callable[[], None]
+    """The stall watchdog's progress."""
+    all_recovered: Callable[[float], None]
+    """Every job rebuilt while serving is (after so many seconds since the lease was taken)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,9 @@ class Collaborators:
     disposal: JobDisposal
     cluster: ClusterInbox
     restorer: Restorer
+    rejoin: Rejoin
+    snapshot_writer: Callable[[Rebuilt, LeadershipGranted | None], SnapshotWriter]
+    """A new leader's snapshot writer, from what it rebuilt and the grant it committed."""
 
 
 def assemble(log: EventLog, committer: Committer, world: Any, logger: Any, blobs: Blobs, *, registered: set[str],
@@ -90,4 +104,11 @@ def assemble(log: EventLog, committer: Committer, world: Any, logger: Any, blobs
         logger=logger, blobs=blobs, storage_root=s.storage_root, group=s.group, registered=registered,
         jobs=job_inboxes, recovering=ports.recovering, dispose=disposal.handle, purge=retention.on_request)
     restorer = Restorer(state, job_inboxes, committer, s.jobs_config, cluster.root.mark_restored)
-    return Collaborators(job_inboxes, archive, retention, disposal, cluster, restorer)
+    rejoin = Rejoin(restorer=restorer, world=world, logger=logger, replay=ports.replay, snapshots=ports.snapshots,
+                    state=state, serve=ports.serve, progress=ports.progress, done=ports.all_recovered)
+
+    def snapshot_writer(rebuilt: Rebuilt, grant: LeadershipGranted | None) -> SnapshotWriter:
+        return SnapshotWriter(log=log, committer=committer, state=state, registered=registered, purged=purged,
+                              world=world, logger=logger, release=retention.release, rebuilt=rebuilt, grant=grant)
+
+    return Collaborators(job_inboxes, archive, retention, disposal, cluster, restorer, rejoin, snapshot_writer)

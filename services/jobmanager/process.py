@@ -1,19 +1,8 @@
 """The JobManager: win the lease, rebuild state from the log, then serve the inboxes.
 
-It is split along its duties, each a small module:
-
-* ``leadership``: the lease, the stall watchdog, and the page-by-page rebuild from the log;
-* ``cluster``: the cluster inbox (TaskManagers joining, beating, leaving; jobs submitted);
-* ``job_inboxes``: each job's inbox, its coordinators and the scheduling of its tasks;
-* ``committer``: the only part that writes (fenced commits, delivery, dead letters);
-* ``snapshot``: the leader's snapshots, and the jobs they archive;
-* ``recovery``: the rebuilt jobs restored into a new leader's state;
-* ``retention``, ``kvstate``, ``unreadable``: trimming and purging, disposing a job's
-  queryable state, and a log this JobManager cannot read.
-
-Each collaborator is built from the few things it uses (the leader's state, the committer,
-the keys, the world, a logger, small ports); none of them sees the JobManager, which is
-the shell: it owns the phase and the steps, and wires the collaborators together.
+Its duties are split into small modules, listed in the package's docstring
+(services/jobmanager/__init__.py); each collaborator is built from the few things it uses,
+and none of them sees the JobManager, which is the shell: it owns the phase and the steps.
 
 The main loop is a step function, ``step()``, that does one thing at a time: try to take
 the lease, replay a page of the log, or read one batch of messages and decide on it (plus
@@ -61,6 +50,10 @@ if TYPE_CHECKING:
 __all__ = ["JobManager", "LeaderState", "Phase", "GROUP", "LINGER_MS", "SERVE_AFTER_S"]
 
 GROUP = "jobmanager"
+_REBUILDS = {StaleEpoch: ("deposed", "error"),
+             StoreRestarted: ("the Redis server restarted; rebuilding from the log", "error"),
+             DuplicateCommit: ("state behind the log; rebuilding from the log", "why")}
+"""What a step says (and under which key) when the log moved on without it; it then rebuilds."""
 SERVE_AFTER_S = 1.0
 """How long a new leader rebuilds before it serves the cluster, rebuilding the jobs left
 while it serves (as Flink's Dispatcher leads while its JobMasters recover their jobs)."""
@@ -130,9 +123,11 @@ class JobManager:
             settings=Settings(config, jobs_config, storage_root, GROUP, batch, checkpoint_interval_ms,
                               coordinator_executor, inbox_retention_ms, fact_retention),
             ports=Ports(self.current, lambda: self.consumer, lambda: self.recovering, lambda: self.snapshots,
-                        self._recover_pending))
+                        self._recover_pending, lambda: self.replay, self._serve_recovered, self.lease.progress,
+                        self._all_recovered))
         self.job_inboxes, self.archive, self.retention = parts.job_inboxes, parts.archive, parts.retention
         self.disposal, self.cluster, self.restorer = parts.disposal, parts.cluster, parts.restorer
+        self.rejoin, self.new_snapshots = parts.rejoin, parts.snapshot_writer
         self.errors: list[BaseException] = []
         """Unexpected errors survived (each a bug; the simulation fails a seed on one)."""
         self._next_acquire = 0
@@ -143,7 +138,6 @@ class JobManager:
         self._next_tick = 0
         self.timeout_gate = TimeoutGate(config.heartbeat_timeout_ms, batch, self.logger)
         self._announced = False
-        self._took_lease = 0.0
 
     def current(self) -> LeaderState:
         """The leader's state as it is now (it is replaced whole at a step down and a take-over)."""
@@ -182,14 +176,9 @@ class JobManager:
         rebuild from the log) except RedisUnavailable, after which the caller waits."""
         try:
             return self._step(block_ms)
-        except StaleEpoch as exc:
-            self.logger.warning("deposed", error=str(exc))
-            self.step_down()
-        except StoreRestarted as exc:
-            self.logger.warning("the Redis server restarted; rebuilding from the log", error=str(exc))
-            self.step_down()
-        except DuplicateCommit as exc:
-            self.logger.warning("state behind the log; rebuilding from the log", why=str(exc))
+        except (StaleEpoch, StoreRestarted, DuplicateCommit) as exc:
+            said, key = _REBUILDS[type(exc)]
+            self.logger.warning(said, **{key: str(exc)})
             self.step_down()
         except HandlerFailed as exc:
             self._unexpected(exc.cause, f"deciding {exc.entry.envelope.type} failed")
@@ -231,7 +220,7 @@ class JobManager:
                     self._take_over()
             return True
         if self.replay is not None:  # serving while the jobs left are rebuilt, a page per step
-            self._recover_step()
+            self.rejoin.step()
         read_at = monotonic_ms(self.world)  # the view is at least this fresh (the call may stall after its read)
         read = read_batch(self.consumer, self.inbox, self.batch, block_ms, self.linger_ms, self.logger)
         entries, caught_up = read.entries, read.caught_up
@@ -274,7 +263,7 @@ class JobManager:
                 self._announced = True
             return False
         self._announced = False
-        self._took_lease = self.world.monotonic()
+        self.rejoin.took_lease = self.world.monotonic()
         self.committer.begin(epoch, server)
         self.phase = Phase.REPLAYING
         self.replay = Replay(self.log, self.committer.fence, page=self.replay_page, logger=self.logger,
@@ -324,7 +313,7 @@ class JobManager:
         """The cluster's facts and the jobs rebuilt so far are folded: announce the epoch,
         restore their coordinators, recover what the previous leader left undone, and
         serve. Jobs still being rebuilt (``recovering``) join one by one as their last page
-        is folded (``_join_rebuilt``); until then their inboxes wait unread, and no task is
+        is folded (``Rejoin``); until then their inboxes wait unread, and no task is
         scheduled (the slots they hold are not known yet)."""
         assert self.replay is not None
         r = self.replay.result
@@ -356,9 +345,7 @@ class JobManager:
             self.committer.deliver(tag)
         self.consumer.ensure_group()
         self.server_watch.announced()
-        self.snapshots = SnapshotWriter(log=self.log, committer=self.committer, state=self.current,
-                                        registered=self.registered, purged=self.purged, world=self.world,
-                                        logger=self.logger, release=self.retention.release, rebuilt=r, grant=granted)
+        self.snapshots = self.new_snapshots(r, granted)
         self.committer.on_facts = self.snapshots.committed
         for job_id in rebuilt:
             r.tails.pop(job_id, None)  # fed to the coordinators, and copied into the snapshot writer
@@ -373,7 +360,7 @@ class JobManager:
         self.handle_batch(self.consumer.recover())
         self.restorer.orphans(now)
         self.job_inboxes.schedule_all()
-        self.metrics.recovery.observe(self.world.monotonic() - self._took_lease)
+        self.metrics.recovery.observe(self.world.monotonic() - self.rejoin.took_lease)
 
     # --- jobs rebuilt while leading ----------------------------------------------------------
 
@@ -383,39 +370,15 @@ class JobManager:
         replay = self.replay  # read once: the metrics endpoint asks from its own thread
         return list(replay.pending) if replay is not None and self.leading else []
 
-    def _recover_step(self) -> None:
-        """A page of the rebuild of the jobs left when this leader began to serve."""
-        assert self.replay is not None
-        self.replay.step()
-        self._join_rebuilt()
-
     def _recover_pending(self, job_id: str) -> None:
         """A live job still being recovered, rebuilt at once (an archived job is asked about)."""
         if self.replay is not None and self.leading and self.replay.recovering(job_id):
-            self.recover_now(job_id)
+            self.rejoin.now(job_id)
 
-    def recover_now(self, job_id: str) -> None:
-        """Rebuild a job still being recovered at once (a message about it cannot wait)."""
-        assert self.replay is not None
-        self.replay.rebuild_now(job_id, progress=self.lease.progress)  # each page is progress
-        self._join_rebuilt()
-
-    def _join_rebuilt(self) -> None:
-        """Jobs whose rebuild ended: restored and served as a new leader's jobs are."""
-        assert self.replay is not None
-        r = self.replay.result
-        now = self.world.now_ms()
-        for job_id in self.replay.take_rebuilt():
-            job = self.restorer.join(job_id, r, now, snapshots=self.snapshots, serve=self._serve_recovered)
-            self.logger.info("job recovered", job=job_id, status=job.status.value if job is not None else None,
-                             left=len(self.replay.pending))
-        if self.replay.done:
-            self.logger.info("every job recovered", epoch=self.committer.epoch, replayed=r.facts,
-                             jobs=len(self.state.jobs.jobs),
-                             seconds=round(self.world.monotonic() - self._took_lease, 3))
-            self.metrics.all_recovered.observe(self.world.monotonic() - self._took_lease)
-            self.replay = None  # (waits for slots count from here at the earliest: services/jobs/timers.py)
-            self.job_inboxes.schedule_all()
+    def _all_recovered(self, seconds: float) -> None:
+        self.metrics.all_recovered.observe(seconds)
+        self.replay = None  # (waits for slots count from here at the earliest: services/jobs/timers.py)
+        self.job_inboxes.schedule_all()
 
     def _serve_recovered(self, job_id: str) -> None:
         """Messages a previous leader read from a job's inbox but never committed: ours now."""
