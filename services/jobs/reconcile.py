@@ -54,7 +54,8 @@ from .core import _update
 from .failures import fail, gone, maybe_complete
 from .recorder import Recorder
 from .slot_memory import Memory, PerTaskManager, Seen, split_task_id
-from .state import TERMINAL_JOB, Execution, JobRun, JobsState, SlotPool
+from .slot_pool import SlotPool
+from .state import TERMINAL_JOB, Execution, JobRun, JobsState
 from .stimuli import JobsConfig
 
 __all__ = ["Memory", "SlotReport", "LostFinals", "DeploymentTimeouts", "decide"]
