@@ -7,6 +7,10 @@ the log restarted, time passing); the decision holds the facts for the job's str
 the messages to send (to a TaskManager, to the client). Facts are applied to the state as
 they are decided (services/jobs/recorder.py); a stimulus that touches several jobs decides
 one decision per job (``Decision.jobs``).
+
+Its handlers: submission and a job inbox's messages here; failures shared by the handlers
+in services/jobs/failures.py; lost TaskManagers, orphans, the log's restart and slot waits
+in services/jobs/losses.py; scheduling in services/jobs/scheduling.py.
 """
 
 from __future__ import annotations
@@ -16,9 +20,7 @@ from typing import Any
 
 from sluice.errors import MessageRejected, UnexpectedJobMessage
 from sluice.events import (
-    AttemptsRenumbered,
     CancelJob,
-    CancelTask,
     ExecutionGraphBuilt,
     JobStatus,
     JobStatusChanged,
@@ -30,7 +32,6 @@ from sluice.events import (
     ScheduleOrUpdateConsumers,
     Success,
     TaskOperationResult,
-    TaskRestartScheduled,
     TaskState,
     TriggerCheckpoint,
     UpdateTaskExecutionState,
@@ -40,6 +41,8 @@ from sluice.services.coordination.runtime import has_coordinator
 from sluice.services.kvstate import core as kvstate
 
 from .descriptor import descriptor, partition_path
+from .failures import cancel_all, fail, fail_job, gone, maybe_complete
+from .losses import log_restarted, orphans, slot_waits, taskmanager_gone
 from .machine import (
     HOLDS_SLOT,
     LIVE_JOB,
@@ -48,11 +51,10 @@ from .machine import (
     STARTED_TASK,
     STOPPING_JOB,
     TERMINAL_JOB,
-    UNDEPLOYED_TASK,
 )
 from .recorder import Recorder
 from .scheduling import MAX_DEPLOY_PER_PASS, schedule
-from .state import Execution, JobRun, JobsState, parse_execution_id
+from .state import JobRun, JobsState, parse_execution_id
 from .stimuli import (
     FailAtOnce,
     FreeSlots,
@@ -120,7 +122,7 @@ def _inbound(state: JobsState, s: Inbound, now: int) -> Decision:
             if ex is not None and ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING):
                 # One that is not retryable (its TaskManager cannot see the job's storage root or
                 # inputs, so every attempt there would fail alike) fails the job at once.
-                _fail(rec, job, ex, f"deployment failed on {ex.taskmanager}: {msg.message}", config,
+                fail(rec, job, ex, f"deployment failed on {ex.taskmanager}: {msg.message}", config,
                       restart=msg.retryable)
     elif isinstance(msg, ScheduleOrUpdateConsumers):
         ex = job.current(msg.execution_id)
@@ -144,8 +146,8 @@ def _inbound(state: JobsState, s: Inbound, now: int) -> Decision:
             rec.note(f"job {job_id} is already {job.status.value}")
         else:
             rec.fact(JobStatusChanged(job_id, JobStatus.CANCELLING, msg.reason))
-            _cancel_all(rec, job, msg.reason)
-            _maybe_complete(rec, job)
+            cancel_all(rec, job, msg.reason)
+            maybe_complete(rec, job)
     elif isinstance(msg, (NotifyKvStateRegistered, NotifyKvStateUnregistered)):
         _kvstate(rec, job, msg, config)
     else:
@@ -203,7 +205,7 @@ def _fail_at_once(state: JobsState, s: FailAtOnce, now: int) -> Decision:
     job = state.jobs.get(job_id)
     if job is None or job.status not in LIVE_JOB:
         return rec.decision
-    _fail_job(rec, job, reason)
+    fail_job(rec, job, reason)
     return rec.decision
 
 
@@ -222,10 +224,10 @@ def _kvstate(rec: Recorder, job: JobRun, msg: NotifyKvStateRegistered | NotifyKv
         ex = (job.current(clash.execution_id) if clash.execution_id is not None else None) \
             or next((e for e in vertex.subtasks if e.state in HOLDS_SLOT), None)
         if ex is not None and ex.state in HOLDS_SLOT and ex.state != TaskState.CANCELING:
-            _fail(rec, job, ex, clash.reason, config, restart=False)
+            fail(rec, job, ex, clash.reason, config, restart=False)
         elif job.status not in STOPPING_JOB:
             # No attempt of the vertex runs (they finished, or have not started): the job fails.
-            _fail_job(rec, job, f"vertex {clash.vertex} failed (no restart): {clash.reason}")
+            fail_job(rec, job, f"vertex {clash.vertex} failed (no restart): {clash.reason}")
 
 
 def _update(rec: Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: JobsConfig) -> None:
@@ -237,7 +239,7 @@ def _update(rec: Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: J
         rec.note(f"{msg.execution_id}: {ex.state.value} -> {msg.state.value} is not a legal move; ignored")
         return
     if msg.state == TaskState.FAILED and ex.state != TaskState.CANCELING:
-        _fail(rec, job, ex, msg.error or "failed without an error message", config)
+        fail(rec, job, ex, msg.error or "failed without an error message", config)
         return
     if msg.state == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
         # A producer reports its partition complete before it finishes, but the report can
@@ -253,187 +255,10 @@ def _update(rec: Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: J
         rec.send(Address.client(job.reply_to), Success(job.job_id))
     if job.status in LIVE_JOB and job.all_finished():
         rec.fact(JobStatusChanged(job.job_id, JobStatus.FINISHED, None))
-    _maybe_complete(rec, job)
-
-
-def _fail(rec: Recorder, job: JobRun, ex: Execution, error: str, config: JobsConfig, restart: bool = True) -> None:
-    """An execution failed: restart it if the job's strategy allows (and ``restart``), else fail the job."""
-    rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.FAILED, error, ex.vertex, ex.subtask, ex.attempt,
-                                      ex.taskmanager, ex.slot))
-    if job.status not in LIVE_JOB:
-        _maybe_complete(rec, job)
-        return
-    strategy = job.graph.restart
-    if restart and strategy.kind != "none" and job.restarts < strategy.attempts:
-        delay = strategy.delay_ms
-        if strategy.kind == "exponential-backoff":
-            delay = min(strategy.delay_ms * (2 ** job.restarts), strategy.max_delay_ms)
-        rec.fact(TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, ex.attempt + 1, rec.now + delay,
-                                      job.restarts + 1))
-        return
-    tried = f"after {job.restarts} restart{'s' if job.restarts != 1 else ''}" if strategy.kind != "none" else "(restart strategy: none)"
-    if not restart:
-        tried = "(no restart)"
-    _fail_job(rec, job, f"task {ex.vertex}[{ex.subtask}] failed {tried}: {error}")
-
-
-def _fail_job(rec: Recorder, job: JobRun, reason: str, cancel_reason: str = "the job is failing") -> None:
-    """The job fails with ``reason`` as its root cause: its tasks are cancelled."""
-    rec.fact(JobStatusChanged(job.job_id, JobStatus.FAILING, reason))
-    _cancel_all(rec, job, cancel_reason)
-    _maybe_complete(rec, job)
-
-
-def _cancel_all(rec: Recorder, job: JobRun, reason: str) -> None:
-    for ex in job.executions():
-        if ex.state in UNDEPLOYED_TASK:
-            rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
-                                              ex.attempt, ex.taskmanager, ex.slot))
-        elif ex.state in LIVE_TASK:
-            rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELING, None, ex.vertex, ex.subtask,
-                                              ex.attempt, ex.taskmanager, ex.slot))
-            rec.send(Address.taskmanager(ex.taskmanager or ""), CancelTask(job.job_id, ex.id, reason))
-
-
-def _maybe_complete(rec: Recorder, job: JobRun) -> None:
-    if job.status == JobStatus.FAILING and job.all_terminal():
-        rec.fact(JobStatusChanged(job.job_id, JobStatus.FAILED, None))
-    elif job.status == JobStatus.CANCELLING and job.all_terminal():
-        rec.fact(JobStatusChanged(job.job_id, JobStatus.CANCELED, None))
-
-
-# --- scheduling ---------------------------------------------------------------------------------
-
-
-# --- cluster events and time ---------------------------------------------------------------------
-
-
-def gone(rec: Recorder, job: JobRun, ex: Execution, reason: str, config: JobsConfig) -> None:
-    """An attempt its TaskManager no longer runs (lost, or it does not hold it): one being
-    cancelled is CANCELED, any other FAILED with ``reason`` (and restarted if it may be)."""
-    if ex.state == TaskState.CANCELING:
-        rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
-                                          ex.attempt, ex.taskmanager, ex.slot))
-    else:
-        _fail(rec, job, ex, reason, config)
-
-
-def _taskmanager_gone(state: JobsState, s: TaskManagerGone, now: int) -> Decision:
-    """Every execution on a lost TaskManager (``session``: only on that registration of it)
-    fails, and may be restarted elsewhere."""
-    resource_id, reason, config, session = s.resource_id, s.reason, s.config, s.session
-    out = Decision(now=now)
-    for job in list(state.jobs.values()):
-        if job.status in TERMINAL_JOB:
-            continue
-        rec = Recorder(state, job.job_id, now)
-        for ex in list(job.executions()):
-            if ex.taskmanager == resource_id and ex.state in HOLDS_SLOT \
-                    and (session is None or ex.session is None or ex.session == session):
-                gone(rec, job, ex, f"TaskManager {resource_id} was lost ({reason})", config)
-        _maybe_complete(rec, job)
-        if rec.decision:
-            out.jobs.append(rec.decision)
-    return out
-
-
-def _orphans(state: JobsState, s: Orphans, now: int) -> Decision:
-    """Executions placed on a TaskManager registration that is gone fail: the leader that
-    saw it go died before it failed them. Gone: the TaskManager is not registered, or
-    registered again as a new session, or registered again (even under the same session)
-    at a later epoch than the attempt was placed at, so a loss ended the registration the
-    attempt was placed on. ``active``: resource id -> current session; ``registered``:
-    resource id -> the epoch its current registration began at."""
-    active, reasons, config = s.active, s.reasons, s.config
-    out = Decision(now=now)
-    since = s.registered or {}
-    for job in list(state.jobs.values()):
-        if job.status in TERMINAL_JOB:
-            continue
-        rec = Recorder(state, job.job_id, now)
-        for ex in list(job.executions()):
-            if ex.state not in HOLDS_SLOT or ex.taskmanager is None:
-                continue
-            current = active.get(ex.taskmanager)
-            renewed = ex.placed_epoch is not None and ex.placed_epoch < since.get(ex.taskmanager, 0)
-            if current is not None and (ex.session is None or ex.session == current) and not renewed:
-                continue
-            if current is not None and renewed:
-                why = (f"it registered again at epoch {since[ex.taskmanager]}, after a loss; the attempt was placed "
-                       f"at epoch {ex.placed_epoch}, on the registration that loss ended")
-            else:
-                why = reasons.get(ex.taskmanager) or "not registered"
-            gone(rec, job, ex, f"TaskManager {ex.taskmanager} was lost ({why})", config)
-        _maybe_complete(rec, job)
-        if rec.decision:
-            out.jobs.append(rec.decision)
-    return out
-
-
-def _log_restarted(state: JobsState, s: LogRestart, now: int) -> Decision:
-    """The log's server restarted and may have lost its last writes: no attempt that was
-    not finished is trusted. Each runs again (not counted against the restart strategy:
-    the cluster, not the job, failed) as an attempt numbered at least ``attempt_floor`` (the
-    server's clock), which no attempt started before the restart can have had: writes
-    that were lost may have deployed attempts the log no longer knows of."""
-    reason, attempt_floor = s.reason, s.attempt_floor
-    out = Decision(now=now)
-    for job in list(state.jobs.values()):
-        if job.status in TERMINAL_JOB or not job.built or job.floor >= attempt_floor:
-            continue  # ended, or renumbered at this floor already (recovery resumed by a new leader)
-        rec = Recorder(state, job.job_id, now)
-        rec.fact(AttemptsRenumbered(job.job_id, attempt_floor, reason))
-        ending = job.status in STOPPING_JOB
-        for ex in list(job.executions()):
-            if ex.state == TaskState.CANCELING or (ending and ex.state in HOLDS_SLOT):
-                rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, reason, ex.vertex,
-                                                  ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
-            elif ending:
-                continue
-            elif ex.state in HOLDS_SLOT:
-                rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.FAILED, reason, ex.vertex,
-                                                  ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
-                rec.fact(TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, max(ex.attempt + 1, attempt_floor),
-                                              now, job.restarts))
-            elif ex.state == TaskState.CREATED:
-                rec.fact(TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, max(ex.attempt + 1, attempt_floor),
-                                              max(now, ex.not_before), job.restarts))
-        _maybe_complete(rec, job)
-        if rec.decision:
-            out.jobs.append(rec.decision)
-    return out
-
-
-def _slot_waits(state: JobsState, s: SlotWaits, now: int) -> Decision:
-    """Jobs that waited too long for slots fail: counted from the wait's start or the job's
-    last slot taken, whichever is later (a job that takes slots makes progress), and from
-    ``since`` at the earliest (when a leader that rebuilt jobs while serving could schedule
-    again). The leader measures the wait on its monotonic ``clock`` from when it first saw
-    it so (``timers``: services/jobs/timers.py; it looks only once it can schedule, so
-    ``since`` is then implied); without ``timers`` (the core on its own, one clock for
-    everything) the log's stamps are compared with ``now``."""
-    config, total_slots, since, timers, clock = s.config, s.total_slots, s.since, s.timers, s.clock
-    out = Decision(now=now)
-    if timers is not None:
-        timers.keep(state)
-    for job in list(state.jobs.values()):
-        if job.waiting_since is None or job.status not in LIVE_JOB:
-            continue
-        if timers is not None:
-            waited = timers.slot_wait(job, clock)
-        else:
-            waited = now - max(job.waiting_since, job.slot_taken_at or 0, since)
-        if waited > config.slot_timeout_ms:
-            rec = Recorder(state, job.job_id, now)
-            pending = sum(1 for ex in job.executions() if ex.state == TaskState.CREATED)
-            _fail_job(rec, job, f"waited {waited // 1000} s for free slots ({pending} tasks not deployed; the "
-                                f"cluster has {total_slots} slots): add TaskManagers (sluice scale) or lower the "
-                                "parallelism", "no slots")
-            out.jobs.append(rec.decision)
-    return out
+    maybe_complete(rec, job)
 
 
 _HANDLERS: dict[type, Callable[[JobsState, Any, int], Decision]] = {
     Submit: _submit, Inbound: _inbound, Schedule: schedule, FailAtOnce: _fail_at_once,
-    TaskManagerGone: _taskmanager_gone, Orphans: _orphans, LogRestart: _log_restarted, SlotWaits: _slot_waits,
+    TaskManagerGone: taskmanager_gone, Orphans: orphans, LogRestart: log_restarted, SlotWaits: slot_waits,
 }

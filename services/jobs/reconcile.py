@@ -28,8 +28,8 @@ only on a report its TaskManager sent after it last heard of the attempt: the le
 every inbox in one call, so a report read after a read that reached the end of the
 cluster inbox was appended after everything that read saw (``Memory.read``, ``heard``). A
 backlog of old heartbeats never fails a running attempt. What the leader remembers
-between reports (``Memory``) is soft state, like the heartbeat monitor: a new leader
-starts it afresh.
+between reports (``Memory``, services/jobs/slot_memory.py) is soft state, like the
+heartbeat monitor: a new leader starts it afresh.
 
 One door: ``decide(state, stimulus, now) -> Decision`` (services/common/decision.py), the
 stimulus a ``SlotReport``, ``LostFinals`` or ``DeploymentTimeouts``.
@@ -37,9 +37,8 @@ stimulus a ``SlotReport``, ``LostFinals`` or ``DeploymentTimeouts``.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Container
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from sluice.events import (
     AttemptReport,
@@ -51,9 +50,12 @@ from sluice.events import (
 )
 from sluice.services.common.decision import Address, Decision, Note, Recorded, Send
 
-from .core import _fail, _maybe_complete, _update, gone
+from .core import _update
+from .failures import fail, gone, maybe_complete
 from .recorder import Recorder
-from .state import TERMINAL_JOB, Execution, JobRun, JobsState, SlotPool
+from .slot_memory import Memory, PerTaskManager, Seen, split_task_id
+from .slot_pool import SlotPool
+from .state import TERMINAL_JOB, Execution, JobRun, JobsState
 from .stimuli import JobsConfig
 
 __all__ = ["Memory", "SlotReport", "LostFinals", "DeploymentTimeouts", "decide"]
@@ -61,113 +63,6 @@ __all__ = ["Memory", "SlotReport", "LostFinals", "DeploymentTimeouts", "decide"]
 _WATCHED = (TaskState.INITIALIZING, TaskState.RUNNING, TaskState.CANCELING)
 """States in which an attempt must be in its TaskManager's report (DEPLOYING: the
 TaskManager may not have its SubmitTask yet; the deployment timeout covers it)."""
-
-
-@dataclass
-class _Seen:
-    """One difference: first seen at ``since``, in ``reports`` consecutive reports."""
-
-    since: int
-    reports: int = 1
-
-
-@dataclass
-class _PerTaskManager:
-    differences: dict[tuple[str, str], _Seen] = field(default_factory=dict)
-    """(kind, task id) -> when first seen; kind: missing, unknown, final, finished."""
-    cancelled: dict[str, int] = field(default_factory=dict)
-    """Task id -> when a cancel was last sent for it (sent again after the grace period)."""
-
-
-@dataclass
-class Memory:
-    """The leader's soft memory of slot reports, per TaskManager."""
-
-    taskmanagers: dict[str, _PerTaskManager] = field(default_factory=dict)
-    leading_since: int = 0
-    """When this leader began (deployment timeouts count from then at the earliest), on the
-    clock deployment timeouts are measured on: the leader's monotonic clock (``deployed``)."""
-    deployed: dict[str, int] = field(default_factory=dict)
-    """Task id -> when this leader committed the attempt's deployment, on its monotonic
-    clock. Not the log's stamp (``Execution.since``): that is some leader's wall clock, and
-    a deadline across two clocks, or across an NTP step, fails deployments early or late.
-    Attempts deployed before this leadership count from ``leading_since``: later, never
-    earlier, than their deployment."""
-    batch: int = 0
-    """The number of the leader's current read of its inboxes (from 1)."""
-    fresh: int = -1
-    """The latest read before the current one that reached the end of the cluster inbox."""
-    reading: bool = False
-    """True while the entries of a read (not old ones reclaimed) are handled."""
-    finals: dict[str, tuple[int, str, AttemptReport]] = field(default_factory=dict)
-    """Task id -> (the read that brought it, TaskManager, line): final states reported for
-    attempts the leader still has running, until taken or no longer reported."""
-    accepted: list[str] = field(default_factory=list)
-    """Task ids whose final state was taken from a slot report (for the log; the shell empties it)."""
-    heard_at: dict[str, int] = field(default_factory=dict)
-    """Task id -> the read in which a message about the attempt last came from its side."""
-    finals_on: dict[str, set[str]] = field(default_factory=dict)
-    """TaskManager -> the task ids of ``finals`` it reported: an index, so a report does not
-    scan every TaskManager's finals (thousands while a big job's sources end)."""
-    final_jobs: dict[str, int] = field(default_factory=dict)
-    """Job id -> how many of ``finals`` are its attempts' (so none is looked at while no such
-    job's inbox was read to its end)."""
-    _caught_up: int = -1
-
-    def read(self, caught_up: bool) -> None:
-        """The leader read its inboxes (``caught_up``: to the end of the cluster inbox)."""
-        self.batch += 1
-        self.fresh = self._caught_up
-        if caught_up:
-            self._caught_up = self.batch
-
-    def heard(self, task_id: str) -> None:
-        """A message from the attempt's TaskManager or worker is being handled."""
-        self.heard_at[task_id] = self.batch
-
-    def evidence(self, task_id: str) -> bool:
-        """Whether the report being handled was sent after the leader last heard of the
-        attempt (0: before this leadership, when the log already had it)."""
-        return self.reading and self.heard_at.get(task_id, 0) <= self.fresh
-
-    def keep(self, task_ids: Container[str]) -> None:
-        """Forget what was heard of attempts not placed anywhere (none comes back: a placed
-        attempt only leaves, and a new attempt has a new id)."""
-        self.heard_at = {t: b for t, b in self.heard_at.items() if t in task_ids}
-        self.deployed = {t: at for t, at in self.deployed.items() if t in task_ids}
-
-    def forget(self, resource_id: str) -> None:
-        self.taskmanagers.pop(resource_id, None)
-        self.finals = {t: f for t, f in self.finals.items() if f[1] != resource_id}
-        self.finals_on.pop(resource_id, None)
-        self.final_jobs = dict(Counter(_split(task_id)[0] for task_id in self.finals))
-
-    def keep_final(self, task_id: str, resource_id: str, line: AttemptReport) -> None:
-        """A final state reported for an attempt the leader still has running (kept if kept already)."""
-        if task_id not in self.finals:
-            self.finals[task_id] = (self.batch, resource_id, line)
-            self.finals_on.setdefault(resource_id, set()).add(task_id)
-            job_id = _split(task_id)[0]
-            self.final_jobs[job_id] = self.final_jobs.get(job_id, 0) + 1
-
-    def drop_final(self, task_id: str) -> None:
-        found = self.finals.pop(task_id, None)
-        if found is None:
-            return
-        if found[1] in self.finals_on:
-            self.finals_on[found[1]].discard(task_id)
-        job_id = _split(task_id)[0]
-        if self.final_jobs.get(job_id, 0) > 1:
-            self.final_jobs[job_id] -= 1
-        else:
-            self.final_jobs.pop(job_id, None)
-
-    def unanswered(self, resource_id: str, task_id: str) -> bool:
-        """Whether the TaskManager's reports (two at least, each sent after the deployment)
-        have gone on not listing the attempt, held or ended."""
-        tm = self.taskmanagers.get(resource_id)
-        seen = tm.differences.get(("deploying", task_id)) if tm is not None else None
-        return seen is not None and seen.reports >= 2
 
 
 @dataclass(frozen=True)
@@ -222,10 +117,6 @@ def decide(state: JobsState, stimulus: SlotReport | LostFinals | DeploymentTimeo
     raise TypeError(f"{type(s).__name__} is not a stimulus of reconciliation")
 
 
-def _split(task_id: str) -> tuple[str, str]:
-    job_id, _, execution_id = task_id.partition("/")
-    return job_id, execution_id
-
 
 def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, report: list[AttemptReport],
                now: int, grace_ms: int, config: JobsConfig, *, clock: int | None = None) -> Decision:
@@ -239,8 +130,8 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
     release: list[Event] = []
     recorded: list[str] = []
     notes: list[str] = []
-    tm = memory.taskmanagers.setdefault(resource_id, _PerTaskManager())
-    previous, tm.differences = tm.differences, {}
+    mem = memory.taskmanagers.setdefault(resource_id, PerTaskManager())
+    previous, mem.differences = mem.differences, {}
     held = {r.task_id: r for r in report if not r.state.terminal}
     finals = {r.task_id: r for r in report if r.state.terminal}
     recorders: dict[str, Recorder] = {}
@@ -248,16 +139,16 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
     def due(kind: str, task_id: str) -> bool:
         """Whether a difference has lasted long enough to act on (and remember it)."""
         seen = previous.get((kind, task_id))
-        seen = _Seen(seen.since, seen.reports + 1) if seen is not None else _Seen(clock)
-        tm.differences[(kind, task_id)] = seen
+        seen = Seen(seen.since, seen.reports + 1) if seen is not None else Seen(clock)
+        mem.differences[(kind, task_id)] = seen
         return seen.reports >= 2 and clock - seen.since >= grace_ms
 
     def cancel_due(task_id: str) -> bool:
         """Whether a cancel may be sent for it now (once per grace period; and remember it)."""
-        last = tm.cancelled.get(task_id)
+        last = mem.cancelled.get(task_id)
         if last is not None and clock - last < grace_ms:
             return False
-        tm.cancelled[task_id] = clock
+        mem.cancelled[task_id] = clock
         return True
 
     def recorder(job_id: str) -> Recorder:
@@ -285,14 +176,14 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
                 continue
             if not memory.evidence(task_id):  # an old report: it says nothing either way
                 if (kind, task_id) in previous:
-                    tm.differences[(kind, task_id)] = previous[(kind, task_id)]
+                    mem.differences[(kind, task_id)] = previous[(kind, task_id)]
                 continue
             if not due(kind, task_id) or kind == "deploying":  # (the deployment timeout decides)
                 continue
             rec = recorder(job_id)
             gone(rec, job, ex, f"TaskManager {resource_id} no longer holds it and never reported its end "
                                "(its slot report does not list it)", config)
-            _maybe_complete(rec, job)
+            maybe_complete(rec, job)
             notes.append(f"{task_id} missing on {resource_id}: failed")
 
     # Final states reported here: confirmed when the log has them; otherwise kept until the
@@ -300,7 +191,7 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
     for task_id in [t for t in memory.finals_on.get(resource_id, ()) if t not in finals]:
         memory.drop_final(task_id)  # no longer reported: confirmed, or dropped with its TaskManager's tasks
     for task_id, line in finals.items():
-        job_id, execution_id = _split(task_id)
+        job_id, execution_id = split_task_id(task_id)
         found = state.jobs.get(job_id)
         ex = found.current(execution_id) if found is not None else None
         if found is None or found.status in TERMINAL_JOB or ex is None or ex.state.terminal \
@@ -312,7 +203,7 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
 
     # Attempts held here that the leader does not count.
     for task_id in held:
-        job_id, execution_id = _split(task_id)
+        job_id, execution_id = split_task_id(task_id)
         found = state.jobs.get(job_id)
         ex = found.current(execution_id) if found is not None else None
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.CANCELING:
@@ -334,7 +225,7 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
                else "the leader does not count this attempt (it failed, was cancelled, or was replaced)")
         cancels.append(CancelTask(job_id, execution_id, f"reconciled with the slot report of {resource_id}: {why}"))
         notes.append(f"{task_id} unknown on {resource_id}: cancelled")
-    tm.cancelled = {t: at for t, at in tm.cancelled.items() if t in held}
+    mem.cancelled = {t: at for t, at in mem.cancelled.items() if t in held}
     to = Address.taskmanager(resource_id)
     out = Decision(sends=[Send(to, m) for m in (*cancels, *release)], now=now,
                    jobs=[rec.decision for rec in recorders.values() if rec.decision])
@@ -361,7 +252,7 @@ def _accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[s
     for task_id, (seen_in, resource_id, line) in list(memory.finals.items()):
         if seen_in >= memory.batch:
             continue
-        job_id, execution_id = _split(task_id)
+        job_id, execution_id = split_task_id(task_id)
         if job_id not in ready:
             ready[job_id] = caught_up(job_id)
         if not ready[job_id]:
@@ -422,7 +313,7 @@ def _deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms:
         for (kind, task_id), seen in seen_there.differences.items():
             if kind != "deploying" or seen.reports < 2:
                 continue
-            job_id, eid = _split(task_id)
+            job_id, eid = split_task_id(task_id)
             ex = _timed_out(state, memory, clock, timeout_ms, tm, job_id, eid, one_clock)
             if ex is not None:
                 slot = _first_slot(state.pool, tm, job_id, eid, ex.slot)
@@ -437,9 +328,9 @@ def _deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms:
         rec = out.setdefault(job_id, Recorder(state, job_id, now))
         # (sent before it fails: a restart renumbers ex)
         rec.send(Address.taskmanager(tm), CancelTask(job_id, eid, "deployment timed out"))
-        _fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
+        fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
                             "(its SubmitTask or the answer was lost)", config)
-        _maybe_complete(rec, job)
+        maybe_complete(rec, job)
     memory.keep(state.pool.placed)
     return [rec.decision for rec in out.values() if rec.decision]
 

@@ -100,7 +100,7 @@ class LogRestart:
 
 @dataclass(frozen=True)
 class SlotWaits:
-    """Time passed: jobs that waited too long for slots fail (see ``core._slot_waits``)."""
+    """Time passed: jobs that waited too long for slots fail (see ``losses.slot_waits``)."""
 
     config: JobsConfig
     total_slots: int

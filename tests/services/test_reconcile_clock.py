@@ -10,7 +10,8 @@ stepped back kept a missing attempt counted 10 s longer.
 from __future__ import annotations
 
 from sluice.events import AttemptReport
-from sluice.services.jobs.reconcile import Memory, SlotReport
+from sluice.services.jobs.reconcile import SlotReport
+from sluice.services.jobs.slot_memory import Memory
 from tests.cores import CFG, JobsDriven
 from tests.services.test_jobs_core import wordcount
 from tests.services.test_reconcile_core import GRACE, started, where

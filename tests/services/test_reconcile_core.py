@@ -24,7 +24,8 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 from sluice.services.common.decision import Address, Decision, Recorded
-from sluice.services.jobs.reconcile import DeploymentTimeouts, LostFinals, Memory, SlotReport
+from sluice.services.jobs.reconcile import DeploymentTimeouts, LostFinals, SlotReport
+from sluice.services.jobs.slot_memory import Memory
 from tests.cores import CFG, JobsDriven
 from tests.services.test_jobs_core import wordcount
 

@@ -26,18 +26,12 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 from sluice.services.common.decision import Address, Decision, Note, Recorded, Send
-from sluice.services.jobs.core import JobsConfig, _fail, _maybe_complete, _update, gone
+from sluice.services.jobs.core import JobsConfig, _update
+from sluice.services.jobs.failures import fail, gone, maybe_complete
 from sluice.services.jobs.machine import REPORTED
-from sluice.services.jobs.reconcile import (
-    _WATCHED,
-    DeploymentTimeouts,
-    LostFinals,
-    Memory,
-    SlotReport,
-    _PerTaskManager,
-    _Seen,
-)
+from sluice.services.jobs.reconcile import _WATCHED, DeploymentTimeouts, LostFinals, SlotReport
 from sluice.services.jobs.recorder import Recorder
+from sluice.services.jobs.slot_memory import Memory, PerTaskManager, Seen
 from sluice.services.jobs.state import TERMINAL_JOB, Execution, JobRun, JobsState, SlotPool, parse_execution_id
 from tests.cores import CFG, JobsDriven
 from tests.services.test_jobs_core import wordcount
@@ -248,7 +242,7 @@ def _split(task_id: str) -> tuple[str, str]:
 def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
                          report: list[AttemptReport], now: int, grace_ms: int, config: JobsConfig) -> Decision:
     out = SimpleNamespace(cancels=[], release=[], recorded=[], notes=[])
-    tm = memory.taskmanagers.setdefault(resource_id, _PerTaskManager())
+    tm = memory.taskmanagers.setdefault(resource_id, PerTaskManager())
     previous, tm.differences = tm.differences, {}
     held = {r.task_id: r for r in report if not r.state.terminal}
     finals = {r.task_id: r for r in report if r.state.terminal}
@@ -256,7 +250,7 @@ def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, ses
 
     def due(kind: str, task_id: str) -> bool:
         seen = previous.get((kind, task_id))
-        seen = _Seen(seen.since, seen.reports + 1) if seen is not None else _Seen(now)
+        seen = Seen(seen.since, seen.reports + 1) if seen is not None else Seen(now)
         tm.differences[(kind, task_id)] = seen
         return seen.reports >= 2 and now - seen.since >= grace_ms
 
@@ -293,7 +287,7 @@ def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, ses
             rec = recorder(job_id)
             gone(rec, job, ex, f"TaskManager {resource_id} no longer holds it and never reported its end "
                                "(its slot report does not list it)", config)
-            _maybe_complete(rec, job)
+            maybe_complete(rec, job)
             out.notes.append(f"{task_id} missing on {resource_id}: failed")
 
     for task_id in [t for t, (_, rid, _) in memory.finals.items() if rid == resource_id and t not in finals]:
@@ -355,9 +349,9 @@ def _reference_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: 
                 continue
             rec = out.setdefault(job_id, Recorder(state, job_id, now))
             rec.send(Address.taskmanager(tm), CancelTask(job_id, eid, "deployment timed out"))
-            _fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
+            fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
                                 "(its SubmitTask or the answer was lost)", config)
-            _maybe_complete(rec, job)
+            maybe_complete(rec, job)
     memory.keep(placed)
     return [rec.decision for rec in out.values() if rec.decision]
 
