@@ -140,7 +140,7 @@ class JobsDriven(Driven):
         return self.normalized(copy.deepcopy(self.state)) == self.normalized(self.replayed())
 
     def free(self) -> core.FreeSlots:
-        used = self.state.pool.by_tm
+        used = self.state.pool.by_taskmanager
         return {tm: [s for s in range(n) if s not in used.get(tm, ())] for tm, n in sorted(self.slots.items())}
 
     def schedule(self, sessions: dict[str, str] | None = None) -> list[SubmitTask]:

@@ -39,8 +39,8 @@ def cluster_families(leading: bool, epoch: int | None, membership: Membership, j
     holds in memory: running ones, and ended ones until they are archived)."""
     active = list(membership.active())
     total = sum(r.slots for r in active)
-    by_tm = jobs.pool.by_tm
-    used = sum(len([s for s in by_tm.get(r.resource_id, ()) if s < r.slots]) for r in active)
+    by_taskmanager = jobs.pool.by_taskmanager
+    used = sum(len([s for s in by_taskmanager.get(r.resource_id, ()) if s < r.slots]) for r in active)
     tasks: Tally[str] = Tally()
     statuses: Tally[str] = Tally()
     for job in list(jobs.jobs.values()):

@@ -229,7 +229,7 @@ class JobInboxes:
 
     def _free_slots(self) -> jobs.FreeSlots:
         state = self.state()
-        used = state.jobs.pool.by_tm
+        used = state.jobs.pool.by_taskmanager
         return {r.resource_id: [s for s in range(r.slots) if s not in used.get(r.resource_id, ())]
                 for r in sorted(state.membership.active(), key=lambda r: r.resource_id)}
 

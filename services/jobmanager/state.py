@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from sluice.services.coordination.runtime import JobCoordinators
-from sluice.services.jobs.reconcile import Memory as SlotReports
+from sluice.services.jobs.slot_memory import Memory as SlotReports
 from sluice.services.jobs.state import JobsState
 from sluice.services.jobs.timers import Timers
 from sluice.services.membership.core import HeartbeatMonitor, Membership

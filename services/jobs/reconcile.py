@@ -158,7 +158,7 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
 
     # Attempts placed here (they hold its slots): missing ones, and deployments not taken.
     used = state.pool.used
-    for slot in sorted(state.pool.by_tm.get(resource_id, ())):
+    for slot in sorted(state.pool.by_taskmanager.get(resource_id, ())):
         holders = used.get((resource_id, slot), ())
         # A copy (a failure gives the slot back), in order; nearly always one holder: no sort.
         for job_id, eid in (sorted(holders) if len(holders) > 1 else list(holders)):
@@ -359,4 +359,4 @@ def _first_slot(pool: SlotPool, tm: str, job_id: str, eid: str, slot: int | None
         return None
     if held == 1 and slot is not None and (job_id, eid) in pool.used.get((tm, slot), ()):
         return slot
-    return min((s for s in pool.by_tm.get(tm, ()) if (job_id, eid) in pool.used.get((tm, s), ())), default=None)
+    return min((s for s in pool.by_taskmanager.get(tm, ()) if (job_id, eid) in pool.used.get((tm, s), ())), default=None)

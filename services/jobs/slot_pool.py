@@ -18,7 +18,7 @@ class SlotPool:
     to leave it (for a moment two hold it; in a correct log never at the end)."""
 
     used: dict[tuple[str, int], set[tuple[str, str]]] = field(default_factory=dict)
-    by_tm: dict[str, set[int]] = field(default_factory=dict)
+    by_taskmanager: dict[str, set[int]] = field(default_factory=dict)
     placed: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     """Task id ("job/execution id") -> how many slots it holds (one, in a correct log): an
     index of ``used``, so whether an attempt is placed is known without a scan."""
@@ -33,7 +33,7 @@ class SlotPool:
             task_id = f"{job}/{eid}"
             self.placed[task_id] = self.placed.get(task_id, 0) + 1
             self.by_job.setdefault(job, set()).add((tm, slot, eid))
-        self.by_tm.setdefault(tm, set()).add(slot)
+        self.by_taskmanager.setdefault(tm, set()).add(slot)
 
     def give_back(self, tm: str | None, slot: int | None, job: str, eid: str) -> None:
         """The execution ``eid`` of ``job`` leaves its slot."""
@@ -55,7 +55,7 @@ class SlotPool:
                 del self.by_job[job]
         if not holders:
             del self.used[(tm, slot)]
-            slots = self.by_tm.get(tm)
+            slots = self.by_taskmanager.get(tm)
             if slots is not None:
                 slots.discard(slot)
 

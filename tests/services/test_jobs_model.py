@@ -153,7 +153,7 @@ def normalize(state: JobsState) -> dict:
     """Statuses, attempts, slots, produced flags, restarts, pool holders (no indexes, no stories)."""
     return {"jobs": {jid: normalize_job(job) for jid, job in sorted(state.jobs.items())},
             "pool": state.pool.holders(),
-            "by_tm": {tm: sorted(s) for tm, s in sorted(state.pool.by_tm.items()) if s}}
+            "by_taskmanager": {tm: sorted(s) for tm, s in sorted(state.pool.by_taskmanager.items()) if s}}
 
 
 def deployable(job: JobRun) -> list[str]:
@@ -319,7 +319,7 @@ class JobsMachine(RuleBasedStateMachine):
         self.schedule()
 
     def free_slots(self) -> core.FreeSlots:
-        used = self.state.pool.by_tm
+        used = self.state.pool.by_taskmanager
         return {r.resource_id: [s for s in range(r.slots) if s not in used.get(r.resource_id, ())]
                 for r in sorted(self.members.active(), key=lambda r: r.resource_id)}
 
@@ -573,8 +573,8 @@ class JobsMachine(RuleBasedStateMachine):
         holding = sorted((ex.taskmanager, ex.slot, job.job_id, ex.id) for job in self.state.jobs.values()
                          for ex in job.executions() if ex.state in HOLDS_SLOT)
         assert holding == pool.holders(), f"the executions hold {holding}, the pool says {pool.holders()}"
-        for tm in set(pool.by_tm) | {tm for tm, _ in pool.used}:
-            assert pool.by_tm.get(tm, set()) == {s for t, s in pool.used if t == tm}, f"by_tm disagrees on {tm}"
+        for tm in set(pool.by_taskmanager) | {tm for tm, _ in pool.used}:
+            assert pool.by_taskmanager.get(tm, set()) == {s for t, s in pool.used if t == tm}, f"by_taskmanager disagrees on {tm}"
         active = {r.resource_id: r for r in self.members.active()}
         for tm, slot, jid, eid in holding:
             ex = self.state.jobs[jid].current(eid)

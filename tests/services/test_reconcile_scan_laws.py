@@ -266,7 +266,7 @@ def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, ses
             recorders[job_id] = Recorder(state, job_id, now)
         return recorders[job_id]
 
-    for slot in sorted(state.pool.by_tm.get(resource_id, ())):
+    for slot in sorted(state.pool.by_taskmanager.get(resource_id, ())):
         for job_id, eid in sorted(state.pool.used.get((resource_id, slot), ())):
             job = state.jobs.get(job_id)
             ex = _uncached_current(job, eid) if job is not None and job.status not in TERMINAL_JOB else None

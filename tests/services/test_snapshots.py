@@ -33,7 +33,7 @@ def same(a: JobsState, b: JobsState) -> None:
     for job_id in a.jobs:
         assert a.jobs[job_id] == b.jobs[job_id], job_id
     assert a.pool.holders() == b.pool.holders()
-    assert {k: v for k, v in a.pool.by_tm.items() if v} == {k: v for k, v in b.pool.by_tm.items() if v}
+    assert {k: v for k, v in a.pool.by_taskmanager.items() if v} == {k: v for k, v in b.pool.by_taskmanager.items() if v}
 
 
 class SnapshotMachine(JobsMachine):
