@@ -17,8 +17,18 @@ from sluice.errors import UnsupportedSchemaVersion
 
 from .schema import JSON, payload_decoder, record
 
-__all__ = ["TaskDeploymentDescriptor", "TaskInput", "ProducerPartitions", "TaskOutput", "TaskSource", "TaskSink",
-           "TaskQueryable", "DESCRIPTOR_VERSION", "descriptor_from_json", "descriptor_to_json"]
+__all__ = [
+    "TaskDeploymentDescriptor",
+    "TaskInput",
+    "ProducerPartitions",
+    "TaskOutput",
+    "TaskSource",
+    "TaskSink",
+    "TaskQueryable",
+    "DESCRIPTOR_VERSION",
+    "descriptor_from_json",
+    "descriptor_to_json",
+]
 
 DESCRIPTOR_VERSION = 2
 """Version 2 added ``storage_root``."""
@@ -134,7 +144,8 @@ def upgrade(data: Any) -> Any:
     if not isinstance(version, int) or version > DESCRIPTOR_VERSION:
         raise UnsupportedSchemaVersion(
             f"a task deployment descriptor of version {version!r} was written by a newer Sluice (this one reads up "
-            f"to {DESCRIPTOR_VERSION}); run the same Sluice version on JobManagers and TaskManagers")
+            f"to {DESCRIPTOR_VERSION}); run the same Sluice version on JobManagers and TaskManagers"
+        )
     if version == 1:
         data = {**data, "storage_root": "", "version": 2}
     return data

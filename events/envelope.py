@@ -79,8 +79,13 @@ def encode(env: Envelope) -> bytes:
     )
 
 
-def decode(raw: bytes | str, *, stream: str | None = None, entry_id: str | None = None,
-           codec: Callable[[Any], Envelope] | None = None) -> Envelope:
+def decode(
+    raw: bytes | str,
+    *,
+    stream: str | None = None,
+    entry_id: str | None = None,
+    codec: Callable[[Any], Envelope] | None = None,
+) -> Envelope:
     """Decode one encoded envelope; raise a DecodeError naming stream, entry and what is wrong.
     ``codec``: the decoder of another schema (``EventLog.decode``; default ``decode_bytes``)."""
     try:
@@ -89,12 +94,21 @@ def decode(raw: bytes | str, *, stream: str | None = None, entry_id: str | None 
         raise exc.at(stream, entry_id) from None
 
 
-def decode_fields(fields: dict[bytes, bytes] | Any, *, stream: str | None = None, entry_id: str | None = None,
-                  codec: Callable[[Any], Envelope] | None = None) -> Envelope:
+def decode_fields(
+    fields: dict[bytes, bytes] | Any,
+    *,
+    stream: str | None = None,
+    entry_id: str | None = None,
+    codec: Callable[[Any], Envelope] | None = None,
+) -> Envelope:
     """Decode a stream entry given as its field mapping (as redis-py returns it)."""
     raw = fields.get(FIELD) if isinstance(fields, dict) else None
     if raw is None:
-        names = sorted(k.decode(errors="replace") if isinstance(k, bytes) else str(k) for k in fields) if isinstance(fields, dict) else []
+        names = (
+            sorted(k.decode(errors="replace") if isinstance(k, bytes) else str(k) for k in fields)
+            if isinstance(fields, dict)
+            else []
+        )
         raise MalformedEnvelope(
             f"entry has no 'e' field holding an envelope (fields: {', '.join(names) or 'none'}); "
             "write events through Sluice's log, not with a bare XADD"
@@ -123,8 +137,15 @@ def decode_bytes(raw: bytes | str) -> Envelope:
         payload = d["payload"]
     except KeyError:
         raise _envelope_error(d) from None
-    if not (type(version) is int and type(epoch) is int and type(ts) is int and type(eid) is str and eid
-            and (job is None or type(job) is str) and (cause is None or type(cause) is str)):
+    if not (
+        type(version) is int
+        and type(epoch) is int
+        and type(ts) is int
+        and type(eid) is str
+        and eid
+        and (job is None or type(job) is str)
+        and (cause is None or type(cause) is str)
+    ):
         raise _field_error(version, epoch, ts, eid, job, cause)
     spec = _SPECS.get(type_name) if type(type_name) is str else None
     if spec is None:
@@ -170,7 +191,9 @@ def _envelope_error(d: Any) -> MalformedEnvelope:
 
 def _field_error(version: Any, epoch: Any, ts: Any, eid: Any, job: Any, cause: Any) -> MalformedEnvelope:
     if type(version) is not int or type(epoch) is not int or type(ts) is not int:
-        return MalformedEnvelope(f"'v', 'epoch' and 'ts' must be integers, got v={version!r}, epoch={epoch!r}, ts={ts!r}")
+        return MalformedEnvelope(
+            f"'v', 'epoch' and 'ts' must be integers, got v={version!r}, epoch={epoch!r}, ts={ts!r}"
+        )
     if type(eid) is not str or not eid:
         return MalformedEnvelope(f"'id' must be a non-empty string, got {eid!r}")
     if job is not None and type(job) is not str:

@@ -37,7 +37,7 @@ def inbox_problem(prefix: str, key: object, kinds: tuple[str, ...] = ("client",)
     for kind in kinds:
         head = "{" + prefix + ":" + kind + ":"
         if key.startswith(head) and key.endswith("}:inbox"):
-            inner = key[len(head):-len("}:inbox")]
+            inner = key[len(head) : -len("}:inbox")]
             problem = id_problem(inner, f"the {kind} id of reply address {shown!r}")
             if problem is None:
                 return None

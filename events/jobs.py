@@ -208,8 +208,12 @@ class TaskOperationResult(Event):
         one stays readable by a leader not yet upgraded."""
         if not self.retryable:
             return None
-        return 1, {"job_id": self.job_id, "execution_id": self.execution_id, "success": self.success,
-                   "message": self.message}
+        return 1, {
+            "job_id": self.job_id,
+            "execution_id": self.execution_id,
+            "success": self.success,
+            "message": self.message,
+        }
 
 
 @event("CancelTask")

@@ -16,8 +16,13 @@ from dataclasses import field
 from .schema import Event, event
 from .types import KeyGroupRange
 
-__all__ = ["NotifyKvStateRegistered", "NotifyKvStateUnregistered", "KvStateNotificationRefused", "DisposeJob",
-           "JobDisposed"]
+__all__ = [
+    "NotifyKvStateRegistered",
+    "NotifyKvStateUnregistered",
+    "KvStateNotificationRefused",
+    "DisposeJob",
+    "JobDisposed",
+]
 
 
 @event("NotifyKvStateRegistered")

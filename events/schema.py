@@ -87,6 +87,7 @@ def event(type_name: str, *, version: int = 1) -> Callable[[type[T]], type[T]]:
 
 # --- compiling decoders -------------------------------------------------------------------
 
+
 def _fail_type(path: str, expected: str, value: Any) -> typing.NoReturn:
     raise WrongFieldType(f"field {path!r} must be {expected}, got {type(value).__name__} {_short(value)}")
 
@@ -182,8 +183,9 @@ def _converter(tp: Any, path: str) -> tuple[_Converter | None, str]:
 _SCALARS = {str: frozenset({str}), int: frozenset({int}), bool: frozenset({bool})}
 
 
-def _scalar_container(kind: type[list[Any]] | type[dict[str, Any]], kind_name: str, allowed: frozenset[type], path: str,
-                      item: str) -> _Converter:
+def _scalar_container(
+    kind: type[list[Any]] | type[dict[str, Any]], kind_name: str, allowed: frozenset[type], path: str, item: str
+) -> _Converter:
     """A list or dict of one scalar type, checked at C speed (no per-item Python call)."""
 
     def check(v: Any) -> Any:
@@ -246,13 +248,19 @@ def _compile(cls: type) -> _Converter:
         tp = hints[f.name]
         if isinstance(tp, type) and issubclass(tp, enum.Enum):  # inline: the member by value, else the error
             ns[f"_e{i}"] = {m.value: m for m in tp}
-            return [f"{indent}try:", f"{indent}    a{i} = _e{i}[a{i}]",
-                    f"{indent}except (KeyError, TypeError):", f"{indent}    _c{i}(a{i})"]
+            return [
+                f"{indent}try:",
+                f"{indent}    a{i} = _e{i}[a{i}]",
+                f"{indent}except (KeyError, TypeError):",
+                f"{indent}    _c{i}(a{i})",
+            ]
         if conv is not None:
             return [f"{indent}a{i} = _c{i}(a{i})"]
         if test != "True":
-            return [f"{indent}if not ({_subst(test, f'a{i}')}):",
-                    f"{indent}    _fail({f.name!r}, {_describe(hints[f.name])!r}, a{i})"]
+            return [
+                f"{indent}if not ({_subst(test, f'a{i}')}):",
+                f"{indent}    _fail({f.name!r}, {_describe(hints[f.name])!r}, a{i})",
+            ]
         return []
 
     # The careful path.

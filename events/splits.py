@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from .schema import JSON, Event, event
 
-__all__ = ["RequestNextInputSplit", "NextInputSplit", "OperatorEvent", "CoordinatorCheckpointed",
-           "TriggerCheckpoint"]
+__all__ = ["RequestNextInputSplit", "NextInputSplit", "OperatorEvent", "CoordinatorCheckpointed", "TriggerCheckpoint"]
 
 
 @event("RequestNextInputSplit", version=3)

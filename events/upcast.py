@@ -21,7 +21,9 @@ Payload = dict[str, Any]
 _STEPS: dict[tuple[str, int], Callable[[Payload], Payload]] = {}
 
 
-def upcaster(type_name: str, from_version: int) -> Callable[[Callable[[Payload], Payload]], Callable[[Payload], Payload]]:
+def upcaster(
+    type_name: str, from_version: int
+) -> Callable[[Callable[[Payload], Payload]], Callable[[Payload], Payload]]:
     def register(fn: Callable[[Payload], Payload]) -> Callable[[Payload], Payload]:
         key = (type_name, from_version)
         if key in _STEPS:
@@ -36,7 +38,9 @@ def upcast(type_name: str, version: int, current: int, payload: Any) -> Any:
     if version > current:
         raise UnsupportedSchemaVersion(
             f"{type_name} v{version} was written by a newer Sluice (this one reads up to v{current}); upgrade Sluice",
-            type_name=type_name, version=version, current=current,
+            type_name=type_name,
+            version=version,
+            current=current,
         )
     if version < 1:
         raise UnsupportedSchemaVersion(f"{type_name} has schema version {version}; versions start at 1")

@@ -19,8 +19,10 @@ from pyspark.sql import functions as F
 
 from sluice.api import Job
 
-WORDS = ("the sluice gate water flow river lock canal basin spark flink stream redis task slot split "
-         "key group state log event leader epoch fence").split()
+WORDS = (
+    "the sluice gate water flow river lock canal basin spark flink stream redis task slot split "
+    "key group state log event leader epoch fence"
+).split()
 
 
 def tokenize(lines: DataFrame) -> DataFrame:
@@ -63,12 +65,20 @@ def job(params: dict[str, str]):
     # each_split=yes: the partial count runs on each split as it arrives (it is a combiner:
     # the reducers sum again), which balances the Spark work across readers; worth it when
     # a split's work is well above what a Spark job costs (about a second here).
-    lines = j.read_text("lines", source, parallelism=int(params.get("parallelism", 2)),
-                        split_bytes=int(params.get("split_bytes", 64 * 1024)),
-                        each_split=params.get("each_split", "no") == "yes")
+    lines = j.read_text(
+        "lines",
+        source,
+        parallelism=int(params.get("parallelism", 2)),
+        split_bytes=int(params.get("split_bytes", 64 * 1024)),
+        each_split=params.get("each_split", "no") == "yes",
+    )
     partials = lines.map("count words", partial_count)
     # queryable=no: no queryable state (the benchmark's like-for-like run against plain PySpark)
-    counts = partials.key_by("word").map("sum counts", total, parallelism=int(params.get("reducers", 2)),
-                                         queryable=None if params.get("queryable") == "no" else "word-counts")
+    counts = partials.key_by("word").map(
+        "sum counts",
+        total,
+        parallelism=int(params.get("reducers", 2)),
+        queryable=None if params.get("queryable") == "no" else "word-counts",
+    )
     counts.write_parquet("out", output)
     return j.graph()

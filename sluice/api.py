@@ -51,8 +51,9 @@ class Stream:
     def __init__(self, job: Job, name: str, parallelism: int) -> None:
         self.job, self.name, self.parallelism = job, name, parallelism
 
-    def map(self, name: str, fn: Callable, *, parallelism: int | None = None,
-            also: list[Stream | Keyed] | None = None) -> Stream:
+    def map(
+        self, name: str, fn: Callable, *, parallelism: int | None = None, also: list[Stream | Keyed] | None = None
+    ) -> Stream:
         """Transform this stream (forward: subtask i reads subtask i, equal parallelism).
         Chained into the upstream task when nothing else consumes it, as Flink chains."""
         return self.job._transform(name, fn, [self, *(also or [])], parallelism or self.parallelism)
@@ -76,7 +77,9 @@ class Stream:
         self.job._sink(name, SinkSpec("parquet", path), self, parallelism or self.parallelism)
 
     def write_csv(self, name: str, path: str, *, header: bool = True, parallelism: int | None = None) -> None:
-        self.job._sink(name, SinkSpec("csv", path, {"header": str(header).lower()}), self, parallelism or self.parallelism)
+        self.job._sink(
+            name, SinkSpec("csv", path, {"header": str(header).lower()}), self, parallelism or self.parallelism
+        )
 
 
 class Keyed:
@@ -91,8 +94,14 @@ class Keyed:
 
 
 class Job:
-    def __init__(self, name: str, *, max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                 restart: RestartStrategy | None = None, chaining: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        restart: RestartStrategy | None = None,
+        chaining: bool = True,
+    ) -> None:
         self.name = name
         self.max_parallelism = max_parallelism
         self.restart = restart or RestartStrategy()
@@ -111,30 +120,65 @@ class Job:
     # for row-by-row functions and for a combiner whose consumer aggregates again (word
     # count's partial count), wrong for one that needs all of a subtask's rows at once (a
     # distinct, or an aggregate that is final). Each split then costs one Spark job.
-    def read_text(self, name: str, paths: str | list[str], *, parallelism: int = 2,
-                  split_bytes: int = DEFAULT_SPLIT_BYTES, protocol: str = "operator-events",
-                  each_split: bool = False) -> Stream:
+    def read_text(
+        self,
+        name: str,
+        paths: str | list[str],
+        *,
+        parallelism: int = 2,
+        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        protocol: str = "operator-events",
+        each_split: bool = False,
+    ) -> Stream:
         return self._source(name, SourceSpec("text", _list(paths), split_bytes, {}, protocol, each_split), parallelism)
 
-    def read_csv(self, name: str, paths: str | list[str], *, parallelism: int = 2, header: bool = True,
-                 infer_schema: bool = True, split_bytes: int = DEFAULT_SPLIT_BYTES,
-                 protocol: str = "operator-events", each_split: bool = False) -> Stream:
+    def read_csv(
+        self,
+        name: str,
+        paths: str | list[str],
+        *,
+        parallelism: int = 2,
+        header: bool = True,
+        infer_schema: bool = True,
+        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        protocol: str = "operator-events",
+        each_split: bool = False,
+    ) -> Stream:
         options = {"header": str(header).lower(), "inferSchema": str(infer_schema).lower()}
-        return self._source(name, SourceSpec("csv", _list(paths), split_bytes, options, protocol, each_split),
-                            parallelism)
+        return self._source(
+            name, SourceSpec("csv", _list(paths), split_bytes, options, protocol, each_split), parallelism
+        )
 
-    def read_parquet(self, name: str, paths: str | list[str], *, parallelism: int = 2,
-                     split_bytes: int = DEFAULT_SPLIT_BYTES, protocol: str = "operator-events",
-                     each_split: bool = False) -> Stream:
-        return self._source(name, SourceSpec("parquet", _list(paths), split_bytes, {}, protocol, each_split),
-                            parallelism)
+    def read_parquet(
+        self,
+        name: str,
+        paths: str | list[str],
+        *,
+        parallelism: int = 2,
+        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        protocol: str = "operator-events",
+        each_split: bool = False,
+    ) -> Stream:
+        return self._source(
+            name, SourceSpec("parquet", _list(paths), split_bytes, {}, protocol, each_split), parallelism
+        )
 
-    def read_range(self, name: str, start: int, end: int, *, per_split: int = 1_000_000, parallelism: int = 2,
-                   protocol: str = "operator-events", each_split: bool = False) -> Stream:
+    def read_range(
+        self,
+        name: str,
+        start: int,
+        end: int,
+        *,
+        per_split: int = 1_000_000,
+        parallelism: int = 2,
+        protocol: str = "operator-events",
+        each_split: bool = False,
+    ) -> Stream:
         """The numbers ``start`` .. ``end - 1`` in a column ``id`` (like ``spark.range``), in
         splits of ``per_split`` numbers."""
-        spec = SourceSpec("range", [], per_split, {"start": str(int(start)), "end": str(int(end))}, protocol,
-                          each_split)
+        spec = SourceSpec(
+            "range", [], per_split, {"start": str(int(start)), "end": str(int(end))}, protocol, each_split
+        )
         return self._source(name, spec, parallelism)
 
     def noop(self, name: str, *, parallelism: int = 1, after: str | None = None) -> None:
@@ -165,8 +209,9 @@ class Job:
                 return i
         return None
 
-    def _transform(self, name: str, fn: Callable, inputs: list[Stream | Keyed], parallelism: int,
-                   queryable: str | None = None) -> Stream:
+    def _transform(
+        self, name: str, fn: Callable, inputs: list[Stream | Keyed], parallelism: int, queryable: str | None = None
+    ) -> Stream:
         ref = function_ref(fn)
         if len(inputs) == 1 and isinstance(inputs[0], Stream):
             i = self._chainable(inputs[0], parallelism)

@@ -48,8 +48,9 @@ def load_job(path: str | Path, params: dict[str, str] | None = None) -> JobFile:
     try:
         module = load_module(path.resolve(), name)
     except Exception as exc:
-        raise ConfigError(f"job file {path} cannot be imported: {type(exc).__name__}: {exc}\n"
-                          + short_exception(exc)) from exc
+        raise ConfigError(
+            f"job file {path} cannot be imported: {type(exc).__name__}: {exc}\n" + short_exception(exc)
+        ) from exc
     build = getattr(module, "job", None)
     if not callable(build):
         raise ConfigError(f"job file {path} must define a function job(params) that returns a JobGraph")
@@ -57,8 +58,9 @@ def load_job(path: str | Path, params: dict[str, str] | None = None) -> JobFile:
     try:
         graph = build(params)
     except Exception as exc:
-        raise ConfigError(f"job(params) in {path} raised {type(exc).__name__}: {exc} (params: {params})\n"
-                          + short_exception(exc)) from exc
+        raise ConfigError(
+            f"job(params) in {path} raised {type(exc).__name__}: {exc} (params: {params})\n" + short_exception(exc)
+        ) from exc
     if not isinstance(graph, JobGraph):
         raise ConfigError(f"job(params) in {path} returned {type(graph).__name__}, not a JobGraph (call .graph())")
     validate(graph, module)
@@ -66,8 +68,9 @@ def load_job(path: str | Path, params: dict[str, str] | None = None) -> JobFile:
 
 
 class Client:
-    def __init__(self, log: EventLog, client_id: str | None = None, *, world: World = SYSTEM,
-                 refused_wait_s: float = 5.0) -> None:
+    def __init__(
+        self, log: EventLog, client_id: str | None = None, *, world: World = SYSTEM, refused_wait_s: float = 5.0
+    ) -> None:
         self.log = log
         self.refused_wait_s = refused_wait_s
         """How long a message an inbox refuses is sent again before giving up (an inbox whose
@@ -85,7 +88,9 @@ class Client:
         job_id = job_id or self.world.new_id()[:16]
         Blobs(self.log).put(job.code)
         msg = SubmitJob(job_id, job.graph, job.digest, job.module_name, self.inbox, job.params)
-        self._send(self.keys.inbox(self.keys.cluster), Envelope(msg, self.world.new_id(), 0, self.world.now_ms(), job_id))
+        self._send(
+            self.keys.inbox(self.keys.cluster), Envelope(msg, self.world.new_id(), 0, self.world.now_ms(), job_id)
+        )
         return job_id
 
     def _send(self, inbox: str, env: Envelope) -> None:
@@ -99,7 +104,8 @@ class Client:
                     raise WrongType(
                         f"{inbox} holds another kind of value than a stream again each time it is moved aside "
                         "(something other than Sluice keeps writing that key): stop whatever writes it, and "
-                        "send again") from None
+                        "send again"
+                    ) from None
                 time.sleep(0.1)
 
     def wait_accepted(self, job_id: str, timeout: float = 60.0, poll: Callable[[], object] | None = None) -> JobRun:
@@ -116,7 +122,8 @@ class Client:
                 raise SluiceError(
                     f"no JobManager accepted or refused job {job_id} within {timeout:g} s: is one running and "
                     "leading (`sluice status`)? The submission waits in the cluster's inbox: a JobManager that "
-                    f"starts takes it in, and `sluice status {job_id}` shows it then")
+                    f"starts takes it in, and `sluice status {job_id}` shows it then"
+                )
             if poll:
                 poll()
             time.sleep(0.05)
@@ -133,15 +140,15 @@ class Client:
                 raise SluiceError(
                     f"job {job_id} was accepted but its sources do not all run after {timeout:g} s "
                     f"({job.status.value}): not enough free slots? `sluice status` shows the TaskManagers, "
-                    f"`sluice status {job_id}` the job's tasks")
+                    f"`sluice status {job_id}` the job's tasks"
+                )
             if poll:
                 poll()
             time.sleep(0.05)
             job = self.job(job_id)
         return job
 
-    def wait_ended(self, job_id: str, timeout: float | None = None,
-                   poll: Callable[[], object] | None = None) -> JobRun:
+    def wait_ended(self, job_id: str, timeout: float | None = None, poll: Callable[[], object] | None = None) -> JobRun:
         """Block until the job is FINISHED, FAILED or CANCELED (it must exist: ``wait_accepted``
         first); SluiceError after ``timeout`` seconds if one is given."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -186,8 +193,10 @@ class Client:
 
     def cancel(self, job_id: str, reason: str = "cancelled by the user") -> None:
         self.job(job_id)
-        self._send(self.keys.inbox(self.keys.job(job_id)),
-                   Envelope(CancelJob(job_id, reason), self.world.new_id(), 0, self.world.now_ms(), job_id))
+        self._send(
+            self.keys.inbox(self.keys.job(job_id)),
+            Envelope(CancelJob(job_id, reason), self.world.new_id(), 0, self.world.now_ms(), job_id),
+        )
 
     def checkpoint(self, job_id: str, *, timeout: float = 30.0) -> list:
         """Ask the leader to checkpoint the job's coordinators now; the checkpoints taken."""
@@ -198,8 +207,10 @@ class Client:
             raise SluiceError(f"job {job_id} is {job.status.value}: its coordinators are gone")
         stream = self.keys.facts(self.keys.job(job_id))
         start = self.log.last_id(stream) or "0-0"
-        self._send(self.keys.inbox(self.keys.job(job_id)),
-                   Envelope(TriggerCheckpoint(job_id), self.world.new_id(), 0, self.world.now_ms(), job_id))
+        self._send(
+            self.keys.inbox(self.keys.job(job_id)),
+            Envelope(TriggerCheckpoint(job_id), self.world.new_id(), 0, self.world.now_ms(), job_id),
+        )
         from sluice.services.coordination.runtime import has_coordinator
 
         wanted = {v.name for v in job.graph.vertices if has_coordinator(v)}
@@ -213,8 +224,10 @@ class Client:
             if set(taken) >= wanted:
                 return list(taken.values())
             time.sleep(0.05)
-        raise SluiceError(f"job {job_id}: no checkpoint of {', '.join(sorted(wanted - set(taken)))} within "
-                          f"{timeout:.0f} s: is a JobManager leading?")
+        raise SluiceError(
+            f"job {job_id}: no checkpoint of {', '.join(sorted(wanted - set(taken)))} within "
+            f"{timeout:.0f} s: is a JobManager leading?"
+        )
 
     def close(self) -> None:
         """Delete this client's inbox (the replies it was sent) and the marks of what was
@@ -227,8 +240,10 @@ class Client:
         (or was purged already) or no JobManager answers within ``timeout`` seconds."""
         replies = self.keys.client(self.world.new_id()[:12])  # one reply, read once
         reply_to = self.keys.inbox(replies)
-        self._send(self.keys.inbox(self.keys.cluster),
-                   Envelope(PurgeJob(job_id, reply_to), self.world.new_id(), 0, self.world.now_ms(), job_id))
+        self._send(
+            self.keys.inbox(self.keys.cluster),
+            Envelope(PurgeJob(job_id, reply_to), self.world.new_id(), 0, self.world.now_ms(), job_id),
+        )
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
@@ -237,16 +252,24 @@ class Client:
                         return env.event
                     if isinstance(env.event, JobRefused):
                         reason = env.event.reason
-                        raise JobNotFound(reason) if reason.startswith("job not found") else \
-                            SluiceError(f"purge refused: {reason}")
+                        raise (
+                            JobNotFound(reason)
+                            if reason.startswith("job not found")
+                            else SluiceError(f"purge refused: {reason}")
+                        )
                 time.sleep(0.05)
         finally:
             self.log.backend.delete(*self.keys.transport(replies))  # read, the reply's transport goes
-        raise SluiceError(f"no JobManager answered within {timeout:.0f} s: is the cluster running? "
-                          "(`sluice cluster start`, or `sluice status` to see it)")
+        raise SluiceError(
+            f"no JobManager answered within {timeout:.0f} s: is the cluster running? "
+            "(`sluice cluster start`, or `sluice status` to see it)"
+        )
 
     def job_ids(self) -> list[str]:
         from sluice.events import JobRegistered
 
-        return [env.event.job_id for _, env in self.log.replay(self.keys.facts(self.keys.cluster))
-                if isinstance(env.event, JobRegistered)]
+        return [
+            env.event.job_id
+            for _, env in self.log.replay(self.keys.facts(self.keys.cluster))
+            if isinstance(env.event, JobRegistered)
+        ]

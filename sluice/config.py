@@ -8,8 +8,15 @@ from pathlib import Path
 
 from sluice.errors import ConfigError
 
-__all__ = ["Settings", "env_int", "appendfsync", "spark_log_level", "host_setting", "advertised_host",
-           "spark_connect_host"]
+__all__ = [
+    "Settings",
+    "env_int",
+    "appendfsync",
+    "spark_log_level",
+    "host_setting",
+    "advertised_host",
+    "spark_connect_host",
+]
 
 FSYNC_POLICIES = ("everysec", "always")
 SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
@@ -22,8 +29,10 @@ def appendfsync(raw: str | None = None) -> str:
     price of an fsync per write). From ``$SLUICE_REDIS_APPENDFSYNC`` unless given."""
     value = (raw if raw is not None else os.environ.get("SLUICE_REDIS_APPENDFSYNC") or "everysec").strip().lower()
     if value not in FSYNC_POLICIES:
-        raise ConfigError(f"appendfsync {value!r} is not one Sluice supports: use 'everysec' or 'always' "
-                          "($SLUICE_REDIS_APPENDFSYNC or --appendfsync)")
+        raise ConfigError(
+            f"appendfsync {value!r} is not one Sluice supports: use 'everysec' or 'always' "
+            "($SLUICE_REDIS_APPENDFSYNC or --appendfsync)"
+        )
     return value
 
 
@@ -33,8 +42,10 @@ def spark_log_level(raw: str | None = None) -> str:
     (e.g. ``INFO`` or ``DEBUG`` to see what Spark does)."""
     value = (raw if raw is not None else os.environ.get("SLUICE_SPARK_LOG_LEVEL") or "WARN").strip().upper()
     if value not in SPARK_LOG_LEVELS:
-        raise ConfigError(f"Spark log level {value!r} is not a log4j level: use one of {', '.join(SPARK_LOG_LEVELS)} "
-                          "($SLUICE_SPARK_LOG_LEVEL)")
+        raise ConfigError(
+            f"Spark log level {value!r} is not a log4j level: use one of {', '.join(SPARK_LOG_LEVELS)} "
+            "($SLUICE_SPARK_LOG_LEVEL)"
+        )
     return value
 
 
@@ -43,8 +54,10 @@ def host_setting(value: str, setting: str) -> str:
     naming ``setting``, when it is empty or has spaces in it."""
     host = value.strip()
     if not host or any(c.isspace() for c in host) or "/" in host:
-        raise ConfigError(f"{setting}={value!r} is not a host name or address: give one such as 127.0.0.1, "
-                          "198.18.0.2 or node1.example.com")
+        raise ConfigError(
+            f"{setting}={value!r} is not a host name or address: give one such as 127.0.0.1, "
+            "198.18.0.2 or node1.example.com"
+        )
     return host
 
 
@@ -55,8 +68,10 @@ def advertised_host(value: str | None, setting: str) -> str | None:
         return None
     host = host_setting(value, setting)
     if host in ("0.0.0.0", "::", "*"):
-        raise ConfigError(f"{setting}={value!r} is where a server listens, not an address other hosts can reach: "
-                          "give this machine's name or its address on the network the other hosts share")
+        raise ConfigError(
+            f"{setting}={value!r} is where a server listens, not an address other hosts can reach: "
+            "give this machine's name or its address on the network the other hosts share"
+        )
     return host
 
 

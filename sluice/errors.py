@@ -181,8 +181,16 @@ class UnsupportedSchemaVersion(DecodeError):
 
     kind = "unsupported schema version"
 
-    def __init__(self, reason: str, *, stream: str | None = None, entry_id: str | None = None,
-                 type_name: str | None = None, version: int | None = None, current: int | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        stream: str | None = None,
+        entry_id: str | None = None,
+        type_name: str | None = None,
+        version: int | None = None,
+        current: int | None = None,
+    ) -> None:
         self.type_name, self.version, self.current = type_name, version, current
         super().__init__(reason, stream=stream, entry_id=entry_id)
 
@@ -419,8 +427,9 @@ class HandlerFailed(ServiceError):
 
     def __init__(self, entry: Any, cause: BaseException) -> None:
         self.entry, self.cause = entry, cause
-        super().__init__(f"deciding {entry.envelope.type} ({entry.stream} {entry.id}) failed: "
-                         f"{type(cause).__name__}: {cause}")
+        super().__init__(
+            f"deciding {entry.envelope.type} ({entry.stream} {entry.id}) failed: {type(cause).__name__}: {cause}"
+        )
 
 
 class DuplicateCommit(ServiceError):

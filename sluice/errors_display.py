@@ -29,8 +29,14 @@ def internal_roots() -> tuple[str, ...]:
     import sluice.services
     import sluice.store
 
-    return tuple(sorted({str(Path(m.__file__ or "").resolve().parent) for m in
-                         (sluice, sluice.events, sluice.store, sluice.services)}))
+    return tuple(
+        sorted(
+            {
+                str(Path(m.__file__ or "").resolve().parent)
+                for m in (sluice, sluice.events, sluice.store, sluice.services)
+            }
+        )
+    )
 
 
 def is_internal(filename: str, roots: Iterable[str]) -> bool:

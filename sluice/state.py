@@ -128,7 +128,10 @@ class StateClient:
         raise StateNotRegistered(
             f"key group {kg} of {name!r} in job {job_id} (key {key!r}) has no registered state right now: the task "
             f"that owns it is restarting, has failed, or the job was disposed; retry in a moment "
-            f"(`sluice status {job_id}` shows the tasks)", job_id=job_id, name=name)
+            f"(`sluice status {job_id}` shows the tasks)",
+            job_id=job_id,
+            name=name,
+        )
 
     def location(self, job_id: str, name: str, *, catch_up: bool | None = None) -> Location:
         """The KvStateLocation of ``name`` read from the table (and cached)."""
@@ -139,13 +142,20 @@ class StateClient:
         if row is None:
             self._locations.pop((job_id, name), None)
             if not self.home.job_exists(job_id):
-                raise JobNotFound(f"job not found: {job_id} (no such job in this cluster; `sluice list` shows the "
-                                 "jobs)", job_id=job_id, name=name)
+                raise JobNotFound(
+                    f"job not found: {job_id} (no such job in this cluster; `sluice list` shows the jobs)",
+                    job_id=job_id,
+                    name=name,
+                )
             known = self.home.names(job_id)
             have = f"it publishes {', '.join(map(repr, known))}" if known else "it publishes no queryable state now"
-            raise UnknownStateName(f"job {job_id} has no queryable state named {name!r} ({have}; a vertex publishes "
-                                   "state with key_by(...).map(..., queryable='name'), and a failed, cancelled or "
-                                   "disposed job publishes none)", job_id=job_id, name=name)
+            raise UnknownStateName(
+                f"job {job_id} has no queryable state named {name!r} ({have}; a vertex publishes "
+                "state with key_by(...).map(..., queryable='name'), and a failed, cancelled or "
+                "disposed job publishes none)",
+                job_id=job_id,
+                name=name,
+            )
         try:
             ranges = self._ranges(job_id, row)
         except StateServerUnavailable:
@@ -160,7 +170,9 @@ class StateClient:
         ranges = []
         for r in sorted(row["ranges"], key=lambda r: r["start"]):
             key = self.home.key(job_id, r["state_id"])
-            ranges.append(_Range(r["start"], r["end"], r["state_id"], r["address"], key, self._server(r["address"], key)))
+            ranges.append(
+                _Range(r["start"], r["end"], r["state_id"], r["address"], key, self._server(r["address"], key))
+            )
         return ranges
 
     def forget(self) -> None:
@@ -181,16 +193,21 @@ class StateClient:
             for entry_id, env in self.log.replay(inbox, pos):
                 pos = entry_id
                 if isinstance(env.event, JobRefused):
-                    raise JobNotFound(env.event.reason, job_id=job_id) if "not found" in env.event.reason \
+                    raise (
+                        JobNotFound(env.event.reason, job_id=job_id)
+                        if "not found" in env.event.reason
                         else SluiceError(f"dispose refused: {env.event.reason}")
+                    )
                 if isinstance(env.event, JobDisposed):
                     self._locations = {k: v for k, v in self._locations.items() if k[0] != job_id}
                     if self.catch_up:
                         self._catch_up(job_id)  # the table shows it at once, projector or not
                     return env.event
             time.sleep(0.05)
-        raise SluiceError(f"no JobManager answered within {timeout:.0f} s: is the cluster running? "
-                          "(`sluice cluster start`, or `sluice status` to see it)")
+        raise SluiceError(
+            f"no JobManager answered within {timeout:.0f} s: is the cluster running? "
+            "(`sluice cluster start`, or `sluice status` to see it)"
+        )
 
     # --- helpers ---
 
@@ -204,8 +221,10 @@ class StateClient:
         try:
             return r.server.get(r.state_key, field)
         except RedisUnavailable as exc:
-            raise StateServerUnavailable(f"the state server at {r.address} (state {r.state_id}) does not answer: "
-                                         f"{exc}; is that Redis up?", job_id=None) from exc
+            raise StateServerUnavailable(
+                f"the state server at {r.address} (state {r.state_id}) does not answer: {exc}; is that Redis up?",
+                job_id=None,
+            ) from exc
 
     def _exists(self, r: _Range) -> bool:
         try:
@@ -225,8 +244,7 @@ class StateClient:
                     # An embedded cluster's Redis comes back on a new port with the same data:
                     # the state is then where the log is.
                     if not self.home.exists(state_key):
-                        raise StateServerUnavailable(f"the state server at {address} does not answer: {exc}") \
-                            from exc
+                        raise StateServerUnavailable(f"the state server at {address} does not answer: {exc}") from exc
                     server = self.home
             self._servers[address] = server
         return server

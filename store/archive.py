@@ -65,8 +65,10 @@ def append_with_ids(log: EventLog, stream: str, entries: Iterable[tuple[str, Map
             with translate_errors(f"writing {len(batch)} entries to {stream}"):
                 pipe.execute()
         except redis.ResponseError as exc:
-            raise IdsOutOfOrder(f"cannot write entry {batch[0][0]}..{batch[-1][0]} to {stream}: {exc} "
-                                "(entry ids must grow within a stream)") from exc
+            raise IdsOutOfOrder(
+                f"cannot write entry {batch[0][0]}..{batch[-1][0]} to {stream}: {exc} "
+                "(entry ids must grow within a stream)"
+            ) from exc
         written += len(batch)
         batch.clear()
 

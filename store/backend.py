@@ -28,8 +28,17 @@ from typing import Any, TypeVar
 
 from sluice.errors import NoGroup, ScriptFailed
 
-__all__ = ["Backend", "Delegating", "Fields", "RawEntry", "GroupState", "ScriptCall", "ScriptFailed", "NoGroup",
-           "SCRIPTS"]
+__all__ = [
+    "Backend",
+    "Delegating",
+    "Fields",
+    "RawEntry",
+    "GroupState",
+    "ScriptCall",
+    "ScriptFailed",
+    "NoGroup",
+    "SCRIPTS",
+]
 
 _T = TypeVar("_T")
 
@@ -42,8 +51,19 @@ RawEntry = tuple[str, Fields]
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 """One script to run: (name, keys, args)."""
 
-SCRIPTS = ("commit", "fence", "dead_letter", "deliver", "advance_cursor", "lease_acquire", "lease_renew",
-           "lease_release", "project", "snapshot", "set_aside")
+SCRIPTS = (
+    "commit",
+    "fence",
+    "dead_letter",
+    "deliver",
+    "advance_cursor",
+    "lease_acquire",
+    "lease_renew",
+    "lease_release",
+    "project",
+    "snapshot",
+    "set_aside",
+)
 """The scripts a backend runs by name (see store/scripts.py for what each does)."""
 
 
@@ -179,18 +199,32 @@ class Backend(abc.ABC):
         """The group's last-delivered id and pending entries (None: no such group or stream)."""
 
     @abc.abstractmethod
-    def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                   block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
-                   ) -> list[tuple[str, str, Fields | None]]:
+    def xreadgroup(
+        self,
+        group: str,
+        consumer: str,
+        streams: Mapping[str, str],
+        *,
+        count: int,
+        block_ms: int | None,
+        ack: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[tuple[str, str, Fields | None]]:
         """XREADGROUP: for position ``">"`` new entries (they become pending for
         ``consumer``), for an id this consumer's pending entries after it (fields None for
         an entry deleted since). Raises NoGroup when a group is missing. ``ack``: entries
         (by stream) the group acknowledges first, in the same round trip."""
 
     @abc.abstractmethod
-    def xreadgroup_sole(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                        block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
-                        ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
+    def xreadgroup_sole(
+        self,
+        group: str,
+        consumer: str,
+        streams: Mapping[str, str],
+        *,
+        count: int,
+        block_ms: int | None,
+        ack: Mapping[str, Sequence[str]] | None = None,
+    ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
         """``xreadgroup`` by the group's sole rightful consumer (the leader), with, from the
         same round trip and after the read, how many entries *other* consumers hold pending
         on each stream (only streams where some do). Another consumer's pending entries were
@@ -199,8 +233,9 @@ class Backend(abc.ABC):
         no entry is decided after a later one of the same stream."""
 
     @abc.abstractmethod
-    def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
-                   count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
+    def xautoclaim(
+        self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str, count: int
+    ) -> tuple[str, list[tuple[str, Fields | None]]]:
         """XAUTOCLAIM: take over entries pending for at least ``min_idle_ms`` from ``start``;
         returns (next start, "0-0" when done; the entries, fields None when deleted)."""
 
@@ -328,22 +363,43 @@ class Delegating(Backend):
     def group_state(self, stream: str, group: str) -> GroupState | None:
         return self.around("group_state", lambda: self.inner.group_state(stream, group))
 
-    def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                   block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
-                   ) -> list[tuple[str, str, Fields | None]]:
-        return self.around("xreadgroup", lambda: self.inner.xreadgroup(
-            group, consumer, streams, count=count, block_ms=block_ms, ack=ack))
+    def xreadgroup(
+        self,
+        group: str,
+        consumer: str,
+        streams: Mapping[str, str],
+        *,
+        count: int,
+        block_ms: int | None,
+        ack: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[tuple[str, str, Fields | None]]:
+        return self.around(
+            "xreadgroup",
+            lambda: self.inner.xreadgroup(group, consumer, streams, count=count, block_ms=block_ms, ack=ack),
+        )
 
-    def xreadgroup_sole(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                        block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
-                        ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
-        return self.around("xreadgroup", lambda: self.inner.xreadgroup_sole(
-            group, consumer, streams, count=count, block_ms=block_ms, ack=ack))
+    def xreadgroup_sole(
+        self,
+        group: str,
+        consumer: str,
+        streams: Mapping[str, str],
+        *,
+        count: int,
+        block_ms: int | None,
+        ack: Mapping[str, Sequence[str]] | None = None,
+    ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
+        return self.around(
+            "xreadgroup",
+            lambda: self.inner.xreadgroup_sole(group, consumer, streams, count=count, block_ms=block_ms, ack=ack),
+        )
 
-    def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
-                   count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
-        return self.around("xautoclaim", lambda: self.inner.xautoclaim(
-            stream, group, consumer, min_idle_ms=min_idle_ms, start=start, count=count))
+    def xautoclaim(
+        self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str, count: int
+    ) -> tuple[str, list[tuple[str, Fields | None]]]:
+        return self.around(
+            "xautoclaim",
+            lambda: self.inner.xautoclaim(stream, group, consumer, min_idle_ms=min_idle_ms, start=start, count=count),
+        )
 
     def xack(self, stream: str, group: str, ids: Sequence[str]) -> int:
         return self.around("xack", lambda: self.inner.xack(stream, group, ids))

@@ -61,8 +61,7 @@ def connect(url: str, *, check: bool = True, timeout: float = 5.0) -> redis.Redi
             client.ping()
         except redis.AuthenticationError as exc:
             raise RedisUnavailable(
-                f"Redis at {redact(url)} refused our credentials ({exc}); check the URL's user and "
-                f"${PASSWORD_ENV}",
+                f"Redis at {redact(url)} refused our credentials ({exc}); check the URL's user and ${PASSWORD_ENV}",
                 url=redact(url),
             ) from exc
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
@@ -73,7 +72,9 @@ def connect(url: str, *, check: bool = True, timeout: float = 5.0) -> redis.Redi
 
 
 def _quick(url: str, timeout: float) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+    return redis.Redis.from_url(
+        url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
+    )
 
 
 def ping(url: str, *, timeout: float = 0.5) -> bool:
@@ -103,9 +104,17 @@ class Outage:
     failed: an outage costs time, not the work done so far.
     """
 
-    def __init__(self, probe: Callable[[], object], *, who: str, url: str,
-                 give_up: Callable[[], str | None] = lambda: None, limit_s: float | None = None,
-                 max_delay_s: float = 2.0, say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        probe: Callable[[], object],
+        *,
+        who: str,
+        url: str,
+        give_up: Callable[[], str | None] = lambda: None,
+        limit_s: float | None = None,
+        max_delay_s: float = 2.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.probe, self.who, self.url = probe, who, redact(url)
         self.give_up, self.limit_s, self.max_delay_s = give_up, limit_s, max_delay_s
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -136,8 +145,9 @@ class Outage:
                 reason = f"it has been away for more than {self.limit_s:.0f} s"
             if reason is not None:
                 self.say(f"{self.who}: gave up waiting for Redis at {self.url} after {waited:.1f} s: {reason}")
-                raise RedisUnavailable(f"{self.who} gave up waiting for Redis at {self.url} after {waited:.1f} s: "
-                                       f"{reason}", url=self.url)
+                raise RedisUnavailable(
+                    f"{self.who} gave up waiting for Redis at {self.url} after {waited:.1f} s: {reason}", url=self.url
+                )
             time.sleep(delay)
             delay = min(delay * 2, self.max_delay_s)
             if self.reachable():

@@ -48,7 +48,7 @@ def dead_letter(log: EventLog, stream: str, group: str, entry_id: str, fields: F
     """Park an entry (with why) in its tag's dead-letter stream and, read through
     ``group`` (not ''), acknowledge it, in one step."""
     if len(reason) > MAX_REASON:
-        reason = reason[:MAX_REASON - 20] + " … (cut)"
+        reason = reason[: MAX_REASON - 20] + " … (cut)"
     args: list[object] = [group, entry_id, kind, reason]
     for k, v in fields.items():
         args += (k, v)
@@ -126,8 +126,14 @@ class GroupConsumer:
         ``read_counts`` says how many each stream gave."""
         counts: dict[str, int] = {}
         others: dict[str, int] = {}
-        out = self._read_from({s: ">" for s in self.streams}, count, block_ms, counts, with_acks=True,
-                              others=others if self.sole else None)
+        out = self._read_from(
+            {s: ">" for s in self.streams},
+            count,
+            block_ms,
+            counts,
+            with_acks=True,
+            others=others if self.sole else None,
+        )
         self.read_counts = counts
         self.taken_over = 0
         if others:
@@ -193,8 +199,9 @@ class GroupConsumer:
             start = "0-0"
             while True:
                 try:
-                    nxt, claimed = self.log.backend.xautoclaim(stream, self.group, self.consumer,
-                                                               min_idle_ms=min_idle_ms, start=start, count=count)
+                    nxt, claimed = self.log.backend.xautoclaim(
+                        stream, self.group, self.consumer, min_idle_ms=min_idle_ms, start=start, count=count
+                    )
                 except NoGroup:
                     self._ensured.discard(stream)
                     break
@@ -211,8 +218,9 @@ class GroupConsumer:
         """Every entry read before and not acknowledged, by any consumer of the group (a
         new leader takes over what the old one had read but not committed), each once, in
         stream order per stream; of ``streams`` (a stream it begins to read), or of all."""
-        return self._in_order(self.reclaim(min_idle_ms=0, count=count, streams=streams)
-                              + self.pending_all(count=count, streams=streams))
+        return self._in_order(
+            self.reclaim(min_idle_ms=0, count=count, streams=streams) + self.pending_all(count=count, streams=streams)
+        )
 
     def pending_all(self, *, count: int = 1000, streams: list[str] | None = None) -> list[Entry]:
         """Every entry pending for this consumer (all pages; of ``streams``, or of all)."""
@@ -258,9 +266,15 @@ class GroupConsumer:
     def _read(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
         return self._read_from({s: start for s in self.streams}, count, block_ms)
 
-    def _read_from(self, positions: dict[str, str], count: int, block_ms: int | None,
-                   counts: dict[str, int] | None = None, with_acks: bool = False,
-                   others: dict[str, int] | None = None) -> list[Entry]:
+    def _read_from(
+        self,
+        positions: dict[str, str],
+        count: int,
+        block_ms: int | None,
+        counts: dict[str, int] | None = None,
+        with_acks: bool = False,
+        others: dict[str, int] | None = None,
+    ) -> list[Entry]:
         """``with_acks``: the acknowledgements ``ack_later`` keeps go in the same round trip
         (kept for the next try if it fails; acknowledgements the server refuses had nothing
         left to do). ``others``: read as the sole consumer, filled with what other consumers
@@ -278,11 +292,13 @@ class GroupConsumer:
             try:
                 wait, acks = None if attempt else block_ms, None if attempt else ack
                 if others is None:
-                    reply = self.log.backend.xreadgroup(self.group, self.consumer, positions, count=count,
-                                                        block_ms=wait, ack=acks)
+                    reply = self.log.backend.xreadgroup(
+                        self.group, self.consumer, positions, count=count, block_ms=wait, ack=acks
+                    )
                 else:
-                    reply, found = self.log.backend.xreadgroup_sole(self.group, self.consumer, positions,
-                                                                     count=count, block_ms=wait, ack=acks)
+                    reply, found = self.log.backend.xreadgroup_sole(
+                        self.group, self.consumer, positions, count=count, block_ms=wait, ack=acks
+                    )
                     others.update(found)
                 break
             except NoGroup:  # a stream deleted under us (or made again by a writer): groups at '0', and again

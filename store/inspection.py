@@ -22,8 +22,18 @@ from .keys import tag_of
 from .log import EventLog, entry_order
 from .redis_backend import RedisBackend, translate_errors
 
-__all__ = ["GroupInfo", "stream_summaries", "consumer_groups", "entries_before", "entry", "redrive_entry",
-           "DEAD_FIELD_PREFIX", "projected_row", "count_after", "server_footprint"]
+__all__ = [
+    "GroupInfo",
+    "stream_summaries",
+    "consumer_groups",
+    "entries_before",
+    "entry",
+    "redrive_entry",
+    "DEAD_FIELD_PREFIX",
+    "projected_row",
+    "count_after",
+    "server_footprint",
+]
 
 DEAD_FIELD_PREFIX = b"field:"
 """A dead letter keeps the parked entry's own fields under this prefix (store/scripts.py)."""
@@ -91,9 +101,12 @@ def stream_summaries(log: EventLog, streams: Sequence[str]) -> dict[str, tuple[i
         answers = pipe.execute(raise_on_error=False)
     out: dict[str, tuple[int, int | None, str | None]] = {}
     for i, s in enumerate(streams):
-        length, memory, last = answers[3 * i: 3 * i + 3]
-        out[s] = (int(length) if isinstance(length, int) else 0, int(memory) if isinstance(memory, int) else None,
-                  _s(last[0][0]) if isinstance(last, list) and last else None)
+        length, memory, last = answers[3 * i : 3 * i + 3]
+        out[s] = (
+            int(length) if isinstance(length, int) else 0,
+            int(memory) if isinstance(memory, int) else None,
+            _s(last[0][0]) if isinstance(last, list) and last else None,
+        )
     return out
 
 
@@ -120,27 +133,37 @@ def consumer_groups(log: EventLog, streams: Sequence[str]) -> list[GroupInfo]:
     for (s, g), first in zip(found, oldest):
         head = first[0] if isinstance(first, list) and first else None
         lag = g.get("lag")
-        out.append(GroupInfo(
-            stream=s, name=_s(g["name"]), consumers=int(g.get("consumers") or 0), pending=int(g.get("pending") or 0),
-            lag=int(lag) if lag is not None else None, last_delivered=_s(g.get("last-delivered-id") or b"0-0"),
-            oldest_pending=_s(head["message_id"]) if head else None,
-            oldest_pending_idle_ms=int(head["time_since_delivered"]) if head else None))
+        out.append(
+            GroupInfo(
+                stream=s,
+                name=_s(g["name"]),
+                consumers=int(g.get("consumers") or 0),
+                pending=int(g.get("pending") or 0),
+                lag=int(lag) if lag is not None else None,
+                last_delivered=_s(g.get("last-delivered-id") or b"0-0"),
+                oldest_pending=_s(head["message_id"]) if head else None,
+                oldest_pending_idle_ms=int(head["time_since_delivered"]) if head else None,
+            )
+        )
     return out
 
 
-def entries_before(log: EventLog, stream: str, until: str | None, count: int, *,
-                   since: str = "-") -> list[tuple[str, dict[bytes, bytes]]]:
+def entries_before(
+    log: EventLog, stream: str, until: str | None, count: int, *, since: str = "-"
+) -> list[tuple[str, dict[bytes, bytes]]]:
     """Up to ``count`` entries of ``stream`` at or before entry id ``until`` (None: the
     end) and at or after ``since`` (an entry id, or ``-``: the start), newest first."""
     client = _redis(log, "reading a stream backwards")
     with translate_errors(f"reading {stream} backwards"):
-        rows = cast("list[tuple[bytes, dict[bytes, bytes]]]",
-                    client.xrevrange(stream, max=until or "+", min=since, count=count))
+        rows = cast(
+            "list[tuple[bytes, dict[bytes, bytes]]]", client.xrevrange(stream, max=until or "+", min=since, count=count)
+        )
     return [(_s(i), dict(f)) for i, f in rows]
 
 
-def newest(log: EventLog, streams: Sequence[str], until: str | None, count: int, *,
-           chunk: int = 64) -> tuple[list[tuple[str, str, dict[bytes, bytes]]], dict[str, str | None]]:
+def newest(
+    log: EventLog, streams: Sequence[str], until: str | None, count: int, *, chunk: int = 64
+) -> tuple[list[tuple[str, str, dict[bytes, bytes]]], dict[str, str | None]]:
     """The ``count`` newest entries at or before ``until`` (None: the end) across
     ``streams``, oldest first, as (stream, id, fields); and each stream's newest entry id
     then (None: empty). One pipelined round trip for the newest ids, then the streams
@@ -162,7 +185,7 @@ def newest(log: EventLog, streams: Sequence[str], until: str | None, count: int,
         order = sorted(held, key=held.__getitem__, reverse=True)
         found: list[tuple[tuple[int, int], str, str, dict[bytes, bytes]]] = []
         for i in range(0, len(order), chunk):
-            group = order[i:i + chunk]
+            group = order[i : i + chunk]
             if count <= 0 or (len(found) >= count and held[group[0]] < found[count - 1][0]):
                 break  # every stream left ends before the count-th newest already found
             pipe = client.pipeline(transaction=False)
@@ -180,8 +203,9 @@ def entry(log: EventLog, stream: str, entry_id: str) -> dict[bytes, bytes] | Non
     client = _redis(log, "reading one entry")
     with translate_errors(f"reading {entry_id} of {stream}"):
         try:
-            rows = cast("list[tuple[bytes, dict[bytes, bytes]]]",
-                        client.xrange(stream, min=entry_id, max=entry_id, count=1))
+            rows = cast(
+                "list[tuple[bytes, dict[bytes, bytes]]]", client.xrange(stream, min=entry_id, max=entry_id, count=1)
+            )
         except redis.ResponseError as exc:  # not an entry id, or not a stream
             raise StoreError(f"cannot read entry {entry_id!r} of {stream}: {exc}") from exc
     return dict(rows[0][1]) if rows else None
@@ -192,8 +216,10 @@ def redrive_entry(log: EventLog, dead: str, entry_id: str, target: str, fields: 
     one transaction (both keys live in one hash tag). The new entry's id, or None when the
     dead letter was gone already (someone re-drove it first: nothing is appended)."""
     if tag_of(dead) != tag_of(target):
-        raise StoreError(f"dead letter {entry_id} of {dead} names {target}, a stream of another tag: "
-                         "a dead letter goes back to a stream of its own tag only")
+        raise StoreError(
+            f"dead letter {entry_id} of {dead} names {target}, a stream of another tag: "
+            "a dead letter goes back to a stream of its own tag only"
+        )
     client = _redis(log, "re-driving a dead letter")
     with translate_errors(f"re-driving {entry_id} of {dead} to {target}"):
         with client.pipeline(transaction=True) as pipe:
@@ -223,8 +249,7 @@ def projected_row(log: EventLog, tag: str, table: str, key: str, stream: str) ->
         pipe.hget(log.keys.table(tag, table), key)
         pipe.xrevrange(stream, count=1)
         pos, raw, last = pipe.execute()
-    return (_s(pos) if pos else None, orjson.loads(raw) if raw else None,
-            _s(last[0][0]) if last else None)
+    return (_s(pos) if pos else None, orjson.loads(raw) if raw else None, _s(last[0][0]) if last else None)
 
 
 def count_after(log: EventLog, stream: str, entry_id: str, *, page: int = 10_000, limit: int | None = None) -> int:

@@ -62,9 +62,7 @@ class Keys:
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix):
-            raise ConfigError(
-                f"key prefix {self.prefix!r} is not usable: use 1-64 letters, digits, '_', '.' or '-'"
-            )
+            raise ConfigError(f"key prefix {self.prefix!r} is not usable: use 1-64 letters, digits, '_', '.' or '-'")
 
     # --- tags ---
     @property
@@ -84,7 +82,7 @@ class Keys:
     def job_id_of(self, tag: str) -> str | None:
         """The job id of a job's tag (None for any other tag)."""
         head = "{" + self.prefix + ":job:"
-        return tag[len(head):-1] if tag.startswith(head) else None
+        return tag[len(head) : -1] if tag.startswith(head) else None
 
     def taskmanager(self, resource_id: str) -> str:
         return "{" + self.prefix + ":tm:" + _check_id(resource_id, "TaskManager resource id") + "}"
@@ -213,7 +211,12 @@ class Keys:
         return key.endswith(":outbox")
 
     def is_stream_name(self, key: str) -> bool:
-        return key.startswith("{" + self.prefix + ":") and key.rsplit(":", 1)[-1] in ("inbox", "facts", "outbox", "dead")
+        return key.startswith("{" + self.prefix + ":") and key.rsplit(":", 1)[-1] in (
+            "inbox",
+            "facts",
+            "outbox",
+            "dead",
+        )
 
 
 def _check_id(value: str, what: str) -> str:

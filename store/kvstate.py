@@ -36,8 +36,11 @@ def server_address(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    netloc = (parts.username + "@" if parts.username else "") + (parts.hostname or "") + (
-        f":{parts.port}" if parts.port else "")
+    netloc = (
+        (parts.username + "@" if parts.username else "")
+        + (parts.hostname or "")
+        + (f":{parts.port}" if parts.port else "")
+    )
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
@@ -84,7 +87,7 @@ class KvStates:
     def delete(self, job_id: str, state_ids: Iterable[str]) -> int:
         """Retire state instances (their attempt failed, or the job was disposed)."""
         keys = [self.key(job_id, s) for s in state_ids]
-        return sum(self.backend.delete(*keys[i:i + _CHUNK]) for i in range(0, len(keys), _CHUNK))
+        return sum(self.backend.delete(*keys[i : i + _CHUNK]) for i in range(0, len(keys), _CHUNK))
 
     # --- the reader's side ---
 

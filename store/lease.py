@@ -43,8 +43,9 @@ class LeaderLease:
         if self.epoch is None:
             return False
         try:
-            ok = self.log.backend.script("lease_renew", self._keys[:1],
-                                         [self.holder, self.epoch, self.ttl_ms, self.server])
+            ok = self.log.backend.script(
+                "lease_renew", self._keys[:1], [self.holder, self.epoch, self.ttl_ms, self.server]
+            )
         except ScriptFailed as exc:
             if "SLUICE_RESTARTED" not in exc.text:
                 raise script_error(exc, self.log.keys.cluster) from exc

@@ -31,8 +31,18 @@ from .backend import Backend, ScriptFailed
 from .keys import Keys, tag_of
 from .redis_backend import RedisBackend, translate_errors
 
-__all__ = ["EventLog", "Out", "Consumed", "CommitResult", "translate_errors", "entry_order", "script_error",
-           "committed_events", "trim_point", "successor"]
+__all__ = [
+    "EventLog",
+    "Out",
+    "Consumed",
+    "CommitResult",
+    "translate_errors",
+    "entry_order",
+    "script_error",
+    "committed_events",
+    "trim_point",
+    "successor",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +95,9 @@ class EventLog:
     (redis-py's pool hands each call its own connection). Built on a redis-py client or
     on any :class:`Backend`."""
 
-    def __init__(self, backend: Backend | Any, keys: Keys | None = None, *,
-                 decode: Callable[[bytes], Envelope] = decode_bytes) -> None:
+    def __init__(
+        self, backend: Backend | Any, keys: Keys | None = None, *, decode: Callable[[bytes], Envelope] = decode_bytes
+    ) -> None:
         self.backend: Backend = backend if isinstance(backend, Backend) else RedisBackend(backend)
         self.keys = keys or Keys()
         self.decode = decode
@@ -190,8 +201,16 @@ class EventLog:
         """The server's run id: it changes when the server restarts (see StoreRestarted)."""
         return self.backend.server_id()
 
-    def commit(self, tag: str, epoch: int, outs: Sequence[Out], consumed: Consumed | None = None, *,
-               server: str = "", advance: str | None = None) -> CommitResult:
+    def commit(
+        self,
+        tag: str,
+        epoch: int,
+        outs: Sequence[Out],
+        consumed: Consumed | None = None,
+        *,
+        server: str = "",
+        advance: str | None = None,
+    ) -> CommitResult:
         """Append ``outs`` and acknowledge ``consumed`` atomically, if ``epoch`` is not stale
         and (given ``server``, a run id) the server has not restarted since.
 
@@ -240,7 +259,7 @@ class EventLog:
                 raise script_error(again, tag, epoch) from again
         if _s(reply[0]) == "DUP":
             return CommitResult(duplicate=True)
-        ids = tuple(_s(i) for i in reply[1:1 + len(outs)])
+        ids = tuple(_s(i) for i in reply[1 : 1 + len(outs)])
         addressed = tuple((i, out.to, encoded[id(out.envelope)]) for i, out in zip(ids, outs) if out.to)
         if not addressed:
             return CommitResult(duplicate=False, ids=ids)
@@ -275,8 +294,9 @@ class EventLog:
             envs = _decode_fast(batch, self.decode)
             yield from envs if envs is not None else _decode_each(stream, batch, self.decode)
 
-    def replay_pages(self, stream: str, after: str = "0-0", *,
-                     page: int = 1000) -> Iterator[list[tuple[str, Envelope]]]:
+    def replay_pages(
+        self, stream: str, after: str = "0-0", *, page: int = 1000
+    ) -> Iterator[list[tuple[str, Envelope]]]:
         """``replay`` a page at a time: each page's (entry id, envelope) pairs, decoded in one
         tight loop (a JobManager's replay decodes millions; a generator step per entry cost
         a tenth of it). An undecodable entry raises DecodeError before its page is given."""
@@ -284,7 +304,9 @@ class EventLog:
             envs = _decode_fast(batch, self.decode)
             yield envs if envs is not None else list(_decode_each(stream, batch, self.decode))
 
-    def replay_raw(self, stream: str, after: str = "0-0", *, page: int = 1000) -> Iterator[tuple[str, dict[bytes, bytes]]]:
+    def replay_raw(
+        self, stream: str, after: str = "0-0", *, page: int = 1000
+    ) -> Iterator[tuple[str, dict[bytes, bytes]]]:
         """Like replay, but the entries' fields undecoded (for inspection and dead letters)."""
         yield from self._pages(stream, after, page)
 
@@ -320,8 +342,9 @@ class EventLog:
     def length(self, stream: str) -> int:
         return self.backend.xlen(stream)
 
-    def follow(self, positions: dict[str, str], *, block_ms: int | None = 1000,
-               count: int = 1000) -> list[tuple[str, str, dict[bytes, bytes]]]:
+    def follow(
+        self, positions: dict[str, str], *, block_ms: int | None = 1000, count: int = 1000
+    ) -> list[tuple[str, str, dict[bytes, bytes]]]:
         """Entries after the given positions of several streams (blocking up to ``block_ms``).
 
         Returns (stream, entry id, fields) in per-stream order; the caller advances
@@ -379,8 +402,9 @@ class EventLog:
         return sorted(name for name in self.backend.scan_streams(self.keys.pattern) if self.keys.is_stream_name(name))
 
 
-def _decode_fast(batch: list[tuple[str, Any]],
-                 decode: Callable[[bytes], Envelope] = decode_bytes) -> list[tuple[str, Envelope]] | None:
+def _decode_fast(
+    batch: list[tuple[str, Any]], decode: Callable[[bytes], Envelope] = decode_bytes
+) -> list[tuple[str, Envelope]] | None:
     """A page of entries of the shape commits write (field ``e``) decoded; None when one is
     not (or does not decode): ``_decode_each`` then finds which and says why, after the
     entries before it."""
@@ -390,8 +414,9 @@ def _decode_fast(batch: list[tuple[str, Any]],
         return None
 
 
-def _decode_each(stream: str, batch: list[tuple[str, Any]],
-                 decode: Callable[[bytes], Envelope] = decode_bytes) -> Iterator[tuple[str, Envelope]]:
+def _decode_each(
+    stream: str, batch: list[tuple[str, Any]], decode: Callable[[bytes], Envelope] = decode_bytes
+) -> Iterator[tuple[str, Envelope]]:
     for entry_id, fields in batch:
         raw = fields.get(FIELD) if isinstance(fields, dict) else None
         if raw is not None and len(fields) == 1:  # the one shape commits write

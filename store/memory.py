@@ -91,12 +91,12 @@ _WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 _BAD_ID = "Invalid stream ID specified as stream command argument"
 _NOT_INT = "value is not an integer or out of range"
 _BAD_MAXLEN = "The MAXLEN argument must be >= 0."
-_DOLLAR_IN_GROUP = ("The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this "
-                    "consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just "
-                    "return an empty result set.")
+_DOLLAR_IN_GROUP = (
+    "The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this "
+    "consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just "
+    "return an empty result set."
+)
 _GT_OUTSIDE_GROUP = "The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option."
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +111,7 @@ class PendingEntry:
 
 
 # --- the state -----------------------------------------------------------------------------
+
 
 class _Group:
     __slots__ = ("last", "order", "pel")
@@ -180,6 +181,7 @@ class _State:
 # live state, the snapshot and the records, and never mutated. A mutation does not check
 # the kind of the value it changes: the command that recorded it did (WRONGTYPE), and a
 # replay finds the same value there, so the accessors below only tell mypy what it is.
+
 
 def _hash_at(st: _State, key: str) -> dict[bytes, bytes]:
     return cast("dict[bytes, bytes]", st.data[key])
@@ -296,6 +298,7 @@ _time_of: Callable[[Record], int] = itemgetter(0)
 
 
 # --- small helpers -------------------------------------------------------------------------
+
 
 def _b(value: Any) -> bytes:
     """A value as redis-py sends it (bytes as they are, str UTF-8, numbers as their repr)."""
@@ -484,6 +487,7 @@ _SHA = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in scripts.
 
 # --- the server ----------------------------------------------------------------------------
 
+
 class MemoryStore:
     """The server's state, shared by every :class:`MemoryBackend` connected to it.
 
@@ -491,9 +495,16 @@ class MemoryStore:
     ids come from ``rng`` (or ``random.Random(seed)``), so a seed replays a run exactly.
     """
 
-    def __init__(self, clock: Callable[[], int], *, seed: int = 0, rng: random.Random | None = None,
-                 silent_reconnect: bool = False, aof_window_ms: int = AOF_WINDOW_MS,
-                 compact_records: int = _COMPACT_RECORDS) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], int],
+        *,
+        seed: int = 0,
+        rng: random.Random | None = None,
+        silent_reconnect: bool = False,
+        aof_window_ms: int = AOF_WINDOW_MS,
+        compact_records: int = _COMPACT_RECORDS,
+    ) -> None:
         self.clock = clock
         self.silent_reconnect = silent_reconnect
         self.durable = False
@@ -514,11 +525,17 @@ class MemoryStore:
         self._compact_records = compact_records
         self._compact_at = compact_records
         self._scripts: dict[str, Callable[[list[str], list[bytes], int], Any]] = {
-            "commit": self._commit, "fence": self._fence, "dead_letter": self._dead_letter,
-            "deliver": self._deliver, "advance_cursor": self._advance_cursor,
-            "lease_acquire": self._lease_acquire, "lease_renew": self._lease_renew,
-            "lease_release": self._lease_release, "project": self._project,
-            "snapshot": self._snapshot, "set_aside": self._set_aside,
+            "commit": self._commit,
+            "fence": self._fence,
+            "dead_letter": self._dead_letter,
+            "deliver": self._deliver,
+            "advance_cursor": self._advance_cursor,
+            "lease_acquire": self._lease_acquire,
+            "lease_renew": self._lease_renew,
+            "lease_release": self._lease_release,
+            "project": self._project,
+            "snapshot": self._snapshot,
+            "set_aside": self._set_aside,
         }
 
     # --- faults -------------------------------------------------------------------------
@@ -539,8 +556,9 @@ class MemoryStore:
             if self._compacted_to is not None and lose_after_ms < self._compacted_to:
                 raise ValueError(
                     f"cannot lose the writes after {lose_after_ms}: those up to {self._compacted_to} are already in "
-                    f"the snapshot (a crash loses at most the last {self.aof_window_ms} ms of writes)")
-            del self._aof[bisect.bisect_right(self._aof, lose_after_ms, key=_time_of):]
+                    f"the snapshot (a crash loses at most the last {self.aof_window_ms} ms of writes)"
+                )
+            del self._aof[bisect.bisect_right(self._aof, lose_after_ms, key=_time_of) :]
         state = self._base.clone()
         for _, op, args in self._aof:
             op(state, *args)
@@ -592,8 +610,10 @@ class MemoryStore:
                 keys[key] = {
                     "entries": [(sid, dict(f)) for sid, f in zip(v.sids, v.fields)],
                     "last": _fmt(v.last),
-                    "groups": {name: {"last": _fmt(g.last), "pending": [(_fmt(e), *g.pel[e]) for e in g.order]}
-                               for name, g in sorted(v.groups.items())},
+                    "groups": {
+                        name: {"last": _fmt(g.last), "pending": [(_fmt(e), *g.pel[e]) for e in g.order]}
+                        for name, g in sorted(v.groups.items())
+                    },
                 }
             else:
                 keys[key] = dict(v) if isinstance(v, dict) else v
@@ -805,8 +825,7 @@ class MemoryStore:
         n = _lua_count(argv[3])
         ci = _tonumber(argv[4 + n]) if 4 + n < len(argv) else None  # the outbox cursor to move, if any
         upto = argv[5 + n] if 5 + n < len(argv) else b""
-        if ci is None or (ci != 0 and (ci < 3 or ci > len(keys) or ci != int(ci)
-                                       or _LUA_ID.fullmatch(upto) is None)):
+        if ci is None or (ci != 0 and (ci < 3 or ci > len(keys) or ci != int(ci) or _LUA_ID.fullmatch(upto) is None)):
             raise ScriptFailed(f"{scripts.BAD_COMMIT} the cursor to advance is not a key and an entry id")
         checked: set[str] = set()
         for i in range(6 + n, len(argv), 3):  # every check before the first write
@@ -832,12 +851,11 @@ class MemoryStore:
                 for i in range(4, 4 + n):
                     entry = argv[i]
                     if entry in seen:
-                        raise ScriptFailed(
-                            f"{scripts.BAD_COMMIT} entry {_s(entry)} is consumed twice in one commit")
+                        raise ScriptFailed(f"{scripts.BAD_COMMIT} entry {_s(entry)} is consumed twice in one commit")
                     seen.add(entry)
                     if not self._is_pending(keys[1], name, _s(entry), now):
                         return [b"DUP"]
-                self._xack(keys[1], name, [_s(a) for a in argv[4:4 + n]], now)
+                self._xack(keys[1], name, [_s(a) for a in argv[4 : 4 + n]], now)
         if _lua_gt(epoch, fence):
             self._set(keys[0], _redis_arg(epoch))
         if ci > 0:
@@ -990,6 +1008,7 @@ class MemoryStore:
 
 
 # --- a connection --------------------------------------------------------------------------
+
 
 class MemoryBackend(Backend):
     """One process's connection to a :class:`MemoryStore` (``name`` for messages)."""
@@ -1170,8 +1189,11 @@ class MemoryBackend(Backend):
     def scan_streams(self, pattern: str) -> list[str]:
         now = self._enter()
         st = self.store
-        return sorted(k for k, v in st._state.data.items()
-                      if isinstance(v, _Stream) and _matches(pattern, k) and st._alive(k, now))
+        return sorted(
+            k
+            for k, v in st._state.data.items()
+            if isinstance(v, _Stream) and _matches(pattern, k) and st._alive(k, now)
+        )
 
     def scan_keys(self, pattern: str) -> list[str]:
         now = self._enter()
@@ -1193,8 +1215,10 @@ class MemoryBackend(Backend):
         now = self._enter()
         s = self.store._stream(stream, now, write=True)
         if s is None:
-            raise NoGroup("The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
-                          "to use the MKSTREAM option to create an empty stream automatically.")
+            raise NoGroup(
+                "The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
+                "to use the MKSTREAM option to create an empty stream automatically."
+            )
         if group not in s.groups:
             raise NoGroup(f"NOGROUP No such consumer group '{group}' for key name '{stream}'")
         # (SETID takes '-' and '+' too, which CREATE refuses)
@@ -1208,9 +1232,16 @@ class MemoryBackend(Backend):
             return None
         return GroupState(_fmt(g.last), len(g.order), _fmt(g.order[0]) if g.order else None)
 
-    def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                   block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
-                   ) -> list[tuple[str, str, Fields | None]]:
+    def xreadgroup(
+        self,
+        group: str,
+        consumer: str,
+        streams: Mapping[str, str],
+        *,
+        count: int,
+        block_ms: int | None,
+        ack: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[tuple[str, str, Fields | None]]:
         for stream, ids in (ack or {}).items():
             if ids:
                 try:
@@ -1257,9 +1288,16 @@ class MemoryBackend(Backend):
                 _op_touch(store._state, stream, group, tuple(touched), now)  # not durable, as in Redis
         return out
 
-    def xreadgroup_sole(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                        block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
-                        ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
+    def xreadgroup_sole(
+        self,
+        group: str,
+        consumer: str,
+        streams: Mapping[str, str],
+        *,
+        count: int,
+        block_ms: int | None,
+        ack: Mapping[str, Sequence[str]] | None = None,
+    ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
         out = self.xreadgroup(group, consumer, streams, count=count, block_ms=block_ms, ack=ack)
         others: dict[str, int] = {}
         for stream in streams:  # XPENDING's summary, after the read
@@ -1270,8 +1308,9 @@ class MemoryBackend(Backend):
                 others[stream] = n
         return out, others
 
-    def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
-                   count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
+    def xautoclaim(
+        self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str, count: int
+    ) -> tuple[str, list[tuple[str, Fields | None]]]:
         now = self._enter()
         store = self.store
         first = _parse_start(start)  # (the arguments are refused before the key and the group are looked at)
@@ -1281,7 +1320,7 @@ class MemoryBackend(Backend):
         attempts = count * 10
         order, pel = g.order, g.pel
         i = bisect.bisect_left(order, first)
-        candidates = order[i:i + attempts + 1]
+        candidates = order[i : i + attempts + 1]
         claimed: list[tuple[str, Fields | None]] = []
         claims: list[tuple[Id, str, int, int]] = []
         deleted: list[Id] = []

@@ -62,8 +62,9 @@ class Deliverer:
         (``carry``), or ``flush`` makes it. Until then a deliverer starting from the cursor
         hands targets entries their marks drop: it costs work, never a message."""
 
-    def deliver(self, *, batch: int = 500, server: str = "", committed: CommitResult | None = None,
-                lazy: bool = False) -> int:
+    def deliver(
+        self, *, batch: int = 500, server: str = "", committed: CommitResult | None = None, lazy: bool = False
+    ) -> int:
         """Deliver everything after the cursor; returns how many entries were appended.
         ``server``: the run id the deliverer expects (a restarted server refuses).
         ``committed``: the commit that just wrote to this outbox. When this deliverer's
@@ -117,8 +118,12 @@ class Deliverer:
             self._advance(after, server)
 
     def _holds_the_rest(self, committed: CommitResult, server: str) -> bool:
-        return (bool(server) and bool(committed.addressed) and committed.outbox == self.outbox
-                and self._cursor == (server, committed.before))
+        return (
+            bool(server)
+            and bool(committed.addressed)
+            and committed.outbox == self.outbox
+            and self._cursor == (server, committed.before)
+        )
 
     def _deliver_committed(self, committed: CommitResult, server: str, lazy: bool) -> int:
         by_target: dict[str, list[object]] = {}
@@ -218,7 +223,8 @@ class Deliverer:
         reason = f"undeliverable: {problem}; the message stays here with its address"
         for i in range(0, len(pairs), 2):
             entry_id, data = str(pairs[i]), cast(bytes, pairs[i + 1])  # (entry id, its field e) pairs, flat
-            dead_letter(self.log, self.outbox, "", entry_id, {b"e": data, b"to": target.encode()},
-                        "undeliverable", reason)
+            dead_letter(
+                self.log, self.outbox, "", entry_id, {b"e": data, b"to": target.encode()}, "undeliverable", reason
+            )
             if self._on_undeliverable is not None:
                 self._on_undeliverable(entry_id, target, reason)

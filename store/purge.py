@@ -28,7 +28,7 @@ _DELETE_BATCH = 500
 def delete_tag(log: EventLog, tag: str) -> int:
     """Delete every key of ``tag`` (one hash tag: one slot); how many there were."""
     found = log.backend.scan_keys(log.keys.tag_pattern(tag))
-    return sum(log.backend.delete(*found[i:i + _DELETE_BATCH]) for i in range(0, len(found), _DELETE_BATCH))
+    return sum(log.backend.delete(*found[i : i + _DELETE_BATCH]) for i in range(0, len(found), _DELETE_BATCH))
 
 
 def forget_deliveries(log: EventLog, origin_tag: str, targets: Iterable[str]) -> int:

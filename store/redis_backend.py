@@ -274,9 +274,11 @@ class RedisBackend(Backend):
             command += ("BLOCK", block_ms)
         command += ("STREAMS", *positions.keys(), *positions.values())
         reply = self._raw("following " + ", ".join(positions), [command])[0]
-        return [(_s(stream), raw_id.decode(), _fields(flat))
-                for stream, entries in (reply.items() if isinstance(reply, dict) else reply or ())  # RESP3: a map
-                for raw_id, flat in entries]
+        return [
+            (_s(stream), raw_id.decode(), _fields(flat))
+            for stream, entries in (reply.items() if isinstance(reply, dict) else reply or ())  # RESP3: a map
+            for raw_id, flat in entries
+        ]
 
     def xtrim_minid(self, stream: str, minid: str) -> int:
         with _command(f"trimming {stream}"):
@@ -317,22 +319,43 @@ class RedisBackend(Backend):
             except redis.ResponseError:
                 return None  # gone (or made another kind of key) since
         count = int(pending.get("pending") or 0) if pending else 0
-        return GroupState(_s(mine[0]["last-delivered-id"]), count,
-                          _s(pending["min"]) if count else None)
+        return GroupState(_s(mine[0]["last-delivered-id"]), count, _s(pending["min"]) if count else None)
 
-    def xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                   block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
-                   ) -> list[tuple[str, str, Fields | None]]:
+    def xreadgroup(
+        self,
+        group: str,
+        consumer: str,
+        streams: Mapping[str, str],
+        *,
+        count: int,
+        block_ms: int | None,
+        ack: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[tuple[str, str, Fields | None]]:
         return self._xreadgroup(group, consumer, streams, count, block_ms, ack, sole=False)[0]
 
-    def xreadgroup_sole(self, group: str, consumer: str, streams: Mapping[str, str], *, count: int,
-                        block_ms: int | None, ack: Mapping[str, Sequence[str]] | None = None
-                        ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
+    def xreadgroup_sole(
+        self,
+        group: str,
+        consumer: str,
+        streams: Mapping[str, str],
+        *,
+        count: int,
+        block_ms: int | None,
+        ack: Mapping[str, Sequence[str]] | None = None,
+    ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
         return self._xreadgroup(group, consumer, streams, count, block_ms, ack, sole=True)
 
-    def _xreadgroup(self, group: str, consumer: str, streams: Mapping[str, str], count: int, block_ms: int | None,
-                    ack: Mapping[str, Sequence[str]] | None, *, sole: bool
-                    ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
+    def _xreadgroup(
+        self,
+        group: str,
+        consumer: str,
+        streams: Mapping[str, str],
+        count: int,
+        block_ms: int | None,
+        ack: Mapping[str, Sequence[str]] | None,
+        *,
+        sole: bool,
+    ) -> tuple[list[tuple[str, str, Fields | None]], dict[str, int]]:
         """``sole``: an XPENDING summary of each stream follows the read in the same round
         trip (after it, even when it blocked: a client's pipelined commands run in order)."""
         # An acknowledgement Redis refuses (its stream or group is gone) has nothing left to
@@ -355,12 +378,12 @@ class RedisBackend(Backend):
         except redis.ResponseError as exc:  # NoGroup too for a stream deleted while we read (UNBLOCKED)
             raise _refusal(exc) from exc
         out: list[tuple[str, str, Fields | None]] = []
-        for stream, entries in (reply.items() if isinstance(reply, dict) else reply or ()):  # RESP3: a map
+        for stream, entries in reply.items() if isinstance(reply, dict) else reply or ():  # RESP3: a map
             name = _s(stream)
             for raw_id, flat in entries:
                 out.append((name, raw_id.decode(), _fields(flat) if flat else None))
         others: dict[str, int] = {}
-        for stream, summary in zip(streams, replies[len(acks) + 1:]):
+        for stream, summary in zip(streams, replies[len(acks) + 1 :]):
             # [count, min, max, [[consumer, count], ...]]; an error (the group went since): none
             if isinstance(summary, list) and summary and summary[0] and summary[3]:
                 n = sum(int(c) for name, c in summary[3] if _s(name) != consumer)
@@ -368,8 +391,9 @@ class RedisBackend(Backend):
                     others[stream] = n
         return out, others
 
-    def xautoclaim(self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str,
-                   count: int) -> tuple[str, list[tuple[str, Fields | None]]]:
+    def xautoclaim(
+        self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str, count: int
+    ) -> tuple[str, list[tuple[str, Fields | None]]]:
         # Through ``_raw``: the server judges the arguments (redis-py refuses some itself).
         command = ("XAUTOCLAIM", stream, group, consumer, min_idle_ms, start, "COUNT", count)
         cursor, claimed, *_ = self._raw(f"reclaiming from {stream}", [command])[0]

@@ -6,8 +6,23 @@ so prefixes and Redis Cluster hash tags stay right. Each script touches one hash
 
 from __future__ import annotations
 
-__all__ = ["COMMIT", "DEAD_LETTER", "DELIVER", "ADVANCE_CURSOR", "LEASE_ACQUIRE", "LEASE_RENEW", "LEASE_RELEASE",
-           "FENCE", "PROJECT", "SNAPSHOT", "BY_NAME", "STALE", "RESTARTED", "NOT_A_STREAM", "BAD_COMMIT"]
+__all__ = [
+    "COMMIT",
+    "DEAD_LETTER",
+    "DELIVER",
+    "ADVANCE_CURSOR",
+    "LEASE_ACQUIRE",
+    "LEASE_RENEW",
+    "LEASE_RELEASE",
+    "FENCE",
+    "PROJECT",
+    "SNAPSHOT",
+    "BY_NAME",
+    "STALE",
+    "RESTARTED",
+    "NOT_A_STREAM",
+    "BAD_COMMIT",
+]
 
 STALE = "SLUICE_STALE"
 RESTARTED = "SLUICE_RESTARTED"
@@ -40,7 +55,10 @@ local function newer(a, b)
 end
 """
 
-COMMIT = _NEWER + _RESTARTED + """
+COMMIT = (
+    _NEWER
+    + _RESTARTED
+    + """
 -- Atomic, fenced commit of the events some messages caused.
 -- KEYS[1]  fence key of the tag being written
 -- KEYS[2]  inbox stream the consumed entries belong to (any key of the tag if none)
@@ -148,6 +166,7 @@ if before then
 end
 return out
 """
+)
 
 DEAD_LETTER = """
 -- Park an entry that cannot be decoded, and acknowledge it, in one step.
@@ -204,7 +223,10 @@ end
 return kind
 """
 
-DELIVER = _NEWER + _RESTARTED + """
+DELIVER = (
+    _NEWER
+    + _RESTARTED
+    + """
 -- Deliver outbox entries into an inbox of another tag, each exactly once.
 -- KEYS[1]  target inbox stream
 -- KEYS[2]  target's delivered hash: origin outbox -> last outbox entry id delivered
@@ -238,8 +260,12 @@ if n > 0 then
 end
 return n
 """
+)
 
-ADVANCE_CURSOR = _NEWER + _RESTARTED + """
+ADVANCE_CURSOR = (
+    _NEWER
+    + _RESTARTED
+    + """
 -- Move an outbox's delivery cursor forward (never back): everything up to it is delivered.
 -- KEYS[1]  the cursor key (in the outbox's tag)
 -- ARGV[1]  the server run id the deliverer expects ('' to skip the check)
@@ -256,6 +282,7 @@ if not cur or newer(ARGV[2], cur) then
 end
 return cur
 """
+)
 
 LEASE_ACQUIRE = """
 -- Take the leadership lease if nobody holds it; a takeover increases the epoch.
@@ -283,7 +310,9 @@ end
 return {epoch, 1}
 """
 
-LEASE_RENEW = _RESTARTED + """
+LEASE_RENEW = (
+    _RESTARTED
+    + """
 -- Extend the lease if this holder still has it at this epoch.
 -- KEYS[1] lease hash; ARGV[1] holder id, ARGV[2] epoch, ARGV[3] lease time in ms,
 -- ARGV[4] the server run id the holder expects ('' to skip the check)
@@ -298,6 +327,7 @@ if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] and redis.call('HGET', KEYS[
 end
 return 0
 """
+)
 
 LEASE_RELEASE = """
 -- Give the lease up (graceful stop) so a standby need not wait for it to expire.
@@ -309,7 +339,9 @@ end
 return 0
 """
 
-FENCE = _RESTARTED + """
+FENCE = (
+    _RESTARTED
+    + """
 -- Raise a tag's fence to the writer's epoch (a new leader claims the tag).
 -- KEYS[1] fence key; ARGV[1] epoch, ARGV[2] the server run id the writer expects ('' to skip)
 -- Returns the fence now in force; an error 'SLUICE_STALE <fence>' if the epoch is older,
@@ -326,8 +358,11 @@ end
 redis.call('SET', KEYS[1], epoch)
 return epoch
 """
+)
 
-PROJECT = _RESTARTED + """
+PROJECT = (
+    _RESTARTED
+    + """
 -- Write a read model's changed rows together with the log position they reflect, once.
 -- KEYS[1] position key, KEYS[2] table hash
 -- ARGV[1] the server run id the writer read the log from ('' to skip the check)
@@ -363,8 +398,11 @@ end
 redis.call('SET', KEYS[1], ARGV[3])
 return 1
 """
+)
 
-SNAPSHOT = _RESTARTED + """
+SNAPSHOT = (
+    _RESTARTED
+    + """
 -- Store a leader's snapshot of one tag's state, with the fact entry id it covers, fenced.
 -- KEYS[1] fence key of the tag, KEYS[2] the tag's fact stream, KEYS[3] the snapshot hash
 -- ARGV[1] writer epoch, ARGV[2] the server run id the writer expects ('' to skip the check),
@@ -388,6 +426,7 @@ end
 redis.call('HSET', KEYS[3], 'pos', pos, 'data', ARGV[3])
 return pos
 """
+)
 
 
 BY_NAME = {

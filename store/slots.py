@@ -39,8 +39,16 @@ class SlotQueues:
         self.log, self.resource_id = log, resource_id
         self._queues: dict[int, Any] = {}
 
-    def enqueue(self, slot: int, func: str, args: tuple[Any, ...], *, job_id: str, description: str,
-                before: Sequence[tuple[str, Envelope]] = ()) -> str:
+    def enqueue(
+        self,
+        slot: int,
+        func: str,
+        args: tuple[Any, ...],
+        *,
+        job_id: str,
+        description: str,
+        before: Sequence[tuple[str, Envelope]] = (),
+    ) -> str:
         """Queue ``func(*args)`` for the slot's worker as RQ job ``job_id``. ``before``:
         messages appended to their streams first, in the same transaction (one MULTI/EXEC, one
         round trip): the worker cannot take the job before they are in, and the server applies
@@ -55,16 +63,25 @@ class SlotQueues:
         client = _client(self.log)
         q = self._queues.get(slot)
         if q is None:
-            q = self._queues[slot] = Queue(self.log.keys.slot_queue(self.resource_id, slot),
-                                           connection=client, serializer=JSONSerializer)
+            q = self._queues[slot] = Queue(
+                self.log.keys.slot_queue(self.resource_id, slot), connection=client, serializer=JSONSerializer
+            )
         with translate_errors(f"queueing a task for slot {slot}"), client.pipeline(transaction=True) as pipe:
             pipe.multi()  # explicit, so that RQ adds its commands to this transaction
             for stream, env in before:
                 pipe.xadd(stream, {FIELD: encode(env)})
             # No depends_on, ever: a slot's worker records a task's outcome without looking
             # for dependents to release (``slot_worker_class``), and this is the only producer.
-            job = q.enqueue(func, args=args, job_id=job_id, job_timeout=-1, result_ttl=600, failure_ttl=3600,
-                            description=description, pipeline=pipe)
+            job = q.enqueue(
+                func,
+                args=args,
+                job_id=job_id,
+                job_timeout=-1,
+                result_ttl=600,
+                failure_ttl=3600,
+                description=description,
+                pipeline=pipe,
+            )
             replies = pipe.execute(raise_on_error=False)
         errors = [r for r in replies if isinstance(r, redis.ResponseError)]
         if errors:  # the transaction queued the job all the same
@@ -223,9 +240,14 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
                 self.increment_total_working_time(job.ended_at - job.started_at, pipeline)
                 result_ttl = job.get_result_ttl(self.default_result_ttl)
                 if result_ttl != 0:
-                    job._handle_success(result_ttl, pipeline=pipeline, worker_name=self.name,
-                                        execution_id=execution.id, execution_started_at=execution.created_at,
-                                        execution_ended_at=job.ended_at)
+                    job._handle_success(
+                        result_ttl,
+                        pipeline=pipeline,
+                        worker_name=self.name,
+                        execution_id=execution.id,
+                        execution_started_at=execution.created_at,
+                        execution_ended_at=job.ended_at,
+                    )
                 job.cleanup(result_ttl, pipeline=pipeline, remove_from_queue=False)
                 job._status = JobStatus.FINISHED
                 self.cleanup_execution(job, pipeline=pipeline, execution=execution)

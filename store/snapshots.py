@@ -35,8 +35,9 @@ class Snapshots:
         returns that position. StaleEpoch when ``epoch`` is behind the tag's fence."""
         keys = self.log.keys
         try:
-            pos = self.log.backend.script("snapshot", [keys.fence(tag), keys.facts(tag), keys.snapshot(tag)],
-                                          [epoch, server, data])
+            pos = self.log.backend.script(
+                "snapshot", [keys.fence(tag), keys.facts(tag), keys.snapshot(tag)], [epoch, server, data]
+            )
         except ScriptFailed as exc:
             raise script_error(exc, tag, epoch) from exc
         return _s(pos)

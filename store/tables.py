@@ -19,8 +19,17 @@ class ReadModels:
     def __init__(self, log: EventLog) -> None:
         self.log = log
 
-    def write(self, tag: str, name: str, *, expected: str | None, position: str,
-              rows: Mapping[str, Any], deleted: tuple[str, ...] = (), server: str = "") -> bool:
+    def write(
+        self,
+        tag: str,
+        name: str,
+        *,
+        expected: str | None,
+        position: str,
+        rows: Mapping[str, Any],
+        deleted: tuple[str, ...] = (),
+        server: str = "",
+    ) -> bool:
         """Set ``rows`` (JSON values) and delete ``deleted`` in table ``name`` and move its
         position from ``expected`` to ``position``, atomically; False when the stored
         position is not ``expected`` (another projector got there first). ``server``: the
@@ -28,7 +37,7 @@ class ReadModels:
         the facts they came from may be lost)."""
         keys = [self.log.keys.position(tag, name), self.log.keys.table(tag, name)]
         items = list(rows.items())
-        chunks = [items[i:i + _MAX_ROWS_PER_WRITE] for i in range(0, len(items), _MAX_ROWS_PER_WRITE)] or [[]]
+        chunks = [items[i : i + _MAX_ROWS_PER_WRITE] for i in range(0, len(items), _MAX_ROWS_PER_WRITE)] or [[]]
         # All chunks but the last keep the position where it is: only the last moves it.
         cur = expected or ""
         for i, chunk in enumerate(chunks):

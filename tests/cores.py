@@ -52,9 +52,17 @@ class Driven:
     door does not apply its facts (the shell folds them once committed); ``normalize(state)``:
     what of a state a replay must give (None: all of it)."""
 
-    def __init__(self, decide: Callable[[Any, Any, int], Decision], state: Any, *,
-                 fold: Callable[[Any, Envelope], Any] | None = None, fresh: Callable[[], Any] | None = None,
-                 folds: bool = False, normalize: Callable[[Any], Any] | None = None, now: int = 1_000) -> None:
+    def __init__(
+        self,
+        decide: Callable[[Any, Any, int], Decision],
+        state: Any,
+        *,
+        fold: Callable[[Any, Envelope], Any] | None = None,
+        fresh: Callable[[], Any] | None = None,
+        folds: bool = False,
+        normalize: Callable[[Any], Any] | None = None,
+        now: int = 1_000,
+    ) -> None:
         self.door, self.state, self.fold, self.fresh, self.folds = decide, state, fold, fresh, folds
         self.normalize = normalize
         self.now = now
@@ -109,8 +117,9 @@ class Driven:
         return state if self.normalize is None else self.normalize(state)
 
     def check_replay(self) -> None:
-        assert self.normalized(copy.deepcopy(self.state)) == self.normalized(self.replayed()), \
+        assert self.normalized(copy.deepcopy(self.state)) == self.normalized(self.replayed()), (
             "the log folded from scratch differs from the live state"
+        )
 
     def check(self) -> None:
         for invariant in self.invariants:
@@ -126,8 +135,11 @@ class JobsDriven(Driven):
         super().__init__(core.decide, JobsState(), fold=evolve, fresh=JobsState, now=now)
         self.reconcile_door: Callable[[JobsState, Any, int], Decision] = reconcile.decide
         self.slots = slots
-        splits = {v.name: [{"path": "/data/in.txt", "start": i, "end": i + 1, "index": i} for i in range(3)]
-                  for v in graph.vertices if v.source is not None}
+        splits = {
+            v.name: [{"path": "/data/in.txt", "start": i, "end": i + 1, "index": i} for i in range(3)]
+            for v in graph.vertices
+            if v.source is not None
+        }
         self.tell(core.Submit(SubmitJob("j1", graph, "blob", "mod", "client-inbox"), splits, "file:///s"))
 
     def normalized(self, state: JobsState) -> JobsState:
@@ -176,8 +188,16 @@ class CoordinatorsDriven(Driven):
     """One job's coordinators as the JobManager's main loop drives them: each ``batch`` feeds
     its facts and appends them, then what the coordinators did (their flush), to the log."""
 
-    def __init__(self, job_id: str, vertices: list[JobVertex], splits: dict[str, list], load: Callable[[str], type],
-                 *, now: int = 1000, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        vertices: list[JobVertex],
+        splits: dict[str, list],
+        load: Callable[[str], type],
+        *,
+        now: int = 1000,
+        **kwargs: Any,
+    ) -> None:
         self.coords = JobCoordinators(job_id, vertices, splits, load, **kwargs)
         super().__init__(lambda coords, force, now: coords.flush(now, force=force), self.coords, now=now)
         self.job_id = job_id
@@ -199,8 +219,10 @@ def flushed(decision: Decision) -> SimpleNamespace:
     """What the coordinators' flush decided, as ``facts`` (each fact with the (vertex, subtask)
     whose inbox it is also delivered to, None: none) and ``failures`` (the reasons)."""
     to = {d.fact: (d.to.vertex, d.to.subtask) for d in decision.of(Deliver)}
-    return SimpleNamespace(facts=[(ev, to.get(i)) for i, ev in enumerate(decision.facts)],
-                           failures=[f.reason for f in decision.of(FailJob)])
+    return SimpleNamespace(
+        facts=[(ev, to.get(i)) for i, ev in enumerate(decision.facts)],
+        failures=[f.reason for f in decision.of(FailJob)],
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -50,19 +50,45 @@ class SeaweedS3:
         (self.home / "data").mkdir(exist_ok=True)
         self.access_key, self.secret_key = "sluice" + secrets.token_hex(6), secrets.token_hex(20)
         config = self.home / "s3.json"
-        config.write_text(json.dumps({"identities": [{
-            "name": "sluice-tests", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+        config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "sluice-tests",
+                            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                        }
+                    ]
+                }
+            )
+        )
         config.chmod(0o600)
         master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = _free_ports(8)
         self.endpoint = f"http://127.0.0.1:{s3}"
         command = [
-            self.binary, "server", f"-dir={self.home / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-master.port={master}", f"-master.port.grpc={master_grpc}", "-master.volumeSizeLimitMB=64",
-            f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}", "-volume.max=0",
-            "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
-            "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            f"-s3.config={config}", "-s3.autoCreateBucket=false", "-metricsPort=0",
+            self.binary,
+            "server",
+            f"-dir={self.home / 'data'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-master.port={master}",
+            f"-master.port.grpc={master_grpc}",
+            "-master.volumeSizeLimitMB=64",
+            f"-volume.port={volume}",
+            f"-volume.port.grpc={volume_grpc}",
+            "-volume.max=0",
+            "-filer",
+            f"-filer.port={filer}",
+            f"-filer.port.grpc={filer_grpc}",
+            "-s3",
+            f"-s3.port={s3}",
+            f"-s3.port.grpc={s3_grpc}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-s3.config={config}",
+            "-s3.autoCreateBucket=false",
+            "-metricsPort=0",
         ]
         began = time.monotonic()
         with open(self.home / "weed.log", "wb") as log:
@@ -76,16 +102,26 @@ class SeaweedS3:
 
     def env(self, **override: str) -> dict[str, str]:
         """The settings a Sluice process reads S3's endpoint and credentials from (services/dataplane/fs.py)."""
-        return {"SLUICE_S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
-                "AWS_SECRET_ACCESS_KEY": self.secret_key, **override}
+        return {
+            "SLUICE_S3_ENDPOINT": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            **override,
+        }
 
     def admin(self):  # -> pyarrow.fs.S3FileSystem
         """A client that may create and delete buckets (the tests' set-up; Sluice never does)."""
         from pyarrow import fs
 
-        return fs.S3FileSystem(access_key=self.access_key, secret_key=self.secret_key,
-                               endpoint_override=self.endpoint.removeprefix("http://"), scheme="http",
-                               region="us-east-1", allow_bucket_creation=True, allow_bucket_deletion=True)
+        return fs.S3FileSystem(
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            endpoint_override=self.endpoint.removeprefix("http://"),
+            scheme="http",
+            region="us-east-1",
+            allow_bucket_creation=True,
+            allow_bucket_deletion=True,
+        )
 
     def _wait_writable(self, deadline: float) -> None:
         last: Exception | None = None
@@ -103,8 +139,9 @@ class SeaweedS3:
             except OSError as exc:  # not listening yet, or no volume server registered yet
                 last = exc
                 time.sleep(0.2)
-        raise RuntimeError(f"SeaweedFS's S3 gateway did not take a write within the timeout: {last}; "
-                           f"see {self.home / 'weed.log'}")
+        raise RuntimeError(
+            f"SeaweedFS's S3 gateway did not take a write within the timeout: {last}; see {self.home / 'weed.log'}"
+        )
 
     def stop(self) -> None:
         process, self._process = self._process, None

@@ -50,16 +50,23 @@ def test_the_readme_is_a_map_of_about_200_lines() -> None:
 
 def test_the_first_two_commands_stay_as_they_are() -> None:
     fences = re.findall(r"```bash\n(.*?)\n```", README.read_text(), re.S)
-    assert fences[:2] == ["scripts/setup && .venv/bin/sluice run examples/wordcount.py",
-                          "scripts/setup && .venv/bin/python -m pytest"]
+    assert fences[:2] == [
+        "scripts/setup && .venv/bin/sluice run examples/wordcount.py",
+        "scripts/setup && .venv/bin/python -m pytest",
+    ]
     first = _FENCE.findall(README.read_text())[:2]
     assert all(f.startswith("```bash\n") for f in first), "no other block may come before the two commands"
 
 
 def test_a_newcomer_finds_state_changes_keys_and_inboxes_one_link_away() -> None:
     targets = links(README.read_text())
-    for where in ("services/jobs/machine.py", "services/jobs/state.py", "services/jobs/core.py",
-                  "store/keys.py", "services/jobmanager/"):
+    for where in (
+        "services/jobs/machine.py",
+        "services/jobs/state.py",
+        "services/jobs/core.py",
+        "store/keys.py",
+        "services/jobmanager/",
+    ):
         assert any(t.startswith(where) for t in targets), f"the README does not link {where}"
 
 

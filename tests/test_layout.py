@@ -56,10 +56,41 @@ def test_the_wheel_holds_the_product_alone() -> None:
 
 REDIS_LIBRARIES = {"redis", "rq", "hiredis"}
 REDIS_COMMANDS = {
-    "xadd", "xrange", "xrevrange", "xread", "xreadgroup", "xautoclaim", "xclaim", "xack", "xpending", "xtrim",
-    "xgroup_create", "xgroup_setid", "xgroup_destroy", "xinfo_groups", "xinfo_stream", "xlen", "hset", "hget",
-    "hgetall", "hkeys", "hdel", "pttl", "pexpire", "expire", "incr", "scan_iter", "register_script", "evalsha",
-    "execute_command", "pipeline", "flushdb", "flushall", "lpush", "rpush", "blpop",
+    "xadd",
+    "xrange",
+    "xrevrange",
+    "xread",
+    "xreadgroup",
+    "xautoclaim",
+    "xclaim",
+    "xack",
+    "xpending",
+    "xtrim",
+    "xgroup_create",
+    "xgroup_setid",
+    "xgroup_destroy",
+    "xinfo_groups",
+    "xinfo_stream",
+    "xlen",
+    "hset",
+    "hget",
+    "hgetall",
+    "hkeys",
+    "hdel",
+    "pttl",
+    "pexpire",
+    "expire",
+    "incr",
+    "scan_iter",
+    "register_script",
+    "evalsha",
+    "execute_command",
+    "pipeline",
+    "flushdb",
+    "flushall",
+    "lpush",
+    "rpush",
+    "blpop",
 }
 
 
@@ -72,11 +103,19 @@ def redis_calls(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import) and {a.name.split(".")[0] for a in node.names} & REDIS_LIBRARIES:
             found.append(f"{path.name}:{node.lineno} imports a Redis library")
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
-                and node.module.split(".")[0] in REDIS_LIBRARIES:
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.split(".")[0] in REDIS_LIBRARIES
+        ):
             found.append(f"{path.name}:{node.lineno} imports from {node.module}")
-        elif isinstance(node, ast.Attribute) and node.attr == "client" and isinstance(node.ctx, ast.Load) \
-                and id(node) not in called:
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr == "client"
+            and isinstance(node.ctx, ast.Load)
+            and id(node) not in called
+        ):
             found.append(f"{path.name}:{node.lineno} uses .client")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in REDIS_COMMANDS:
             found.append(f"{path.name}:{node.lineno} calls .{node.func.attr}()")
@@ -98,9 +137,11 @@ def test_only_store_talks_to_redis() -> None:
 
 def test_the_layout_guard_catches_a_redis_call_outside_store(tmp_path: Path) -> None:
     sneaky = tmp_path / "sneaky.py"
-    sneaky.write_text("def beat(log, key, hb):\n    pipe = log.client.pipeline()\n    pipe.xadd(key, hb)\n"
-                      "def skip(log, inbox):\n    log.backend.inner.client.xgroup_setid(inbox, 'g', '$')\n"
-                      "from rq import Queue\n")
+    sneaky.write_text(
+        "def beat(log, key, hb):\n    pipe = log.client.pipeline()\n    pipe.xadd(key, hb)\n"
+        "def skip(log, inbox):\n    log.backend.inner.client.xgroup_setid(inbox, 'g', '$')\n"
+        "from rq import Queue\n"
+    )
     hits = redis_calls(sneaky)
     assert any(".client" in h for h in hits) and any(".xadd()" in h for h in hits)
     assert any(".xgroup_setid()" in h for h in hits) and any("rq" in h for h in hits)
@@ -124,12 +165,41 @@ def test_keys_are_built_in_one_module() -> None:
 
 
 def test_public_apis() -> None:
-    assert {"Envelope", "encode", "decode", "decode_fields", "EVENT_TYPES", "TaskState", "KeyGroupRange",
-            "RegisterTaskManager", "NotifyKvStateRegistered"} <= set(sluice.events.__all__)
+    assert {
+        "Envelope",
+        "encode",
+        "decode",
+        "decode_fields",
+        "EVENT_TYPES",
+        "TaskState",
+        "KeyGroupRange",
+        "RegisterTaskManager",
+        "NotifyKvStateRegistered",
+    } <= set(sluice.events.__all__)
     assert set(sluice.store.__all__) == {
-        "Backend", "RedisBackend", "Blobs", "connect", "redact", "Entry", "GroupConsumer", "Keys", "tag_of", "LeaderLease", "LeaseHolder",
-        "current_leader", "CommitResult", "Consumed", "EventLog", "Out", "entry_order", "Deliverer", "ReadModels",
-        "KvStates", "server_address", "Snapshots", "StoredSnapshot",
+        "Backend",
+        "RedisBackend",
+        "Blobs",
+        "connect",
+        "redact",
+        "Entry",
+        "GroupConsumer",
+        "Keys",
+        "tag_of",
+        "LeaderLease",
+        "LeaseHolder",
+        "current_leader",
+        "CommitResult",
+        "Consumed",
+        "EventLog",
+        "Out",
+        "entry_order",
+        "Deliverer",
+        "ReadModels",
+        "KvStates",
+        "server_address",
+        "Snapshots",
+        "StoredSnapshot",
     }
     for name in sluice.events.__all__ + sluice.store.__all__:
         assert getattr(sluice.events, name, None) is not None or getattr(sluice.store, name, None) is not None, name
@@ -149,8 +219,10 @@ def test_every_error_is_declared_in_the_tree() -> None:
         if p != ROOT / "sluice" / "errors.py"
         for node in ast.walk(ast.parse(p.read_text()))
         if isinstance(node, ast.ClassDef)
-        and any(isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception")) or b.id in sluice.errors.__all__)
-                for b in node.bases)
+        and any(
+            isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception")) or b.id in sluice.errors.__all__)
+            for b in node.bases
+        )
     ]
     assert declared == []
     classes = {n: c for n, c in vars(sluice.errors).items() if inspect.isclass(c) and issubclass(c, BaseException)}

@@ -19,19 +19,57 @@ CLIENT = {"JobFile", "load_job", "Client", "JobNotFound", "JobRefusedError"}
 STATE = {"Location", "Lookup", "StateClient"}
 ERRORS = {
     "SluiceError",
-    "EventError", "DecodeError", "NotJSON", "MalformedEnvelope", "UnknownEventType", "UnsupportedSchemaVersion",
-    "MissingField", "WrongFieldType", "UnexpectedField",
-    "StoreError", "RedisUnavailable", "StaleEpoch", "StoreRestarted", "ScriptError", "ScriptFailed", "NoGroup",
-    "CommandError", "WrongType", "PartlyAppended", "IdsOutOfOrder",
-    "ConfigError", "PrefixInUse",
-    "InvalidJobGraph", "JobRefusedError", "SnapshotUnreadable", "BadMoment", "UnknownDeadLetter", "NotAnExport",
+    "EventError",
+    "DecodeError",
+    "NotJSON",
+    "MalformedEnvelope",
+    "UnknownEventType",
+    "UnsupportedSchemaVersion",
+    "MissingField",
+    "WrongFieldType",
+    "UnexpectedField",
+    "StoreError",
+    "RedisUnavailable",
+    "StaleEpoch",
+    "StoreRestarted",
+    "ScriptError",
+    "ScriptFailed",
+    "NoGroup",
+    "CommandError",
+    "WrongType",
+    "PartlyAppended",
+    "IdsOutOfOrder",
+    "ConfigError",
+    "PrefixInUse",
+    "InvalidJobGraph",
+    "JobRefusedError",
+    "SnapshotUnreadable",
+    "BadMoment",
+    "UnknownDeadLetter",
+    "NotAnExport",
     "ApiError",
-    "DataplaneError", "SplitError", "SchemaError", "StorageError", "StorageNotFound",
-    "MessageRejected", "UnexpectedMessage", "UnexpectedJobMessage",
+    "DataplaneError",
+    "SplitError",
+    "SchemaError",
+    "StorageError",
+    "StorageNotFound",
+    "MessageRejected",
+    "UnexpectedMessage",
+    "UnexpectedJobMessage",
     "IllegalTransition",
-    "ServiceError", "ContextNotBound", "CoordinatorError", "NoAnswer", "TaskStartFailed", "StorageUnreachable",
-    "HandlerFailed", "DuplicateCommit",
-    "QueryableStateError", "JobNotFound", "UnknownJob", "UnknownStateName", "StateNotRegistered",
+    "ServiceError",
+    "ContextNotBound",
+    "CoordinatorError",
+    "NoAnswer",
+    "TaskStartFailed",
+    "StorageUnreachable",
+    "HandlerFailed",
+    "DuplicateCommit",
+    "QueryableStateError",
+    "JobNotFound",
+    "UnknownJob",
+    "UnknownStateName",
+    "StateNotRegistered",
     "StateServerUnavailable",
 }
 
@@ -39,15 +77,28 @@ METHODS = {
     sluice.api.Job: {"graph", "noop", "read_csv", "read_parquet", "read_range", "read_text"},
     sluice.api.Stream: {"key_by", "map", "with_coordinator", "write_csv", "write_parquet"},
     sluice.api.Keyed: {"map"},
-    sluice.client.Client: {"cancel", "checkpoint", "close", "job", "job_ids", "purge", "submit", "wait_accepted",
-                           "wait_ended", "wait_running"},
+    sluice.client.Client: {
+        "cancel",
+        "checkpoint",
+        "close",
+        "job",
+        "job_ids",
+        "purge",
+        "submit",
+        "wait_accepted",
+        "wait_ended",
+        "wait_running",
+    },
     sluice.state.StateClient: {"dispose", "forget", "get", "location", "lookup"},
     sluice.state.Location: {"range_of"},
 }
 
 
-@pytest.mark.parametrize(("module", "names"), [(sluice.api, API), (sluice.client, CLIENT), (sluice.state, STATE),
-                                               (sluice.errors, ERRORS)], ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize(
+    ("module", "names"),
+    [(sluice.api, API), (sluice.client, CLIENT), (sluice.state, STATE), (sluice.errors, ERRORS)],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
 def test_the_exported_names(module: object, names: set[str]) -> None:
     exported = module.__all__
     assert len(exported) == len(set(exported)), "a name exported twice"
@@ -56,8 +107,9 @@ def test_the_exported_names(module: object, names: set[str]) -> None:
 
 
 def test_the_public_methods_of_what_a_user_holds() -> None:
-    assert {cls.__name__: {n for n in dir(cls) if not n.startswith("_")} for cls in METHODS} == \
-        {cls.__name__: names for cls, names in METHODS.items()}
+    assert {cls.__name__: {n for n in dir(cls) if not n.startswith("_")} for cls in METHODS} == {
+        cls.__name__: names for cls, names in METHODS.items()
+    }
 
 
 def test_every_error_exported_is_one_of_the_tree() -> None:

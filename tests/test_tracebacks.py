@@ -16,7 +16,7 @@ from sluice.errors_display import internal_roots, is_internal, short_traceback
 from sluice.services.taskmanager.library import load_module
 
 HINT = "sluice status j1 --json"
-JOB = '''import json
+JOB = """import json
 
 from pyspark.sql.types import StructType
 
@@ -46,7 +46,7 @@ def deep(n):
 
 def boom():
     raise ValueError("bad input row 42")
-'''
+"""
 
 _names = itertools.count()
 
@@ -72,19 +72,24 @@ def raised(call, *args) -> str:
 
 
 def user_frames(text: str) -> list[str]:
-    return [line.split(", in ")[-1] for line in text.splitlines() if line.startswith('  File "')
-            and "sluice_job_abc123.py" in line]
+    return [
+        line.split(", in ")[-1]
+        for line in text.splitlines()
+        if line.startswith('  File "') and "sluice_job_abc123.py" in line
+    ]
 
 
 def test_a_user_error_under_sluice_and_the_standard_library_shows_the_users_frames_and_the_exception(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     from sluice.services.embedded.spark_connect import _listens
 
     module = job_module(tmp_path)
     # Sluice's code (a wait's check, called before the first try) calls json.loads, which
     # calls the user's hook, which raises.
     full = "task lines -> out[0] failed after 2 restarts: " + raised(
-        _listens, "127.0.0.1", 1, 1.0, 0.1, functools.partial(json.loads, '{"a": 1}', object_hook=module.hook))
+        _listens, "127.0.0.1", 1, 1.0, 0.1, functools.partial(json.loads, '{"a": 1}', object_hook=module.hook)
+    )
     frames = sum(line.startswith('  File "') for line in full.splitlines())
     short = short_traceback(full, hint=HINT)
     lines = short.splitlines()
@@ -93,8 +98,10 @@ def test_a_user_error_under_sluice_and_the_standard_library_shows_the_users_fram
     assert "    return deep(n - 1) if n else boom()" in lines and '    raise ValueError("bad input row 42")' in lines
     assert "  [Previous line repeated 1 more time]" in lines  # Python's count of the fourth deep()
     assert frames - 5 >= 4  # _listens, and json's loads, decode, raw_decode
-    assert lines[-2:] == ["ValueError: bad input row 42", f"({frames - 5} internal frames of Sluice, Spark and "
-                                                          f"Python hidden; the full traceback: {HINT})"]
+    assert lines[-2:] == [
+        "ValueError: bad input row 42",
+        f"({frames - 5} internal frames of Sluice, Spark and Python hidden; the full traceback: {HINT})",
+    ]
     assert "embedded/spark_connect.py" in full and "embedded/spark_connect.py" not in short and "json/" not in short
 
 
@@ -139,8 +146,10 @@ def test_an_error_with_no_user_frame_keeps_the_innermost_frame() -> None:
     assert "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/dir/x'" in short
 
 
-@pytest.mark.parametrize("text", ["vertex out failed (no restart): no slot within 120 s", "",
-                                  "Traceback (most recent call last):\nValueError: x"])
+@pytest.mark.parametrize(
+    "text",
+    ["vertex out failed (no restart): no slot within 120 s", "", "Traceback (most recent call last):\nValueError: x"],
+)
 def test_text_without_internal_frames_comes_back_unchanged(text: str) -> None:
     assert short_traceback(text, hint=HINT) == text
 
@@ -148,11 +157,19 @@ def test_text_without_internal_frames_comes_back_unchanged(text: str) -> None:
 def test_what_counts_as_internal() -> None:
     roots = internal_roots()
     sluice_file = str(Path(roots[0]) / "x.py")
-    for internal in (sluice_file, "<frozen runpy>", "/usr/lib/python3.11/json/decoder.py",
-                     "/venv/lib/python3.11/site-packages/pyspark/sql/types.py",
-                     "/opt/spark/python/lib/pyspark.zip/pyspark/worker.py",
-                     "/opt/spark/python/lib/py4j-0.10.9.7-src.zip/py4j/protocol.py"):
+    for internal in (
+        sluice_file,
+        "<frozen runpy>",
+        "/usr/lib/python3.11/json/decoder.py",
+        "/venv/lib/python3.11/site-packages/pyspark/sql/types.py",
+        "/opt/spark/python/lib/pyspark.zip/pyspark/worker.py",
+        "/opt/spark/python/lib/py4j-0.10.9.7-src.zip/py4j/protocol.py",
+    ):
         assert is_internal(internal, roots), internal
-    for user in ("/home/ann/jobs/etl.py", "/home/ann/.sluice/library/ab12/sluice_job_ab12.py",
-                 roots[0] + "-mine/job.py", "<string>"):
+    for user in (
+        "/home/ann/jobs/etl.py",
+        "/home/ann/.sluice/library/ab12/sluice_job_ab12.py",
+        roots[0] + "-mine/job.py",
+        "<string>",
+    ):
         assert not is_internal(user, roots), user

@@ -19,8 +19,19 @@ from typing import Literal, NamedTuple, TypeVar
 from sluice.errors import MessageRejected
 from sluice.events import Event
 
-__all__ = ["Address", "Send", "Note", "Checkpoint", "FailVertex", "FailJob", "Recorded", "Deliver", "Rejected",
-           "Instruction", "Decision"]
+__all__ = [
+    "Address",
+    "Send",
+    "Note",
+    "Checkpoint",
+    "FailVertex",
+    "FailJob",
+    "Recorded",
+    "Deliver",
+    "Rejected",
+    "Instruction",
+    "Decision",
+]
 
 Inbox = Literal["cluster", "job", "subtask", "taskmanager", "client"]
 

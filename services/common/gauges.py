@@ -22,12 +22,25 @@ if TYPE_CHECKING:
     from sluice.store import EventLog
     from sluice.store.metrics_reads import InboxReading
 
-__all__ = ["cluster_families", "inbox_families", "dead_letter_family", "taskmanager_families", "store_families",
-           "jobmanager_gauges", "taskmanager_gauges", "projector_gauges"]
+__all__ = [
+    "cluster_families",
+    "inbox_families",
+    "dead_letter_family",
+    "taskmanager_families",
+    "store_families",
+    "jobmanager_gauges",
+    "taskmanager_gauges",
+    "projector_gauges",
+]
 
 
-def _gauge(name: str, doc: str, labels: Sequence[str] = (), values: dict[tuple[str, ...], float] | None = None,
-           value: float | None = None) -> GaugeMetricFamily:
+def _gauge(
+    name: str,
+    doc: str,
+    labels: Sequence[str] = (),
+    values: dict[tuple[str, ...], float] | None = None,
+    value: float | None = None,
+) -> GaugeMetricFamily:
     g = GaugeMetricFamily(name, doc, labels=list(labels) if labels else None, value=value)
     for key, v in (values or {}).items():
         g.add_metric(list(key), v)
@@ -52,12 +65,24 @@ def cluster_families(leading: bool, epoch: int | None, membership: Membership, j
         _gauge("sluice_jobmanager_leading", "1 while this JobManager leads, else 0.", value=int(leading)),
         _gauge("sluice_jobmanager_epoch", "The epoch this JobManager leads at (0: standby).", value=epoch or 0),
         _gauge("sluice_cluster_taskmanagers", "TaskManagers registered with the leader.", value=len(active)),
-        _gauge("sluice_cluster_slots", "Slots of registered TaskManagers, free or in use.", ["state"],
-               {("free",): total - used, ("in_use",): used}),
-        _gauge("sluice_tasks", "Subtasks' current attempts of the jobs the leader holds, by state.", ["state"],
-               {(s,): n for s, n in sorted(tasks.items())}),
-        _gauge("sluice_jobs", "Jobs the leader holds in memory, by status.", ["status"],
-               {(s,): n for s, n in sorted(statuses.items())}),
+        _gauge(
+            "sluice_cluster_slots",
+            "Slots of registered TaskManagers, free or in use.",
+            ["state"],
+            {("free",): total - used, ("in_use",): used},
+        ),
+        _gauge(
+            "sluice_tasks",
+            "Subtasks' current attempts of the jobs the leader holds, by state.",
+            ["state"],
+            {(s,): n for s, n in sorted(tasks.items())},
+        ),
+        _gauge(
+            "sluice_jobs",
+            "Jobs the leader holds in memory, by status.",
+            ["status"],
+            {(s,): n for s, n in sorted(statuses.items())},
+        ),
     ]
 
 
@@ -71,10 +96,18 @@ def inbox_families(readings: Iterable[InboxReading], kind_of: Callable[[str], st
         lag[kind] += r.lag
         pending[kind] += r.pending
     return [
-        _gauge("sluice_inbox_lag_entries", "Inbox entries not yet read by this process's consumer group.",
-               ["inbox"], {(k,): n for k, n in sorted(lag.items())}),
-        _gauge("sluice_inbox_pending_entries", "Inbox entries read and not yet acknowledged.", ["inbox"],
-               {(k,): n for k, n in sorted(pending.items())}),
+        _gauge(
+            "sluice_inbox_lag_entries",
+            "Inbox entries not yet read by this process's consumer group.",
+            ["inbox"],
+            {(k,): n for k, n in sorted(lag.items())},
+        ),
+        _gauge(
+            "sluice_inbox_pending_entries",
+            "Inbox entries read and not yet acknowledged.",
+            ["inbox"],
+            {(k,): n for k, n in sorted(pending.items())},
+        ),
     ]
 
 
@@ -83,9 +116,13 @@ def dead_letter_family(counts: dict[str, int], kind_of: Callable[[str], str]) ->
     by_kind: Tally[str] = Tally()
     for tag, n in counts.items():
         by_kind[kind_of(tag)] += n
-    return _gauge("sluice_dead_letter_entries", "Entries in the dead-letter streams of the tags this process "
-                  "reads (parked: undecodable, refused, undeliverable).", ["scope"],
-                  {(k,): n for k, n in sorted(by_kind.items())})
+    return _gauge(
+        "sluice_dead_letter_entries",
+        "Entries in the dead-letter streams of the tags this process "
+        "reads (parked: undecodable, refused, undeliverable).",
+        ["scope"],
+        {(k,): n for k, n in sorted(by_kind.items())},
+    )
 
 
 def taskmanager_families(registered: bool, slots: int, held: Iterable[str]) -> list[Metric]:
@@ -94,16 +131,33 @@ def taskmanager_families(registered: bool, slots: int, held: Iterable[str]) -> l
     used = sum(tasks.values())
     return [
         _gauge("sluice_taskmanager_registered", "1 while registered with a leader, else 0.", value=int(registered)),
-        _gauge("sluice_taskmanager_slots", "This TaskManager's slots, free or in use.", ["state"],
-               {("free",): max(slots - used, 0), ("in_use",): used}),
-        _gauge("sluice_taskmanager_tasks", "Tasks this TaskManager holds, by state.", ["state"],
-               {(s,): n for s, n in sorted(tasks.items())}),
+        _gauge(
+            "sluice_taskmanager_slots",
+            "This TaskManager's slots, free or in use.",
+            ["state"],
+            {("free",): max(slots - used, 0), ("in_use",): used},
+        ),
+        _gauge(
+            "sluice_taskmanager_tasks",
+            "Tasks this TaskManager holds, by state.",
+            ["state"],
+            {(s,): n for s, n in sorted(tasks.items())},
+        ),
     ]
 
 
-def jobmanager_gauges(*, leading: bool, epoch: int | None, state: LeaderState, recovering: int,
-                      streams: list[str], cluster: tuple[str, str], log: EventLog, group: str,
-                      logger: Any) -> list[Metric]:
+def jobmanager_gauges(
+    *,
+    leading: bool,
+    epoch: int | None,
+    state: LeaderState,
+    recovering: int,
+    streams: list[str],
+    cluster: tuple[str, str],
+    log: EventLog,
+    group: str,
+    logger: Any,
+) -> list[Metric]:
     """Everything a JobManager's endpoint computes when scraped: from its leadership, its
     state (read once: it is replaced whole when it steps down), how many jobs it is still
     recovering, the streams it reads (``cluster``: the cluster's inbox and tag) and, through
@@ -112,22 +166,30 @@ def jobmanager_gauges(*, leading: bool, epoch: int | None, state: LeaderState, r
     from sluice.store.metrics_reads import dead_letter_counts, inbox_readings
 
     out = cluster_families(leading, epoch, state.membership, state.jobs)
-    out.append(_gauge("sluice_jobs_recovering", "Live jobs a leader that already serves is still rebuilding from "
-                      "the log.", value=recovering))
+    out.append(
+        _gauge(
+            "sluice_jobs_recovering",
+            "Live jobs a leader that already serves is still rebuilding from the log.",
+            value=recovering,
+        )
+    )
 
     def kind(stream_or_tag: str) -> str:
         return "cluster" if stream_or_tag in cluster else "jobs"
 
     def read() -> list[Metric]:
         tags = list(dict.fromkeys(tag_of(s) for s in streams))
-        return [*inbox_families(inbox_readings(log, streams, group), kind),
-                dead_letter_family(dead_letter_counts(log, tags), kind)]
+        return [
+            *inbox_families(inbox_readings(log, streams, group), kind),
+            dead_letter_family(dead_letter_counts(log, tags), kind),
+        ]
 
     return out + store_families(read, logger)
 
 
-def taskmanager_gauges(log: EventLog, inbox: str, group: str, logger: Any, *, registered: bool, slots: int,
-                       held: Iterable[AttemptReport]) -> list[Metric]:
+def taskmanager_gauges(
+    log: EventLog, inbox: str, group: str, logger: Any, *, registered: bool, slots: int, held: Iterable[AttemptReport]
+) -> list[Metric]:
     """Everything a TaskManager's endpoint computes when scraped: its registration and slots,
     ``held`` (its slot report) and its inbox (the stream ``inbox``, read by ``group``)."""
     from sluice.store import tag_of
@@ -137,8 +199,10 @@ def taskmanager_gauges(log: EventLog, inbox: str, group: str, logger: Any, *, re
 
     def read() -> list[Metric]:
         tag = tag_of(inbox)
-        return [*inbox_families(inbox_readings(log, [inbox], group), lambda _: "taskmanager"),
-                dead_letter_family(dead_letter_counts(log, [tag]), lambda _: "taskmanager")]
+        return [
+            *inbox_families(inbox_readings(log, [inbox], group), lambda _: "taskmanager"),
+            dead_letter_family(dead_letter_counts(log, [tag]), lambda _: "taskmanager"),
+        ]
 
     return out + store_families(read, logger)
 
@@ -146,8 +210,14 @@ def taskmanager_gauges(log: EventLog, inbox: str, group: str, logger: Any, *, re
 def projector_gauges(p: Projector) -> list[Metric]:
     """Everything the projector's endpoint computes when scraped."""
     tables: Tally[str] = Tally(r.projection.name for r in list(p.running))
-    return [_gauge("sluice_projector_tables", "Read-model tables the projector keeps, by projection.", ["projection"],
-                   {(name,): n for name, n in sorted(tables.items())})]
+    return [
+        _gauge(
+            "sluice_projector_tables",
+            "Read-model tables the projector keeps, by projection.",
+            ["projection"],
+            {(name,): n for name, n in sorted(tables.items())},
+        )
+    ]
 
 
 def store_families(read: Callable[[], list[Metric]], logger: Any) -> list[Metric]:

@@ -28,8 +28,10 @@ __all__ = ["MARKER", "ADVICE", "marker_path", "input_paths", "write", "unreachab
 MARKER = "_SLUICE_JOB"
 """The marker's name: ``_`` first, so Spark and Hadoop readers skip it like ``_SUCCESS``."""
 
-ADVICE = ("every TaskManager must reach the same storage root and inputs (a shared filesystem mounted at the "
-          "same path on every host, see README 'Across hosts')")
+ADVICE = (
+    "every TaskManager must reach the same storage root and inputs (a shared filesystem mounted at the "
+    "same path on every host, see README 'Across hosts')"
+)
 
 
 def _local(uri: str) -> Path | None:
@@ -50,8 +52,9 @@ def marker_path(storage_root: str, job_id: str) -> Path | None:
 
 def input_paths(splits: dict[str, list[Any]]) -> list[str]:
     """The input files of a job's split plan (every split's ``path``), each once, in order."""
-    return list(dict.fromkeys(str(s["path"]) for plan in splits.values() for s in plan
-                              if isinstance(s, dict) and "path" in s))
+    return list(
+        dict.fromkeys(str(s["path"]) for plan in splits.values() for s in plan if isinstance(s, dict) and "path" in s)
+    )
 
 
 def write(storage_root: str, job_id: str, inputs: list[str], host: str) -> Path | None:
@@ -75,7 +78,10 @@ def write(storage_root: str, job_id: str, inputs: list[str], host: str) -> Path 
         raise StorageUnreachable(
             f"the JobManager on host {host} cannot write the job's marker {path} under the storage root "
             f"{storage_root} ({type(exc).__name__}: {exc.strerror or exc}): give the JobManager a storage root "
-            f"it can write (--storage-root or $SLUICE_STORAGE_ROOT); {ADVICE}", host=host, path=str(path)) from exc
+            f"it can write (--storage-root or $SLUICE_STORAGE_ROOT); {ADVICE}",
+            host=host,
+            path=str(path),
+        ) from exc
     return path
 
 
@@ -90,27 +96,45 @@ def unreachable(storage_root: str, job_id: str, resource_id: str, host: str) -> 
     try:
         data = orjson.loads(path.read_bytes())
     except FileNotFoundError:
-        return StorageUnreachable(f"{who} cannot see the storage root {storage_root} (marker {path} missing): "
-                                  f"{ADVICE}", host=host, path=str(path))
+        return StorageUnreachable(
+            f"{who} cannot see the storage root {storage_root} (marker {path} missing): {ADVICE}",
+            host=host,
+            path=str(path),
+        )
     except OSError as exc:
         if not _conclusive(exc):
             return None  # an I/O error, not an absence: the attempt runs and fails (and restarts) as any would
-        return StorageUnreachable(f"{who} cannot read the job's marker {path} under the storage root {storage_root} "
-                                  f"({type(exc).__name__}: {exc}): {ADVICE}", host=host, path=str(path))
+        return StorageUnreachable(
+            f"{who} cannot read the job's marker {path} under the storage root {storage_root} "
+            f"({type(exc).__name__}: {exc}): {ADVICE}",
+            host=host,
+            path=str(path),
+        )
     except orjson.JSONDecodeError as exc:
-        return StorageUnreachable(f"{who} cannot read the job's marker {path} under the storage root {storage_root} "
-                                  f"({type(exc).__name__}: {exc}): {ADVICE}", host=host, path=str(path))
+        return StorageUnreachable(
+            f"{who} cannot read the job's marker {path} under the storage root {storage_root} "
+            f"({type(exc).__name__}: {exc}): {ADVICE}",
+            host=host,
+            path=str(path),
+        )
     if not isinstance(data, dict) or data.get("job_id") != job_id:
         named = data.get("job_id") if isinstance(data, dict) else data
-        return StorageUnreachable(f"{who} sees another job's marker at {path} (it names {named!r}, not {job_id!r}): "
-                                  f"the storage root {storage_root} is not the one the JobManager wrote to; "
-                                  f"{ADVICE}", host=host, path=str(path))
+        return StorageUnreachable(
+            f"{who} sees another job's marker at {path} (it names {named!r}, not {job_id!r}): "
+            f"the storage root {storage_root} is not the one the JobManager wrote to; "
+            f"{ADVICE}",
+            host=host,
+            path=str(path),
+        )
     inputs = data.get("inputs")
     for raw in inputs if isinstance(inputs, list) else []:
         if _is_file(str(raw)) is False:
-            return StorageUnreachable(f"{who} cannot see the input file {raw} (the JobManager on host "
-                                      f"{data.get('written_by', '?')} planned the job's splits from it): {ADVICE}",
-                                      host=host, path=str(raw))
+            return StorageUnreachable(
+                f"{who} cannot see the input file {raw} (the JobManager on host "
+                f"{data.get('written_by', '?')} planned the job's splits from it): {ADVICE}",
+                host=host,
+                path=str(raw),
+            )
     return None
 
 

@@ -43,8 +43,15 @@ from sluice.services.coordination.source import NO_MORE, REQUEST, SPLIT
 
 from .shell import hostname
 
-__all__ = ["Metrics", "JobManagerMetrics", "TaskManagerMetrics", "ProjectorMetrics", "StateCollector", "Endpoint",
-           "serve"]
+__all__ = [
+    "Metrics",
+    "JobManagerMetrics",
+    "TaskManagerMetrics",
+    "ProjectorMetrics",
+    "StateCollector",
+    "Endpoint",
+    "serve",
+]
 
 RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 SPLIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -58,14 +65,24 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.events_appended = Counter(
-            "sluice_events_appended", "Events this process appended to the log, by type and by the kind of "
-            "stream written (facts, inbox, outbox).", ["type", "stream"], registry=r)
+            "sluice_events_appended",
+            "Events this process appended to the log, by type and by the kind of "
+            "stream written (facts, inbox, outbox).",
+            ["type", "stream"],
+            registry=r,
+        )
         self.events_handled = Counter(
-            "sluice_events_handled", "Events this process read and acted on (inbox messages; facts for the "
-            "projector), by type.", ["type"], registry=r)
+            "sluice_events_handled",
+            "Events this process read and acted on (inbox messages; facts for the projector), by type.",
+            ["type"],
+            registry=r,
+        )
         self.dead_letters_parked = Counter(
-            "sluice_dead_letters_parked", "Entries this process parked in a dead-letter stream, by kind of "
-            "reason.", ["kind"], registry=r)
+            "sluice_dead_letters_parked",
+            "Entries this process parked in a dead-letter stream, by kind of reason.",
+            ["kind"],
+            registry=r,
+        )
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, counter: Counter, *labels: str) -> Any:
@@ -97,25 +114,41 @@ class JobManagerMetrics(Metrics):
         super().__init__()
         r = self.registry
         self.task_transitions = Counter(
-            "sluice_task_transitions", "Task state changes the leader committed, by the state entered.",
-            ["state"], registry=r)
+            "sluice_task_transitions",
+            "Task state changes the leader committed, by the state entered.",
+            ["state"],
+            registry=r,
+        )
         self.restarts = Counter("sluice_task_restarts", "Subtask restarts the leader scheduled.", registry=r)
         self.recovery = Histogram(
-            "sluice_leadership_recovery_seconds", "From taking the lease to serving: replaying the log "
+            "sluice_leadership_recovery_seconds",
+            "From taking the lease to serving: replaying the log "
             "(all of it, or as much as its serve-after time allows), restoring coordinators, recovering what the "
-            "last leader left undone.", buckets=RECOVERY_BUCKETS,
-            registry=r)
+            "last leader left undone.",
+            buckets=RECOVERY_BUCKETS,
+            registry=r,
+        )
         self.all_recovered = Histogram(
-            "sluice_leadership_jobs_recovered_seconds", "From taking the lease to every live job rebuilt, when "
+            "sluice_leadership_jobs_recovered_seconds",
+            "From taking the lease to every live job rebuilt, when "
             "the leader began to serve before (a rebuild longer than its serve-after time).",
-            buckets=RECOVERY_BUCKETS, registry=r)
+            buckets=RECOVERY_BUCKETS,
+            registry=r,
+        )
         self.split_round_trip = Histogram(
-            "sluice_split_round_trip_seconds", "From a source subtask's split request (its send time) to the "
-            "leader's answer committed (a split, or none left).", buckets=SPLIT_BUCKETS, registry=r)
+            "sluice_split_round_trip_seconds",
+            "From a source subtask's split request (its send time) to the "
+            "leader's answer committed (a split, or none left).",
+            buckets=SPLIT_BUCKETS,
+            registry=r,
+        )
         self.log_unreadable = Counter(
-            "sluice_log_unreadable", "Times this JobManager met a fact it cannot read in the log it was to lead "
-            "(and handed the lease over), by kind of reason (e.g. 'unsupported schema version').", ["kind"],
-            registry=r)
+            "sluice_log_unreadable",
+            "Times this JobManager met a fact it cannot read in the log it was to lead "
+            "(and handed the lease over), by kind of reason (e.g. 'unsupported schema version').",
+            ["kind"],
+            registry=r,
+        )
         self._asked: dict[tuple[str, str, int, int], int] = {}
 
     def handled_entries(self, envs: Sequence[Envelope]) -> None:
@@ -164,8 +197,7 @@ class JobManagerMetrics(Metrics):
 def _request(ev: Event) -> tuple[str, str, int, int] | None:
     if type(ev) is RequestNextInputSplit:
         return ev.job_id, ev.vertex_id, ev.subtask, _attempt(ev.execution_id)
-    if type(ev) is OperatorEvent and ev.to_coordinator and isinstance(ev.body, dict) \
-            and ev.body.get("type") == REQUEST:
+    if type(ev) is OperatorEvent and ev.to_coordinator and isinstance(ev.body, dict) and ev.body.get("type") == REQUEST:
         return ev.job_id, ev.operator_id, ev.subtask, ev.attempt
     return None
 
@@ -174,8 +206,12 @@ def _answer(ev: Event) -> tuple[str, str, int, int] | None:
     if type(ev) is NextInputSplit:
         vertex, subtask, attempt = ev.execution_id.rsplit(":", 2)
         return ev.job_id, vertex, int(subtask), int(attempt)
-    if type(ev) is OperatorEvent and not ev.to_coordinator and isinstance(ev.body, dict) \
-            and ev.body.get("type") in (SPLIT, NO_MORE):
+    if (
+        type(ev) is OperatorEvent
+        and not ev.to_coordinator
+        and isinstance(ev.body, dict)
+        and ev.body.get("type") in (SPLIT, NO_MORE)
+    ):
         return ev.job_id, ev.operator_id, ev.subtask, ev.attempt
     return None
 
@@ -191,16 +227,21 @@ class TaskManagerMetrics(Metrics):
     def __init__(self) -> None:
         super().__init__()
         self.tasks_ended = Counter(
-            "sluice_taskmanager_tasks_ended", "Tasks that ended on this TaskManager, by final state.", ["state"],
-            registry=self.registry)
+            "sluice_taskmanager_tasks_ended",
+            "Tasks that ended on this TaskManager, by final state.",
+            ["state"],
+            registry=self.registry,
+        )
 
 
 class ProjectorMetrics(Metrics):
     def __init__(self) -> None:
         super().__init__()
         self.table_writes = Counter(
-            "sluice_projector_table_writes", "Batches of rows the projector wrote to its read-model tables.",
-            registry=self.registry)
+            "sluice_projector_table_writes",
+            "Batches of rows the projector wrote to its read-model tables.",
+            registry=self.registry,
+        )
 
 
 # --- gauges at scrape time -------------------------------------------------------------------
@@ -244,19 +285,26 @@ def serve(metrics: Metrics, port: int, host: str = "0.0.0.0", *, option: str = "
     """Serve ``metrics`` at http://HOST:PORT/metrics from a daemon thread. A port that is not
     one, or is taken, is a ConfigError that says what to do (``option``: how the user set it)."""
     if not 1 <= port <= 65535:
-        raise ConfigError(f"metrics port {port} is not a TCP port: give {option} a port from 1 to 65535, "
-                          "or 0 to serve no metrics")
+        raise ConfigError(
+            f"metrics port {port} is not a TCP port: give {option} a port from 1 to 65535, or 0 to serve no metrics"
+        )
     try:
         server, thread = start_http_server(port, addr=host, registry=metrics.registry)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            raise ConfigError(f"metrics port {port} on {host} is already in use by another process: give {option} "
-                              "a free port, or 0 to serve no metrics") from exc
+            raise ConfigError(
+                f"metrics port {port} on {host} is already in use by another process: give {option} "
+                "a free port, or 0 to serve no metrics"
+            ) from exc
         if exc.errno == errno.EACCES:
-            raise ConfigError(f"metrics port {port} on {host} needs privileges this process lacks: give {option} "
-                              "a port above 1023, or 0 to serve no metrics") from exc
-        raise ConfigError(f"cannot serve metrics on {host}:{port} ({exc}): check the metrics host, give {option} "
-                          "another port, or 0 to serve no metrics") from exc
+            raise ConfigError(
+                f"metrics port {port} on {host} needs privileges this process lacks: give {option} "
+                "a port above 1023, or 0 to serve no metrics"
+            ) from exc
+        raise ConfigError(
+            f"cannot serve metrics on {host}:{port} ({exc}): check the metrics host, give {option} "
+            "another port, or 0 to serve no metrics"
+        ) from exc
     shown = hostname() if host in ("", "0.0.0.0", "::") else host
     shown = f"[{shown}]" if ":" in shown else shown
     return Endpoint(server, thread, f"http://{shown}:{server.server_address[1]}/metrics")

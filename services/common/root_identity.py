@@ -77,7 +77,10 @@ def ensure(storage_root: str, new_id: Callable[[], str], host: str) -> str:
         raise StorageUnreachable(
             f"the JobManager on host {host} cannot make or read the storage root's identity {path} "
             f"({type(exc).__name__}: {exc}): give the JobManager a storage root it can write (--storage-root "
-            f"or $SLUICE_STORAGE_ROOT); {ADVICE}", host=host, path=str(path)) from exc
+            f"or $SLUICE_STORAGE_ROOT); {ADVICE}",
+            host=host,
+            path=str(path),
+        ) from exc
     finally:
         try:
             partial.unlink(missing_ok=True)
@@ -98,6 +101,7 @@ def look(storage_root: str, root_id: str) -> tuple[str, str | None]:
     except (OSError, ValueError, orjson.JSONDecodeError) as exc:
         return str(path), f"unreadable: {type(exc).__name__}: {exc}"
     if seen != root_id:
-        return str(path), (f"it holds the id {seen}, not the leader's {root_id}: a directory of this host's "
-                           "own, not the shared one")
+        return str(path), (
+            f"it holds the id {seen}, not the leader's {root_id}: a directory of this host's own, not the shared one"
+        )
     return str(path), None

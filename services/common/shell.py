@@ -14,8 +14,16 @@ from typing import Protocol
 
 import structlog
 
-__all__ = ["new_id", "now_ms", "hostname", "configure_logging", "stop_on_signals", "get_logger", "RedisAway",
-           "set_aside_reporter"]
+__all__ = [
+    "new_id",
+    "now_ms",
+    "hostname",
+    "configure_logging",
+    "stop_on_signals",
+    "get_logger",
+    "RedisAway",
+    "set_aside_reporter",
+]
 
 
 def new_id() -> str:
@@ -39,8 +47,13 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
         json = os.environ.get("SLUICE_LOG_JSON") == "1"
     # Plain tracebacks, never rich's with every frame's locals: a log line is for a person,
     # and locals can hold secrets and whole messages.
-    renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(
-        colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)
+    renderer = (
+        structlog.processors.JSONRenderer()
+        if json
+        else structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
+    )
     processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -71,15 +84,18 @@ class CountsParked(Protocol):
     def parked(self, kind: str) -> None: ...
 
 
-def set_aside_reporter(logger: structlog.typing.FilteringBoundLogger, metrics: CountsParked
-                       ) -> Callable[[str, str, str], None]:
+def set_aside_reporter(
+    logger: structlog.typing.FilteringBoundLogger, metrics: CountsParked
+) -> Callable[[str, str, str], None]:
     """A process's ``EventLog.on_set_aside``: an inbox it read or wrote to held another kind
     of value (something else wrote its key), which was moved aside. Messages unread in it
     were lost with it: the TaskManagers' slot reports bring back the final states of tasks."""
+
     def told(stream: str, kind: str, aside: str) -> None:
         metrics.parked("not-a-stream")
-        logger.error("an inbox held another kind of value; it was moved aside", stream=stream, held=kind,
-                     moved_to=aside)
+        logger.error(
+            "an inbox held another kind of value; it was moved aside", stream=stream, held=kind, moved_to=aside
+        )
 
     return told
 
@@ -94,7 +110,6 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     return stop
-
 
 
 class RedisAway:
@@ -115,8 +130,10 @@ class RedisAway:
         if self.since is None:
             self.since = time.monotonic()
             self.delay = 0.1
-            self.logger.warning("Redis is away; waiting for it (nothing is lost: work in hand is kept and "
-                                "reported when it is back)", error=str(error)[:300])
+            self.logger.warning(
+                "Redis is away; waiting for it (nothing is lost: work in hand is kept and reported when it is back)",
+                error=str(error)[:300],
+            )
         else:
             self.delay = min(self.delay * 2, self.max_s)
         return self.delay

@@ -224,8 +224,9 @@ class SplitAssigner:
         }
 
     @classmethod
-    def restore(cls, hosts: Sequence[Sequence[str]] | int, snap: dict[str, Any],
-                readers: int | None = None) -> SplitAssigner:
+    def restore(
+        cls, hosts: Sequence[Sequence[str]] | int, snap: dict[str, Any], readers: int | None = None
+    ) -> SplitAssigner:
         a = cls(hosts, readers)
         # A checkpoint from before shares were kept does not say who asked: keep none (a
         # share kept for a reader that already finished would never be taken).
@@ -256,8 +257,7 @@ class SplitAssigner:
         return a
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SplitAssigner) and self.snapshot() == other.snapshot() and \
-            self.pool() == other.pool()
+        return isinstance(other, SplitAssigner) and self.snapshot() == other.snapshot() and self.pool() == other.pool()
 
 
 def _sorted(v: list[int]) -> bool:

@@ -89,8 +89,9 @@ class CoordinatorContext:
     """How a coordinator acts on the job: every call becomes a queued action applied by
     the JobManager's main loop. Safe to call from any thread once bound."""
 
-    def __init__(self, job_id: str, operator_id: str, parallelism: int,
-                 executor: Callable[[str], Any] | None = None) -> None:
+    def __init__(
+        self, job_id: str, operator_id: str, parallelism: int, executor: Callable[[str], Any] | None = None
+    ) -> None:
         """``executor(name)`` makes the coordinator's worker (an object with ``submit(fn)``
         and ``shutdown(wait=, cancel_futures=)``); by default a one-thread pool. The
         simulation passes one whose work runs as steps of its scheduler."""
@@ -115,7 +116,9 @@ class CoordinatorContext:
         will run next if it is not running: the event waits for it in its inbox)."""
         self._check()
         if not 0 <= subtask < self.parallelism:
-            raise ValueError(f"{self.operator_id} has subtasks 0..{self.parallelism - 1}; there is no subtask {subtask}")
+            raise ValueError(
+                f"{self.operator_id} has subtasks 0..{self.parallelism - 1}; there is no subtask {subtask}"
+            )
         self._put("send", (subtask, self._attempts[subtask] if attempt is None else attempt, body))
 
     def fail_job(self, cause: BaseException | str) -> None:

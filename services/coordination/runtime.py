@@ -79,9 +79,17 @@ def describe(exc: BaseException, limit: int = 6000) -> str:
 
 
 class JobCoordinators:
-    def __init__(self, job_id: str, vertices: Iterable[JobVertex], splits: dict[str, list[Any]],
-                 load: Callable[[str], type], *, interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
-                 executor: Callable[[str], Any] | None = None, monotonic: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        vertices: Iterable[JobVertex],
+        splits: dict[str, list[Any]],
+        load: Callable[[str], type],
+        *,
+        interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
+        executor: Callable[[str], Any] | None = None,
+        monotonic: Callable[[], float] | None = None,
+    ) -> None:
         """Create every coordinator of a job, with unbound contexts (``load`` imports a
         user coordinator class from the job's code by ``module:qualname``). The checkpoint
         interval runs on ``monotonic`` (the leader's clock, in seconds; a wall clock that
@@ -98,9 +106,12 @@ class JobCoordinators:
             holder = self.holders[v.name] = _Holder(v, ctx, None)
             try:
                 if v.kind == "source":
-                    holder.coordinator = SourceCoordinator(ctx, splits.get(v.name, []),
-                                                           v.source.protocol if v.source else "operator-events",
-                                                           bool(v.source and v.source.each_split))
+                    holder.coordinator = SourceCoordinator(
+                        ctx,
+                        splits.get(v.name, []),
+                        v.source.protocol if v.source else "operator-events",
+                        bool(v.source and v.source.each_split),
+                    )
                 else:
                     assert v.coordinator is not None  # has_coordinator: a vertex not a source names one
                     holder.coordinator = load(v.coordinator)(ctx)
@@ -158,10 +169,12 @@ class JobCoordinators:
             self._drain(h, Decision(job_id=self.job_id), 0)
             h.muted = False
             if h.replayed != h.recorded and h.failed is None:
-                h.failed = (f"the coordinator of {op!r} is declared deterministic but, replaying the log after its "
-                            f"checkpoint {h.checkpoint_id}, it sent {len(h.replayed)} events where the log has "
-                            f"{len(h.recorded)} (first difference: "
-                            f"{_first_difference(h.replayed, h.recorded)}); set deterministic = False")
+                h.failed = (
+                    f"the coordinator of {op!r} is declared deterministic but, replaying the log after its "
+                    f"checkpoint {h.checkpoint_id}, it sent {len(h.replayed)} events where the log has "
+                    f"{len(h.recorded)} (first difference: "
+                    f"{_first_difference(h.replayed, h.recorded)}); set deterministic = False"
+                )
             h.replayed, h.recorded = [], []
 
     # --- feeding ---
@@ -270,8 +283,13 @@ class JobCoordinators:
 
     def _event(self, h: _Holder, subtask: int, attempt: int, body: Any) -> Event:
         v = h.vertex
-        if v.kind == "source" and v.source is not None and v.source.protocol == "input-splits" \
-                and isinstance(body, dict) and body.get("type") in (SPLIT, NO_MORE):
+        if (
+            v.kind == "source"
+            and v.source is not None
+            and v.source.protocol == "input-splits"
+            and isinstance(body, dict)
+            and body.get("type") in (SPLIT, NO_MORE)
+        ):
             return NextInputSplit(self.job_id, execution_id(v.name, subtask, attempt), body.get("split"))
         return OperatorEvent(self.job_id, v.name, subtask, False, body, attempt)
 
@@ -321,4 +339,3 @@ def operator_of(ev: Event) -> str | None:
     if type(ev) is NextInputSplit:
         return parse_execution_id(ev.execution_id)[0]
     return None
-

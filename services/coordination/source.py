@@ -36,8 +36,10 @@ def plan_range(start: int, end: int, per_split: int) -> list[dict[str, Any]]:
         raise ValueError(f"a range source needs start <= end, got {start}..{end}")
     if per_split < 1:
         raise ValueError(f"a range source needs at least 1 number per split, got {per_split}")
-    return [{"format": "range", "start": a, "end": min(a + per_split, end), "index": i}
-            for i, a in enumerate(range(start, end, per_split))]
+    return [
+        {"format": "range", "start": a, "end": min(a + per_split, end), "index": i}
+        for i, a in enumerate(range(start, end, per_split))
+    ]
 
 
 def discover(format: str, paths: list[str], split_bytes: int, options: dict[str, str]) -> list[dict[str, Any]]:
@@ -83,16 +85,23 @@ class SplitEnumerator:
 class SourceCoordinator(OperatorCoordinator):
     deterministic = True
 
-    def __init__(self, context: CoordinatorContext, splits: list[dict[str, Any]], protocol: str = "operator-events",
-                 paced: bool = False) -> None:
+    def __init__(
+        self,
+        context: CoordinatorContext,
+        splits: list[dict[str, Any]],
+        protocol: str = "operator-events",
+        paced: bool = False,
+    ) -> None:
         super().__init__(context)
         self.protocol = protocol
         self.enumerator = SplitEnumerator(splits, context.parallelism, paced)
 
     def handle_event_from_operator(self, subtask: int, attempt: int, event: Any) -> None:
         if not isinstance(event, dict) or event.get("type") != REQUEST:
-            raise ValueError(f"the source coordinator of {self.context.operator_id!r} got {event!r} from subtask "
-                             f"{subtask}; it takes only {{'type': '{REQUEST}', 'host': ...}}")
+            raise ValueError(
+                f"the source coordinator of {self.context.operator_id!r} got {event!r} from subtask "
+                f"{subtask}; it takes only {{'type': '{REQUEST}', 'host': ...}}"
+            )
         split = self.enumerator.handle_split_request(subtask, str(event.get("host") or ""), self.context.now)
         body = {"type": NO_MORE} if split is None else {"type": SPLIT, "split": split}
         self.context.send_event(subtask, body, attempt)

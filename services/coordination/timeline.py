@@ -52,8 +52,12 @@ def describe_split(split: dict[str, Any]) -> str:
 def _answer(ev: object) -> tuple[str, str, int, int, object] | None:
     """A coordinator's answer to a split request, by either protocol: (SPLIT or NO_MORE,
     vertex, subtask, attempt, the split); None for any other fact."""
-    if isinstance(ev, OperatorEvent) and not ev.to_coordinator and isinstance(ev.body, dict) \
-            and ev.body.get("type") in (SPLIT, NO_MORE):
+    if (
+        isinstance(ev, OperatorEvent)
+        and not ev.to_coordinator
+        and isinstance(ev.body, dict)
+        and ev.body.get("type") in (SPLIT, NO_MORE)
+    ):
         return ev.body["type"], ev.operator_id, ev.subtask, ev.attempt, ev.body.get("split")
     if isinstance(ev, NextInputSplit):
         vertex, subtask, attempt = parse_execution_id(ev.execution_id)
@@ -84,8 +88,9 @@ def split_timeline(envs: Iterable[Envelope]) -> list[Assignment]:
         elif isinstance(ev, TaskRestartScheduled):
             current[(ev.vertex_id, ev.subtask)] = ev.attempt
         if isinstance(split, dict):
-            row = Assignment(int(split.get("index", -1)), describe_split(split), vertex, subtask, attempt, env.ts,
-                             env.epoch)
+            row = Assignment(
+                int(split.get("index", -1)), describe_split(split), vertex, subtask, attempt, env.ts, env.epoch
+            )
             rows.append(row)
             if (vertex, subtask, attempt) in ended or attempt < current.get((vertex, subtask), attempt):
                 row.outcome = "returned"

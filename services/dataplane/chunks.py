@@ -55,8 +55,21 @@ def arrow_writable(schema: Any) -> bool:
     timestamps, and arrays, maps and structs of them, with names unique at each level)."""
     from pyspark.sql import types as T
 
-    plain = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType,
-             T.StringType, T.BinaryType, T.BooleanType, T.DateType, T.TimestampType, T.TimestampNTZType)
+    plain = (
+        T.ByteType,
+        T.ShortType,
+        T.IntegerType,
+        T.LongType,
+        T.FloatType,
+        T.DoubleType,
+        T.DecimalType,
+        T.StringType,
+        T.BinaryType,
+        T.BooleanType,
+        T.DateType,
+        T.TimestampType,
+        T.TimestampNTZType,
+    )
 
     def ok(t: Any) -> bool:
         if isinstance(t, (T.CharType, T.VarcharType)):

@@ -34,8 +34,15 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["KEY_GROUP_COLUMN", "SCHEMA_FILE", "SINK_FORMATS", "read_inputs", "sweep_sink", "write_partition",
-           "write_sink"]
+__all__ = [
+    "KEY_GROUP_COLUMN",
+    "SCHEMA_FILE",
+    "SINK_FORMATS",
+    "read_inputs",
+    "sweep_sink",
+    "write_partition",
+    "write_sink",
+]
 
 KEY_GROUP_COLUMN = "_kg"
 """The partition column of keyed output: the row's key group."""
@@ -62,8 +69,15 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def write_partition(df: DataFrame, path: str, *, key: str | None, max_parallelism: int,
-                    consumers: int | None = None, partitions: int | None = None) -> None:
+def write_partition(
+    df: DataFrame,
+    path: str,
+    *,
+    key: str | None,
+    max_parallelism: int,
+    consumers: int | None = None,
+    partitions: int | None = None,
+) -> None:
     """Write a producer subtask's output to ``path`` as Parquet, replacing what was there.
 
     Without ``key`` the DataFrame is written as is. With ``key`` every row gets its key
@@ -98,7 +112,9 @@ def write_partition(df: DataFrame, path: str, *, key: str | None, max_parallelis
             from pyspark.sql import functions as F
 
             if not 1 <= consumers <= max_parallelism:
-                raise DataplaneError(f"consumers must be between 1 and max_parallelism {max_parallelism}, got {consumers}")
+                raise DataplaneError(
+                    f"consumers must be between 1 and max_parallelism {max_parallelism}, got {consumers}"
+                )
             owner = F.floor(kg * F.lit(consumers) / F.lit(max_parallelism))
             kg = F.floor((owner * F.lit(max_parallelism) + F.lit(consumers - 1)) / F.lit(consumers)).cast("int")
         keyed = df.withColumn(KEY_GROUP_COLUMN, kg)
@@ -223,8 +239,13 @@ def read_inputs(
         )
     # Keyed: read the wanted key groups' directories themselves (pruning by listing; no
     # partition discovery, which refuses several root directories).
-    wanted = [(item.path, [leaf for kg, leaf in sorted(item.key_groups.items())
-                           if groups is None or groups[0] <= kg <= groups[1]]) for item in keyed]
+    wanted = [
+        (
+            item.path,
+            [leaf for kg, leaf in sorted(item.key_groups.items()) if groups is None or groups[0] <= kg <= groups[1]],
+        )
+        for item in keyed
+    ]
     leaves = unkeyed or [leaf for _, item_leaves in wanted for leaf in item_leaves]
     if leaves:
         # With the schema the producers of the data read recorded, Spark does not run a job
@@ -240,8 +261,9 @@ def read_inputs(
     return spark.createDataFrame([], schema)
 
 
-def write_sink(df: DataFrame, path: str, subtask: int, attempt: int, format: str,
-               options: dict[str, str] | None = None) -> publish.Outcome:
+def write_sink(
+    df: DataFrame, path: str, subtask: int, attempt: int, format: str, options: dict[str, str] | None = None
+) -> publish.Outcome:
     """Write attempt ``attempt`` of a sink subtask as files ``{path}/part-{subtask:05d}-a{attempt:06d}-NNN.{ext}``.
 
     The directory stays one flat dataset that any reader takes whole (``spark.read.parquet(path)``).
@@ -288,8 +310,11 @@ _SPARK_PART = re.compile(r"part-.*-c\d+\.(.+)")
 
 def _publish(path: str, staging: str, subtask: int, attempt: int, format: str) -> publish.Outcome:
     """The shell of ``publish.Publication``: list, move and delete as it says."""
-    staged = [entry for entry in fs.listdir(fs.join(path, staging))
-              if entry.is_file and not entry.name.startswith(("_", ".")) and not entry.name.endswith(".crc")]
+    staged = [
+        entry
+        for entry in fs.listdir(fs.join(path, staging))
+        if entry.is_file and not entry.name.startswith(("_", ".")) and not entry.name.endswith(".crc")
+    ]
     staged.sort(key=lambda entry: entry.name)
     # Keep what the extension says about compression (csv.gz): readers decompress by it.
     exts = [m[1] if (m := _SPARK_PART.fullmatch(entry.name)) else format for entry in staged]

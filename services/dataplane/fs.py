@@ -112,21 +112,27 @@ def resolve(location: str) -> tuple[FileSystem, str]:
         return _local(), os.path.abspath(os.path.expanduser(location))
     if scheme == "file":
         if parsed.netloc not in ("", "localhost"):
-            raise StorageError(f"{location!r}: a file:// URI must name a local path (file:///abs/path), "
-                               f"not a host ({parsed.netloc!r}); mount the remote file system and use its local path")
+            raise StorageError(
+                f"{location!r}: a file:// URI must name a local path (file:///abs/path), "
+                f"not a host ({parsed.netloc!r}); mount the remote file system and use its local path"
+            )
         return _local(), os.path.abspath(unquote(parsed.path) or "/")
     if scheme == "s3":
         if not parsed.netloc:
             raise StorageError(f"{location!r} names no bucket: write s3://BUCKET/PREFIX")
         if parsed.query or parsed.params or "@" in parsed.netloc:
             shown = "an s3:// URI with credentials (not repeated here)" if "@" in parsed.netloc else repr(location)
-            raise StorageError(f"{shown}: an s3:// location takes no options or credentials in the URI; "
-                               "set SLUICE_S3_ENDPOINT (or AWS_ENDPOINT_URL), AWS_ACCESS_KEY_ID and "
-                               "AWS_SECRET_ACCESS_KEY in the environment")
+            raise StorageError(
+                f"{shown}: an s3:// location takes no options or credentials in the URI; "
+                "set SLUICE_S3_ENDPOINT (or AWS_ENDPOINT_URL), AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY in the environment"
+            )
         key = unquote(parsed.path).strip("/")
         return _s3(*_s3_settings()), f"{parsed.netloc}/{key}" if key else parsed.netloc
-    raise StorageError(f"{location!r}: scheme {scheme!r} is not supported by Sluice's file operations; use a "
-                       "plain absolute path, file:///abs/path (a local disk or a shared mount) or s3://bucket/prefix")
+    raise StorageError(
+        f"{location!r}: scheme {scheme!r} is not supported by Sluice's file operations; use a "
+        "plain absolute path, file:///abs/path (a local disk or a shared mount) or s3://bucket/prefix"
+    )
 
 
 @functools.cache
@@ -140,13 +146,17 @@ def _s3_settings() -> tuple[str | None, str | None, str | None, str | None, str 
     env = os.environ
     endpoint = env.get("SLUICE_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-    return (endpoint or None, region or None, env.get("AWS_ACCESS_KEY_ID") or None,
-            env.get("AWS_SECRET_ACCESS_KEY") or None, env.get("AWS_SESSION_TOKEN") or None)
+    return (
+        endpoint or None,
+        region or None,
+        env.get("AWS_ACCESS_KEY_ID") or None,
+        env.get("AWS_SECRET_ACCESS_KEY") or None,
+        env.get("AWS_SESSION_TOKEN") or None,
+    )
 
 
 @functools.lru_cache(maxsize=8)
-def _s3(endpoint: str | None, region: str | None, key: str | None, secret: str | None,
-        token: str | None) -> FileSystem:
+def _s3(endpoint: str | None, region: str | None, key: str | None, secret: str | None, token: str | None) -> FileSystem:
     """One S3 file system per setting (building one costs a few ms; it keeps its connections)."""
     from pyarrow import fs as pafs
 
@@ -154,8 +164,10 @@ def _s3(endpoint: str | None, region: str | None, key: str | None, secret: str |
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
         if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.path.strip("/"):
-            raise StorageError(f"S3 endpoint {endpoint!r} (SLUICE_S3_ENDPOINT or AWS_ENDPOINT_URL) must be "
-                               "http://host:port or https://host:port")
+            raise StorageError(
+                f"S3 endpoint {endpoint!r} (SLUICE_S3_ENDPOINT or AWS_ENDPOINT_URL) must be "
+                "http://host:port or https://host:port"
+            )
         kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme, region=region or "us-east-1")
     elif region:
         kwargs["region"] = region
@@ -184,12 +196,20 @@ def _translated(location: str, what: str) -> Iterator[None]:
         text = str(exc)
         if "NO_SUCH_BUCKET" in text or "bucket does not exist" in text.lower():
             bucket = urlparse(location).netloc
-            raise StorageNotFound(f"{what}: the bucket {bucket!r} of {location!r} does not exist; create it "
-                                  "(Sluice never creates buckets) or fix the URI") from exc
-        if scheme_of(location) == "s3" and ("ACCESS_DENIED" in text or "AccessDenied" in text
-                                            or "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text):
-            raise StorageError(f"{what}: access to {location!r} was denied; check AWS_ACCESS_KEY_ID and "
-                               "AWS_SECRET_ACCESS_KEY and the bucket's policy") from exc
+            raise StorageNotFound(
+                f"{what}: the bucket {bucket!r} of {location!r} does not exist; create it "
+                "(Sluice never creates buckets) or fix the URI"
+            ) from exc
+        if scheme_of(location) == "s3" and (
+            "ACCESS_DENIED" in text
+            or "AccessDenied" in text
+            or "InvalidAccessKeyId" in text
+            or "SignatureDoesNotMatch" in text
+        ):
+            raise StorageError(
+                f"{what}: access to {location!r} was denied; check AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY and the bucket's policy"
+            ) from exc
         raise StorageError(f"{what}: {location!r}: {text}") from exc
 
 
@@ -226,9 +246,18 @@ def listdir(location: str, *, recursive: bool = False) -> list[Entry]:
     fs, path = resolve(location)
     with _translated(location, "cannot list"):
         found = fs.get_file_info(pafs.FileSelector(path, recursive=recursive))
-    return sorted((Entry(_uri(location, i.path), i.base_name, i.type == pafs.FileType.File,
-                         i.size if i.type == pafs.FileType.File else None) for i in found),
-                  key=lambda e: e.uri)
+    return sorted(
+        (
+            Entry(
+                _uri(location, i.path),
+                i.base_name,
+                i.type == pafs.FileType.File,
+                i.size if i.type == pafs.FileType.File else None,
+            )
+            for i in found
+        ),
+        key=lambda e: e.uri,
+    )
 
 
 def glob(pattern: str) -> list[str]:
@@ -247,9 +276,12 @@ def glob(pattern: str) -> list[str]:
         if info("s3://" + segments[0]) is None:  # no bucket: say so, rather than "matches nothing"
             raise
         return []
-    return [e.uri for e in candidates
-            if len(e.uri[len("s3://"):].split("/")) == len(segments)
-            and all(fnmatch.fnmatchcase(a, b) for a, b in zip(e.uri[len("s3://"):].split("/"), segments))]
+    return [
+        e.uri
+        for e in candidates
+        if len(e.uri[len("s3://") :].split("/")) == len(segments)
+        and all(fnmatch.fnmatchcase(a, b) for a, b in zip(e.uri[len("s3://") :].split("/"), segments))
+    ]
 
 
 def open_read(location: str) -> BinaryIO:

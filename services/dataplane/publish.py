@@ -221,11 +221,15 @@ def current(existing: Iterable[str]) -> tuple[str, ...]:
         parsed = parse(name)
         if parsed is not None and is_marker(name):
             newest[parsed[0]] = max(parsed[1], newest.get(parsed[0], parsed[1]))
-    return tuple(sorted(
-        name for name in listed
-        if (parsed := parse(name)) is not None and not is_marker(name)
-        and parsed[1] == newest.get(parsed[0], LEGACY_ATTEMPT)
-    ))
+    return tuple(
+        sorted(
+            name
+            for name in listed
+            if (parsed := parse(name)) is not None
+            and not is_marker(name)
+            and parsed[1] == newest.get(parsed[0], LEGACY_ATTEMPT)
+        )
+    )
 
 
 class Step(str, Enum):
@@ -285,8 +289,10 @@ class Publication:
     def advance(self, listing: Iterable[str] | None = None) -> tuple[Publication, Action]:
         """Take the current step: the next state, and what to do on the file system."""
         if self.step in _NEEDS_LISTING and listing is None:
-            raise DataplaneError(f"step {self.step.value} of attempt {self.attempt} of subtask {self.subtask} "
-                                 "needs a listing of the sink directory")
+            raise DataplaneError(
+                f"step {self.step.value} of attempt {self.attempt} of subtask {self.subtask} "
+                "needs a listing of the sink directory"
+            )
         if self.step is Step.CHECK:
             if plan(listing or (), self.subtask, self.attempt).discard:
                 return replace(self, step=Step.DONE, outcome=Outcome.SUPERSEDED), Action()
@@ -294,11 +300,16 @@ class Publication:
         if self.step is Step.MOVE:
             return replace(self, step=Step.DELETE_OLDER), Action(move=self.names)
         if self.step is Step.DELETE_OLDER:
-            return replace(self, step=Step.RECHECK), Action(delete=plan(listing or (), self.subtask, self.attempt).delete)
+            return replace(self, step=Step.RECHECK), Action(
+                delete=plan(listing or (), self.subtask, self.attempt).delete
+            )
         if self.step is Step.RECHECK:
             if plan(listing or (), self.subtask, self.attempt).discard:
                 return replace(self, step=Step.DONE, outcome=Outcome.WITHDRAWN), Action(
-                    delete=_markers_first(self.names))
+                    delete=_markers_first(self.names)
+                )
             return replace(self, step=Step.DONE, outcome=Outcome.PUBLISHED), Action()
-        raise DataplaneError(f"attempt {self.attempt} of subtask {self.subtask} has finished publishing "
-                             f"({self.outcome.value if self.outcome else 'no outcome'}): nothing to advance")
+        raise DataplaneError(
+            f"attempt {self.attempt} of subtask {self.subtask} has finished publishing "
+            f"({self.outcome.value if self.outcome else 'no outcome'}): nothing to advance"
+        )

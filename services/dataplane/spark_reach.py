@@ -32,12 +32,14 @@ __all__ = ["problem", "problems"]
 
 _SPARK_WRITES = {
     "storage root": "Spark writes and reads the job's exchange partitions there, and TaskManagers manage it "
-                    "as a local path",
+    "as a local path",
     "sink": "Spark writes the sink's files there before Sluice publishes them",
 }
 
-_HOW = ("use a file:// path on a file system every host mounts at the same path (SeaweedFS with weed mount, "
-        "NFS, ...; README 'Storage on S3')")
+_HOW = (
+    "use a file:// path on a file system every host mounts at the same path (SeaweedFS with weed mount, "
+    "NFS, ...; README 'Storage on S3')"
+)
 
 
 def problem(what: str, location: str, name: str = "") -> str | None:
@@ -48,16 +50,22 @@ def problem(what: str, location: str, name: str = "") -> str | None:
     label = f"{what} {name!r} writes to {location!r}, which" if name else f"the {what} {location!r}"
     why = _SPARK_WRITES[what]
     if scheme == "s3":
-        return (f"{label} cannot be used: {why}, and Spark has no s3:// file system (it reaches S3 "
-                "only as s3a:// with the hadoop-aws and AWS SDK jars, which the pyspark wheel does not ship). "
-                f"Inputs may stay on s3:// (Sluice copies them itself); for this, {_HOW}")
+        return (
+            f"{label} cannot be used: {why}, and Spark has no s3:// file system (it reaches S3 "
+            "only as s3a:// with the hadoop-aws and AWS SDK jars, which the pyspark wheel does not ship). "
+            f"Inputs may stay on s3:// (Sluice copies them itself); for this, {_HOW}"
+        )
     if scheme in ("s3a", "s3n"):
-        return (f"{label} cannot be used: {why}; {scheme}:// needs the hadoop-aws and AWS SDK jars "
-                "in every Spark, and Sluice's own file operations (publishing, _schema.json) do not speak "
-                f"{scheme}:// yet. {_HOW[0].upper()}{_HOW[1:]}")
+        return (
+            f"{label} cannot be used: {why}; {scheme}:// needs the hadoop-aws and AWS SDK jars "
+            "in every Spark, and Sluice's own file operations (publishing, _schema.json) do not speak "
+            f"{scheme}:// yet. {_HOW[0].upper()}{_HOW[1:]}"
+        )
     if what == "storage root":
-        return (f"{label} cannot be used: {why}, and TaskManagers manage only file:// roots (scheme {scheme!r}). "
-                f"{_HOW[0].upper()}{_HOW[1:]}")
+        return (
+            f"{label} cannot be used: {why}, and TaskManagers manage only file:// roots (scheme {scheme!r}). "
+            f"{_HOW[0].upper()}{_HOW[1:]}"
+        )
     # A sink on another scheme (hdfs://, the simulation's sim://) is the deployment's to
     # make reachable; if Sluice's own layer cannot publish there, the task says so (fs).
     return None

@@ -45,14 +45,33 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def command(self) -> list[str]:
-        cmd = [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-               "--daemonize", "no", "--protected-mode", "yes"]
+        cmd = [
+            find_redis_server(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+        ]
         if self.data_dir is None:
             cmd += ["--appendonly", "no"]
         else:
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            cmd += ["--dir", str(self.data_dir.resolve()), "--appendonly", "yes", "--appendfsync", self.fsync,
-                    "--logfile", "redis.log"]
+            cmd += [
+                "--dir",
+                str(self.data_dir.resolve()),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                self.fsync,
+                "--logfile",
+                "redis.log",
+            ]
         return cmd
 
     def start(self, *, timeout: float = 10.0, detach: bool = False) -> str:

@@ -15,8 +15,15 @@ from sluice.errors import ConfigError, ServiceError
 
 from .redis_server import free_port
 
-__all__ = ["SparkConnectServer", "spark_home", "check_java", "wait_listening", "class_archive", "build_class_archive",
-           "prune_class_archives"]
+__all__ = [
+    "SparkConnectServer",
+    "spark_home",
+    "check_java",
+    "wait_listening",
+    "class_archive",
+    "build_class_archive",
+    "prune_class_archives",
+]
 
 
 def spark_home() -> Path:
@@ -59,8 +66,10 @@ def wait_listening(remote: str, timeout: float = 180.0, *, poll: float = 0.1) ->
     if parsed.scheme != "sc" or not parsed.hostname:
         raise ConfigError(f"{remote!r} is not a Spark Connect address (sc://host:port)")
     if not _listens(parsed.hostname, parsed.port or 15002, timeout, poll):
-        raise ServiceError(f"the Spark Connect server at {remote} did not listen within {timeout:.0f} s; "
-                           "see its log (.sluice/logs/<taskmanager>-spark-connect.log)")
+        raise ServiceError(
+            f"the Spark Connect server at {remote} did not listen within {timeout:.0f} s; "
+            "see its log (.sluice/logs/<taskmanager>-spark-connect.log)"
+        )
 
 
 def _listens(host: str, port: int, timeout: float, poll: float, check: Callable[[], None] | None = None) -> bool:
@@ -85,7 +94,9 @@ def check_java() -> None:
     from shutil import which
 
     if which("java") is None and not os.environ.get("JAVA_HOME"):
-        raise ConfigError("Java is not installed: Spark needs Java 17 (Debian: apt-get install openjdk-17-jre-headless)")
+        raise ConfigError(
+            "Java is not installed: Spark needs Java 17 (Debian: apt-get install openjdk-17-jre-headless)"
+        )
 
 
 def class_archive() -> Path | None:
@@ -112,8 +123,9 @@ def class_archive() -> Path | None:
     java = os.path.realpath(java)
     home = spark_home()  # the JVM checks the archive's class path: another install of the same jars won't do
     jars = sorted(p.name for p in (home / "jars").glob("*.jar"))
-    key = hashlib.sha256("\n".join([java, str(os.stat(java).st_mtime_ns), str(home), pyspark.__version__,
-                                    *jars]).encode())
+    key = hashlib.sha256(
+        "\n".join([java, str(os.stat(java).st_mtime_ns), str(home), pyspark.__version__, *jars]).encode()
+    )
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice"
     return cache / f"spark-connect-{pyspark.__version__}-{key.hexdigest()[:16]}.jsa"
 
@@ -155,12 +167,12 @@ def build_class_archive(path: Path, *, timeout: float = 300.0) -> float:
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     partial.unlink(missing_ok=True)
     began = time.monotonic()
-    server = SparkConnectServer(log_file=path.parent / "spark-cds-build.log", cds=False,
-                                java_options=[f"-XX:ArchiveClassesAtExit={partial}"])
+    server = SparkConnectServer(
+        log_file=path.parent / "spark-cds-build.log", cds=False, java_options=[f"-XX:ArchiveClassesAtExit={partial}"]
+    )
     try:
         url = server.start(timeout=timeout)
-        done = subprocess.run([sys.executable, "-c", _TRAINING, url], capture_output=True, text=True,
-                              timeout=timeout)
+        done = subprocess.run([sys.executable, "-c", _TRAINING, url], capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise ServiceError(f"the training run for Spark's class-data archive failed:\n{done.stderr[-2000:]}")
     finally:
@@ -190,9 +202,18 @@ class SparkConnectServer:
     at ``log_level`` (default: $SLUICE_SPARK_LOG_LEVEL, else WARN), listening on ``host``
     (default: $SLUICE_SPARK_CONNECT_HOST, else 127.0.0.1; ``sluice.config.spark_connect_host``)."""
 
-    def __init__(self, *, master: str = "local[*]", port: int | None = None, log_file: Path | None = None,
-                 conf: dict[str, str] | None = None, log_level: str | None = None, cds: bool = True,
-                 java_options: list[str] | None = None, host: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        master: str = "local[*]",
+        port: int | None = None,
+        log_file: Path | None = None,
+        conf: dict[str, str] | None = None,
+        log_level: str | None = None,
+        cds: bool = True,
+        java_options: list[str] | None = None,
+        host: str | None = None,
+    ) -> None:
         self.master = master
         self.host = spark_connect_host(host)
         self.java_options = list(java_options or [])
@@ -225,23 +246,44 @@ class SparkConnectServer:
     def start(self, *, wait: bool = True, timeout: float = 120.0, detach: bool = False) -> str:
         check_java()
         home = spark_home()
-        cmd = [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-               "--name", "sluice-spark-connect", "--master", self.master]
+        cmd = [
+            str(home / "bin" / "spark-submit"),
+            "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--name",
+            "sluice-spark-connect",
+            "--master",
+            self.master,
+        ]
         import tempfile
 
         logs = self.log_file.parent if self.log_file else Path(tempfile.gettempdir())
         config = log4j2_config(logs, self.log_level)
-        cmd += ["--driver-java-options", " ".join([f"-Dlog4j2.configurationFile=file:{config}", *self.java_options]),
-                "--conf", f"spark.log.level={self.log_level}"]
+        cmd += [
+            "--driver-java-options",
+            " ".join([f"-Dlog4j2.configurationFile=file:{config}", *self.java_options]),
+            "--conf",
+            f"spark.log.level={self.log_level}",
+        ]
         for k, v in self.conf.items():
             cmd += ["--conf", f"{k}={v}"]
-        env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
-               "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(home),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        }
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
         from sluice.services.common.guard import guarded
 
-        self.proc = subprocess.Popen(cmd if detach else guarded(cmd), stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, start_new_session=detach)
+        self.proc = subprocess.Popen(
+            cmd if detach else guarded(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=detach,
+        )
         if not isinstance(out, int):  # a log file, not DEVNULL
             out.close()
         if wait:
@@ -251,12 +293,15 @@ class SparkConnectServer:
     def wait_ready(self, timeout: float = 120.0) -> None:
         def still_running() -> None:
             if self.proc is not None and self.proc.poll() is not None:
-                raise ServiceError(f"the Spark Connect server exited at start (code {self.proc.returncode}); "
-                                   f"see {self.log_file or 'its output'}")
+                raise ServiceError(
+                    f"the Spark Connect server exited at start (code {self.proc.returncode}); "
+                    f"see {self.log_file or 'its output'}"
+                )
 
         if not _listens(self.address.strip("[]"), self.port, timeout, 0.2, still_running):
-            raise ServiceError(f"the Spark Connect server did not listen on {self.address}:{self.port} within "
-                               f"{timeout:.0f} s")
+            raise ServiceError(
+                f"the Spark Connect server did not listen on {self.address}:{self.port} within {timeout:.0f} s"
+            )
 
     @property
     def pid(self) -> int | None:

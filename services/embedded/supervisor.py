@@ -115,6 +115,7 @@ class ProcessInfo:
 @dataclass
 class Stopped:
     """What ``stop_everything`` did, for the user: (what, pid) per way each process went."""
+
     terminated: list[tuple[str, int]]
     killed: list[tuple[str, int]]
 
@@ -237,8 +238,19 @@ class EmbeddedCluster:
     def spawn(self, role: str, url: str, *args: str, name: str | None = None, detach: bool = True) -> ProcessInfo:
         self.logs.mkdir(parents=True, exist_ok=True)
         name = name or f"{_SHORT.get(role, role)}-{new_id()[:6]}"
-        cmd = [sys.executable, "-m", "sluice", "--redis", url, "--prefix", self.prefix, "--home", str(self.home),
-               role, *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sluice",
+            "--redis",
+            url,
+            "--prefix",
+            self.prefix,
+            "--home",
+            str(self.home),
+            role,
+            *args,
+        ]
         if role == "taskmanager":
             cmd += ["--resource-id", name]
         log = open(self.logs / f"{name}.log", "ab")
@@ -249,8 +261,14 @@ class EmbeddedCluster:
                 env["SLUICE_SPARK_REMOTE"] = shared  # a TaskManager added later (`sluice scale`) uses it too
         from sluice.services.common.guard import guarded
 
-        proc = subprocess.Popen(cmd if detach else guarded(cmd), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=detach, env=env)
+        proc = subprocess.Popen(
+            cmd if detach else guarded(cmd),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=detach,
+            env=env,
+        )
         log.close()
         info = ProcessInfo(role, proc.pid, name)
         data = self._read()
@@ -270,8 +288,15 @@ class EmbeddedCluster:
                 targets[int(p["pid"])] = f"{p['role']} {p['name']}"
         for pid in descendants(list(targets)):  # found before their parents go (then they move to init)
             cmd = _cmdline(pid)
-            what = "RQ worker" if " worker " in cmd else "Spark Connect server" if "SparkConnectServer" in cmd \
-                else "guard" if "sluice.services.common.guard" in cmd else "child"
+            what = (
+                "RQ worker"
+                if " worker " in cmd
+                else "Spark Connect server"
+                if "SparkConnectServer" in cmd
+                else "guard"
+                if "sluice.services.common.guard" in cmd
+                else "child"
+            )
             targets.setdefault(pid, f"{what} (child of the cluster)")
         spark = data.get("spark")
         if spark and _ours(int(spark["pid"]), "SparkConnectServer", "spark"):

@@ -82,33 +82,104 @@ class Collaborators:
     """A new leader's snapshot writer, from what it rebuilt and the grant it committed."""
 
 
-def assemble(log: EventLog, committer: Committer, world: Any, logger: Any, blobs: Blobs, *, registered: set[str],
-             purged: set[str], settings: Settings, ports: Ports) -> Collaborators:
+def assemble(
+    log: EventLog,
+    committer: Committer,
+    world: Any,
+    logger: Any,
+    blobs: Blobs,
+    *,
+    registered: set[str],
+    purged: set[str],
+    settings: Settings,
+    ports: Ports,
+) -> Collaborators:
     """Every collaborator, each given what it uses (``registered`` and ``purged`` are the
     shell's sets, refilled in place at each take-over)."""
     s, state = settings, ports.state
     job_inboxes = JobInboxes(
-        state=state, committer=committer, keys=log.keys, world=world, jobs_config=s.jobs_config, logger=logger,
-        consumer=ports.consumer, group=s.group, batch=s.batch, recovering=ports.recovering,
-        storage_root=s.storage_root, blobs=blobs, checkpoint_interval_ms=s.checkpoint_interval_ms,
-        coordinator_executor=s.coordinator_executor)
+        state=state,
+        committer=committer,
+        keys=log.keys,
+        world=world,
+        jobs_config=s.jobs_config,
+        logger=logger,
+        consumer=ports.consumer,
+        group=s.group,
+        batch=s.batch,
+        recovering=ports.recovering,
+        storage_root=s.storage_root,
+        blobs=blobs,
+        checkpoint_interval_ms=s.checkpoint_interval_ms,
+        coordinator_executor=s.coordinator_executor,
+    )
     archive = Archive(log, committer, state, registered, purged, logger, ports.recover_pending)
     retention = Retention(
-        log=log, committer=committer, state=state, registered=registered, purged=purged, world=world, logger=logger,
-        inboxes=job_inboxes, restore=archive.restore_job, snapshots=ports.snapshots,
-        inbox_retention_ms=s.inbox_retention_ms, group=s.group, facts=s.fact_retention)
-    disposal = JobDisposal(state=state, world=world, committer=committer, group=s.group, logger=logger,
-                           restore=archive.restore_job, commit_job=job_inboxes.commit)
+        log=log,
+        committer=committer,
+        state=state,
+        registered=registered,
+        purged=purged,
+        world=world,
+        logger=logger,
+        inboxes=job_inboxes,
+        restore=archive.restore_job,
+        snapshots=ports.snapshots,
+        inbox_retention_ms=s.inbox_retention_ms,
+        group=s.group,
+        facts=s.fact_retention,
+    )
+    disposal = JobDisposal(
+        state=state,
+        world=world,
+        committer=committer,
+        group=s.group,
+        logger=logger,
+        restore=archive.restore_job,
+        commit_job=job_inboxes.commit,
+    )
     cluster = ClusterInbox(
-        state=state, committer=committer, keys=log.keys, world=world, config=s.config, jobs_config=s.jobs_config,
-        logger=logger, blobs=blobs, storage_root=s.storage_root, group=s.group, registered=registered,
-        jobs=job_inboxes, recovering=ports.recovering, dispose=disposal.handle, purge=retention.on_request)
+        state=state,
+        committer=committer,
+        keys=log.keys,
+        world=world,
+        config=s.config,
+        jobs_config=s.jobs_config,
+        logger=logger,
+        blobs=blobs,
+        storage_root=s.storage_root,
+        group=s.group,
+        registered=registered,
+        jobs=job_inboxes,
+        recovering=ports.recovering,
+        dispose=disposal.handle,
+        purge=retention.on_request,
+    )
     restorer = Restorer(state, job_inboxes, committer, s.jobs_config, cluster.root.mark_restored)
-    rejoin = Rejoin(restorer=restorer, world=world, logger=logger, replay=ports.replay, snapshots=ports.snapshots,
-                    state=state, serve=ports.serve, progress=ports.progress, done=ports.all_recovered)
+    rejoin = Rejoin(
+        restorer=restorer,
+        world=world,
+        logger=logger,
+        replay=ports.replay,
+        snapshots=ports.snapshots,
+        state=state,
+        serve=ports.serve,
+        progress=ports.progress,
+        done=ports.all_recovered,
+    )
 
     def snapshot_writer(rebuilt: Rebuilt, grant: LeadershipGranted | None) -> SnapshotWriter:
-        return SnapshotWriter(log=log, committer=committer, state=state, registered=registered, purged=purged,
-                              world=world, logger=logger, release=retention.release, rebuilt=rebuilt, grant=grant)
+        return SnapshotWriter(
+            log=log,
+            committer=committer,
+            state=state,
+            registered=registered,
+            purged=purged,
+            world=world,
+            logger=logger,
+            release=retention.release,
+            rebuilt=rebuilt,
+            grant=grant,
+        )
 
     return Collaborators(job_inboxes, archive, retention, disposal, cluster, restorer, rejoin, snapshot_writer)

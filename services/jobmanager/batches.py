@@ -44,8 +44,9 @@ class Read:
     """Whether the cluster inbox was read to its end (fewer entries than a batch were left)."""
 
 
-def read_batch(consumer: GroupConsumer, inbox: str, batch: int, block_ms: int | None, linger_ms: int,
-               logger: Any) -> Read:
+def read_batch(
+    consumer: GroupConsumer, inbox: str, batch: int, block_ms: int | None, linger_ms: int, logger: Any
+) -> Read:
     """Read a batch (``inbox``: the cluster's); wait ``linger_ms`` more when it holds only
     reports that can wait and the read may block (``block_ms``)."""
     entries = consumer.read(count=batch, block_ms=block_ms)
@@ -59,13 +60,22 @@ def read_batch(consumer: GroupConsumer, inbox: str, batch: int, block_ms: int | 
         taken += consumer.taken_over
         caught_up = consumer.read_counts.get(inbox, 0) < left
     if taken:
-        logger.warning("took over messages a deposed leader read after losing its lease; deciding them "
-                       "in the order they were sent", entries=taken)
+        logger.warning(
+            "took over messages a deposed leader read after losing its lease; deciding them "
+            "in the order they were sent",
+            entries=taken,
+        )
     return Read(entries, caught_up)
 
 
-def route(entries: list[Entry], inbox: str, *, cluster: Callable[[Entry], None],
-          job: Callable[[str, list[Entry]], None], park: Callable[[Entry, str, str], None]) -> None:
+def route(
+    entries: list[Entry],
+    inbox: str,
+    *,
+    cluster: Callable[[Entry], None],
+    job: Callable[[str, list[Entry]], None],
+    park: Callable[[Entry, str, str], None],
+) -> None:
     """Cluster messages (``inbox``) one by one to ``cluster`` (one it rejects is parked);
     each job's messages together to ``job(stream, entries)``. No entry is routed twice."""
     seen: set[tuple[str, str]] = set()

@@ -62,8 +62,11 @@ def plan_splits(msg: SubmitJob) -> dict[str, list[Any]]:
     """Each source's split enumerator discovers its splits (a missing input refuses the job)."""
     from sluice.services.coordination.source import discover
 
-    return {v.name: discover(v.source.format, v.source.paths, v.source.split_bytes, v.source.options)
-            for v in msg.graph.vertices if v.source is not None}
+    return {
+        v.name: discover(v.source.format, v.source.paths, v.source.split_bytes, v.source.options)
+        for v in msg.graph.vertices
+        if v.source is not None
+    }
 
 
 class ClusterInbox:
@@ -73,11 +76,25 @@ class ClusterInbox:
     jobs are still being rebuilt (``recovering``), and the handlers of ``DisposeJob`` and
     ``PurgeJob`` (services/jobmanager/kvstate.py, retention.py)."""
 
-    def __init__(self, *, state: CurrentState, committer: Committer, keys: Keys, world: World,
-                 config: MembershipConfig, jobs_config: jobs.JobsConfig, logger: Any, blobs: Blobs,
-                 storage_root: str, group: str, registered: set[str], jobs: JobOperations,
-                 recovering: Callable[[], list[str]], dispose: Callable[[Entry, DisposeJob], None],
-                 purge: Callable[[Entry, PurgeJob], None]) -> None:
+    def __init__(
+        self,
+        *,
+        state: CurrentState,
+        committer: Committer,
+        keys: Keys,
+        world: World,
+        config: MembershipConfig,
+        jobs_config: jobs.JobsConfig,
+        logger: Any,
+        blobs: Blobs,
+        storage_root: str,
+        group: str,
+        registered: set[str],
+        jobs: JobOperations,
+        recovering: Callable[[], list[str]],
+        dispose: Callable[[Entry, DisposeJob], None],
+        purge: Callable[[Entry, PurgeJob], None],
+    ) -> None:
         self.state, self.committer, self.keys, self.world = state, committer, keys, world
         self.tag = keys.cluster
         self.config, self.jobs_config, self.logger = config, jobs_config, logger
@@ -105,8 +122,7 @@ class ClusterInbox:
         if decision.rejected is not None:
             raise decision.rejected  # parked by the caller, as every rejection of this inbox
         sends = [(self.keys.inbox(self.keys.taskmanager(to.name)), reply) for to, reply in decision.sends]
-        envs = self.committer.commit(self.tag, decision.facts, sends=sends, consumed=self.consumed(entry),
-                                     cause=env.id)
+        envs = self.committer.commit(self.tag, decision.facts, sends=sends, consumed=self.consumed(entry), cause=env.id)
         if envs is None:
             return
         self.apply(envs)
@@ -128,9 +144,19 @@ class ClusterInbox:
         if recovering:  # jobs not yet rebuilt: nothing is known of them, so nothing is said of them
             attempts = [a for a in attempts if a.job_id not in recovering]
         state = self.state()
-        out = reconciliation.decide(state.jobs, reconciliation.SlotReport(
-            state.reports, msg.resource_id, msg.session, attempts, self.config.heartbeat_timeout_ms, self.jobs_config,
-            clock=monotonic_ms(self.world)), now)
+        out = reconciliation.decide(
+            state.jobs,
+            reconciliation.SlotReport(
+                state.reports,
+                msg.resource_id,
+                msg.session,
+                attempts,
+                self.config.heartbeat_timeout_ms,
+                self.jobs_config,
+                clock=monotonic_ms(self.world),
+            ),
+            now,
+        )
         for note in out.notes:
             self.logger.warning("reconciled with a slot report", taskmanager=msg.resource_id, what=note)
         for decision in out.jobs:
@@ -139,8 +165,7 @@ class ClusterInbox:
         sends: list[tuple[str, Event]] = [(inbox, m) for _, m in out.sends]
         recorded = [task_id for r in out.of(Recorded) for task_id in r.task_ids]
         if recorded:
-            sends.append((inbox, TaskStatesRecorded(msg.resource_id, msg.session, self.committer.epoch or 0,
-                                                    recorded)))
+            sends.append((inbox, TaskStatesRecorded(msg.resource_id, msg.session, self.committer.epoch or 0, recorded)))
         if sends:
             self.committer.commit(self.tag, [], sends=sends)
 
@@ -162,12 +187,14 @@ class ClusterInbox:
                 state.monitor.forget(ev.resource_id)
                 state.reports.forget(ev.resource_id)
                 # (jobs not yet rebuilt learn of it when they join: ``Restorer.orphans``)
-                for d in jobs.decide(state.jobs, jobs.TaskManagerGone(ev.resource_id, ev.reason, self.jobs_config,
-                                                                      ev.session), env.ts).jobs:
+                for d in jobs.decide(
+                    state.jobs, jobs.TaskManagerGone(ev.resource_id, ev.reason, self.jobs_config, ev.session), env.ts
+                ).jobs:
                     self.jobs.commit(d)
 
-    def commit_facts(self, facts: list[Event] | tuple[Event, ...], *, consequences: bool = True,
-                     now: int | None = None) -> None:
+    def commit_facts(
+        self, facts: list[Event] | tuple[Event, ...], *, consequences: bool = True, now: int | None = None
+    ) -> None:
         """Commit cluster facts and fold them; ``consequences=False``: a lost TaskManager's
         tasks are not failed here (a new leader does that once its coordinators run).
         ``now``: when they were decided (their envelopes' time)."""
@@ -196,8 +223,11 @@ class ClusterInbox:
         if not found and (blind := self.root.refusal()) is not None:  # a TaskManager said it cannot see the root
             found.append(blind)
         if not found:
-            found.extend(spark_reach.problems(self.storage_root, [(v.name, v.sink.path) for v in msg.graph.vertices
-                                                                   if v.sink is not None]))
+            found.extend(
+                spark_reach.problems(
+                    self.storage_root, [(v.name, v.sink.path) for v in msg.graph.vertices if v.sink is not None]
+                )
+            )
         if not found:
             try:  # the job's marker: how each TaskManager proves it sees the storage and inputs
                 job_marker.write(self.storage_root, msg.job_id, job_marker.input_paths(plan_splits(msg)), hostname())
@@ -206,12 +236,22 @@ class ClusterInbox:
         if found:
             reason = "; ".join(found)
             self.logger.warning("job refused", job=msg.job_id[:40], reason=reason[:300])
-            self.committer.commit(self.tag, [], sends=[(msg.reply_to, JobRefused(msg.job_id, reason))],
-                                  consumed=self.consumed(entry), cause=env.id)
+            self.committer.commit(
+                self.tag,
+                [],
+                sends=[(msg.reply_to, JobRefused(msg.job_id, reason))],
+                consumed=self.consumed(entry),
+                cause=env.id,
+            )
             return
         job_inbox = self.keys.inbox(self.keys.job(msg.job_id))
-        envs = self.committer.commit(self.tag, [JobRegistered(msg.job_id, msg.graph.name)],
-                                     sends=[(job_inbox, msg)], consumed=self.consumed(entry), cause=env.id)
+        envs = self.committer.commit(
+            self.tag,
+            [JobRegistered(msg.job_id, msg.graph.name)],
+            sends=[(job_inbox, msg)],
+            consumed=self.consumed(entry),
+            cause=env.id,
+        )
         if envs is not None:
             self.registered.add(msg.job_id)
             self.jobs.follow(msg.job_id)
@@ -253,8 +293,11 @@ class TimeoutGate:
             self._behind_since = now
         elif now - self._behind_since > timeout:
             if not self.while_behind:
-                self.logger.warning("the cluster inbox stays behind; deciding heartbeat timeouts anyway",
-                                    behind_ms=now - self._behind_since, batch=self.batch)
+                self.logger.warning(
+                    "the cluster inbox stays behind; deciding heartbeat timeouts anyway",
+                    behind_ms=now - self._behind_since,
+                    batch=self.batch,
+                )
             ready = True
         self.while_behind = ready and self._behind_since is not None
         return ready

@@ -49,9 +49,17 @@ class Committer:
         self.epoch = None
 
     # --- commits ---
-    def commit(self, tag: str, facts: Sequence[Event], *, sends: Sequence[Send] = (),
-               consumed: Consumed | None = None, cause: str | None = None,
-               deliver_to: dict[int, str] | None = None, now: int | None = None) -> list[Envelope] | None:
+    def commit(
+        self,
+        tag: str,
+        facts: Sequence[Event],
+        *,
+        sends: Sequence[Send] = (),
+        consumed: Consumed | None = None,
+        cause: str | None = None,
+        deliver_to: dict[int, str] | None = None,
+        now: int | None = None,
+    ) -> list[Envelope] | None:
         """Append ``facts`` to the tag's fact stream and ``sends`` to its outbox, and
         acknowledge ``consumed``, in one fenced script; then deliver the outbox. Facts
         whose index is in ``deliver_to`` are also written to that inbox of the same tag (a
@@ -67,8 +75,10 @@ class Committer:
         for i, inbox in (deliver_to or {}).items():
             outs.append(Out(inbox, envs[i]))
         outbox = self.keys.outbox(tag)
-        outs += [Out(outbox, Envelope(msg, self.world.new_id(), self.epoch, ts, job, cause), to=target)
-                 for target, msg in sends]
+        outs += [
+            Out(outbox, Envelope(msg, self.world.new_id(), self.epoch, ts, job, cause), to=target)
+            for target, msg in sends
+        ]
         if not outs and consumed is None:
             return envs
         d = self._deliverers.get(tag)
@@ -130,8 +140,13 @@ class Committer:
         from sluice.events import FIELD, encode
 
         dead_letter(self.log, entry.stream, self.group, entry.id, {FIELD: encode(entry.envelope)}, kind, reason)
-        self.logger.warning("entry parked in dead letters", stream=entry.stream, entry=entry.id,
-                            type=entry.envelope.type, reason=reason[:300])
+        self.logger.warning(
+            "entry parked in dead letters",
+            stream=entry.stream,
+            entry=entry.id,
+            type=entry.envelope.type,
+            reason=reason[:300],
+        )
 
     # --- unfenced writes ---
     def heartbeat(self, resource_ids: Iterable[str]) -> None:
@@ -143,8 +158,11 @@ class Committer:
             try:
                 self.log.append_each(targets)
             except PartlyAppended as exc:  # an inbox written again as another kind of value at once
-                self.logger.warning("a heartbeat was refused", refused=[targets[i][0] for i in exc.errors],
-                                    error=next(iter(exc.errors.values()))[:300])
+                self.logger.warning(
+                    "a heartbeat was refused",
+                    refused=[targets[i][0] for i in exc.errors],
+                    error=next(iter(exc.errors.values()))[:300],
+                )
 
     def retire_state(self, job_id: str, state_ids: list[str]) -> None:
         """Delete the queryable state of attempts that ended (after the facts saying so)."""
@@ -154,16 +172,24 @@ class Committer:
 class MeteredCommitter(Committer):
     """The committer, counting what it writes for the metrics (services/common/metrics.py)."""
 
-    def __init__(self, log: EventLog, world: World, jm_id: str, group: str, logger: Any,
-                 metrics: JobManagerMetrics) -> None:
+    def __init__(
+        self, log: EventLog, world: World, jm_id: str, group: str, logger: Any, metrics: JobManagerMetrics
+    ) -> None:
         super().__init__(log, world, jm_id, group, logger)
         self.metrics = metrics
 
-    def commit(self, tag: str, facts: Sequence[Event], *, sends: Sequence[tuple[str, Event]] = (),
-               consumed: Consumed | None = None, cause: str | None = None,
-               deliver_to: dict[int, str] | None = None, now: int | None = None) -> list[Envelope] | None:
-        envs = super().commit(tag, facts, sends=sends, consumed=consumed, cause=cause, deliver_to=deliver_to,
-                              now=now)
+    def commit(
+        self,
+        tag: str,
+        facts: Sequence[Event],
+        *,
+        sends: Sequence[tuple[str, Event]] = (),
+        consumed: Consumed | None = None,
+        cause: str | None = None,
+        deliver_to: dict[int, str] | None = None,
+        now: int | None = None,
+    ) -> list[Envelope] | None:
+        envs = super().commit(tag, facts, sends=sends, consumed=consumed, cause=cause, deliver_to=deliver_to, now=now)
         if envs is not None:
             self.metrics.committed(envs, [ev for _, ev in sends], self.world.now_ms())
         return envs

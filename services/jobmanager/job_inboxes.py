@@ -54,10 +54,24 @@ class JobInboxes:
     (``recovering``), and what the coordinators need (the storage root, the blobs holding a
     job's code, the checkpoint interval, an executor)."""
 
-    def __init__(self, *, state: CurrentState, committer: Committer, keys: Keys, world: World,
-                 jobs_config: jobs.JobsConfig, logger: Any, consumer: Callable[[], GroupConsumer], group: str,
-                 batch: int, recovering: Callable[[], list[str]], storage_root: str, blobs: Blobs,
-                 checkpoint_interval_ms: int, coordinator_executor: Callable[[str], Any] | None) -> None:
+    def __init__(
+        self,
+        *,
+        state: CurrentState,
+        committer: Committer,
+        keys: Keys,
+        world: World,
+        jobs_config: jobs.JobsConfig,
+        logger: Any,
+        consumer: Callable[[], GroupConsumer],
+        group: str,
+        batch: int,
+        recovering: Callable[[], list[str]],
+        storage_root: str,
+        blobs: Blobs,
+        checkpoint_interval_ms: int,
+        coordinator_executor: Callable[[str], Any] | None,
+    ) -> None:
         self.state, self.committer, self.keys, self.world = state, committer, keys, world
         self.jobs_config, self.logger, self.consumer, self.group = jobs_config, logger, consumer, group
         self.batch, self.recovering, self.storage_root, self.blobs = batch, recovering, storage_root, blobs
@@ -114,12 +128,20 @@ class JobInboxes:
             try:
                 splits = plan_splits(env.event)
             except Exception as exc:
-                return jobs.Decision(sends=[Send(Address.client(env.event.reply_to), JobRefused(job_id, str(exc)))],
-                                     job_id=job_id, now=now)
-            self.logger.info("job submitted", job=job_id, name=env.event.graph.name,
-                             subtasks=sum(v.parallelism for v in env.event.graph.vertices))
-            return jobs.decide(state.jobs, jobs.Submit(env.event, splits, self.storage_root,
-                                                       state.membership.attempt_floor), now)
+                return jobs.Decision(
+                    sends=[Send(Address.client(env.event.reply_to), JobRefused(job_id, str(exc)))],
+                    job_id=job_id,
+                    now=now,
+                )
+            self.logger.info(
+                "job submitted",
+                job=job_id,
+                name=env.event.graph.name,
+                subtasks=sum(v.parallelism for v in env.event.graph.vertices),
+            )
+            return jobs.decide(
+                state.jobs, jobs.Submit(env.event, splits, self.storage_root, state.membership.attempt_floor), now
+            )
         if isinstance(env.event, (UpdateTaskExecutionState, TaskOperationResult)):
             state.reports.heard(f"{job_id}/{env.event.execution_id}")  # for reconciliation
         decision = jobs.decide(state.jobs, jobs.Inbound(job_id, env, self.jobs_config), now)
@@ -148,8 +170,9 @@ class JobInboxes:
         consumed = Consumed(stream, self.group, entry_ids) if stream and entry_ids else None
         # One decision, one script: its facts and its messages land together or not at all
         # (deployments are capped per pass, so a script stays short).
-        envs = self.committer.commit(tag, decision.facts, sends=sends, consumed=consumed, deliver_to=deliver,
-                                     now=decision.now)
+        envs = self.committer.commit(
+            tag, decision.facts, sends=sends, consumed=consumed, deliver_to=deliver, now=decision.now
+        )
         if envs is None:
             raise DuplicateCommit(f"a job commit for {decision.job_id} was a duplicate")
         state = self.state()
@@ -193,8 +216,9 @@ class JobInboxes:
 
         state = self.state()
         reports = state.reports
-        for d in reconcile.decide(state.jobs, reconcile.LostFinals(reports, caught_up, self.jobs_config),
-                                  self.world.now_ms()).jobs:
+        for d in reconcile.decide(
+            state.jobs, reconcile.LostFinals(reports, caught_up, self.jobs_config), self.world.now_ms()
+        ).jobs:
             self.commit(d)
         for task_id in reports.accepted:
             self.logger.warning("a final state taken from a slot report: its own report was lost", task=task_id)
@@ -224,14 +248,18 @@ class JobInboxes:
             return _Scheduled(None, free)  # already waiting for slots and none is free: nothing to try
         sessions = {r.resource_id: r.session for r in state.membership.active()}
         at = self.world.now_ms() if now is None else now
-        return _Scheduled(jobs.decide(state.jobs, jobs.Schedule(job_id, free, sessions, state.timers,
-                                                                monotonic_ms(self.world)), at), free)
+        return _Scheduled(
+            jobs.decide(state.jobs, jobs.Schedule(job_id, free, sessions, state.timers, monotonic_ms(self.world)), at),
+            free,
+        )
 
     def _free_slots(self) -> jobs.FreeSlots:
         state = self.state()
         used = state.jobs.pool.by_taskmanager
-        return {r.resource_id: [s for s in range(r.slots) if s not in used.get(r.resource_id, ())]
-                for r in sorted(state.membership.active(), key=lambda r: r.resource_id)}
+        return {
+            r.resource_id: [s for s in range(r.slots) if s not in used.get(r.resource_id, ())]
+            for r in sorted(state.membership.active(), key=lambda r: r.resource_id)
+        }
 
     def tick(self, now: int) -> None:
         """Deadlines (slot waits, deployments) at ``now`` (the wall clock: their facts' time),
@@ -240,14 +268,20 @@ class JobInboxes:
         clock = monotonic_ms(self.world)
         total = sum(r.slots for r in state.membership.active())
         if not self.recovering():  # no waiting for slots times out while nothing can be scheduled, nor for that time
-            for d in jobs.decide(state.jobs, jobs.SlotWaits(self.jobs_config, total, timers=state.timers,
-                                                            clock=clock), now).jobs:
+            for d in jobs.decide(
+                state.jobs, jobs.SlotWaits(self.jobs_config, total, timers=state.timers, clock=clock), now
+            ).jobs:
                 self.commit(d)
         reports = state.reports
         if clock >= self._next_deploy_check:  # once a second is plenty for a timeout of a minute
             self._next_deploy_check = clock + 1000
-            for d in reconcile.decide(state.jobs, reconcile.DeploymentTimeouts(
-                    reports, self.jobs_config.deploy_timeout_ms, self.jobs_config, clock=clock), now).jobs:
+            for d in reconcile.decide(
+                state.jobs,
+                reconcile.DeploymentTimeouts(
+                    reports, self.jobs_config.deploy_timeout_ms, self.jobs_config, clock=clock
+                ),
+                now,
+            ).jobs:
                 self.logger.warning("deployment timed out", job=d.job_id, facts=len(d.facts))
                 self.commit(d)
         self.flush_coordinators(now)
@@ -256,9 +290,15 @@ class JobInboxes:
     def create_coordinators(self, job_id: str) -> JobCoordinators:
         state = self.state()
         job = state.jobs.jobs[job_id]
-        coords = JobCoordinators(job_id, job.graph.vertices, job.splits, self._loader(job_id),
-                                 interval_ms=self.checkpoint_interval_ms, executor=self.coordinator_executor,
-                                 monotonic=self.world.monotonic)
+        coords = JobCoordinators(
+            job_id,
+            job.graph.vertices,
+            job.splits,
+            self._loader(job_id),
+            interval_ms=self.checkpoint_interval_ms,
+            executor=self.coordinator_executor,
+            monotonic=self.world.monotonic,
+        )
         state.coords[job_id] = coords
         return coords
 

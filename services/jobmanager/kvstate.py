@@ -37,8 +37,17 @@ class JobDisposal:
     back from its snapshot: services/jobmanager/snapshot.py) and ``commit_job(decision)``
     (a job's decision committed with its coordinators: services/jobmanager/job_inboxes.py)."""
 
-    def __init__(self, *, state: CurrentState, world: World, committer: Committer, group: str, logger: Any,
-                 restore: Callable[[str], bool], commit_job: Callable[[Decision], None]) -> None:
+    def __init__(
+        self,
+        *,
+        state: CurrentState,
+        world: World,
+        committer: Committer,
+        group: str,
+        logger: Any,
+        restore: Callable[[str], bool],
+        commit_job: Callable[[Decision], None],
+    ) -> None:
         self.state, self.world, self.committer, self.group, self.logger = state, world, committer, group, logger
         self.restore, self.commit_job = restore, commit_job
 
@@ -49,12 +58,20 @@ class JobDisposal:
         facts, reply = dispose(jobs, msg)
         if facts:
             now = self.world.now_ms()
-            self.commit_job(Decision(list(facts), job_id=msg.job_id, now=now))  # deletes the state it names, once committed
+            self.commit_job(
+                Decision(list(facts), job_id=msg.job_id, now=now)
+            )  # deletes the state it names, once committed
             for fact in facts:
                 evolve(self.state().jobs, Envelope(fact, "", 0, now))
-            self.logger.info("job disposed", job=msg.job_id,
-                             names=reply.names if isinstance(reply, JobDisposed) else None)
+            self.logger.info(
+                "job disposed", job=msg.job_id, names=reply.names if isinstance(reply, JobDisposed) else None
+            )
         else:
             self.logger.warning("dispose refused", job=msg.job_id, reason=getattr(reply, "reason", None))
-        self.committer.commit(self.committer.keys.cluster, [], sends=[(msg.reply_to, reply)],
-                              consumed=Consumed(entry.stream, self.group, entry.id), cause=env.id)
+        self.committer.commit(
+            self.committer.keys.cluster,
+            [],
+            sends=[(msg.reply_to, reply)],
+            consumed=Consumed(entry.stream, self.group, entry.id),
+            cause=env.id,
+        )

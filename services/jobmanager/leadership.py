@@ -61,8 +61,9 @@ class Lease:
     """The leadership lease of one JobManager, and the watchdog that lets it lapse when the
     main loop stops making progress (the fence then refuses what the stalled loop writes)."""
 
-    def __init__(self, log: EventLog, holder: str, ttl_ms: int, max_stall_s: float,
-                 monotonic: Callable[[], float]) -> None:
+    def __init__(
+        self, log: EventLog, holder: str, ttl_ms: int, max_stall_s: float, monotonic: Callable[[], float]
+    ) -> None:
         self.lease = LeaderLease(log, holder, ttl_ms)
         self.ttl_ms, self.max_stall_s, self._monotonic = ttl_ms, max_stall_s, monotonic
         self._progress = monotonic()
@@ -145,9 +146,18 @@ class Replay:
     has taken this long, ``ready`` is True though jobs are left (None: only when all
     are rebuilt)."""
 
-    def __init__(self, log: EventLog, fence: Callable[[str], None], *, page: int = 1000, snapshots: bool = True,
-                 logger: Any = None, monotonic: Callable[[], float] | None = None,
-                 serve_after_s: float | None = None, freeze_gc: bool = True) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        fence: Callable[[str], None],
+        *,
+        page: int = 1000,
+        snapshots: bool = True,
+        logger: Any = None,
+        monotonic: Callable[[], float] | None = None,
+        serve_after_s: float | None = None,
+        freeze_gc: bool = True,
+    ) -> None:
         self.log, self.fence, self.page = log, fence, page
         self.freeze_gc = freeze_gc
         """Freeze what each page built (``gc.freeze``). Off where many JobManagers share one
@@ -206,9 +216,14 @@ class Replay:
             if now - self._said >= _PROGRESS_EVERY_S:  # a long replay is progress, not a stall: say so
                 self._said = now
                 r = self.result
-                self.logger.info("replaying the log", facts=r.facts, jobs=f"{self.jobs_done}/{len(r.live)}",
-                                 archived=len(r.archived), from_snapshots=r.from_snapshots,
-                                 seconds=round(now - self._started, 1))
+                self.logger.info(
+                    "replaying the log",
+                    facts=r.facts,
+                    jobs=f"{self.jobs_done}/{len(r.live)}",
+                    archived=len(r.archived),
+                    from_snapshots=r.from_snapshots,
+                    seconds=round(now - self._started, 1),
+                )
         return self.done
 
     def _advance(self) -> None:
@@ -298,8 +313,9 @@ class Replay:
             r.facts += facts
             r.from_snapshots += from_snapshot
 
-        snap, after = yield from rebuild_job(self.log, job_id, snapshots=self.snapshots, warn=self._warn,
-                                              page=self.page, folded=folded)
+        snap, after = yield from rebuild_job(
+            self.log, job_id, snapshots=self.snapshots, warn=self._warn, page=self.page, folded=folded
+        )
         install_job(r.jobs, JobSnapshot(job_id, snap.run, snap.pool, {}, {}))
         r.positions[job_id] = after
         if snap.run is not None and snap.run.status not in TERMINAL_JOB:  # an ended job has no coordinators

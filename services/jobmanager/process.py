@@ -50,9 +50,11 @@ if TYPE_CHECKING:
 __all__ = ["JobManager", "LeaderState", "Phase", "GROUP", "LINGER_MS", "SERVE_AFTER_S"]
 
 GROUP = "jobmanager"
-_REBUILDS = {StaleEpoch: ("deposed", "error"),
-             StoreRestarted: ("the Redis server restarted; rebuilding from the log", "error"),
-             DuplicateCommit: ("state behind the log; rebuilding from the log", "why")}
+_REBUILDS = {
+    StaleEpoch: ("deposed", "error"),
+    StoreRestarted: ("the Redis server restarted; rebuilding from the log", "error"),
+    DuplicateCommit: ("state behind the log; rebuilding from the log", "why"),
+}
 """What a step says (and under which key) when the log moved on without it; it then rebuilds."""
 SERVE_AFTER_S = 1.0
 """How long a new leader rebuilds before it serves the cluster, rebuilding the jobs left
@@ -110,8 +112,7 @@ class JobManager:
         """Every job ever registered (an id stays taken); filled in place at each take-over."""
         self.purged: set[str] = set()
         """Jobs purged (``JobPurged``): their ids stay taken, their keys are gone."""
-        self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered,
-                                      sole=True)
+        self.consumer = GroupConsumer(log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered, sole=True)
         log.on_set_aside = set_aside_reporter(self.logger, self.metrics)
         self.phase = Phase.STANDBY
         self.replay: Replay | None = None
@@ -119,12 +120,36 @@ class JobManager:
         """The leader's snapshot writer (None while it does not lead)."""
         # The collaborators, each built from what it uses (none sees the JobManager).
         parts = assemble(
-            log, self.committer, world, self.logger, self.blobs, registered=self.registered, purged=self.purged,
-            settings=Settings(config, jobs_config, storage_root, GROUP, batch, checkpoint_interval_ms,
-                              coordinator_executor, inbox_retention_ms, fact_retention),
-            ports=Ports(self.current, lambda: self.consumer, lambda: self.recovering, lambda: self.snapshots,
-                        self._recover_pending, lambda: self.replay, self._serve_recovered, self.lease.progress,
-                        self._all_recovered))
+            log,
+            self.committer,
+            world,
+            self.logger,
+            self.blobs,
+            registered=self.registered,
+            purged=self.purged,
+            settings=Settings(
+                config,
+                jobs_config,
+                storage_root,
+                GROUP,
+                batch,
+                checkpoint_interval_ms,
+                coordinator_executor,
+                inbox_retention_ms,
+                fact_retention,
+            ),
+            ports=Ports(
+                self.current,
+                lambda: self.consumer,
+                lambda: self.recovering,
+                lambda: self.snapshots,
+                self._recover_pending,
+                lambda: self.replay,
+                self._serve_recovered,
+                self.lease.progress,
+                self._all_recovered,
+            ),
+        )
         self.job_inboxes, self.archive, self.retention = parts.job_inboxes, parts.archive, parts.retention
         self.disposal, self.cluster, self.restorer = parts.disposal, parts.cluster, parts.restorer
         self.rejoin, self.new_snapshots = parts.rejoin, parts.snapshot_writer
@@ -145,9 +170,17 @@ class JobManager:
 
     def _gauges(self) -> list[Metric]:
         state = self.state  # replaced whole when it steps down: read once
-        return jobmanager_gauges(leading=self.leading, epoch=self.epoch, state=state, recovering=len(self.recovering),
-                                 streams=list(self.consumer.streams), cluster=(self.inbox, self.tag), log=self.log,
-                                 group=self.group, logger=self.logger)
+        return jobmanager_gauges(
+            leading=self.leading,
+            epoch=self.epoch,
+            state=state,
+            recovering=len(self.recovering),
+            streams=list(self.consumer.streams),
+            cluster=(self.inbox, self.tag),
+            log=self.log,
+            group=self.group,
+            logger=self.logger,
+        )
 
     @property
     def unreadable(self) -> Unreadable | None:
@@ -240,8 +273,9 @@ class JobManager:
         if clock >= self._next_tick:
             self.server_watch.check(self.log.server_id(), self.committer.server)  # (redis-py reconnects silently)
             # (the clock read again: the check may have stalled, and the view must be fresh after it)
-            self.tick(self.world.now_ms(),
-                      caught_up=self.timeout_gate.ready(monotonic_ms(self.world), caught_up, read_at))
+            self.tick(
+                self.world.now_ms(), caught_up=self.timeout_gate.ready(monotonic_ms(self.world), caught_up, read_at)
+            )
             self._next_tick = clock + min(self.config.heartbeat_interval_ms, 200)
         return bool(entries)
 
@@ -258,17 +292,24 @@ class JobManager:
         if epoch is None:
             if not self._announced:
                 holder = self.lease.lease.current()
-                self.logger.info("standby", leader=holder.holder if holder else None,
-                                 epoch=holder.epoch if holder else None)
+                self.logger.info(
+                    "standby", leader=holder.holder if holder else None, epoch=holder.epoch if holder else None
+                )
                 self._announced = True
             return False
         self._announced = False
         self.rejoin.took_lease = self.world.monotonic()
         self.committer.begin(epoch, server)
         self.phase = Phase.REPLAYING
-        self.replay = Replay(self.log, self.committer.fence, page=self.replay_page, logger=self.logger,
-                             monotonic=self.world.monotonic, serve_after_s=self.serve_after_s,
-                             freeze_gc=self.freeze_gc)
+        self.replay = Replay(
+            self.log,
+            self.committer.fence,
+            page=self.replay_page,
+            logger=self.logger,
+            monotonic=self.world.monotonic,
+            serve_after_s=self.serve_after_s,
+            freeze_gc=self.freeze_gc,
+        )
         self.logger.info("replaying the log", epoch=epoch)
         return True
 
@@ -327,12 +368,19 @@ class JobManager:
         self.purged.clear()
         self.purged.update(r.purged)
         self.retention.reset()
-        self.consumer = GroupConsumer(self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered,
-                                      sole=True)
+        self.consumer = GroupConsumer(
+            self.log, self.inbox, GROUP, self.id, on_dead_letter=self._dead_lettered, sole=True
+        )
         rebuilt = self.replay.take_rebuilt()
         restoring = [(job_id, self.restorer.restore_coordinators(job_id, r)) for job_id in rebuilt]
-        granted, facts, consequences = announce(LeadershipGranted(epoch, self.id, hostname(), server), r.last_grant,
-                                                self.server_watch.saw_restart, self.log.backend, self.state.membership, self.logger)
+        granted, facts, consequences = announce(
+            LeadershipGranted(epoch, self.id, hostname(), server),
+            r.last_grant,
+            self.server_watch.saw_restart,
+            self.log.backend,
+            self.state.membership,
+            self.logger,
+        )
         if facts:  # (a lost TaskManager's tasks are failed below, once the coordinators run)
             self.cluster.commit_facts(facts, consequences=consequences)
         for job_id, coords in restoring:
@@ -353,9 +401,16 @@ class JobManager:
         recovering = len(self.replay.pending)
         if not recovering:
             self.replay = None
-        self.logger.info("leading", epoch=epoch, replayed=r.facts, from_snapshots=r.from_snapshots,
-                         archived=len(r.archived), taskmanagers=len(self.state.membership.active()),
-                         jobs=len(self.state.jobs.jobs), recovering=recovering)
+        self.logger.info(
+            "leading",
+            epoch=epoch,
+            replayed=r.facts,
+            from_snapshots=r.from_snapshots,
+            archived=len(r.archived),
+            taskmanagers=len(self.state.membership.active()),
+            jobs=len(self.state.jobs.jobs),
+            recovering=recovering,
+        )
         # Messages a previous leader read but never committed: ours now (each once).
         self.handle_batch(self.consumer.recover())
         self.restorer.orphans(now)
@@ -416,10 +471,17 @@ class JobManager:
     def run(self, stop: threading.Event) -> None:
         """Stand by until leading, lead until deposed or stopped; survive Redis outages
         (services/jobmanager/runner.py)."""
-        ProcessLoop(step=lambda block_ms: self.step(block_ms=block_ms), step_lease=self.step_lease,
-                    ping=self.log.server_id, block_ms=lambda: 50 if self.leading and self.replay is None else None,
-                    standing_by=lambda: self.phase is Phase.STANDBY, release=self._release, ttl_ms=self.lease.ttl_ms,
-                    logger=self.logger, on_error=self._unexpected).run(stop)
+        ProcessLoop(
+            step=lambda block_ms: self.step(block_ms=block_ms),
+            step_lease=self.step_lease,
+            ping=self.log.server_id,
+            block_ms=lambda: 50 if self.leading and self.replay is None else None,
+            standing_by=lambda: self.phase is Phase.STANDBY,
+            release=self._release,
+            ttl_ms=self.lease.ttl_ms,
+            logger=self.logger,
+            on_error=self._unexpected,
+        ).run(stop)
 
     def _release(self) -> None:
         """The process ends: a leader hands leadership over (its coordinators closed, the

@@ -40,13 +40,20 @@ class Restorer:
     committer (to deliver a joining job's outbox), the jobs' config, and ``mark_restored(job)``
     (a running job's storage marker written if it has none: services/jobmanager/storage_identity.py)."""
 
-    def __init__(self, state: CurrentState, jobs_side: JobRestoring, committer: Committer,
-                 jobs_config: jobs.JobsConfig, mark_restored: Callable[[JobRun], None]) -> None:
+    def __init__(
+        self,
+        state: CurrentState,
+        jobs_side: JobRestoring,
+        committer: Committer,
+        jobs_config: jobs.JobsConfig,
+        mark_restored: Callable[[JobRun], None],
+    ) -> None:
         self.state, self.jobs, self.committer = state, jobs_side, committer
         self.jobs_config, self.mark_restored = jobs_config, mark_restored
 
-    def join(self, job_id: str, r: Rebuilt, now: int, *, snapshots: SnapshotWriter | None,
-             serve: Callable[[str], None]) -> JobRun | None:
+    def join(
+        self, job_id: str, r: Rebuilt, now: int, *, snapshots: SnapshotWriter | None, serve: Callable[[str], None]
+    ) -> JobRun | None:
         """A job whose rebuild ended while the leader serves: restored and served as a new
         leader's jobs are (``serve(job_id)``: what a previous leader read from its inbox and
         never committed, decided now). Returns the job as rebuilt."""

@@ -24,9 +24,19 @@ class Rejoin:
     handled), ``progress()`` (the stall watchdog's), and ``done(seconds)``: every job is
     rebuilt (the shell drops the replay and schedules)."""
 
-    def __init__(self, *, restorer: Restorer, world: World, logger: Any, replay: Callable[[], Replay | None],
-                 snapshots: Callable[[], SnapshotWriter | None], state: CurrentState,
-                 serve: Callable[[str], None], progress: Callable[[], None], done: Callable[[float], None]) -> None:
+    def __init__(
+        self,
+        *,
+        restorer: Restorer,
+        world: World,
+        logger: Any,
+        replay: Callable[[], Replay | None],
+        snapshots: Callable[[], SnapshotWriter | None],
+        state: CurrentState,
+        serve: Callable[[str], None],
+        progress: Callable[[], None],
+        done: Callable[[float], None],
+    ) -> None:
         self.restorer, self.world, self.logger = restorer, world, logger
         self.replay, self.snapshots, self.state, self.serve = replay, snapshots, state, serve
         self.progress, self.done = progress, done
@@ -53,10 +63,19 @@ class Rejoin:
         now = self.world.now_ms()
         for job_id in replay.take_rebuilt():
             job = self.restorer.join(job_id, r, now, snapshots=self.snapshots(), serve=self.serve)
-            self.logger.info("job recovered", job=job_id, status=job.status.value if job is not None else None,
-                             left=len(replay.pending))
+            self.logger.info(
+                "job recovered",
+                job=job_id,
+                status=job.status.value if job is not None else None,
+                left=len(replay.pending),
+            )
         if replay.done:
             seconds = self.world.monotonic() - self.took_lease
-            self.logger.info("every job recovered", epoch=self.state().jobs.epoch, replayed=r.facts,
-                             jobs=len(self.state().jobs.jobs), seconds=round(seconds, 3))
+            self.logger.info(
+                "every job recovered",
+                epoch=self.state().jobs.epoch,
+                replayed=r.facts,
+                jobs=len(self.state().jobs.jobs),
+                seconds=round(seconds, 3),
+            )
             self.done(seconds)

@@ -48,8 +48,14 @@ class ServerWatch:
         self.saw_restart = None
 
 
-def announce(granted: LeadershipGranted, last: LeadershipGranted | None, saw_restart: tuple[str, str] | None,
-             backend: Any, membership: Membership, logger: Any) -> tuple[LeadershipGranted, list[Event], bool]:
+def announce(
+    granted: LeadershipGranted,
+    last: LeadershipGranted | None,
+    saw_restart: tuple[str, str] | None,
+    backend: Any,
+    membership: Membership,
+    logger: Any,
+) -> tuple[LeadershipGranted, list[Event], bool]:
     """What a new leader commits with its epoch (``granted``), after the log's ``last`` grant:
     (the grant it leads under, the cluster facts to commit, whether their consequences are
     carried out at once). When the Redis server restarted since the last grant (or since
@@ -75,8 +81,10 @@ def log_restarted(before: str, now_server: str, server_ms: int, membership: Memb
     the new epoch: every TaskManager registers again (they drop their tasks when they see
     the restart), and every attempt not finished runs again under a number no lost write
     can have used (the server's clock, ``server_ms``: ``LogRestarted``'s floor)."""
-    reason = (f"the Redis server restarted (run id {before[:8]} -> {now_server[:8]}) and may have lost its last "
-              "writes: every task that was not finished runs again")
+    reason = (
+        f"the Redis server restarted (run id {before[:8]} -> {now_server[:8]}) and may have lost its last "
+        "writes: every task that was not finished runs again"
+    )
     logger.warning("log restarted", reason=reason)
     floor = max(server_ms, membership.attempt_floor + 1)
     lost: list[Event] = [TaskManagerLost(row.resource_id, row.session, reason) for row in membership.active()]

@@ -45,8 +45,15 @@ from .state import CurrentState
 if TYPE_CHECKING:
     from sluice.store.consumer import Entry
 
-__all__ = ["FactRetention", "Retention", "finished_subtasks", "subtask_inboxes", "due_for_purge", "purge_refusal",
-           "SWEEP_EVERY_MS"]
+__all__ = [
+    "FactRetention",
+    "Retention",
+    "finished_subtasks",
+    "subtask_inboxes",
+    "due_for_purge",
+    "purge_refusal",
+    "SWEEP_EVERY_MS",
+]
 
 SWEEP_EVERY_MS = 10_000
 """The longest time between two trims of the leader's streams (shorter when the retention is)."""
@@ -55,6 +62,7 @@ _DAY_MS = 86_400_000
 
 
 # --- the pure core ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class FactRetention:
@@ -75,8 +83,10 @@ class FactRetention:
             return cls(keep_days=float(m.group(1)))
         if value.isdigit():
             return cls(keep_last=int(value))
-        raise ConfigError(f"{where} = {text!r} is not a fact retention: give 'keep' (the default), a number of "
-                          "archived jobs whose facts are kept (e.g. 1000), or days (e.g. 30d)")
+        raise ConfigError(
+            f"{where} = {text!r} is not a fact retention: give 'keep' (the default), a number of "
+            "archived jobs whose facts are kept (e.g. 1000), or days (e.g. 30d)"
+        )
 
     @classmethod
     def from_env(cls) -> FactRetention:
@@ -87,8 +97,9 @@ class FactRetention:
         return self.keep_last is None and self.keep_days is None
 
 
-def due_for_purge(archived: Sequence[str], policy: FactRetention, now_ms: int,
-                  ended_at: Callable[[str], int | None]) -> list[str]:
+def due_for_purge(
+    archived: Sequence[str], policy: FactRetention, now_ms: int, ended_at: Callable[[str], int | None]
+) -> list[str]:
     """Archived jobs (oldest first, as archived) whose facts the policy no longer keeps:
     beyond the last ``keep_last``, or ended more than ``keep_days`` ago (``ended_at`` is
     asked of the oldest ones only, until one is young enough)."""
@@ -126,14 +137,17 @@ def purge_refusal(job_id: str, job: JobRun | None, known: bool, holds_slots: boo
     if not known or job is None:
         return f"job not found: {job_id} (no such job in this cluster; `sluice list` shows the jobs)"
     if job.status not in TERMINAL_JOB:
-        return (f"job {job_id} is {job.status.value}: only an ended job can be purged; cancel it first "
-                f"(sluice cancel {job_id}) or wait until it ends")
+        return (
+            f"job {job_id} is {job.status.value}: only an ended job can be purged; cancel it first "
+            f"(sluice cancel {job_id}) or wait until it ends"
+        )
     if holds_slots:
         return f"job {job_id} has ended but its last tasks still hold slots; purge it again in a few seconds"
     return None
 
 
 # --- the shell --------------------------------------------------------------------------------
+
 
 class FollowedInboxes(Protocol):
     """Which jobs' inboxes the leader reads (services/jobmanager/job_inboxes.py)."""
@@ -151,10 +165,23 @@ class Retention:
     leader's snapshot writer, None while it has none), how long the streams keep their
     traffic, the consumer group and the fact retention."""
 
-    def __init__(self, *, log: EventLog, committer: Committer, state: CurrentState, registered: set[str],
-                 purged: set[str], world: World, logger: Any, inboxes: FollowedInboxes,
-                 restore: Callable[[str], bool], snapshots: Callable[[], SnapshotWriter | None],
-                 inbox_retention_ms: int, group: str, facts: FactRetention | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        log: EventLog,
+        committer: Committer,
+        state: CurrentState,
+        registered: set[str],
+        purged: set[str],
+        world: World,
+        logger: Any,
+        inboxes: FollowedInboxes,
+        restore: Callable[[str], bool],
+        snapshots: Callable[[], SnapshotWriter | None],
+        inbox_retention_ms: int,
+        group: str,
+        facts: FactRetention | None = None,
+    ) -> None:
         self.log, self.keys, self.committer, self.state = log, log.keys, committer, state
         self.registered, self.purged, self.world, self.logger = registered, purged, world, logger
         self.inboxes, self.restore, self.snapshots = inboxes, restore, snapshots
@@ -223,8 +250,9 @@ class Retention:
             self.committer.deliver(tag)
             self.committer.retire(tag)  # its cursor moved to where delivery ended
             if not self._delivered(tag):
-                self.logger.warning("an archived job's outbox is not delivered to its end; its transport stays",
-                                  job=job_id)
+                self.logger.warning(
+                    "an archived job's outbox is not delivered to its end; its transport stays", job=job_id
+                )
                 continue
             release_transport(self.log, tag, subtask_inboxes(self.keys, job))
             self._trimmed = {t for t in self._trimmed if t[0] != job_id}
@@ -254,28 +282,36 @@ class Retention:
         reply: JobPurged | JobRefused
         if msg.job_id in self.purged:
             row = self.tombstones.read(msg.job_id) or {}
-            reply = JobRefused(msg.job_id, f"job {msg.job_id} was already purged (at {row.get('purged_at', '?')} "
-                                           "ms since the epoch)")
+            reply = JobRefused(
+                msg.job_id, f"job {msg.job_id} was already purged (at {row.get('purged_at', '?')} ms since the epoch)"
+            )
         else:
-            done = self.purge(msg.job_id, self.world.now_ms(), known=known, reply_to=msg.reply_to,
-                              consumed=entry) if known else None
+            done = (
+                self.purge(msg.job_id, self.world.now_ms(), known=known, reply_to=msg.reply_to, consumed=entry)
+                if known
+                else None
+            )
             if done is not None:
                 return
             reply = JobRefused(msg.job_id, self._refusal(msg.job_id, known))
         self.logger.warning("purge refused", job=msg.job_id[:40], reason=reply.reason[:300])
-        self.committer.commit(self.tag, [], sends=[(msg.reply_to, reply)], consumed=self._consumed(entry),
-                              cause=entry.envelope.id)
+        self.committer.commit(
+            self.tag, [], sends=[(msg.reply_to, reply)], consumed=self._consumed(entry), cause=entry.envelope.id
+        )
 
     def _consumed(self, entry: Entry) -> Consumed:
         return Consumed(entry.stream, self.group, entry.id)
 
     def _refusal(self, job_id: str, known: bool) -> str:
         state = self.state().jobs
-        return (purge_refusal(job_id, state.jobs.get(job_id), known, state.pool.holds(job_id))
-                or f"job {job_id} cannot be purged")
+        return (
+            purge_refusal(job_id, state.jobs.get(job_id), known, state.pool.holds(job_id))
+            or f"job {job_id} cannot be purged"
+        )
 
-    def purge(self, job_id: str, now: int, *, known: bool = True, reply_to: str | None = None,
-              consumed: Entry | None = None) -> JobPurged | None:
+    def purge(
+        self, job_id: str, now: int, *, known: bool = True, reply_to: str | None = None, consumed: Entry | None = None
+    ) -> JobPurged | None:
         """Remove an ended job's keys and record ``JobPurged`` (with the reply to ``reply_to``
         and the acknowledgement of ``consumed``, in one cluster commit); None when the job
         cannot be purged (nothing was done). The tombstone is written first: a leader that
@@ -287,8 +323,13 @@ class Retention:
             job = jobs.jobs.get(job_id)
             if job is None or purge_refusal(job_id, job, known, jobs.pool.holds(job_id)) is not None:
                 return None
-            row = {"name": job.name, "status": job.status.value, "ended_at": job.ended_at, "reason": job.reason,
-                   "purged_at": now}
+            row = {
+                "name": job.name,
+                "status": job.status.value,
+                "ended_at": job.ended_at,
+                "reason": job.reason,
+                "purged_at": now,
+            }
             self.tombstones.write(job_id, row)
         job = self.state().jobs.jobs.pop(job_id, None)
         tag = self.keys.job(job_id)
@@ -301,12 +342,22 @@ class Retention:
             snapshots.forget(job_id)
         forget_deliveries(self.log, tag, self._targets(job))
         delete_tag(self.log, tag)
-        done = JobPurged(job_id, str(row.get("name", "")), _status(row), row.get("ended_at"), int(row["purged_at"]),
-                         row.get("reason"))
+        done = JobPurged(
+            job_id,
+            str(row.get("name", "")),
+            _status(row),
+            row.get("ended_at"),
+            int(row["purged_at"]),
+            row.get("reason"),
+        )
         sends = [(reply_to, done)] if reply_to else []
-        envs = self.committer.commit(self.tag, [done], sends=sends,
-                                     consumed=self._consumed(consumed) if consumed is not None else None,
-                                     cause=consumed.envelope.id if consumed is not None else None)
+        envs = self.committer.commit(
+            self.tag,
+            [done],
+            sends=sends,
+            consumed=self._consumed(consumed) if consumed is not None else None,
+            cause=consumed.envelope.id if consumed is not None else None,
+        )
         if envs is not None:
             self.purged.add(job_id)
             self.logger.info("job purged", job=job_id, was=row.get("status"))

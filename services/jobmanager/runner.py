@@ -26,10 +26,19 @@ class ProcessLoop:
     a step may block now), ``standing_by()``, ``release()`` (hand leadership over when the
     loop ends), the lease's time to live, a logger and ``on_error(exc, what)``."""
 
-    def __init__(self, *, step: Callable[[int | None], bool], step_lease: Callable[[], bool],
-                 ping: Callable[[], object], block_ms: Callable[[], int | None], standing_by: Callable[[], bool],
-                 release: Callable[[], None], ttl_ms: int, logger: Any,
-                 on_error: Callable[[BaseException, str], None]) -> None:
+    def __init__(
+        self,
+        *,
+        step: Callable[[int | None], bool],
+        step_lease: Callable[[], bool],
+        ping: Callable[[], object],
+        block_ms: Callable[[], int | None],
+        standing_by: Callable[[], bool],
+        release: Callable[[], None],
+        ttl_ms: int,
+        logger: Any,
+        on_error: Callable[[BaseException, str], None],
+    ) -> None:
         self.step, self.step_lease, self.ping, self.block_ms = step, step_lease, ping, block_ms
         self.standing_by, self.release, self.ttl_ms = standing_by, release, ttl_ms
         self.logger, self.on_error = logger, on_error

@@ -45,8 +45,17 @@ from .state import CurrentState
 if TYPE_CHECKING:
     from .leadership import Rebuilt
 
-__all__ = ["SnapshotWriter", "CoordinatorTrail", "Archive", "Checkpoint", "load_job", "read_snapshot",
-           "rebuild_job", "fold_job", "SNAPSHOT_INTERVAL_MS"]
+__all__ = [
+    "SnapshotWriter",
+    "CoordinatorTrail",
+    "Archive",
+    "Checkpoint",
+    "load_job",
+    "read_snapshot",
+    "rebuild_job",
+    "fold_job",
+    "SNAPSHOT_INTERVAL_MS",
+]
 
 SNAPSHOT_INTERVAL_MS = int(os.environ.get("SLUICE_SNAPSHOT_INTERVAL_MS", "5000"))
 """How often the leader snapshots the tags whose facts grew (a job that ended: at once)."""
@@ -54,8 +63,14 @@ SNAPSHOT_INTERVAL_MS = int(os.environ.get("SLUICE_SNAPSHOT_INTERVAL_MS", "5000")
 
 # --- reading ---------------------------------------------------------------------------------
 
-def fold_job(jobs: JobsState, job_id: str, page: list[tuple[str, Envelope]], checkpoints: dict[str, Checkpoint],
-             tails: dict[str, list[Event]]) -> None:
+
+def fold_job(
+    jobs: JobsState,
+    job_id: str,
+    page: list[tuple[str, Envelope]],
+    checkpoints: dict[str, Checkpoint],
+    tails: dict[str, list[Event]],
+) -> None:
     """A page of a job's facts: into the jobs state, and its coordinators' checkpoints and
     tails (one loop, its names local: replay runs it for every fact)."""
     for _, env in page:
@@ -76,8 +91,9 @@ def fold_job(jobs: JobsState, job_id: str, page: list[tuple[str, Envelope]], che
             tail.append(ev)
 
 
-def read_snapshot(log: EventLog, tag: str, decode: Callable[[bytes], Any],
-                  warn: Callable[..., None] | None) -> tuple[str, Any] | None:
+def read_snapshot(
+    log: EventLog, tag: str, decode: Callable[[bytes], Any], warn: Callable[..., None] | None
+) -> tuple[str, Any] | None:
     """(position, decoded snapshot) of ``tag``, or None when there is none or it cannot be
     used (then ``warn`` is told why, and the tag is replayed in full)."""
     stored = Snapshots(log).read(tag)
@@ -96,8 +112,15 @@ def read_snapshot(log: EventLog, tag: str, decode: Callable[[bytes], Any],
     return stored.position, snap
 
 
-def rebuild_job(log: EventLog, job_id: str, *, snapshots: bool, warn: Callable[..., None] | None, page: int = 1000,
-                folded: Callable[[int, bool], None] | None = None) -> Generator[None, None, tuple[JobSnapshot, str]]:
+def rebuild_job(
+    log: EventLog,
+    job_id: str,
+    *,
+    snapshots: bool,
+    warn: Callable[..., None] | None,
+    page: int = 1000,
+    folded: Callable[[int, bool], None] | None = None,
+) -> Generator[None, None, tuple[JobSnapshot, str]]:
     """One job's state as its log has it, a page per step (its snapshot, when usable, and
     the facts after it), in a state of its own; returns it with the last entry id folded.
     ``folded(facts, from_snapshot)`` is told as it goes."""
@@ -123,8 +146,9 @@ def rebuild_job(log: EventLog, job_id: str, *, snapshots: bool, warn: Callable[.
     return job_snapshot(own, job_id, checkpoints, tails), after
 
 
-def load_job(log: EventLog, job_id: str, *, snapshots: bool = True,
-             warn: Callable[..., None] | None = None) -> JobSnapshot:
+def load_job(
+    log: EventLog, job_id: str, *, snapshots: bool = True, warn: Callable[..., None] | None = None
+) -> JobSnapshot:
     """One job's state as its log has it: its snapshot (when usable) and the facts after it."""
     steps = rebuild_job(log, job_id, snapshots=snapshots, warn=warn)
     while True:
@@ -142,8 +166,16 @@ class Archive:
     registered and purged, a logger, and ``recover(job_id)``: the leader's rebuild, at once,
     of a live job it is still recovering (nothing when it is not)."""
 
-    def __init__(self, log: EventLog, committer: Committer, state: CurrentState, registered: set[str],
-                 purged: set[str], logger: Any, recover: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        committer: Committer,
+        state: CurrentState,
+        registered: set[str],
+        purged: set[str],
+        logger: Any,
+        recover: Callable[[str], None],
+    ) -> None:
         self.log, self.committer, self.state, self.logger = log, committer, state, logger
         self.registered, self.purged, self.recover = registered, purged, recover
 
@@ -167,6 +199,7 @@ class Archive:
 
 # --- writing ---------------------------------------------------------------------------------
 
+
 class SnapshotWriter:
     """The leader's snapshots: every ``interval_ms`` each tag whose facts grew since its last
     snapshot, and at once a job that ended (then archived: left out of later replays and
@@ -178,9 +211,21 @@ class SnapshotWriter:
     world (its clock), a logger, ``release(job_ids)`` (an archived job's transport keys:
     services/jobmanager/retention.py), and the rebuild it starts from."""
 
-    def __init__(self, *, log: EventLog, committer: Committer, state: CurrentState, registered: set[str],
-                 purged: set[str], world: World, logger: Any, release: Callable[[Sequence[str]], None],
-                 rebuilt: Rebuilt, grant: LeadershipGranted | None, interval_ms: int = SNAPSHOT_INTERVAL_MS) -> None:
+    def __init__(
+        self,
+        *,
+        log: EventLog,
+        committer: Committer,
+        state: CurrentState,
+        registered: set[str],
+        purged: set[str],
+        world: World,
+        logger: Any,
+        release: Callable[[Sequence[str]], None],
+        rebuilt: Rebuilt,
+        grant: LeadershipGranted | None,
+        interval_ms: int = SNAPSHOT_INTERVAL_MS,
+    ) -> None:
         self.log, self.keys, self.committer, self.state = log, log.keys, committer, state
         self.registered, self.purged, self.world, self.logger = registered, purged, world, logger
         self.release, self.interval_ms = release, interval_ms
@@ -200,8 +245,9 @@ class SnapshotWriter:
     def rebuilt(self, job_id: str, r: Rebuilt) -> None:
         """A live job the replay has rebuilt: its snapshots start from where the replay ended."""
         if job_id in r.jobs.jobs:
-            self.trails[job_id] = CoordinatorTrail.of(r.jobs, job_id, r.positions.get(job_id, "0-0"),
-                                                      r.checkpoints.get(job_id, {}), r.tails.get(job_id, {}))
+            self.trails[job_id] = CoordinatorTrail.of(
+                r.jobs, job_id, r.positions.get(job_id, "0-0"), r.checkpoints.get(job_id, {}), r.tails.get(job_id, {})
+            )
 
     def committed(self, tag: str, facts: list[tuple[str, Envelope]]) -> None:
         """Facts this leader just committed to ``tag``: a job's trail folds them at once, so
@@ -253,8 +299,9 @@ class SnapshotWriter:
         trail.fed = True  # up to the log's end now: every later commit is fed to it (``committed``)
         ended = jobs.jobs[job_id].status in TERMINAL_JOB  # an ended job has no coordinators to restore
         try:
-            data = codec.encode_job(job_snapshot(jobs, job_id, {} if ended else trail.checkpoints,
-                                           {} if ended else trail.tails))
+            data = codec.encode_job(
+                job_snapshot(jobs, job_id, {} if ended else trail.checkpoints, {} if ended else trail.tails)
+            )
         except (TypeError, ValueError) as exc:  # orjson: a value it cannot encode (a bug; replay still works)
             self.logger.warning("job snapshot not written", job=job_id, error=str(exc)[:300])
             return False
@@ -268,8 +315,9 @@ class SnapshotWriter:
         return True
 
     def _cluster(self) -> None:
-        snap = codec.ClusterSnapshot(self.state().membership, self._registered(), self.last_grant, self.archived,
-                               sorted(self.purged))
+        snap = codec.ClusterSnapshot(
+            self.state().membership, self._registered(), self.last_grant, self.archived, sorted(self.purged)
+        )
         try:
             data = codec.encode_cluster(snap)
         except (TypeError, ValueError) as exc:
@@ -280,8 +328,11 @@ class SnapshotWriter:
 
     def tick(self, now: int) -> None:
         keys, log, state = self.keys, self.log, self.state()
-        ended = [j for j, job in state.jobs.jobs.items()
-                 if job.status in TERMINAL_JOB and j not in state.coords and not _holds_slots(state.jobs, j)]
+        ended = [
+            j
+            for j, job in state.jobs.jobs.items()
+            if job.status in TERMINAL_JOB and j not in state.coords and not _holds_slots(state.jobs, j)
+        ]
         archived = [j for j in ended if self._job(j)]
         if archived:
             self.release(archived)  # before the archive is recorded: done again if we die here
@@ -326,8 +377,9 @@ class CoordinatorTrail:
     are made; False when it comes from a replay (facts may have been committed since)."""
 
     @classmethod
-    def of(cls, state: JobsState, job_id: str, pos: str, checkpoints: dict[str, Checkpoint],
-           tails: dict[str, list[Event]]) -> CoordinatorTrail:
+    def of(
+        cls, state: JobsState, job_id: str, pos: str, checkpoints: dict[str, Checkpoint], tails: dict[str, list[Event]]
+    ) -> CoordinatorTrail:
         job = state.jobs.get(job_id)
         trail = cls(pos, dict(checkpoints), {op: list(evs) for op, evs in tails.items()})
         if job is not None:

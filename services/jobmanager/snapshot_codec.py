@@ -34,8 +34,19 @@ from sluice.services.jobs.state import Execution, JobRun, JobsState, VertexRun
 from sluice.services.kvstate.registry import KvStateEntry, KvStateLocation, KvStateRegistry
 from sluice.services.membership.core import Membership, TaskManagerRow
 
-__all__ = ["VERSION", "Checkpoint", "SnapshotUnreadable", "JobSnapshot", "ClusterSnapshot", "encode_job", "decode_job",
-           "encode_cluster", "decode_cluster", "job_snapshot", "install_job"]
+__all__ = [
+    "VERSION",
+    "Checkpoint",
+    "SnapshotUnreadable",
+    "JobSnapshot",
+    "ClusterSnapshot",
+    "encode_job",
+    "decode_job",
+    "encode_cluster",
+    "decode_cluster",
+    "job_snapshot",
+    "install_job",
+]
 
 VERSION = 1
 """The snapshot schema version; a snapshot of another version is not read (full replay)."""
@@ -68,6 +79,7 @@ class ClusterSnapshot:
 
 # --- events inside a snapshot ------------------------------------------------------------------
 
+
 def _ev(ev: Event) -> str:
     return encode_envelope(Envelope(ev, "snapshot")).decode()
 
@@ -78,25 +90,61 @@ def _unev(raw: str) -> Event:
 
 # --- jobs --------------------------------------------------------------------------------------
 
+
 def _execution(ex: Execution) -> list[Any]:
-    return [ex.attempt, ex.state.value, ex.taskmanager, ex.slot, ex.error, ex.since, ex.not_before, ex.produced,
-            ex.seq, ex.session, ex.history, ex.placed_epoch]
+    return [
+        ex.attempt,
+        ex.state.value,
+        ex.taskmanager,
+        ex.slot,
+        ex.error,
+        ex.since,
+        ex.not_before,
+        ex.produced,
+        ex.seq,
+        ex.session,
+        ex.history,
+        ex.placed_epoch,
+    ]
 
 
 def _unexecution(vertex: str, subtask: int, d: list[Any]) -> Execution:
     attempt, state, tm, slot, error, since, not_before, produced, seq, session, history = d[:11]
     placed = d[11] if len(d) > 11 else None  # (snapshots written before the placement's epoch was kept)
-    return Execution(vertex, subtask, attempt, TaskState(state), tm, slot, error, since, not_before, produced, seq,
-                     session, [(int(t), str(w)) for t, w in history], placed)
+    return Execution(
+        vertex,
+        subtask,
+        attempt,
+        TaskState(state),
+        tm,
+        slot,
+        error,
+        since,
+        not_before,
+        produced,
+        seq,
+        session,
+        [(int(t), str(w)) for t, w in history],
+        placed,
+    )
 
 
 def _kvstate(reg: KvStateRegistry) -> dict[str, Any]:
     return {
-        "job_id": reg.job_id, "num_key_groups": reg.num_key_groups, "disposed": reg.disposed,
+        "job_id": reg.job_id,
+        "num_key_groups": reg.num_key_groups,
+        "disposed": reg.disposed,
         "state_ids": sorted(reg.state_ids),
-        "locations": [[loc.job_id, loc.name, loc.vertex, loc.num_key_groups,
-                       [[e.start, e.end, e.state_id, e.address, e.execution_id] for e in loc.entries.values()]]
-                      for loc in reg.locations.values()],
+        "locations": [
+            [
+                loc.job_id,
+                loc.name,
+                loc.vertex,
+                loc.num_key_groups,
+                [[e.start, e.end, e.state_id, e.address, e.execution_id] for e in loc.entries.values()],
+            ]
+            for loc in reg.locations.values()
+        ],
     }
 
 
@@ -111,15 +159,26 @@ def _unkvstate(d: dict[str, Any]) -> KvStateRegistry:
 
 
 def _run(job: JobRun) -> dict[str, Any]:
-    submitted = JobSubmitted(job.job_id, job.graph, job.code_blob, job.module, job.reply_to, job.params, job.splits,
-                             job.storage_root)
+    submitted = JobSubmitted(
+        job.job_id, job.graph, job.code_blob, job.module, job.reply_to, job.params, job.splits, job.storage_root
+    )
     return {
-        "submitted": _ev(submitted), "submitted_at": job.submitted_at, "status": job.status.value,
-        "reason": job.reason, "restarts": job.restarts, "waiting_since": job.waiting_since,
-        "wait_until_placed": job.wait_until_placed, "slot_taken_at": job.slot_taken_at, "built": job.built,
-        "ended_at": job.ended_at, "floor": job.floor, "history": job.history,
-        "vertices": [[name, v.produced, v.finished, v.started, [_execution(ex) for ex in v.subtasks]]
-                     for name, v in job.vertices.items()],
+        "submitted": _ev(submitted),
+        "submitted_at": job.submitted_at,
+        "status": job.status.value,
+        "reason": job.reason,
+        "restarts": job.restarts,
+        "waiting_since": job.waiting_since,
+        "wait_until_placed": job.wait_until_placed,
+        "slot_taken_at": job.slot_taken_at,
+        "built": job.built,
+        "ended_at": job.ended_at,
+        "floor": job.floor,
+        "history": job.history,
+        "vertices": [
+            [name, v.produced, v.finished, v.started, [_execution(ex) for ex in v.subtasks]]
+            for name, v in job.vertices.items()
+        ],
         "ready": [[ex.vertex, ex.subtask] for ex in job.ready],
         "kvstate": _kvstate(job.kvstate),
     }
@@ -129,8 +188,17 @@ def _unrun(d: dict[str, Any]) -> JobRun:
     sub = _unev(d["submitted"])
     if not isinstance(sub, JobSubmitted):
         raise SnapshotUnreadable(f"a job snapshot's submission is a {sub.TYPE}")
-    job = JobRun(sub.job_id, sub.graph, sub.code_blob, sub.module, sub.reply_to, sub.params, sub.splits,
-                 sub.storage_root, d["submitted_at"])
+    job = JobRun(
+        sub.job_id,
+        sub.graph,
+        sub.code_blob,
+        sub.module,
+        sub.reply_to,
+        sub.params,
+        sub.splits,
+        sub.storage_root,
+        d["submitted_at"],
+    )
     job.status, job.reason, job.restarts = JobStatus(d["status"]), d["reason"], d["restarts"]
     job.waiting_since, job.built, job.ended_at, job.floor = d["waiting_since"], d["built"], d["ended_at"], d["floor"]
     # (a snapshot older than JobWaitingForSlots v2 holds a wait that ends at a slot taken)
@@ -150,12 +218,21 @@ def _unrun(d: dict[str, Any]) -> JobRun:
     return job
 
 
-def job_snapshot(state: JobsState, job_id: str, checkpoints: dict[str, Checkpoint] | None = None,
-                 tails: dict[str, list[Event]] | None = None) -> JobSnapshot:
+def job_snapshot(
+    state: JobsState,
+    job_id: str,
+    checkpoints: dict[str, Checkpoint] | None = None,
+    tails: dict[str, list[Event]] | None = None,
+) -> JobSnapshot:
     """What a snapshot of ``job_id`` holds, taken from a JobsState."""
     pool = state.pool.held_by(job_id)
-    return JobSnapshot(job_id, state.jobs.get(job_id), pool, dict(checkpoints or {}),
-                       {op: list(evs) for op, evs in (tails or {}).items()})
+    return JobSnapshot(
+        job_id,
+        state.jobs.get(job_id),
+        pool,
+        dict(checkpoints or {}),
+        {op: list(evs) for op, evs in (tails or {}).items()},
+    )
 
 
 def install_job(state: JobsState, snap: JobSnapshot) -> None:
@@ -167,13 +244,17 @@ def install_job(state: JobsState, snap: JobSnapshot) -> None:
 
 
 def encode_job(snap: JobSnapshot) -> bytes:
-    return orjson.dumps({
-        "v": VERSION, "kind": "job", "job_id": snap.job_id,
-        "run": _run(snap.run) if snap.run is not None else None,
-        "pool": [list(p) for p in snap.pool],
-        "checkpoints": {op: [cid, cstate, attempts] for op, (cid, cstate, attempts) in snap.checkpoints.items()},
-        "tails": {op: [_ev(ev) for ev in evs] for op, evs in snap.tails.items()},
-    })
+    return orjson.dumps(
+        {
+            "v": VERSION,
+            "kind": "job",
+            "job_id": snap.job_id,
+            "run": _run(snap.run) if snap.run is not None else None,
+            "pool": [list(p) for p in snap.pool],
+            "checkpoints": {op: [cid, cstate, attempts] for op, (cid, cstate, attempts) in snap.checkpoints.items()},
+            "tails": {op: [_ev(ev) for ev in evs] for op, evs in snap.tails.items()},
+        }
+    )
 
 
 def decode_job(data: bytes, job_id: str | None = None) -> JobSnapshot:
@@ -181,16 +262,21 @@ def decode_job(data: bytes, job_id: str | None = None) -> JobSnapshot:
         if job_id is not None and d["job_id"] != job_id:
             raise SnapshotUnreadable(f"the snapshot is of job {d['job_id']!r}, not {job_id!r}")
         return JobSnapshot(
-            d["job_id"], _unrun(d["run"]) if d["run"] is not None else None,
+            d["job_id"],
+            _unrun(d["run"]) if d["run"] is not None else None,
             [(str(tm), int(slot), str(eid)) for tm, slot, eid in d["pool"]],
-            {op: (int(cid), cstate, list(attempts) if attempts is not None else None)
-             for op, (cid, cstate, attempts) in d["checkpoints"].items()},
-            {op: [_unev(raw) for raw in evs] for op, evs in d["tails"].items()})
+            {
+                op: (int(cid), cstate, list(attempts) if attempts is not None else None)
+                for op, (cid, cstate, attempts) in d["checkpoints"].items()
+            },
+            {op: [_unev(raw) for raw in evs] for op, evs in d["tails"].items()},
+        )
 
     return _decode(data, "job", build)
 
 
 # --- the cluster -------------------------------------------------------------------------------
+
 
 def _membership(m: Membership) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -207,11 +293,17 @@ def _unmembership(d: dict[str, Any]) -> Membership:
 
 
 def encode_cluster(snap: ClusterSnapshot) -> bytes:
-    return orjson.dumps({
-        "v": VERSION, "kind": "cluster", "membership": _membership(snap.membership),
-        "registered": snap.registered, "archived": snap.archived, "purged": snap.purged,
-        "last_grant": _ev(snap.last_grant) if snap.last_grant is not None else None,
-    })
+    return orjson.dumps(
+        {
+            "v": VERSION,
+            "kind": "cluster",
+            "membership": _membership(snap.membership),
+            "registered": snap.registered,
+            "archived": snap.archived,
+            "purged": snap.purged,
+            "last_grant": _ev(snap.last_grant) if snap.last_grant is not None else None,
+        }
+    )
 
 
 def decode_cluster(data: bytes) -> ClusterSnapshot:
@@ -219,8 +311,13 @@ def decode_cluster(data: bytes) -> ClusterSnapshot:
         grant = _unev(d["last_grant"]) if d["last_grant"] is not None else None
         if grant is not None and not isinstance(grant, LeadershipGranted):
             raise SnapshotUnreadable(f"the cluster snapshot's last grant is a {grant.TYPE}")
-        return ClusterSnapshot(_unmembership(d["membership"]), [str(j) for j in d["registered"]], grant,
-                               [str(j) for j in d["archived"]], [str(j) for j in d.get("purged", [])])
+        return ClusterSnapshot(
+            _unmembership(d["membership"]),
+            [str(j) for j in d["registered"]],
+            grant,
+            [str(j) for j in d["archived"]],
+            [str(j) for j in d.get("purged", [])],
+        )
 
     return _decode(data, "cluster", build)
 

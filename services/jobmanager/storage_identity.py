@@ -40,8 +40,14 @@ class StorageIdentity:
     """Built from the root's URI, the membership config to tell it with, the leader's
     membership as it is now, the world (clock, ids) and a logger."""
 
-    def __init__(self, storage_root: str, config: MembershipConfig, membership: Callable[[], Membership],
-                 world: World, logger: Any) -> None:
+    def __init__(
+        self,
+        storage_root: str,
+        config: MembershipConfig,
+        membership: Callable[[], Membership],
+        world: World,
+        logger: Any,
+    ) -> None:
         self.storage_root, self.base, self.membership = storage_root, config, membership
         self.world, self.logger = world, logger
         self.root_id: str | None = None
@@ -61,14 +67,16 @@ class StorageIdentity:
             found = root_identity.ensure(self.storage_root, self.world.new_id, hostname())
         except StorageUnreachable as exc:
             self._retry_at = now + RETRY_MS
-            self.logger.warning("the storage root has no identity: TaskManagers cannot check it before submission",
-                              error=str(exc)[:300])
+            self.logger.warning(
+                "the storage root has no identity: TaskManagers cannot check it before submission", error=str(exc)[:300]
+            )
             return self.root_id or ""
         self._read_at = now
         if found != self.root_id:
             if self.root_id:  # what is mounted at the root changed: reports on the old identity no longer count
-                self.logger.warning("the storage root's identity changed", storage_root=self.storage_root,
-                                  was=self.root_id, now=found)
+                self.logger.warning(
+                    "the storage root's identity changed", storage_root=self.storage_root, was=self.root_id, now=found
+                )
             elif found:
                 self.logger.info("storage root identity", storage_root=self.storage_root, root_id=found)
             self.root_id = found
@@ -94,8 +102,8 @@ class StorageIdentity:
                 return
             job_marker.write(job.storage_root, job.job_id, job_marker.input_paths(job.splits), hostname())
         except (OSError, StorageUnreachable) as exc:  # its next task says what the TaskManager sees
-            self.logger.warning("could not write the marker of a restored job", job=job.job_id,
-                                   error=str(exc)[:300])
+            self.logger.warning("could not write the marker of a restored job", job=job.job_id, error=str(exc)[:300])
             return
-        self.logger.info("wrote the marker of a restored job (accepted by an older leader)", job=job.job_id,
-                            path=str(path))
+        self.logger.info(
+            "wrote the marker of a restored job (accepted by an older leader)", job=job.job_id, path=str(path)
+        )

@@ -30,15 +30,21 @@ def advice(exc: DecodeError) -> str:
     """What a person should do about ``exc``, met replaying a fact stream."""
     where = f"`sluice inspect tail {exc.stream}`" if exc.stream else "`sluice inspect tail`"
     if isinstance(exc, UnsupportedSchemaVersion) and exc.newer:
-        return (f"schema version {exc.version} of {exc.type_name} is newer than this JobManager knows "
-                f"({exc.current}): a later Sluice wrote it. Upgrade this JobManager, or roll the cluster forward "
-                "(a JobManager that reads it leads meanwhile; this one stands by)")
+        return (
+            f"schema version {exc.version} of {exc.type_name} is newer than this JobManager knows "
+            f"({exc.current}): a later Sluice wrote it. Upgrade this JobManager, or roll the cluster forward "
+            "(a JobManager that reads it leads meanwhile; this one stands by)"
+        )
     if isinstance(exc, UnknownEventType):
-        return ("a later Sluice wrote an event type this JobManager does not know: upgrade this JobManager (a "
-                f"JobManager that reads it leads meanwhile). If no Sluice wrote it, look at it with {where}")
-    return ("no Sluice can read this entry (facts are written only by the leader's commits: something else wrote "
-            f"it, or it is corrupted), so no JobManager leads until it is dealt with. Look at it with {where}, then "
-            "restore the log from a backup, or delete the entry (XDEL) if its fact can be lost")
+        return (
+            "a later Sluice wrote an event type this JobManager does not know: upgrade this JobManager (a "
+            f"JobManager that reads it leads meanwhile). If no Sluice wrote it, look at it with {where}"
+        )
+    return (
+        "no Sluice can read this entry (facts are written only by the leader's commits: something else wrote "
+        f"it, or it is corrupted), so no JobManager leads until it is dealt with. Look at it with {where}, then "
+        "restore the log from a backup, or delete the entry (XDEL) if its fact can be lost"
+    )
 
 
 @dataclass
@@ -93,12 +99,20 @@ class UnreadableWatch:
         now = self.monotonic()
         if self.current is not None and self.current.same(exc):
             self.current.again(now)
-            self.logger.debug("still cannot read the log", stream=exc.stream, entry=exc.entry_id,
-                              retry_in_s=self.current.backoff_s)
+            self.logger.debug(
+                "still cannot read the log", stream=exc.stream, entry=exc.entry_id, retry_in_s=self.current.backoff_s
+            )
             return
         self.current = Unreadable(exc.stream, exc.entry_id, exc.reason, wait_s, now + wait_s)
-        self.logger.error("cannot read the log it would lead: lease released", stream=exc.stream, entry=exc.entry_id,
-                          epoch=epoch, served=served, error=f"{exc.kind}: {exc.reason}"[:500], what_to_do=advice(exc))
+        self.logger.error(
+            "cannot read the log it would lead: lease released",
+            stream=exc.stream,
+            entry=exc.entry_id,
+            epoch=epoch,
+            served=served,
+            error=f"{exc.kind}: {exc.reason}"[:500],
+            what_to_do=advice(exc),
+        )
 
     def may_lead(self) -> bool:
         """Whether to try to lead now: not before the wait is over, and not while the fact met
@@ -114,7 +128,10 @@ class UnreadableWatch:
             u.again(now)
             return False
         if there is False:
-            self.logger.info("the fact this JobManager could not read is gone or readable: it may lead again",
-                             stream=u.stream, entry=u.entry_id)
+            self.logger.info(
+                "the fact this JobManager could not read is gone or readable: it may lead again",
+                stream=u.stream,
+                entry=u.entry_id,
+            )
             self.current = None
         return True

@@ -69,10 +69,26 @@ from .stimuli import (
     TaskManagerGone,
 )
 
-__all__ = ["decide", "Decision", "Stimulus", "Submit", "Inbound", "Schedule", "FailAtOnce", "TaskManagerGone",
-           "Orphans", "LogRestart", "SlotWaits", "JobsConfig", "FreeSlots", "MAX_DEPLOY_PER_PASS", "gone",
-           "partition_path", "descriptor", "UnexpectedJobMessage"]
-
+__all__ = [
+    "decide",
+    "Decision",
+    "Stimulus",
+    "Submit",
+    "Inbound",
+    "Schedule",
+    "FailAtOnce",
+    "TaskManagerGone",
+    "Orphans",
+    "LogRestart",
+    "SlotWaits",
+    "JobsConfig",
+    "FreeSlots",
+    "MAX_DEPLOY_PER_PASS",
+    "gone",
+    "partition_path",
+    "descriptor",
+    "UnexpectedJobMessage",
+]
 
 
 def decide(state: JobsState, stimulus: Stimulus, now: int) -> Decision:
@@ -95,8 +111,9 @@ def _submit(state: JobsState, s: Submit, now: int) -> Decision:
     """Accept a validated job (see ``Submit``)."""
     msg, splits, storage_root, first_attempt = s.msg, s.splits, s.storage_root, s.first_attempt
     rec = Recorder(state, msg.job_id, now)
-    rec.fact(JobSubmitted(msg.job_id, msg.graph, msg.code_blob, msg.module, msg.reply_to, msg.params, splits,
-                          storage_root))
+    rec.fact(
+        JobSubmitted(msg.job_id, msg.graph, msg.code_blob, msg.module, msg.reply_to, msg.params, splits, storage_root)
+    )
     subtasks = sum(v.parallelism for v in msg.graph.vertices)
     results = sum(1 for v in msg.graph.vertices if any(e.source == v.name for e in msg.graph.edges))
     rec.fact(ExecutionGraphBuilt(msg.job_id, subtasks, results, first_attempt))
@@ -122,14 +139,14 @@ def _inbound(state: JobsState, s: Inbound, now: int) -> Decision:
             if ex is not None and ex.state in (TaskState.DEPLOYING, TaskState.INITIALIZING):
                 # One that is not retryable (its TaskManager cannot see the job's storage root or
                 # inputs, so every attempt there would fail alike) fails the job at once.
-                fail(rec, job, ex, f"deployment failed on {ex.taskmanager}: {msg.message}", config,
-                      restart=msg.retryable)
+                fail(
+                    rec, job, ex, f"deployment failed on {ex.taskmanager}: {msg.message}", config, restart=msg.retryable
+                )
     elif isinstance(msg, ScheduleOrUpdateConsumers):
         ex = job.current(msg.execution_id)
         if ex is not None and (msg.vertex_id, msg.subtask, msg.attempt) != (ex.vertex, ex.subtask, ex.attempt):
             ex = None  # its fields disagree with the attempt it names: malformed
-        if ex is not None and not ex.produced and job.status not in TERMINAL_JOB \
-                and ex.state in LIVE_TASK:
+        if ex is not None and not ex.produced and job.status not in TERMINAL_JOB and ex.state in LIVE_TASK:
             # Recorded as the leader knows the attempt, whatever else the message claims.
             rec.fact(ScheduleOrUpdateConsumers(job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
         else:
@@ -188,8 +205,10 @@ def _coordinator_input(rec: Recorder, job: JobRun, msg: RequestNextInputSplit | 
     if job.status not in LIVE_JOB:
         rec.note(f"{msg.TYPE} from {ex.id} while the job is {job.status.value}; ignored")
     elif ex.attempt != attempt or ex.state.terminal:
-        rec.note(f"{msg.TYPE} from attempt {attempt} of {vertex_name}[{subtask}], which is not running "
-                            f"(current attempt {ex.attempt}, {ex.state.value}); ignored")
+        rec.note(
+            f"{msg.TYPE} from attempt {attempt} of {vertex_name}[{subtask}], which is not running "
+            f"(current attempt {ex.attempt}, {ex.state.value}); ignored"
+        )
     elif msg.seq and msg.seq <= ex.seq:
         rec.note(f"{msg.TYPE} #{msg.seq} from {ex.id} came again (it was sent twice); ignored")
     elif isinstance(msg, OperatorEvent):
@@ -209,8 +228,9 @@ def _fail_at_once(state: JobsState, s: FailAtOnce, now: int) -> Decision:
     return rec.decision
 
 
-def _kvstate(rec: Recorder, job: JobRun, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered,
-             config: JobsConfig) -> None:
+def _kvstate(
+    rec: Recorder, job: JobRun, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered, config: JobsConfig
+) -> None:
     """The KvState registry decides (services/kvstate/core.py); a clash fails the vertex, no restart."""
     verdict = kvstate.decide(job, msg, rec.now)
     for note in verdict.notes:
@@ -221,8 +241,9 @@ def _kvstate(rec: Recorder, job: JobRun, msg: NotifyKvStateRegistered | NotifyKv
         if job.status in TERMINAL_JOB:
             continue
         vertex = job.vertices[clash.vertex]
-        ex = (job.current(clash.execution_id) if clash.execution_id is not None else None) \
-            or next((e for e in vertex.subtasks if e.state in HOLDS_SLOT), None)
+        ex = (job.current(clash.execution_id) if clash.execution_id is not None else None) or next(
+            (e for e in vertex.subtasks if e.state in HOLDS_SLOT), None
+        )
         if ex is not None and ex.state in HOLDS_SLOT and ex.state != TaskState.CANCELING:
             fail(rec, job, ex, clash.reason, config, restart=False)
         elif job.status not in STOPPING_JOB:
@@ -247,10 +268,12 @@ def _update(rec: Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: J
         # only once it has been idle for a lease. Finished means produced: its consumers
         # must not wait for a report that is now ignored.
         rec.fact(ScheduleOrUpdateConsumers(job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
-    rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, msg.state, msg.error, ex.vertex, ex.subtask, ex.attempt,
-                                      ex.taskmanager, ex.slot))
-    if msg.state in STARTED_TASK and job.status == JobStatus.CREATED \
-            and job.sources_running():
+    rec.fact(
+        UpdateTaskExecutionState(
+            job.job_id, ex.id, msg.state, msg.error, ex.vertex, ex.subtask, ex.attempt, ex.taskmanager, ex.slot
+        )
+    )
+    if msg.state in STARTED_TASK and job.status == JobStatus.CREATED and job.sources_running():
         rec.fact(JobStatusChanged(job.job_id, JobStatus.RUNNING, None))
         rec.send(Address.client(job.reply_to), Success(job.job_id))
     if job.status in LIVE_JOB and job.all_finished():
@@ -259,6 +282,12 @@ def _update(rec: Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: J
 
 
 _HANDLERS: dict[type, Callable[[JobsState, Any, int], Decision]] = {
-    Submit: _submit, Inbound: _inbound, Schedule: schedule, FailAtOnce: _fail_at_once,
-    TaskManagerGone: taskmanager_gone, Orphans: orphans, LogRestart: log_restarted, SlotWaits: slot_waits,
+    Submit: _submit,
+    Inbound: _inbound,
+    Schedule: schedule,
+    FailAtOnce: _fail_at_once,
+    TaskManagerGone: taskmanager_gone,
+    Orphans: orphans,
+    LogRestart: log_restarted,
+    SlotWaits: slot_waits,
 }

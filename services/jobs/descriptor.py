@@ -21,6 +21,7 @@ from .state import Execution, JobRun
 
 __all__ = ["partition_path", "descriptor"]
 
+
 def partition_path(storage_root: str, job_id: str, vertex: str, subtask: int, attempt: int) -> str:
     """Where one attempt's result partition lives; the vertex name is made path-safe."""
     return f"{_vertex_dir(storage_root, job_id, vertex)}/{subtask}/{attempt}"
@@ -45,8 +46,9 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
         producer = job.vertices[edge.source]
         if edge.exchange == "forward":
             p = producer.subtasks[ex.subtask]
-            inputs.append(TaskInput(paths=[partition_path(job.storage_root, job.job_id, edge.source, p.subtask,
-                                                          p.attempt)]))
+            inputs.append(
+                TaskInput(paths=[partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)])
+            )
         else:
             from sluice.services.dataplane.keygroups import key_group_range  # (lazy: the package imports Spark's side)
 
@@ -55,9 +57,13 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
             # consumer, not O(P).
             template = partition_path(job.storage_root, job.job_id, edge.source, 0, 0)[:-4] + "/{subtask}/{attempt}"
             attempts = producer.moved_attempts(job.floor)
-            inputs.append(TaskInput(producer=ProducerPartitions(template, len(producer.subtasks), attempts, job.floor),
-                                    key_groups=list(key_group_range(maxp, len(vertex.subtasks), ex.subtask)),
-                                    consumer=ex.subtask))
+            inputs.append(
+                TaskInput(
+                    producer=ProducerPartitions(template, len(producer.subtasks), attempts, job.floor),
+                    key_groups=list(key_group_range(maxp, len(vertex.subtasks), ex.subtask)),
+                    consumer=ex.subtask,
+                )
+            )
     output = None
     if vertex.outputs:
         keyed, found, consumers = None, False, 0
@@ -65,20 +71,39 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
             if not found and e.exchange == "keyed":
                 keyed, found = e.key, True
             consumers = max(consumers, len(job.vertices[e.target].subtasks))
-        output = TaskOutput(partition_path(job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt), keyed,
-                            consumers)
+        output = TaskOutput(
+            partition_path(job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt), keyed, consumers
+        )
     source = sink = queryable = None
     if spec.source is not None:
         # No splits here: the reader asks the source coordinator for them one at a time.
         # A reader that gets no split still needs the source's schema: it reads the first
         # split's schema (no rows) from this one.
         plan = job.splits.get(ex.vertex) or [None]
-        source = TaskSource(spec.source.format, dict(spec.source.options), spec.source.protocol, plan[0],
-                            spec.source.each_split)
+        source = TaskSource(
+            spec.source.format, dict(spec.source.options), spec.source.protocol, plan[0], spec.source.each_split
+        )
     if spec.sink is not None:
         sink = TaskSink(spec.sink.format, spec.sink.path, dict(spec.sink.options))
     if spec.queryable is not None:  # queryable state, keyed by the vertex's input key (services/kvstate)
         queryable = TaskQueryable(spec.queryable, next((e.key for e in vertex.inputs if e.exchange == "keyed"), None))
     return TaskDeploymentDescriptor(
-        job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt, len(vertex.subtasks), maxp, spec.kind, job.code_blob,
-        job.module, list(spec.functions), dict(job.params), inputs, output, source, sink, queryable, job.storage_root)
+        job.job_id,
+        ex.id,
+        ex.vertex,
+        ex.subtask,
+        ex.attempt,
+        len(vertex.subtasks),
+        maxp,
+        spec.kind,
+        job.code_blob,
+        job.module,
+        list(spec.functions),
+        dict(job.params),
+        inputs,
+        output,
+        source,
+        sink,
+        queryable,
+        job.storage_root,
+    )

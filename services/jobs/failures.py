@@ -26,8 +26,11 @@ __all__ = ["fail", "fail_job", "cancel_all", "maybe_complete", "gone"]
 
 def fail(rec: Recorder, job: JobRun, ex: Execution, error: str, config: JobsConfig, restart: bool = True) -> None:
     """An execution failed: restart it if the job's strategy allows (and ``restart``), else fail the job."""
-    rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.FAILED, error, ex.vertex, ex.subtask, ex.attempt,
-                                      ex.taskmanager, ex.slot))
+    rec.fact(
+        UpdateTaskExecutionState(
+            job.job_id, ex.id, TaskState.FAILED, error, ex.vertex, ex.subtask, ex.attempt, ex.taskmanager, ex.slot
+        )
+    )
     if job.status not in LIVE_JOB:
         maybe_complete(rec, job)
         return
@@ -35,11 +38,16 @@ def fail(rec: Recorder, job: JobRun, ex: Execution, error: str, config: JobsConf
     if restart and strategy.kind != "none" and job.restarts < strategy.attempts:
         delay = strategy.delay_ms
         if strategy.kind == "exponential-backoff":
-            delay = min(strategy.delay_ms * (2 ** job.restarts), strategy.max_delay_ms)
-        rec.fact(TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, ex.attempt + 1, rec.now + delay,
-                                      job.restarts + 1))
+            delay = min(strategy.delay_ms * (2**job.restarts), strategy.max_delay_ms)
+        rec.fact(
+            TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, ex.attempt + 1, rec.now + delay, job.restarts + 1)
+        )
         return
-    tried = f"after {job.restarts} restart{'s' if job.restarts != 1 else ''}" if strategy.kind != "none" else "(restart strategy: none)"
+    tried = (
+        f"after {job.restarts} restart{'s' if job.restarts != 1 else ''}"
+        if strategy.kind != "none"
+        else "(restart strategy: none)"
+    )
     if not restart:
         tried = "(no restart)"
     fail_job(rec, job, f"task {ex.vertex}[{ex.subtask}] failed {tried}: {error}")
@@ -55,11 +63,33 @@ def fail_job(rec: Recorder, job: JobRun, reason: str, cancel_reason: str = "the 
 def cancel_all(rec: Recorder, job: JobRun, reason: str) -> None:
     for ex in job.executions():
         if ex.state in UNDEPLOYED_TASK:
-            rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
-                                              ex.attempt, ex.taskmanager, ex.slot))
+            rec.fact(
+                UpdateTaskExecutionState(
+                    job.job_id,
+                    ex.id,
+                    TaskState.CANCELED,
+                    None,
+                    ex.vertex,
+                    ex.subtask,
+                    ex.attempt,
+                    ex.taskmanager,
+                    ex.slot,
+                )
+            )
         elif ex.state in LIVE_TASK:
-            rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELING, None, ex.vertex, ex.subtask,
-                                              ex.attempt, ex.taskmanager, ex.slot))
+            rec.fact(
+                UpdateTaskExecutionState(
+                    job.job_id,
+                    ex.id,
+                    TaskState.CANCELING,
+                    None,
+                    ex.vertex,
+                    ex.subtask,
+                    ex.attempt,
+                    ex.taskmanager,
+                    ex.slot,
+                )
+            )
             rec.send(Address.taskmanager(ex.taskmanager or ""), CancelTask(job.job_id, ex.id, reason))
 
 
@@ -74,7 +104,10 @@ def gone(rec: Recorder, job: JobRun, ex: Execution, reason: str, config: JobsCon
     """An attempt its TaskManager no longer runs (lost, or it does not hold it): one being
     cancelled is CANCELED, any other FAILED with ``reason`` (and restarted if it may be)."""
     if ex.state == TaskState.CANCELING:
-        rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask,
-                                          ex.attempt, ex.taskmanager, ex.slot))
+        rec.fact(
+            UpdateTaskExecutionState(
+                job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask, ex.attempt, ex.taskmanager, ex.slot
+            )
+        )
     else:
         fail(rec, job, ex, reason, config)

@@ -28,8 +28,11 @@ def taskmanager_gone(state: JobsState, s: TaskManagerGone, now: int) -> Decision
             continue
         rec = Recorder(state, job.job_id, now)
         for ex in list(job.executions()):
-            if ex.taskmanager == resource_id and ex.state in HOLDS_SLOT \
-                    and (session is None or ex.session is None or ex.session == session):
+            if (
+                ex.taskmanager == resource_id
+                and ex.state in HOLDS_SLOT
+                and (session is None or ex.session is None or ex.session == session)
+            ):
                 gone(rec, job, ex, f"TaskManager {resource_id} was lost ({reason})", config)
         maybe_complete(rec, job)
         if rec.decision:
@@ -59,8 +62,10 @@ def orphans(state: JobsState, s: Orphans, now: int) -> Decision:
             if current is not None and (ex.session is None or ex.session == current) and not renewed:
                 continue
             if current is not None and renewed:
-                why = (f"it registered again at epoch {since[ex.taskmanager]}, after a loss; the attempt was placed "
-                       f"at epoch {ex.placed_epoch}, on the registration that loss ended")
+                why = (
+                    f"it registered again at epoch {since[ex.taskmanager]}, after a loss; the attempt was placed "
+                    f"at epoch {ex.placed_epoch}, on the registration that loss ended"
+                )
             else:
                 why = reasons.get(ex.taskmanager) or "not registered"
             gone(rec, job, ex, f"TaskManager {ex.taskmanager} was lost ({why})", config)
@@ -86,18 +91,51 @@ def log_restarted(state: JobsState, s: LogRestart, now: int) -> Decision:
         ending = job.status in STOPPING_JOB
         for ex in list(job.executions()):
             if ex.state == TaskState.CANCELING or (ending and ex.state in HOLDS_SLOT):
-                rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.CANCELED, reason, ex.vertex,
-                                                  ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
+                rec.fact(
+                    UpdateTaskExecutionState(
+                        job.job_id,
+                        ex.id,
+                        TaskState.CANCELED,
+                        reason,
+                        ex.vertex,
+                        ex.subtask,
+                        ex.attempt,
+                        ex.taskmanager,
+                        ex.slot,
+                    )
+                )
             elif ending:
                 continue
             elif ex.state in HOLDS_SLOT:
-                rec.fact(UpdateTaskExecutionState(job.job_id, ex.id, TaskState.FAILED, reason, ex.vertex,
-                                                  ex.subtask, ex.attempt, ex.taskmanager, ex.slot))
-                rec.fact(TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, max(ex.attempt + 1, attempt_floor),
-                                              now, job.restarts))
+                rec.fact(
+                    UpdateTaskExecutionState(
+                        job.job_id,
+                        ex.id,
+                        TaskState.FAILED,
+                        reason,
+                        ex.vertex,
+                        ex.subtask,
+                        ex.attempt,
+                        ex.taskmanager,
+                        ex.slot,
+                    )
+                )
+                rec.fact(
+                    TaskRestartScheduled(
+                        job.job_id, ex.vertex, ex.subtask, max(ex.attempt + 1, attempt_floor), now, job.restarts
+                    )
+                )
             elif ex.state == TaskState.CREATED:
-                rec.fact(TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, max(ex.attempt + 1, attempt_floor),
-                                              max(now, ex.not_before), job.restarts))
+                rec.fact(
+                    TaskRestartScheduled(
+                        job.job_id,
+                        ex.vertex,
+                        ex.subtask,
+                        max(ex.attempt + 1, attempt_floor),
+                        max(now, ex.not_before),
+                        job.restarts,
+                    )
+                )
         maybe_complete(rec, job)
         if rec.decision:
             out.jobs.append(rec.decision)
@@ -126,8 +164,13 @@ def slot_waits(state: JobsState, s: SlotWaits, now: int) -> Decision:
         if waited > config.slot_timeout_ms:
             rec = Recorder(state, job.job_id, now)
             pending = sum(1 for ex in job.executions() if ex.state == TaskState.CREATED)
-            fail_job(rec, job, f"waited {waited // 1000} s for free slots ({pending} tasks not deployed; the "
-                                f"cluster has {total_slots} slots): add TaskManagers (sluice scale) or lower the "
-                                "parallelism", "no slots")
+            fail_job(
+                rec,
+                job,
+                f"waited {waited // 1000} s for free slots ({pending} tasks not deployed; the "
+                f"cluster has {total_slots} slots): add TaskManagers (sluice scale) or lower the "
+                "parallelism",
+                "no slots",
+            )
             out.jobs.append(rec.decision)
     return out

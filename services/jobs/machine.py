@@ -21,14 +21,38 @@ from sluice.errors import IllegalTransition
 from sluice.events import JobStatus, TaskState
 
 __all__ = [
-    "Move", "Why", "TASK_MOVES", "JOB_MOVES", "REPORTED", "check_task", "check_job", "story",
-    "TERMINAL_TASK", "STOPPING_TASK", "LIVE_TASK", "HOLDS_SLOT", "STARTED_TASK", "UNDEPLOYED_TASK", "ABORTED_TASK",
-    "TERMINAL_JOB", "STOPPING_JOB", "LIVE_JOB", "ABORTED_JOB",
+    "Move",
+    "Why",
+    "TASK_MOVES",
+    "JOB_MOVES",
+    "REPORTED",
+    "check_task",
+    "check_job",
+    "story",
+    "TERMINAL_TASK",
+    "STOPPING_TASK",
+    "LIVE_TASK",
+    "HOLDS_SLOT",
+    "STARTED_TASK",
+    "UNDEPLOYED_TASK",
+    "ABORTED_TASK",
+    "TERMINAL_JOB",
+    "STOPPING_JOB",
+    "LIVE_JOB",
+    "ABORTED_JOB",
 ]
 
-C, SC, DE, IN, RU, FI, CI, CA, FA = (TaskState.CREATED, TaskState.SCHEDULED, TaskState.DEPLOYING,
-                                     TaskState.INITIALIZING, TaskState.RUNNING, TaskState.FINISHED,
-                                     TaskState.CANCELING, TaskState.CANCELED, TaskState.FAILED)
+C, SC, DE, IN, RU, FI, CI, CA, FA = (
+    TaskState.CREATED,
+    TaskState.SCHEDULED,
+    TaskState.DEPLOYING,
+    TaskState.INITIALIZING,
+    TaskState.RUNNING,
+    TaskState.FINISHED,
+    TaskState.CANCELING,
+    TaskState.CANCELED,
+    TaskState.FAILED,
+)
 
 
 class Move(NamedTuple):
@@ -74,13 +98,15 @@ TASK_MOVES: dict[Move, Why] = {
     Move(CI, FI): Why("it finished before the cancel reached it", reported=True),
     # A new attempt (TaskRestartScheduled), numbered higher than the current one:
     Move(FA, C, restart=True): Why("restarted: a new attempt follows the failed one"),
-    Move(C, C, restart=True): Why("the log restarted: a new attempt replaces one that never ran (a write the log "
-                                  "lost may have deployed it)"),
+    Move(C, C, restart=True): Why(
+        "the log restarted: a new attempt replaces one that never ran (a write the log lost may have deployed it)"
+    ),
 }
 """Every legal move of a task -> why it happens. Anything else is a bug."""
 
 REPORTED: frozenset[tuple[TaskState, TaskState]] = frozenset(
-    (m.old, m.new) for m, why in TASK_MOVES.items() if why.reported and not m.restart)
+    (m.old, m.new) for m, why in TASK_MOVES.items() if why.reported and not m.restart
+)
 """The moves a TaskManager or worker may report for the current attempt (any other report
 is stale or out of order, and is ignored with the reason)."""
 
@@ -138,13 +164,24 @@ def story(history: list[tuple[int, str]] | None) -> str:
 
 
 def _legal_from(old: TaskState) -> str:
-    moves = [f"{m.new.value} ({'a new attempt' if m.restart else 'the same attempt'}: {why.text})"
-             for m, why in TASK_MOVES.items() if m.old == old]
+    moves = [
+        f"{m.new.value} ({'a new attempt' if m.restart else 'the same attempt'}: {why.text})"
+        for m, why in TASK_MOVES.items()
+        if m.old == old
+    ]
     return "; ".join(moves) or "none (it is over)"
 
 
-def check_task(what: str, old: TaskState, new: TaskState, history: list[tuple[int, str]] | None, *,
-               current: int, attempt: int, restart: bool = False) -> Why:
+def check_task(
+    what: str,
+    old: TaskState,
+    new: TaskState,
+    history: list[tuple[int, str]] | None,
+    *,
+    current: int,
+    attempt: int,
+    restart: bool = False,
+) -> Why:
     """The move of a task from ``old`` (its ``current`` attempt) to ``new`` (as ``attempt``:
     the same one, or a higher one for a ``restart``), with why it happens; raises
     IllegalTransition, with the subtask's story, if it is not a legal move."""
@@ -159,9 +196,11 @@ def check_task(what: str, old: TaskState, new: TaskState, history: list[tuple[in
         problem = "is not a legal move of a task: a new attempt is numbered higher than the current one"
     else:
         problem = "is not a legal move of a task: a fact about another attempt than the current one"
-    raise IllegalTransition(f"{what}: {old.value} -> {new.value} ({kind}; the subtask is at attempt {current}) "
-                            f"{problem}. From {old.value} it may move to: {_legal_from(old)}. "
-                            f"Its story: {story(history)}")
+    raise IllegalTransition(
+        f"{what}: {old.value} -> {new.value} ({kind}; the subtask is at attempt {current}) "
+        f"{problem}. From {old.value} it may move to: {_legal_from(old)}. "
+        f"Its story: {story(history)}"
+    )
 
 
 def check_job(job_id: str, old: JobStatus, new: JobStatus, history: list[tuple[int, str]] | None) -> str:
@@ -169,6 +208,7 @@ def check_job(job_id: str, old: JobStatus, new: JobStatus, history: list[tuple[i
     story, if it is not a legal move."""
     why = JOB_MOVES.get((old, new))
     if why is None:
-        raise IllegalTransition(f"job {job_id}: {old.value} -> {new.value} is not a legal move of a job. "
-                                f"Its story: {story(history)}")
+        raise IllegalTransition(
+            f"job {job_id}: {old.value} -> {new.value} is not a legal move of a job. Its story: {story(history)}"
+        )
     return why

@@ -107,19 +107,26 @@ def decide(state: JobsState, stimulus: SlotReport | LostFinals | DeploymentTimeo
     ``Decision.jobs``, one decision per job."""
     s = stimulus
     if type(s) is SlotReport:
-        return _reconcile(state, s.memory, s.resource_id, s.session, s.report, now, s.grace_ms, s.config,
-                          clock=s.clock)
+        return _reconcile(state, s.memory, s.resource_id, s.session, s.report, now, s.grace_ms, s.config, clock=s.clock)
     if type(s) is LostFinals:
         return Decision(now=now, jobs=_accept_lost_finals(state, s.memory, s.caught_up, now, s.config))
     if type(s) is DeploymentTimeouts:
-        return Decision(now=now, jobs=_deployment_timeouts(state, s.memory, now, s.timeout_ms, s.config,
-                                                           clock=s.clock))
+        return Decision(now=now, jobs=_deployment_timeouts(state, s.memory, now, s.timeout_ms, s.config, clock=s.clock))
     raise TypeError(f"{type(s).__name__} is not a stimulus of reconciliation")
 
 
-
-def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str, report: list[AttemptReport],
-               now: int, grace_ms: int, config: JobsConfig, *, clock: int | None = None) -> Decision:
+def _reconcile(
+    state: JobsState,
+    memory: Memory,
+    resource_id: str,
+    session: str,
+    report: list[AttemptReport],
+    now: int,
+    grace_ms: int,
+    config: JobsConfig,
+    *,
+    clock: int | None = None,
+) -> Decision:
     """Compare TaskManager ``resource_id`` (registered as ``session``)'s slot report with the
     attempts placed on it; the state is changed by the decisions, as they are decided
     (at ``now``: the wall clock, their facts' time). The grace period runs on ``clock``, the
@@ -161,7 +168,7 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
     for slot in sorted(state.pool.by_taskmanager.get(resource_id, ())):
         holders = used.get((resource_id, slot), ())
         # A copy (a failure gives the slot back), in order; nearly always one holder: no sort.
-        for job_id, eid in (sorted(holders) if len(holders) > 1 else list(holders)):
+        for job_id, eid in sorted(holders) if len(holders) > 1 else list(holders):
             task_id = f"{job_id}/{eid}"
             if task_id in held or task_id in finals:
                 continue  # reported (looked at below): nearly every attempt, so first and cheaply
@@ -181,8 +188,14 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
             if not due(kind, task_id) or kind == "deploying":  # (the deployment timeout decides)
                 continue
             rec = recorder(job_id)
-            gone(rec, job, ex, f"TaskManager {resource_id} no longer holds it and never reported its end "
-                               "(its slot report does not list it)", config)
+            gone(
+                rec,
+                job,
+                ex,
+                f"TaskManager {resource_id} no longer holds it and never reported its end "
+                "(its slot report does not list it)",
+                config,
+            )
             maybe_complete(rec, job)
             notes.append(f"{task_id} missing on {resource_id}: failed")
 
@@ -194,8 +207,13 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
         job_id, execution_id = split_task_id(task_id)
         found = state.jobs.get(job_id)
         ex = found.current(execution_id) if found is not None else None
-        if found is None or found.status in TERMINAL_JOB or ex is None or ex.state.terminal \
-                or ex.taskmanager != resource_id:
+        if (
+            found is None
+            or found.status in TERMINAL_JOB
+            or ex is None
+            or ex.state.terminal
+            or ex.taskmanager != resource_id
+        ):
             recorded.append(task_id)  # the log has its end, or does not count the attempt
             memory.drop_final(task_id)
             continue
@@ -209,34 +227,45 @@ def _reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.CANCELING:
             # Still held though the leader cancelled it: the CancelTask was lost, say it again.
             if due("cancelling", task_id) and cancel_due(task_id):
-                cancels.append(CancelTask(job_id, execution_id, "cancelled (said again: the TaskManager still "
-                                                                    "holds it)"))
+                cancels.append(
+                    CancelTask(job_id, execution_id, "cancelled (said again: the TaskManager still holds it)")
+                )
             continue
         if ex is not None and ex.taskmanager == resource_id and not ex.state.terminal:
             continue  # as it should be
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.FINISHED:
             if due("finished", task_id):  # no TaskManager named: the leader's release, not a worker's report
-                release.append(UpdateTaskExecutionState(job_id, execution_id, TaskState.FINISHED, None, ex.vertex,
-                                                        ex.subtask, ex.attempt, None, ex.slot))
+                release.append(
+                    UpdateTaskExecutionState(
+                        job_id, execution_id, TaskState.FINISHED, None, ex.vertex, ex.subtask, ex.attempt, None, ex.slot
+                    )
+                )
             continue
         if not due("unknown", task_id) or not cancel_due(task_id):
             continue
-        why = ("its job is not running" if found is None or found.status in TERMINAL_JOB
-               else "the leader does not count this attempt (it failed, was cancelled, or was replaced)")
+        why = (
+            "its job is not running"
+            if found is None or found.status in TERMINAL_JOB
+            else "the leader does not count this attempt (it failed, was cancelled, or was replaced)"
+        )
         cancels.append(CancelTask(job_id, execution_id, f"reconciled with the slot report of {resource_id}: {why}"))
         notes.append(f"{task_id} unknown on {resource_id}: cancelled")
     mem.cancelled = {t: at for t, at in mem.cancelled.items() if t in held}
     to = Address.taskmanager(resource_id)
-    out = Decision(sends=[Send(to, m) for m in (*cancels, *release)], now=now,
-                   jobs=[rec.decision for rec in recorders.values() if rec.decision])
+    out = Decision(
+        sends=[Send(to, m) for m in (*cancels, *release)],
+        now=now,
+        jobs=[rec.decision for rec in recorders.values() if rec.decision],
+    )
     out.instructions += [Note(n) for n in notes]
     if recorded:
         out.instructions.append(Recorded(tuple(recorded)))
     return out
 
 
-def _accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[str], bool], now: int,
-                       config: JobsConfig) -> list[Decision]:
+def _accept_lost_finals(
+    state: JobsState, memory: Memory, caught_up: Callable[[str], bool], now: int, config: JobsConfig
+) -> list[Decision]:
     """Final states TaskManagers report for attempts the leader still has running, whose
     own reports are lost: taken from the slot reports. Lost, not late: an attempt's final
     report goes to its job's inbox before its TaskManager lists it, so once the leader has
@@ -270,14 +299,25 @@ def _accept_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[s
             # Its queryable state's registration was lost with its reports (a restart of
             # Redis that lost its last writes): finished without it, the job would serve
             # some keys from nowhere. It runs again, as a failed attempt does.
-            final, error = TaskState.FAILED, ("it finished, but its queryable state's registration was lost with "
-                                              "its reports: it runs again to register it")
+            final, error = (
+                TaskState.FAILED,
+                (
+                    "it finished, but its queryable state's registration was lost with "
+                    "its reports: it runs again to register it"
+                ),
+            )
         if final == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
             # A finished producer wrote its partition (its worker says so before it finishes):
             # that report was lost too, and consumers wait for it.
             rec.fact(ScheduleOrUpdateConsumers(job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
-        _update(rec, job, UpdateTaskExecutionState(job_id, execution_id, final, error, ex.vertex, ex.subtask,
-                                                   ex.attempt, resource_id, ex.slot), config)
+        _update(
+            rec,
+            job,
+            UpdateTaskExecutionState(
+                job_id, execution_id, final, error, ex.vertex, ex.subtask, ex.attempt, resource_id, ex.slot
+            ),
+            config,
+        )
         notes.append(task_id)
     memory.accepted += notes
     return [rec.decision for rec in out.values() if rec.decision]
@@ -292,8 +332,9 @@ def _state_lost(job: JobRun, ex: Execution) -> bool:
     return loc is None or not any(e.execution_id == ex.id for e in loc.entries.values())
 
 
-def _deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: int,
-                        config: JobsConfig, *, clock: int | None = None) -> list[Decision]:
+def _deployment_timeouts(
+    state: JobsState, memory: Memory, now: int, timeout_ms: int, config: JobsConfig, *, clock: int | None = None
+) -> list[Decision]:
     """Attempts DEPLOYING for longer than ``timeout_ms`` (on ``clock``, the leader's monotonic
     clock, from their deployment as ``Memory.deployed`` has it, and from this leader's start
     at the earliest; None: ``now``, the core on its own) whose TaskManager's reports, sent
@@ -321,22 +362,38 @@ def _deployment_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms:
                     due.append((tm, slot, job_id, eid))
     out: dict[str, Recorder] = {}
     for tm, _slot, job_id, eid in sorted(due):
-        ex = _timed_out(state, memory, clock, timeout_ms, tm, job_id, eid, one_clock)  # again: one failed may end its job
+        ex = _timed_out(
+            state, memory, clock, timeout_ms, tm, job_id, eid, one_clock
+        )  # again: one failed may end its job
         if ex is None:
             continue
         job = state.jobs[job_id]
         rec = out.setdefault(job_id, Recorder(state, job_id, now))
         # (sent before it fails: a restart renumbers ex)
         rec.send(Address.taskmanager(tm), CancelTask(job_id, eid, "deployment timed out"))
-        fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
-                            "(its SubmitTask or the answer was lost)", config)
+        fail(
+            rec,
+            job,
+            ex,
+            f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
+            "(its SubmitTask or the answer was lost)",
+            config,
+        )
         maybe_complete(rec, job)
     memory.keep(state.pool.placed)
     return [rec.decision for rec in out.values() if rec.decision]
 
 
-def _timed_out(state: JobsState, memory: Memory, clock: int, timeout_ms: int, tm: str, job_id: str,
-               eid: str, one_clock: bool = False) -> Execution | None:
+def _timed_out(
+    state: JobsState,
+    memory: Memory,
+    clock: int,
+    timeout_ms: int,
+    tm: str,
+    job_id: str,
+    eid: str,
+    one_clock: bool = False,
+) -> Execution | None:
     """The attempt, if its deployment to ``tm`` has gone unanswered for too long (on ``clock``;
     ``one_clock``: the log's times are on it too, so a deployment not in ``Memory.deployed``
     counts from its stamp)."""
@@ -346,8 +403,7 @@ def _timed_out(state: JobsState, memory: Memory, clock: int, timeout_ms: int, tm
         return None
     task_id = f"{job_id}/{eid}"
     deployed = memory.deployed.get(task_id, ex.since if one_clock else 0)
-    if clock - max(deployed, memory.leading_since) <= timeout_ms \
-            or not memory.unanswered(tm, task_id):
+    if clock - max(deployed, memory.leading_since) <= timeout_ms or not memory.unanswered(tm, task_id):
         return None
     return ex
 
@@ -359,4 +415,6 @@ def _first_slot(pool: SlotPool, tm: str, job_id: str, eid: str, slot: int | None
         return None
     if held == 1 and slot is not None and (job_id, eid) in pool.used.get((tm, slot), ()):
         return slot
-    return min((s for s in pool.by_taskmanager.get(tm, ()) if (job_id, eid) in pool.used.get((tm, s), ())), default=None)
+    return min(
+        (s for s in pool.by_taskmanager.get(tm, ()) if (job_id, eid) in pool.used.get((tm, s), ())), default=None
+    )

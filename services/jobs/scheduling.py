@@ -36,7 +36,7 @@ def schedule(state: JobsState, s: Schedule, now: int) -> Decision:
             continue
         if ex.state != TaskState.CREATED or not job.inputs_available(ex):
             continue
-        if (timers.held_back(job_id, ex, clock) if timers is not None else now < ex.not_before):
+        if timers.held_back(job_id, ex, clock) if timers is not None else now < ex.not_before:
             later.append(ex)
             continue
         tm = _pick(free)
@@ -71,9 +71,17 @@ def _pick(free: FreeSlots) -> str | None:
 
 def _deploy(rec: Recorder, job: JobRun, ex: Execution, tm: str, slot: int, session: str | None = None) -> None:
     eid = ex.id
-    rec.fact(UpdateTaskExecutionState(job.job_id, eid, TaskState.SCHEDULED, None, ex.vertex, ex.subtask, ex.attempt,
-                                      tm, slot, session))
-    rec.fact(UpdateTaskExecutionState(job.job_id, eid, TaskState.DEPLOYING, None, ex.vertex, ex.subtask, ex.attempt,
-                                      tm, slot))
-    rec.send(Address.taskmanager(tm),
-             SubmitTask(job.job_id, eid, ex.vertex, ex.subtask, ex.attempt, slot, descriptor(job, ex)))
+    rec.fact(
+        UpdateTaskExecutionState(
+            job.job_id, eid, TaskState.SCHEDULED, None, ex.vertex, ex.subtask, ex.attempt, tm, slot, session
+        )
+    )
+    rec.fact(
+        UpdateTaskExecutionState(
+            job.job_id, eid, TaskState.DEPLOYING, None, ex.vertex, ex.subtask, ex.attempt, tm, slot
+        )
+    )
+    rec.send(
+        Address.taskmanager(tm),
+        SubmitTask(job.job_id, eid, ex.vertex, ex.subtask, ex.attempt, slot, descriptor(job, ex)),
+    )

@@ -40,8 +40,18 @@ from sluice.services.kvstate import registry as kvreg
 from .machine import HOLDS_SLOT, STARTED_TASK, TASK_MOVES, TERMINAL_JOB, check_job, check_task
 from .slot_pool import SlotPool
 
-__all__ = ["Execution", "VertexRun", "JobRun", "JobsState", "SlotPool", "evolve", "execution_id", "parse_execution_id",
-           "HOLDS_SLOT", "TERMINAL_JOB"]
+__all__ = [
+    "Execution",
+    "VertexRun",
+    "JobRun",
+    "JobsState",
+    "SlotPool",
+    "evolve",
+    "execution_id",
+    "parse_execution_id",
+    "HOLDS_SLOT",
+    "TERMINAL_JOB",
+]
 # (HOLDS_SLOT and TERMINAL_JOB are services/jobs/machine.py's groups, named here too: much imports them from here;
 # SlotPool is services/jobs/slot_pool.py's.)
 
@@ -318,8 +328,9 @@ def _coordinator_took(state: JobsState, env: Envelope, ev: OperatorEvent | Reque
 
 
 def _submitted(state: JobsState, env: Envelope, ev: JobSubmitted) -> None:
-    job = state.jobs[ev.job_id] = JobRun(ev.job_id, ev.graph, ev.code_blob, ev.module, ev.reply_to, ev.params,
-                                         ev.splits, ev.storage_root, env.ts)
+    job = state.jobs[ev.job_id] = JobRun(
+        ev.job_id, ev.graph, ev.code_blob, ev.module, ev.reply_to, ev.params, ev.splits, ev.storage_root, env.ts
+    )
     kvreg.evolve(job.kvstate, ev)
 
 
@@ -355,8 +366,9 @@ def _slots_found(state: JobsState, env: Envelope, ev: JobSlotsFound) -> None:
     state.jobs[ev.job_id].waiting_since = None
 
 
-def _queryable(state: JobsState, env: Envelope, ev: NotifyKvStateRegistered | NotifyKvStateUnregistered
-               | JobDisposed) -> None:
+def _queryable(
+    state: JobsState, env: Envelope, ev: NotifyKvStateRegistered | NotifyKvStateUnregistered | JobDisposed
+) -> None:
     """Queryable state: the job's KvState registry (services/kvstate/registry.py)."""
     if (job := state.jobs.get(ev.job_id)) is not None:
         kvreg.evolve(job.kvstate, ev)
@@ -398,8 +410,10 @@ def evolve(state: JobsState, env: Envelope) -> JobsState:
         handler = _HANDLERS[type(ev)]
     except KeyError:
         entry = env.id or "(not committed)"
-        raise IllegalTransition(f"{ev.TYPE} is not a fact of a job's stream: evolve has no handler for it (the "
-                                f"handlers: services/jobs/state.py _HANDLERS; entry {entry})") from None
+        raise IllegalTransition(
+            f"{ev.TYPE} is not a fact of a job's stream: evolve has no handler for it (the "
+            f"handlers: services/jobs/state.py _HANDLERS; entry {entry})"
+        ) from None
     handler(state, env, ev)
     return state
 

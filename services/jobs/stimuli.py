@@ -10,8 +10,19 @@ from sluice.events import Envelope, SubmitJob
 
 from .timers import Timers
 
-__all__ = ["JobsConfig", "FreeSlots", "Submit", "Inbound", "Schedule", "FailAtOnce", "TaskManagerGone", "Orphans",
-           "LogRestart", "SlotWaits", "Stimulus"]
+__all__ = [
+    "JobsConfig",
+    "FreeSlots",
+    "Submit",
+    "Inbound",
+    "Schedule",
+    "FailAtOnce",
+    "TaskManagerGone",
+    "Orphans",
+    "LogRestart",
+    "SlotWaits",
+    "Stimulus",
+]
 
 FreeSlots = dict[str, list[int]]
 """Free slots per registered TaskManager."""

@@ -60,14 +60,18 @@ class Timers:
         delay = ex.not_before - ex.since
         if delay <= 0:
             return False
-        first = self.restarts.setdefault((job_id, ex.vertex, ex.subtask, ex.attempt),
-                                         clock if self.started is None else self.started)
+        first = self.restarts.setdefault(
+            (job_id, ex.vertex, ex.subtask, ex.attempt), clock if self.started is None else self.started
+        )
         return clock - first < delay
 
     def keep(self, state: JobsState) -> None:
         """Forget waits that ended and restarts whose attempt left CREATED (or was replaced)."""
-        self.waits = {j: w for j, w in self.waits.items()
-                      if (job := state.jobs.get(j)) is not None and job.waiting_since is not None}
+        self.waits = {
+            j: w
+            for j, w in self.waits.items()
+            if (job := state.jobs.get(j)) is not None and job.waiting_since is not None
+        }
 
         def pending(key: _RestartKey) -> bool:
             job = state.jobs.get(key[0])

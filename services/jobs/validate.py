@@ -16,8 +16,6 @@ SINK_FORMATS = ("parquet", "csv")
 RESTARTS = ("fixed-delay", "exponential-backoff", "none")
 
 
-
-
 def validate(graph: JobGraph, module: ModuleType | None = None) -> None:
     found = problems(graph, module)
     if found:
@@ -54,27 +52,39 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
         elif e.exchange == "forward" and e.source in by_name and e.target in by_name:
             ps, pt = by_name[e.source].parallelism, by_name[e.target].parallelism
             if ps != pt:
-                out.append(f"forward edge {e.source!r} (parallelism {ps}) -> {e.target!r} (parallelism {pt}) "
-                           "needs equal parallelism; use key_by for a redistribution, or give both the same")
+                out.append(
+                    f"forward edge {e.source!r} (parallelism {ps}) -> {e.target!r} (parallelism {pt}) "
+                    "needs equal parallelism; use key_by for a redistribution, or give both the same"
+                )
     for v in graph.vertices:
         if not 1 <= v.parallelism <= maxp:
-            out.append(f"vertex {v.name!r} has parallelism {v.parallelism}; it must be between 1 and the max "
-                       f"parallelism {maxp}")
+            out.append(
+                f"vertex {v.name!r} has parallelism {v.parallelism}; it must be between 1 and the max "
+                f"parallelism {maxp}"
+            )
         if v.kind == "source":
             if v.source is None:
                 out.append(f"source {v.name!r} has no source spec")
             elif v.source.format not in SOURCE_FORMATS:
-                out.append(f"source {v.name!r} reads format {v.source.format!r}; supported: {', '.join(SOURCE_FORMATS)}")
+                out.append(
+                    f"source {v.name!r} reads format {v.source.format!r}; supported: {', '.join(SOURCE_FORMATS)}"
+                )
             elif v.source.split_bytes < 1:
                 out.append(f"source {v.name!r} has split size {v.source.split_bytes}; it must be at least 1 byte")
             if v.source is not None and v.source.protocol not in SPLIT_PROTOCOLS:
-                out.append(f"source {v.name!r} asks for splits by protocol {v.source.protocol!r}; use one of "
-                           f"{', '.join(SPLIT_PROTOCOLS)}")
+                out.append(
+                    f"source {v.name!r} asks for splits by protocol {v.source.protocol!r}; use one of "
+                    f"{', '.join(SPLIT_PROTOCOLS)}"
+                )
             if v.coordinator:
-                out.append(f"source {v.name!r} declares coordinator {v.coordinator!r}, but a source's coordinator "
-                           "is its split enumerator; give the coordinator to a transform")
+                out.append(
+                    f"source {v.name!r} declares coordinator {v.coordinator!r}, but a source's coordinator "
+                    "is its split enumerator; give the coordinator to a transform"
+                )
             if inputs[v.name]:
-                out.append(f"source {v.name!r} has inputs ({', '.join(e.source for e in inputs[v.name])}); sources read files only")
+                out.append(
+                    f"source {v.name!r} has inputs ({', '.join(e.source for e in inputs[v.name])}); sources read files only"
+                )
         elif v.kind == "transform":
             if not inputs[v.name]:
                 out.append(f"transform {v.name!r} has no input")
@@ -93,8 +103,10 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
             ends = [e.source for e in inputs[v.name]] + [e.target for e in outputs[v.name]]
             others = sorted({n for n in ends if n in by_name and by_name[n].kind != "noop"})
             if others:
-                out.append(f"no-op vertex {v.name!r} is connected to {', '.join(map(repr, others))}; a no-op vertex "
-                           "exchanges nothing, so it connects only to other no-op vertices")
+                out.append(
+                    f"no-op vertex {v.name!r} is connected to {', '.join(map(repr, others))}; a no-op vertex "
+                    "exchanges nothing, so it connects only to other no-op vertices"
+                )
             continue
         else:
             out.append(f"vertex {v.name!r} has kind {v.kind!r}; use source, transform, sink or noop")
@@ -106,8 +118,10 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
             out.append(f"vertex {v.name!r} writes format {v.sink.format!r}; supported: {', '.join(SINK_FORMATS)}")
         exchanges = {(e.exchange, e.key) for e in outputs[v.name]}
         if len(exchanges) > 1:
-            out.append(f"vertex {v.name!r} feeds its consumers through different exchanges {sorted(map(str, exchanges))}; "
-                       "give each consumer its own upstream transform")
+            out.append(
+                f"vertex {v.name!r} feeds its consumers through different exchanges {sorted(map(str, exchanges))}; "
+                "give each consumer its own upstream transform"
+            )
         if not outputs[v.name] and v.sink is None:
             out.append(f"vertex {v.name!r} has no consumer and writes no sink: its result would be lost")
     out += _queryable_problems(graph, inputs)
@@ -130,17 +144,23 @@ def _queryable_problems(graph: JobGraph, inputs: dict[str, list[JobEdge]]) -> li
         if v.queryable is None:
             continue
         if not isinstance(v.queryable, str) or not v.queryable.strip() or len(v.queryable) > 200:
-            out.append(f"vertex {v.name!r} declares queryable state named {v.queryable!r}; use a non-empty name of at "
-                       "most 200 characters")
+            out.append(
+                f"vertex {v.name!r} declares queryable state named {v.queryable!r}; use a non-empty name of at "
+                "most 200 characters"
+            )
             continue
         owners.setdefault(v.queryable, []).append(v.name)
         if not any(e.exchange == "keyed" for e in inputs.get(v.name, [])):
-            out.append(f"vertex {v.name!r} declares queryable state {v.queryable!r} but is not keyed: its state is "
-                       "found by key, so key its input first (stream.key_by('col').map(..., queryable=...))")
+            out.append(
+                f"vertex {v.name!r} declares queryable state {v.queryable!r} but is not keyed: its state is "
+                "found by key, so key its input first (stream.key_by('col').map(..., queryable=...))"
+            )
     for name, vertices in owners.items():
         if len(vertices) > 1:
-            out.append(f"queryable state name {name!r} is declared by {len(vertices)} vertices "
-                       f"({', '.join(map(repr, vertices))}); registration names must be unique within a job")
+            out.append(
+                f"queryable state name {name!r} is declared by {len(vertices)} vertices "
+                f"({', '.join(map(repr, vertices))}); registration names must be unique within a job"
+            )
     return out
 
 
@@ -149,8 +169,10 @@ def _function_problems(vertex: str, ref: str | None, module: ModuleType | None) 
         return [f"transform {vertex!r} names no function (got {ref!r})"]
     mod, _, qual = ref.partition(":")
     if "<lambda>" in qual or "<locals>" in qual:
-        return [f"transform {vertex!r} uses {qual!r}, which is not importable by name: define it with def at the "
-                "top level of the job file"]
+        return [
+            f"transform {vertex!r} uses {qual!r}, which is not importable by name: define it with def at the "
+            "top level of the job file"
+        ]
     if module is not None and mod == module.__name__:
         obj: object = module
         for part in qual.split("."):
@@ -184,7 +206,7 @@ def _cycle(graph: JobGraph) -> list[str] | None:
         stack.append(n)
         for m in succ[n]:
             if color.get(m) == 1:
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if m not in color:
                 found = visit(m)
                 if found:

@@ -52,51 +52,78 @@ if TYPE_CHECKING:
 __all__ = ["decide", "dispose", "released"]
 
 
-
 def decide(job: JobRun | None, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered, now: int = 0) -> Decision:
     """The registry's door: what a notification to ``job`` (None: its job is not known) causes."""
     job_id = job.job_id if job is not None else msg.job_id
     kind = msg.TYPE
     if job is None or msg.job_id != job_id or job.status not in LIVE_JOB:
         why = "no such job" if job is None or msg.job_id != job_id else f"it is {job.status.value}"
-        return _refuse(job, job_id, msg, f"job not found: {msg.job_id} ({why}); {kind} for "
-                                         f"{msg.registration_name!r} ignored")
+        return _refuse(
+            job, job_id, msg, f"job not found: {msg.job_id} ({why}); {kind} for {msg.registration_name!r} ignored"
+        )
     maxp = job.graph.max_parallelism
     r = msg.key_group_range
     if not 0 <= r.start <= r.end < maxp:
-        return _refuse(job, job_id, msg, f"key-group range {r.start}..{r.end} of {msg.registration_name!r} is outside "
-                                         f"0..{maxp - 1} (the job's max parallelism is {maxp})")
+        return _refuse(
+            job,
+            job_id,
+            msg,
+            f"key-group range {r.start}..{r.end} of {msg.registration_name!r} is outside "
+            f"0..{maxp - 1} (the job's max parallelism is {maxp})",
+        )
     loc = job.kvstate.locations.get(msg.registration_name)
     if isinstance(msg, NotifyKvStateRegistered):
         return _register(job, msg, loc)
     if loc is None:
-        return _refuse(job, job_id, msg, f"unknown registration name {msg.registration_name!r} in job {job_id}: "
-                                         "probably a registration/unregistration race (the unregistration overtook "
-                                         "the registration, or the state was unregistered already)")
+        return _refuse(
+            job,
+            job_id,
+            msg,
+            f"unknown registration name {msg.registration_name!r} in job {job_id}: "
+            "probably a registration/unregistration race (the unregistration overtook "
+            "the registration, or the state was unregistered already)",
+        )
     if loc.vertex != msg.vertex_id:
-        return _refuse(job, job_id, msg, f"vertex {msg.vertex_id!r} cannot unregister KvState "
-                                         f"{msg.registration_name!r}: another operator ({loc.vertex!r}) registered it")
-    return Decision([NotifyKvStateUnregistered(job_id, msg.vertex_id, r, msg.registration_name,
-                                               _retired(loc, r.start, r.end))])
+        return _refuse(
+            job,
+            job_id,
+            msg,
+            f"vertex {msg.vertex_id!r} cannot unregister KvState "
+            f"{msg.registration_name!r}: another operator ({loc.vertex!r}) registered it",
+        )
+    return Decision(
+        [NotifyKvStateUnregistered(job_id, msg.vertex_id, r, msg.registration_name, _retired(loc, r.start, r.end))]
+    )
 
 
 def _register(job: JobRun, msg: NotifyKvStateRegistered, loc: KvStateLocation | None) -> Decision:
     name = msg.registration_name
     vertex = job.vertices.get(msg.vertex_id)
     if vertex is None:
-        return _refuse(job, job.job_id, msg, f"unknown job vertex {msg.vertex_id!r} registered KvState {name!r} "
-                                             f"(the job's vertices: {', '.join(map(repr, job.vertices))})")
+        return _refuse(
+            job,
+            job.job_id,
+            msg,
+            f"unknown job vertex {msg.vertex_id!r} registered KvState {name!r} "
+            f"(the job's vertices: {', '.join(map(repr, job.vertices))})",
+        )
     ex = None
     if msg.execution_id is not None:
         ex = job.current(msg.execution_id)
         if ex is None or ex.vertex != msg.vertex_id or ex.state not in LIVE_TASK:
             now = f"{ex.id} {ex.state.value}" if ex is not None else "no such attempt"
-            return _refuse(job, job.job_id, msg, f"registration of {name!r} by {msg.execution_id} is stale (current: "
-                                                 f"{now}); ignored")
+            return _refuse(
+                job,
+                job.job_id,
+                msg,
+                f"registration of {name!r} by {msg.execution_id} is stale (current: {now}); ignored",
+            )
     if loc is not None and loc.vertex != msg.vertex_id:
-        reason = (f"registration name clash: vertex {msg.vertex_id!r} registered KvState {name!r}, which vertex "
-                  f"{loc.vertex!r} has already registered; {msg.vertex_id!r} fails without restart (give each "
-                  "queryable vertex its own name)")
+        reason = (
+            f"registration name clash: vertex {msg.vertex_id!r} registered KvState {name!r}, which vertex "
+            f"{loc.vertex!r} has already registered; {msg.vertex_id!r} fails without restart (give each "
+            "queryable vertex its own name)"
+        )
         v = _refuse(job, job.job_id, msg, reason)
         v.instructions.append(FailVertex(msg.vertex_id, ex.id if ex is not None else None, reason))
         return v
@@ -105,8 +132,9 @@ def _register(job: JobRun, msg: NotifyKvStateRegistered, loc: KvStateLocation | 
     return Decision([msg])
 
 
-def _refuse(job: JobRun | None, job_id: str, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered,
-            reason: str) -> Decision:
+def _refuse(
+    job: JobRun | None, job_id: str, msg: NotifyKvStateRegistered | NotifyKvStateUnregistered, reason: str
+) -> Decision:
     facts: list[Event] = []
     if job is not None:
         facts.append(KvStateNotificationRefused(job_id, msg.TYPE, msg.vertex_id, msg.registration_name, reason))
@@ -137,8 +165,7 @@ def released(job: JobRun, ev: Event) -> list[Event]:
         still_used = {e.state_id for key, e in loc.entries.items() if key not in going}
         for e in entries:
             retired = [] if e.state_id in still_used else [e.state_id]  # another range still serves it
-            out.append(NotifyKvStateUnregistered(job.job_id, loc.vertex, KeyGroupRange(e.start, e.end), name,
-                                                 retired))
+            out.append(NotifyKvStateUnregistered(job.job_id, loc.vertex, KeyGroupRange(e.start, e.end), name, retired))
     return out
 
 
@@ -146,10 +173,14 @@ def dispose(state: JobsState, msg: DisposeJob) -> tuple[list[Event], Event]:
     """(facts for the job's stream, the reply) for a request to release a job's queryable state."""
     job = state.jobs.get(msg.job_id)
     if job is None:
-        return [], JobRefused(msg.job_id, f"job not found: {msg.job_id} (no such job in this cluster; "
-                                          "`sluice list` shows the jobs)")
+        return [], JobRefused(
+            msg.job_id, f"job not found: {msg.job_id} (no such job in this cluster; `sluice list` shows the jobs)"
+        )
     if job.status not in TERMINAL_JOB:
-        return [], JobRefused(msg.job_id, f"job {msg.job_id} is {job.status.value}: its state is still in use; "
-                                          f"cancel it first (sluice cancel {msg.job_id}) or wait until it ends")
+        return [], JobRefused(
+            msg.job_id,
+            f"job {msg.job_id} is {job.status.value}: its state is still in use; "
+            f"cancel it first (sluice cancel {msg.job_id}) or wait until it ends",
+        )
     done = JobDisposed(msg.job_id, sorted(job.kvstate.locations), sorted(job.kvstate.state_ids))
     return [done], done

@@ -39,8 +39,9 @@ def publish(log: EventLog, d: TaskDeploymentDescriptor, df: Any, address: str) -
         )
     job_id, eid = d.job_id, d.execution_id
     sid = state_id(job_id, name, eid)
-    n = KvStates(log.backend, log.keys).write(job_id, sid, _items(df, key), {
-        "name": name, "execution_id": eid, "written_at": now_ms()})
+    n = KvStates(log.backend, log.keys).write(
+        job_id, sid, _items(df, key), {"name": name, "execution_id": eid, "written_at": now_ms()}
+    )
     start, end = key_group_range(d.max_parallelism, d.parallelism, d.subtask)
     msg = NotifyKvStateRegistered(job_id, d.vertex, KeyGroupRange(start, end), name, sid, address, eid)
     log.append(log.keys.inbox(log.keys.job(job_id)), Envelope(msg, new_id(), 0, now_ms(), job_id))

@@ -71,8 +71,9 @@ class KvStateLocation:
         for e in hit:
             del self.entries[(e.start, e.end)]
             if e.start < start:
-                self.entries[(e.start, start - 1)] = KvStateEntry(e.start, start - 1, e.state_id, e.address,
-                                                                  e.execution_id)
+                self.entries[(e.start, start - 1)] = KvStateEntry(
+                    e.start, start - 1, e.state_id, e.address, e.execution_id
+                )
             if e.end > end:
                 self.entries[(end + 1, e.end)] = KvStateEntry(end + 1, e.end, e.state_id, e.address, e.execution_id)
         return hit
@@ -102,7 +103,8 @@ def evolve(reg: KvStateRegistry, ev: Event) -> KvStateRegistry:
         loc = reg.locations.get(ev.registration_name)
         if loc is None:  # the first registration creates the location
             loc = reg.locations[ev.registration_name] = KvStateLocation(
-                ev.job_id, ev.registration_name, ev.vertex_id, reg.num_key_groups)
+                ev.job_id, ev.registration_name, ev.vertex_id, reg.num_key_groups
+            )
         r = ev.key_group_range
         loc.register(KvStateEntry(r.start, r.end, ev.state_id, ev.server_address, ev.execution_id))
         reg.state_ids.add(ev.state_id)
@@ -124,8 +126,19 @@ def evolve(reg: KvStateRegistry, ev: Event) -> KvStateRegistry:
 def location_row(loc: KvStateLocation) -> dict[str, Any]:
     """The KvStateLocation table's row (JSON) for one registration name."""
     return {
-        "job_id": loc.job_id, "name": loc.name, "vertex": loc.vertex, "num_key_groups": loc.num_key_groups,
+        "job_id": loc.job_id,
+        "name": loc.name,
+        "vertex": loc.vertex,
+        "num_key_groups": loc.num_key_groups,
         "registered_key_groups": loc.registered_key_groups,
-        "ranges": [{"start": e.start, "end": e.end, "state_id": e.state_id, "address": e.address,
-                    "execution_id": e.execution_id} for _, e in sorted(loc.entries.items())],
+        "ranges": [
+            {
+                "start": e.start,
+                "end": e.end,
+                "state_id": e.state_id,
+                "address": e.address,
+                "execution_id": e.execution_id,
+            }
+            for _, e in sorted(loc.entries.items())
+        ],
     }

@@ -218,11 +218,16 @@ def _message(state: Membership, msg: Event, config: MembershipConfig) -> Decisio
     if isinstance(msg, TaskManagerHeartbeat):
         if state.is_registered(msg.resource_id, msg.session):
             return Decision()
-        return _reply(msg.resource_id, DisconnectTaskManager(
-            msg.resource_id, msg.session, state.epoch,
-            "this TaskManager is not registered with the leader (declared lost, or registered "
-            "under another session); register again",
-        ))
+        return _reply(
+            msg.resource_id,
+            DisconnectTaskManager(
+                msg.resource_id,
+                msg.session,
+                state.epoch,
+                "this TaskManager is not registered with the leader (declared lost, or registered "
+                "under another session); register again",
+            ),
+        )
     if isinstance(msg, UnregisterTaskManager):
         if state.is_registered(msg.resource_id, msg.session):
             return Decision([TaskManagerUnregistered(msg.resource_id, msg.session, msg.reason)])
@@ -292,10 +297,13 @@ def _timeouts(state: Membership, monitor: HeartbeatMonitor, now: int, config: Me
         if last is None:
             continue
         if now - last > config.heartbeat_timeout_ms:
-            facts.append(TaskManagerLost(
-                row.resource_id, row.session,
-                f"no heartbeat for {now - last} ms (timeout {config.heartbeat_timeout_ms} ms)",
-            ))
+            facts.append(
+                TaskManagerLost(
+                    row.resource_id,
+                    row.session,
+                    f"no heartbeat for {now - last} ms (timeout {config.heartbeat_timeout_ms} ms)",
+                )
+            )
     return Decision(facts)
 
 

@@ -12,15 +12,18 @@ from .core import Membership, TaskManagerRow
 
 __all__ = ["blind", "refusal", "ADVICE"]
 
-ADVICE = ("every TaskManager must reach the same storage root (a shared filesystem mounted at the same path on "
-          "every host, see README 'Across hosts'): mount it there, or stop that TaskManager, then submit again")
+ADVICE = (
+    "every TaskManager must reach the same storage root (a shared filesystem mounted at the same path on "
+    "every host, see README 'Across hosts'): mount it there, or stop that TaskManager, then submit again"
+)
 
 
 def blind(state: Membership, storage_root: str, root_id: str) -> list[TaskManagerRow]:
     """The registered TaskManagers that reported they cannot see ``storage_root`` of identity
     ``root_id``, by resource id."""
-    return sorted((r for r in state.active() if r.sees_root(storage_root, root_id) is False),
-                  key=lambda r: r.resource_id)
+    return sorted(
+        (r for r in state.active() if r.sees_root(storage_root, root_id) is False), key=lambda r: r.resource_id
+    )
 
 
 def refusal(state: Membership, storage_root: str, root_id: str) -> str | None:
@@ -29,6 +32,9 @@ def refusal(state: Membership, storage_root: str, root_id: str) -> str | None:
     rows = blind(state, storage_root, root_id)
     if not rows:
         return None
-    said = "; ".join(f"TaskManager {r.resource_id} on host {r.host} cannot see the storage root {storage_root} "
-                     f"({r.storage_path}: {r.storage_problem})" for r in rows)
+    said = "; ".join(
+        f"TaskManager {r.resource_id} on host {r.host} cannot see the storage root {storage_root} "
+        f"({r.storage_path}: {r.storage_problem})"
+        for r in rows
+    )
     return f"{said}: {ADVICE}"

@@ -32,8 +32,16 @@ from sluice.services.kvstate import registry as kvreg
 from sluice.services.membership.core import Membership, TaskManagerRow
 from sluice.services.membership.core import evolve as membership_evolve
 
-__all__ = ["Projection", "PROJECTIONS", "TASKMANAGERS", "LEADERSHIP", "JOBS", "EXECUTION_GRAPH", "KVSTATE",
-           "JOB_PROJECTIONS"]
+__all__ = [
+    "Projection",
+    "PROJECTIONS",
+    "TASKMANAGERS",
+    "LEADERSHIP",
+    "JOBS",
+    "EXECUTION_GRAPH",
+    "KVSTATE",
+    "JOB_PROJECTIONS",
+]
 
 
 @dataclass(frozen=True)
@@ -81,16 +89,22 @@ LEADERSHIP = Projection(
     evolve=_leader_evolve,
     touched=lambda env: ("leader",) if isinstance(env.event, LeadershipGranted) else (),
     row=lambda state, key: {"epoch": state.epoch, "leader_id": state.leader_id} if state.leader_id else None,
-    load=lambda rows: Membership(epoch=rows.get("leader", {}).get("epoch", 0), leader_id=rows.get("leader", {}).get("leader_id")),
+    load=lambda rows: Membership(
+        epoch=rows.get("leader", {}).get("epoch", 0), leader_id=rows.get("leader", {}).get("leader_id")
+    ),
 )
+
 
 def _jobs_evolve(state: dict[str, dict[str, Any]], env: Envelope) -> dict[str, dict[str, Any]]:
     ev = env.event
     if isinstance(ev, JobRegistered):
         state[ev.job_id] = {"job_id": ev.job_id, "name": ev.name, "registered_at": env.ts}
     elif isinstance(ev, JobPurged):  # its row stays, saying so
-        state[ev.job_id] = {**state.get(ev.job_id, {"job_id": ev.job_id, "name": ev.name}),
-                            "purged_at": ev.purged_at, "status": ev.status.value}
+        state[ev.job_id] = {
+            **state.get(ev.job_id, {"job_id": ev.job_id, "name": ev.name}),
+            "purged_at": ev.purged_at,
+            "status": ev.status.value,
+        }
     return state
 
 
@@ -124,12 +138,22 @@ def _eg_row(state: JobsState, key: str) -> dict[str, Any] | None:
     (job,) = state.jobs.values()
     if key == "job":
         return {
-            "job_id": job.job_id, "name": job.name, "status": job.status.value, "reason": job.reason,
-            "submitted_at": job.submitted_at, "ended_at": job.ended_at, "restarts": job.restarts,
+            "job_id": job.job_id,
+            "name": job.name,
+            "status": job.status.value,
+            "reason": job.reason,
+            "submitted_at": job.submitted_at,
+            "ended_at": job.ended_at,
+            "restarts": job.restarts,
             "waiting_since": job.waiting_since,
-            "vertices": [{"name": n, "parallelism": len(v.subtasks),
-                          "states": dict(Counter(ex.state.value for ex in v.subtasks))}
-                         for n, v in job.vertices.items()],
+            "vertices": [
+                {
+                    "name": n,
+                    "parallelism": len(v.subtasks),
+                    "states": dict(Counter(ex.state.value for ex in v.subtasks)),
+                }
+                for n, v in job.vertices.items()
+            ],
             "outputs": [v.spec.sink.path for v in job.vertices.values() if v.spec.sink is not None],
         }
     vertex, _, sub = key.rpartition("/")
@@ -137,8 +161,16 @@ def _eg_row(state: JobsState, key: str) -> dict[str, Any] | None:
     if v is None:
         return None
     ex = v.subtasks[int(sub)]
-    return {"vertex": vertex, "subtask": ex.subtask, "attempt": ex.attempt, "state": ex.state.value,
-            "taskmanager": ex.taskmanager, "slot": ex.slot, "since": ex.since, "error": ex.error}
+    return {
+        "vertex": vertex,
+        "subtask": ex.subtask,
+        "attempt": ex.attempt,
+        "state": ex.state.value,
+        "taskmanager": ex.taskmanager,
+        "slot": ex.slot,
+        "since": ex.since,
+        "error": ex.error,
+    }
 
 
 def expand(state: JobsState, keys: set[str]) -> set[str]:
@@ -160,7 +192,6 @@ EXECUTION_GRAPH = Projection(
     row=_eg_row,
     load=None,
 )
-
 
 
 # --- one job's KvStateLocation table (queryable state) ------------------------------------------

@@ -183,8 +183,15 @@ class Projector:
             r.dirty = set(dirty)
             gone = tuple(k for k in r.dirty if k not in rows)
             try:
-                written = self.tables.write(r.tag, r.projection.name, expected=r.position, position=new_pos,
-                                            rows=rows, deleted=gone, server=self.server)
+                written = self.tables.write(
+                    r.tag,
+                    r.projection.name,
+                    expected=r.position,
+                    position=new_pos,
+                    rows=rows,
+                    deleted=gone,
+                    server=self.server,
+                )
             except StoreRestarted:
                 self.logger.info("the Redis server restarted; reloading the tables")
                 self._reload()
@@ -205,4 +212,3 @@ class Projector:
         for r in self.running:
             r.last_seen = None
         self.load()
-

@@ -99,8 +99,13 @@ class Registration:
                 self.backoff_ms = 0
             elif now >= self.next_heartbeat:
                 self.next_heartbeat = now + self.config.heartbeat_interval_ms
-                return [_to_leader(TaskManagerHeartbeat(self.resource_id, self.session, self.epoch or 0, slots_free,
-                                                        list(self.reporter())))]
+                return [
+                    _to_leader(
+                        TaskManagerHeartbeat(
+                            self.resource_id, self.session, self.epoch or 0, slots_free, list(self.reporter())
+                        )
+                    )
+                ]
             return []
         if now < self.next_attempt or leader_epoch is None:
             return []
@@ -108,9 +113,20 @@ class Registration:
         self.backoff_ms = min(max(self.backoff_ms * 2, self.config.initial_backoff_ms), self.config.max_backoff_ms)
         self.next_attempt = now + self.backoff_ms
         self._to("REGISTERING", f"registering with the leader at epoch {leader_epoch}")
-        return [_to_leader(RegisterTaskManager(self.resource_id, self.session, self.host, self.slots,
-                                               PROTOCOL_VERSION, leader_epoch, dict(self.labels),
-                                               list(self.reporter())))]
+        return [
+            _to_leader(
+                RegisterTaskManager(
+                    self.resource_id,
+                    self.session,
+                    self.host,
+                    self.slots,
+                    PROTOCOL_VERSION,
+                    leader_epoch,
+                    dict(self.labels),
+                    list(self.reporter()),
+                )
+            )
+        ]
 
     def _receive(self, msg: Event, now: int) -> list[Send]:
         if isinstance(msg, JobManagerHeartbeat):
@@ -129,8 +145,10 @@ class Registration:
                 self.next_heartbeat = now
                 self.backoff_ms = 0
                 self.config = RegistrationConfig(
-                    self.config.initial_backoff_ms, self.config.max_backoff_ms,
-                    msg.heartbeat_interval_ms, msg.heartbeat_timeout_ms,
+                    self.config.initial_backoff_ms,
+                    self.config.max_backoff_ms,
+                    msg.heartbeat_interval_ms,
+                    msg.heartbeat_timeout_ms,
                 )
                 self._to("REGISTERED", f"{msg.TYPE} at epoch {msg.epoch}")
         elif isinstance(msg, RefuseRegistration):

@@ -34,8 +34,17 @@ __all__ = ["TaskEvents", "NoAnswer", "current", "install"]
 
 
 class TaskEvents:
-    def __init__(self, log: EventLog, descriptor: TaskDeploymentDescriptor, host: str, *, answer_timeout_s: float = 600.0,
-                 world: World = SYSTEM, blocking: bool = True, outage: Outage | None = None) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        descriptor: TaskDeploymentDescriptor,
+        host: str,
+        *,
+        answer_timeout_s: float = 600.0,
+        world: World = SYSTEM,
+        blocking: bool = True,
+        outage: Outage | None = None,
+    ) -> None:
         """``blocking``: the real worker's mode, where a send that fails because Redis is away
         is tried again (the same message) until it gets through; the simulation's steps
         take ``blocking=False`` and call ``resend()`` themselves. ``outage``: how a blocking
@@ -68,10 +77,18 @@ class TaskEvents:
         seq = self._next_seq()
         if self.protocol == "input-splits":
             msg: RequestNextInputSplit | OperatorEvent = RequestNextInputSplit(
-                self.job_id, self.vertex, self.subtask, self.execution_id, self.host, seq)
+                self.job_id, self.vertex, self.subtask, self.execution_id, self.host, seq
+            )
         else:
-            msg = OperatorEvent(self.job_id, self.vertex, self.subtask, True, JSON({"type": REQUEST, "host": self.host}),
-                                self.attempt, seq)
+            msg = OperatorEvent(
+                self.job_id,
+                self.vertex,
+                self.subtask,
+                True,
+                JSON({"type": REQUEST, "host": self.host}),
+                self.attempt,
+                seq,
+            )
         self._send(msg)
 
     def answered(self) -> bool:
@@ -94,8 +111,10 @@ class TaskEvents:
         while not self._splits:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise NoAnswer(f"{self.execution_id} asked for a split and got no answer in "
-                               f"{self.answer_timeout_s:.0f} s: is a JobManager running?")
+                raise NoAnswer(
+                    f"{self.execution_id} asked for a split and got no answer in "
+                    f"{self.answer_timeout_s:.0f} s: is a JobManager running?"
+                )
             deadline += self._poll(min(left, 1.0))
         return self._splits.popleft()
 
@@ -152,8 +171,9 @@ class TaskEvents:
         """Read the inbox; returns the seconds spent waiting for Redis to come back (0.0
         unless it was away and this attempt waits through outages)."""
         try:
-            entries = self.log.follow({self.inbox: self.position},
-                                      block_ms=max(int(block_s * 1000), 1) if block_s else None, count=100)
+            entries = self.log.follow(
+                {self.inbox: self.position}, block_ms=max(int(block_s * 1000), 1) if block_s else None, count=100
+            )
         except RedisUnavailable as exc:
             if self.outage is None:
                 raise
@@ -186,6 +206,7 @@ def install(events: TaskEvents | None) -> None:
 
 def current() -> TaskEvents:
     if _current is None:
-        raise ServiceError("no task is running in this process: task_context() works inside a transform of a "
-                           "running Sluice task")
+        raise ServiceError(
+            "no task is running in this process: task_context() works inside a transform of a running Sluice task"
+        )
     return _current

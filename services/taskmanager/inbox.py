@@ -24,8 +24,16 @@ GROUP = "taskmanager"
 
 
 class Inbox:
-    def __init__(self, log: EventLog, world: World, resource_id: str, *, retention_ms: int, logger: Any,
-                 metrics: TaskManagerMetrics) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        world: World,
+        resource_id: str,
+        *,
+        retention_ms: int,
+        logger: Any,
+        metrics: TaskManagerMetrics,
+    ) -> None:
         self.log, self.world, self.logger, self.metrics = log, world, logger, metrics
         self.stream = log.keys.inbox(log.keys.taskmanager(resource_id))
         self.consumer = GroupConsumer(log, self.stream, GROUP, resource_id, on_dead_letter=self._dead_lettered)

@@ -24,9 +24,22 @@ __all__ = ["Launches"]
 
 
 class Launches:
-    def __init__(self, log: EventLog, world: World, *, workers: Slots, tasks: TaskTable, reports: JobReports,
-                 spark: SparkShare, resource_id: str, host: str, io_rate: float, execute: bool, logger: Any,
-                 metrics: TaskManagerMetrics) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        world: World,
+        *,
+        workers: Slots,
+        tasks: TaskTable,
+        reports: JobReports,
+        spark: SparkShare,
+        resource_id: str,
+        host: str,
+        io_rate: float,
+        execute: bool,
+        logger: Any,
+        metrics: TaskManagerMetrics,
+    ) -> None:
         self.log, self.world, self.workers, self.tasks = log, world, workers, tasks
         self.reports, self.spark = reports, spark
         self.resource_id, self.host, self.io_rate, self.execute = resource_id, host, io_rate, execute
@@ -51,28 +64,41 @@ class Launches:
             return "not-executed"
         runtime: dict[str, Any] = {"host": self.host}  # a no-op task needs nothing more (worker.run_task)
         if d.kind != "noop":
-            runtime.update(code_path=str(task.code_path), temp_dir=str(task.temp_dir), io_rate=self.io_rate,
-                           spark_remote=self.spark.url(), partitions=self.spark.partitions(d.parallelism))
+            runtime.update(
+                code_path=str(task.code_path),
+                temp_dir=str(task.temp_dir),
+                io_rate=self.io_rate,
+                spark_remote=self.spark.url(),
+                partitions=self.spark.partitions(d.parallelism),
+            )
         return self._hand_over(task, runtime)
 
     def _hand_over(self, task: Task, runtime: dict[str, Any]) -> str:
         d = task.descriptor
         inbox = self.log.keys.inbox(self.log.keys.job(d.job_id))
-        reports = [(inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), d.job_id))
-                   for message in (TaskOperationResult(d.job_id, d.execution_id, True, None),
-                                   task_state(task, TaskState.INITIALIZING, self.resource_id))]
+        reports = [
+            (inbox, Envelope(message, self.world.new_id(), 0, self.world.now_ms(), d.job_id))
+            for message in (
+                TaskOperationResult(d.job_id, d.execution_id, True, None),
+                task_state(task, TaskState.INITIALIZING, self.resource_id),
+            )
+        ]
         handle = self.world.new_id()
         try:
-            self.workers.launch(task.slot, descriptor_to_json(d), runtime, task_id=task.id, handle=handle,
-                                reports=reports)
+            self.workers.launch(
+                task.slot, descriptor_to_json(d), runtime, task_id=task.id, handle=handle, reports=reports
+            )
         except RedisUnavailable as exc:
             # The transaction may have taken effect with only its reply lost. The start
             # stands: undoing it would delete the temp files and output of a task its worker
             # may be running now, and trying again would run it twice. Once Redis answers,
             # ``confirm`` asks which, and hands it over again only if it was not.
             self.unsure[task.id] = (handle, runtime)
-            self.logger.warning("a task's hand-over may not have taken effect; asking once Redis is back",
-                                task=task.id, error=str(exc)[:200])
+            self.logger.warning(
+                "a task's hand-over may not have taken effect; asking once Redis is back",
+                task=task.id,
+                error=str(exc)[:200],
+            )
             return handle
         self.metrics.appended((env.type for _, env in reports), "inbox")
         return handle

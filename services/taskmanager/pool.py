@@ -33,9 +33,21 @@ __all__ = ["SlotPool"]
 
 
 class SlotPool:
-    def __init__(self, *, size: int, tasks: TaskTable, workers: Slots, steps: list[Step], launches: Launches,
-                 reports: JobReports, finals: FinalStates, reach: Reach, resource_id: str, execute: bool,
-                 logger: Any) -> None:
+    def __init__(
+        self,
+        *,
+        size: int,
+        tasks: TaskTable,
+        workers: Slots,
+        steps: list[Step],
+        launches: Launches,
+        reports: JobReports,
+        finals: FinalStates,
+        reach: Reach,
+        resource_id: str,
+        execute: bool,
+        logger: Any,
+    ) -> None:
         self.size = size
         """How many slots this TaskManager has."""
         self.tasks, self.workers, self.steps, self.launches = tasks, workers, steps, launches
@@ -48,8 +60,12 @@ class SlotPool:
 
     def held(self) -> list[AttemptReport]:
         """What the slots hold: DEPLOYING until handed to its worker, then RUNNING."""
-        return [AttemptReport(t.descriptor.job_id, t.descriptor.execution_id,
-                              TaskState.RUNNING if t.rq_job else TaskState.DEPLOYING) for t in self.tasks.values()]
+        return [
+            AttemptReport(
+                t.descriptor.job_id, t.descriptor.execution_id, TaskState.RUNNING if t.rq_job else TaskState.DEPLOYING
+            )
+            for t in self.tasks.values()
+        ]
 
     def free(self) -> int:
         return self.size - len(self.tasks)
@@ -63,34 +79,47 @@ class SlotPool:
             return  # this very attempt runs here already: the SubmitTask came twice
         task = Task(msg.descriptor, msg.slot)
         busy = self.tasks.slot_busy(msg.slot) if 0 <= msg.slot < self.size else None
-        if busy is not None and busy.descriptor.job_id == msg.job_id \
-                and (busy.descriptor.vertex, busy.descriptor.subtask) == (msg.vertex_id, msg.subtask) \
-                and busy.descriptor.attempt > msg.attempt:
+        if (
+            busy is not None
+            and busy.descriptor.job_id == msg.job_id
+            and (busy.descriptor.vertex, busy.descriptor.subtask) == (msg.vertex_id, msg.subtask)
+            and busy.descriptor.attempt > msg.attempt
+        ):
             self.logger.warning("stale SubmitTask ignored: a newer attempt runs in its slot", old=tid, new=busy.id)
             return
         if busy is not None:
             # The leader gave the slot to a new attempt, so it no longer counts the one here
             # (it failed it: this TaskManager was lost, or its report was): that one goes.
-            self.logger.warning("slot taken over by a new attempt; dropping the old one", slot=msg.slot,
-                                old=busy.id, new=tid)
+            self.logger.warning(
+                "slot taken over by a new attempt; dropping the old one", slot=msg.slot, old=busy.id, new=tid
+            )
             self.drop(busy, "its slot was given to another attempt")
         try:
             if not 0 <= msg.slot < self.size:
-                raise TaskStartFailed("slot", ValueError(f"slot {msg.slot} does not exist (this TaskManager has "
-                                                         f"{self.size})"))
+                raise TaskStartFailed(
+                    "slot", ValueError(f"slot {msg.slot} does not exist (this TaskManager has {self.size})")
+                )
             try:
                 self.reach.check(task.descriptor)  # once per job: its storage root and inputs are here
             except StorageUnreachable as exc:
                 raise TaskStartFailed("storage root", exc) from exc
-            start(task, self.steps, on_undo_error=lambda step, exc: self.logger.error(
-                "undo failed", step=step, error=str(exc)))
+            start(
+                task,
+                self.steps,
+                on_undo_error=lambda step, exc: self.logger.error("undo failed", step=step, error=str(exc)),
+            )
         except TaskStartFailed as exc:
             if isinstance(exc.cause, RedisUnavailable):  # not the task's fault: start it again later
                 raise exc.cause from exc
-            self.logger.warning("task start failed", task=task.id, step=exc.step, error=str(exc.cause),
-                                undone=task.undone)
-            self.reports.to_job(msg.job_id, TaskOperationResult(msg.job_id, msg.execution_id, False, str(exc),
-                                                                not isinstance(exc.cause, StorageUnreachable)))
+            self.logger.warning(
+                "task start failed", task=task.id, step=exc.step, error=str(exc.cause), undone=task.undone
+            )
+            self.reports.to_job(
+                msg.job_id,
+                TaskOperationResult(
+                    msg.job_id, msg.execution_id, False, str(exc), not isinstance(exc.cause, StorageUnreachable)
+                ),
+            )
             return
         if not self.execute:  # a TaskManager that finishes tasks without running them (benchmarks)
             # Reports are queued first and sent once the bookkeeping is done: a Redis error
@@ -101,8 +130,11 @@ class SlotPool:
             d = task.descriptor
             to_job(msg.job_id, self._state(task, TaskState.RUNNING), flush=False)
             if d.output:
-                to_job(msg.job_id, ScheduleOrUpdateConsumers(d.job_id, d.execution_id, d.vertex, d.subtask, d.attempt),
-                       flush=False)
+                to_job(
+                    msg.job_id,
+                    ScheduleOrUpdateConsumers(d.job_id, d.execution_id, d.vertex, d.subtask, d.attempt),
+                    flush=False,
+                )
             to_job(msg.job_id, self._state(task, TaskState.FINISHED), flush=False)
             self.finals.remember(task, TaskState.FINISHED)
             release(task, self.steps, keep_output=True)
@@ -165,8 +197,12 @@ class SlotPool:
         try:
             self.workers.sweep_sink(sink.path, task.descriptor.subtask)
         except Exception as exc:  # the storage is away: the newer attempt's own clean-up remains
-            self.logger.warning("could not clean the sink after a killed attempt", task=task.id, sink=sink.path,
-                                error=f"{type(exc).__name__}: {exc}"[:300])
+            self.logger.warning(
+                "could not clean the sink after a killed attempt",
+                task=task.id,
+                sink=sink.path,
+                error=f"{type(exc).__name__}: {exc}"[:300],
+            )
 
     def supervise(self) -> None:
         """Record the workers that died. Each exit is seen once, so it is kept until it is

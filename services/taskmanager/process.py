@@ -62,25 +62,49 @@ class TaskManager:
     """The shell: wires its collaborators (the inbox, the slot pool, the launches, the
     reports) and runs the loop; each collaborator is built from what it uses."""
 
-    def __init__(self, log: EventLog, *, resource_id: str | None = None, slots: int = 1,
-                 host: str | None = None, config: RegistrationConfig = RegistrationConfig(),
-                 labels: dict[str, str] | None = None, inbox_retention_ms: int = 600_000,
-                 home: Path = Path(".sluice"), redis_url: str | None = None, execute: bool = True,
-                 spark_remote: str | None = None, io_rate: float = 0.0, world: World = SYSTEM,
-                 runner: Slots | None = None, task_partitions: int | None = None,
-                 spark_cores: int | None = None, spark_slots: int | None = None) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        resource_id: str | None = None,
+        slots: int = 1,
+        host: str | None = None,
+        config: RegistrationConfig = RegistrationConfig(),
+        labels: dict[str, str] | None = None,
+        inbox_retention_ms: int = 600_000,
+        home: Path = Path(".sluice"),
+        redis_url: str | None = None,
+        execute: bool = True,
+        spark_remote: str | None = None,
+        io_rate: float = 0.0,
+        world: World = SYSTEM,
+        runner: Slots | None = None,
+        task_partitions: int | None = None,
+        spark_cores: int | None = None,
+        spark_slots: int | None = None,
+    ) -> None:
         self.log, self.world = log, world
         host = host if host is not None else hostname()
         self.resource_id = resource_id or f"tm-{host}-{world.new_id()[:8]}"
-        self.reg = Registration(self.resource_id, world.new_id(), host, slots, config, labels or {},
-                                reporter=self.slot_report)
+        self.reg = Registration(
+            self.resource_id, world.new_id(), host, slots, config, labels or {}, reporter=self.slot_report
+        )
         self.logger = get_logger("taskmanager", tm=self.resource_id)
         self.metrics = TaskManagerMetrics()
-        self.metrics.collect_with(lambda: taskmanager_gauges(
-            self.log, self.inbox.stream, GROUP, self.logger, registered=self.reg.state == "REGISTERED",
-            slots=self.reg.slots, held=self.slot_report()))
-        self.inbox = Inbox(log, world, self.resource_id, retention_ms=inbox_retention_ms, logger=self.logger,
-                           metrics=self.metrics)
+        self.metrics.collect_with(
+            lambda: taskmanager_gauges(
+                self.log,
+                self.inbox.stream,
+                GROUP,
+                self.logger,
+                registered=self.reg.state == "REGISTERED",
+                slots=self.reg.slots,
+                held=self.slot_report(),
+            )
+        )
+        self.inbox = Inbox(
+            log, world, self.resource_id, retention_ms=inbox_retention_ms, logger=self.logger, metrics=self.metrics
+        )
         log.on_set_aside = set_aside_reporter(self.logger, self.metrics)
         self.home = Path(home)
         self.execute = execute
@@ -92,24 +116,51 @@ class TaskManager:
         self.reach = Reach(self.resource_id, host)
         self.root_watch = RootWatch(self.resource_id, self.logger, inline=world is not SYSTEM)
         """Whether it sees the leader's storage root, told to the leader (which refuses jobs if not)."""
-        self.slots: Slots = runner or ProcessSlots(log, self.resource_id, redis_url=redis_url, home=self.home,
-                                                   spark_remote=lambda: self.spark.remote)
+        self.slots: Slots = runner or ProcessSlots(
+            log, self.resource_id, redis_url=redis_url, home=self.home, spark_remote=lambda: self.spark.remote
+        )
         """Its workers, one per slot."""
         self.spark: SparkShare = SparkShare(
-            remote=spark_remote, task_partitions=task_partitions, cores=spark_cores, shared_by=spark_slots, slots=slots,
-            may_start=isinstance(self.slots, ProcessSlots), logs=self.home / "logs", resource_id=self.resource_id,
-            logger=self.logger)
+            remote=spark_remote,
+            task_partitions=task_partitions,
+            cores=spark_cores,
+            shared_by=spark_slots,
+            slots=slots,
+            may_start=isinstance(self.slots, ProcessSlots),
+            logs=self.home / "logs",
+            resource_id=self.resource_id,
+            logger=self.logger,
+        )
         self.reports = JobReports(log, world, self.logger, self.metrics)
         self.to_leader = LeaderMessages(log, world, self.logger, self.metrics)
         self.finals = FinalStates(lambda state: self.metrics.tasks_ended.labels(state._value_).inc())
-        self.launches = Launches(log, world, workers=self.slots, tasks=self.tasks, reports=self.reports,
-                                 spark=self.spark, resource_id=self.resource_id, host=host, io_rate=io_rate,
-                                 execute=execute, logger=self.logger, metrics=self.metrics)
-        self.pool = SlotPool(size=slots, tasks=self.tasks, workers=self.slots,
-                             steps=standard_steps(self.library, self.tasks, self.temp.path, self.launches.launch,
-                                                  self.launches.cancel),
-                             launches=self.launches, reports=self.reports, finals=self.finals, reach=self.reach,
-                             resource_id=self.resource_id, execute=execute, logger=self.logger)
+        self.launches = Launches(
+            log,
+            world,
+            workers=self.slots,
+            tasks=self.tasks,
+            reports=self.reports,
+            spark=self.spark,
+            resource_id=self.resource_id,
+            host=host,
+            io_rate=io_rate,
+            execute=execute,
+            logger=self.logger,
+            metrics=self.metrics,
+        )
+        self.pool = SlotPool(
+            size=slots,
+            tasks=self.tasks,
+            workers=self.slots,
+            steps=standard_steps(self.library, self.tasks, self.temp.path, self.launches.launch, self.launches.cancel),
+            launches=self.launches,
+            reports=self.reports,
+            finals=self.finals,
+            reach=self.reach,
+            resource_id=self.resource_id,
+            execute=execute,
+            logger=self.logger,
+        )
         self.server: str | None = None
         """The Redis server's run id as last seen (a new one: it restarted)."""
         self._leader: LeaseHolder | None = None
@@ -157,8 +208,10 @@ class TaskManager:
                     continue
                 if self.reg.state == "REFUSED":
                     self.logger.error("registration refused for good", reason=self.reg.refusal)
-                    print(f"sluice taskmanager {self.resource_id}: registration refused: {self.reg.refusal}",
-                          file=sys.stderr)
+                    print(
+                        f"sluice taskmanager {self.resource_id}: registration refused: {self.reg.refusal}",
+                        file=sys.stderr,
+                    )
                     return 2
             self.leave()
             return 0
@@ -184,8 +237,12 @@ class TaskManager:
             self.inbox.recover()  # re-handle what was read but not acknowledged
             raise
         if self.reg.state != self._last_state:
-            self.logger.info("registration", state=self.reg.state, epoch=self.reg.epoch,
-                             why=self.reg.history[-1] if self.reg.history else "a new session")
+            self.logger.info(
+                "registration",
+                state=self.reg.state,
+                epoch=self.reg.epoch,
+                why=self.reg.history[-1] if self.reg.history else "a new session",
+            )
             self._last_state = self.reg.state
         return bool(entries)
 
@@ -224,8 +281,9 @@ class TaskManager:
             self._leader = current_leader(self.log)
             self._next_look = now + _LOOK_EVERY_MS
         leader = self._leader
-        for send in decide(self.reg, Tick(leader.epoch if leader else None, self.pool.free()),
-                           monotonic_ms(self.world)).sends:
+        for send in decide(
+            self.reg, Tick(leader.epoch if leader else None, self.pool.free()), monotonic_ms(self.world)
+        ).sends:
             self.to_leader.send(send.event)
         if self.reg.state == "REGISTERED":  # what it sees of the leader's storage root (looked at off the loop)
             report = self.root_watch.poll(monotonic_ms(self.world), self.reg.session)
@@ -245,13 +303,23 @@ class TaskManager:
         if self.log.backend.durable():
             self.logger.info("the Redis server restarted and lost nothing (appendfsync always)", run_id=server[:8])
             return
-        self.logger.warning("the Redis server restarted and may have lost writes; dropping tasks and registering "
-                            "again", run_id=server[:8], tasks=len(self.tasks))
+        self.logger.warning(
+            "the Redis server restarted and may have lost writes; dropping tasks and registering again",
+            run_id=server[:8],
+            tasks=len(self.tasks),
+        )
         self.pool.drop_all("the Redis server restarted")
         self.finals.clear()  # the leader runs every unfinished attempt again, renumbered
         self.inbox.skip()
-        self.reg = Registration(self.resource_id, self.world.new_id(), self.reg.host, self.reg.slots,
-                                self.reg.config, self.reg.labels, reporter=self.slot_report)
+        self.reg = Registration(
+            self.resource_id,
+            self.world.new_id(),
+            self.reg.host,
+            self.reg.slots,
+            self.reg.config,
+            self.reg.labels,
+            reporter=self.slot_report,
+        )
         self.inbox.recovering = False
 
     def leave(self) -> None:
@@ -265,8 +333,9 @@ class TaskManager:
         if sent:
             self.logger.info("unregistered", reason="stopped gracefully")
         else:
-            self.logger.warning("could not say goodbye (the cluster inbox refused it); the leader will time this "
-                                "TaskManager out")
+            self.logger.warning(
+                "could not say goodbye (the cluster inbox refused it); the leader will time this TaskManager out"
+            )
 
     def _sweep_temp(self) -> None:
         """Remove the temp directories of TaskManagers of this home that died (killed, their

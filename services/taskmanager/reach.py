@@ -30,8 +30,13 @@ metadata feed). 2 s in all, well inside a heartbeat timeout (the main loop waits
 class Reach:
     """The storage check of one TaskManager (``resource_id`` on ``host``), with its answers."""
 
-    def __init__(self, resource_id: str, host: str, settle_s: Sequence[float] = SETTLE_S,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        resource_id: str,
+        host: str,
+        settle_s: Sequence[float] = SETTLE_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.resource_id, self.host = resource_id, host
         self.settle_s, self.sleep = tuple(settle_s), sleep
         self.answers: OrderedDict[tuple[str, str], StorageUnreachable | None] = OrderedDict()

@@ -31,8 +31,7 @@ from sluice.store.consumer import dead_letter
 
 from .tasks import Task
 
-__all__ = ["JobReports", "LeaderMessages", "FinalStates", "REFUSED_FOR_MS", "REMEMBERED", "task_state",
-           "cancelled"]
+__all__ = ["JobReports", "LeaderMessages", "FinalStates", "REFUSED_FOR_MS", "REMEMBERED", "task_state", "cancelled"]
 
 REFUSED_FOR_MS = 30_000
 """How long a report whose inbox refuses it stays owed before it is parked, in milliseconds
@@ -45,16 +44,26 @@ _REPORTED_ERROR = 2_000  # characters of a failure kept in the slot report
 def task_state(task: Task, state: TaskState, resource_id: str, error: str | None = None) -> UpdateTaskExecutionState:
     """``task`` is in ``state`` on the TaskManager ``resource_id``, in its slot."""
     d = task.descriptor
-    return UpdateTaskExecutionState(d.job_id, d.execution_id, state, error, d.vertex, d.subtask,
-                                    d.attempt, resource_id, task.slot)
+    return UpdateTaskExecutionState(
+        d.job_id, d.execution_id, state, error, d.vertex, d.subtask, d.attempt, resource_id, task.slot
+    )
 
 
 def cancelled(msg: CancelTask, resource_id: str) -> UpdateTaskExecutionState:
     """The CANCELED report of a task ``msg`` cancels that is not here."""
     try:
         vertex, subtask, attempt = msg.execution_id.rsplit(":", 2)
-        return UpdateTaskExecutionState(msg.job_id, msg.execution_id, TaskState.CANCELED, None, vertex,
-                                        int(subtask), int(attempt), resource_id, None)
+        return UpdateTaskExecutionState(
+            msg.job_id,
+            msg.execution_id,
+            TaskState.CANCELED,
+            None,
+            vertex,
+            int(subtask),
+            int(attempt),
+            resource_id,
+            None,
+        )
     except ValueError:
         return UpdateTaskExecutionState(msg.job_id, msg.execution_id, TaskState.CANCELED)
 
@@ -75,8 +84,9 @@ class JobReports:
         """Report to a job. ``flush=False``: only queue it (inside a step of starting a task,
         where a Redis error must not fail the start)."""
         keys = self.log.keys
-        self.owed.append((keys.inbox(keys.job(job_id)),
-                          Envelope(message, self.world.new_id(), 0, self.world.now_ms(), job_id)))
+        self.owed.append(
+            (keys.inbox(keys.job(job_id)), Envelope(message, self.world.new_id(), 0, self.world.now_ms(), job_id))
+        )
         if flush:
             self.flush()
 
@@ -110,8 +120,9 @@ class JobReports:
                 parked.append((stream, env, error))
                 continue
             if since == now:
-                self.logger.warning("a report was refused; it stays owed", stream=stream, report=env.type,
-                                    error=error[:300])
+                self.logger.warning(
+                    "a report was refused; it stays owed", stream=stream, report=env.type, error=error[:300]
+                )
             kept.append((stream, env))
         self.owed = kept
         self.metrics.appended((env.type for i, (_, env) in enumerate(sent) if i not in refused), "inbox")
@@ -124,19 +135,29 @@ class JobReports:
 
     def _park(self, stream: str, env: Envelope, error: str) -> None:
         self.refused_since.pop(env.id, None)
-        reason = (f"undeliverable: {stream!r} refused the report for {REFUSED_FOR_MS // 1000} s ({error}); "
-                  "the report stays here")
+        reason = (
+            f"undeliverable: {stream!r} refused the report for {REFUSED_FOR_MS // 1000} s ({error}); "
+            "the report stays here"
+        )
         try:
             dead_letter(self.log, stream, "", env.id, {FIELD: encode(env)}, "undeliverable", reason)
         except RedisUnavailable:
             raise
         except Exception as again:  # its job's dead letters refuse it too: the log line keeps it
-            self.logger.error("a refused report could not be parked; it is dropped", stream=stream,
-                              report=encode(env).decode(), error=str(again)[:300])
+            self.logger.error(
+                "a refused report could not be parked; it is dropped",
+                stream=stream,
+                report=encode(env).decode(),
+                error=str(again)[:300],
+            )
             return
         self.metrics.parked("undeliverable")
-        self.logger.error("a report refused for too long was parked in its job's dead letters", stream=stream,
-                          report=env.type, error=error[:300])
+        self.logger.error(
+            "a report refused for too long was parked in its job's dead letters",
+            stream=stream,
+            report=env.type,
+            error=error[:300],
+        )
 
 
 class LeaderMessages:

@@ -53,8 +53,16 @@ class RootWatch:
     """The storage root check of the TaskManager ``resource_id`` on ``host``. ``inline``: look
     on the caller's thread (a simulated world, whose steps must stay in the order it picks)."""
 
-    def __init__(self, resource_id: str, logger: Any, *, inline: bool = False, look: Look = root_identity.look,
-                 timeout_ms: int = LOOK_TIMEOUT_MS, relook_ms: int = RELOOK_MS) -> None:
+    def __init__(
+        self,
+        resource_id: str,
+        logger: Any,
+        *,
+        inline: bool = False,
+        look: Look = root_identity.look,
+        timeout_ms: int = LOOK_TIMEOUT_MS,
+        relook_ms: int = RELOOK_MS,
+    ) -> None:
         self.resource_id, self.logger, self.inline, self.look = resource_id, logger, inline, look
         self.timeout_ms, self.relook_ms = timeout_ms, relook_ms
         self.target: _Target | None = None
@@ -89,8 +97,10 @@ class RootWatch:
             elif looking.overdue_for != target and now - looking.started >= self.timeout_ms:
                 looking.overdue_for = target  # (a look that hangs holds up the next: this is its answer)
                 path = root_identity.root_file(looking.target.storage_root)
-                answer = (str(path or looking.target.storage_root),
-                          f"no answer within {self.timeout_ms / 1000:g} s (a hung mount?)")
+                answer = (
+                    str(path or looking.target.storage_root),
+                    f"no answer within {self.timeout_ms / 1000:g} s (a hung mount?)",
+                )
         if self.looking is None and answer is None and now >= self.next_look:
             answer = self._start(target, now)
         if answer is not None:
@@ -127,9 +137,14 @@ class RootWatch:
             return
         before = self.said[2] if self.said is not None else None
         if problem is not None and (self.said is None or before != problem):
-            self.logger.warning("this TaskManager cannot see the leader's storage root: jobs are refused while "
-                                "it is registered", storage_root=target.storage_root, path=path, problem=problem)
+            self.logger.warning(
+                "this TaskManager cannot see the leader's storage root: jobs are refused while it is registered",
+                storage_root=target.storage_root,
+                path=path,
+                problem=problem,
+            )
         elif problem is None and self.said is not None and before is not None:
             self.logger.info("this TaskManager sees the leader's storage root again", path=path)
-        self.pending = ReportStorageReach(self.resource_id, target.session, target.storage_root, target.root_id,
-                                          path, problem)
+        self.pending = ReportStorageReach(
+            self.resource_id, target.session, target.storage_root, target.root_id, path, problem
+        )

@@ -28,8 +28,16 @@ class Slots(Protocol):
     def start(self, slots: int) -> None:
         """Start one worker per slot."""
 
-    def launch(self, slot: int, descriptor: dict[str, Any], runtime: dict[str, Any], *, task_id: str, handle: str,
-               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+    def launch(
+        self,
+        slot: int,
+        descriptor: dict[str, Any],
+        runtime: dict[str, Any],
+        *,
+        task_id: str,
+        handle: str,
+        reports: Sequence[tuple[str, Envelope]] = (),
+    ) -> str:
         """Hand a task to the slot's worker under ``handle`` (a fresh id); returns the handle.
         ``reports`` (stream, message) are appended, in order, before the worker can take the
         task, all or nothing with the hand-over, in one round trip. When it raises
@@ -66,8 +74,9 @@ class Slots(Protocol):
 class ProcessSlots:
     """One ``sluice worker`` process per slot, fed through the slot's RQ queue."""
 
-    def __init__(self, log: EventLog, resource_id: str, *, redis_url: str | None, home: Path,
-                 spark_remote: Any = None) -> None:
+    def __init__(
+        self, log: EventLog, resource_id: str, *, redis_url: str | None, home: Path, spark_remote: Any = None
+    ) -> None:
         self.log, self.resource_id, self.redis_url, self.home = log, resource_id, redis_url, home
         self.queues = SlotQueues(log, resource_id)
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
@@ -81,23 +90,47 @@ class ProcessSlots:
     def _spawn(self, slot: int) -> None:
         if self.redis_url is None:
             raise RuntimeError("a TaskManager that executes tasks needs the Redis URL to start its workers")
-        cmd = [sys.executable, "-m", "sluice", "--redis", self.redis_url, "--prefix", self.log.keys.prefix,
-               "--home", str(self.home), "worker", "--resource-id", self.resource_id, "--slot", str(slot)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sluice",
+            "--redis",
+            self.redis_url,
+            "--prefix",
+            self.log.keys.prefix,
+            "--home",
+            str(self.home),
+            "worker",
+            "--resource-id",
+            self.resource_id,
+            "--slot",
+            str(slot),
+        ]
         logs = self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         out = open(logs / f"{self.resource_id}-slot{slot}.log", "ab")
         remote = self.spark_remote() if callable(self.spark_remote) else None
         env = {**os.environ, "SLUICE_SPARK_REMOTE": remote} if remote else None
-        self.workers[slot] = subprocess.Popen(guarded(cmd, signal.SIGKILL), stdout=out, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, env=env)
+        self.workers[slot] = subprocess.Popen(
+            guarded(cmd, signal.SIGKILL), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
         out.close()
 
-    def launch(self, slot: int, descriptor: dict[str, Any], runtime: dict[str, Any], *, task_id: str, handle: str,
-               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+    def launch(
+        self,
+        slot: int,
+        descriptor: dict[str, Any],
+        runtime: dict[str, Any],
+        *,
+        task_id: str,
+        handle: str,
+        reports: Sequence[tuple[str, Envelope]] = (),
+    ) -> str:
         from .worker import RUN_TASK
 
-        return self.queues.enqueue(slot, RUN_TASK, (descriptor, runtime), job_id=handle, description=task_id,
-                                   before=reports)
+        return self.queues.enqueue(
+            slot, RUN_TASK, (descriptor, runtime), job_id=handle, description=task_id, before=reports
+        )
 
     def handed_over(self, handle: str) -> bool:
         return self.queues.exists(handle)

@@ -20,9 +20,19 @@ __all__ = ["SparkShare"]
 
 
 class SparkShare:
-    def __init__(self, *, remote: str | None, task_partitions: int | None, cores: int | None,
-                 shared_by: int | None, slots: int, may_start: bool, logs: Path, resource_id: str,
-                 logger: Any) -> None:
+    def __init__(
+        self,
+        *,
+        remote: str | None,
+        task_partitions: int | None,
+        cores: int | None,
+        shared_by: int | None,
+        slots: int,
+        may_start: bool,
+        logs: Path,
+        resource_id: str,
+        logger: Any,
+    ) -> None:
         self.remote = remote
         """The Spark Connect URL the workers use (None: none yet)."""
         self.task_partitions = task_partitions
@@ -49,7 +59,8 @@ class SparkShare:
             self.logs.mkdir(parents=True, exist_ok=True)
             self.server = SparkConnectServer(
                 master=os.environ.get("SLUICE_SPARK_MASTER", "local[*]"),
-                log_file=self.logs / f"{self.resource_id}-spark-connect.log")
+                log_file=self.logs / f"{self.resource_id}-spark-connect.log",
+            )
             self.remote = self.server.start(wait=False)
             self.logger.info("started a Spark Connect server for this TaskManager", url=self.remote)
         return self.remote

@@ -62,8 +62,6 @@ class Step:
     undo: Callable[[Task], None]
 
 
-
-
 def start(task: Task, steps: list[Step], on_undo_error: Callable[[str, BaseException], None] | None = None) -> None:
     """Run ``steps`` in order; if one raises, undo the ones done, last first, and raise.
     (Only errors: an interrupt or a process being stopped is not a failed start.)"""
@@ -83,8 +81,13 @@ def start(task: Task, steps: list[Step], on_undo_error: Callable[[str, BaseExcep
         done.append(step)
 
 
-def standard_steps(library: LibraryCache, table: TaskTable, temp_root: Path,
-                   launch: Callable[[Task], str], cancel_launch: Callable[[Task], None]) -> list[Step]:
+def standard_steps(
+    library: LibraryCache,
+    table: TaskTable,
+    temp_root: Path,
+    launch: Callable[[Task], str],
+    cancel_launch: Callable[[Task], None],
+) -> list[Step]:
     """The TaskManager's steps to start a task, in Flink's order."""
 
     def library_do(t: Task) -> None:
@@ -112,8 +115,10 @@ def standard_steps(library: LibraryCache, table: TaskTable, temp_root: Path,
         if source is not None:
             protocol = source.protocol
             if protocol not in ("operator-events", "input-splits"):
-                raise ValueError(f"the descriptor asks for splits by protocol {protocol!r}; this TaskManager "
-                                 "speaks operator-events and input-splits")
+                raise ValueError(
+                    f"the descriptor asks for splits by protocol {protocol!r}; this TaskManager "
+                    "speaks operator-events and input-splits"
+                )
             t.splits = [protocol]
 
     def splits_undo(t: Task) -> None:
@@ -137,8 +142,9 @@ def standard_steps(library: LibraryCache, table: TaskTable, temp_root: Path,
         if t.descriptor.kind == "noop":  # runs nothing, writes nothing: a directory to make and
             return  # delete would cost a no-op task a third of its TaskManager's CPU (bench tasks)
         temp_root.mkdir(parents=True, exist_ok=True)
-        t.temp_dir = Path(tempfile.mkdtemp(prefix=str(t.descriptor.execution_id).replace(":", "_") + "-",
-                                           dir=temp_root))
+        t.temp_dir = Path(
+            tempfile.mkdtemp(prefix=str(t.descriptor.execution_id).replace(":", "_") + "-", dir=temp_root)
+        )
 
     def temp_undo(t: Task) -> None:
         if t.temp_dir is not None:

@@ -46,8 +46,10 @@ class TempDir:
             except OSError:
                 os.close(fd)
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.path} is in use by another live TaskManager with the same resource "
-                                       "id; give each TaskManager its own --resource-id") from None
+                    raise RuntimeError(
+                        f"{self.path} is in use by another live TaskManager with the same resource "
+                        "id; give each TaskManager its own --resource-id"
+                    ) from None
                 time.sleep(0.1)
                 continue
             try:  # the file locked must still be the one at the path (a sweep may have removed it)
@@ -80,7 +82,7 @@ class TempDir:
         the directories removed."""
         removed = []
         try:
-            names = {p.name[:-len(_LOCK)] if p.name.endswith(_LOCK) else p.name for p in self.root.iterdir()}
+            names = {p.name[: -len(_LOCK)] if p.name.endswith(_LOCK) else p.name for p in self.root.iterdir()}
         except FileNotFoundError:
             return []
         for name in sorted(names - {self.path.name}):

@@ -80,8 +80,13 @@ def init_worker(url: str, prefix: str, resource_id: str, slot: int) -> WorkerCon
     def owner_gone() -> str | None:
         return None if os.getppid() == parent else f"its TaskManager (pid {parent}) is gone"
 
-    outage = Outage(client.ping, who=f"sluice worker {resource_id}/slot {slot}", url=url, give_up=owner_gone,
-                    limit_s=float(os.environ.get(WAIT_ENV) or 3600))
+    outage = Outage(
+        client.ping,
+        who=f"sluice worker {resource_id}/slot {slot}",
+        url=url,
+        give_up=owner_gone,
+        limit_s=float(os.environ.get(WAIT_ENV) or 3600),
+    )
     outage.wait()
     _context = WorkerContext(EventLog(client, Keys(prefix)), resource_id, slot, server_address(url), outage)
     return _context
@@ -108,8 +113,11 @@ def _new_session(remote: str | None) -> Any:
             wait_listening(remote)  # its TaskManager may have started it a moment ago
             _spark = SparkSession.builder.remote(remote).getOrCreate()
         else:
-            _spark = (SparkSession.builder.master(os.environ.get("SLUICE_SPARK_MASTER", "local[*]"))
-                      .config("spark.ui.enabled", "false").getOrCreate())
+            _spark = (
+                SparkSession.builder.master(os.environ.get("SLUICE_SPARK_MASTER", "local[*]"))
+                .config("spark.ui.enabled", "false")
+                .getOrCreate()
+            )
     return _spark
 
 
@@ -123,6 +131,7 @@ def warm_up() -> None:
     task came, the query is left out: on a server that has just started, the task's own
     queries warm it, and a second query beside them only takes CPU from them (measured with
     ``scripts/bench coldstart``)."""
+
     def run() -> None:
         try:
             spark = spark_session()
@@ -134,8 +143,15 @@ def warm_up() -> None:
     threading.Thread(target=run, name="spark-warm-up", daemon=True).start()
 
 
-def report_state(log: EventLog, world: World, d: TaskDeploymentDescriptor, resource_id: str, slot: int,
-                 *states: TaskState, error: str | None = None) -> None:
+def report_state(
+    log: EventLog,
+    world: World,
+    d: TaskDeploymentDescriptor,
+    resource_id: str,
+    slot: int,
+    *states: TaskState,
+    error: str | None = None,
+) -> None:
     """A task's state changes, in order, in one round trip: each to its job's inbox, and a
     final one to its TaskManager too (which releases what the task held), the
     TaskManager's first: the leader gives the freed slot to the next attempt as soon as it
@@ -145,8 +161,17 @@ def report_state(log: EventLog, world: World, d: TaskDeploymentDescriptor, resou
     keys = log.keys
     sends: list[tuple[str, Envelope]] = []
     for state in states:
-        ev = UpdateTaskExecutionState(d.job_id, d.execution_id, state, error if state.terminal else None, d.vertex,
-                                      d.subtask, d.attempt, resource_id, slot)
+        ev = UpdateTaskExecutionState(
+            d.job_id,
+            d.execution_id,
+            state,
+            error if state.terminal else None,
+            d.vertex,
+            d.subtask,
+            d.attempt,
+            resource_id,
+            slot,
+        )
         env = Envelope(ev, world.new_id(), 0, world.now_ms(), d.job_id)
         if state.terminal:
             sends.append((keys.inbox(keys.taskmanager(resource_id)), env))
@@ -160,17 +185,23 @@ def report_state(log: EventLog, world: World, d: TaskDeploymentDescriptor, resou
 def report_produced(log: EventLog, world: World, d: TaskDeploymentDescriptor) -> None:
     """The task's result partition is complete: its consumers may be deployed."""
     keys = log.keys
-    log.append(keys.inbox(keys.job(d.job_id)), Envelope(
-        ScheduleOrUpdateConsumers(d.job_id, d.execution_id, d.vertex, d.subtask, d.attempt),
-        world.new_id(), 0, world.now_ms(), d.job_id))
+    log.append(
+        keys.inbox(keys.job(d.job_id)),
+        Envelope(
+            ScheduleOrUpdateConsumers(d.job_id, d.execution_id, d.vertex, d.subtask, d.attempt),
+            world.new_id(),
+            0,
+            world.now_ms(),
+            d.job_id,
+        ),
+    )
 
 
 def _report(ctx: WorkerContext, d: TaskDeploymentDescriptor, *states: TaskState, error: str | None = None) -> None:
     _persist(ctx, lambda: report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, *states, error=error))
 
 
-def _persist(ctx: WorkerContext, send: Callable[[], T], *, give_up_s: float = 600.0,
-             refused_for_s: float = 30.0) -> T:
+def _persist(ctx: WorkerContext, send: Callable[[], T], *, give_up_s: float = 600.0, refused_for_s: float = 30.0) -> T:
     """Do a step that writes to Redis, doing it again after Redis was away (a report may
     then arrive twice: the leader ignores a repeated one). A report lost would leave its task
     running for ever, so the worker waits as long as its TaskManager lives; a context with
@@ -253,8 +284,9 @@ def _execute(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict[str,
         task_events.install(None)
 
 
-def _taken_splits(d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path,
-                  events: task_events.TaskEvents) -> Iterator[tuple[int, int] | Path]:
+def _taken_splits(
+    d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path, events: task_events.TaskEvents
+) -> Iterator[tuple[int, int] | Path]:
     """Ask the source coordinator for splits until there are none left, each taken as it
     comes: a range of numbers, or the split copied to a file (at most ``io_rate`` bytes a
     second when the TaskManager limits it). The next split is asked for when the caller
@@ -300,15 +332,22 @@ def _source_frame(spark: Any, source: TaskSource, items: list[tuple[int, int] | 
     return reader.read_materialized(spark, source.format, source.options, files)
 
 
-def _read_source(spark: Any, d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path,
-                 events: task_events.TaskEvents) -> Any:
+def _read_source(
+    spark: Any, d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path, events: task_events.TaskEvents
+) -> Any:
     """Every split this subtask takes, then one DataFrame of all it read."""
     assert d.source is not None
     return _source_frame(spark, d.source, list(_taken_splits(d, runtime, temp_dir, events)), temp_dir)
 
 
-def _read_each_split(spark: Any, d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path,
-                     events: task_events.TaskEvents, chain: Callable[[Any], Any]) -> Any:
+def _read_each_split(
+    spark: Any,
+    d: TaskDeploymentDescriptor,
+    runtime: dict[str, Any],
+    temp_dir: Path,
+    events: task_events.TaskEvents,
+    chain: Callable[[Any], Any],
+) -> Any:
     """The source's chained functions run on each split as it arrives, each result written
     to a chunk in the task's own temp dir before the next split is asked for; then one
     DataFrame of the chunks (the subtask's output, committed only when the task finishes,
@@ -331,8 +370,14 @@ def _read_each_split(spark: Any, d: TaskDeploymentDescriptor, runtime: dict[str,
     return spark.read.schema(schema).parquet(*chunks)
 
 
-def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict[str, Any], temp_dir: Path, spark: Any,
-               events: task_events.TaskEvents) -> None:
+def _run_chain(
+    ctx: WorkerContext,
+    d: TaskDeploymentDescriptor,
+    runtime: dict[str, Any],
+    temp_dir: Path,
+    spark: Any,
+    events: task_events.TaskEvents,
+) -> None:
     from sluice.services.dataplane import exchange
 
     functions: list[Callable[..., Any]] = []
@@ -358,10 +403,16 @@ def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict[st
             df = chain(shared(_read_source(spark, d, runtime, temp_dir, events)))
     else:
         # key_groups is [first, last]; read_inputs checks that it is
-        inputs = [shared(exchange.read_inputs(spark, inp.partition_paths(),
-                                              key_groups=cast("tuple[int, int]", tuple(inp.key_groups))
-                                              if inp.key_groups else None))
-                  for inp in d.inputs]
+        inputs = [
+            shared(
+                exchange.read_inputs(
+                    spark,
+                    inp.partition_paths(),
+                    key_groups=cast("tuple[int, int]", tuple(inp.key_groups)) if inp.key_groups else None,
+                )
+            )
+            for inp in d.inputs
+        ]
         if functions and len(inputs) > 1:  # the first function joins the inputs
             df = chain(functions[0](*inputs), functions[1:])
         else:
@@ -371,8 +422,14 @@ def _run_chain(ctx: WorkerContext, d: TaskDeploymentDescriptor, runtime: dict[st
     if queryable and (output or d.sink):
         df = df.cache()  # computed once for the output and for the queryable state
     if output:
-        exchange.write_partition(df, output.path, key=output.key, max_parallelism=d.max_parallelism,
-                                 consumers=output.consumers if output.key else None, partitions=partitions)
+        exchange.write_partition(
+            df,
+            output.path,
+            key=output.key,
+            max_parallelism=d.max_parallelism,
+            consumers=output.consumers if output.key else None,
+            partitions=partitions,
+        )
     sink = d.sink
     if sink:
         exchange.write_sink(df, sink.path, d.subtask, d.attempt, sink.format, sink.options)

@@ -47,9 +47,13 @@ def cluster() -> None:
 @click.option("--taskmanagers", "-n", default=2, show_default=True, type=click.IntRange(0, 64))
 @click.option("--slots", "-s", default=2, show_default=True, type=click.IntRange(1, 1024))
 @click.option("--hold", is_flag=True, help="Keep the cluster up until Ctrl-C.")
-@click.option("--appendfsync", type=click.Choice(["everysec", "always"]), default=None,
-              help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
-                   "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.")
+@click.option(
+    "--appendfsync",
+    type=click.Choice(["everysec", "always"]),
+    default=None,
+    help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
+    "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.",
+)
 @spark_servers_option
 @click.pass_obj
 def up(obj: Context, taskmanagers: int, slots: int, hold: bool, appendfsync: str | None, spark_servers: str) -> None:
@@ -81,9 +85,13 @@ def cluster_table_offline(obj: Context) -> tuple[dict, dict]:
 @cluster.command()
 @click.option("--taskmanagers", "-n", default=2, show_default=True, type=click.IntRange(0, 64))
 @click.option("--slots", "-s", default=2, show_default=True, type=click.IntRange(1, 1024))
-@click.option("--appendfsync", type=click.Choice(["everysec", "always"]), default=None,
-              help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
-                   "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.")
+@click.option(
+    "--appendfsync",
+    type=click.Choice(["everysec", "always"]),
+    default=None,
+    help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
+    "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.",
+)
 @spark_servers_option
 @click.pass_obj
 def start(obj: Context, taskmanagers: int, slots: int, appendfsync: str | None, spark_servers: str) -> None:
@@ -119,8 +127,10 @@ def prepare_spark(force: bool) -> None:
         console.print(f"Spark's class-data archive is ready: {archive}", soft_wrap=True)
         return
     check_java()
-    with console.status("building Spark's class-data archive (a Spark server runs a sample job, then writes the "
-                        "classes it loaded as it exits)"):
+    with console.status(
+        "building Spark's class-data archive (a Spark server runs a sample job, then writes the "
+        "classes it loaded as it exits)"
+    ):
         took = build_class_archive(archive)
     console.print(f"built {archive} ({archive.stat().st_size / 1e6:,.0f} MB) in {took:.0f} s", soft_wrap=True)
 
@@ -153,16 +163,23 @@ def scale(obj: Context, taskmanagers: int, slots: int) -> None:
         total = sum(int(rows.get(p.name, {}).get("slots", slots)) for p in running)
         total += slots * (taskmanagers - len(running))
         share = task_partition_args(cluster, total)
-        new = [spawn(cluster, "taskmanager", url, "--slots", str(slots), *share)
-               for _ in range(taskmanagers - len(running))]
+        new = [
+            spawn(cluster, "taskmanager", url, "--slots", str(slots), *share)
+            for _ in range(taskmanagers - len(running))
+        ]
         names = {t.name for t in new}
-        leader, tms = wait_for(log, lambda leader, rows: registered(rows, names), f"waiting for {len(new)} new TaskManagers")
+        leader, tms = wait_for(
+            log, lambda leader, rows: registered(rows, names), f"waiting for {len(new)} new TaskManagers"
+        )
     elif taskmanagers < len(running):
         going = running[taskmanagers:]
         names = {t.name for t in going}
         cluster.terminate(going)
-        leader, tms = wait_for(log, lambda leader, rows: all(rows.get(n, {}).get("status") != "REGISTERED" for n in names),
-                               f"waiting for {len(going)} TaskManagers to leave")
+        leader, tms = wait_for(
+            log,
+            lambda leader, rows: all(rows.get(n, {}).get("status") != "REGISTERED" for n in names),
+            f"waiting for {len(going)} TaskManagers to leave",
+        )
     else:
         leader, tms = cluster_table(log)
     show(leader, tms)
@@ -180,14 +197,21 @@ def status(obj: Context, job_id: str | None, as_json: bool) -> None:
     if running and not _redis_answers(obj):
         rec = obj.cluster.redis_record() or {}
         pid = rec.get("pid")
-        why = ("its process is gone" if pid and not alive(int(pid)) else "its process runs but does not answer") \
-            if pid else "none is recorded"
-        click.secho(f"error: the embedded cluster's Redis {redact(rec.get('url', ''))} is away ({why}); "
-                    "still running:", fg="red", err=True)
+        why = (
+            ("its process is gone" if pid and not alive(int(pid)) else "its process runs but does not answer")
+            if pid
+            else "none is recorded"
+        )
+        click.secho(
+            f"error: the embedded cluster's Redis {redact(rec.get('url', ''))} is away ({why}); still running:",
+            fg="red",
+            err=True,
+        )
         for p in running:
             click.echo(f"  {p.role} {p.name} (pid {p.pid})", err=True)
-        click.echo("`sluice cluster stop` stops them; `sluice cluster start` starts the cluster again on its data",
-                   err=True)
+        click.echo(
+            "`sluice cluster stop` stops them; `sluice cluster start` starts the cluster again on its data", err=True
+        )
         sys.exit(1)
     if job_id:
         from .jobs import show_job, table_json
@@ -209,8 +233,11 @@ def status(obj: Context, job_id: str | None, as_json: bool) -> None:
     else:
         show(leader, tms)
         if procs:
-            console.print("embedded cluster processes running: " + ", ".join(
-                f"{p['role']} {p['name']} (pid {p['pid']})" for p in procs), soft_wrap=True)
+            console.print(
+                "embedded cluster processes running: "
+                + ", ".join(f"{p['role']} {p['name']} (pid {p['pid']})" for p in procs),
+                soft_wrap=True,
+            )
         if endpoints:
             show_endpoints(procs)
 

@@ -24,9 +24,24 @@ from sluice.store.connection import redact
 
 from .context import Context
 
-__all__ = ["GRACE_S", "SPARK_SERVERS", "cluster_table", "console", "free_port", "metrics_endpoints", "registered", "say",
-           "set_appendfsync", "show", "spark_servers_option", "task_partition_args",
-           "spawn", "start_cluster", "stop_cluster", "wait_for"]
+__all__ = [
+    "GRACE_S",
+    "SPARK_SERVERS",
+    "cluster_table",
+    "console",
+    "free_port",
+    "metrics_endpoints",
+    "registered",
+    "say",
+    "set_appendfsync",
+    "show",
+    "spark_servers_option",
+    "task_partition_args",
+    "spawn",
+    "start_cluster",
+    "stop_cluster",
+    "wait_for",
+]
 
 console = Console(emoji=False)
 
@@ -49,13 +64,18 @@ def show(leader: dict, tms: dict, *, title: str = "Sluice cluster") -> None:
     for r in sorted(tms.values(), key=lambda r: (r["status"] != "REGISTERED", r["resource_id"])):
         style = {"REGISTERED": "green", "LOST": "red", "UNREGISTERED": "dim"}[r["status"]]
         since = time.strftime("%H:%M:%S", time.localtime(r["since"] / 1000))
-        table.add_row(r["resource_id"], r["host"], str(r["slots"]), f"[{style}]{r['status']}[/]", since, r.get("reason") or "")
+        table.add_row(
+            r["resource_id"], r["host"], str(r["slots"]), f"[{style}]{r['status']}[/]", since, r.get("reason") or ""
+        )
     console.print(table)
     for r in active:  # (reported by the TaskManager: it cannot see the leader's storage root)
         if r.get("storage_problem"):
-            console.print(f"[yellow]warning:[/] TaskManager {r['resource_id']} on host {r['host']} cannot see the "
-                          f"storage root {r.get('storage_root')} ({r.get('storage_path')}: {r['storage_problem']}): "
-                          "jobs are refused while it is registered (README 'Across hosts')", soft_wrap=True)
+            console.print(
+                f"[yellow]warning:[/] TaskManager {r['resource_id']} on host {r['host']} cannot see the "
+                f"storage root {r.get('storage_root')} ({r.get('storage_path')}: {r['storage_problem']}): "
+                "jobs are refused while it is registered (README 'Across hosts')",
+                soft_wrap=True,
+            )
     console.print(
         f"leader {leader.get('leader_id', '-')} at epoch {leader.get('epoch', '-')}; "
         f"{len(active)} TaskManagers registered, {sum(r['slots'] for r in active)} slots",
@@ -98,8 +118,7 @@ def spawn(cluster: EmbeddedCluster, role: str, url: str, *args: str, detach: boo
     """Start one of the embedded cluster's processes with its metrics endpoint on a free port
     of this host, recorded in cluster.json (``metrics``: process name -> URL)."""
     port = free_port()
-    info = cluster.spawn(role, url, *args, "--metrics-port", str(port), "--metrics-host", _METRICS_HOST,
-                         detach=detach)
+    info = cluster.spawn(role, url, *args, "--metrics-port", str(port), "--metrics-host", _METRICS_HOST, detach=detach)
     data = cluster._read()  # the supervisor's own reader and writer of cluster.json
     live = {p["name"] for p in data.get("processes", [])}
     endpoints = {n: u for n, u in data.get("metrics", {}).items() if n in live}
@@ -123,15 +142,20 @@ def spark_servers_option(f):
     first (its JVM is the slowest thing to start) and shared by every TaskManager; or one per
     TaskManager, started when its first task needs Spark."""
     return click.option(
-        "--spark-servers", type=click.Choice(SPARK_SERVERS), default="shared", show_default=True,
+        "--spark-servers",
+        type=click.Choice(SPARK_SERVERS),
+        default="shared",
+        show_default=True,
         envvar="SLUICE_SPARK_SERVERS",
         help="One Spark Connect server shared by all TaskManagers, started with the cluster, or one per "
-             "TaskManager, started on its first Spark task (a JVM each: on one host they compete for its "
-             "cores and memory; `scripts/bench coldstart` measures both). $SLUICE_SPARK_SERVERS.")(f)
+        "TaskManager, started on its first Spark task (a JVM each: on one host they compete for its "
+        "cores and memory; `scripts/bench coldstart` measures both). $SLUICE_SPARK_SERVERS.",
+    )(f)
 
 
-def start_cluster(obj: Context, taskmanagers: int, slots: int, detach: bool,
-           spark_servers: str = "shared") -> tuple[EmbeddedCluster, EventLog, list]:
+def start_cluster(
+    obj: Context, taskmanagers: int, slots: int, detach: bool, spark_servers: str = "shared"
+) -> tuple[EmbeddedCluster, EventLog, list]:
     cluster = obj.cluster
     if cluster.processes("jobmanager"):
         raise ServiceError(f"an embedded cluster already runs in {cluster.home}; `sluice cluster stop` it first")
@@ -147,11 +171,15 @@ def start_cluster(obj: Context, taskmanagers: int, slots: int, detach: bool,
     spawn(cluster, "projector", url, detach=detach)
     spawn(cluster, "jobmanager", url, detach=detach)
     share = task_partition_args(cluster, taskmanagers * slots)
-    tms = [spawn(cluster, "taskmanager", url, "--slots", str(slots), *share, detach=detach)
-           for _ in range(taskmanagers)]
+    tms = [
+        spawn(cluster, "taskmanager", url, "--slots", str(slots), *share, detach=detach) for _ in range(taskmanagers)
+    ]
     names = {t.name for t in tms}
-    wait_for(log, lambda leader, rows: bool(leader) and registered(rows, names),
-             f"waiting for {taskmanagers} TaskManagers to register")
+    wait_for(
+        log,
+        lambda leader, rows: bool(leader) and registered(rows, names),
+        f"waiting for {taskmanagers} TaskManagers to register",
+    )
     return cluster, log, tms
 
 
@@ -207,8 +235,12 @@ def _stop_processes(cluster: EmbeddedCluster, log: EventLog | None) -> None:
         # wait for one that is going away until its TaskManager kills it.
         cluster.spark_going()
         try:
-            wait_for(log, lambda leader, rows: all(rows.get(n, {}).get("status") != "REGISTERED" for n in names),
-                     "waiting for TaskManagers to unregister", timeout=15)
+            wait_for(
+                log,
+                lambda leader, rows: all(rows.get(n, {}).get("status") != "REGISTERED" for n in names),
+                "waiting for TaskManagers to unregister",
+                timeout=15,
+            )
         except ServiceError as exc:
             console.print(f"[yellow]{exc}[/]")
     except RedisUnavailable as exc:
@@ -223,15 +255,20 @@ def _stop_processes(cluster: EmbeddedCluster, log: EventLog | None) -> None:
         except ProcessLookupError:
             pass
     if left:
-        console.print(f"killed {len(left)} processes the cluster's processes left behind (pids {', '.join(map(str, left))})")
+        console.print(
+            f"killed {len(left)} processes the cluster's processes left behind (pids {', '.join(map(str, left))})"
+        )
     cluster.stop_redis()
 
 
 def _stop_without_redis(cluster: EmbeddedCluster) -> None:
     rec = cluster.redis_record()
     where = f"at {redact(rec['url'])} " if rec else ""
-    console.print(f"[yellow]the cluster's Redis {where}does not answer: stopping its processes without waiting for "
-                  f"TaskManagers to unregister (SIGTERM, then SIGKILL after {GRACE_S:.0f} s)[/]", soft_wrap=True)
+    console.print(
+        f"[yellow]the cluster's Redis {where}does not answer: stopping its processes without waiting for "
+        f"TaskManagers to unregister (SIGTERM, then SIGKILL after {GRACE_S:.0f} s)[/]",
+        soft_wrap=True,
+    )
     say(cluster.stop_everything(grace=GRACE_S))
 
 

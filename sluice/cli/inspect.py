@@ -132,20 +132,30 @@ def splits(obj: Context, job_id: str, as_json: bool, at: Moment) -> None:
         table.add_column(col)
     for r in rows:
         when = time.strftime("%H:%M:%S", time.localtime(r.at / 1000)) + f".{r.at % 1000:03d}"
-        table.add_row(str(r.split), escape(r.what), f"{escape(r.vertex)}[{r.subtask}]", str(r.attempt), when,
-                      str(r.epoch), r.outcome)
+        table.add_row(
+            str(r.split),
+            escape(r.what),
+            f"{escape(r.vertex)}[{r.subtask}]",
+            str(r.attempt),
+            when,
+            str(r.epoch),
+            r.outcome,
+        )
     console.print(table)
     per: dict[tuple[str, int], int] = {}
     for r in rows:
         if r.outcome == "finished":
             per[(r.vertex, r.subtask)] = per.get((r.vertex, r.subtask), 0) + 1
     if per:
-        console.print("finished splits per subtask: " + ", ".join(
-            f"{escape(v)}[{s}]={n}" for (v, s), n in sorted(per.items())))
+        console.print(
+            "finished splits per subtask: " + ", ".join(f"{escape(v)}[{s}]={n}" for (v, s), n in sorted(per.items()))
+        )
     held = held_back(envs)
     if held:
-        console.print("told no more while splits were left: " + ", ".join(
-            f"{escape(v)}[{s}] attempt {a} ({n} handed out after)" for (v, s, a), n in sorted(held.items())))
+        console.print(
+            "told no more while splits were left: "
+            + ", ".join(f"{escape(v)}[{s}] attempt {a} ({n} handed out after)" for (v, s, a), n in sorted(held.items()))
+        )
 
 
 register_job_views(inspect)

@@ -30,9 +30,20 @@ console = Console(highlight=False, emoji=False, soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 STATE_STYLE = {
-    "CREATED": "dim", "SCHEDULED": "blue", "DEPLOYING": "blue", "INITIALIZING": "cyan", "RUNNING": "bold blue",
-    "FINISHED": "green", "CANCELING": "yellow", "CANCELED": "yellow", "FAILED": "bold red", "FAILING": "red",
-    "CANCELLING": "yellow", "REGISTERED": "green", "LOST": "red", "UNREGISTERED": "dim",
+    "CREATED": "dim",
+    "SCHEDULED": "blue",
+    "DEPLOYING": "blue",
+    "INITIALIZING": "cyan",
+    "RUNNING": "bold blue",
+    "FINISHED": "green",
+    "CANCELING": "yellow",
+    "CANCELED": "yellow",
+    "FAILED": "bold red",
+    "FAILING": "red",
+    "CANCELLING": "yellow",
+    "REGISTERED": "green",
+    "LOST": "red",
+    "UNREGISTERED": "dim",
 }
 
 
@@ -44,8 +55,14 @@ def _at(ctx: click.Context, param: click.Parameter, value: str | None) -> Moment
 
 
 def at_option(f: F) -> F:
-    return click.option("--at", "at", default=None, callback=_at, metavar="ENTRY_ID|TIME",
-                        help="Show it as it was at this entry of the log, time in ms or ISO 8601 time (default: now).")(f)
+    return click.option(
+        "--at",
+        "at",
+        default=None,
+        callback=_at,
+        metavar="ENTRY_ID|TIME",
+        help="Show it as it was at this entry of the log, time in ms or ISO 8601 time (default: now).",
+    )(f)
 
 
 def json_option(f: F) -> F:
@@ -90,9 +107,16 @@ def render_jobs(rows: list[dict], at: Moment) -> None:
     for col in ("job", "name", "status", "submitted", "duration", "tasks", "restarts", "reason"):
         table.add_column(col)
     for r in rows:
-        table.add_row(escape(r["job_id"]), escape(r["name"]), styled(r["status"]), clock(r["submitted_at"]),
-                      seconds(r["duration_s"]), f"{r['tasks_done']}/{r['tasks_total']}", str(r["restarts"]),
-                      escape((r["reason"] or "").splitlines()[0][:80] if r["reason"] else ""))
+        table.add_row(
+            escape(r["job_id"]),
+            escape(r["name"]),
+            styled(r["status"]),
+            clock(r["submitted_at"]),
+            seconds(r["duration_s"]),
+            f"{r['tasks_done']}/{r['tasks_total']}",
+            str(r["restarts"]),
+            escape((r["reason"] or "").splitlines()[0][:80] if r["reason"] else ""),
+        )
     console.print(table)
 
 
@@ -102,11 +126,16 @@ def render_jobs(rows: list[dict], at: Moment) -> None:
 def render_job(t: dict, at: Moment, *, gantt: bool) -> None:
     job = t["job"]
     restarts = f"{t['restarts']} restart{'s' if t['restarts'] != 1 else ''}"
-    console.print(f"[bold]job {escape(job['job_id'])}[/] ({escape(job['name'])}){_moment(at)}: "
-                  f"{styled(job['status'])}, {restarts}, {job['tasks_done']}/{job['tasks_total']} tasks done, "
-                  f"submitted {clock(job['submitted_at'])}"
-                  + (f", ended {clock(job['ended_at'])} after {seconds(job['duration_s'])}" if job["ended_at"]
-                     else f", {seconds(job['duration_s'])} so far"))
+    console.print(
+        f"[bold]job {escape(job['job_id'])}[/] ({escape(job['name'])}){_moment(at)}: "
+        f"{styled(job['status'])}, {restarts}, {job['tasks_done']}/{job['tasks_total']} tasks done, "
+        f"submitted {clock(job['submitted_at'])}"
+        + (
+            f", ended {clock(job['ended_at'])} after {seconds(job['duration_s'])}"
+            if job["ended_at"]
+            else f", {seconds(job['duration_s'])} so far"
+        )
+    )
     cause = t["root_cause"]
     if cause is not None:
         title = "root cause" if cause["job_failed"] else "last failure"
@@ -122,26 +151,46 @@ def render_job(t: dict, at: Moment, *, gantt: bool) -> None:
         events.add_column(col, no_wrap=col != "")
     for e in t["events"]:
         style = {"restart": "magenta", "job-status": "bold", "checkpoint": "dim", "split-request": "dim"}.get(
-            e["kind"], "red" if e.get("state") == "FAILED" else "")
-        events.add_row(clock(e["at"]), f"{(e['at'] - start) / 1000:.3f}", escape(e["kind"]),
-                       Text(e["text"], style=style), f"[dim]{e['entry']}[/]")
+            e["kind"], "red" if e.get("state") == "FAILED" else ""
+        )
+        events.add_row(
+            clock(e["at"]),
+            f"{(e['at'] - start) / 1000:.3f}",
+            escape(e["kind"]),
+            Text(e["text"], style=style),
+            f"[dim]{e['entry']}[/]",
+        )
     console.print(events)
     attempts = Table(title="attempts", show_edge=False)
     for col in ("subtask", "attempt", "where", "final", "deployed", "duration", "states", "splits"):
         attempts.add_column(col)
     for a in t["attempts"]:
         where = f"{a['taskmanager']} slot {a['slot']}" if a["taskmanager"] is not None else "-"
-        path = " → ".join(f"{s['state']} {seconds(s['duration_s'])}" if s["duration_s"] is not None else s["state"]
-                          for s in a["states"][1:])
+        path = " → ".join(
+            f"{s['state']} {seconds(s['duration_s'])}" if s["duration_s"] is not None else s["state"]
+            for s in a["states"][1:]
+        )
         splits = ", ".join(f"{s['split']} {s['outcome']}" for s in a["splits"]) or "-"
-        attempts.add_row(escape(f"{a['vertex']}[{a['subtask']}]"), str(a["attempt"]), escape(where),
-                         styled(a["final"]), clock(a["started_at"]), seconds(a["duration_s"]), escape(path),
-                         escape(splits))
+        attempts.add_row(
+            escape(f"{a['vertex']}[{a['subtask']}]"),
+            str(a["attempt"]),
+            escape(where),
+            styled(a["final"]),
+            clock(a["started_at"]),
+            seconds(a["duration_s"]),
+            escape(path),
+            escape(splits),
+        )
     console.print(attempts)
 
 
-_BAR = {"SCHEDULED": ("░", "blue"), "DEPLOYING": ("▒", "blue"), "INITIALIZING": ("▓", "cyan"),
-        "RUNNING": ("█", "blue"), "CANCELING": ("▒", "yellow")}
+_BAR = {
+    "SCHEDULED": ("░", "blue"),
+    "DEPLOYING": ("▒", "blue"),
+    "INITIALIZING": ("▓", "cyan"),
+    "RUNNING": ("█", "blue"),
+    "CANCELING": ("▒", "yellow"),
+}
 _END = {"FINISHED": ("✓", "green"), "FAILED": ("✗", "bold red"), "CANCELED": ("○", "yellow")}
 
 
@@ -181,8 +230,9 @@ def render_gantt(t: dict, at: Moment) -> None:
         console.print(line)
     axis = f"0 s{' ' * (width - 3 - len(seconds((t1 - t0) / 1000)))}{seconds((t1 - t0) / 1000)}"
     console.print(" " * pad + axis, style="dim")
-    console.print(" " * pad + "░ scheduled ▒ deploying ▓ initializing █ running  ✓ finished ✗ failed ○ canceled",
-                  style="dim")
+    console.print(
+        " " * pad + "░ scheduled ▒ deploying ▓ initializing █ running  ✓ finished ✗ failed ○ canceled", style="dim"
+    )
 
 
 # --- the ExecutionGraph -------------------------------------------------------------------
@@ -206,11 +256,14 @@ def render_graph(g: dict, at: Moment) -> None:
 def write_png(dot_text: str, out: str) -> None:
     dot = shutil.which("dot")
     if dot is None:
-        raise SluiceError("--png needs Graphviz's `dot` program, which is not on PATH: install Graphviz "
-                          "(apt-get install graphviz), or write the Graphviz text with --dot FILE and render it "
-                          "elsewhere")
-    done = subprocess.run([dot, "-Tpng", "-o", out], input=dot_text, text=True, capture_output=True, check=False,
-                          timeout=60)
+        raise SluiceError(
+            "--png needs Graphviz's `dot` program, which is not on PATH: install Graphviz "
+            "(apt-get install graphviz), or write the Graphviz text with --dot FILE and render it "
+            "elsewhere"
+        )
+    done = subprocess.run(
+        [dot, "-Tpng", "-o", out], input=dot_text, text=True, capture_output=True, check=False, timeout=60
+    )
     if done.returncode != 0:
         raise SluiceError(f"dot could not render {out}: {done.stderr.strip() or f'exit {done.returncode}'}")
 
@@ -225,14 +278,22 @@ def render_kvstate(job_id: str, rows: list[dict], at: Moment) -> None:
     for r in rows:
         first = True
         for rng in r["ranges"] or [None]:
-            head = (escape(r["name"]), escape(r["vertex"]), f"{r['registered_key_groups']}/{r['num_key_groups']}") \
-                if first else ("", "", "")
+            head = (
+                (escape(r["name"]), escape(r["vertex"]), f"{r['registered_key_groups']}/{r['num_key_groups']}")
+                if first
+                else ("", "", "")
+            )
             first = False
             if rng is None:
                 table.add_row(*head, "-", "-", "-", "-")
                 continue
-            table.add_row(*head, f"{rng['start']}..{rng['end']}", escape(rng["state_id"]), escape(rng["address"]),
-                          escape(rng["execution_id"] or "-"))
+            table.add_row(
+                *head,
+                f"{rng['start']}..{rng['end']}",
+                escape(rng["state_id"]),
+                escape(rng["address"]),
+                escape(rng["execution_id"] or "-"),
+            )
     console.print(table)
     if not rows:
         console.print("[dim]no queryable state registered[/]")
@@ -244,9 +305,15 @@ def render_taskmanagers(rows: list[dict], at: Moment) -> None:
         table.add_column(col)
     for r in rows:
         held = ", ".join(f"{h['slot']}: {h['job_id']} {h['execution_id']}" for h in r["slots"]) or "-"
-        table.add_row(escape(r["resource_id"]), escape(r["host"]), styled(r["state"]),
-                      f"{r['slots_in_use']}/{r['slots_total']}", escape(held), clock(r["registered_at"]),
-                      clock(r["last_heartbeat"]))
+        table.add_row(
+            escape(r["resource_id"]),
+            escape(r["host"]),
+            styled(r["state"]),
+            f"{r['slots_in_use']}/{r['slots_total']}",
+            escape(held),
+            clock(r["registered_at"]),
+            clock(r["last_heartbeat"]),
+        )
     console.print(table)
 
 
@@ -290,10 +357,23 @@ def register_job_views(group: click.Group) -> None:
     @click.argument("job_id")
     @at_option
     @json_option
-    @click.option("--dot", "dot", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
-                  help="Write Graphviz text coloured by state, to FILE or (alone) to stdout.")
-    @click.option("--png", "png", default=None, metavar="FILE", type=click.Path(dir_okay=False),
-                  help="Render it to a PNG with Graphviz's dot (apt-get install graphviz).")
+    @click.option(
+        "--dot",
+        "dot",
+        is_flag=False,
+        flag_value="-",
+        default=None,
+        metavar="[FILE]",
+        help="Write Graphviz text coloured by state, to FILE or (alone) to stdout.",
+    )
+    @click.option(
+        "--png",
+        "png",
+        default=None,
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        help="Render it to a PNG with Graphviz's dot (apt-get install graphviz).",
+    )
     @click.pass_obj
     def graph_cmd(obj: Context, job_id: str, at: Moment, as_json: bool, dot: str | None, png: str | None) -> None:
         """JOB_ID's ExecutionGraph: vertices with their subtasks by state, edges with their exchange."""

@@ -26,8 +26,9 @@ def parse_window(ctx: click.Context | None, param: click.Parameter | None, value
     m = _WINDOW.match(value)
     seconds = float(m.group(1)) * _UNIT[m.group(2)] if m else 0.0
     if not seconds > 0:
-        raise click.BadParameter(f"{value!r} is not a time window: give seconds above 0, like 60s, 5m, 1h or 500ms",
-                                 ctx, param)
+        raise click.BadParameter(
+            f"{value!r} is not a time window: give seconds above 0, like 60s, 5m, 1h or 500ms", ctx, param
+        )
     return seconds
 
 
@@ -46,16 +47,27 @@ def render_stats(log: EventLog, s: dict) -> None:
     for col in ("stream", "kind", "length", "memory", "last entry"):
         streams.add_column(col, justify="right" if col in ("length", "memory") else "left")
     for r in s["streams"]:
-        streams.add_row(escape(short(log, r["stream"])), r["kind"], str(r["length"]), size(r["memory_bytes"]),
-                        f"[dim]{r['last_entry'] or '-'}[/]")
+        streams.add_row(
+            escape(short(log, r["stream"])),
+            r["kind"],
+            str(r["length"]),
+            size(r["memory_bytes"]),
+            f"[dim]{r['last_entry'] or '-'}[/]",
+        )
     console.print(streams)
     events = Table(title=f"events of the last {s['window_s']:g} s")
     for col in ("type", "count", "per second", "inbox", "facts", "outbox"):
         events.add_column(col, justify="left" if col == "type" else "right")
     for e in s["events"]:
         k = e["by_kind"]
-        events.add_row(escape(e["type"]), str(e["count"]), f"{e['rate_per_s']:.3f}", str(k.get("inbox", "")),
-                       str(k.get("facts", "")), str(k.get("outbox", "")))
+        events.add_row(
+            escape(e["type"]),
+            str(e["count"]),
+            f"{e['rate_per_s']:.3f}",
+            str(k.get("inbox", "")),
+            str(k.get("facts", "")),
+            str(k.get("outbox", "")),
+        )
     console.print(events if s["events"] else f"no events in the last {s['window_s']:g} s")
     groups = Table(title="consumer groups")
     for col in ("stream", "group", "consumers", "lag", "pending", "oldest pending", "its age"):
@@ -63,8 +75,15 @@ def render_stats(log: EventLog, s: dict) -> None:
     for g in s["groups"]:
         age = "-" if g["oldest_pending_age_s"] is None else f"{g['oldest_pending_age_s']:.1f} s"
         lag = "?" if g["lag"] is None else str(g["lag"])
-        groups.add_row(escape(short(log, g["stream"])), escape(g["group"]), str(g["consumers"]), lag,
-                       str(g["pending"]), g["oldest_pending"] or "-", age)
+        groups.add_row(
+            escape(short(log, g["stream"])),
+            escape(g["group"]),
+            str(g["consumers"]),
+            lag,
+            str(g["pending"]),
+            g["oldest_pending"] or "-",
+            age,
+        )
     console.print(groups)
     dead = s["dead_letters"]
     if not dead["total"]:
@@ -89,15 +108,29 @@ def render_dead_letters(log: EventLog, letters: list[dict]) -> None:
         what = d["type"] or "-"
         if d["job_id"]:
             what += f" ({d['job_id']})"
-        table.add_row(d["id"], clock(d["at"]), escape(short(log, d["stream"])), d["entry"] or "-", escape(what),
-                      escape(d["kind"] or "-"), escape(d["reason"] or "-"), "yes" if d["redrivable"] else "no")
+        table.add_row(
+            d["id"],
+            clock(d["at"]),
+            escape(short(log, d["stream"])),
+            d["entry"] or "-",
+            escape(what),
+            escape(d["kind"] or "-"),
+            escape(d["reason"] or "-"),
+            "yes" if d["redrivable"] else "no",
+        )
     console.print(table)
 
 
 def register_log_views(group: click.Group) -> None:
     @group.command("stats")
-    @click.option("--window", default="60s", show_default=True, callback=parse_window, metavar="TIME",
-                  help="How far back event counts and rates go (60s, 5m, 1h).")
+    @click.option(
+        "--window",
+        default="60s",
+        show_default=True,
+        callback=parse_window,
+        metavar="TIME",
+        help="How far back event counts and rates go (60s, 5m, 1h).",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print the view's JSON (documented in the README).")
     @click.pass_obj
     def stats_cmd(obj: Context, window: float, as_json: bool) -> None:
@@ -113,10 +146,20 @@ def register_log_views(group: click.Group) -> None:
             render_stats(log, s)
 
     @group.command("dead-letters")
-    @click.option("--redrive", "redrive_id", default=None, metavar="ID",
-                  help="Put dead letter ID back on the inbox it came from (once its cause is fixed).")
-    @click.option("--stream", "dead_stream", default=None, metavar="STREAM",
-                  help="The dead-letter stream ID is in, when several hold that id (e.g. cluster:dead).")
+    @click.option(
+        "--redrive",
+        "redrive_id",
+        default=None,
+        metavar="ID",
+        help="Put dead letter ID back on the inbox it came from (once its cause is fixed).",
+    )
+    @click.option(
+        "--stream",
+        "dead_stream",
+        default=None,
+        metavar="STREAM",
+        help="The dead-letter stream ID is in, when several hold that id (e.g. cluster:dead).",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print the view's JSON (documented in the README).")
     @click.pass_obj
     def dead_letters_cmd(obj: Context, redrive_id: str | None, dead_stream: str | None, as_json: bool) -> None:
@@ -138,5 +181,7 @@ def register_log_views(group: click.Group) -> None:
         if as_json:
             emit(out)
         else:
-            console.print(f"re-drove dead letter {out['id']} ({escape(out['type'] or 'undecodable entry')}) onto "
-                          f"{escape(short(log, out['stream']))} as {out['redriven_as']}")
+            console.print(
+                f"re-drove dead letter {out['id']} ({escape(out['type'] or 'undecodable entry')}) onto "
+                f"{escape(short(log, out['stream']))} as {out['redriven_as']}"
+            )

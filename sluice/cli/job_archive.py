@@ -33,17 +33,25 @@ def export_job(obj: Context, job_id: str, file: Path) -> None:
     except OSError as exc:
         raise SluiceError(f"cannot write the export to {file}: {exc.strerror or exc}") from None
     counts = export.counts()
-    click.echo(f"job {job_id} exported to {file}: {counts['entries']} entries of {len(counts['streams'])} "
-               f"stream(s), {counts['blobs']} code blob(s); load it with `sluice job import {file}`")
+    click.echo(
+        f"job {job_id} exported to {file}: {counts['entries']} entries of {len(counts['streams'])} "
+        f"stream(s), {counts['blobs']} code blob(s); load it with `sluice job import {file}`"
+    )
     for digest in export.missing_blobs:
-        click.secho(f"warning: the job's code blob {digest} is not in the store; exported without it",
-                    fg="yellow", err=True)
+        click.secho(
+            f"warning: the job's code blob {digest} is not in the store; exported without it", fg="yellow", err=True
+        )
 
 
 @click.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--prefix", "prefix", default=None, metavar="P",
-              help="A fresh prefix to load it under (default: import-<job>-<n>, the first free one).")
+@click.option(
+    "--prefix",
+    "prefix",
+    default=None,
+    metavar="P",
+    help="A fresh prefix to load it under (default: import-<job>-<n>, the first free one).",
+)
 @click.pass_obj
 def import_job(obj: Context, file: Path, prefix: str | None) -> None:
     """Load an export under a fresh prefix, where inspect, replay and the dashboard work."""
@@ -55,11 +63,18 @@ def import_job(obj: Context, file: Path, prefix: str | None) -> None:
     except OSError as exc:
         raise SluiceError(f"cannot read {file}: {exc.strerror or exc}") from None
     log = obj.log()
-    target = EventLog(log.backend, Keys(prefix)) if prefix is not None else \
-        free_prefix(log, export.job_id, lambda p: EventLog(log.backend, Keys(p)))
+    target = (
+        EventLog(log.backend, Keys(prefix))
+        if prefix is not None
+        else free_prefix(log, export.job_id, lambda p: EventLog(log.backend, Keys(p)))
+    )
     written = load(target, export)
     p = target.keys.prefix
-    click.echo(f"job {export.job_id} (exported from prefix {export.prefix!r}) imported under prefix {p!r}: "
-               f"{sum(written.values())} entries, {len(export.blobs)} code blob(s)")
-    click.echo(f"look at it with `sluice --prefix {p} status {export.job_id}`, "
-               f"`sluice --prefix {p} inspect tail`, `sluice --prefix {p} replay --job {export.job_id}`")
+    click.echo(
+        f"job {export.job_id} (exported from prefix {export.prefix!r}) imported under prefix {p!r}: "
+        f"{sum(written.values())} entries, {len(export.blobs)} code blob(s)"
+    )
+    click.echo(
+        f"look at it with `sluice --prefix {p} status {export.job_id}`, "
+        f"`sluice --prefix {p} inspect tail`, `sluice --prefix {p} replay --job {export.job_id}`"
+    )

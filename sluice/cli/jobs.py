@@ -49,14 +49,31 @@ def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def job_json(job: JobRun) -> dict:
     return {
-        "job_id": job.job_id, "name": job.name, "status": job.status.value, "reason": job.reason,
-        "submitted_at": job.submitted_at, "ended_at": job.ended_at, "restarts": job.restarts,
+        "job_id": job.job_id,
+        "name": job.name,
+        "status": job.status.value,
+        "reason": job.reason,
+        "submitted_at": job.submitted_at,
+        "ended_at": job.ended_at,
+        "restarts": job.restarts,
         "vertices": [
-            {"name": name, "parallelism": len(v.subtasks),
-             "states": dict(Counter(ex.state.value for ex in v.subtasks)),
-             "subtasks": [{"subtask": ex.subtask, "attempt": ex.attempt, "state": ex.state.value,
-                           "taskmanager": ex.taskmanager, "slot": ex.slot, "since": ex.since, "error": ex.error}
-                          for ex in v.subtasks]}
+            {
+                "name": name,
+                "parallelism": len(v.subtasks),
+                "states": dict(Counter(ex.state.value for ex in v.subtasks)),
+                "subtasks": [
+                    {
+                        "subtask": ex.subtask,
+                        "attempt": ex.attempt,
+                        "state": ex.state.value,
+                        "taskmanager": ex.taskmanager,
+                        "slot": ex.slot,
+                        "since": ex.since,
+                        "error": ex.error,
+                    }
+                    for ex in v.subtasks
+                ],
+            }
             for name, v in job.vertices.items()
         ],
         "outputs": [v.spec.sink.path for v in job.vertices.values() if v.spec.sink is not None],
@@ -82,46 +99,73 @@ def table_json(log, job_id: str) -> dict:
     for row in rows.values():
         by_vertex.setdefault(row["vertex"], []).append(row)
     for v in job["vertices"]:
-        v["subtasks"] = sorted(({k: r[k] for k in r if k != "vertex"} for r in by_vertex.get(v["name"], [])),
-                               key=lambda r: r["subtask"])
+        v["subtasks"] = sorted(
+            ({k: r[k] for k in r if k != "vertex"} for r in by_vertex.get(v["name"], [])), key=lambda r: r["subtask"]
+        )
     job.pop("waiting_since", None)
     return job
 
 
 def purged_json(job_id: str, tomb: dict) -> dict:
     """What ``status`` says of a purged job: its tombstone (``was``: how it had ended)."""
-    return {"job_id": job_id, "name": tomb.get("name", ""), "status": "PURGED", "was": tomb.get("status"),
-            "reason": tomb.get("reason"), "submitted_at": None, "ended_at": tomb.get("ended_at"),
-            "purged_at": tomb.get("purged_at"), "restarts": 0, "vertices": [], "outputs": []}
+    return {
+        "job_id": job_id,
+        "name": tomb.get("name", ""),
+        "status": "PURGED",
+        "was": tomb.get("status"),
+        "reason": tomb.get("reason"),
+        "submitted_at": None,
+        "ended_at": tomb.get("ended_at"),
+        "purged_at": tomb.get("purged_at"),
+        "restarts": 0,
+        "vertices": [],
+        "outputs": [],
+    }
 
 
 def show_job(job: dict) -> None:
     if job["status"] == "PURGED":
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((job["purged_at"] or 0) / 1000))
-        console.print(f"job {job['job_id']} ({job['name']}): purged at {at}, was {job['was']}; its keys are gone",
-                      soft_wrap=True, markup=False)
+        console.print(
+            f"job {job['job_id']} ({job['name']}): purged at {at}, was {job['was']}; its keys are gone",
+            soft_wrap=True,
+            markup=False,
+        )
         return
     now = int(time.time() * 1000)
     took = ((job["ended_at"] or now) - job["submitted_at"]) / 1000
     color = {"FINISHED": "green", "FAILED": "red", "CANCELED": "yellow"}.get(job["status"], "cyan")
-    console.print(f"job {job['job_id']} ({job['name']}): [{color}]{job['status']}[/] after {took:.1f} s, "
-                  f"{job['restarts']} restart(s)", soft_wrap=True)
+    console.print(
+        f"job {job['job_id']} ({job['name']}): [{color}]{job['status']}[/] after {took:.1f} s, "
+        f"{job['restarts']} restart(s)",
+        soft_wrap=True,
+    )
     for v in job["vertices"]:
-        console.print(f"  {v['name']}: " + ", ".join(f"{n} {s}" for s, n in sorted(v["states"].items())),
-                      soft_wrap=True, markup=False)
+        console.print(
+            f"  {v['name']}: " + ", ".join(f"{n} {s}" for s, n in sorted(v["states"].items())),
+            soft_wrap=True,
+            markup=False,
+        )
     for path in job["outputs"]:
         console.print(f"  output: {path}", soft_wrap=True, markup=False)
     if job["status"] in ("FAILED", "FAILING") and job["reason"]:
         console.print("[red]root cause:[/]", soft_wrap=True)
-        console.print(short_traceback(job["reason"], hint=f"`sluice status {job['job_id']} --json`"),
-                      soft_wrap=True, markup=False)
+        console.print(
+            short_traceback(job["reason"], hint=f"`sluice status {job['job_id']} --json`"), soft_wrap=True, markup=False
+        )
 
 
 def follow(client: Client, job_id: str) -> JobRun:
     """A live progress bar (tasks finished / total per vertex) until the job ends."""
     job = client.job(job_id, missing_ok=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         bars: dict[str, TaskID] = {}
         while True:
             job = client.job(job_id, missing_ok=True)
@@ -153,32 +197,48 @@ def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slo
         with console.status("waiting for Spark"):
             cluster.wait_spark()
         job_id = client.submit(job_file)
-        console.print(f"submitted job {job_id} ({job_file.graph.name}) to {taskmanagers} TaskManager(s) x "
-                      f"{slots} slots")
+        console.print(
+            f"submitted job {job_id} ({job_file.graph.name}) to {taskmanagers} TaskManager(s) x {slots} slots"
+        )
         client.wait_accepted(job_id, timeout=120)
         job = follow(client, job_id)
     finally:
         stop_cluster(cluster, log)
     show_job(job_json(job))
-    console.print(f"total {time.monotonic() - started:.1f} s; inspect it with `sluice status {job_id}` or "
-                  f"`sluice inspect tail job:{job_id}:facts`", soft_wrap=True)
+    console.print(
+        f"total {time.monotonic() - started:.1f} s; inspect it with `sluice status {job_id}` or "
+        f"`sluice inspect tail job:{job_id}:facts`",
+        soft_wrap=True,
+    )
     sys.exit(EXIT.get(job.status, 1))
 
 
 @click.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="A job parameter (repeatable).")
-@click.option("--wait-running", is_flag=True,
-              help="Also wait until every source subtask runs (with more subtasks than free slots: "
-                   "until the first ones finished).")
-@click.option("--wait", "wait_end", is_flag=True,
-              help="Wait until the job ends, with progress; exit 0 FINISHED, 1 FAILED, 3 CANCELED.")
-@click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds to wait for a JobManager to accept the job (with --wait-running: for its "
-                   "sources to run too).")
+@click.option(
+    "--wait-running",
+    is_flag=True,
+    help="Also wait until every source subtask runs (with more subtasks than free slots: "
+    "until the first ones finished).",
+)
+@click.option(
+    "--wait",
+    "wait_end",
+    is_flag=True,
+    help="Wait until the job ends, with progress; exit 0 FINISHED, 1 FAILED, 3 CANCELED.",
+)
+@click.option(
+    "--timeout",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds to wait for a JobManager to accept the job (with --wait-running: for its sources to run too).",
+)
 @click.pass_obj
-def submit(obj: Context, file: str, params: tuple[str, ...], wait_running: bool, wait_end: bool,
-           timeout: float) -> None:
+def submit(
+    obj: Context, file: str, params: tuple[str, ...], wait_running: bool, wait_end: bool, timeout: float
+) -> None:
     """Submit a job file to a running cluster; prints the job id once a JobManager accepted
     it (exit 1 with the reason if it refused it)."""
     job_file = load_job(file, parse_params(params))

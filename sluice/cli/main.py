@@ -16,13 +16,26 @@ __all__ = ["main", "cli", "run_command"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--redis", "redis_url", envvar="SLUICE_REDIS_URL", default=None, metavar="URL",
-              help="Redis URL (redis://, rediss:// for TLS; user in the URL, password from "
-                   "$SLUICE_REDIS_PASSWORD). Default: the embedded Redis in --home.")
-@click.option("--prefix", envvar="SLUICE_PREFIX", default="sluice", show_default=True,
-              help="Prefix of every Redis key.")
-@click.option("--home", envvar="SLUICE_HOME", default=".sluice", show_default=True,
-              type=click.Path(file_okay=False), help="Data directory of the embedded cluster.")
+@click.option(
+    "--redis",
+    "redis_url",
+    envvar="SLUICE_REDIS_URL",
+    default=None,
+    metavar="URL",
+    help="Redis URL (redis://, rediss:// for TLS; user in the URL, password from "
+    "$SLUICE_REDIS_PASSWORD). Default: the embedded Redis in --home.",
+)
+@click.option(
+    "--prefix", envvar="SLUICE_PREFIX", default="sluice", show_default=True, help="Prefix of every Redis key."
+)
+@click.option(
+    "--home",
+    envvar="SLUICE_HOME",
+    default=".sluice",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Data directory of the embedded cluster.",
+)
 @click.version_option(__version__, prog_name="sluice")
 @click.pass_context
 def cli(ctx: click.Context, redis_url: str | None, prefix: str, home: str) -> None:
@@ -35,13 +48,18 @@ def cli(ctx: click.Context, redis_url: str | None, prefix: str, home: str) -> No
     ctx.obj = Context(Settings(redis_url=redis_url, prefix=prefix, home=Path(home)))
 
 
-@cli.command("bench", hidden=True, add_help_option=False,
-             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@cli.command(
+    "bench",
+    hidden=True,
+    add_help_option=False,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
 def bench() -> None:
     """Moved: the benchmarks run from a source checkout (scripts/bench)."""
     raise click.ClickException(
         "the benchmarks are not part of the installed sluice command: they run from a source checkout of "
-        "Sluice, as `scripts/bench NAME [OPTIONS]` (the same names and options; `scripts/bench --help` lists them)")
+        "Sluice, as `scripts/bench NAME [OPTIONS]` (the same names and options; `scripts/bench --help` lists them)"
+    )
 
 
 def _register() -> None:

@@ -41,8 +41,14 @@ def state() -> None:
 @click.argument("job_id")
 @click.argument("name")
 @click.argument("key")
-@click.option("--type", "key_type", type=click.Choice(["string", "long"]), default="string", show_default=True,
-              help="The key column's type (the key group depends on it).")
+@click.option(
+    "--type",
+    "key_type",
+    type=click.Choice(["string", "long"]),
+    default="string",
+    show_default=True,
+    help="The key column's type (the key group depends on it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print where the value was found, as JSON.")
 @click.pass_obj
 def get(obj: Context, job_id: str, name: str, key: str, key_type: str, as_json: bool) -> None:
@@ -57,14 +63,29 @@ def get(obj: Context, job_id: str, name: str, key: str, key_type: str, as_json: 
             raise ConfigError(f"--type long needs an integer key, got {key!r}") from None
     found = StateClient(obj.log()).lookup(job_id, name, typed)
     if as_json:
-        click.echo(orjson.dumps({"job_id": found.job_id, "name": found.name, "key": found.key,
-                                 "key_group": found.key_group, "vertex": found.vertex, "state_id": found.state_id,
-                                 "address": found.address, "value": found.value}).decode())
+        click.echo(
+            orjson.dumps(
+                {
+                    "job_id": found.job_id,
+                    "name": found.name,
+                    "key": found.key,
+                    "key_group": found.key_group,
+                    "vertex": found.vertex,
+                    "state_id": found.state_id,
+                    "address": found.address,
+                    "value": found.value,
+                }
+            ).decode()
+        )
     elif found.value is not None:
         click.echo(orjson.dumps(found.value).decode())
     if found.value is None:
-        click.secho(f"no value for key {key!r} under {name!r} in job {job_id} (key group {found.key_group}, "
-                    f"vertex {found.vertex!r})", fg="yellow", err=True)
+        click.secho(
+            f"no value for key {key!r} under {name!r} in job {job_id} (key group {found.key_group}, "
+            f"vertex {found.vertex!r})",
+            fg="yellow",
+            err=True,
+        )
         sys.exit(1)
 
 

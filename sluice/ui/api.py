@@ -33,14 +33,20 @@ def _count(request: Request, name: str, example: int) -> int | None:
     """A ``?name=N`` count (None when absent); anything but a whole number is a 400."""
     raw = request.query_params.get(name)
     if raw is not None and not raw.isdigit():
-        raise ApiError(400, f"{name}={raw!r} is not a count of {name}: send a whole number like {name}={example}, "
-                            "or leave it out for all of them")
+        raise ApiError(
+            400,
+            f"{name}={raw!r} is not a count of {name}: send a whole number like {name}={example}, "
+            "or leave it out for all of them",
+        )
     return None if raw is None else int(raw)
 
 
-@query(at=AT, events="Only the last N events (absent: all of them). ``entries`` always lists every fact entry.",
-       attempts="Only the N attempts that started last, in the usual order (absent: all of them); "
-                "``attempts_total`` then says how many there are.")
+@query(
+    at=AT,
+    events="Only the last N events (absent: all of them). ``entries`` always lists every fact entry.",
+    attempts="Only the N attempts that started last, in the usual order (absent: all of them); "
+    "``attempts_total`` then says how many there are.",
+)
 def job_timeline(request: Request) -> Response:
     """One job's timeline: its events, every attempt (TaskManager, slot, splits, durations), the root
     cause with the user's traceback, restarts, and the ids of its fact entries (the time slider's stops)."""
@@ -50,11 +56,14 @@ def job_timeline(request: Request) -> Response:
     events, attempts = _count(request, "events", 200), _count(request, "attempts", 500)
     tl = timeline(log, known_job(log, request.path_params["job_id"]), at_of(request))
     if events is not None:
-        tl["events"] = tl["events"][len(tl["events"]) - events:] if events < len(tl["events"]) else tl["events"]
+        tl["events"] = tl["events"][len(tl["events"]) - events :] if events < len(tl["events"]) else tl["events"]
     if attempts is not None:
         tl["attempts_total"] = len(tl["attempts"])
-        latest = sorted(range(len(tl["attempts"])), key=lambda i: tl["attempts"][i]["states"][0]["at"])[-attempts:] \
-            if attempts else []
+        latest = (
+            sorted(range(len(tl["attempts"])), key=lambda i: tl["attempts"][i]["states"][0]["at"])[-attempts:]
+            if attempts
+            else []
+        )
         tl["attempts"] = [tl["attempts"][i] for i in sorted(latest)]
     return JSONResponse(tl)
 

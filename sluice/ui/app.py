@@ -39,8 +39,11 @@ async def openapi(request: Request) -> Response:
 
 
 async def not_found(request: Request, exc: Exception) -> Response:
-    return error_response(404, f"nothing at {request.url.path}: the pages are {', '.join(PAGES)}; the JSON "
-                               "endpoints are listed in /api/openapi.json")
+    return error_response(
+        404,
+        f"nothing at {request.url.path}: the pages are {', '.join(PAGES)}; the JSON "
+        "endpoints are listed in /api/openapi.json",
+    )
 
 
 def create_app(log: EventLog, *, token: str | None = None, token_env: str = "SLUICE_UI_TOKEN") -> Starlette:
@@ -56,8 +59,9 @@ def create_app(log: EventLog, *, token: str | None = None, token_env: str = "SLU
         Mount("/static", StaticFiles(packages=[("sluice.ui", "static")]), name="static"),
         *(Route(path, page, include_in_schema=False) for path in PAGES),
     ]
-    app = Starlette(routes=routes, exception_handlers={SluiceError: handle_sluice_error, 404: not_found,
-                                                        Exception: handle_bug})
+    app = Starlette(
+        routes=routes, exception_handlers={SluiceError: handle_sluice_error, 404: not_found, Exception: handle_bug}
+    )
     app.state.log = log
     app.state.token = token or None
     app.state.token_env = token_env

@@ -19,13 +19,23 @@ def check_token(request: Request) -> None:
     token: str | None = request.app.state.token
     env: str = request.app.state.token_env
     if not token:
-        raise ApiError(403, f"the dashboard is read-only: to cancel jobs from it, start it with a token in an "
-                            f"environment variable (export {env}=...; sluice ui, or --token-env NAME) and send "
-                            "the token as Authorization: Bearer TOKEN")
+        raise ApiError(
+            403,
+            f"the dashboard is read-only: to cancel jobs from it, start it with a token in an "
+            f"environment variable (export {env}=...; sluice ui, or --token-env NAME) and send "
+            "the token as Authorization: Bearer TOKEN",
+        )
     scheme, _, sent = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not sent.strip():
-        raise ApiError(401, f"cancelling needs the dashboard's token (the value of ${env} where `sluice ui` runs) "
-                            "as Authorization: Bearer TOKEN", {"WWW-Authenticate": "Bearer"})
+        raise ApiError(
+            401,
+            f"cancelling needs the dashboard's token (the value of ${env} where `sluice ui` runs) "
+            "as Authorization: Bearer TOKEN",
+            {"WWW-Authenticate": "Bearer"},
+        )
     if not hmac.compare_digest(sent.strip().encode(), token.encode()):
-        raise ApiError(401, f"the token sent is not the dashboard's (the value of ${env} where `sluice ui` runs)",
-                       {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        raise ApiError(
+            401,
+            f"the token sent is not the dashboard's (the value of ${env} where `sluice ui` runs)",
+            {"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        )

@@ -44,5 +44,8 @@ async def handle_sluice_error(request: Request, exc: Exception) -> Response:
 
 async def handle_bug(request: Request, exc: Exception) -> Response:
     """Anything else is a bug: said as JSON like every error (uvicorn logs the traceback)."""
-    return error_response(500, f"the dashboard failed answering {request.url.path} ({type(exc).__name__}: {exc}): "
-                               "a bug in Sluice; the output of `sluice ui` has the traceback")
+    return error_response(
+        500,
+        f"the dashboard failed answering {request.url.path} ({type(exc).__name__}: {exc}): "
+        "a bug in Sluice; the output of `sluice ui` has the traceback",
+    )

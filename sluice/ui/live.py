@@ -74,8 +74,9 @@ def _stream(request: Request, streams: Callable[[], list[str]], grows_on: str | 
             if start is None:
                 yield _event(_latest(list(pos.values())), 0)
             while not stopping.is_set():
-                got = await anyio.to_thread.run_sync(partial(log.follow, pos, block_ms=BLOCK_MS, count=10_000),
-                                                     limiter=_READERS)
+                got = await anyio.to_thread.run_sync(
+                    partial(log.follow, pos, block_ms=BLOCK_MS, count=10_000), limiter=_READERS
+                )
                 if not got:
                     yield b": waiting\n\n"
                     continue
@@ -89,8 +90,9 @@ def _stream(request: Request, streams: Callable[[], list[str]], grows_on: str | 
         except RedisUnavailable as exc:  # say so and end: the browser reconnects after `retry`
             yield f"event: unavailable\ndata: {orjson.dumps({'error': str(exc)}).decode()}\n\n".encode()
 
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 async def job_events(request: Request) -> Response:

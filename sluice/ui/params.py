@@ -15,15 +15,19 @@ from .errors import ApiError
 
 __all__ = ["AT", "query", "log_of", "at_of", "known_job"]
 
-AT = "Show the state as it was at this moment: an entry id of the job's (or the cluster's) fact stream, " \
-     "milliseconds since the epoch, or an ISO 8601 time. Absent: now."
+AT = (
+    "Show the state as it was at this moment: an entry id of the job's (or the cluster's) fact stream, "
+    "milliseconds since the epoch, or an ISO 8601 time. Absent: now."
+)
 
 
 def query(**params: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare an endpoint's query parameters (name -> description) for the OpenAPI document."""
+
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__dict__["query_params"] = params
         return fn
+
     return mark
 
 
@@ -40,6 +44,9 @@ def at_of(request: Request) -> Moment:
 def known_job(log: EventLog, job_id: str) -> str:
     """``job_id`` if the log has the job's fact stream; else a 404 that says where the jobs are."""
     if log.last_id(log.keys.facts(log.keys.job(job_id))) is None:
-        raise ApiError(404, f"job {job_id!r} not found under prefix {log.keys.prefix!r}: the jobs page (/) "
-                            "and /api/jobs list the jobs there are")
+        raise ApiError(
+            404,
+            f"job {job_id!r} not found under prefix {log.keys.prefix!r}: the jobs page (/) "
+            "and /api/jobs list the jobs there are",
+        )
     return job_id

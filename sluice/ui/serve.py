@@ -23,8 +23,10 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise ConfigError(f"--host {host!r} is not an address of this machine ({exc.strerror}); "
-                          "use 127.0.0.1, 0.0.0.0 or a name that resolves") from None
+        raise ConfigError(
+            f"--host {host!r} is not an address of this machine ({exc.strerror}); "
+            "use 127.0.0.1, 0.0.0.0 or a name that resolves"
+        ) from None
     family, _, _, _, address = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -34,11 +36,14 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise ConfigError(f"port {port} on {host} is in use (another `sluice ui`?): pick a free one with "
-                              "--port, or --port 0 for any") from None
+            raise ConfigError(
+                f"port {port} on {host} is in use (another `sluice ui`?): pick a free one with "
+                "--port, or --port 0 for any"
+            ) from None
         if exc.errno == errno.EACCES:
-            raise ConfigError(f"not allowed to listen on port {port} of {host} (ports below 1024 need root): "
-                              "pick another with --port") from None
+            raise ConfigError(
+                f"not allowed to listen on port {port} of {host} (ports below 1024 need root): pick another with --port"
+            ) from None
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; check --host and --port") from None
     sock.setblocking(False)
     return sock
@@ -63,8 +68,7 @@ class UiServer:
 
     def __init__(self, app: Starlette, sock: socket.socket) -> None:
         self.app, self.sock = app, sock
-        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, lifespan="off",
-                                access_log=False)
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, lifespan="off", access_log=False)
         self.server = _Server(config, app.state.stopping)
         self._thread: threading.Thread | None = None
 
@@ -84,8 +88,9 @@ class UiServer:
 
     def start(self, timeout: float = 10.0) -> str:
         """Serve from a thread; returns the base URL once uvicorn is listening."""
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="sluice-ui",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, name="sluice-ui", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:

@@ -30,9 +30,18 @@ def state_lookup(request: Request) -> Response:
     elif kind != "string":
         raise ApiError(400, f"type={kind!r} is not a key type: use type=string or type=long")
     found = StateClient(log_of(request)).lookup(p["job_id"], p["name"], key)
-    return JSONResponse({"job_id": found.job_id, "name": found.name, "key": found.key, "key_group": found.key_group,
-                         "vertex": found.vertex, "state_id": found.state_id, "address": found.address,
-                         "value": found.value})
+    return JSONResponse(
+        {
+            "job_id": found.job_id,
+            "name": found.name,
+            "key": found.key,
+            "key_group": found.key_group,
+            "vertex": found.vertex,
+            "state_id": found.state_id,
+            "address": found.address,
+            "value": found.value,
+        }
+    )
 
 
 def routes() -> list[Route]:

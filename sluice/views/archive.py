@@ -48,13 +48,31 @@ from sluice.events import (
 from sluice.store import Blobs, EventLog, Keys, entry_order, tag_of
 from sluice.store.archive import append_with_ids, keys_under
 
-__all__ = ["EXPORT_VERSION", "Export", "NotAnExport", "PrefixInUse", "collect", "export_lines", "parse",
-           "load", "free_prefix", "ensure_free", "relative", "absolute"]
+__all__ = [
+    "EXPORT_VERSION",
+    "Export",
+    "NotAnExport",
+    "PrefixInUse",
+    "collect",
+    "export_lines",
+    "parse",
+    "load",
+    "free_prefix",
+    "ensure_free",
+    "relative",
+    "absolute",
+]
 
 EXPORT_VERSION = 1
 
-_CLUSTER_WIDE = (TaskManagerRegistered, TaskManagerStorageReach, TaskManagerLost, TaskManagerUnregistered,
-                 LeadershipGranted, LogRestarted)
+_CLUSTER_WIDE = (
+    TaskManagerRegistered,
+    TaskManagerStorageReach,
+    TaskManagerLost,
+    TaskManagerUnregistered,
+    LeadershipGranted,
+    LogRestarted,
+)
 """Cluster facts an export keeps whatever job they name (see the module's docstring)."""
 _ENTRY_ID = re.compile(r"^\d+-\d+$")
 
@@ -87,7 +105,7 @@ def relative(keys: Keys, stream: str) -> str:
     head = "{" + keys.prefix + ":"
     if not stream.startswith(head):
         raise ConfigError(f"{stream!r} is not a stream under prefix {keys.prefix!r}")
-    return "{" + stream[len(head):]
+    return "{" + stream[len(head) :]
 
 
 def absolute(keys: Keys, rel: str) -> str:
@@ -105,8 +123,9 @@ def collect(log: EventLog, job_id: str) -> Export:
     if log.last_id(keys.facts(tag)) is None:
         raise SluiceError(f"job {job_id!r} not found under prefix {keys.prefix!r}: `sluice list` shows the jobs")
     out = Export(job_id, keys.prefix)
-    streams = sorted([s for s in log.streams() if tag_of(s) == tag] + [keys.facts(keys.cluster)],
-                     key=lambda s: relative(keys, s))
+    streams = sorted(
+        [s for s in log.streams() if tag_of(s) == tag] + [keys.facts(keys.cluster)], key=lambda s: relative(keys, s)
+    )
     digests: list[str] = []
     for stream in streams:
         rel = relative(keys, stream)
@@ -132,14 +151,20 @@ def collect(log: EventLog, job_id: str) -> Export:
 
 def _concerns(fields: Fields, stream: str, entry_id: str, job_id: str) -> bool:
     env = decode_fields(fields, stream=stream, entry_id=entry_id)
-    return (env.job == job_id or getattr(env.event, "job_id", None) == job_id
-            or isinstance(env.event, _CLUSTER_WIDE))
+    return env.job == job_id or getattr(env.event, "job_id", None) == job_id or isinstance(env.event, _CLUSTER_WIDE)
 
 
 def export_lines(export: Export, *, exported_at: int) -> Iterator[str]:
     """The file's lines (without newlines): the header, one per entry, one per blob."""
-    yield orjson.dumps({"sluice_export": EXPORT_VERSION, "job_id": export.job_id, "prefix": export.prefix,
-                        "exported_at": exported_at, "counts": export.counts()}).decode()
+    yield orjson.dumps(
+        {
+            "sluice_export": EXPORT_VERSION,
+            "job_id": export.job_id,
+            "prefix": export.prefix,
+            "exported_at": exported_at,
+            "counts": export.counts(),
+        }
+    ).decode()
     for stream, entry_id, fields in export.entries:
         yield orjson.dumps({"stream": stream, "id": entry_id, "fields": _encode_fields(fields)}).decode()
     for digest, data in export.blobs:
@@ -172,12 +197,16 @@ def parse(lines: Iterable[str | bytes], source: str) -> Export:
         raise NotAnExport(f"{source} is empty: not a Sluice export (`sluice job export JOB FILE` writes one)")
     header = _json(first[1], source, 1)
     if not isinstance(header, dict) or "sluice_export" not in header:
-        raise NotAnExport(f"{source} line 1: not a Sluice export (its first line is not a header "
-                          '{"sluice_export": 1, "job_id": ...}; `sluice job export JOB FILE` writes one)')
+        raise NotAnExport(
+            f"{source} line 1: not a Sluice export (its first line is not a header "
+            '{"sluice_export": 1, "job_id": ...}; `sluice job export JOB FILE` writes one)'
+        )
     version = header["sluice_export"]
     if version != EXPORT_VERSION:
-        raise NotAnExport(f"{source}: export version {version!r} is not one this Sluice reads (it reads "
-                          f"{EXPORT_VERSION}); import it with the Sluice that exported it, or export it again")
+        raise NotAnExport(
+            f"{source}: export version {version!r} is not one this Sluice reads (it reads "
+            f"{EXPORT_VERSION}); import it with the Sluice that exported it, or export it again"
+        )
     job_id, prefix, counts = header.get("job_id"), header.get("prefix"), header.get("counts")
     try:
         Keys().job(job_id if isinstance(job_id, str) else "")
@@ -198,18 +227,21 @@ def parse(lines: Iterable[str | bytes], source: str) -> Export:
             if not isinstance(entry_id, str) or not _ENTRY_ID.match(entry_id) or entry_id == "0-0":
                 raise NotAnExport(f"{where}: {entry_id!r} is not a stream entry id (like 1763870000000-0)")
             if stream in last and entry_order(entry_id) <= entry_order(last[stream]):
-                raise NotAnExport(f"{where}: entry {entry_id} of {stream} comes after {last[stream]}: "
-                                  "entries must be in id order within a stream")
+                raise NotAnExport(
+                    f"{where}: entry {entry_id} of {stream} comes after {last[stream]}: "
+                    "entries must be in id order within a stream"
+                )
             last[stream] = entry_id
             out.entries.append((stream, entry_id, _decode_fields(line["fields"], where)))
         elif isinstance(line, dict) and set(line) == {"blob", "data"}:
             out.blobs.append(_blob(line["blob"], line["data"], where))
         else:
-            raise NotAnExport(f"{where}: neither an entry {{\"stream\", \"id\", \"fields\"}} nor a blob "
-                              '{"blob", "data"}')
+            raise NotAnExport(f'{where}: neither an entry {{"stream", "id", "fields"}} nor a blob {{"blob", "data"}}')
     if out.counts() != counts:
-        raise NotAnExport(f"{source}: the header counts {orjson.dumps(counts).decode()} but the file holds "
-                          f"{orjson.dumps(out.counts()).decode()}: the file is cut short or was edited")
+        raise NotAnExport(
+            f"{source}: the header counts {orjson.dumps(counts).decode()} but the file holds "
+            f"{orjson.dumps(out.counts()).decode()}: the file is cut short or was edited"
+        )
     return out
 
 
@@ -222,11 +254,16 @@ def _json(raw: str | bytes, source: str, number: int) -> Any:
 
 
 def _stream(rel: Any, job_id: str, where: str) -> str:
-    ok = isinstance(rel, str) and (rel == "{cluster}:facts" or rel.startswith("{job:" + job_id + "}:")) \
+    ok = (
+        isinstance(rel, str)
+        and (rel == "{cluster}:facts" or rel.startswith("{job:" + job_id + "}:"))
         and Keys().is_stream_name(absolute(Keys(), rel))
+    )
     if not ok:
-        raise NotAnExport(f"{where}: stream {rel!r} is neither one of job {job_id!r}'s streams "
-                          f"({{job:{job_id}}}:facts, ...) nor {{cluster}}:facts")
+        raise NotAnExport(
+            f"{where}: stream {rel!r} is neither one of job {job_id!r}'s streams "
+            f"({{job:{job_id}}}:facts, ...) nor {{cluster}}:facts"
+        )
     assert isinstance(rel, str)
     return rel
 
@@ -239,8 +276,9 @@ def _bytes(value: Any, where: str) -> bytes:
             return base64.b64decode(value["b64"], validate=True)
         except binascii.Error:
             pass
-    raise NotAnExport(f"{where}: a field is {orjson.dumps(value).decode()[:60]}, neither a string nor "
-                      '{"b64": "<base64>"}')
+    raise NotAnExport(
+        f'{where}: a field is {orjson.dumps(value).decode()[:60]}, neither a string nor {{"b64": "<base64>"}}'
+    )
 
 
 def _decode_fields(fields: Any, where: str) -> Fields:
@@ -258,8 +296,9 @@ def _decode_fields(fields: Any, where: str) -> Fields:
 def _blob(digest: Any, data: Any, where: str) -> tuple[str, bytes]:
     raw = _bytes({"b64": data}, where)
     if hashlib.sha256(raw).hexdigest() != digest:
-        raise NotAnExport(f"{where}: the blob's data does not hash to its name {str(digest)[:70]!r}: "
-                          "the file was damaged or edited")
+        raise NotAnExport(
+            f"{where}: the blob's data does not hash to its name {str(digest)[:70]!r}: the file was damaged or edited"
+        )
     assert isinstance(digest, str)
     return digest, raw
 
@@ -268,8 +307,10 @@ def ensure_free(log: EventLog, *, how: str) -> None:
     """PrefixInUse unless the log's prefix holds no key; ``how`` says how to pick another."""
     found = keys_under(log, limit=3)
     if found:
-        raise PrefixInUse(f"prefix {log.keys.prefix!r} is not empty: it holds {', '.join(found)}"
-                          f"{' and more' if len(found) == 3 else ''}; {how}")
+        raise PrefixInUse(
+            f"prefix {log.keys.prefix!r} is not empty: it holds {', '.join(found)}"
+            f"{' and more' if len(found) == 3 else ''}; {how}"
+        )
 
 
 def free_prefix(log: EventLog, job_id: str, make: Callable[[str], EventLog]) -> EventLog:

@@ -38,7 +38,7 @@ def _text(value: bytes | None) -> str | None:
 
 
 def _letter(log: EventLog, dead: str, entry_id: str, fields: dict[bytes, bytes]) -> dict:
-    own = {k[len(DEAD_FIELD_PREFIX):]: v for k, v in fields.items() if k.startswith(DEAD_FIELD_PREFIX)}
+    own = {k[len(DEAD_FIELD_PREFIX) :]: v for k, v in fields.items() if k.startswith(DEAD_FIELD_PREFIX)}
     data = own.get(b"e")
     kind = job = None
     if data is not None:
@@ -51,11 +51,20 @@ def _letter(log: EventLog, dead: str, entry_id: str, fields: dict[bytes, bytes])
             pass
     origin = _text(fields.get(b"stream")) or ""
     text = _text(data)
-    return {"id": entry_id, "dead_stream": dead, "at": entry_order(entry_id)[0], "stream": origin,
-            "entry": _text(fields.get(b"entry")), "kind": _text(fields.get(b"kind")),
-            "reason": _text(fields.get(b"reason")), "type": kind, "job_id": job, "to": _text(own.get(b"to")),
-            "redrivable": log.keys.is_inbox(origin),
-            "data": text if text is None or len(text) <= _DATA_SHOWN else text[:_DATA_SHOWN - 3] + "..."}
+    return {
+        "id": entry_id,
+        "dead_stream": dead,
+        "at": entry_order(entry_id)[0],
+        "stream": origin,
+        "entry": _text(fields.get(b"entry")),
+        "kind": _text(fields.get(b"kind")),
+        "reason": _text(fields.get(b"reason")),
+        "type": kind,
+        "job_id": job,
+        "to": _text(own.get(b"to")),
+        "redrivable": log.keys.is_inbox(origin),
+        "data": text if text is None or len(text) <= _DATA_SHOWN else text[: _DATA_SHOWN - 3] + "...",
+    }
 
 
 def _dead_streams(log: EventLog) -> list[str]:
@@ -86,16 +95,23 @@ def redrive(log: EventLog, entry_id: str, dead_stream: str | None = None) -> dic
     if not found:
         raise UnknownDeadLetter(f"no dead letter {entry_id} under prefix {log.keys.prefix!r}: {listing}")
     if len(found) > 1:
-        raise UnknownDeadLetter(f"dead letter id {entry_id} is in several dead-letter streams "
-                                f"({', '.join(d['dead_stream'] for d in found)}): name the one to re-drive")
+        raise UnknownDeadLetter(
+            f"dead letter id {entry_id} is in several dead-letter streams "
+            f"({', '.join(d['dead_stream'] for d in found)}): name the one to re-drive"
+        )
     (letter,) = found
     if not letter["redrivable"]:
         raise UnknownDeadLetter(
             f"dead letter {entry_id} came from {letter['stream'] or 'an unknown stream'}, not an inbox"
-            + (f" (an outbox entry for {letter['to']!r}, which is not an inbox of this cluster)" if letter["to"] else "")
-            + ": only an inbox entry can be re-driven")
+            + (
+                f" (an outbox entry for {letter['to']!r}, which is not an inbox of this cluster)"
+                if letter["to"]
+                else ""
+            )
+            + ": only an inbox entry can be re-driven"
+        )
     fields = entry(log, letter["dead_stream"], entry_id) or {}
-    own = {k[len(DEAD_FIELD_PREFIX):]: v for k, v in fields.items() if k.startswith(DEAD_FIELD_PREFIX)}
+    own = {k[len(DEAD_FIELD_PREFIX) :]: v for k, v in fields.items() if k.startswith(DEAD_FIELD_PREFIX)}
     new_id = redrive_entry(log, letter["dead_stream"], entry_id, letter["stream"], own)
     if new_id is None:
         raise UnknownDeadLetter(f"dead letter {entry_id} was re-driven or removed meanwhile: {listing}")

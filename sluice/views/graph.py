@@ -27,8 +27,14 @@ __all__ = ["graph", "to_dot", "STATE_COLOURS"]
 _ORDER = ("CREATED", "SCHEDULED", "DEPLOYING", "INITIALIZING", "RUNNING", "CANCELING", "CANCELED", "FINISHED")
 
 STATE_COLOURS = {
-    "CREATED": "#d9d9d9", "SCHEDULED": "#c6dbef", "DEPLOYING": "#9ecae1", "INITIALIZING": "#6baed6",
-    "RUNNING": "#4292c6", "FINISHED": "#74c476", "CANCELING": "#fdd0a2", "CANCELED": "#fd8d3c",
+    "CREATED": "#d9d9d9",
+    "SCHEDULED": "#c6dbef",
+    "DEPLOYING": "#9ecae1",
+    "INITIALIZING": "#6baed6",
+    "RUNNING": "#4292c6",
+    "FINISHED": "#74c476",
+    "CANCELING": "#fdd0a2",
+    "CANCELED": "#fd8d3c",
     "FAILED": "#ef3b2c",
 }
 """Fill colour of a vertex by its status (the dashboard uses the same)."""
@@ -52,10 +58,17 @@ def graph(log: EventLog, job_id: str, at: Moment = Moment(None)) -> dict:
     for spec in run.graph.vertices:
         v = run.vertices.get(spec.name)
         states = dict(Counter(ex.state._value_ for ex in v.subtasks)) if v is not None else {}
-        vertices.append({"id": spec.name, "name": spec.name, "kind": spec.kind, "parallelism": spec.parallelism,
-                         "states": states, "status": _status(states)})
-    edges = [{"source": e.source, "target": e.target, "exchange": e.exchange, "key": e.key}
-             for e in run.graph.edges]
+        vertices.append(
+            {
+                "id": spec.name,
+                "name": spec.name,
+                "kind": spec.kind,
+                "parallelism": spec.parallelism,
+                "states": states,
+                "status": _status(states),
+            }
+        )
+    edges = [{"source": e.source, "target": e.target, "exchange": e.exchange, "key": e.key} for e in run.graph.edges]
     return {"job_id": job_id, "status": run.status._value_, "vertices": vertices, "edges": edges}
 
 
@@ -66,17 +79,19 @@ def _q(text: str) -> str:
 def to_dot(g: dict) -> str:
     """Graphviz text of ``graph()``'s data: one box per vertex, filled by its status, with
     its per-state counts; edges labelled with their exchange."""
-    lines = [f"digraph {_q(str(g.get('job_id', 'job')))} {{", "  rankdir=LR;",
-             '  node [shape=box, style="rounded,filled", fontname="Helvetica"];',
-             '  edge [fontname="Helvetica", fontsize=10];']
+    lines = [
+        f"digraph {_q(str(g.get('job_id', 'job')))} {{",
+        "  rankdir=LR;",
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica"];',
+        '  edge [fontname="Helvetica", fontsize=10];',
+    ]
     for v in g["vertices"]:
         counts = ", ".join(f"{s} {n}" for s, n in sorted(v["states"].items()))
         label = f"{v['name']} ({v.get('kind', '')}) x{v['parallelism']}\n{v['status']}"
         if counts:
             label += f"\n{counts}"
         colour = STATE_COLOURS.get(v["status"], "#ffffff")
-        lines.append(f"  {_q(v['id'])} [label={_q(label)}, "
-                     f"fillcolor={_q(colour)}];")
+        lines.append(f"  {_q(v['id'])} [label={_q(label)}, fillcolor={_q(colour)}];")
     for e in g["edges"]:
         label = e["exchange"] + (f" by {e['key']}" if e.get("key") else "")
         style = ", style=dashed" if e["exchange"] == "keyed" else ""

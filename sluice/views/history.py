@@ -34,8 +34,7 @@ from sluice.services.projector.core import (
 )
 from sluice.store import EventLog, entry_order
 
-__all__ = ["Moment", "resolve_at", "facts_until", "cluster_at", "job_at", "ClusterAt", "JobAt", "tables",
-           "BadMoment"]
+__all__ = ["Moment", "resolve_at", "facts_until", "cluster_at", "job_at", "ClusterAt", "JobAt", "tables", "BadMoment"]
 
 _ENTRY = re.compile(r"^\d+-\d+$")
 _LAST_SEQ = 2**64 - 1
@@ -69,8 +68,10 @@ def resolve_at(spec: str | int | None) -> Moment:
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise BadMoment(f"--at {text!r} is neither an entry id (like 1763870000000-0), a time in milliseconds "
-                        "since the epoch, nor an ISO 8601 time (like 2026-11-23T05:30:00Z)") from None
+        raise BadMoment(
+            f"--at {text!r} is neither an entry id (like 1763870000000-0), a time in milliseconds "
+            "since the epoch, nor an ISO 8601 time (like 2026-11-23T05:30:00Z)"
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return Moment(f"{int(when.timestamp() * 1000)}-{_LAST_SEQ}", text)
@@ -130,8 +131,7 @@ def job_at(log: EventLog, job_id: str, at: Moment = Moment(None)) -> JobAt:
         out.kvstate = KVSTATE.evolve(out.kvstate, env)
         out.last_entry, out.facts = entry_id, out.facts + 1
     if out.facts == 0 and log.last_id(stream) is None:
-        raise SluiceError(f"job {job_id!r} not found under prefix {log.keys.prefix!r}: "
-                          "`sluice list` shows the jobs")
+        raise SluiceError(f"job {job_id!r} not found under prefix {log.keys.prefix!r}: `sluice list` shows the jobs")
     return out
 
 
@@ -144,15 +144,15 @@ def _rows(projection: Projection, state: Any, keys: set[str]) -> dict[str, dict]
     return rows
 
 
-def tables(log: EventLog, cluster: ClusterAt | None = None,
-           jobs: Sequence[JobAt] = ()) -> dict[tuple[str, str], dict[str, dict]]:
+def tables(
+    log: EventLog, cluster: ClusterAt | None = None, jobs: Sequence[JobAt] = ()
+) -> dict[tuple[str, str], dict[str, dict]]:
     """The tables, as the projector writes them: (tag, table name) -> key -> row, tags as
     ``log.keys`` builds them."""
     out: dict[tuple[str, str], dict[str, dict]] = {}
     if cluster is not None:
         tag = log.keys.cluster
-        out[(tag, TASKMANAGERS.name)] = _rows(TASKMANAGERS, cluster.membership,
-                                                    set(cluster.membership.taskmanagers))
+        out[(tag, TASKMANAGERS.name)] = _rows(TASKMANAGERS, cluster.membership, set(cluster.membership.taskmanagers))
         out[(tag, LEADERSHIP.name)] = _rows(LEADERSHIP, cluster.leader, {"leader"})
         out[(tag, JOBS.name)] = _rows(JOBS, cluster.jobs, set(cluster.jobs))
     for j in jobs:

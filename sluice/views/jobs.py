@@ -38,17 +38,35 @@ def _seconds(start: int | None, end: int | None) -> float | None:
 def job_row(job_id: str, run: JobRun | None, at: Moment, *, name: str = "", registered_at: int | None = None) -> dict:
     """One job's row (``run``: its ExecutionGraph at the moment, None before it was submitted)."""
     if run is None:
-        return {"job_id": job_id, "name": name, "status": "CREATED", "submitted_at": registered_at,
-                "ended_at": None, "duration_s": _seconds(registered_at, until_ms(at)), "tasks_done": 0,
-                "tasks_total": 0, "restarts": 0, "reason": None}
+        return {
+            "job_id": job_id,
+            "name": name,
+            "status": "CREATED",
+            "submitted_at": registered_at,
+            "ended_at": None,
+            "duration_s": _seconds(registered_at, until_ms(at)),
+            "tasks_done": 0,
+            "tasks_total": 0,
+            "restarts": 0,
+            "reason": None,
+        }
     done = total = 0
     for ex in run.executions():
         total += 1
         done += ex.state._value_ == "FINISHED"
     end = run.ended_at if run.ended_at is not None else until_ms(at)
-    return {"job_id": job_id, "name": run.name, "status": run.status._value_, "submitted_at": run.submitted_at,
-            "ended_at": run.ended_at, "duration_s": _seconds(run.submitted_at, end), "tasks_done": done,
-            "tasks_total": total, "restarts": run.restarts, "reason": run.reason}
+    return {
+        "job_id": job_id,
+        "name": run.name,
+        "status": run.status._value_,
+        "submitted_at": run.submitted_at,
+        "ended_at": run.ended_at,
+        "duration_s": _seconds(run.submitted_at, end),
+        "tasks_done": done,
+        "tasks_total": total,
+        "restarts": run.restarts,
+        "reason": run.reason,
+    }
 
 
 def jobs(log: EventLog, at: Moment = Moment(None)) -> list[dict]:
@@ -75,11 +93,18 @@ def _projected(log: EventLog, job_id: str, at: Moment) -> dict | None:
         return None
     vertices = row.get("vertices") or []
     end = row["ended_at"] if row.get("ended_at") is not None else until_ms(at)
-    return {"job_id": job_id, "name": row["name"], "status": row["status"], "submitted_at": row["submitted_at"],
-            "ended_at": row.get("ended_at"), "duration_s": _seconds(row["submitted_at"], end),
-            "tasks_done": sum(v["states"].get("FINISHED", 0) for v in vertices),
-            "tasks_total": sum(v["parallelism"] for v in vertices), "restarts": row.get("restarts", 0),
-            "reason": row.get("reason")}
+    return {
+        "job_id": job_id,
+        "name": row["name"],
+        "status": row["status"],
+        "submitted_at": row["submitted_at"],
+        "ended_at": row.get("ended_at"),
+        "duration_s": _seconds(row["submitted_at"], end),
+        "tasks_done": sum(v["states"].get("FINISHED", 0) for v in vertices),
+        "tasks_total": sum(v["parallelism"] for v in vertices),
+        "restarts": row.get("restarts", 0),
+        "reason": row.get("reason"),
+    }
 
 
 def _has_log(log: EventLog, job_id: str) -> bool:
@@ -93,5 +118,4 @@ def require_job(log: EventLog, job_id: str) -> None:
     except ConfigError:  # not even usable as an id
         found = False
     if not found:
-        raise JobNotFound(f"job {job_id!r} not found under prefix {log.keys.prefix!r}: "
-                          "`sluice list` shows the jobs")
+        raise JobNotFound(f"job {job_id!r} not found under prefix {log.keys.prefix!r}: `sluice list` shows the jobs")

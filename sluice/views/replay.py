@@ -60,21 +60,26 @@ def rebuild_json(log: EventLog, built: Rebuild) -> dict[str, Any]:
     out: dict[str, Any] = {"at": {"entry": built.at.entry, "said": built.at.said}}
     if built.cluster is not None:
         tag = log.keys.cluster
-        out["cluster"] = {"position": built.cluster.last_entry, "facts": built.cluster.facts,
-                          "tables": {p.name: rows[(tag, p.name)] for p in PROJECTIONS}}
+        out["cluster"] = {
+            "position": built.cluster.last_entry,
+            "facts": built.cluster.facts,
+            "tables": {p.name: rows[(tag, p.name)] for p in PROJECTIONS},
+        }
     out["jobs"] = {}
     for j in built.jobs:
         tag = log.keys.job(j.job_id)
-        out["jobs"][j.job_id] = {"position": j.last_entry, "facts": j.facts,
-                                 "tables": {p.name: rows[(tag, p.name)] for p in JOB_PROJECTIONS}}
+        out["jobs"][j.job_id] = {
+            "position": j.last_entry,
+            "facts": j.facts,
+            "tables": {p.name: rows[(tag, p.name)] for p in JOB_PROJECTIONS},
+        }
     return out
 
 
 def write_into(source: EventLog, target: EventLog, built: Rebuild) -> dict[str, int]:
     """Copy the facts up to the moment and write the rebuilt tables under ``target``'s
     prefix (PrefixInUse when it holds any key); the facts copied per stream."""
-    ensure_free(target, how="pick a fresh prefix for --into (one no cluster uses), e.g. "
-                             f"--into {target.keys.prefix}-2")
+    ensure_free(target, how=f"pick a fresh prefix for --into (one no cluster uses), e.g. --into {target.keys.prefix}-2")
     copied: dict[str, int] = {}
     scopes: list[tuple[str, str, str | None]] = []  # (source tag, target tag, position)
     if built.cluster is not None:
@@ -140,9 +145,11 @@ class Check:
         return not self.differences
 
     def to_json(self) -> dict[str, Any]:
-        return {"agree": self.agree,
-                "tables": [vars(t) for t in self.tables],
-                "differences": [vars(d) for d in self.differences]}
+        return {
+            "agree": self.agree,
+            "tables": [vars(t) for t in self.tables],
+            "differences": [vars(d) for d in self.differences],
+        }
 
 
 def check(log: EventLog, *, job: str | None = None, cluster: bool = False) -> Check:
@@ -173,8 +180,9 @@ def check(log: EventLog, *, job: str | None = None, cluster: bool = False) -> Ch
     return out
 
 
-def _rebuilt(log: EventLog, folded: dict[tuple[str, str], Tables], scope: str, tag: str,
-             position: str | None) -> Tables:
+def _rebuilt(
+    log: EventLog, folded: dict[tuple[str, str], Tables], scope: str, tag: str, position: str | None
+) -> Tables:
     """The scope's tables folded up to ``position`` (None: no fact yet, so no row), one fold
     per (tag, position) however many tables stand there."""
     if position is None:
@@ -202,6 +210,9 @@ def _differences(scope: str, table: str, live: dict[str, Any], rebuilt: dict[str
         if not isinstance(a, dict) or not isinstance(b, dict):
             out.append(Difference(scope, table, key, "*", a, b))
             continue
-        out += [Difference(scope, table, key, f, a.get(f), b.get(f))
-                for f in sorted(set(a) | set(b)) if a.get(f) != b.get(f)]
+        out += [
+            Difference(scope, table, key, f, a.get(f), b.get(f))
+            for f in sorted(set(a) | set(b))
+            if a.get(f) != b.get(f)
+        ]
     return out

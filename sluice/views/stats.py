@@ -75,24 +75,45 @@ def stats(log: EventLog, window_s: float = 60) -> dict:
             counts[kind_of] += 1
             rates[kind_of] = rates.get(kind_of, 0.0) + 1 / span_s
             by_kind.setdefault(kind_of, Counter())[kind] += 1
-    events = [{"type": t, "count": n, "rate_per_s": round(rates[t], 6), "by_kind": dict(by_kind[t])}
-              for t, n in sorted(counts.items())]
-    groups = [{"stream": g.stream, "group": g.name, "consumers": g.consumers, "pending": g.pending,
-               "lag": g.lag if g.lag is not None else count_after(log, g.stream, g.last_delivered, limit=LAG_COUNTED),
-               "lag_counted": g.lag is None,
-               "oldest_pending": g.oldest_pending,
-               "oldest_pending_age_s": None if g.oldest_pending is None else
-               round(max(now - entry_order(g.oldest_pending)[0], 0) / 1000, 3),
-               "oldest_pending_idle_s": None if g.oldest_pending_idle_ms is None else
-               round(g.oldest_pending_idle_ms / 1000, 3)}
-              for g in consumer_groups(log, [s for s in streams if _kind(log, s) != "dead"])]
+    events = [
+        {"type": t, "count": n, "rate_per_s": round(rates[t], 6), "by_kind": dict(by_kind[t])}
+        for t, n in sorted(counts.items())
+    ]
+    groups = [
+        {
+            "stream": g.stream,
+            "group": g.name,
+            "consumers": g.consumers,
+            "pending": g.pending,
+            "lag": g.lag if g.lag is not None else count_after(log, g.stream, g.last_delivered, limit=LAG_COUNTED),
+            "lag_counted": g.lag is None,
+            "oldest_pending": g.oldest_pending,
+            "oldest_pending_age_s": None
+            if g.oldest_pending is None
+            else round(max(now - entry_order(g.oldest_pending)[0], 0) / 1000, 3),
+            "oldest_pending_idle_s": None
+            if g.oldest_pending_idle_ms is None
+            else round(g.oldest_pending_idle_ms / 1000, 3),
+        }
+        for g in consumer_groups(log, [s for s in streams if _kind(log, s) != "dead"])
+    ]
     letters = dead_letters(log) if any(_kind(log, s) == "dead" for s in streams) else []
     reasons = Counter((d["kind"] or "", d["reason"] or "") for d in letters)
-    return {"now": now, "window_s": window_s, "streams": rows, "events": events, "events_sampled": sampled,
-            "groups": groups,
-            "dead_letters": {"total": len(letters),
-                             "by_reason": [{"kind": k, "reason": r, "count": n}
-                                           for (k, r), n in sorted(reasons.items(), key=lambda x: (-x[1], x[0]))]}}
+    return {
+        "now": now,
+        "window_s": window_s,
+        "streams": rows,
+        "events": events,
+        "events_sampled": sampled,
+        "groups": groups,
+        "dead_letters": {
+            "total": len(letters),
+            "by_reason": [
+                {"kind": k, "reason": r, "count": n}
+                for (k, r), n in sorted(reasons.items(), key=lambda x: (-x[1], x[0]))
+            ],
+        },
+    }
 
 
 def _event_type(data: bytes | None) -> str:

@@ -58,12 +58,24 @@ def taskmanagers(log: EventLog, at: Moment = Moment(None)) -> list[dict]:
         in_use = len({h["slot"] for h in slots})
         registered = r.status == "REGISTERED"
         beat = beats.get(rid)
-        out.append({"resource_id": rid, "host": r.host, "session": r.session, "state": r.status,
-                    "registered_at": r.since if registered else registrations.get((rid, r.session)),
-                    "since": r.since, "reason": r.reason, "labels": dict(r.labels), "slots_total": r.slots,
-                    "slots_in_use": in_use, "slots_free": max(r.slots - in_use, 0) if registered else 0,
-                    "slots": slots, "last_heartbeat": entry_order(beat)[0] if beat else None,
-                    "last_heartbeat_entry": beat})
+        out.append(
+            {
+                "resource_id": rid,
+                "host": r.host,
+                "session": r.session,
+                "state": r.status,
+                "registered_at": r.since if registered else registrations.get((rid, r.session)),
+                "since": r.since,
+                "reason": r.reason,
+                "labels": dict(r.labels),
+                "slots_total": r.slots,
+                "slots_in_use": in_use,
+                "slots_free": max(r.slots - in_use, 0) if registered else 0,
+                "slots": slots,
+                "last_heartbeat": entry_order(beat)[0] if beat else None,
+                "last_heartbeat_entry": beat,
+            }
+        )
     return out
 
 
@@ -74,9 +86,11 @@ def _held_now(log: EventLog, job_id: str) -> list[tuple[str, int, str, str]] | N
     position, rows = ReadModels(log).read(tag, EXECUTION_GRAPH.name)
     if position is None or position != log.last_id(log.keys.facts(tag)):
         return None
-    return sorted((r["taskmanager"], r["slot"], job_id, f"{r['vertex']}:{r['subtask']}:{r['attempt']}")
-                  for key, r in rows.items() if key != "job" and r.get("taskmanager") is not None
-                  and r.get("slot") is not None and r.get("state") in _HOLDS)
+    return sorted(
+        (r["taskmanager"], r["slot"], job_id, f"{r['vertex']}:{r['subtask']}:{r['attempt']}")
+        for key, r in rows.items()
+        if key != "job" and r.get("taskmanager") is not None and r.get("slot") is not None and r.get("state") in _HOLDS
+    )
 
 
 def _registrations(log: EventLog, at: Moment) -> dict[tuple[str, str], int]:
@@ -101,8 +115,11 @@ def _last_heartbeats(log: EventLog, at: Moment, sessions: dict[str, str]) -> dic
             ev = decode_fields(fields, stream=inbox, entry_id=entry_id).event
         except DecodeError:
             continue
-        if type(ev) is TaskManagerHeartbeat and sessions.get(ev.resource_id) == ev.session \
-                and ev.resource_id not in found:
+        if (
+            type(ev) is TaskManagerHeartbeat
+            and sessions.get(ev.resource_id) == ev.session
+            and ev.resource_id not in found
+        ):
             found[ev.resource_id] = entry_id
             if len(found) == len(sessions):
                 break

@@ -85,18 +85,30 @@ def _describe(env: Envelope) -> tuple[str, str, dict]:
         extra = {**_subtask(ev, ev.attempt), "state": ev.state._value_, "error": ev.error}
         return "state", f"{ev.vertex_id}[{ev.subtask}] attempt {ev.attempt} {ev.state._value_}{on}{err}", extra
     if isinstance(ev, ScheduleOrUpdateConsumers):
-        return "produced", f"{ev.vertex_id}[{ev.subtask}] attempt {ev.attempt}: its partition is ready", \
-            _subtask(ev, ev.attempt)
+        return (
+            "produced",
+            f"{ev.vertex_id}[{ev.subtask}] attempt {ev.attempt}: its partition is ready",
+            _subtask(ev, ev.attempt),
+        )
     if isinstance(ev, TaskRestartScheduled):
-        return "restart", (f"{ev.vertex_id}[{ev.subtask}] restarts as attempt {ev.attempt} (restart {ev.restarts} "
-                           f"of the job)"), _subtask(ev, ev.attempt)
+        return (
+            "restart",
+            (f"{ev.vertex_id}[{ev.subtask}] restarts as attempt {ev.attempt} (restart {ev.restarts} of the job)"),
+            _subtask(ev, ev.attempt),
+        )
     if isinstance(ev, JobStatusChanged):
         why = f": {first_line(ev.reason)}" if ev.reason else ""
         return "job-status", f"job {ev.status._value_}{why}", {"status": ev.status._value_, "reason": ev.reason}
     if isinstance(ev, JobSubmitted):
         n = sum(v.parallelism for v in ev.graph.vertices)
-        return "submitted", (f"submitted {ev.graph.name!r}: {len(ev.graph.vertices)} vertices, {n} subtasks, "
-                             f"{sum(len(s) for s in ev.splits.values())} splits"), {}
+        return (
+            "submitted",
+            (
+                f"submitted {ev.graph.name!r}: {len(ev.graph.vertices)} vertices, {n} subtasks, "
+                f"{sum(len(s) for s in ev.splits.values())} splits"
+            ),
+            {},
+        )
     if isinstance(ev, ExecutionGraphBuilt):
         return "graph-built", f"ExecutionGraph built: {ev.subtasks} subtasks", {}
     if isinstance(ev, JobWaitingForSlots):
@@ -107,8 +119,11 @@ def _describe(env: Envelope) -> tuple[str, str, dict]:
         return "renumbered", f"attempts renumbered from {ev.attempt_floor}: {ev.reason}", {}
     if isinstance(ev, RequestNextInputSplit):
         attempt = parse_execution_id(ev.execution_id)[2]
-        return "split-request", f"{ev.vertex_id}[{ev.subtask}] attempt {attempt} asks for a split", \
-            _subtask(ev, attempt)
+        return (
+            "split-request",
+            f"{ev.vertex_id}[{ev.subtask}] attempt {attempt} asks for a split",
+            _subtask(ev, attempt),
+        )
     if isinstance(ev, NextInputSplit):
         vertex, subtask, attempt = parse_execution_id(ev.execution_id)
         where = {"vertex": vertex, "subtask": subtask, "attempt": attempt}
@@ -122,27 +137,45 @@ def _describe(env: Envelope) -> tuple[str, str, dict]:
         if ev.to_coordinator and kind == "request-split":
             return "split-request", f"{ev.operator_id}[{ev.subtask}] attempt {ev.attempt} asks for a split", where
         if not ev.to_coordinator and kind == "split":
-            return "split", f"{ev.operator_id}[{ev.subtask}] attempt {ev.attempt} takes " \
-                            f"{_split_text(body.get('split'))}", where
+            return (
+                "split",
+                f"{ev.operator_id}[{ev.subtask}] attempt {ev.attempt} takes {_split_text(body.get('split'))}",
+                where,
+            )
         if not ev.to_coordinator and kind == "no-more-splits":
             return "no-more-splits", f"{ev.operator_id}[{ev.subtask}] attempt {ev.attempt}: no more splits", where
         arrow = "→ coordinator" if ev.to_coordinator else "← coordinator"
-        return "operator-event", f"{ev.operator_id}[{ev.subtask}] attempt {ev.attempt} {arrow}: {_short(ev.body)}", \
-            where
+        return (
+            "operator-event",
+            f"{ev.operator_id}[{ev.subtask}] attempt {ev.attempt} {arrow}: {_short(ev.body)}",
+            where,
+        )
     if isinstance(ev, CoordinatorCheckpointed):
         released = f", releasing {ev.released} events" if ev.released else ""
-        return "checkpoint", f"coordinator of {ev.operator_id} checkpointed ({ev.checkpoint_id}){released}", \
-            {"vertex": ev.operator_id}
+        return (
+            "checkpoint",
+            f"coordinator of {ev.operator_id} checkpointed ({ev.checkpoint_id}){released}",
+            {"vertex": ev.operator_id},
+        )
     if isinstance(ev, JobDisposed):
         return "disposed", "job disposed: its queryable state released", {}
     if isinstance(ev, NotifyKvStateRegistered):
         r = ev.key_group_range
-        return "kvstate", (f"queryable state {ev.registration_name!r} of {ev.vertex_id}: key groups {r.start}..{r.end} "
-                           f"registered by {ev.execution_id or 'an attempt'} at {ev.server_address}"), {}
+        return (
+            "kvstate",
+            (
+                f"queryable state {ev.registration_name!r} of {ev.vertex_id}: key groups {r.start}..{r.end} "
+                f"registered by {ev.execution_id or 'an attempt'} at {ev.server_address}"
+            ),
+            {},
+        )
     if isinstance(ev, NotifyKvStateUnregistered):
         r = ev.key_group_range
-        return "kvstate", (f"queryable state {ev.registration_name!r} of {ev.vertex_id}: key groups {r.start}..{r.end} "
-                           "unregistered"), {}
+        return (
+            "kvstate",
+            (f"queryable state {ev.registration_name!r} of {ev.vertex_id}: key groups {r.start}..{r.end} unregistered"),
+            {},
+        )
     if isinstance(ev, KvStateNotificationRefused):
         return "kvstate", f"queryable state {ev.registration_name!r}: {ev.notification} refused: {ev.reason}", {}
     kind = type(ev).__name__
@@ -161,9 +194,20 @@ def _short(value: object, limit: int = 80) -> str:
 
 
 def _attempt(vertex: str, subtask: int, attempt: int, at: int, entry: str) -> dict:
-    return {"vertex": vertex, "subtask": subtask, "attempt": attempt, "taskmanager": None, "slot": None,
-            "states": [{"state": "CREATED", "at": at, "entry": entry, "duration_s": None}], "started_at": None,
-            "ended_at": None, "duration_s": None, "final": "CREATED", "error": None, "splits": []}
+    return {
+        "vertex": vertex,
+        "subtask": subtask,
+        "attempt": attempt,
+        "taskmanager": None,
+        "slot": None,
+        "states": [{"state": "CREATED", "at": at, "entry": entry, "duration_s": None}],
+        "started_at": None,
+        "ended_at": None,
+        "duration_s": None,
+        "final": "CREATED",
+        "error": None,
+        "splits": [],
+    }
 
 
 def timeline(log: EventLog, job_id: str, at: Moment = Moment(None)) -> dict:
@@ -180,19 +224,23 @@ def timeline(log: EventLog, job_id: str, at: Moment = Moment(None)) -> dict:
         entries.append(entry_id)
         envs.append(env)
         kind, text, extra = _describe(env)
-        events.append({"at": env.ts, "entry": entry_id, "kind": kind, "type": type(env.event).__name__,
-                       "text": text, **extra})
+        events.append(
+            {"at": env.ts, "entry": entry_id, "kind": kind, "type": type(env.event).__name__, "text": text, **extra}
+        )
         ev = env.event
         if isinstance(ev, ExecutionGraphBuilt) and (run := state.jobs.get(job_id)) is not None:
             for ex in run.executions():
-                attempts.setdefault((ex.vertex, ex.subtask, ex.attempt),
-                                    _attempt(ex.vertex, ex.subtask, ex.attempt, env.ts, entry_id))
+                attempts.setdefault(
+                    (ex.vertex, ex.subtask, ex.attempt), _attempt(ex.vertex, ex.subtask, ex.attempt, env.ts, entry_id)
+                )
         elif isinstance(ev, TaskRestartScheduled):
-            attempts.setdefault((ev.vertex_id, ev.subtask, ev.attempt),
-                                _attempt(ev.vertex_id, ev.subtask, ev.attempt, env.ts, entry_id))
+            attempts.setdefault(
+                (ev.vertex_id, ev.subtask, ev.attempt), _attempt(ev.vertex_id, ev.subtask, ev.attempt, env.ts, entry_id)
+            )
         elif isinstance(ev, UpdateTaskExecutionState):
-            a = attempts.setdefault((ev.vertex_id, ev.subtask, ev.attempt),
-                                    _attempt(ev.vertex_id, ev.subtask, ev.attempt, env.ts, entry_id))
+            a = attempts.setdefault(
+                (ev.vertex_id, ev.subtask, ev.attempt), _attempt(ev.vertex_id, ev.subtask, ev.attempt, env.ts, entry_id)
+            )
             a["states"].append({"state": ev.state._value_, "at": env.ts, "entry": entry_id, "duration_s": None})
             a["final"] = ev.state._value_
             if ev.taskmanager is not None:
@@ -222,10 +270,14 @@ def timeline(log: EventLog, job_id: str, at: Moment = Moment(None)) -> dict:
             holder["splits"].append({"split": row.split, "what": row.what, "at": row.at, "outcome": row.outcome})
     run = state.jobs.get(job_id)
     job = job_row(job_id, run, at)
-    return {"job": job, "events": events,
-            "attempts": sorted(attempts.values(), key=lambda a: (a["vertex"], a["subtask"], a["attempt"])),
-            "root_cause": _root_cause(job, last_failure), "restarts": run.restarts if run is not None else 0,
-            "entries": entries}
+    return {
+        "job": job,
+        "events": events,
+        "attempts": sorted(attempts.values(), key=lambda a: (a["vertex"], a["subtask"], a["attempt"])),
+        "root_cause": _root_cause(job, last_failure),
+        "restarts": run.restarts if run is not None else 0,
+        "entries": entries,
+    }
 
 
 def _root_cause(job: dict, last_failure: tuple[dict, int] | None) -> dict | None:
@@ -235,18 +287,27 @@ def _root_cause(job: dict, last_failure: tuple[dict, int] | None) -> dict | None
         attempt = last_failure[0] if last_failure is not None else None
         if attempt is None or not attempt["error"] or attempt["error"] not in reason:
             attempt = None  # the job failed for a reason of its own (a coordinator, a state clash)
-        return {"text": _summary(reason), "traceback": attempt["error"] if attempt is not None else reason,
-                "attempt": _eid(attempt), "at": job["ended_at"] or (last_failure[1] if last_failure else None),
-                "job_failed": True}
+        return {
+            "text": _summary(reason),
+            "traceback": attempt["error"] if attempt is not None else reason,
+            "attempt": _eid(attempt),
+            "at": job["ended_at"] or (last_failure[1] if last_failure else None),
+            "job_failed": True,
+        }
     if last_failure is None:
         return None
     a, ts = last_failure
-    return {"text": f"{a['vertex']}[{a['subtask']}] attempt {a['attempt']} failed: {headline(a['error'])}",
-            "traceback": a["error"], "attempt": _eid(a), "at": ts, "job_failed": False}
+    return {
+        "text": f"{a['vertex']}[{a['subtask']}] attempt {a['attempt']} failed: {headline(a['error'])}",
+        "traceback": a["error"],
+        "attempt": _eid(a),
+        "at": ts,
+        "job_failed": False,
+    }
 
 
 def _summary(reason: str) -> str:
-    """"task src[0] failed after 3 restarts: Traceback ... ValueError: boom" -> its first
+    """ "task src[0] failed after 3 restarts: Traceback ... ValueError: boom" -> its first
     line with the exception in place of the traceback."""
     head = first_line(reason)
     cut = head.find("Traceback (most recent call last)")

@@ -30,8 +30,9 @@ def _ts(loop: CoordinatorsDriven, subtask: int, what: str) -> int:
 
     envs = loop.envelopes()
     if what == "finished":
-        return next(e.ts for e in envs if getattr(e.event, "state", None) == TaskState.FINISHED
-                    and e.event.subtask == subtask)
+        return next(
+            e.ts for e in envs if getattr(e.event, "state", None) == TaskState.FINISHED and e.event.subtask == subtask
+        )
     if what == "first":
         return min(r.at for r in split_timeline(envs) if r.subtask == subtask)
     return told_no_more(envs)[("src", subtask, 0)]

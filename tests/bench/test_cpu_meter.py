@@ -33,8 +33,9 @@ def test_each_role_counts_its_own_processes_cpu(children: list[subprocess.Popen]
     children += [busy, idle]
     time.sleep(0.3)  # (interpreter start is not measured)
     late: list[subprocess.Popen] = []
-    with CpuMeter({"busy": lambda: [busy.pid], "idle": lambda: [idle.pid],
-                   "late": lambda: [p.pid for p in late]}) as meter:
+    with CpuMeter(
+        {"busy": lambda: [busy.pid], "idle": lambda: [idle.pid], "late": lambda: [p.pid for p in late]}
+    ) as meter:
         late.append(_child(BUSY))
         children.append(late[0])
         time.sleep(0.6)
@@ -45,7 +46,8 @@ def test_each_role_counts_its_own_processes_cpu(children: list[subprocess.Popen]
 
 
 def test_a_process_gone_before_the_end_counts_nothing_and_a_missing_pid_reads_none(
-        children: list[subprocess.Popen]) -> None:
+    children: list[subprocess.Popen],
+) -> None:
     gone = _child(BUSY)
     time.sleep(0.2)
     with CpuMeter({"gone": lambda: [gone.pid]}) as meter:

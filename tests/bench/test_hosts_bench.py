@@ -15,25 +15,44 @@ from tools.bench.hosts import Phase, Row, check_counts, phase_lines, phases, pyt
 
 
 def test_phases_fold_task_changes_into_windows_running_and_waiting_per_vertex() -> None:
-    changes = [(1_000, "src", "a", "SCHEDULED"), (1_000, "src", "b", "SCHEDULED"),
-               (1_500, "src", "a", "DEPLOYING"), (2_000, "src", "a", "RUNNING"), (3_000, "src", "b", "RUNNING"),
-               (6_000, "src", "a", "FINISHED"), (7_000, "src", "b", "FINISHED"),
-               (6_500, "sum", "c", "SCHEDULED"), (7_500, "sum", "c", "RUNNING"), (9_000, "sum", "c", "FINISHED"),
-               (9_000, "never", "d", "SCHEDULED")]
+    changes = [
+        (1_000, "src", "a", "SCHEDULED"),
+        (1_000, "src", "b", "SCHEDULED"),
+        (1_500, "src", "a", "DEPLOYING"),
+        (2_000, "src", "a", "RUNNING"),
+        (3_000, "src", "b", "RUNNING"),
+        (6_000, "src", "a", "FINISHED"),
+        (7_000, "src", "b", "FINISHED"),
+        (6_500, "sum", "c", "SCHEDULED"),
+        (7_500, "sum", "c", "RUNNING"),
+        (9_000, "sum", "c", "FINISHED"),
+        (9_000, "never", "d", "SCHEDULED"),
+    ]
     got = phases(0, changes)
-    assert got == {"src": Phase(start=2.0, end=7.0, running=8.0, waiting=3.0),
-                   "sum": Phase(start=7.5, end=9.0, running=1.5, waiting=1.0)}
+    assert got == {
+        "src": Phase(start=2.0, end=7.0, running=8.0, waiting=3.0),
+        "sum": Phase(start=7.5, end=9.0, running=1.5, waiting=1.0),
+    }
 
 
 def test_a_failed_attempt_counts_as_waiting_but_not_running() -> None:
-    changes = [(0, "src", "a", "SCHEDULED"), (1_000, "src", "a", "RUNNING"), (2_000, "src", "a", "FAILED"),
-               (2_000, "src", "a2", "SCHEDULED"), (2_500, "src", "a2", "RUNNING"), (4_000, "src", "a2", "FINISHED")]
+    changes = [
+        (0, "src", "a", "SCHEDULED"),
+        (1_000, "src", "a", "RUNNING"),
+        (2_000, "src", "a", "FAILED"),
+        (2_000, "src", "a2", "SCHEDULED"),
+        (2_500, "src", "a2", "RUNNING"),
+        (4_000, "src", "a2", "FINISHED"),
+    ]
     assert phases(0, changes) == {"src": Phase(start=1.0, end=4.0, running=1.5, waiting=1.5)}
 
 
-ROWS = [Row("plain PySpark, 1 host", [10.0, 8.0], 30.0), Row("Sluice, 1 host", [12.0, 16.0], 40.0),
-        Row("Sluice, 2 hosts, local", [9.0, 9.6], 41.0, {"src": Phase(0.1, 6.0, 10.0, 0.2)}, "tm1 2, tm2 2"),
-        Row("Sluice, 2 hosts, standalone", [18.0], 80.0)]
+ROWS = [
+    Row("plain PySpark, 1 host", [10.0, 8.0], 30.0),
+    Row("Sluice, 1 host", [12.0, 16.0], 40.0),
+    Row("Sluice, 2 hosts, local", [9.0, 9.6], 41.0, {"src": Phase(0.1, 6.0, 10.0, 0.2)}, "tm1 2, tm2 2"),
+    Row("Sluice, 2 hosts, standalone", [18.0], 80.0),
+]
 
 
 def test_ratios_are_best_against_plain_and_two_hosts_against_one() -> None:
@@ -54,15 +73,18 @@ def test_the_table_shows_each_row_with_its_ratios_and_the_phases_their_lines() -
     text = out.get()
     assert "│ Sluice, 2 hosts, local" in text and "1.12" in text and "0.75" in text and "tm1 2, tm2 2" in text
     assert "2.25" in text and "1.50" in text and "9.0, 9.6" in text
-    assert phase_lines(ROWS) == ["Sluice, 2 hosts, local, src: ran 0.1-6.0 s after SubmitJob; tasks RUNNING 10.0 s "
-                                 "summed, waiting to run (SCHEDULED -> RUNNING) 0.2 s summed"]
+    assert phase_lines(ROWS) == [
+        "Sluice, 2 hosts, local, src: ran 0.1-6.0 s after SubmitJob; tasks RUNNING 10.0 s "
+        "summed, waiting to run (SCHEDULED -> RUNNING) 0.2 s summed"
+    ]
 
 
 def test_the_plain_python_count_is_the_jobs_tokenizer(tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_bytes("Don't stop: the THE the_x 42 caf\u00e9\n\n\xa0x\n".encode() + b"bad \xff byte\n")
-    assert python_counts(source) == Counter({"don't": 1, "stop": 1, "the": 3, "x": 2, "42": 1, "caf": 1, "bad": 1,
-                                             "byte": 1})
+    assert python_counts(source) == Counter(
+        {"don't": 1, "stop": 1, "the": 3, "x": 2, "42": 1, "caf": 1, "bad": 1, "byte": 1}
+    )
 
 
 def test_the_output_check_reads_parquet_and_names_what_differs(tmp_path: Path) -> None:

@@ -32,8 +32,11 @@ def _all_deployed(run: _Run) -> bool:  # the bench's old check: a full scan at e
     return all(ex.state not in (TaskState.CREATED, TaskState.SCHEDULED) for ex in run.executions())
 
 
-@given(st.integers(1, 12).flatmap(lambda n: st.lists(
-    st.lists(st.sampled_from(STATES), min_size=n, max_size=n), min_size=1, max_size=20)))
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: st.lists(st.lists(st.sampled_from(STATES), min_size=n, max_size=n), min_size=1, max_size=20)
+    )
+)
 def test_the_incremental_check_agrees_with_a_full_scan(polls: list[list[TaskState]]) -> None:
     run = _Run([_Ex(s) for s in polls[0]])
     frontier = 0

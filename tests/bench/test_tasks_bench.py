@@ -14,8 +14,11 @@ def test_raw_rq_runs_each_count_on_a_queue_of_its_own(redis_url: str) -> None:
     for n in (5, 7):
         assert _raw_rq(redis_url, 1, n).tasks_per_s > 0
     conn = Redis.from_url(redis_url)
-    counts = sorted(Queue(q.name, connection=conn).finished_job_registry.count
-                    for q in Queue.all(connection=conn) if q.name.startswith("bench-raw-"))
+    counts = sorted(
+        Queue(q.name, connection=conn).finished_job_registry.count
+        for q in Queue.all(connection=conn)
+        if q.name.startswith("bench-raw-")
+    )
     assert counts[-2:] == [5, 7]
 
 
@@ -40,7 +43,12 @@ def test_rounds_combine_into_the_median_rate_and_the_mean_cpu() -> None:
     """A round the shared machine slowed (the middle one here) moves the median least."""
     from tools.bench.tasks import Rate, combined
 
-    c = combined([Rate(500.0, {"workers": 2.0}, 1.6), Rate(300.0, {"workers": 3.0, "Redis": 0.6}, 1.8),
-                  Rate(520.0, {"workers": 2.2}, 1.7)])
+    c = combined(
+        [
+            Rate(500.0, {"workers": 2.0}, 1.6),
+            Rate(300.0, {"workers": 3.0, "Redis": 0.6}, 1.8),
+            Rate(520.0, {"workers": 2.2}, 1.7),
+        ]
+    )
     assert c.tasks_per_s == 500.0 and abs(c.cores - 1.7) < 1e-9
     assert abs(c.cpu_ms["workers"] - 2.4) < 1e-9 and abs(c.cpu_ms["Redis"] - 0.2) < 1e-9

@@ -14,24 +14,68 @@ from pyspark.sql import types as T
 
 from sluice.services.dataplane.chunks import ARROW_CHUNK_BYTES, arrow_writable, input_bytes, write_chunk
 
-SCHEMA = T.StructType([
-    T.StructField("b", T.ByteType()), T.StructField("s", T.ShortType()), T.StructField("i", T.IntegerType()),
-    T.StructField("l", T.LongType()), T.StructField("f", T.FloatType()), T.StructField("d", T.DoubleType()),
-    T.StructField("dec", T.DecimalType(20, 4)), T.StructField("small_dec", T.DecimalType(9, 2)),
-    T.StructField("str", T.StringType()), T.StructField("bin", T.BinaryType()), T.StructField("ok", T.BooleanType()),
-    T.StructField("day", T.DateType()), T.StructField("ts", T.TimestampType()),
-    T.StructField("ts_ntz", T.TimestampNTZType()), T.StructField("arr", T.ArrayType(T.LongType())),
-    T.StructField("m", T.MapType(T.StringType(), T.DoubleType())),
-    T.StructField("st", T.StructType([T.StructField("x", T.IntegerType()), T.StructField("y", T.StringType())])),
-])
+SCHEMA = T.StructType(
+    [
+        T.StructField("b", T.ByteType()),
+        T.StructField("s", T.ShortType()),
+        T.StructField("i", T.IntegerType()),
+        T.StructField("l", T.LongType()),
+        T.StructField("f", T.FloatType()),
+        T.StructField("d", T.DoubleType()),
+        T.StructField("dec", T.DecimalType(20, 4)),
+        T.StructField("small_dec", T.DecimalType(9, 2)),
+        T.StructField("str", T.StringType()),
+        T.StructField("bin", T.BinaryType()),
+        T.StructField("ok", T.BooleanType()),
+        T.StructField("day", T.DateType()),
+        T.StructField("ts", T.TimestampType()),
+        T.StructField("ts_ntz", T.TimestampNTZType()),
+        T.StructField("arr", T.ArrayType(T.LongType())),
+        T.StructField("m", T.MapType(T.StringType(), T.DoubleType())),
+        T.StructField("st", T.StructType([T.StructField("x", T.IntegerType()), T.StructField("y", T.StringType())])),
+    ]
+)
 
 ROWS = [
-    (1, 2, 3, 4, 1.5, 2.25, Decimal("12345678901234.5678"), Decimal("1234567.89"), "héllo", b"\x00\x01", True,
-     dt.date(1969, 12, 31), dt.datetime(2024, 2, 29, 23, 59, 58, 123456), dt.datetime(1900, 1, 1, 0, 0, 1),
-     [1, None, 3], {"a": 1.0, "b": None}, (7, "seven")),
+    (
+        1,
+        2,
+        3,
+        4,
+        1.5,
+        2.25,
+        Decimal("12345678901234.5678"),
+        Decimal("1234567.89"),
+        "héllo",
+        b"\x00\x01",
+        True,
+        dt.date(1969, 12, 31),
+        dt.datetime(2024, 2, 29, 23, 59, 58, 123456),
+        dt.datetime(1900, 1, 1, 0, 0, 1),
+        [1, None, 3],
+        {"a": 1.0, "b": None},
+        (7, "seven"),
+    ),
     (None,) * 17,
-    (-128, -32768, -(2 ** 31), -(2 ** 63), float("inf"), float("nan"), Decimal("-0.0001"), Decimal("0.00"), "", b"",
-     False, dt.date(9999, 12, 31), dt.datetime(1970, 1, 1), dt.datetime(2262, 4, 11, 23, 47, 16), [], {}, (None, None)),
+    (
+        -128,
+        -32768,
+        -(2**31),
+        -(2**63),
+        float("inf"),
+        float("nan"),
+        Decimal("-0.0001"),
+        Decimal("0.00"),
+        "",
+        b"",
+        False,
+        dt.date(9999, 12, 31),
+        dt.datetime(1970, 1, 1),
+        dt.datetime(2262, 4, 11, 23, 47, 16),
+        [],
+        {},
+        (None, None),
+    ),
 ]
 
 
@@ -44,8 +88,9 @@ def _rows(df) -> list:
 
 
 @pytest.mark.parametrize("size, by", [(1000, "arrow"), (ARROW_CHUNK_BYTES + 1, "spark"), (None, "spark")])
-def test_a_chunk_reads_back_as_the_same_rows_and_schema_whoever_wrote_it(spark, tmp_path: Path, size: int | None,
-                                                                        by: str) -> None:
+def test_a_chunk_reads_back_as_the_same_rows_and_schema_whoever_wrote_it(
+    spark, tmp_path: Path, size: int | None, by: str
+) -> None:
     df = _frame(spark)
     chunk = tmp_path / "chunk"
     (chunk / "stale").mkdir(parents=True)  # a chunk written before by an attempt that failed

@@ -127,8 +127,9 @@ def test_the_recorded_schema_is_used_only_when_the_producers_read_agree(spark, t
 
     other = str(tmp_path / "other")
     write_partition(df, other, key="k", max_parallelism=MAX_PARALLELISM)
-    (tmp_path / "other" / SCHEMA_FILE).write_text('{"type": "struct", "fields": [{"name": "n", "type": "long", '
-                                                  '"nullable": true, "metadata": {}}]}')  # disagrees with full's
+    (tmp_path / "other" / SCHEMA_FILE).write_text(
+        '{"type": "struct", "fields": [{"name": "n", "type": "long", "nullable": true, "metadata": {}}]}'
+    )  # disagrees with full's
     both = read_inputs(spark, [full, other], key_groups=(0, MAX_PARALLELISM - 1))
     assert both.columns == ["k", "n"] and both.count() == 4  # from the files: no column dropped
     (tmp_path / "other" / SCHEMA_FILE).unlink()  # one without a record
@@ -136,15 +137,18 @@ def test_the_recorded_schema_is_used_only_when_the_producers_read_agree(spark, t
 
     plain = str(tmp_path / "unkeyed")
     write_partition(df, plain, key=None, max_parallelism=MAX_PARALLELISM)
-    (tmp_path / "unkeyed" / SCHEMA_FILE).write_text('{"type": "struct", "fields": [{"name": "n", "type": "long", '
-                                                    '"nullable": true, "metadata": {}}, {"name": "k", "type": '
-                                                    '"string", "nullable": true, "metadata": {}}]}')
+    (tmp_path / "unkeyed" / SCHEMA_FILE).write_text(
+        '{"type": "struct", "fields": [{"name": "n", "type": "long", '
+        '"nullable": true, "metadata": {}}, {"name": "k", "type": '
+        '"string", "nullable": true, "metadata": {}}]}'
+    )
     assert read_inputs(spark, [plain], key_groups=None).columns == ["n", "k"]  # unkeyed inputs use it too
 
 
 @pytest.mark.parametrize("partitions", [1, 2])
-def test_keyed_output_written_from_the_tasks_share_of_partitions_needs_no_shuffle(spark, tmp_path: Path,
-                                                                                 partitions: int) -> None:
+def test_keyed_output_written_from_the_tasks_share_of_partitions_needs_no_shuffle(
+    spark, tmp_path: Path, partitions: int
+) -> None:
     """Given the task's share of partitions (taskmanager.share), a producer still writes one
     file per consumer directory from a DataFrame of many more partitions (one partition:
     coalesced, without a shuffle), and every row where it belongs."""
@@ -155,9 +159,11 @@ def test_keyed_output_written_from_the_tasks_share_of_partitions_needs_no_shuffl
     dirs = sorted(d for d in out.iterdir() if d.name.startswith("_kg="))
     assert len(dirs) == 3
     assert [len(list(d.glob("part-*.parquet"))) for d in dirs] == [1, 1, 1]
-    got = [read_inputs(spark, [str(out)], key_groups=key_group_range(MAX_PARALLELISM, 3, j)).collect()
-           for j in range(3)]
+    got = [
+        read_inputs(spark, [str(out)], key_groups=key_group_range(MAX_PARALLELISM, 3, j)).collect() for j in range(3)
+    ]
     assert Counter((r.key, r.n) for part in got for r in part) == Counter(rows)
     for j, part in enumerate(got):
-        assert {operator_index_for_key_group(key_group_of(r.key, MAX_PARALLELISM), MAX_PARALLELISM, 3)
-                for r in part} == {j}
+        assert {
+            operator_index_for_key_group(key_group_of(r.key, MAX_PARALLELISM), MAX_PARALLELISM, 3) for r in part
+        } == {j}

@@ -66,7 +66,10 @@ def test_write_stat_list_read_move_and_delete(root: str) -> None:
     assert fs.info(fs.join(root, "d/missing")) is None and not fs.exists(fs.join(root, "d/missing"))
     assert names(fs.join(root, "d")) == ["a.txt", "sub"]  # sorted, one level, no temp file left behind
     assert [(e.name, e.is_file) for e in fs.listdir(fs.join(root, "d"), recursive=True)] == [
-        ("a.txt", True), ("sub", False), ("b.txt", True)]
+        ("a.txt", True),
+        ("sub", False),
+        ("b.txt", True),
+    ]
     assert fs.read_bytes(fs.join(root, "d/a.txt")) == b"alpha, again\n"
     fs.move(fs.join(root, "d/sub/b.txt"), fs.join(root, "d/c.txt"))
     assert fs.read_bytes(fs.join(root, "d/c.txt")) == b"bravo!\n" and not fs.exists(fs.join(root, "d/sub/b.txt"))
@@ -93,7 +96,7 @@ def test_ranged_reads_return_exactly_the_bytes_asked_for(root: str) -> None:
     with fs.open_read(fs.join(root, "blob")) as f:
         for start, length in ((0, 10), (255_990, 10), (1234, 100_000), (77, 0)):
             f.seek(start)
-            assert f.read(length) == data[start:start + length]
+            assert f.read(length) == data[start : start + length]
 
 
 def test_globs_match_within_one_segment(root: str) -> None:
@@ -111,8 +114,9 @@ def test_input_listing_skips_hidden_files_and_dedupes(root: str) -> None:
     for name in ("in/b.txt", "in/a.txt", "in/_SUCCESS", "in/.a.txt.crc", "in/sub/c.txt"):
         fs.write_bytes(fs.join(root, name), b"x\n")
     base = fs.info(root).uri  # type: ignore[union-attr]
-    found = [e.uri for e in list_input_files([fs.join(root, "in"), fs.join(root, "in/a.txt"),
-                                              fs.join(root, "in/*.txt")])]
+    found = [
+        e.uri for e in list_input_files([fs.join(root, "in"), fs.join(root, "in/a.txt"), fs.join(root, "in/*.txt")])
+    ]
     assert found == [fs.join(base, "in/a.txt"), fs.join(base, "in/b.txt")]
 
 
@@ -167,7 +171,8 @@ def _stage(root: str, subtask: int, attempt: int, *rows: bytes) -> str:
 
 
 def test_publishing_shows_a_reader_one_whole_attempt_and_the_newest_wins(
-        root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sink = fs.join(root, "sink")
     assert _publish(sink, _stage(sink, 0, 0, b"old-0\n", b"old-1\n"), 0, 0, "csv") is publish.Outcome.PUBLISHED
     old = publish.current(names(sink))
@@ -181,6 +186,7 @@ def test_publishing_shows_a_reader_one_whole_attempt_and_the_newest_wins(
             seen.append(publish.current(names(sink)))
             operation(*args)
             seen.append(publish.current(names(sink)))
+
         return operate
 
     staging = _stage(sink, 0, 1, b"new-0\n", b"new-1\n", b"new-2\n")
@@ -216,12 +222,23 @@ def test_a_publication_failing_halfway_takes_back_what_it_moved(root: str, monke
 
 def test_a_sweep_deletes_only_the_superseded_attempts_files(root: str) -> None:
     sink = fs.join(root, "sink")
-    for name in ("part-00000-a000001-000.csv", "_part-00000-a000002.published", "part-00000-a000002-000.csv",
-                 "part-00001-a000000-000.csv", "_part-00001-a000000.published", "notes.txt"):
+    for name in (
+        "part-00000-a000001-000.csv",
+        "_part-00000-a000002.published",
+        "part-00000-a000002-000.csv",
+        "part-00001-a000000-000.csv",
+        "_part-00001-a000000.published",
+        "notes.txt",
+    ):
         fs.write_bytes(fs.join(sink, name), b"x")
     assert sweep_sink(sink, 0) == 1
-    assert names(sink) == ["_part-00000-a000002.published", "_part-00001-a000000.published", "notes.txt",
-                           "part-00000-a000002-000.csv", "part-00001-a000000-000.csv"]
+    assert names(sink) == [
+        "_part-00000-a000002.published",
+        "_part-00001-a000000.published",
+        "notes.txt",
+        "part-00000-a000002-000.csv",
+        "part-00001-a000000-000.csv",
+    ]
     assert sweep_sink(fs.join(root, "never-written"), 0) == 0
 
 
@@ -258,8 +275,9 @@ def test_a_missing_bucket_is_named(seaweed_s3: SeaweedS3, monkeypatch: pytest.Mo
         plan_splits("text", ["s3://no-such-bucket/in/*.txt"], 10)
 
 
-def test_wrong_credentials_are_refused_without_showing_the_secret(seaweed_s3: SeaweedS3,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_credentials_are_refused_without_showing_the_secret(
+    seaweed_s3: SeaweedS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seaweed_s3.admin().create_dir("sluice-denied")
     for name, value in seaweed_s3.env(AWS_SECRET_ACCESS_KEY="not-" + seaweed_s3.secret_key).items():
         monkeypatch.setenv(name, value)
@@ -268,15 +286,18 @@ def test_wrong_credentials_are_refused_without_showing_the_secret(seaweed_s3: Se
     assert "denied" in str(err.value).lower() and seaweed_s3.secret_key not in str(err.value)
 
 
-@pytest.mark.parametrize(("location", "message"), [
-    ("gs://bucket/x", "scheme 'gs' is not supported"),
-    ("hdfs://nn:8020/x", "scheme 'hdfs' is not supported"),
-    ("s3:///x", "names no bucket"),
-    ("s3://bucket/x?endpoint_override=evil:80", "takes no options or credentials"),
-    ("s3://key:secret@bucket/x", "takes no options or credentials"),
-    ("file://otherhost/x", "must name a local path"),
-    ("", "non-empty"),
-])
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        ("gs://bucket/x", "scheme 'gs' is not supported"),
+        ("hdfs://nn:8020/x", "scheme 'hdfs' is not supported"),
+        ("s3:///x", "names no bucket"),
+        ("s3://bucket/x?endpoint_override=evil:80", "takes no options or credentials"),
+        ("s3://key:secret@bucket/x", "takes no options or credentials"),
+        ("file://otherhost/x", "must name a local path"),
+        ("", "non-empty"),
+    ],
+)
 def test_a_location_that_cannot_be_reached_is_refused_with_what_to_use(location: str, message: str) -> None:
     with pytest.raises(StorageError, match=message) as err:
         fs.resolve(location)

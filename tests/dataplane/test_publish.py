@@ -34,10 +34,20 @@ from sluice.services.dataplane.publish import (
 )
 
 S = 3  # the subtask whose attempts race
-FOREIGN = frozenset({
-    "_SUCCESS", "README.md", ".hidden", staging_name(S, 7), "part-00003-x.csv", "part-3-000.csv",
-    *names(2, 0, ["csv"]), *names(4, 9, ["csv", "csv"]), "part-00002-000.csv", part_name(4, 10, 0, "csv"),
-})
+FOREIGN = frozenset(
+    {
+        "_SUCCESS",
+        "README.md",
+        ".hidden",
+        staging_name(S, 7),
+        "part-00003-x.csv",
+        "part-3-000.csv",
+        *names(2, 0, ["csv"]),
+        *names(4, 9, ["csv", "csv"]),
+        "part-00002-000.csv",
+        part_name(4, 10, 0, "csv"),
+    }
+)
 """Names that are not attempt ``S``'s: other subtasks' files, published or not, and names not ours."""
 
 
@@ -48,17 +58,30 @@ def test_names_round_trip_and_sort() -> None:
     assert part_name(3, 1, 0, "snappy.parquet") == "part-00003-a000001-000.snappy.parquet"
     assert marker_name(3, 1) == "_part-00003-a000001.published"
     assert staging_name(3, 1) == "_attempt-00003-a000001"
-    assert names(3, 1, ["csv", "csv"]) == ("part-00003-a000001-000.csv", "part-00003-a000001-001.csv",
-                                           "_part-00003-a000001.published")
+    assert names(3, 1, ["csv", "csv"]) == (
+        "part-00003-a000001-000.csv",
+        "part-00003-a000001-001.csv",
+        "_part-00003-a000001.published",
+    )
     assert parse("part-00003-a000001-000.snappy.parquet") == (3, 1)
     assert parse("_part-00003-a000001.published") == (3, 1) and is_marker("_part-00003-a000001.published")
     assert parse("part-00003-000.parquet") == (3, LEGACY_ATTEMPT) and not is_marker("part-00003-000.parquet")
     assert parse(part_name(123456, 1234567, 1000, "csv.gz")) == (123456, 1234567)
-    for other in ("_SUCCESS", "part-00000-1b2c3d4e-5f60-c000.snappy.parquet", "part-00003-a000001-000",
-                  "_part-00003-000.published", "x/part-00003-a000001-000.csv", ".part-00003-a000001-000.csv.crc"):
+    for other in (
+        "_SUCCESS",
+        "part-00000-1b2c3d4e-5f60-c000.snappy.parquet",
+        "part-00003-a000001-000",
+        "_part-00003-000.published",
+        "x/part-00003-a000001-000.csv",
+        ".part-00003-a000001-000.csv.crc",
+    ):
         assert parse(other) is None, other
-    ordered = [part_name(0, 0, 0, "csv"), part_name(0, 0, 1, "csv"), part_name(0, 1, 0, "csv"),
-               part_name(1, 0, 0, "csv")]
+    ordered = [
+        part_name(0, 0, 0, "csv"),
+        part_name(0, 0, 1, "csv"),
+        part_name(0, 1, 0, "csv"),
+        part_name(1, 0, 0, "csv"),
+    ]
     assert sorted(ordered) == ordered
     assert min("part-00000-a000000-000.csv", "part-00000-000.csv") == "part-00000-000.csv"  # legacy sorts first
 
@@ -75,8 +98,14 @@ def test_subtask_and_attempt_are_ints_at_least_zero(bad) -> None:
 
 
 def test_plan_reads_only_its_subtask() -> None:
-    listing = [*FOREIGN, "part-00003-000.csv", *names(S, 0, ["csv"]), part_name(S, 1, 0, "csv"),
-               *names(S, 2, ["csv"]), part_name(S, 5, 0, "csv")]  # 1 and 5: partial, unpublished
+    listing = [
+        *FOREIGN,
+        "part-00003-000.csv",
+        *names(S, 0, ["csv"]),
+        part_name(S, 1, 0, "csv"),
+        *names(S, 2, ["csv"]),
+        part_name(S, 5, 0, "csv"),
+    ]  # 1 and 5: partial, unpublished
     p = plan(listing, S, 2)
     assert p.newest == 2 and not p.discard
     assert p.delete == (marker_name(S, 0), "part-00003-000.csv", part_name(S, 0, 0, "csv"), part_name(S, 1, 0, "csv"))
@@ -86,8 +115,14 @@ def test_plan_reads_only_its_subtask() -> None:
 
 
 def test_current_takes_the_newest_published_attempt_of_each_subtask() -> None:
-    listing = ["part-00000-000.csv", "part-00001-000.csv", *names(1, 0, ["csv"]), *names(1, 2, ["csv", "csv"]),
-               part_name(1, 3, 0, "csv"), "_SUCCESS"]
+    listing = [
+        "part-00000-000.csv",
+        "part-00001-000.csv",
+        *names(1, 0, ["csv"]),
+        *names(1, 2, ["csv", "csv"]),
+        part_name(1, 3, 0, "csv"),
+        "_SUCCESS",
+    ]
     assert current(listing) == ("part-00000-000.csv", part_name(1, 2, 0, "csv"), part_name(1, 2, 1, "csv"))
     assert current([]) == ()
 
@@ -160,8 +195,11 @@ class Directory:
         return copy
 
     def key(self) -> tuple:
-        return (frozenset(self.files), frozenset(self.ever_published),
-                tuple((a, r.pub, tuple(r.pending), r.crashed) for a, r in sorted(self.runners.items())))
+        return (
+            frozenset(self.files),
+            frozenset(self.ever_published),
+            tuple((a, r.pub, tuple(r.pending), r.crashed) for a, r in sorted(self.runners.items())),
+        )
 
     def runnable(self) -> list[int]:
         return [a for a, r in self.runners.items() if not r.finished]
@@ -284,8 +322,10 @@ def test_attempts_that_die_midway(data: st.DataObject) -> None:
     a newer one that moved files in finished too; the newest that moved, if it finished,
     leaves all its files; and readers always find a whole attempt."""
     attempts = sorted(data.draw(st.sets(st.integers(0, 12), min_size=2, max_size=4), label="attempts"))
-    d = Directory(set(FOREIGN) | older_leftovers(attempts[0]),
-                  {a: data.draw(st.integers(0, 2), label=f"data files of attempt {a}") for a in attempts})
+    d = Directory(
+        set(FOREIGN) | older_leftovers(attempts[0]),
+        {a: data.draw(st.integers(0, 2), label=f"data files of attempt {a}") for a in attempts},
+    )
     dies = data.draw(st.sets(st.sampled_from(attempts), max_size=len(attempts) - 1), label="attempts that die")
 
     def choose(runnable: list[int]) -> int:
@@ -317,8 +357,14 @@ def sweep(d: Directory) -> None:
 
 
 def test_superseded_names_the_attempts_older_than_the_newest_marker() -> None:
-    files = {*names(S, 1, ["csv"]), part_name(S, 2, 0, "csv"), *names(S, 4, ["csv", "csv"]),
-             part_name(S, 6, 0, "csv"), "part-00003-000.csv", *FOREIGN}
+    files = {
+        *names(S, 1, ["csv"]),
+        part_name(S, 2, 0, "csv"),
+        *names(S, 4, ["csv", "csv"]),
+        part_name(S, 6, 0, "csv"),
+        "part-00003-000.csv",
+        *FOREIGN,
+    }
     gone = superseded(files, S)  # older than attempt 4, the newest published: markers first
     assert gone == (marker_name(S, 1), "part-00003-000.csv", part_name(S, 1, 0, "csv"), part_name(S, 2, 0, "csv"))
     assert superseded(files, 7) == ()  # no published attempt: nothing is superseded
@@ -328,15 +374,18 @@ def test_superseded_names_the_attempts_older_than_the_newest_marker() -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_sweeps_at_any_moment_and_after_the_dead_leave_exactly_the_newest_published_attempt(
-        data: st.DataObject) -> None:
+    data: st.DataObject,
+) -> None:
     """Attempts die between any two operations, and sweeps run at random moments (a
     TaskManager that killed a stale attempt). A sweep never takes a file of the newest
     published attempt (readers still find it whole), and once every attempt stopped, a sweep
     leaves exactly the newest mover's files if it finished, whichever older ones died
     halfway through publishing (they left files no step 3 or 4 would remove)."""
     attempts = sorted(data.draw(st.sets(st.integers(0, 12), min_size=2, max_size=4), label="attempts"))
-    d = Directory(set(FOREIGN) | older_leftovers(attempts[0]),
-                  {a: data.draw(st.integers(0, 2), label=f"data files of attempt {a}") for a in attempts})
+    d = Directory(
+        set(FOREIGN) | older_leftovers(attempts[0]),
+        {a: data.draw(st.integers(0, 2), label=f"data files of attempt {a}") for a in attempts},
+    )
     dies = data.draw(st.sets(st.sampled_from(attempts), max_size=len(attempts) - 1), label="attempts that die")
     while runnable := d.runnable():
         a = data.draw(st.sampled_from(runnable))

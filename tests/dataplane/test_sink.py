@@ -79,7 +79,9 @@ def test_two_attempts_publishing_at_the_same_time(spark, tmp_path: Path) -> None
     """Both attempts write and publish concurrently (two hosts, one file system): the newer wins."""
     sink = str(tmp_path / "sink")
     with ThreadPoolExecutor(2) as pool:
-        outcomes = list(pool.map(lambda n: write_sink(rows(spark, (f"attempt-{n}", n)), sink, 0, n, "csv", CSV), (0, 1)))
+        outcomes = list(
+            pool.map(lambda n: write_sink(rows(spark, (f"attempt-{n}", n)), sink, 0, n, "csv", CSV), (0, 1))
+        )
     assert outcomes[1] is Outcome.PUBLISHED and outcomes[0] in set(Outcome)
     assert read_csv(spark, sink) == [("attempt-1", "1")]
 
@@ -112,11 +114,15 @@ def test_the_shell_keeps_compression_extensions_and_skips_spark_bookkeeping(tmp_
     assert _publish(str(tmp_path), staging, 2, 1, "csv") is Outcome.PUBLISHED
     assert (tmp_path / "part-00002-a000001-000.csv.gz").read_text() == "part-00000-9f8e-c000.csv.gz"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != staging) == [
-        "_part-00002-a000001.published", "part-00002-a000001-000.csv.gz", "part-00002-a000001-001.csv.gz"]
+        "_part-00002-a000001.published",
+        "part-00002-a000001-000.csv.gz",
+        "part-00002-a000001-001.csv.gz",
+    ]
 
 
-def test_the_shell_takes_back_what_it_moved_when_publishing_fails(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_shell_takes_back_what_it_moved_when_publishing_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sluice.services.dataplane import fs
     from sluice.services.dataplane.exchange import _publish
 
@@ -137,8 +143,9 @@ def test_the_shell_takes_back_what_it_moved_when_publishing_fails(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != staging) == ["part-00000-000.csv"]
 
 
-def test_taking_back_goes_on_past_a_delete_the_file_layer_refuses(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_taking_back_goes_on_past_a_delete_the_file_layer_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The file layer raises StorageError (not OSError) for a delete that fails for another
     reason than a missing file: the take-back must still try every other name it moved in,
     and the error reported stays the first one (the failed move)."""
@@ -181,8 +188,14 @@ def test_a_sweep_deletes_what_a_stale_attempt_left_halfway_and_nothing_else(tmp_
     from sluice.services.dataplane.exchange import sweep_sink
     from sluice.services.dataplane.publish import marker_name, part_name
 
-    keep = [part_name(0, 2, 0, "csv"), marker_name(0, 2), part_name(1, 0, 0, "csv"), marker_name(1, 0),
-            "_SUCCESS", "notes.txt"]
+    keep = [
+        part_name(0, 2, 0, "csv"),
+        marker_name(0, 2),
+        part_name(1, 0, 0, "csv"),
+        marker_name(1, 0),
+        "_SUCCESS",
+        "notes.txt",
+    ]
     stale = [part_name(0, 1, 0, "csv"), part_name(0, 1, 1, "csv")]
     for name in keep + stale:
         (tmp_path / name).write_text("x\n")

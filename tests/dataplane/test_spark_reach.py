@@ -13,10 +13,13 @@ def test_local_paths_and_file_uris_are_reachable(location: str) -> None:
     assert problem("storage root", location) is None and problems(location, [("out", location)]) == []
 
 
-@pytest.mark.parametrize(("location", "says"), [
-    ("s3://bucket/root", "Spark has no s3:// file system"),
-    ("s3a://bucket/root", "s3a:// needs the hadoop-aws and AWS SDK jars"),
-])
+@pytest.mark.parametrize(
+    ("location", "says"),
+    [
+        ("s3://bucket/root", "Spark has no s3:// file system"),
+        ("s3a://bucket/root", "s3a:// needs the hadoop-aws and AWS SDK jars"),
+    ],
+)
 def test_other_schemes_are_refused_with_the_location_and_what_to_do(location: str, says: str) -> None:
     root, sink = problems(location, [("sum -> out", location + "/out"), ("other", "/srv/out")])
     assert root.startswith(f"the storage root {location!r} cannot be used: Spark writes and reads") and says in root

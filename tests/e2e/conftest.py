@@ -65,8 +65,14 @@ def registered(log: EventLog) -> set[str]:
 
 def grant_entry(log: EventLog, epoch: int) -> str | None:
     """The entry id of the LeadershipGranted of ``epoch`` in the cluster's facts (None: not yet)."""
-    return next((i for i, e in log.replay(log.keys.facts(log.keys.cluster))
-                 if e.type == "LeadershipGranted" and e.event.epoch == epoch), None)
+    return next(
+        (
+            i
+            for i, e in log.replay(log.keys.facts(log.keys.cluster))
+            if e.type == "LeadershipGranted" and e.event.epoch == epoch
+        ),
+        None,
+    )
 
 
 def _order(entry_id: str) -> tuple[int, int]:
@@ -119,7 +125,7 @@ def _cluster_processes(prefix: str) -> dict[int, list[str]]:
         if "--prefix" not in args or args[args.index("--prefix") + 1] != prefix or "sluice" not in args:
             continue
         if "sluice.services.common.guard" in args:
-            args = args[args.index("sluice.services.common.guard") + 3:]  # about to exec into the rest
+            args = args[args.index("sluice.services.common.guard") + 3 :]  # about to exec into the rest
         if alive(int(d.name)):
             found[int(d.name)] = args
     return found
@@ -137,9 +143,10 @@ def worker_pids(prefix: str, resource_id: str, slot: int | None = None) -> list[
     for pid, args in _cluster_processes(prefix).items():
         if "worker" not in args:
             continue
-        tail = args[args.index("worker"):]
-        if tail[:3] == ["worker", "--resource-id", resource_id] \
-                and (slot is None or tail[3:5] == ["--slot", str(slot)]):
+        tail = args[args.index("worker") :]
+        if tail[:3] == ["worker", "--resource-id", resource_id] and (
+            slot is None or tail[3:5] == ["--slot", str(slot)]
+        ):
             found.append(pid)
     return sorted(found)
 
@@ -151,15 +158,18 @@ class Processes:
         self.url, self.prefix, self.logs = url, prefix, logs
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, role: str, *args: str, url: str | None = None, env: dict | None = None) -> subprocess.Popen:
+    def start(
+        self, name: str, role: str, *args: str, url: str | None = None, env: dict | None = None
+    ) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "sluice", "--redis", url or self.url, "--prefix", self.prefix, role, *args]
         from sluice.services.common.guard import guarded
 
         with open(self.logs / f"{name}.log", "wb") as out:  # the child keeps its own copy
             # A home of the test's own (unless the test names one): never the checkout's .sluice/.
             home = {"SLUICE_HOME": str(self.logs / "home")}
-            proc = subprocess.Popen(guarded(cmd), stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **FAST, **home, **(env or {})})
+            proc = subprocess.Popen(
+                guarded(cmd), stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **FAST, **home, **(env or {})}
+            )
         self.procs[name] = proc
         return proc
 
@@ -190,8 +200,15 @@ SLACK = {"SLUICE_HEARTBEAT_INTERVAL_MS": "200", "SLUICE_HEARTBEAT_TIMEOUT_MS": "
 def cluster(procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path) -> Iterator[dict]:
     """A JobManager for running jobs (storage under tmp_path), and where TaskManagers go."""
     home = tmp_path / "home"
-    procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--slot-timeout", "120",
-                env={"SLUICE_HOME": str(home), **SLACK})
+    procs.start(
+        "jm",
+        "jobmanager",
+        "--storage-root",
+        (tmp_path / "storage").as_uri(),
+        "--slot-timeout",
+        "120",
+        env={"SLUICE_HOME": str(home), **SLACK},
+    )
     yield {"home": home, "spark": spark_remote}
     # Whatever the test ran, the projector's tables are the fold of the log it left
     # (`sluice replay --check`, at each table's own position).
@@ -205,8 +222,17 @@ def cluster(procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path) 
 
 
 def start_tm(procs: Processes, cluster: dict, name: str, slots: int = 2, env: dict | None = None) -> None:
-    procs.start(name, "taskmanager", "--resource-id", name, "--slots", str(slots), "--spark", cluster["spark"],
-                env={"SLUICE_HOME": str(cluster["home"]), **SLACK, **(env or {})})
+    procs.start(
+        name,
+        "taskmanager",
+        "--resource-id",
+        name,
+        "--slots",
+        str(slots),
+        "--spark",
+        cluster["spark"],
+        env={"SLUICE_HOME": str(cluster["home"]), **SLACK, **(env or {})},
+    )
 
 
 @pytest.fixture

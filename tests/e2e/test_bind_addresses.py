@@ -23,8 +23,9 @@ from tests.ui.test_cli import sluice_ui
 
 def own_address() -> str | None:
     """An IPv4 address of this machine that is not loopback (None: it has none)."""
-    done = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True, check=False
+    )
     for line in done.stdout.splitlines():
         fields = line.split()
         if "inet" in fields:
@@ -61,7 +62,8 @@ def test_host_settings_are_checked_and_name_the_setting(monkeypatch: pytest.Monk
 
 @pytest.mark.timeout(120 + 30)  # the server's start, its stop
 def test_a_spark_connect_server_listens_on_the_address_the_setting_gives_and_only_there(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     address = own_address()
     if address is None:
         pytest.skip("this machine has no IPv4 address but loopback")
@@ -86,20 +88,50 @@ def test_sluice_ui_listens_on_the_address_its_setting_gives(log: EventLog, redis
         url = line.split(" on ", 1)[1].split(" ", 1)[0]
         assert url.startswith(f"http://{address}:"), line
         assert httpx.get(f"{url}api/jobs", timeout=10).json() == []
-    bad = subprocess.run([sys.executable, "-m", "sluice", "--redis", redis_url, "ui"], capture_output=True, text=True,
-                         timeout=60, env={"PATH": "/usr/bin:/bin", "SLUICE_UI_HOST": "not an address"}, check=False)
+    bad = subprocess.run(
+        [sys.executable, "-m", "sluice", "--redis", redis_url, "ui"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "SLUICE_UI_HOST": "not an address"},
+        check=False,
+    )
     assert bad.returncode != 0 and "--host ($SLUICE_UI_HOST)='not an address' is not a host name" in bad.stderr
 
 
 @pytest.mark.timeout(60 + 60 + MARGIN + TEARDOWN)  # the registration, the refused start
 def test_a_taskmanager_registers_with_the_host_it_advertises(procs: Processes, log: EventLog, tmp_path: Path) -> None:
     procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "s").as_uri())
-    procs.start("tm", "taskmanager", "--resource-id", "tm-1", "--no-execute",
-                env={"SLUICE_ADVERTISE_HOST": "node7.example.com", "SLUICE_HOST": "not-this-one"})
-    wait_until(lambda: {r.resource_id: r.host for r in membership(log).active()} == {"tm-1": "node7.example.com"},
-               "tm-1 to register as node7.example.com", timeout=60)
-    bad = subprocess.run([sys.executable, "-m", "sluice", "--redis", procs.url, "--prefix", procs.prefix,
-                          "taskmanager", "--advertise-host", "0.0.0.0"], capture_output=True, text=True, timeout=60,
-                         check=False)
+    procs.start(
+        "tm",
+        "taskmanager",
+        "--resource-id",
+        "tm-1",
+        "--no-execute",
+        env={"SLUICE_ADVERTISE_HOST": "node7.example.com", "SLUICE_HOST": "not-this-one"},
+    )
+    wait_until(
+        lambda: {r.resource_id: r.host for r in membership(log).active()} == {"tm-1": "node7.example.com"},
+        "tm-1 to register as node7.example.com",
+        timeout=60,
+    )
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sluice",
+            "--redis",
+            procs.url,
+            "--prefix",
+            procs.prefix,
+            "taskmanager",
+            "--advertise-host",
+            "0.0.0.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert bad.returncode != 0
     assert "--advertise-host ($SLUICE_ADVERTISE_HOST)='0.0.0.0' is where a server listens" in bad.stderr

@@ -22,16 +22,28 @@ from tests.helpers import env as envelope
 ROOT = Path(__file__).resolve().parents[2]
 
 
-DEFAULT_TIMES = {"SLUICE_HEARTBEAT_INTERVAL_MS": "1000", "SLUICE_HEARTBEAT_TIMEOUT_MS": "5000", "SLUICE_LEASE_TTL_MS": "3000"}
+DEFAULT_TIMES = {
+    "SLUICE_HEARTBEAT_INTERVAL_MS": "1000",
+    "SLUICE_HEARTBEAT_TIMEOUT_MS": "5000",
+    "SLUICE_LEASE_TTL_MS": "3000",
+}
 """The product's own heartbeat and lease times, for a test that detects no failure: FAST's
 800 ms can get a process starved for a moment on a loaded machine declared lost."""
 
 
-def sluice(cwd: Path, *args: str, check: bool = True, timeout: float = 90,
-           times: dict[str, str] = FAST) -> subprocess.CompletedProcess:
+def sluice(
+    cwd: Path, *args: str, check: bool = True, timeout: float = 90, times: dict[str, str] = FAST
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | times
-    proc = subprocess.run([sys.executable, "-m", "sluice", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sluice", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"sluice {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -54,8 +66,15 @@ def test_cluster_up_then_status_and_inspect_on_the_stopped_cluster(tmp_path: Pat
     assert {r["slots"] for r in st["taskmanagers"]} == {3}
     lines = [orjson.loads(x) for x in sluice(tmp_path, "inspect", "tail", "--json").stdout.splitlines()]
     types = [x.get("type") for x in lines]
-    for t in ("LeadershipGranted", "RegisterTaskManager", "TaskManagerRegistered", "AcknowledgeRegistration",
-              "TaskManagerHeartbeat", "UnregisterTaskManager", "TaskManagerUnregistered"):
+    for t in (
+        "LeadershipGranted",
+        "RegisterTaskManager",
+        "TaskManagerRegistered",
+        "AcknowledgeRegistration",
+        "TaskManagerHeartbeat",
+        "UnregisterTaskManager",
+        "TaskManagerUnregistered",
+    ):
         assert t in types, t
     ids = [tuple(map(int, x["entry"].split("-"))) for x in lines]
     assert ids == sorted(ids)  # in order across streams
@@ -63,9 +82,15 @@ def test_cluster_up_then_status_and_inspect_on_the_stopped_cluster(tmp_path: Pat
     assert acks and all(a["to"].startswith("tm:") for a in acks)
     facts_only = sluice(tmp_path, "inspect", "tail", "cluster:facts").stdout
     assert "TaskManagerRegistered" in facts_only and "RegisterTaskManager " not in facts_only
-    script = subprocess.run([str(ROOT / "scripts" / "inspect"), "tail", "facts", "-n", "1", "--json"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=90, check=False,
-                            env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    script = subprocess.run(
+        [str(ROOT / "scripts" / "inspect"), "tail", "facts", "-n", "1", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )
     assert script.returncode == 0, script.stderr
     assert orjson.loads(script.stdout)["type"] == "TaskManagerUnregistered"
 
@@ -156,13 +181,19 @@ class LineReader:
 
 
 @pytest.mark.timeout(20 + 20 + 10 + 10 + MARGIN)  # three lines, the follower's exit
-def test_tail_follow_prints_events_appended_after_it_started(tmp_path: Path, redis_url: str, prefix: str,
-                                                             log: EventLog) -> None:
+def test_tail_follow_prints_events_appended_after_it_started(
+    tmp_path: Path, redis_url: str, prefix: str, log: EventLog
+) -> None:
     inbox = log.keys.inbox(log.keys.cluster)
     log.append(inbox, envelope(TaskManagerHeartbeat("tm-before", "s", 1, 0)))
     env = {**os.environ, "SLUICE_REDIS_URL": redis_url, "SLUICE_PREFIX": prefix}
-    follower = subprocess.Popen([sys.executable, "-m", "sluice", "inspect", "tail", "--follow", "--json"],
-                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "inspect", "tail", "--follow", "--json"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         reader = LineReader(follower.stdout)
         # What was there is printed first: once it is, the follower has read the streams
@@ -200,10 +231,21 @@ def test_bad_settings_get_clear_errors(tmp_path: Path, args: list[str], says: st
 
 
 @pytest.mark.timeout(90 + MARGIN)  # the command
-def test_a_deployment_timeout_shorter_than_slot_reports_can_answer_is_refused(tmp_path: Path, redis_url: str,
-                                                                             prefix: str) -> None:
-    proc = sluice(tmp_path, "--redis", redis_url, "--prefix", prefix, "jobmanager", "--deploy-timeout", "1",
-                  check=False, timeout=30)  # with the tests' heartbeat timeout of 800 ms
+def test_a_deployment_timeout_shorter_than_slot_reports_can_answer_is_refused(
+    tmp_path: Path, redis_url: str, prefix: str
+) -> None:
+    proc = sluice(
+        tmp_path,
+        "--redis",
+        redis_url,
+        "--prefix",
+        prefix,
+        "jobmanager",
+        "--deploy-timeout",
+        "1",
+        check=False,
+        timeout=30,
+    )  # with the tests' heartbeat timeout of 800 ms
     assert proc.returncode == 2
     assert "shorter than twice the heartbeat timeout (800 ms)" in proc.stderr and "at least 2 s" in proc.stderr
 

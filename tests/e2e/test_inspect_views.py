@@ -32,8 +32,12 @@ def ran(log: EventLog, tmp_path: Path) -> Run:
 
 def inspect(url: str, log: EventLog, *args: str) -> Result:
     _register()
-    result = CliRunner().invoke(cli, ["--redis", url, "--prefix", log.keys.prefix, "inspect", *args],
-                                catch_exceptions=False, env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        cli,
+        ["--redis", url, "--prefix", log.keys.prefix, "inspect", *args],
+        catch_exceptions=False,
+        env={"COLUMNS": "200"},
+    )
     assert result.exit_code == 0, result.output
     return result
 
@@ -42,21 +46,36 @@ def scripts_inspect(url: str, log: EventLog, *args: str) -> subprocess.Completed
     """``scripts/inspect`` (``sluice inspect`` from a checkout) as a process: what a user sees."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
     env.update(SLUICE_REDIS_URL=url, SLUICE_PREFIX=log.keys.prefix)
-    return subprocess.run([str(ROOT / "scripts" / "inspect"), *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run(
+        [str(ROOT / "scripts" / "inspect"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.mark.timeout(120)
 def test_job_graph_and_the_lists_in_json_and_in_rich_now_and_in_the_middle(
-        log: EventLog, redis_url: str, ran: Run, tmp_path: Path) -> None:
+    log: EventLog, redis_url: str, ran: Run, tmp_path: Path
+) -> None:
     t = orjson.loads(inspect(redis_url, log, "job", "j1", "--json").output)
     assert t["job"]["status"] == "FINISHED" and t["restarts"] == 1
     assert t["root_cause"]["traceback"] == TRACEBACK
     assert [a["final"] for a in t["attempts"]] == ["FAILED", "FINISHED", "FINISHED"]
     assert t["entries"] == timeline(log, "j1")["entries"]
     rich = inspect(redis_url, log, "job", "j1").output
-    for seen in ("job j1 (j1)", "FINISHED, 1 restart, 2/2 tasks done", "last failure: src[0] attempt 0 failed: "
-                 "ValueError: boom", "restarts as attempt 1", "job FINISHED", "attempts", "returned"):
+    for seen in (
+        "job j1 (j1)",
+        "FINISHED, 1 restart, 2/2 tasks done",
+        "last failure: src[0] attempt 0 failed: ValueError: boom",
+        "restarts as attempt 1",
+        "job FINISHED",
+        "attempts",
+        "returned",
+    ):
         assert seen in rich, seen
     gantt = inspect(redis_url, log, "job", "j1", "--gantt").output
     assert "src[0] #0 tm-1/" in gantt and "✗" in gantt and "✓" in gantt and "█" in gantt
@@ -88,14 +107,22 @@ def test_job_graph_and_the_lists_in_json_and_in_rich_now_and_in_the_middle(
     every = [orjson.loads(line) for line in inspect(redis_url, log, "tail", "--json").output.splitlines()]
     last = [orjson.loads(line) for line in inspect(redis_url, log, "tail", "-n", "3", "--json").output.splitlines()]
     assert last == every[-3:] and len(every) > 50
-    upto = [orjson.loads(line)["entry"] for line in
-            inspect(redis_url, log, "tail", "job:j1:facts", "--json", "--at", ran.mid).output.splitlines()]
-    assert upto == t["entries"][:t["entries"].index(ran.mid) + 1]
-    assert [orjson.loads(line)["entry"] for line in inspect(redis_url, log, "tail", "job:j1:facts", "-n", "2",
-                                                             "--at", ran.mid, "--json").output.splitlines()] == upto[-2:]
+    upto = [
+        orjson.loads(line)["entry"]
+        for line in inspect(redis_url, log, "tail", "job:j1:facts", "--json", "--at", ran.mid).output.splitlines()
+    ]
+    assert upto == t["entries"][: t["entries"].index(ran.mid) + 1]
+    assert [
+        orjson.loads(line)["entry"]
+        for line in inspect(
+            redis_url, log, "tail", "job:j1:facts", "-n", "2", "--at", ran.mid, "--json"
+        ).output.splitlines()
+    ] == upto[-2:]
 
-    lengths = {ln.split()[0]: int(ln.split()[1]) for ln in
-               inspect(redis_url, log, "streams", "--at", ran.mid).output.splitlines()}
+    lengths = {
+        ln.split()[0]: int(ln.split()[1])
+        for ln in inspect(redis_url, log, "streams", "--at", ran.mid).output.splitlines()
+    }
     assert lengths["job:j1:facts"] == len(upto) and not any(name.startswith("job:j2") for name in lengths)
 
     splits = [orjson.loads(line) for line in inspect(redis_url, log, "splits", "j1", "--json").output.splitlines()]
@@ -122,8 +149,9 @@ def test_stats_and_dead_letters_with_a_redrive(log: EventLog, redis_url: str, ra
     (d,) = orjson.loads(inspect(redis_url, log, "dead-letters", "--json").output)
     assert (d["stream"], d["entry"], d["reason"]) == (inbox, "7-0", "no type")
     assert "no type" in inspect(redis_url, log, "dead-letters").output
-    out = orjson.loads(inspect(redis_url, log, "dead-letters", "--redrive", d["id"], "--stream", "job:j1:dead",
-                               "--json").output)
+    out = orjson.loads(
+        inspect(redis_url, log, "dead-letters", "--redrive", d["id"], "--stream", "job:j1:dead", "--json").output
+    )
     assert out["redriven_as"] == log.last_id(inbox)
     assert orjson.loads(inspect(redis_url, log, "dead-letters", "--json").output) == []
     assert "no dead letters" in inspect(redis_url, log, "dead-letters").output
@@ -147,8 +175,9 @@ def test_every_bad_input_says_what_was_wrong_and_what_to_do(log: EventLog, redis
     ]
     _register()
     for args, said in cases:
-        result = CliRunner().invoke(cli, ["--redis", redis_url, "--prefix", log.keys.prefix, *args],
-                                    env={"PATH": str(tmp_path)})  # no Graphviz there
+        result = CliRunner().invoke(
+            cli, ["--redis", redis_url, "--prefix", log.keys.prefix, *args], env={"PATH": str(tmp_path)}
+        )  # no Graphviz there
         told = result.output + str(result.exception or "")
         assert result.exit_code != 0 and said in told, (args, told)
     done = scripts_inspect(redis_url, log, "job", "nope")  # as a user sees it
@@ -170,12 +199,19 @@ def test_after_export_and_import_the_commands_show_the_same_job(log: EventLog, r
 
     with second_prefix(log) as there:
         load(there, parse(list(export_lines(collect(log, "j1"), exported_at=1)), "test export"))
-        for args in (("job", "j1", "--json"), ("job", "j1", "--json", "--at", ran.mid), ("graph", "j1", "--json"),
-                     ("kvstate", "j1", "--json"), ("splits", "j1", "--json")):
+        for args in (
+            ("job", "j1", "--json"),
+            ("job", "j1", "--json", "--at", ran.mid),
+            ("graph", "j1", "--json"),
+            ("kvstate", "j1", "--json"),
+            ("splits", "j1", "--json"),
+        ):
             assert inspect(redis_url, there, *args).output == inspect(redis_url, log, *args).output, args
         (row,) = orjson.loads(inspect(redis_url, there, "jobs", "--json").output)
         assert (row["job_id"], row["status"], row["restarts"]) == ("j1", "FINISHED", 1)
-        assert "last failure: src[0] attempt 0 failed: ValueError: boom" in inspect(redis_url, there, "job", "j1").output
+        assert (
+            "last failure: src[0] attempt 0 failed: ValueError: boom" in inspect(redis_url, there, "job", "j1").output
+        )
 
 
 @pytest.mark.timeout(60)

@@ -28,12 +28,16 @@ ROOT = Path(__file__).resolve().parents[2]
         ("def job(params):\n    return 42\n", "returned int, not a JobGraph (call .graph())", None),
         ("import no_such_module_here\n", "cannot be imported: ModuleNotFoundError", 1),
         ("x = 1\ny = x / 0\n", "cannot be imported: ZeroDivisionError: division by zero", 2),
-        ("def job(params):\n    return params['input']\n", "job(params) in {path} raised KeyError: 'input' (params: {{}})",
-         2),
+        (
+            "def job(params):\n    return params['input']\n",
+            "job(params) in {path} raised KeyError: 'input' (params: {{}})",
+            2,
+        ),
     ],
 )
-def test_job_files_that_cannot_be_loaded_say_why(tmp_path: Path, source: str | None, says: str,
-                                                 line: int | None) -> None:
+def test_job_files_that_cannot_be_loaded_say_why(
+    tmp_path: Path, source: str | None, says: str, line: int | None
+) -> None:
     path = tmp_path / "job.py"
     if source is not None:
         path.write_text(source)
@@ -48,8 +52,15 @@ def test_job_files_that_cannot_be_loaded_say_why(tmp_path: Path, source: str | N
 
 def sluice(cwd: Path, *args: str, extra: dict | None = None) -> subprocess.CompletedProcess:
     env_ = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | (extra or {})
-    return subprocess.run([sys.executable, "-m", "sluice", *args], cwd=cwd, env=env_, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "sluice", *args],
+        cwd=cwd,
+        env=env_,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.mark.timeout(120 + MARGIN)  # the command
@@ -66,13 +77,13 @@ def test_an_unknown_job_is_job_not_found(tmp_path: Path, redis_url: str, prefix:
 
 
 @pytest.mark.timeout(30 + MARGIN + TEARDOWN)  # the refusal
-def test_a_job_whose_input_is_missing_is_refused_with_the_path(procs: Processes, log: EventLog,
-                                                              tmp_path: Path) -> None:
+def test_a_job_whose_input_is_missing_is_refused_with_the_path(procs: Processes, log: EventLog, tmp_path: Path) -> None:
     procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "s").as_uri())
     client = Client(log)
     missing = tmp_path / "nowhere.txt"
-    job_id = client.submit(load_job(ROOT / "examples" / "wordcount.py", {"input": str(missing),
-                                                                           "output": str(tmp_path / "o")}))
+    job_id = client.submit(
+        load_job(ROOT / "examples" / "wordcount.py", {"input": str(missing), "output": str(tmp_path / "o")})
+    )
     with pytest.raises(JobRefusedError) as info:
         client.wait_accepted(job_id, timeout=30)
     assert str(missing) in str(info.value) and f"job {job_id} was refused" in str(info.value)
@@ -80,20 +91,23 @@ def test_a_job_whose_input_is_missing_is_refused_with_the_path(procs: Processes,
 
 
 @pytest.mark.timeout(20 + 20 + 20 + MARGIN + TEARDOWN)  # acceptance, dead letters, cancel
-def test_a_message_a_job_inbox_does_not_take_is_parked_and_the_job_goes_on(procs: Processes, log: EventLog,
-                                                                           tmp_path: Path) -> None:
+def test_a_message_a_job_inbox_does_not_take_is_parked_and_the_job_goes_on(
+    procs: Processes, log: EventLog, tmp_path: Path
+) -> None:
     procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "s").as_uri())
     text = tmp_path / "in.txt"
     text.write_text("a b\n")
     client = Client(log)
-    job_id = client.submit(load_job(ROOT / "examples" / "wordcount.py", {"input": str(text),
-                                                                           "output": str(tmp_path / "o")}))
+    job_id = client.submit(
+        load_job(ROOT / "examples" / "wordcount.py", {"input": str(text), "output": str(tmp_path / "o")})
+    )
     wait_until(lambda: client.job(job_id, missing_ok=True), "the job to be accepted")
     inbox = log.keys.inbox(log.keys.job(job_id))
     log.append(inbox, env(RegisterTaskManager("tm", "s", "h", 1, PROTOCOL_VERSION, 1)))
     log.client.xadd(inbox, {b"e": b"garbage"})
-    dead = wait_until(lambda: len(d := list(log.replay_raw(log.keys.dead(log.keys.job(job_id))))) == 2 and d,
-                      "two dead letters")
+    dead = wait_until(
+        lambda: len(d := list(log.replay_raw(log.keys.dead(log.keys.job(job_id))))) == 2 and d, "two dead letters"
+    )
     reasons = [f[b"reason"].decode() for _, f in dead]
     assert any("RegisterTaskManager is not a message a job inbox takes" in r for r in reasons)
     assert any("unexpected character" in r for r in reasons)

@@ -49,8 +49,11 @@ def write_lines(path: Path, n: int = 2000) -> Path:
 def run_job(log: EventLog, file: Path, params: dict, timeout: float = 120):
     client = Client(log)
     job_id = client.submit(load_job(file, params))
-    job = wait_until(lambda: (j := client.job(job_id, missing_ok=True)) is not None and j.status in TERMINAL_JOB and j,
-                     f"job {job_id} to end", timeout=timeout)
+    job = wait_until(
+        lambda: (j := client.job(job_id, missing_ok=True)) is not None and j.status in TERMINAL_JOB and j,
+        f"job {job_id} to end",
+        timeout=timeout,
+    )
     return job_id, job
 
 
@@ -60,13 +63,17 @@ def job_facts(log: EventLog, job_id: str) -> list:
 
 @pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # registration, the job
 def test_wordcount_counts_match_plain_pyspark_and_consumers_deploy_after_their_producers(
-        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
     start_tm(procs, cluster, "tm-1")
     wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
     text = write_lines(tmp_path / "in.txt")
     out = tmp_path / "out"
-    job_id, job = run_job(log, ROOT / "examples" / "wordcount.py",
-                          {"input": str(text), "output": str(out), "parallelism": "3", "split_bytes": "4096"})
+    job_id, job = run_job(
+        log,
+        ROOT / "examples" / "wordcount.py",
+        {"input": str(text), "output": str(out), "parallelism": "3", "split_bytes": "4096"},
+    )
     assert job.status == JobStatus.FINISHED, job.reason
     from pyspark.sql import functions as F
 
@@ -78,17 +85,30 @@ def test_wordcount_counts_match_plain_pyspark_and_consumers_deploy_after_their_p
     # Lazy deployment: no consumer was scheduled before every producer had data.
     facts = job_facts(log, job_id)
     produced = [i for i, f in enumerate(facts) if isinstance(f, ScheduleOrUpdateConsumers)]
-    consumer_scheduled = [i for i, f in enumerate(facts) if isinstance(f, UpdateTaskExecutionState)
-                          and f.state == TaskState.SCHEDULED and f.vertex_id.startswith("sum counts")]
+    consumer_scheduled = [
+        i
+        for i, f in enumerate(facts)
+        if isinstance(f, UpdateTaskExecutionState)
+        and f.state == TaskState.SCHEDULED
+        and f.vertex_id.startswith("sum counts")
+    ]
     assert len(produced) == 3 and len(consumer_scheduled) == 2
     assert max(produced) < min(consumer_scheduled)
     # Every task state change is in the log, in order, for every subtask.
     for vertex, n in (("lines -> count words", 3), ("sum counts -> out", 2)):
         for sub in range(n):
-            states = [f.state for f in facts if isinstance(f, UpdateTaskExecutionState)
-                      and f.vertex_id == vertex and f.subtask == sub]
-            assert states == [TaskState.SCHEDULED, TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING,
-                              TaskState.FINISHED]
+            states = [
+                f.state
+                for f in facts
+                if isinstance(f, UpdateTaskExecutionState) and f.vertex_id == vertex and f.subtask == sub
+            ]
+            assert states == [
+                TaskState.SCHEDULED,
+                TaskState.DEPLOYING,
+                TaskState.INITIALIZING,
+                TaskState.RUNNING,
+                TaskState.FINISHED,
+            ]
     # The ExecutionGraph table, rebuilt from the log, is the same table.
     Projector(log).catch_up()
     tables = ReadModels(log)
@@ -102,7 +122,8 @@ def test_wordcount_counts_match_plain_pyspark_and_consumers_deploy_after_their_p
 
 @pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_user_code_that_raises_is_restarted_then_the_job_fails_with_the_users_error(
-        procs: Processes, log: EventLog, cluster: dict, tmp_path: Path) -> None:
+    procs: Processes, log: EventLog, cluster: dict, tmp_path: Path
+) -> None:
     start_tm(procs, cluster, "tm-1")
     text = write_lines(tmp_path / "in.txt", 10)
     job_id, job = run_job(log, JOBS / "failing.py", {"input": str(text), "output": str(tmp_path / "o")})
@@ -110,14 +131,18 @@ def test_user_code_that_raises_is_restarted_then_the_job_fails_with_the_users_er
     assert job.restarts == 2
     assert job.reason.startswith("task lines -> explode -> out[0] failed after 2 restarts: Traceback")
     assert "line 8, in explode" in job.reason and job.reason.endswith("ValueError: bad input row 42")
-    attempts = {f.attempt for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState)
-                and f.state == TaskState.FAILED}
+    attempts = {
+        f.attempt
+        for f in job_facts(log, job_id)
+        if isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.FAILED
+    }
     assert attempts == {0, 1, 2}
 
 
 @pytest.mark.timeout(SPARK_START + 90 + 90 + MARGIN + TEARDOWN)  # the stall, the job
 def test_a_worker_killed_mid_task_leads_to_a_restart_not_a_hang(
-        procs: Processes, log: EventLog, cluster: dict, tmp_path: Path, monkeypatch) -> None:
+    procs: Processes, log: EventLog, cluster: dict, tmp_path: Path, monkeypatch
+) -> None:
     marker = tmp_path / "marker"
     start_tm(procs, cluster, "tm-1", slots=1, env={"SLUICE_TEST_MARKER": str(marker)})
     text = write_lines(tmp_path / "in.txt", 10)
@@ -127,13 +152,16 @@ def test_a_worker_killed_mid_task_leads_to_a_restart_not_a_hang(
     os.kill(pid, signal.SIGKILL)
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=90)
     assert job.status == JobStatus.FINISHED and job.restarts == 1
-    failed = [f for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.FAILED]
+    failed = [
+        f for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.FAILED
+    ]
     assert len(failed) == 1 and "died (signal 9)" in failed[0].error
 
 
 @pytest.mark.timeout(SPARK_START + 90 + 90 + 30 + 10 + 10 + MARGIN + TEARDOWN)
-def test_cancelling_a_running_job_kills_the_worker_that_runs_its_task(procs: Processes, log: EventLog,
-                                                                     cluster: dict, tmp_path: Path) -> None:
+def test_cancelling_a_running_job_kills_the_worker_that_runs_its_task(
+    procs: Processes, log: EventLog, cluster: dict, tmp_path: Path
+) -> None:
     """``sluice cancel`` while the task runs (stalled in the user's code): the job ends
     CANCELED, the worker process that ran the task is killed (its Python is stuck in
     time.sleep: nothing short of a kill stops it) and a fresh worker takes its slot, and
@@ -147,11 +175,19 @@ def test_cancelling_a_running_job_kills_the_worker_that_runs_its_task(procs: Pro
     client = Client(log)
     job_id = client.submit(load_job(JOBS / "slow.py", {"input": str(text), "output": str(tmp_path / "o")}))
     pid = int(wait_until(lambda: marker.exists() and marker.read_text(), "the task to run", timeout=90))
-    slot = next(f.slot for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState)
-                and f.state == TaskState.DEPLOYING)
+    slot = next(
+        f.slot
+        for f in job_facts(log, job_id)
+        if isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.DEPLOYING
+    )
     assert worker_pids(procs.prefix, "tm-1", slot) == [pid]  # the marker holds the pid of the slot's worker
-    cancel = subprocess.run([sys.executable, "-m", "sluice", "--redis", procs.url, "--prefix", procs.prefix,
-                             "cancel", job_id], capture_output=True, text=True, timeout=90, check=False)
+    cancel = subprocess.run(
+        [sys.executable, "-m", "sluice", "--redis", procs.url, "--prefix", procs.prefix, "cancel", job_id],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
     assert cancel.returncode == 0, cancel.stdout + cancel.stderr
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=30)
     assert job.status == JobStatus.CANCELED
@@ -170,12 +206,14 @@ def test_cancelling_a_running_job_kills_the_worker_that_runs_its_task(procs: Pro
 
 
 @pytest.mark.timeout(SPARK_START + 20 + 120 + MARGIN + TEARDOWN)  # waiting, the job
-def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins(procs: Processes, log: EventLog, cluster: dict,
-                                                                tmp_path: Path) -> None:
+def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins(
+    procs: Processes, log: EventLog, cluster: dict, tmp_path: Path
+) -> None:
     text = write_lines(tmp_path / "in.txt", 100)
     client = Client(log)
-    job_id = client.submit(load_job(ROOT / "examples" / "wordcount.py",
-                                    {"input": str(text), "output": str(tmp_path / "o")}))
+    job_id = client.submit(
+        load_job(ROOT / "examples" / "wordcount.py", {"input": str(text), "output": str(tmp_path / "o")})
+    )
     wait_until(lambda: any(isinstance(f, JobWaitingForSlots) for f in job_facts(log, job_id)), "the job to wait")
     assert client.job(job_id).status == JobStatus.CREATED
     start_tm(procs, cluster, "tm-late")
@@ -186,8 +224,12 @@ def test_a_job_waits_for_slots_and_runs_when_a_taskmanager_joins(procs: Processe
     facts = job_facts(log, job_id)
     waits = [type(f).__name__ for f in facts if isinstance(f, (JobWaitingForSlots, JobSlotsFound))]
     assert waits and waits == ["JobWaitingForSlots", "JobSlotsFound"] * (len(waits) // 2), waits
-    first = next(f for f in facts if isinstance(f, JobWaitingForSlots)
-                 or (isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.SCHEDULED))
+    first = next(
+        f
+        for f in facts
+        if isinstance(f, JobWaitingForSlots)
+        or (isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.SCHEDULED)
+    )
     assert isinstance(first, JobWaitingForSlots)
 
 
@@ -196,8 +238,14 @@ def test_an_invalid_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "sluice", "run", str(JOBS / "invalid.py")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sluice", "run", str(JOBS / "invalid.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 1
     assert "job 'invalid' is not valid" in proc.stderr
     assert "has parallelism 8; it must be between 1 and the max parallelism 4" in proc.stderr
@@ -206,8 +254,9 @@ def test_an_invalid_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
-def test_the_clickstream_example_matches_plain_pyspark(procs: Processes, log: EventLog, cluster: dict, spark,
-                                                      tmp_path: Path) -> None:
+def test_the_clickstream_example_matches_plain_pyspark(
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("clickstream_example", ROOT / "examples" / "clickstream.py")
@@ -215,12 +264,17 @@ def test_the_clickstream_example_matches_plain_pyspark(procs: Processes, log: Ev
     spec.loader.exec_module(example)
     example.generate(tmp_path / "clicks", files=2, rows=5000)
     start_tm(procs, cluster, "tm-1")
-    _, job = run_job(log, ROOT / "examples" / "clickstream.py",
-                          {"input": str(tmp_path / "clicks"), "output": str(tmp_path / "out"), "split_bytes": "20000"})
+    _, job = run_job(
+        log,
+        ROOT / "examples" / "clickstream.py",
+        {"input": str(tmp_path / "clicks"), "output": str(tmp_path / "out"), "split_bytes": "20000"},
+    )
     assert job.status == JobStatus.FINISHED, job.reason
     got = sorted(tuple(r) for r in spark.read.parquet(str(tmp_path / "out")).collect())
-    want = sorted(tuple(r) for r in example.per_user(example.per_user_page(
-        spark.read.parquet(str(tmp_path / "clicks")))).collect())
+    want = sorted(
+        tuple(r)
+        for r in example.per_user(example.per_user_page(spark.read.parquet(str(tmp_path / "clicks")))).collect()
+    )
     assert got == want and len(got) > 1000
 
 
@@ -236,9 +290,25 @@ def test_sluice_run_the_readme_command_gives_the_right_counts(spark_remote: str,
     text = write_lines(tmp_path / "in.txt", 3000)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
     env["SLUICE_SPARK_REMOTE"] = spark_remote
-    proc = subprocess.run([sys.executable, "-m", "sluice", "run", str(ROOT / "examples" / "wordcount.py"),
-                           "-p", f"input={text}", "-p", f"output={tmp_path / 'out'}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sluice",
+            "run",
+            str(ROOT / "examples" / "wordcount.py"),
+            "-p",
+            f"input={text}",
+            "-p",
+            f"output={tmp_path / 'out'}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FINISHED" in proc.stdout and f"output: {tmp_path / 'out'}" in proc.stdout
     got = {r["word"]: r["count"] for r in spark.read.parquet(str(tmp_path / "out")).collect()}
@@ -248,20 +318,34 @@ def test_sluice_run_the_readme_command_gives_the_right_counts(spark_remote: str,
 
 
 @pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # running, the job
-def test_a_running_job_survives_a_jobmanager_kill(procs: Processes, log: EventLog, cluster: dict, spark,
-                                                 tmp_path: Path) -> None:
+def test_a_running_job_survives_a_jobmanager_kill(
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
     """kill -9 the leading JobManager while the job runs: the standby rebuilds the job from
     its facts, serves its inbox and the job finishes with the right result."""
-    procs.start("jm-b", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--id", "jm-b",
-                env={"SLUICE_HOME": str(cluster["home"]), **SLACK, "SLUICE_LEASE_TTL_MS": "1500"})
+    procs.start(
+        "jm-b",
+        "jobmanager",
+        "--storage-root",
+        (tmp_path / "storage").as_uri(),
+        "--id",
+        "jm-b",
+        env={"SLUICE_HOME": str(cluster["home"]), **SLACK, "SLUICE_LEASE_TTL_MS": "1500"},
+    )
     start_tm(procs, cluster, "tm-1")
     text = write_lines(tmp_path / "in.txt", 20000)
     client = Client(log)
-    job_id = client.submit(load_job(ROOT / "examples" / "wordcount.py",
-                                    {"input": str(text), "output": str(tmp_path / "out"), "parallelism": "4",
-                                     "split_bytes": "16384"}))
-    wait_until(lambda: (j := client.job(job_id, missing_ok=True)) is not None and j.status == JobStatus.RUNNING,
-               "the job to run", timeout=90)
+    job_id = client.submit(
+        load_job(
+            ROOT / "examples" / "wordcount.py",
+            {"input": str(text), "output": str(tmp_path / "out"), "parallelism": "4", "split_bytes": "16384"},
+        )
+    )
+    wait_until(
+        lambda: (j := client.job(job_id, missing_ok=True)) is not None and j.status == JobStatus.RUNNING,
+        "the job to run",
+        timeout=90,
+    )
     grants = [e.event for _, e in log.replay(log.keys.facts(log.keys.cluster)) if e.type == "LeadershipGranted"]
     first, killed_epoch = grants[-1].leader_id, grants[-1].epoch  # either JobManager may have won the lease
     procs.signal("jm-b" if first == "jm-b" else "jm", signal.SIGKILL)
@@ -283,23 +367,41 @@ def test_a_running_job_survives_a_jobmanager_kill(procs: Processes, log: EventLo
 
 @pytest.mark.timeout(SPARK_START + 90 + 20 + 120 + 10 + MARGIN + TEARDOWN)  # the stall, lost, the job, the stale worker
 def test_a_taskmanager_declared_lost_while_alive_drops_its_tasks_and_rejoins(
-        procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path) -> None:
+    procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path
+) -> None:
     """Freeze a TaskManager past the heartbeat timeout: the leader declares it lost and fails
     its task; when it wakes up it is told to register again, drops the stale task (killing
     the worker that runs it) and the job's restarted attempt finishes on it."""
-    quick = {"SLUICE_HEARTBEAT_INTERVAL_MS": "200", "SLUICE_HEARTBEAT_TIMEOUT_MS": "2000", "SLUICE_LEASE_TTL_MS": "5000"}
+    quick = {
+        "SLUICE_HEARTBEAT_INTERVAL_MS": "200",
+        "SLUICE_HEARTBEAT_TIMEOUT_MS": "2000",
+        "SLUICE_LEASE_TTL_MS": "5000",
+    }
     home = tmp_path / "home"
-    procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), env={"SLUICE_HOME": str(home), **quick})
+    procs.start(
+        "jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), env={"SLUICE_HOME": str(home), **quick}
+    )
     marker = tmp_path / "marker"
-    procs.start("tm-1", "taskmanager", "--resource-id", "tm-1", "--slots", "1", "--spark", spark_remote,
-                env={"SLUICE_HOME": str(home), "SLUICE_TEST_MARKER": str(marker), **quick})
+    procs.start(
+        "tm-1",
+        "taskmanager",
+        "--resource-id",
+        "tm-1",
+        "--slots",
+        "1",
+        "--spark",
+        spark_remote,
+        env={"SLUICE_HOME": str(home), "SLUICE_TEST_MARKER": str(marker), **quick},
+    )
     client = Client(log)
     text = write_lines(tmp_path / "in.txt", 10)
     job_id = client.submit(load_job(JOBS / "slow.py", {"input": str(text), "output": str(tmp_path / "o")}))
     stalled_worker = int(wait_until(lambda: marker.exists() and marker.read_text(), "the task to stall", timeout=90))
     procs.signal("tm-1", signal.SIGSTOP)
-    wait_until(lambda: any(e.type == "TaskManagerLost" for _, e in log.replay(log.keys.facts(log.keys.cluster))),
-               "the TaskManager to be declared lost")
+    wait_until(
+        lambda: any(e.type == "TaskManagerLost" for _, e in log.replay(log.keys.facts(log.keys.cluster))),
+        "the TaskManager to be declared lost",
+    )
     procs.signal("tm-1", signal.SIGCONT)
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
     assert job.status == JobStatus.FINISHED and job.restarts == 1, job.reason

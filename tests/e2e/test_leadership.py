@@ -52,8 +52,13 @@ def test_the_standby_takes_over_from_a_killed_leader_and_rebuilds_from_the_log(p
     # and nobody was lost.
     for rid in ("tm-1", "tm-2"):
         inbox = log.keys.inbox(log.keys.taskmanager(rid))
-        wait_until(lambda inbox=inbox: any(isinstance(e.event, AlreadyRegistered) and e.event.epoch == 2
-                                           and e.epoch == 2 for _, e in log.replay(inbox)), f"{rid} to re-register")
+        wait_until(
+            lambda inbox=inbox: any(
+                isinstance(e.event, AlreadyRegistered) and e.event.epoch == 2 and e.epoch == 2
+                for _, e in log.replay(inbox)
+            ),
+            f"{rid} to re-register",
+        )
     assert sum(isinstance(e.event, TaskManagerRegistered) for e in facts(log)) == 2
     time.sleep(1.0)
     assert registered(log) == {"tm-1", "tm-2"}
@@ -70,13 +75,17 @@ def test_a_deposed_leader_that_wakes_up_is_fenced(procs: Processes, log: EventLo
     # from a refused write. It judges heartbeats only on a view of the inbox read after it
     # woke, so it need not try to declare every TaskManager lost first; if it writes
     # anything, the fence refuses it.
-    wait_until(lambda: " deposed " in procs.output("jm-a") or "lost the lease" in procs.output("jm-a"),
-               "jm-a to learn it was deposed")
+    wait_until(
+        lambda: " deposed " in procs.output("jm-a") or "lost the lease" in procs.output("jm-a"),
+        "jm-a to learn it was deposed",
+    )
     out = procs.output("jm-a")
     if " deposed " in out:  # (the log line, not the test's own directory in a path)
         assert "writer epoch 1 is older than the fence at epoch 2" in out
     # Nothing jm-a decided after waking up reached the log.
-    takeover = next(i for i, e in enumerate(facts(log)) if isinstance(e.event, LeadershipGranted) and e.event.epoch == 2)
+    takeover = next(
+        i for i, e in enumerate(facts(log)) if isinstance(e.event, LeadershipGranted) and e.event.epoch == 2
+    )
     assert all(e.epoch == 2 for e in facts(log)[takeover:])
     assert registered(log) == {"tm-1", "tm-2"}
     # jm-a is a standby now; and any write at its old epoch is refused.

@@ -44,8 +44,10 @@ def test_taskmanagers_register_and_the_table_is_the_fold_of_the_log(procs: Proce
     procs.start("projector", "projector")
     procs.start("tm1", "taskmanager", "--resource-id", "tm-1", "--slots", "2")
     procs.start("tm2", "taskmanager", "--resource-id", "tm-2", "--slots", "3")
-    wait_until(lambda: registered(log) == {"tm-1", "tm-2"} and all(r.root_id for r in membership(log).active()),
-               "two registrations, and what each sees of the storage root (the last change to their rows)")
+    wait_until(
+        lambda: registered(log) == {"tm-1", "tm-2"} and all(r.root_id for r in membership(log).active()),
+        "two registrations, and what each sees of the storage root (the last change to their rows)",
+    )
     assert membership(log).total_slots == 5
     # One acknowledgement; a registration retried while the leader was busy (it retries after
     # 100 ms, doubling, as Flink's does) is answered AlreadyRegistered, never a second ack.
@@ -55,7 +57,9 @@ def test_taskmanagers_register_and_the_table_is_the_fold_of_the_log(procs: Proce
     tables = ReadModels(log)
     live = {k: TASKMANAGERS.row(membership(log), k) for k in membership(log).taskmanagers}
     wait_until(lambda: tables.read(log.keys.cluster, "taskmanagers")[1] == live, "the projector to catch up")
-    log.client.delete(log.keys.table(log.keys.cluster, "taskmanagers"), log.keys.position(log.keys.cluster, "taskmanagers"))
+    log.client.delete(
+        log.keys.table(log.keys.cluster, "taskmanagers"), log.keys.position(log.keys.cluster, "taskmanagers")
+    )
     Projector(log).catch_up()
     assert tables.read(log.keys.cluster, "taskmanagers")[1] == live
 
@@ -135,8 +139,15 @@ def test_bad_entries_in_the_inbox_are_parked_and_the_jobmanager_goes_on(procs: P
     inbox = log.keys.inbox(log.keys.cluster)
     log.client.xadd(inbox, {b"e": b"definitely not json"})
     log.client.xadd(inbox, {b"payload": b"{}"})
-    log.client.xadd(inbox, {b"e": b'{"type":"Mystery","v":1,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,"payload":{}}'})
-    log.client.xadd(inbox, {b"e": b'{"type":"RegisterTaskManager","v":2,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,"payload":{"slots":2}}'})
+    log.client.xadd(
+        inbox, {b"e": b'{"type":"Mystery","v":1,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,"payload":{}}'}
+    )
+    log.client.xadd(
+        inbox,
+        {
+            b"e": b'{"type":"RegisterTaskManager","v":2,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,"payload":{"slots":2}}'
+        },
+    )
     task = TaskDeploymentDescriptor("j", "v:0:0", "v", 0, 0, 1, 128, "noop", "0" * 64, "m", [], {}, [])
     log.append(inbox, env(SubmitTask("j", "v:0:0", "v", 0, 0, 0, task)))  # well-formed, wrong inbox
     procs.start("tm1", "taskmanager", "--resource-id", "tm-1")
@@ -173,25 +184,62 @@ def test_the_cluster_rides_out_a_redis_restart(procs: Processes, aof_redis, pref
     def since_restart(stream: str) -> list[Envelope]:
         return [e for _, e in log.replay(stream, after)]
 
-    grant = wait_until(lambda: next((e for e in since_restart(log.keys.facts(log.keys.cluster))
-                                     if isinstance(e.event, LeadershipGranted)), None),
-                       "a leader granted after the restart", timeout=30)
+    grant = wait_until(
+        lambda: next(
+            (e for e in since_restart(log.keys.facts(log.keys.cluster)) if isinstance(e.event, LeadershipGranted)), None
+        ),
+        "a leader granted after the restart",
+        timeout=30,
+    )
     epoch = grant.event.epoch
     assert epoch > before and grant.epoch == epoch and current_leader(log).epoch == epoch
     tm_inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
     # (An answer the old leader committed before the restart may be delivered after it, by
     # the new leader's outbox delivery: it keeps its epoch, and the TaskManager ignores it.)
-    reply = wait_until(lambda: next((e for e in since_restart(tm_inbox)
-                                     if isinstance(e.event, (AlreadyRegistered, AcknowledgeRegistration))
-                                     and e.event.epoch == epoch), None),
-                       "tm-1 to register with the new leader", timeout=30)
+    reply = wait_until(
+        lambda: next(
+            (
+                e
+                for e in since_restart(tm_inbox)
+                if isinstance(e.event, (AlreadyRegistered, AcknowledgeRegistration)) and e.event.epoch == epoch
+            ),
+            None,
+        ),
+        "tm-1 to register with the new leader",
+        timeout=30,
+    )
     assert reply.epoch == epoch, reply
     # Heartbeats at the new epoch, both ways, well past the heartbeat timeout (800 ms).
-    wait_until(lambda: len([e for e in since_restart(tm_inbox) if isinstance(e.event, JobManagerHeartbeat)
-                            and e.event.epoch == epoch]) >= 10, "the new leader's heartbeats to tm-1", timeout=30)
-    wait_until(lambda: len([e for e in since_restart(log.keys.inbox(log.keys.cluster))
-                            if isinstance(e.event, TaskManagerHeartbeat) and e.event.resource_id == "tm-1"
-                            and e.event.epoch == epoch]) >= 10, "tm-1's heartbeats to the new leader", timeout=30)
+    wait_until(
+        lambda: (
+            len(
+                [
+                    e
+                    for e in since_restart(tm_inbox)
+                    if isinstance(e.event, JobManagerHeartbeat) and e.event.epoch == epoch
+                ]
+            )
+            >= 10
+        ),
+        "the new leader's heartbeats to tm-1",
+        timeout=30,
+    )
+    wait_until(
+        lambda: (
+            len(
+                [
+                    e
+                    for e in since_restart(log.keys.inbox(log.keys.cluster))
+                    if isinstance(e.event, TaskManagerHeartbeat)
+                    and e.event.resource_id == "tm-1"
+                    and e.event.epoch == epoch
+                ]
+            )
+            >= 10
+        ),
+        "tm-1's heartbeats to the new leader",
+        timeout=30,
+    )
     time.sleep(1.0)
     assert registered(log) == {"tm-1"}
     assert not any(isinstance(e.event, TaskManagerLost) for e in facts(log))

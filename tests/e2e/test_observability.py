@@ -29,8 +29,13 @@ with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx
 
 JOBS = Path(__file__).parent / "jobs"
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 _register()
 
 
@@ -61,7 +66,11 @@ def check_everything(url: str, prefix: str, job_id: str, original: dict | None =
     assert len(failed) == 1 and "flaky input: the first attempt fails" in failed[0]["error"]
     assert timeline["restarts"] == 1
     assert {(a["vertex"], a["subtask"]) for a in attempts if a["final"] == "FINISHED"} == {
-        ("lines -> count words", 0), ("lines -> count words", 1), ("sum counts -> out", 0), ("sum counts -> out", 1)}
+        ("lines -> count words", 0),
+        ("lines -> count words", 1),
+        ("sum counts -> out", 0),
+        ("sum counts -> out", 1),
+    }
     assert all(a["duration_s"] is not None and a["taskmanager"] == "tm-1" for a in attempts)
     assert sum(len(a["splits"]) for a in attempts if a["vertex"].startswith("lines")) >= 2
     kinds = {e["kind"] for e in timeline["events"]}
@@ -150,17 +159,22 @@ def look_at_the_job_page(log: EventLog, job_id: str, halfway: str, attempts: lis
 
 @pytest.mark.timeout(SPARK_START + 90 + 180 + 120 + MARGIN + TEARDOWN)
 def test_a_real_run_with_a_failure_and_a_restart_seen_through_every_command_page_and_an_import(
-        procs: Processes, log: EventLog, cluster: dict, redis_url: str, tmp_path: Path) -> None:
+    procs: Processes, log: EventLog, cluster: dict, redis_url: str, tmp_path: Path
+) -> None:
     start_tm(procs, cluster, "tm-1", env={"SLUICE_TEST_FAIL_ONCE": str(tmp_path / "failed-once")})
     procs.start("projector", "projector")
     wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
     text = write_lines(tmp_path / "in.txt")
-    job_id, job = run_job(log, JOBS / "flaky_wordcount.py", {"input": str(text), "output": str(tmp_path / "out")},
-                          timeout=180)
+    job_id, job = run_job(
+        log, JOBS / "flaky_wordcount.py", {"input": str(text), "output": str(tmp_path / "out")}, timeout=180
+    )
     assert job.status == JobStatus.FINISHED and job.restarts == 1, job.reason
     tag = log.keys.job(job_id)
-    wait_until(lambda: (ReadModels(log).read(tag, "executiongraph")[1].get("job") or {}).get("status")
-               == "FINISHED", "the projector to catch up", timeout=30)
+    wait_until(
+        lambda: (ReadModels(log).read(tag, "executiongraph")[1].get("job") or {}).get("status") == "FINISHED",
+        "the projector to catch up",
+        timeout=30,
+    )
     states = {ex.state for v in job.vertices.values() for ex in v.subtasks}
     assert states == {TaskState.FINISHED}
     prefix = log.keys.prefix

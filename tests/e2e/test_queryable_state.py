@@ -22,24 +22,33 @@ from tests.e2e.test_jobs import ROOT, run_job
 
 def write_words(path: Path, vocabulary: int = 3000, lines: int = 4000, seed: int = 3) -> Path:
     rng = random.Random(seed)
-    path.write_text("\n".join(" ".join(f"w{rng.randrange(vocabulary)}" for _ in range(rng.randint(1, 9)))
-                              for _ in range(lines)) + "\n")
+    path.write_text(
+        "\n".join(" ".join(f"w{rng.randrange(vocabulary)}" for _ in range(rng.randint(1, 9))) for _ in range(lines))
+        + "\n"
+    )
     return path
 
 
 @pytest.mark.timeout(SPARK_START + 90 + 120 + 60 + MARGIN + TEARDOWN)  # registration, the job, the CLI
 def test_a_keyed_jobs_state_is_readable_for_any_key_and_equals_plain_pyspark(
-        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
     start_tm(procs, cluster, "tm-1")
     wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
     text = write_words(tmp_path / "in.txt")
-    job_id, job = run_job(log, ROOT / "examples" / "wordcount.py",
-                          {"input": str(text), "output": str(tmp_path / "out"), "parallelism": "2", "reducers": "3"})
+    job_id, job = run_job(
+        log,
+        ROOT / "examples" / "wordcount.py",
+        {"input": str(text), "output": str(tmp_path / "out"), "parallelism": "2", "reducers": "3"},
+    )
     assert job.status == JobStatus.FINISHED, job.reason
     from pyspark.sql import functions as F
 
-    words = spark.read.text(str(text)).select(
-        F.explode(F.split(F.lower("value"), r"[^a-z0-9']+")).alias("word")).where("word != ''")
+    words = (
+        spark.read.text(str(text))
+        .select(F.explode(F.split(F.lower("value"), r"[^a-z0-9']+")).alias("word"))
+        .where("word != ''")
+    )
     want = {r["word"]: r["count"] for r in words.groupBy("word").count().collect()}
     client = StateClient(log)
     keys = random.Random(5).sample([f"w{i}" for i in range(3300)], 1000)  # some never occur
@@ -48,8 +57,27 @@ def test_a_keyed_jobs_state_is_readable_for_any_key_and_equals_plain_pyspark(
     assert all(v is None or v["word"] == k for k, v in got.items()) and sum(v is None for v in got.values()) > 0
     # The CLI reads the same.
     k = next(k for k in keys if k in want)
-    out = subprocess.run([sys.executable, "-m", "sluice", "--redis", procs.url, "--prefix", procs.prefix, "state",
-                          "get", job_id, "word-counts", k, "--json"], capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sluice",
+            "--redis",
+            procs.url,
+            "--prefix",
+            procs.prefix,
+            "state",
+            "get",
+            job_id,
+            "word-counts",
+            k,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     found = orjson.loads(out.stdout)
     assert found["value"] == {"word": k, "count": want[k]} and found["vertex"] == "sum counts -> out"
@@ -58,5 +86,6 @@ def test_a_keyed_jobs_state_is_readable_for_any_key_and_equals_plain_pyspark(
     assert done.names == ["word-counts"] and len(done.state_ids) == 3
     with pytest.raises(UnknownStateName, match="publishes no queryable state now"):
         client.get(job_id, "word-counts", k)
-    assert not list(log.client.scan_iter(match=log.keys.job(job_id).replace("{", "[{]").replace("}", "[}]")
-                                         + ":kvstate:*"))
+    assert not list(
+        log.client.scan_iter(match=log.keys.job(job_id).replace("{", "[{]").replace("}", "[}]") + ":kvstate:*")
+    )

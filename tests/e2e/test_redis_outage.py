@@ -55,11 +55,23 @@ def _ride_out(redis: RedisServer, prefix: str, spark_remote: str, spark, tmp_pat
     markers = tmp_path / "markers"
     home = tmp_path / "home"
     try:
-        procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--slot-timeout", "120",
-                    env={"SLUICE_HOME": str(home), **SLACK})
+        procs.start(
+            "jm",
+            "jobmanager",
+            "--storage-root",
+            (tmp_path / "storage").as_uri(),
+            "--slot-timeout",
+            "120",
+            env={"SLUICE_HOME": str(home), **SLACK},
+        )
         # Splits are read slowly (about 1 s each), so split requests also meet the outage.
-        start_tm(procs, {"home": home, "spark": spark_remote}, "tm-1", slots=2,
-                 env={"SLUICE_TEST_MARKERS": str(markers), "SLUICE_IO_RATE": "2048"})
+        start_tm(
+            procs,
+            {"home": home, "spark": spark_remote},
+            "tm-1",
+            slots=2,
+            env={"SLUICE_TEST_MARKERS": str(markers), "SLUICE_IO_RATE": "2048"},
+        )
         log = EventLog(connect(url), Keys(prefix))
         wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
         text = write_text(tmp_path / "in.txt")
@@ -81,8 +93,9 @@ def _ride_out(redis: RedisServer, prefix: str, spark_remote: str, spark, tmp_pat
         assert job.restarts == 0, f"the outage cost {job.restarts} restarts"
         got = {r["word"]: r["count"] for r in spark.read.parquet(str(out)).collect()}
         assert got == expected_counts(text)
-        restarted = [env.event for _, env in log.replay(log.keys.facts(log.keys.cluster))
-                     if isinstance(env.event, LogRestarted)]
+        restarted = [
+            env.event for _, env in log.replay(log.keys.facts(log.keys.cluster)) if isinstance(env.event, LogRestarted)
+        ]
         if not durable:  # noticed by the run id, paid for by running unfinished attempts again
             assert len(restarted) == 1 and "may have lost its last writes" in restarted[0].reason
             print(f"Redis killed under everysec, back after {away:.1f} s: {restarted[0].reason}")
@@ -100,8 +113,9 @@ def _ride_out(redis: RedisServer, prefix: str, spark_remote: str, spark, tmp_pat
 
 @pytest.mark.slow  # (41 s: the default run keeps the shorter outage tests; the chaos suite kills Redis too)
 @pytest.mark.timeout(SPARK_START + 90 + 120 + 25 + 120 + MARGIN + TEARDOWN)
-def test_a_job_rides_out_redis_killed_and_back_after_20_s(tmp_path: Path, prefix: str, spark_remote: str,
-                                                           spark) -> None:
+def test_a_job_rides_out_redis_killed_and_back_after_20_s(
+    tmp_path: Path, prefix: str, spark_remote: str, spark
+) -> None:
     ride_out("always", prefix, spark_remote, spark, tmp_path, outage_s=20)
 
 
@@ -135,8 +149,22 @@ def test_a_split_request_waits_through_redis_killed_and_back(tmp_path: Path, pre
     try:
         client = connect(url, check=False)
         log = EventLog(client, Keys(prefix))
-        d = TaskDeploymentDescriptor("j1", "src:0:1", "src", 0, 1, 1, 128, "source", "", "m", [], {}, [],
-                                     source=TaskSource("text", {}, "input-splits"))
+        d = TaskDeploymentDescriptor(
+            "j1",
+            "src:0:1",
+            "src",
+            0,
+            1,
+            1,
+            128,
+            "source",
+            "",
+            "m",
+            [],
+            {},
+            [],
+            source=TaskSource("text", {}, "input-splits"),
+        )
         said: list[str] = []
         outage = Outage(client.ping, who="test worker", url=url, say=said.append)
         events = TaskEvents(log, d, "host-a", outage=outage, answer_timeout_s=20)
@@ -151,14 +179,19 @@ def test_a_split_request_waits_through_redis_killed_and_back(tmp_path: Path, pre
         time.sleep(3)
         assert asker.is_alive() and not got
         redis.start()
-        log.append(log.keys.task_inbox(log.keys.job("j1"), "src", 0),
-                   Envelope(NextInputSplit("j1", "src:0:1", {"format": "text", "path": "/x", "index": 0}),
-                            "answer-1", 0, 0, "j1"))
+        log.append(
+            log.keys.task_inbox(log.keys.job("j1"), "src", 0),
+            Envelope(
+                NextInputSplit("j1", "src:0:1", {"format": "text", "path": "/x", "index": 0}), "answer-1", 0, 0, "j1"
+            ),
+        )
         asker.join(timeout=20)
         assert got == [{"format": "text", "path": "/x", "index": 0}]
         assert outage.outages == 1 and outage.waited_s > 1.0
         assert [s.split(": ", 1)[1].split(" (")[0] for s in said] == [
-            f"Redis at {url} is away", f"Redis at {url} is back after {outage.waited_s:.1f} s"], said
+            f"Redis at {url} is away",
+            f"Redis at {url} is back after {outage.waited_s:.1f} s",
+        ], said
     finally:
         redis.stop()
 
@@ -170,8 +203,13 @@ def test_waiting_for_redis_stops_when_the_owner_is_gone() -> None:
 
     url = f"redis://127.0.0.1:{free_port()}/0"
     said: list[str] = []
-    outage = Outage(connect(url, check=False).ping, who="w", url=url, say=said.append,
-                    give_up=lambda: "its TaskManager (pid 1) is gone")
+    outage = Outage(
+        connect(url, check=False).ping,
+        who="w",
+        url=url,
+        say=said.append,
+        give_up=lambda: "its TaskManager (pid 1) is gone",
+    )
     with pytest.raises(RedisUnavailable, match="is gone"):
         outage.wait()
     assert len(said) == 2 and "gave up" in said[1]

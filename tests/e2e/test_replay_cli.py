@@ -31,13 +31,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def sluice(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    return subprocess.run([sys.executable, "-m", "sluice", "--redis", url, "--prefix", prefix, *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "sluice", "--redis", url, "--prefix", prefix, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.mark.timeout(120)
 def test_replay_prints_the_past_checks_the_live_tables_and_writes_into_a_fresh_prefix(
-        log: EventLog, redis_url: str, tmp_path: Path) -> None:
+    log: EventLog, redis_url: str, tmp_path: Path
+) -> None:
     p = log.keys.prefix
     run = run_with_a_restart(log, tmp_path)
     then = sluice(redis_url, p, "replay", "--until", run.mid)
@@ -52,13 +60,25 @@ def test_replay_prints_the_past_checks_the_live_tables_and_writes_into_a_fresh_p
     Projector(log).catch_up()
     Projector(log).catch_up()
     position, rows = ReadModels(log).read(log.keys.job("j1"), "executiongraph")
-    ReadModels(log).write(log.keys.job("j1"), "executiongraph", expected=position, position=position or "",
-                          rows={"src/0": dict(rows["src/0"], taskmanager="tm-9")})
+    ReadModels(log).write(
+        log.keys.job("j1"),
+        "executiongraph",
+        expected=position,
+        position=position or "",
+        rows={"src/0": dict(rows["src/0"], taskmanager="tm-9")},
+    )
     differs = sluice(redis_url, p, "replay", "--check", "--json")
     assert differs.returncode == 1, differs.stderr
     assert orjson.loads(differs.stdout)["differences"] == [
-        {"scope": "job j1", "table": "executiongraph", "key": "src/0", "field": "taskmanager", "live": "tm-9",
-         "rebuilt": "tm-1"}]
+        {
+            "scope": "job j1",
+            "table": "executiongraph",
+            "key": "src/0",
+            "field": "taskmanager",
+            "live": "tm-9",
+            "rebuilt": "tm-1",
+        }
+    ]
     # Into a fresh prefix: `status` there shows the job as it was.
     with second_prefix(log) as there:
         into = sluice(redis_url, p, "replay", "--until", run.mid, "--into", there.keys.prefix)
@@ -86,8 +106,9 @@ def test_replay_says_what_is_wrong_with_its_options(log: EventLog, redis_url: st
 
 
 @pytest.mark.timeout(120)
-def test_an_exported_job_imports_under_a_fresh_prefix_where_replay_agrees(log: EventLog, redis_url: str,
-                                                                          tmp_path: Path) -> None:
+def test_an_exported_job_imports_under_a_fresh_prefix_where_replay_agrees(
+    log: EventLog, redis_url: str, tmp_path: Path
+) -> None:
     p = log.keys.prefix
     job_id = "j" + uuid.uuid4().hex[:8]
     run_with_a_restart(log, tmp_path, job_id)
@@ -106,7 +127,9 @@ def test_an_exported_job_imports_under_a_fresh_prefix_where_replay_agrees(log: E
         assert agree.returncode == 0, agree.stdout + agree.stderr
         assert "agree: 5 table(s)" in agree.stdout and "behind" not in agree.stdout
         replayed = sluice(redis_url, prefix, "replay", "--job", job_id, "--json")
-        assert orjson.loads(replayed.stdout)["jobs"] == rebuild_json(log, rebuild(log, Moment(None), job=job_id))["jobs"]
+        assert (
+            orjson.loads(replayed.stdout)["jobs"] == rebuild_json(log, rebuild(log, Moment(None), job=job_id))["jobs"]
+        )
         again = sluice(redis_url, p, "job", "import", str(file), "--prefix", prefix)
         assert again.returncode == 1 and f"prefix '{prefix}' is not empty" in again.stderr
     (tmp_path / "notes.txt").write_text("these are not the entries you are looking for\n")
@@ -139,8 +162,14 @@ def test_export_and_import_say_what_is_wrong(log: EventLog, redis_url: str, tmp_
     assert str(missing.exception) == f"cannot read {tmp_path / 'gone.jsonl'}: No such file or directory"
     (tmp_path / "empty.jsonl").write_text("")
     empty = runner.invoke(import_job, [str(tmp_path / "empty.jsonl"), "--prefix", "a b"], obj=obj)
-    assert isinstance(empty.exception, SluiceError) and "empty.jsonl is empty: not a Sluice export" in str(empty.exception)
-    (tmp_path / "one.jsonl").write_text('{"sluice_export": 1, "job_id": "j1", "prefix": "p", "exported_at": 0, '
-                                        '"counts": {"entries": 0, "blobs": 0, "streams": {}}}\n')
+    assert isinstance(empty.exception, SluiceError) and "empty.jsonl is empty: not a Sluice export" in str(
+        empty.exception
+    )
+    (tmp_path / "one.jsonl").write_text(
+        '{"sluice_export": 1, "job_id": "j1", "prefix": "p", "exported_at": 0, '
+        '"counts": {"entries": 0, "blobs": 0, "streams": {}}}\n'
+    )
     bad_prefix = runner.invoke(import_job, [str(tmp_path / "one.jsonl"), "--prefix", "a b"], obj=obj)
-    assert isinstance(bad_prefix.exception, ConfigError) and "key prefix 'a b' is not usable" in str(bad_prefix.exception)
+    assert isinstance(bad_prefix.exception, ConfigError) and "key prefix 'a b' is not usable" in str(
+        bad_prefix.exception
+    )

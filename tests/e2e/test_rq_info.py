@@ -18,25 +18,37 @@ RQ = Path(sys.executable).with_name("rq")
 
 
 def rq_info(redis_url: str, *queues: str) -> str:
-    proc = subprocess.run([str(RQ), "info", "--url", redis_url, *queues], capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        [str(RQ), "info", "--url", redis_url, *queues], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
 
 @pytest.mark.timeout(60 + 60 + 120 + 60 + MARGIN + TEARDOWN)  # the workers, rq info, the job, rq info
-def test_rq_info_lists_each_slot_queue_and_worker_by_taskmanager_and_slot(procs: Processes, redis_url: str,
-                                                                         prefix: str, tmp_path: Path) -> None:
+def test_rq_info_lists_each_slot_queue_and_worker_by_taskmanager_and_slot(
+    procs: Processes, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
     procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "s").as_uri())
     procs.start("tm-7", "taskmanager", "--resource-id", "tm-7", "--slots", "2")
     queues = [f"{prefix}:tm-7:slot-0", f"{prefix}:tm-7:slot-1"]
-    workers = wait_until(lambda: len(w := {s: worker_pids(prefix, "tm-7", s) for s in (0, 1)}) == 2
-                         and all(len(p) == 1 for p in w.values()) and w, "the two slot workers to start", timeout=60)
+    workers = wait_until(
+        lambda: (
+            len(w := {s: worker_pids(prefix, "tm-7", s) for s in (0, 1)}) == 2
+            and all(len(p) == 1 for p in w.values())
+            and w
+        ),
+        "the two slot workers to start",
+        timeout=60,
+    )
     names = {s: f"tm-7/slot-{s}@{socket.gethostname()}.{workers[s][0]}" for s in (0, 1)}
     # Each worker, as soon as it serves its slot's queue (before the first task).
     # (A worker registers with RQ once its process has started: seconds on a loaded machine.)
-    out = wait_until(lambda: all(n in (o := rq_info(redis_url)) for n in names.values()) and o,
-                     "rq info to list both workers", timeout=60)
+    out = wait_until(
+        lambda: all(n in (o := rq_info(redis_url)) for n in names.values()) and o,
+        "rq info to list both workers",
+        timeout=60,
+    )
     for slot, name in names.items():
         assert re.search(rf"^{re.escape(name)} \(.*\): idle {re.escape(queues[slot])}\.", out, re.M), out
 
@@ -50,10 +62,23 @@ def test_rq_info_lists_each_slot_queue_and_worker_by_taskmanager_and_slot(procs:
     for q in queues:
         assert re.search(rf"^{re.escape(q)} \| \d+, \d+ executing, \d+ finished, \d+ failed$", out, re.M), out
     # Each slot's worker by name (a worker the TaskManager replaced meanwhile under its new pid).
-    workers = wait_until(lambda: len(w := {s: worker_pids(prefix, "tm-7", s) for s in (0, 1)}) == 2
-                         and all(len(p) == 1 for p in w.values()) and w, "one worker per slot", timeout=60)
-    out = wait_until(lambda: all(f"tm-7/slot-{s}@{socket.gethostname()}.{workers[s][0]}" in (o := rq_info(redis_url))
-                                 for s in (0, 1)) and o, "rq info to list both workers", timeout=60)
+    workers = wait_until(
+        lambda: (
+            len(w := {s: worker_pids(prefix, "tm-7", s) for s in (0, 1)}) == 2
+            and all(len(p) == 1 for p in w.values())
+            and w
+        ),
+        "one worker per slot",
+        timeout=60,
+    )
+    out = wait_until(
+        lambda: (
+            all(f"tm-7/slot-{s}@{socket.gethostname()}.{workers[s][0]}" in (o := rq_info(redis_url)) for s in (0, 1))
+            and o
+        ),
+        "rq info to list both workers",
+        timeout=60,
+    )
     for slot in (0, 1):
         name = f"tm-7/slot-{slot}@{socket.gethostname()}.{workers[slot][0]}"
         assert re.search(rf"^{re.escape(name)} \(.*\): idle {re.escape(queues[slot])}\. jobs: ", out, re.M), out

@@ -21,7 +21,8 @@ from sluice.services.embedded.spark_connect import (
 
 
 def test_the_archive_is_named_for_this_pyspark_in_the_cache_or_where_the_environment_says(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("SLUICE_SPARK_CDS", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     default = class_archive()
@@ -58,10 +59,12 @@ def test_archives_of_installs_that_are_gone_are_pruned(tmp_path: Path) -> None:
 def _answers(server: SparkConnectServer) -> int:
     """A query on ``server`` from a process of its own: in this one, getOrCreate would hand
     back the test run's session on the shared server, and stopping it would end that one."""
-    code = ("import sys; from pyspark.sql import SparkSession; "
-            "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate(); "
-            "print(s.range(100).selectExpr('sum(id) AS s').collect()[0]['s'], flush=True); "
-            "import os; os._exit(0)")
+    code = (
+        "import sys; from pyspark.sql import SparkSession; "
+        "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate(); "
+        "print(s.range(100).selectExpr('sum(id) AS s').collect()[0]['s'], flush=True); "
+        "import os; os._exit(0)"
+    )
     done = subprocess.run([sys.executable, "-c", code, server.url], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return int(done.stdout.strip().splitlines()[-1])
@@ -82,8 +85,9 @@ def test_a_damaged_archive_only_loses_the_speed_up(tmp_path: Path, monkeypatch: 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_an_archive_is_built_and_a_server_started_with_it_answers(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_archive_is_built_and_a_server_started_with_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     archive = tmp_path / "cache" / "spark.jsa"
     took = build_class_archive(archive)
     assert archive.is_file() and archive.stat().st_size > 10_000_000, took

@@ -19,8 +19,11 @@ def test_the_level_comes_from_the_environment_and_a_bad_one_names_the_choices(mo
     monkeypatch.setenv("SLUICE_SPARK_LOG_LEVEL", "debug")
     assert spark_log_level() == "DEBUG"
     assert SparkConnectServer(log_level="info").log_level == "INFO"
-    with pytest.raises(ConfigError, match="'LOUD' is not a log4j level: use one of OFF, .*WARN, INFO.*"
-                                          r"\$SLUICE_SPARK_LOG_LEVEL"):
+    with pytest.raises(
+        ConfigError,
+        match="'LOUD' is not a log4j level: use one of OFF, .*WARN, INFO.*"
+        r"\$SLUICE_SPARK_LOG_LEVEL",
+    ):
         spark_log_level("loud")
 
 

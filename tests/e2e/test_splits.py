@@ -45,8 +45,17 @@ from tests.e2e.test_jobs import JOBS, job_facts, run_job
 @pytest.fixture
 def cluster(procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path):
     home = tmp_path / "home"
-    procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--slot-timeout", "120",
-                "--id", "jm-a", env={"SLUICE_HOME": str(home), **SLACK})
+    procs.start(
+        "jm",
+        "jobmanager",
+        "--storage-root",
+        (tmp_path / "storage").as_uri(),
+        "--slot-timeout",
+        "120",
+        "--id",
+        "jm-a",
+        env={"SLUICE_HOME": str(home), **SLACK},
+    )
     return {"home": home, "spark": spark_remote}
 
 
@@ -75,11 +84,20 @@ def assert_each_split_finished_once(log: EventLog, job_id: str) -> list:
 @pytest.mark.timeout(SPARK_START + 120 + 60 + 60 + MARGIN + TEARDOWN)  # the job, two commands
 @pytest.mark.parametrize("protocol", ["operator-events", "input-splits"])
 def test_every_split_is_read_exactly_once_by_either_protocol(
-        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path, protocol: str) -> None:
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path, protocol: str
+) -> None:
     start_tm(procs, cluster, "tm-1")
     want = unique_lines(tmp_path / "in.txt", 3000)
-    job_id, job = run_job(log, JOBS / "lines.py", {"input": str(tmp_path / "in.txt"), "output": str(tmp_path / "out"),
-                                                   "protocol": protocol, "split_bytes": "2048"})
+    job_id, job = run_job(
+        log,
+        JOBS / "lines.py",
+        {
+            "input": str(tmp_path / "in.txt"),
+            "output": str(tmp_path / "out"),
+            "protocol": protocol,
+            "split_bytes": "2048",
+        },
+    )
     assert job.status == JobStatus.FINISHED, job.reason
     assert output_lines(spark, tmp_path / "out") == sorted(want)
     rows = assert_each_split_finished_once(log, job_id)
@@ -92,12 +110,14 @@ def test_every_split_is_read_exactly_once_by_either_protocol(
         assert len(asks) == len(rows) + 2 and all(f.body["type"] == "request-split" for f in asks)
     assert any(isinstance(f, CoordinatorCheckpointed) for f in facts)
     # The timeline shows who took what.
-    shown = subprocess.run(_sluice(log, "inspect", "splits", job_id), capture_output=True, text=True, timeout=60,
-                           check=False)
+    shown = subprocess.run(
+        _sluice(log, "inspect", "splits", job_id), capture_output=True, text=True, timeout=60, check=False
+    )
     assert shown.returncode == 0, shown.stderr
     assert "finished splits per subtask" in shown.stdout
-    as_json = subprocess.run(_sluice(log, "inspect", "splits", job_id, "--json"), capture_output=True, text=True,
-                             timeout=60, check=False)
+    as_json = subprocess.run(
+        _sluice(log, "inspect", "splits", job_id, "--json"), capture_output=True, text=True, timeout=60, check=False
+    )
     first = orjson.loads(as_json.stdout.splitlines()[0])
     assert first["split"] == 0 and first["what"].endswith("in.txt bytes 0..2048") and first["outcome"] == "finished"
 
@@ -106,24 +126,54 @@ def _sluice(log: EventLog, *args: str) -> list[str]:
     import sys
 
     url = log.client.connection_pool.connection_kwargs
-    return [sys.executable, "-m", "sluice", "--redis", f"redis://{url['host']}:{url['port']}", "--prefix",
-            log.keys.prefix, *args]
+    return [
+        sys.executable,
+        "-m",
+        "sluice",
+        "--redis",
+        f"redis://{url['host']}:{url['port']}",
+        "--prefix",
+        log.keys.prefix,
+        *args,
+    ]
 
 
 @pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # three splits, the job
 def test_a_failed_readers_splits_go_back_to_the_pool_and_are_read_once(
-        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
     # 4 KB/s per reader and 1 KB splits: each reader takes about 4 splits a second.
     start_tm(procs, cluster, "tm-1", env={"SLUICE_IO_RATE": "4096"})
     want = unique_lines(tmp_path / "in.txt", 1500)
     client = Client(log)
-    job_id = client.submit(load_job(JOBS / "lines.py", {"input": str(tmp_path / "in.txt"), "parallelism": "2",
-                                                        "output": str(tmp_path / "out"), "split_bytes": "1024"}))
-    victim = wait_until(lambda: next((r for r in timeline(log, job_id) if r.subtask == 0 and r.attempt == 0
-                                      and sum(1 for x in timeline(log, job_id) if x.subtask == 0) >= 3), None),
-                        "subtask 0 to hold 3 splits", timeout=90)
-    slot = next(f.slot for f in job_facts(log, job_id) if isinstance(f, UpdateTaskExecutionState)
-                and f.subtask == 0 and f.state == TaskState.DEPLOYING)
+    job_id = client.submit(
+        load_job(
+            JOBS / "lines.py",
+            {
+                "input": str(tmp_path / "in.txt"),
+                "parallelism": "2",
+                "output": str(tmp_path / "out"),
+                "split_bytes": "1024",
+            },
+        )
+    )
+    victim = wait_until(
+        lambda: next(
+            (
+                r
+                for r in timeline(log, job_id)
+                if r.subtask == 0 and r.attempt == 0 and sum(1 for x in timeline(log, job_id) if x.subtask == 0) >= 3
+            ),
+            None,
+        ),
+        "subtask 0 to hold 3 splits",
+        timeout=90,
+    )
+    slot = next(
+        f.slot
+        for f in job_facts(log, job_id)
+        if isinstance(f, UpdateTaskExecutionState) and f.subtask == 0 and f.state == TaskState.DEPLOYING
+    )
     # This cluster's worker, matched by key prefix: a pattern on "tm-1 --slot 0" alone also
     # matches the workers of any other test run on the machine, and may kill one of theirs.
     (pid,) = worker_pids(procs.prefix, "tm-1", slot)
@@ -142,14 +192,31 @@ def test_a_failed_readers_splits_go_back_to_the_pool_and_are_read_once(
 
 @pytest.mark.timeout(SPARK_START + 90 + 30 + 120 + MARGIN + TEARDOWN)  # a dozen splits, the checkpoint, the job
 def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
-        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
-    procs.start("jm-b", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--id", "jm-b",
-                env={"SLUICE_HOME": str(cluster["home"]), **SLACK, "SLUICE_LEASE_TTL_MS": "1500"})
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
+    procs.start(
+        "jm-b",
+        "jobmanager",
+        "--storage-root",
+        (tmp_path / "storage").as_uri(),
+        "--id",
+        "jm-b",
+        env={"SLUICE_HOME": str(cluster["home"]), **SLACK, "SLUICE_LEASE_TTL_MS": "1500"},
+    )
     start_tm(procs, cluster, "tm-1", env={"SLUICE_IO_RATE": "8192"})
     want = unique_lines(tmp_path / "in.txt", 2500)  # about 60 KB: 60 splits of 1 KB
     client = Client(log)
-    job_id = client.submit(load_job(JOBS / "lines.py", {"input": str(tmp_path / "in.txt"), "parallelism": "2",
-                                                        "output": str(tmp_path / "out"), "split_bytes": "1024"}))
+    job_id = client.submit(
+        load_job(
+            JOBS / "lines.py",
+            {
+                "input": str(tmp_path / "in.txt"),
+                "parallelism": "2",
+                "output": str(tmp_path / "out"),
+                "split_bytes": "1024",
+            },
+        )
+    )
     wait_until(lambda: len(timeline(log, job_id)) >= 12, "a dozen splits handed out", timeout=90)
     taken = client.checkpoint(job_id)  # on demand, as `sluice checkpoint` does
     assert [c.operator_id for c in taken] == ["lines -> out"]
@@ -171,8 +238,9 @@ def test_a_jobmanager_killed_mid_split_heavy_job_loses_and_doubles_nothing(
 
 
 @pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # registrations, the job
-def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, cluster: dict, spark,
-                                          tmp_path: Path) -> None:
+def test_a_slow_reader_takes_fewer_splits(
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
     """Four readers, one five times slower: dynamic assignment gives it about a fifth as many
     splits as each fast one. (How long reading takes is for ``scripts/bench``: a wall-clock
     bound here would fail on a busy machine, not on a bad assignment.)"""
@@ -181,13 +249,19 @@ def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, clust
     start_tm(procs, cluster, "tm-slow", slots=1, env={"SLUICE_IO_RATE": str(rate // 5)})
     wait_until(lambda: registered(log) == {"tm-fast", "tm-slow"}, "both TaskManagers", timeout=90)
     want = unique_lines(tmp_path / "in.txt", 14_000)  # about 330 KB: 80 splits of 4 KB
-    job_id, job = run_job(log, JOBS / "lines.py", {"input": str(tmp_path / "in.txt"), "parallelism": "4",
-                                                   "output": str(tmp_path / "out"), "split_bytes": "4096"})
+    job_id, job = run_job(
+        log,
+        JOBS / "lines.py",
+        {"input": str(tmp_path / "in.txt"), "parallelism": "4", "output": str(tmp_path / "out"), "split_bytes": "4096"},
+    )
     assert job.status == JobStatus.FINISHED, job.reason
     assert output_lines(spark, tmp_path / "out") == sorted(want)
     rows = assert_each_split_finished_once(log, job_id)
-    tm_of = {f.subtask: f.taskmanager for f in job_facts(log, job_id)
-             if isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.DEPLOYING}
+    tm_of = {
+        f.subtask: f.taskmanager
+        for f in job_facts(log, job_id)
+        if isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.DEPLOYING
+    }
     per = Counter(r.subtask for r in rows)
     slow = [per[s] for s, tm in tm_of.items() if tm == "tm-slow"]
     fast = [per[s] for s, tm in tm_of.items() if tm == "tm-fast"]
@@ -200,7 +274,8 @@ def test_a_slow_reader_takes_fewer_splits(procs: Processes, log: EventLog, clust
 @pytest.mark.slow  # a minute and more: 17 Spark jobs of seconds each (tests/services/test_each_split.py is quick)
 @pytest.mark.timeout(SPARK_START + 90 + 240 + MARGIN + TEARDOWN)  # registration, the job
 def test_a_reader_slow_at_the_spark_work_takes_fewer_splits_when_each_split_is_worked_on_as_it_arrives(
-        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
     """Two readers; the Spark work on a split takes 4 s on subtask 0 and 0.5 s on the other
     (a sleep in the Spark server's Python worker), on top of what a Spark job per split
     costs anyway. The source is read ``each_split``: a reader asks for its next split only
@@ -211,9 +286,12 @@ def test_a_reader_slow_at_the_spark_work_takes_fewer_splits_when_each_split_is_w
     start_tm(procs, cluster, "tm-1", slots=2)
     wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
     want = unique_lines(tmp_path / "in.txt", 3_000)  # about 70 KB: 17 splits of 4 KB
-    job_id, job = run_job(log, JOBS / "slow_work.py", {"input": str(tmp_path / "in.txt"), "parallelism": "2",
-                                                       "output": str(tmp_path / "out"), "split_bytes": "4096"},
-                          timeout=240)
+    job_id, job = run_job(
+        log,
+        JOBS / "slow_work.py",
+        {"input": str(tmp_path / "in.txt"), "parallelism": "2", "output": str(tmp_path / "out"), "split_bytes": "4096"},
+        timeout=240,
+    )
     assert job.status == JobStatus.FINISHED, job.reason
     assert output_lines(spark, tmp_path / "out") == sorted(want)
     rows = assert_each_split_finished_once(log, job_id)
@@ -222,8 +300,10 @@ def test_a_reader_slow_at_the_spark_work_takes_fewer_splits_when_each_split_is_w
     # Each reader's time per split: between two of its assignments it worked on one split.
     took = {s: (t[-1] - t[0]) / (len(t) - 1) / 1000 if len(t) > 1 else None for s, t in at.items()}
     share, speed = per[0] / per[1], (took[1] / took[0] if took[0] and took[1] else None)
-    print(f"splits per reader: slow {per[0]}, fast {per[1]} (slow/fast {share:.2f}); seconds per split: "
-          f"slow {took[0]}, fast {took[1]} (speed ratio {speed})")
+    print(
+        f"splits per reader: slow {per[0]}, fast {per[1]} (slow/fast {share:.2f}); seconds per split: "
+        f"slow {took[0]}, fast {took[1]} (speed ratio {speed})"
+    )
     assert per[0] >= 1 and share <= 0.45, per  # whole-task reading gives each about half
     assert took[1] is not None and (took[0] is None or took[0] >= 2 * took[1]), took  # slow at the work itself
     if speed is not None:  # the shares follow the speeds (a split's granularity aside)
@@ -231,20 +311,25 @@ def test_a_reader_slow_at_the_spark_work_takes_fewer_splits_when_each_split_is_w
 
 
 @pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
-def test_a_coordinator_and_its_subtasks_talk_both_ways(procs: Processes, log: EventLog, cluster: dict, spark,
-                                                     tmp_path: Path) -> None:
+def test_a_coordinator_and_its_subtasks_talk_both_ways(
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
     start_tm(procs, cluster, "tm-1")
     job_id, job = run_job(log, JOBS / "coordinated.py", {"output": str(tmp_path / "out"), "n": "1000"})
     assert job.status == JobStatus.FINISHED, job.reason
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     assert len(rows) == 1000 and {r["greeting"] for r in rows} == {"greeting-0", "greeting-1"}
     facts = job_facts(log, job_id)
-    greetings = [f for f in facts if isinstance(f, OperatorEvent) and not f.to_coordinator
-                 and f.operator_id == "tag -> out"]
+    greetings = [
+        f for f in facts if isinstance(f, OperatorEvent) and not f.to_coordinator and f.operator_id == "tag -> out"
+    ]
     assert sorted((g.subtask, g.body["hello"]) for g in greetings) == [(0, "greeting-0"), (1, "greeting-1")]
     # Sent before the subtasks ran (the greeting waited in each subtask's inbox).
-    first_running = next(i for i, f in enumerate(facts) if isinstance(f, UpdateTaskExecutionState)
-                         and f.vertex_id == "tag -> out" and f.state == TaskState.RUNNING)
+    first_running = next(
+        i
+        for i, f in enumerate(facts)
+        if isinstance(f, UpdateTaskExecutionState) and f.vertex_id == "tag -> out" and f.state == TaskState.RUNNING
+    )
     assert facts.index(greetings[-1]) < first_running
     thanks = [f for f in facts if isinstance(f, OperatorEvent) and f.to_coordinator and f.operator_id == "tag -> out"]
     assert sorted(t.subtask for t in thanks) == [0, 1] and sum(t.body["rows"] for t in thanks) == 1000
@@ -259,7 +344,8 @@ def test_a_coordinator_and_its_subtasks_talk_both_ways(procs: Processes, log: Ev
 
 @pytest.mark.timeout(SPARK_START + 30 + 120 + 30 + 120 + MARGIN + TEARDOWN)
 def test_a_jobmanager_killed_between_two_inputs_of_a_nondeterministic_coordinator_loses_nothing(
-        procs: Processes, log: EventLog, spark_remote: str, spark, tmp_path: Path) -> None:
+    procs: Processes, log: EventLog, spark_remote: str, spark, tmp_path: Path
+) -> None:
     """The Greeter (tests/e2e/jobs/coordinated.py) is not deterministic. Kill its leader right
     after the first subtask's thanks is in the log and before any checkpoint covers it (no
     on-demand checkpoint, and no periodic one: the interval is longer than the test); the
@@ -270,8 +356,12 @@ def test_a_jobmanager_killed_between_two_inputs_of_a_nondeterministic_coordinato
 
     assert Greeter.deterministic is False
     home, storage = tmp_path / "home", (tmp_path / "storage").as_uri()
-    jm_env = {"SLUICE_HOME": str(home), **SLACK, "SLUICE_LEASE_TTL_MS": "1500",
-              "SLUICE_CHECKPOINT_INTERVAL_MS": "600000"}
+    jm_env = {
+        "SLUICE_HOME": str(home),
+        **SLACK,
+        "SLUICE_LEASE_TTL_MS": "1500",
+        "SLUICE_CHECKPOINT_INTERVAL_MS": "600000",
+    }
     procs.start("jm-a", "jobmanager", "--storage-root", storage, "--id", "jm-a", env=jm_env)
     wait_until(lambda: current_leader(log), "jm-a to lead", timeout=30)
     procs.start("jm-b", "jobmanager", "--storage-root", storage, "--id", "jm-b", env=jm_env)
@@ -281,15 +371,26 @@ def test_a_jobmanager_killed_between_two_inputs_of_a_nondeterministic_coordinato
     job_id = client.submit(load_job(JOBS / "coordinated.py", {"output": str(tmp_path / "out"), "n": "1000"}))
 
     def thanks_from(subtask: int):
-        return next(((i, e) for i, e in log.replay(log.keys.facts(log.keys.job(job_id)))
-                     if isinstance(e.event, OperatorEvent) and e.event.to_coordinator
-                     and e.event.operator_id == "tag -> out" and e.event.subtask == subtask), None)
+        return next(
+            (
+                (i, e)
+                for i, e in log.replay(log.keys.facts(log.keys.job(job_id)))
+                if isinstance(e.event, OperatorEvent)
+                and e.event.to_coordinator
+                and e.event.operator_id == "tag -> out"
+                and e.event.subtask == subtask
+            ),
+            None,
+        )
 
     first_id, first = wait_until(lambda: thanks_from(0), "subtask 0 to thank the coordinator", timeout=120)
     assert first.epoch == 1 and current_leader(log).holder == "jm-a"
     procs.signal("jm-a", signal.SIGKILL)
-    wait_until(lambda: (h := current_leader(log)) is not None and h.holder == "jm-b" and h.epoch == 2
-               and grant_entry(log, 2), "jm-b to take over", timeout=30)
+    wait_until(
+        lambda: (h := current_leader(log)) is not None and h.holder == "jm-b" and h.epoch == 2 and grant_entry(log, 2),
+        "jm-b to take over",
+        timeout=30,
+    )
     assert thanks_from(1) is None  # still waiting at the gate
     gate.write_text("open")
     job = wait_until(lambda: (j := client.job(job_id)).status in TERMINAL_JOB and j, "the job to end", timeout=120)
@@ -298,11 +399,13 @@ def test_a_jobmanager_killed_between_two_inputs_of_a_nondeterministic_coordinato
     entries = list(log.replay(log.keys.facts(log.keys.job(job_id))))
     grant = grant_entry(log, 2)
     between = [e for i, e in entries if _before(first_id, i) and _before(i, grant)]
-    assert not any(isinstance(e.event, CoordinatorCheckpointed) and e.event.operator_id == "tag -> out"
-                   for e in between)
+    assert not any(
+        isinstance(e.event, CoordinatorCheckpointed) and e.event.operator_id == "tag -> out" for e in between
+    )
     facts = [e.event for _, e in entries]
-    greetings = [f for f in facts if isinstance(f, OperatorEvent) and not f.to_coordinator
-                 and f.operator_id == "tag -> out"]
+    greetings = [
+        f for f in facts if isinstance(f, OperatorEvent) and not f.to_coordinator and f.operator_id == "tag -> out"
+    ]
     assert sorted((g.subtask, g.body["hello"]) for g in greetings) == [(0, "greeting-0"), (1, "greeting-1")]
     thanks = [f for f in facts if isinstance(f, OperatorEvent) and f.to_coordinator and f.operator_id == "tag -> out"]
     assert sorted(t.subtask for t in thanks) == [0, 1]
@@ -323,13 +426,16 @@ def _before(a: str, b: str) -> bool:
 
 @pytest.mark.timeout(SPARK_START + 120 + 120 + MARGIN + TEARDOWN)  # two jobs
 def test_a_coordinator_that_raises_fails_its_job_but_not_the_jobmanager(
-        procs: Processes, log: EventLog, cluster: dict, tmp_path: Path) -> None:
+    procs: Processes, log: EventLog, cluster: dict, tmp_path: Path
+) -> None:
     start_tm(procs, cluster, "tm-1")
     _, job = run_job(log, JOBS / "coordinated.py", {"output": str(tmp_path / "out"), "explode": "1"})
     assert job.status == JobStatus.FAILED and job.restarts == 0
     assert "the coordinator of 'tag -> out' failed in handle_event_from_operator" in job.reason
-    assert job.reason.rstrip().endswith("RuntimeError: the greeter cannot take thanks from subtask 0") or \
-        "RuntimeError: the greeter cannot take thanks from subtask" in job.reason
+    assert (
+        job.reason.rstrip().endswith("RuntimeError: the greeter cannot take thanks from subtask 0")
+        or "RuntimeError: the greeter cannot take thanks from subtask" in job.reason
+    )
     # The JobManager lives on and runs the next job.
     _, ok = run_job(log, JOBS / "coordinated.py", {"output": str(tmp_path / "out2"), "n": "10"})
     assert ok.status == JobStatus.FINISHED, ok.reason
@@ -338,14 +444,18 @@ def test_a_coordinator_that_raises_fails_its_job_but_not_the_jobmanager(
 
 @pytest.mark.timeout(SPARK_START + 120 + MARGIN + TEARDOWN)  # the job
 def test_a_reader_that_gets_no_split_still_has_the_sources_columns(
-        procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path) -> None:
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"n": list(range(100)), "name": [f"n{i}" for i in range(100)]}), tmp_path / "in.parquet")
     start_tm(procs, cluster, "tm-1")
-    job_id, job = run_job(log, JOBS / "parquet_filter.py", {"input": str(tmp_path / "in.parquet"),
-                                                           "output": str(tmp_path / "out"), "parallelism": "3"})
+    job_id, job = run_job(
+        log,
+        JOBS / "parquet_filter.py",
+        {"input": str(tmp_path / "in.parquet"), "output": str(tmp_path / "out"), "parallelism": "3"},
+    )
     assert job.status == JobStatus.FINISHED, job.reason
     assert len(timeline(log, job_id)) == 1  # one split, three readers: two read nothing
     got = spark.read.parquet(str(tmp_path / "out"))

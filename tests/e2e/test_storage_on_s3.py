@@ -21,14 +21,24 @@ WORDCOUNT = ROOT / "examples" / "wordcount.py"
 
 
 @pytest.mark.timeout(2 * 30 + MARGIN + TEARDOWN)  # two refusals
-@pytest.mark.parametrize(("where", "says"), [
-    ("root", "the storage root 's3://bucket/sluice' cannot be used: Spark writes and reads the job's exchange "
-             "partitions there"),
-    ("sink", "sink 'sum counts -> out' writes to 's3://bucket/counts', which cannot be used: Spark writes the "
-             "sink's files there"),
-])
-def test_a_location_spark_cannot_reach_is_refused_at_submission(procs: Processes, log: EventLog, tmp_path: Path,
-                                                                where: str, says: str) -> None:
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [
+        (
+            "root",
+            "the storage root 's3://bucket/sluice' cannot be used: Spark writes and reads the job's exchange "
+            "partitions there",
+        ),
+        (
+            "sink",
+            "sink 'sum counts -> out' writes to 's3://bucket/counts', which cannot be used: Spark writes the "
+            "sink's files there",
+        ),
+    ],
+)
+def test_a_location_spark_cannot_reach_is_refused_at_submission(
+    procs: Processes, log: EventLog, tmp_path: Path, where: str, says: str
+) -> None:
     root = "s3://bucket/sluice" if where == "root" else (tmp_path / "storage").as_uri()
     output = "s3://bucket/counts" if where == "sink" else str(tmp_path / "out")
     procs.start("jm", "jobmanager", "--storage-root", root)
@@ -43,8 +53,9 @@ def test_a_location_spark_cannot_reach_is_refused_at_submission(procs: Processes
 
 
 @pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)  # registration, the job
-def test_an_input_on_s3_is_read_without_a_spark_connector(procs: Processes, log: EventLog, seaweed_s3: SeaweedS3,
-                                                          spark, spark_remote: str, tmp_path: Path) -> None:
+def test_an_input_on_s3_is_read_without_a_spark_connector(
+    procs: Processes, log: EventLog, seaweed_s3: SeaweedS3, spark, spark_remote: str, tmp_path: Path
+) -> None:
     admin = seaweed_s3.admin()
     admin.create_dir("sluice-inputs")
     text = write_lines(tmp_path / "in.txt", 3000)
@@ -52,13 +63,29 @@ def test_an_input_on_s3_is_read_without_a_spark_connector(procs: Processes, log:
         out.write(text.read_bytes())
     home = tmp_path / "home"
     s3 = seaweed_s3.env()  # the JobManager plans the splits, the TaskManager copies them
-    procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "storage").as_uri(), "--slot-timeout", "120",
-                env={"SLUICE_HOME": str(home), **s3})
+    procs.start(
+        "jm",
+        "jobmanager",
+        "--storage-root",
+        (tmp_path / "storage").as_uri(),
+        "--slot-timeout",
+        "120",
+        env={"SLUICE_HOME": str(home), **s3},
+    )
     start_tm(procs, {"home": home, "spark": spark_remote}, "tm-1", env=s3)
     wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
     out = tmp_path / "out"
-    job_id, job = run_job(log, WORDCOUNT, {"input": "s3://sluice-inputs/words/", "output": str(out),
-                                           "parallelism": "2", "split_bytes": "8192", "queryable": "no"})
+    job_id, job = run_job(
+        log,
+        WORDCOUNT,
+        {
+            "input": "s3://sluice-inputs/words/",
+            "output": str(out),
+            "parallelism": "2",
+            "split_bytes": "8192",
+            "queryable": "no",
+        },
+    )
     assert job.status == JobStatus.FINISHED, job.reason
     from pyspark.sql import functions as F
 

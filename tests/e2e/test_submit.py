@@ -30,8 +30,14 @@ def job(params):
 
 def start_submit(redis_url: str, prefix: str, tmp_path: Path, *args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    return subprocess.Popen([sys.executable, "-m", "sluice", "--redis", redis_url, "--prefix", prefix, "submit", *args],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "sluice", "--redis", redis_url, "--prefix", prefix, "submit", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
@@ -44,14 +50,17 @@ def submit(redis_url: str, prefix: str, tmp_path: Path, *args: str) -> subproces
 
 
 def task_updates(log: EventLog, job_id: str) -> list[UpdateTaskExecutionState]:
-    return [e.event for _, e in log.replay(log.keys.facts(log.keys.job(job_id)))
-            if isinstance(e.event, UpdateTaskExecutionState)]
+    return [
+        e.event
+        for _, e in log.replay(log.keys.facts(log.keys.job(job_id)))
+        if isinstance(e.event, UpdateTaskExecutionState)
+    ]
 
 
 @pytest.mark.timeout(4 * 120 + 20 + MARGIN + TEARDOWN)  # four rounds of commands, the first job's end
-def test_submit_returns_on_acceptance_and_waits_for_more_only_when_asked(procs: Processes, log: EventLog,
-                                                                         redis_url: str, prefix: str,
-                                                                         tmp_path: Path) -> None:
+def test_submit_returns_on_acceptance_and_waits_for_more_only_when_asked(
+    procs: Processes, log: EventLog, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
     noop = tmp_path / "noop.py"
     noop.write_text(NOOP)
     lines = ROOT / "tests" / "e2e" / "jobs" / "lines.py"
@@ -62,10 +71,20 @@ def test_submit_returns_on_acceptance_and_waits_for_more_only_when_asked(procs: 
 
     procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "s").as_uri())
     # Three at once (each command's start-up is most of its time).
-    started = [start_submit(redis_url, prefix, tmp_path, str(lines), "-p", f"input={tmp_path / 'nowhere.txt'}",
-                            "-p", f"output={tmp_path / 'o'}"),
-               start_submit(redis_url, prefix, tmp_path, str(noop), "-p", "n=3"),
-               start_submit(redis_url, prefix, tmp_path, str(noop), "-p", "n=3", "--wait-running", "--timeout", "2")]
+    started = [
+        start_submit(
+            redis_url,
+            prefix,
+            tmp_path,
+            str(lines),
+            "-p",
+            f"input={tmp_path / 'nowhere.txt'}",
+            "-p",
+            f"output={tmp_path / 'o'}",
+        ),
+        start_submit(redis_url, prefix, tmp_path, str(noop), "-p", "n=3"),
+        start_submit(redis_url, prefix, tmp_path, str(noop), "-p", "n=3", "--wait-running", "--timeout", "2"),
+    ]
     refused, accepted, stuck = (finish(p) for p in started)
     assert refused.returncode == 1 and "was refused" in refused.stderr and "nowhere.txt" in refused.stderr
 

@@ -16,7 +16,8 @@ from tests.e2e.test_jobs import JOBS, run_job
 
 @pytest.mark.timeout(SPARK_START + 90 + 120 + MARGIN + TEARDOWN)
 def test_a_task_of_one_partition_reads_its_splits_as_one_and_shuffles_into_one(
-        procs: Processes, log, cluster: dict, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    procs: Processes, log, cluster: dict, spark, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     from pyspark.sql import functions as F
 
     text = tmp_path / "in.txt"

@@ -27,14 +27,30 @@ from sluice.events.schema import Event, event
 from sluice.events.upcast import upcaster
 
 PROTOCOL = [
-    "RegisterTaskManager", "AcknowledgeRegistration", "AlreadyRegistered", "RefuseRegistration",
-    "TaskManagerHeartbeat", "JobManagerHeartbeat", "SubmitJob", "Success", "SubmitTask",
-    "TaskOperationResult", "UpdateTaskExecutionState", "RequestNextInputSplit", "NextInputSplit",
-    "ScheduleOrUpdateConsumers", "OperatorEvent", "NotifyKvStateRegistered", "NotifyKvStateUnregistered",
+    "RegisterTaskManager",
+    "AcknowledgeRegistration",
+    "AlreadyRegistered",
+    "RefuseRegistration",
+    "TaskManagerHeartbeat",
+    "JobManagerHeartbeat",
+    "SubmitJob",
+    "Success",
+    "SubmitTask",
+    "TaskOperationResult",
+    "UpdateTaskExecutionState",
+    "RequestNextInputSplit",
+    "NextInputSplit",
+    "ScheduleOrUpdateConsumers",
+    "OperatorEvent",
+    "NotifyKvStateRegistered",
+    "NotifyKvStateUnregistered",
 ]
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=10)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.text(max_size=10)
     | st.floats(allow_nan=False, allow_infinity=False),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
     max_leaves=8,
@@ -73,8 +89,13 @@ def builds(cls: type) -> st.SearchStrategy:
 
 any_event = st.sampled_from(sorted(EVENT_TYPES)).flatmap(lambda name: builds(EVENT_TYPES[name]))
 envelopes = st.builds(
-    Envelope, any_event, st.text(min_size=1, max_size=12), st.integers(0, 2**40), st.integers(0, 2**50),
-    st.none() | st.text(max_size=8), st.none() | st.text(max_size=8),
+    Envelope,
+    any_event,
+    st.text(min_size=1, max_size=12),
+    st.integers(0, 2**40),
+    st.integers(0, 2**50),
+    st.none() | st.text(max_size=8),
+    st.none() | st.text(max_size=8),
 )
 
 
@@ -170,8 +191,10 @@ def test_an_old_version_is_upcast_to_the_current_one() -> None:
 def test_split_requests_and_operator_events_from_before_at_read_as_not_saying_when() -> None:
     """``at`` (when the leader recorded it) came with RequestNextInputSplit v3 and
     OperatorEvent v4; older facts read with 0, which a coordinator sees as "not known"."""
-    for current, version in ((events.RequestNextInputSplit("j", "src", 0, "src:0:0", "h", 2, 99), 2),
-                             (events.OperatorEvent("j", "src", 0, True, {"type": "request-split"}, 0, 3, 99), 3)):
+    for current, version in (
+        (events.RequestNextInputSplit("j", "src", 0, "src:0:0", "h", 2, 99), 2),
+        (events.OperatorEvent("j", "src", 0, True, {"type": "request-split"}, 0, 3, 99), 3),
+    ):
         assert type(current).VERSION == version + 1
         old = orjson.loads(encode(Envelope(current, "id", 4, 5)))
         old["v"] = version
@@ -187,8 +210,14 @@ def test_a_v1_heartbeat_reads_as_one_without_a_slot_report() -> None:
     v1["v"] = 1
     del v1["payload"]["attempts"]
     assert decode(orjson.dumps(v1)) == current and current.event.attempts is None
-    report = Envelope(events.TaskManagerHeartbeat("tm", "s", 4, 2, [
-        events.AttemptReport("j", "v:0:1", events.TaskState.FAILED, "boom")]), "id", 4, 5)
+    report = Envelope(
+        events.TaskManagerHeartbeat(
+            "tm", "s", 4, 2, [events.AttemptReport("j", "v:0:1", events.TaskState.FAILED, "boom")]
+        ),
+        "id",
+        4,
+        5,
+    )
     assert decode(encode(report)) == report
 
 
@@ -215,6 +244,7 @@ def test_a_version_without_an_upcaster_is_refused_clearly() -> None:
 
 def test_declaring_a_type_twice_is_an_error() -> None:
     with pytest.raises(TypeError, match="declared twice"):
+
         @event("RegisterTaskManager")
         class Again(Event):
             x: int

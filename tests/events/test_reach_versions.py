@@ -35,12 +35,31 @@ def test_a_retryable_result_is_written_as_v1_for_a_leader_not_yet_upgraded() -> 
 
 
 def test_a_v1_descriptor_reads_with_no_storage_root_to_check() -> None:
-    d = TaskDeploymentDescriptor("j", "v:0:0", "v", 0, 0, 1, 128, "noop", "0" * 64, "m", [], {}, [],
-                                 storage_root="file:///shared/storage")
+    d = TaskDeploymentDescriptor(
+        "j", "v:0:0", "v", 0, 0, 1, 128, "noop", "0" * 64, "m", [], {}, [], storage_root="file:///shared/storage"
+    )
     assert d.version == 2 and descriptor_from_json(descriptor_to_json(d)) == d
     v1 = descriptor_to_json(d)
     del v1["storage_root"]
     v1["version"] = 1
-    assert descriptor_from_json(v1) == TaskDeploymentDescriptor(*[getattr(d, f) for f in (
-        "job_id", "execution_id", "vertex", "subtask", "attempt", "parallelism", "max_parallelism", "kind",
-        "code_blob", "module", "functions", "params", "inputs")], storage_root="")
+    assert descriptor_from_json(v1) == TaskDeploymentDescriptor(
+        *[
+            getattr(d, f)
+            for f in (
+                "job_id",
+                "execution_id",
+                "vertex",
+                "subtask",
+                "attempt",
+                "parallelism",
+                "max_parallelism",
+                "kind",
+                "code_blob",
+                "module",
+                "functions",
+                "params",
+                "inputs",
+            )
+        ],
+        storage_root="",
+    )

@@ -21,7 +21,9 @@ def test_a_v1_acknowledgement_reads_with_no_root_to_check(kind: type) -> None:
 
 
 def test_the_report_and_its_fact_round_trip() -> None:
-    for ev in (events.ReportStorageReach("tm-1", "s1", "file:///s", "r", "/s/_SLUICE_ROOT", "missing"),
-               events.TaskManagerStorageReach("tm-1", "s1", "file:///s", "r", "/s/_SLUICE_ROOT", None)):
+    for ev in (
+        events.ReportStorageReach("tm-1", "s1", "file:///s", "r", "/s/_SLUICE_ROOT", "missing"),
+        events.TaskManagerStorageReach("tm-1", "s1", "file:///s", "r", "/s/_SLUICE_ROOT", None),
+    ):
         e = Envelope(ev, "id", 1, 2)
         assert decode(encode(e)) == e

@@ -64,4 +64,3 @@ def hosts_cluster(hosts_available: None, request: pytest.FixtureRequest, tmp_pat
     for c in made:
         print(f"hosts run {c.run}: " + ", ".join(f"{k} {v:.1f} s" for k, v in c.timings.items()))
     assert not any(left.values()), f"the hosts harness left things behind: {left}"
-

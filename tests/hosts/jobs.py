@@ -18,8 +18,11 @@ def put_workload(cluster: HostsCluster, tmp_path: Path, seed: int, **sizes: int)
     that only the storage root differs between hosts); (its path there, the rows expected,
     computed in plain Python)."""
     work = generate(tmp_path / "input.txt", seed, **sizes)
-    targets = [h for h in cluster.hosts.values() if h.name in cluster.roles] if cluster.layout.private_storage \
+    targets = (
+        [h for h in cluster.hosts.values() if h.name in cluster.roles]
+        if cluster.layout.private_storage
         else cluster.taskmanager_hosts()[:1]
+    )
     for host in targets:
         host.put(work.path, f"{cluster.shared}/input")
     return f"{cluster.shared}/input/input.txt", expected(work.path)

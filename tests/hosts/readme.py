@@ -15,7 +15,18 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["README", "PAGE", "SECTION", "PLACEHOLDERS", "PATHS", "ReadmeError", "section", "blocks", "placeholders", "fill"]
+__all__ = [
+    "README",
+    "PAGE",
+    "SECTION",
+    "PLACEHOLDERS",
+    "PATHS",
+    "ReadmeError",
+    "section",
+    "blocks",
+    "placeholders",
+    "fill",
+]
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PAGE = README.parent / "docs" / "hosts.md"
@@ -52,12 +63,16 @@ def blocks(text: str) -> dict[str, str]:
     marks = _MARK.findall(part)
     if len(found) != len(marks):
         bare = sorted(set(marks) - {name for name, _ in found}) or marks
-        raise ReadmeError(f"{_WHERE} {SECTION!r}: a marker <!-- hosts:NAME --> must be followed, on the next line, "
-                          f"by a ```bash block; not so for {', '.join(f'hosts:{m}' for m in bare)}")
+        raise ReadmeError(
+            f"{_WHERE} {SECTION!r}: a marker <!-- hosts:NAME --> must be followed, on the next line, "
+            f"by a ```bash block; not so for {', '.join(f'hosts:{m}' for m in bare)}"
+        )
     out: dict[str, str] = {}
     for name, body in found:
         if name in out:
-            raise ReadmeError(f"{_WHERE} {SECTION!r}: two blocks are marked hosts:{name}; give each machine's its own name")
+            raise ReadmeError(
+                f"{_WHERE} {SECTION!r}: two blocks are marked hosts:{name}; give each machine's its own name"
+            )
         out[name] = body
     return out
 
@@ -72,8 +87,10 @@ def fill(name: str, block: str, values: Mapping[str, str]) -> str:
     block when it uses a placeholder ``values`` has none for."""
     missing = sorted(placeholders(block) - set(values))
     if missing:
-        raise ReadmeError(f"{_WHERE} block hosts:{name} uses {', '.join(missing)}, which the test cannot fill: "
-                          f"use one of {', '.join(PLACEHOLDERS)}, or teach tests/hosts/readme.py the new one")
+        raise ReadmeError(
+            f"{_WHERE} block hosts:{name} uses {', '.join(missing)}, which the test cannot fill: "
+            f"use one of {', '.join(PLACEHOLDERS)}, or teach tests/hosts/readme.py the new one"
+        )
     out = block
     for path in PATHS:
         if path in values:

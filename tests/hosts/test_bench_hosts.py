@@ -13,8 +13,12 @@ pytestmark = [pytest.mark.hosts, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 def test_bench_hosts_measures_every_row_on_exact_outputs(hosts_available: None) -> None:
     rows = run(megabytes=2, rounds=1, modes=("local", "standalone"))
-    assert [r.name for r in rows] == ["plain PySpark, 1 host", "Sluice, 1 host", "Sluice, 2 hosts, local",
-                                      "Sluice, 2 hosts, standalone"]
+    assert [r.name for r in rows] == [
+        "plain PySpark, 1 host",
+        "Sluice, 1 host",
+        "Sluice, 2 hosts, local",
+        "Sluice, 2 hosts, standalone",
+    ]
     for r in rows[1:]:
         assert sorted(r.phases) == ["lines -> count words", "sum counts -> out"], r.phases
         assert "tm1" in r.placement

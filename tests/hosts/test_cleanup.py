@@ -65,8 +65,9 @@ def test_clean_leaves_a_run_whose_owner_lives(hosts_available: None, tmp_path: P
 
 
 def test_the_operator_command_brings_a_run_up_shows_it_and_takes_it_down(hosts_available: None) -> None:
-    up = subprocess.run([str(SCRIPT), "up", "--taskmanagers", "1", "--private-storage"], capture_output=True,
-                        text=True, timeout=120)
+    up = subprocess.run(
+        [str(SCRIPT), "up", "--taskmanagers", "1", "--private-storage"], capture_output=True, text=True, timeout=120
+    )
     assert up.returncode == 0, up.stdout + up.stderr
     run = up.stdout.split()[1]
     try:

@@ -56,8 +56,10 @@ def test_dropped_packets_and_their_removal(cluster: HostsCluster) -> None:
     assert reaches(cluster, "tm1", redis, 6379)
 
 
-PING = ("import socket,sys,time; s=socket.create_connection(('127.0.0.1',16379),5); t=time.monotonic(); "
-        "s.sendall(b'PING\\r\\n'); r=s.recv(64); print(r.decode().strip(), round(time.monotonic()-t,3))")
+PING = (
+    "import socket,sys,time; s=socket.create_connection(('127.0.0.1',16379),5); t=time.monotonic(); "
+    "s.sendall(b'PING\\r\\n'); r=s.recv(64); print(r.decode().strip(), round(time.monotonic()-t,3))"
+)
 
 
 def test_latency_through_the_hosts_delay_proxy(cluster: HostsCluster) -> None:
@@ -89,8 +91,14 @@ def test_a_skewed_host_runs_its_processes_on_a_wall_clock_off_by_the_offset(clus
         environ = Path(f"/proc/{tm[0]}/environ").read_bytes()  # faketime's child: the TaskManager itself
         assert b"libfaketime" in environ
         slept = tm1.directory / "sleep.log"  # (with FAKETIME_DONT_FAKE_MONOTONIC=1, time.sleep raised EINVAL)
-        tm1.spawn([sys.executable, "-c", "import time; t = time.monotonic(); time.sleep(0.2); "
-                   "print('slept', time.monotonic() - t >= 0.2)"], log=slept).wait(30)
+        tm1.spawn(
+            [
+                sys.executable,
+                "-c",
+                "import time; t = time.monotonic(); time.sleep(0.2); print('slept', time.monotonic() - t >= 0.2)",
+            ],
+            log=slept,
+        ).wait(30)
         assert slept.read_text().split()[-2:] == ["slept", "True"], slept.read_text()[-500:]
         assert poll(lambda: "tm1" in cluster.registered(), 60), "the skewed TaskManager did not register again"
     finally:

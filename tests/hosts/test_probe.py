@@ -45,8 +45,9 @@ def test_no_namespaces_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     tools.mkdir()
     for name in ("nsenter", "unshare", "iptables", "faketime", "redis-server", "tar", "fusermount3"):
         (tools / name).symlink_to(shutil.which(name) or name)
-    (tools / "ip").write_text("#!/bin/sh\necho 'mount --make-shared /run/netns failed: Operation not permitted' >&2\n"
-                              "exit 1\n")
+    (tools / "ip").write_text(
+        "#!/bin/sh\necho 'mount --make-shared /run/netns failed: Operation not permitted' >&2\nexit 1\n"
+    )
     (tools / "ip").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
     why = unavailable()

@@ -38,6 +38,11 @@ def test_a_marker_without_its_block_and_an_unknown_placeholder_are_refused_by_na
         blocks(good.replace("Across hosts", "Many machines"))
     with pytest.raises(ReadmeError, match=r"hosts:taskmanager uses JM_HOST"):
         fill("taskmanager", "sluice taskmanager --advertise-host JM_HOST &", {"THIS_HOST": "x"})
-    assert fill("x", 'echo "$SLUICE_REDIS_URL" THIS_HOST /mnt/sluice/in /mnt/sluicex',
-                {"THIS_HOST": "1.2.3.4", "/mnt/sluice": "/s"}) == 'echo "$SLUICE_REDIS_URL" 1.2.3.4 /s/in /mnt/sluicex'
-
+    assert (
+        fill(
+            "x",
+            'echo "$SLUICE_REDIS_URL" THIS_HOST /mnt/sluice/in /mnt/sluicex',
+            {"THIS_HOST": "1.2.3.4", "/mnt/sluice": "/s"},
+        )
+        == 'echo "$SLUICE_REDIS_URL" 1.2.3.4 /s/in /mnt/sluicex'
+    )

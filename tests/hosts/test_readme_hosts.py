@@ -47,9 +47,14 @@ from .readme import PAGE, README, blocks, fill
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 
 CHECKOUT = README.parent
-MACHINES = {"storage": ("storage",), "redis": ("redis",), "jm1": ("every", "jobmanager"),
-            "jm2": ("every", "jobmanager", "projector"), "tm1": ("every", "taskmanager"),
-            "tm2": ("every", "taskmanager")}
+MACHINES = {
+    "storage": ("storage",),
+    "redis": ("redis",),
+    "jm1": ("every", "jobmanager"),
+    "jm2": ("every", "jobmanager", "projector"),
+    "tm1": ("every", "taskmanager"),
+    "tm2": ("every", "taskmanager"),
+}
 """Host -> the page's blocks it runs, in order, to bring the cluster up."""
 CLIENT = ("redis", ("every", "client"))
 """The machine a user submits from, and what it runs."""
@@ -62,8 +67,10 @@ def corpus(path: Path, lines: int, seed: int = 29) -> Counter[str]:
     """A text of ``lines`` lines (mixed case, punctuation), and its word counts as the
     example's tokenizer defines words (lower case, runs of ``[a-z0-9']``), in plain Python."""
     rng = random.Random(seed)
-    text = [" ".join(rng.choice(WORDS) + str(rng.randint(0, 400)) * (rng.random() < 0.3)
-                     for _ in range(rng.randint(1, 14))) for _ in range(lines)]
+    text = [
+        " ".join(rng.choice(WORDS) + str(rng.randint(0, 400)) * (rng.random() < 0.3) for _ in range(rng.randint(1, 14)))
+        for _ in range(lines)
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(text) + "\n")
     return Counter(w for line in text for w in re.split(r"[^a-z0-9']+", line.lower()) if w)
@@ -87,8 +94,9 @@ def finished(proc: subprocess.Popen[bytes], host: Host, what: str, timeout: floa
     try:
         code = proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"the page's blocks on {host.name} ({what}) did not end within {timeout:.0f} s:\n"
-                    f"{log.read_text()[-3000:]}")
+        pytest.fail(
+            f"the page's blocks on {host.name} ({what}) did not end within {timeout:.0f} s:\n{log.read_text()[-3000:]}"
+        )
     out = log.read_text()
     assert code == 0, f"a command of the page on {host.name} ({what}) failed (exit {code}):\n{out[-3000:]}"
     return out
@@ -117,18 +125,30 @@ def test_readme_across_hosts_section_runs_as_written(hosts_cluster, tmp_path: Pa
     hosts = cluster.hosts
     password = secrets.token_urlsafe(18)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    env |= {"PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}",
-            "SLUICE_REDIS_PASSWORD": password, "COLUMNS": "200"}  # a wide terminal: tables show whole addresses
+    env |= {
+        "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}",
+        "SLUICE_REDIS_PASSWORD": password,
+        "COLUMNS": "200",
+    }  # a wide terminal: tables show whole addresses
     want = corpus(cluster.directory / "corpus" / "books.txt", lines=24_000)
-    values = {"REDIS_HOST": hosts["redis"].address, "STORAGE_HOST": hosts["storage"].address,
-              "YOUR_TEXT_FILES": str(cluster.directory / "corpus" / "books.txt"), "/mnt/sluice": cluster.shared}
+    values = {
+        "REDIS_HOST": hosts["redis"].address,
+        "STORAGE_HOST": hosts["storage"].address,
+        "YOUR_TEXT_FILES": str(cluster.directory / "corpus" / "books.txt"),
+        "/mnt/sluice": cluster.shared,
+    }
 
     # The storage and Redis machines first, as a user would: they start in the background.
     for name in ("storage", "redis"):
-        finished(run_blocks(hosts[name], script(hosts[name], MACHINES[name], section, values), env, name),
-                 hosts[name], name, 60)
-    assert poll(lambda: answers(hosts["storage"].address, 8888), 60, every=0.2), \
+        finished(
+            run_blocks(hosts[name], script(hosts[name], MACHINES[name], section, values), env, name),
+            hosts[name],
+            name,
+            60,
+        )
+    assert poll(lambda: answers(hosts["storage"].address, 8888), 60, every=0.2), (
         f"SeaweedFS's filer did not answer on {hosts['storage'].address}:8888; see {hosts['storage'].directory}"
+    )
     url = f"redis://{hosts['redis'].address}:6379/0"
     client = poll(lambda: connect(url.replace("redis://", f"redis://sluice:{password}@")), 30, every=0.2)
     assert client is not None, f"Redis did not answer as user sluice on {url}; see {hosts['redis'].directory}"
@@ -138,8 +158,10 @@ def test_readme_across_hosts_section_runs_as_written(hosts_cluster, tmp_path: Pa
         log = EventLog(client, Keys("sluice"))
 
         # The JobManagers, the projector and the TaskManagers, each on its machine.
-        started = {n: run_blocks(hosts[n], script(hosts[n], MACHINES[n], section, values), env, n)
-                   for n in ("jm1", "jm2", "tm1", "tm2")}
+        started = {
+            n: run_blocks(hosts[n], script(hosts[n], MACHINES[n], section, values), env, n)
+            for n in ("jm1", "jm2", "tm1", "tm2")
+        }
         for n, proc in started.items():
             finished(proc, hosts[n], n, 90)
         tm_hosts = {hosts["tm1"].address, hosts["tm2"].address}
@@ -148,18 +170,26 @@ def test_readme_across_hosts_section_runs_as_written(hosts_cluster, tmp_path: Pa
             return {r["host"] for r in taskmanagers(log) if r["state"] == "REGISTERED"}
 
         if not poll(lambda: current_leader(log) is not None and registered() == tm_hosts, 180, every=0.5):
-            pytest.fail(f"leader {current_leader(log)}; TaskManagers registered on {sorted(registered())}, not on "
-                        f"the TaskManager hosts' addresses {sorted(tm_hosts)}; logs in {cluster.directory}")
+            pytest.fail(
+                f"leader {current_leader(log)}; TaskManagers registered on {sorted(registered())}, not on "
+                f"the TaskManager hosts' addresses {sorted(tm_hosts)}; logs in {cluster.directory}"
+            )
         for n, ports in METRICS.items():  # a standby and the projector may still be starting
             for port in ports:
                 metrics = f"http://{hosts[n].address}:{port}/metrics"
-                assert poll(lambda url=metrics: "sluice_" in fetch(url), 60, every=0.5), f"no metrics of {n} at {metrics}"
+                assert poll(lambda url=metrics: "sluice_" in fetch(url), 60, every=0.5), (
+                    f"no metrics of {n} at {metrics}"
+                )
 
         # Submit and watch from another machine.
         machine, names = CLIENT
         t0 = time.monotonic()
-        out = finished(run_blocks(hosts[machine], script(hosts[machine], names, section, values), env, "client"),
-                       hosts[machine], "client", 480)
+        out = finished(
+            run_blocks(hosts[machine], script(hosts[machine], names, section, values), env, "client"),
+            hosts[machine],
+            "client",
+            480,
+        )
         print(f"the page's client block took {time.monotonic() - t0:.1f} s (submit --wait, list, inspect)")
         done = re.search(r"job (\S+) \(wordcount\): FINISHED", out)
         assert done, f"`sluice submit --wait` did not report the job FINISHED:\n{out[-3000:]}"
@@ -174,10 +204,13 @@ def test_readme_across_hosts_section_runs_as_written(hosts_cluster, tmp_path: Pa
         copy = hosts[machine].get(f"{cluster.shared}/out/wordcount", tmp_path)
         rows = pq.read_table(copy).to_pylist()
         got = {r["word"]: r["count"] for r in rows}
-        assert len(rows) == len(got) and got == dict(want), \
+        assert len(rows) == len(got) and got == dict(want), (
             f"{len(rows)} rows, {len(set(got) ^ set(want))} words differ from plain Python's count"
+        )
 
         dashboard = f"http://{hosts[machine].address}:8087/api/jobs"
-        assert poll(lambda: job_id in fetch(dashboard), 60, every=0.5), f"the dashboard did not list {job_id} at {dashboard}"
+        assert poll(lambda: job_id in fetch(dashboard), 60, every=0.5), (
+            f"the dashboard did not list {job_id} at {dashboard}"
+        )
     finally:
         client.close()

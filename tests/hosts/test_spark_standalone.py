@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.hosts, pytest.mark.timeout(600)]
 def _executor_hosts(cluster) -> dict[str, list[str]]:
     """TaskManager host -> the applications (one per Spark Connect server) that ran executors on
     its worker (each executor gets a directory in the worker's work directory)."""
-    return {h.name: sorted(p.name for p in (h.directory / "spark-work").glob("app-*"))
-            for h in cluster.taskmanager_hosts()}
+    return {
+        h.name: sorted(p.name for p in (h.directory / "spark-work").glob("app-*")) for h in cluster.taskmanager_hosts()
+    }
 
 
 def test_keyed_job_on_a_standalone_cluster_across_two_hosts_is_exact(hosts_cluster, tmp_path: Path) -> None:

@@ -27,8 +27,10 @@ def test_keyed_job_on_three_hosts_is_exact_and_crosses_hosts(hosts_cluster, tmp_
     t0 = time.monotonic()
     job_id, output = submit(cluster, input_path, parallelism="6", reducers="3")
     job = wait_ended(cluster, job_id, 600)
-    print(f"acceptance job {job_id}: {job.status.value} in {time.monotonic() - t0:.1f} s wall, "
-          f"{job.restarts} restarts; harness up {cluster.timings['up_s']:.1f} s, {cluster.rss_mb():.0f} MB resident")
+    print(
+        f"acceptance job {job_id}: {job.status.value} in {time.monotonic() - t0:.1f} s wall, "
+        f"{job.restarts} restarts; harness up {cluster.timings['up_s']:.1f} s, {cluster.rss_mb():.0f} MB resident"
+    )
     assert job.status == JobStatus.FINISHED, job.reason
     assert output_rows(cluster, "tm3", output, tmp_path / "out") == want
 
@@ -45,8 +47,9 @@ def test_keyed_job_on_three_hosts_is_exact_and_crosses_hosts(hosts_cluster, tmp_
         print(f"{source} -> {target}: {len(across)} partitions read across hosts, e.g. {across[0]}")
 
 
-def test_storage_private_to_each_host_is_refused_at_submission_naming_host_and_path(hosts_cluster,
-                                                                                    tmp_path: Path) -> None:
+def test_storage_private_to_each_host_is_refused_at_submission_naming_host_and_path(
+    hosts_cluster, tmp_path: Path
+) -> None:
     """Each host has a directory of its own where the shared filesystem should be: once the
     TaskManagers have said what they see of the leader's storage root (its _SLUICE_ROOT),
     the submission is refused at once, naming a TaskManager's host and the path."""
@@ -65,5 +68,6 @@ def test_storage_private_to_each_host_is_refused_at_submission_naming_host_and_p
         client.wait_accepted(job_id, timeout=60)
     reason = str(refused.value)
     assert any(h in reason for h in tm_hosts), f"no TaskManager host named in: {reason}"
-    assert cluster.shared in reason and "_SLUICE_ROOT" in reason, \
+    assert cluster.shared in reason and "_SLUICE_ROOT" in reason, (
         f"the storage root's identity under {cluster.shared} is not named in: {reason}"
+    )

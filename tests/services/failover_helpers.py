@@ -108,8 +108,16 @@ class TinySlots:
     def start(self, slots: int) -> None:
         self.n = slots
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
-               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+    def launch(
+        self,
+        slot: int,
+        descriptor: dict,
+        runtime: dict,
+        *,
+        task_id: str,
+        handle: str,
+        reports: Sequence[tuple[str, Envelope]] = (),
+    ) -> str:
         if reports:
             if self.log is None:
                 raise TypeError("TinySlots needs the log to send a launch's reports: TinySlots(log)")
@@ -183,37 +191,59 @@ class CountingCoordinator(OperatorCoordinator):
 # --- jobs ---------------------------------------------------------------------------------
 
 
-def source_graph(name: str, parallelism: int = 1, splits: int = 4, *, protocol: str = "input-splits",
-                 max_parallelism: int = 128) -> JobGraph:
+def source_graph(
+    name: str, parallelism: int = 1, splits: int = 4, *, protocol: str = "input-splits", max_parallelism: int = 128
+) -> JobGraph:
     """One source vertex reading ``splits`` splits of numbers into a sink (restarts without delay)."""
-    src = JobVertex("src", "source", parallelism, [], SourceSpec("range", [], 1, {"start": "0", "end": str(splits)},
-                                                                 protocol), SinkSpec("parquet", f"file:///tmp/{name}-out"))
+    src = JobVertex(
+        "src",
+        "source",
+        parallelism,
+        [],
+        SourceSpec("range", [], 1, {"start": "0", "end": str(splits)}, protocol),
+        SinkSpec("parquet", f"file:///tmp/{name}-out"),
+    )
     return JobGraph(name, [src], [], max_parallelism, RestartStrategy("fixed-delay", 3, 0, 1000))
 
 
 def keyed_graph(name: str, splits: int = 4, coordinator: str | None = None) -> JobGraph:
     """src -> (keyed) agg, agg with ``coordinator``."""
-    src = JobVertex("src", "source", 1, [], SourceSpec("range", [], 1, {"start": "0", "end": str(splits)},
-                                                       "input-splits"))
-    agg = JobVertex("agg", "transform", 1, ["failover_job:agg"], None, SinkSpec("parquet", f"file:///tmp/{name}-out"),
-                    coordinator)
-    return JobGraph(name, [src, agg], [JobEdge("src", "agg", "keyed", "id")], 8,
-                    RestartStrategy("fixed-delay", 3, 0, 1000))
+    src = JobVertex(
+        "src", "source", 1, [], SourceSpec("range", [], 1, {"start": "0", "end": str(splits)}, "input-splits")
+    )
+    agg = JobVertex(
+        "agg", "transform", 1, ["failover_job:agg"], None, SinkSpec("parquet", f"file:///tmp/{name}-out"), coordinator
+    )
+    return JobGraph(
+        name, [src, agg], [JobEdge("src", "agg", "keyed", "id")], 8, RestartStrategy("fixed-delay", 3, 0, 1000)
+    )
 
 
-def submit(log: EventLog, world: Any, job_id: str, graph: JobGraph, *, reply_to: str | None = None,
-           code_blob: str | None = None) -> None:
+def submit(
+    log: EventLog,
+    world: Any,
+    job_id: str,
+    graph: JobGraph,
+    *,
+    reply_to: str | None = None,
+    code_blob: str | None = None,
+) -> None:
     """What ``sluice submit`` sends: the code as a blob, then SubmitJob to the cluster inbox."""
     keys = log.keys
     digest = Blobs(log).put(CODE) if code_blob is None else code_blob
     reply = reply_to if reply_to is not None else keys.inbox(keys.client("c1"))
-    log.append(keys.inbox(keys.cluster), Envelope(SubmitJob(job_id, graph, digest, "failover_job", reply, {}),
-                                                  world.new_id(), 0, world.now_ms(), job_id))
+    log.append(
+        keys.inbox(keys.cluster),
+        Envelope(
+            SubmitJob(job_id, graph, digest, "failover_job", reply, {}), world.new_id(), 0, world.now_ms(), job_id
+        ),
+    )
 
 
 def register_message(world: Any, rid: str, session: str = "s1", *, slots: int = 1, epoch: int = 1) -> Envelope:
-    return Envelope(RegisterTaskManager(rid, session, "host-a", slots, PROTOCOL_VERSION, epoch), world.new_id(), 0,
-                    world.now_ms())
+    return Envelope(
+        RegisterTaskManager(rid, session, "host-a", slots, PROTOCOL_VERSION, epoch), world.new_id(), 0, world.now_ms()
+    )
 
 
 def report(log: EventLog, world: Any, d: dict, rid: str, slot: int, state: TaskState) -> None:
@@ -263,8 +293,15 @@ def lead(jm: JobManager, world: ManualWorld | None = None, *, timeout: float = 1
     return jm.epoch
 
 
-def pump(steps: Iterable[Callable[[], Any]], until: Callable[[], bool], *, rounds: int = 200,
-         what: str = "the condition", world: ManualWorld | None = None, advance_ms: int = 0) -> None:
+def pump(
+    steps: Iterable[Callable[[], Any]],
+    until: Callable[[], bool],
+    *,
+    rounds: int = 200,
+    what: str = "the condition",
+    world: ManualWorld | None = None,
+    advance_ms: int = 0,
+) -> None:
     """Call each step in turn until ``until()`` holds (at most ``rounds`` rounds); between
     rounds the test clock moves ``advance_ms``."""
     steps = list(steps)
@@ -281,20 +318,32 @@ def pump(steps: Iterable[Callable[[], Any]], until: Callable[[], bool], *, round
 
 def jm(log: EventLog, world: Any, name: str, tmp_path: Path, **kw: Any) -> JobManager:
     kw.setdefault("lease_ttl_ms", 3000)
-    return JobManager(log, world=world, jm_id=name, storage_root=f"file://{tmp_path}/storage",
-                      checkpoint_interval_ms=600_000, **kw)
+    return JobManager(
+        log, world=world, jm_id=name, storage_root=f"file://{tmp_path}/storage", checkpoint_interval_ms=600_000, **kw
+    )
 
 
-def tm(log: EventLog, world: Any, tmp_path: Path, slots: TinySlots, *, rid: str = "tm-1", n: int = 2,
-       **kw: Any) -> TaskManager:
+def tm(
+    log: EventLog, world: Any, tmp_path: Path, slots: TinySlots, *, rid: str = "tm-1", n: int = 2, **kw: Any
+) -> TaskManager:
     if slots.log is None:
         slots.log = log
-    return TaskManager(log, resource_id=rid, slots=n, host="host-a", world=world, runner=slots,
-                       home=tmp_path / rid, config=RegistrationConfig(50, 400, 100, 600_000), **kw)
+    return TaskManager(
+        log,
+        resource_id=rid,
+        slots=n,
+        host="host-a",
+        world=world,
+        runner=slots,
+        home=tmp_path / rid,
+        config=RegistrationConfig(50, 400, 100, 600_000),
+        **kw,
+    )
 
 
-def started(log: EventLog, tmp_path: Path, slots: TinySlots | None = None, *, n: int = 2,
-            world: ManualWorld | None = None) -> tuple[ManualWorld, JobManager, TaskManager, TinySlots]:
+def started(
+    log: EventLog, tmp_path: Path, slots: TinySlots | None = None, *, n: int = 2, world: ManualWorld | None = None
+) -> tuple[ManualWorld, JobManager, TaskManager, TinySlots]:
     """A leading JobManager and one registered TaskManager (``tm-1``, ``n`` slots run by
     ``slots``, TinySlots by default), on a test clock (``world``, a ManualWorld by default)."""
     world = world if world is not None else ManualWorld()
@@ -306,8 +355,9 @@ def started(log: EventLog, tmp_path: Path, slots: TinySlots | None = None, *, n:
     return world, a, t, slots
 
 
-def coordinated_running(log: EventLog, world: ManualWorld, tmp_path: Path, *, jm_log: EventLog | None = None
-                        ) -> tuple[JobManager, TaskManager, dict, dict]:
+def coordinated_running(
+    log: EventLog, world: ManualWorld, tmp_path: Path, *, jm_log: EventLog | None = None
+) -> tuple[JobManager, TaskManager, dict, dict]:
     """Leader jm-a (a 300 ms lease; writing through ``jm_log`` if given) with job j1: src ->
     agg, agg's user coordinator a ``CountingCoordinator``, both subtasks RUNNING on tm-1.
     Returns the leader, the TaskManager and the descriptors of src and agg."""
@@ -325,13 +375,23 @@ def coordinated_running(log: EventLog, world: ManualWorld, tmp_path: Path, *, jm
     pump(steps, lambda: len(slots.launched) == 2, what="the consumer's deployment", world=world, advance_ms=10)
     agg = slots.launched[1][1]
     report(log, world, agg, "tm-1", 1, TaskState.RUNNING)
-    pump(steps, lambda: a.state.jobs.jobs["j1"].vertices["agg"].subtasks[0].state == TaskState.RUNNING,
-         what="the consumer running", world=world, advance_ms=10)
+    pump(
+        steps,
+        lambda: a.state.jobs.jobs["j1"].vertices["agg"].subtasks[0].state == TaskState.RUNNING,
+        what="the consumer running",
+        world=world,
+        advance_ms=10,
+    )
     return a, t, src, agg
 
 
 def register_tm(jm: JobManager, tm: TaskManager, world: ManualWorld) -> None:
     """Start ``tm`` and step both until the leader has acknowledged its registration."""
     tm.start()
-    pump([lambda: tm.step(block_ms=None), lambda: jm.step(block_ms=None), jm.step_lease],
-         lambda: tm.reg.state == "REGISTERED", what=f"{tm.resource_id}'s registration", world=world, advance_ms=50)
+    pump(
+        [lambda: tm.step(block_ms=None), lambda: jm.step(block_ms=None), jm.step_lease],
+        lambda: tm.reg.state == "REGISTERED",
+        what=f"{tm.resource_id}'s registration",
+        world=world,
+        advance_ms=50,
+    )

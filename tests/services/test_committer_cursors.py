@@ -63,9 +63,14 @@ def test_an_archived_jobs_deliverer_is_flushed_and_forgotten(log: EventLog, tmp_
     pump(steps, lambda: bool(slots.launched), what="the launch", world=world, advance_ms=10)
     tag = log.keys.job("j1")
     assert tag in a.committer._deliverers
-    (_, d, _), = slots.launched
+    ((_, d, _),) = slots.launched
     report(log, world, d, "tm-1", 0, TaskState.FINISHED)
-    pump(steps, lambda: "j1" not in a.state.jobs.jobs and job_state(log, "j1").ended_at is not None,
-         what="the job's end and archive", world=world, advance_ms=50)
+    pump(
+        steps,
+        lambda: "j1" not in a.state.jobs.jobs and job_state(log, "j1").ended_at is not None,
+        what="the job's end and archive",
+        world=world,
+        advance_ms=50,
+    )
     assert tag not in a.committer._deliverers
     assert not log.backend.exists(log.keys.outbox_cursor(tag), log.keys.outbox(tag))

@@ -279,14 +279,20 @@ def user_vertex(cls: type, name: str = "op", parallelism: int = 3) -> JobVertex:
     return JobVertex(name, "transform", parallelism, coordinator=f"{__name__}:{cls.__name__}")
 
 
-def source_vertex(protocol: str = "operator-events", parallelism: int = 2, name: str = "src",
-                  each_split: bool = False) -> JobVertex:
-    return JobVertex(name, "source", parallelism,
-                     source=SourceSpec("range", [], 10, {"start": "0", "end": "50"}, protocol, each_split))
+def source_vertex(
+    protocol: str = "operator-events", parallelism: int = 2, name: str = "src", each_split: bool = False
+) -> JobVertex:
+    return JobVertex(
+        name,
+        "source",
+        parallelism,
+        source=SourceSpec("range", [], 10, {"start": "0", "end": "50"}, protocol, each_split),
+    )
 
 
-def coordinators(*vertices: JobVertex, splits: dict[str, list] | None = None, interval_ms: int = 10_000,
-                 start: bool = True) -> JobCoordinators:
+def coordinators(
+    *vertices: JobVertex, splits: dict[str, list] | None = None, interval_ms: int = 10_000, start: bool = True
+) -> JobCoordinators:
     if splits is None:
         splits = {v.name: plan_range(0, 50, 10) for v in vertices if v.kind == "source"}
     j = JobCoordinators(JOB, vertices, splits, load, interval_ms=interval_ms)
@@ -412,13 +418,24 @@ def test_events_from_a_subtask_reach_the_coordinator() -> None:
 
 def test_subtask_lifecycle_reaches_the_coordinator() -> None:
     j = coordinators(user_vertex(Echo))
-    for ev in (task_state("op", 0, 0, TaskState.DEPLOYING), task_state("op", 0, 0, TaskState.RUNNING),
-               task_state("op", 1, 0, TaskState.FAILED, "oom"), restart("op", 1, 1),
-               task_state("op", 2, 0, TaskState.CANCELED), task_state("op", 0, 0, TaskState.FINISHED),
-               task_state("elsewhere", 0, 0, TaskState.FAILED)):
+    for ev in (
+        task_state("op", 0, 0, TaskState.DEPLOYING),
+        task_state("op", 0, 0, TaskState.RUNNING),
+        task_state("op", 1, 0, TaskState.FAILED, "oom"),
+        restart("op", 1, 1),
+        task_state("op", 2, 0, TaskState.CANCELED),
+        task_state("op", 0, 0, TaskState.FINISHED),
+        task_state("elsewhere", 0, 0, TaskState.FAILED),
+    ):
         j.feed(ev)
-    assert coordinator(j).calls == [("start",), ("ready", 0, 0), ("failed", 1, 0, "oom"), ("reset-subtask", 1, 1),
-                                    ("failed", 2, 0, None), ("finished", 0, 0)]
+    assert coordinator(j).calls == [
+        ("start",),
+        ("ready", 0, 0),
+        ("failed", 1, 0, "oom"),
+        ("reset-subtask", 1, 1),
+        ("failed", 2, 0, None),
+        ("finished", 0, 0),
+    ]
     assert coordinator(j).context.current_attempt(1) == 1
 
 
@@ -434,8 +451,10 @@ def test_events_to_a_subtask_that_is_not_running_wait_in_its_inbox() -> None:
     ctx.send_event(1, "later")  # for the attempt that runs next
     ctx.send_event(1, "for the old one", attempt=0)
     out = flushed(j.flush(0))
-    assert out.facts == [(to_subtask("op", 1, "later", 1), ("op", 1)),
-                         (to_subtask("op", 1, "for the old one", 0), ("op", 1))]
+    assert out.facts == [
+        (to_subtask("op", 1, "later", 1), ("op", 1)),
+        (to_subtask("op", 1, "for the old one", 0), ("op", 1)),
+    ]
     with pytest.raises(ValueError, match="subtasks 0..1; there is no subtask 2"):
         ctx.send_event(2, "nobody")
 
@@ -486,13 +505,16 @@ def test_a_failed_subtasks_splits_are_added_back_and_assigned_again(protocol: st
 
 
 def test_the_source_coordinator_prefers_the_requesters_host() -> None:
-    splits = [{"format": "text", "path": f"/f{i}", "hosts": hosts} for i, hosts in
-              enumerate([["a"], ["b"], ["a", "b"], []])]
+    splits = [
+        {"format": "text", "path": f"/f{i}", "hosts": hosts} for i, hosts in enumerate([["a"], ["b"], ["a", "b"], []])
+    ]
     j = coordinators(source_vertex(), splits={"src": splits})
     j.flush(0)
     for subtask, host, want in [(0, "b", 1), (1, "a", 0), (0, "x", 2), (1, "b", 3), (1, "a", None)]:
         j.feed(request("operator-events", subtask, 0, host))
-        assert flushed(j.flush(0)).facts == [answer("operator-events", subtask, 0, None if want is None else splits[want])]
+        assert flushed(j.flush(0)).facts == [
+            answer("operator-events", subtask, 0, None if want is None else splits[want])
+        ]
 
 
 def test_the_source_coordinator_refuses_other_events() -> None:
@@ -510,8 +532,14 @@ def test_checkpoint_then_restore_gives_the_same_coordinator_state() -> None:
     vertices = (source_vertex(), user_vertex(Echo))
     j1 = coordinators(*vertices)
     j1.flush(0)
-    for ev in (request("operator-events", 0, 0), request("operator-events", 1, 0, "h"), to_coordinator("op", 0, "x"),
-               request("operator-events", 0, 0), task_state("src", 0, 0, TaskState.FAILED, "x"), restart("src", 0, 1)):
+    for ev in (
+        request("operator-events", 0, 0),
+        request("operator-events", 1, 0, "h"),
+        to_coordinator("op", 0, "x"),
+        request("operator-events", 0, 0),
+        task_state("src", 0, 0, TaskState.FAILED, "x"),
+        restart("src", 0, 1),
+    ):
         j1.feed(ev)
     cut = flushed(j1.flush(0, force=True))
     taken = {c.operator_id: c for c in checkpoints(cut)}
@@ -526,8 +554,14 @@ def test_checkpoint_then_restore_gives_the_same_coordinator_state() -> None:
     assert coordinator(j2, "op").got == coordinator(j1, "op").got
     again1, again2 = flushed(j1.flush(0, force=True)), flushed(j2.flush(0, force=True))
     assert again2.facts == again1.facts  # the same state at the same checkpoint id
-    later = (restart("src", 0, 1), request("operator-events", 0, 1), request("operator-events", 1, 0),
-             to_coordinator("op", 2, "y"), task_state("src", 1, 0, TaskState.FAILED), request("operator-events", 0, 1))
+    later = (
+        restart("src", 0, 1),
+        request("operator-events", 0, 1),
+        request("operator-events", 1, 0),
+        to_coordinator("op", 2, "y"),
+        task_state("src", 1, 0, TaskState.FAILED),
+        request("operator-events", 0, 1),
+    )
     for ev in later:
         j1.feed(ev)
         j2.feed(ev)
@@ -558,8 +592,11 @@ def test_replay_of_a_deterministic_coordinator_checks_its_answers(protocol: str)
     # a log whose recorded answer differs from what the coordinator answers now
     def other_split(tails: dict) -> None:
         tail = tails["src"]
-        i = max(k for k, ev in enumerate(tail) if isinstance(ev, (NextInputSplit, OperatorEvent))
-                and not getattr(ev, "to_coordinator", False))
+        i = max(
+            k
+            for k, ev in enumerate(tail)
+            if isinstance(ev, (NextInputSplit, OperatorEvent)) and not getattr(ev, "to_coordinator", False)
+        )
         ev = tail[i]
         wrong = plan_range(0, 50, 10)[4]
         if isinstance(ev, NextInputSplit):
@@ -576,8 +613,11 @@ def test_replay_of_a_deterministic_coordinator_checks_its_answers(protocol: str)
     # a log that lacks an answer
     def one_answer_fewer(tails: dict) -> None:
         tail = tails["src"]
-        last = max(k for k, ev in enumerate(tail) if isinstance(ev, (NextInputSplit, OperatorEvent))
-                   and not getattr(ev, "to_coordinator", False))
+        last = max(
+            k
+            for k, ev in enumerate(tail)
+            if isinstance(ev, (NextInputSplit, OperatorEvent)) and not getattr(ev, "to_coordinator", False)
+        )
         del tail[last]
 
     failures = flushed(log.takeover(v, tamper=one_answer_fewer).flush(0)).failures
@@ -586,7 +626,8 @@ def test_replay_of_a_deterministic_coordinator_checks_its_answers(protocol: str)
 
 @pytest.mark.parametrize("protocol", ["operator-events", "input-splits"])
 def test_a_source_read_each_split_holds_a_slow_reader_back_from_the_last_splits_also_after_a_takeover(
-        protocol: str) -> None:
+    protocol: str,
+) -> None:
     """The end game through the framework: the time of each request comes from its fact
     (``at``), so a new leader that replays the requests after the last checkpoint holds the
     same reader back, and the deterministic replay check passes."""
@@ -685,7 +726,9 @@ def test_checkpoints_are_taken_when_due_or_requested() -> None:
     assert checkpoints(flushed(j.flush(0)))
     j.feed(to_coordinator("op", 0, "a"))
     assert checkpoints(flushed(j.flush(50))) == []
-    assert [c.checkpoint_id for c in checkpoints(flushed(j.flush(100)))] == [1]  # inputs arrived and the interval passed
+    assert [c.checkpoint_id for c in checkpoints(flushed(j.flush(100)))] == [
+        1
+    ]  # inputs arrived and the interval passed
     assert checkpoints(flushed(j.flush(500))) == []  # no inputs since
     coordinator(j).context.request_checkpoint()
     assert [c.checkpoint_id for c in checkpoints(flushed(j.flush(510)))] == [2]
@@ -695,14 +738,17 @@ def test_checkpoints_are_taken_when_due_or_requested() -> None:
 # --- failures --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls, text", [
-    (FailInHandle, "failed in handle_event_from_operator:\nTraceback"),
-    (FailInStart, "failed in start:"),
-    (FailInCheckpoint, "checkpoint 0 of the coordinator of 'op' failed:"),
-    (FailInAsync, "failed the job:"),
-    (FailInThen, "failed in then:"),
-    (FailsTheJob, "failed the job:\nthe coordinator gave up: boom by fail_job"),
-])
+@pytest.mark.parametrize(
+    "cls, text",
+    [
+        (FailInHandle, "failed in handle_event_from_operator:\nTraceback"),
+        (FailInStart, "failed in start:"),
+        (FailInCheckpoint, "checkpoint 0 of the coordinator of 'op' failed:"),
+        (FailInAsync, "failed the job:"),
+        (FailInThen, "failed in then:"),
+        (FailsTheJob, "failed the job:\nthe coordinator gave up: boom by fail_job"),
+    ],
+)
 def test_a_coordinator_failure_fails_the_job_and_the_coordinator_is_not_called_again(cls: type, text: str) -> None:
     j = coordinators(user_vertex(cls))
     c = coordinator(j)
@@ -717,8 +763,13 @@ def test_a_coordinator_failure_fails_the_job_and_the_coordinator_is_not_called_a
     assert "boom" in out.failures[0] or "not JSON serializable" in out.failures[0]
     assert "coordinator of 'op'" in out.failures[0]
     calls = list(c.calls)
-    for ev in (to_coordinator("op", 1, "y"), task_state("op", 0, 0, TaskState.RUNNING),
-               task_state("op", 1, 0, TaskState.FAILED), restart("op", 1, 1), task_state("op", 2, 0, TaskState.FINISHED)):
+    for ev in (
+        to_coordinator("op", 1, "y"),
+        task_state("op", 0, 0, TaskState.RUNNING),
+        task_state("op", 1, 0, TaskState.FAILED),
+        restart("op", 1, 1),
+        task_state("op", 2, 0, TaskState.FINISHED),
+    ):
         j.feed(ev)
     again = flushed(j.flush(0, force=True))
     j.committed()
@@ -744,8 +795,12 @@ def test_a_coordinator_that_cannot_be_created_fails_the_job() -> None:
 
 def test_an_unbound_context_refuses_every_call_with_a_clear_message() -> None:
     ctx = CoordinatorContext(JOB, "op", 2)
-    for call in (lambda: ctx.send_event(0, "x"), lambda: ctx.fail_job("x"), ctx.request_checkpoint,
-                 lambda: ctx.call_async(lambda: None)):
+    for call in (
+        lambda: ctx.send_event(0, "x"),
+        lambda: ctx.fail_job("x"),
+        ctx.request_checkpoint,
+        lambda: ctx.call_async(lambda: None),
+    ):
         with pytest.raises(ContextNotBound) as info:
             call()
         message = str(info.value)
@@ -864,7 +919,9 @@ def test_after_takeover_a_send_goes_to_the_attempt_that_runs() -> None:
     j2 = log.takeover(v)
     assert flushed(j2.flush(0)).failures == []
     j2.feed(to_coordinator("op", 0, "to the restarted subtask"))
-    assert flushed(j2.flush(0)).facts == [(to_subtask("op", 1, {"echo": "to the restarted subtask", "from": 0}, 1), ("op", 1))]
+    assert flushed(j2.flush(0)).facts == [
+        (to_subtask("op", 1, {"echo": "to the restarted subtask", "from": 0}, 1), ("op", 1))
+    ]
 
 
 def test_a_deterministic_coordinator_that_sends_in_start_survives_a_takeover() -> None:

@@ -64,11 +64,21 @@ def test_the_leaders_state_keeps_the_logs_times_while_its_clock_moves(log: Event
         a.step(block_ms=None)
         agree()
 
-    pump([leader, lambda: t.step(block_ms=None)], lambda: bool(slots.launched), what="the launch", world=world,
-         advance_ms=10)
-    (_, descriptor, _), = slots.launched
+    pump(
+        [leader, lambda: t.step(block_ms=None)],
+        lambda: bool(slots.launched),
+        what="the launch",
+        world=world,
+        advance_ms=10,
+    )
+    ((_, descriptor, _),) = slots.launched
     for state in (TaskState.RUNNING, TaskState.FINISHED):
         report(log, world, descriptor, "tm-1", 0, state)
-    pump([leader, lambda: t.step(block_ms=None)], lambda: job_state(log, "j1").ended_at is not None,
-         what="the job's end", world=world, advance_ms=10)
+    pump(
+        [leader, lambda: t.step(block_ms=None)],
+        lambda: job_state(log, "j1").ended_at is not None,
+        what="the job's end",
+        world=world,
+        advance_ms=10,
+    )
     assert compared and compared[-1] is not None  # compared with the job ended, before it was archived

@@ -37,8 +37,9 @@ def _operator_event(log: EventLog, world: ManualWorld, agg: dict, n: int) -> Non
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("then", ["next-event", "finished"])
-def test_a_message_read_by_a_deposed_leader_is_decided_before_later_ones(log: EventLog, tmp_path: Path,
-                                                                       then: str) -> None:
+def test_a_message_read_by_a_deposed_leader_is_decided_before_later_ones(
+    log: EventLog, tmp_path: Path, then: str
+) -> None:
     HANDLED.clear()
     world = ManualWorld()
     a, _, _, agg = coordinated_running(log, world, tmp_path)

@@ -35,8 +35,9 @@ def shout(df: DataFrame) -> DataFrame:
 
 
 def _descriptor(splits: list[dict]) -> Any:
-    return cast(Any, SimpleNamespace(source=TaskSource("text", {}, "input-splits", splits[0] if splits else None,
-                                                       True)))
+    return cast(
+        Any, SimpleNamespace(source=TaskSource("text", {}, "input-splits", splits[0] if splits else None, True))
+    )
 
 
 def test_each_split_is_worked_on_before_the_next_is_asked_for(spark, tmp_path: Path) -> None:
@@ -57,6 +58,7 @@ def test_each_split_is_worked_on_before_the_next_is_asked_for(spark, tmp_path: P
 def test_a_reader_that_gets_no_split_has_the_chains_columns(spark, tmp_path: Path) -> None:
     (tmp_path / "in.txt").write_text("a\nb\n")
     splits = discover("text", [str(tmp_path / "in.txt")], 4096, {})
-    df = worker._read_each_split(spark, _descriptor(splits), {}, tmp_path / "task", cast(Any, Splits([], tmp_path)),
-                                 shout)
+    df = worker._read_each_split(
+        spark, _descriptor(splits), {}, tmp_path / "task", cast(Any, Splits([], tmp_path)), shout
+    )
     assert df.columns == ["line", "n"] and df.count() == 0

@@ -123,12 +123,18 @@ def test_bug1_a_deposed_leader_and_the_new_one_deliver_a_long_outbox_once(log: E
         assert a_go.wait(20), "B never let A go on"
 
     world_a = ManualWorld()
-    a = jm(EventLog(PauseAfterFirstRead(log.backend, outbox, a_pauses), keys), world_a, "jm-a", tmp_path,
-           lease_ttl_ms=300)  # it lapses while A is paused
+    a = jm(
+        EventLog(PauseAfterFirstRead(log.backend, outbox, a_pauses), keys), world_a, "jm-a", tmp_path, lease_ttl_ms=300
+    )  # it lapses while A is paused
     lead(a, world_a)
     log.append(keys.inbox(keys.cluster), register_message(world_a, "tm-1", slots=700, epoch=1))
-    pump([lambda: a.step(block_ms=None)], lambda: len(a.state.membership.active()) == 1, what="tm-1's registration",
-         world=world_a, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None)],
+        lambda: len(a.state.membership.active()) == 1,
+        what="tm-1's registration",
+        world=world_a,
+        advance_ms=10,
+    )
     submit(log, world_a, "j1", source_graph("j1", parallelism=700, splits=700, max_parallelism=1024))
     a_errors: list[BaseException] = []
 
@@ -154,8 +160,13 @@ def test_bug1_a_deposed_leader_and_the_new_one_deliver_a_long_outbox_once(log: E
         by_a.append(len(submit_tasks(log, "tm-1")))
 
     world_b = ManualWorld()
-    b = jm(EventLog(PauseAfterFirstRead(log.backend, outbox, b_pauses, entries=True), keys), world_b, "jm-b",
-           tmp_path, lease_ttl_ms=300)
+    b = jm(
+        EventLog(PauseAfterFirstRead(log.backend, outbox, b_pauses, entries=True), keys),
+        world_b,
+        "jm-b",
+        tmp_path,
+        lease_ttl_ms=300,
+    )
     assert lead(b, world_b) == 2
     assert a_errors == [] and a.errors == [] and b.errors == []
     assert by_a == [700]  # A, resumed, delivered the whole outbox; B's batch, read before, added nothing
@@ -189,8 +200,9 @@ class DieAtCommit(Delegating):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("dies_at", ["cluster", "job"])
-def test_bug2_a_new_leader_decides_what_the_dead_leader_read_exactly_once(log: EventLog, tmp_path: Path,
-                                                                          dies_at: str) -> None:
+def test_bug2_a_new_leader_decides_what_the_dead_leader_read_exactly_once(
+    log: EventLog, tmp_path: Path, dies_at: str
+) -> None:
     """Leader A reads a batch holding cluster-inbox entries (a registration, a submission)
     and job-inbox entries (two unnumbered split requests, two operator events for a user
     coordinator) and dies before its commit (the cluster's, or the job's after its
@@ -203,7 +215,9 @@ def test_bug2_a_new_leader_decides_what_the_dead_leader_read_exactly_once(log: E
     keys = log.keys
     world = ManualWorld()
     dying = DieAtCommit(log.backend)
-    a, _, src, agg = coordinated_running(log, world, tmp_path, jm_log=EventLog(dying, keys))  # a 300 ms lease: B waits for it
+    a, _, src, agg = coordinated_running(
+        log, world, tmp_path, jm_log=EventLog(dying, keys)
+    )  # a 300 ms lease: B waits for it
     job_inbox, cluster_inbox = keys.inbox(keys.job("j1")), keys.inbox(keys.cluster)
     facts = keys.facts(keys.job("j1"))
     before = log.last_id(facts)
@@ -289,8 +303,13 @@ def test_bug3_bad_reply_addresses_are_parked_and_leaders_go_on_answering(log: Ev
     for job_id, reply_to in (("j-notag", "no-tag-at-all"), ("nope", a_hash)):
         log.append(cluster_inbox, Envelope(DisposeJob(job_id, reply_to), world.new_id(), 0, world.now_ms()))
     log.append(cluster_inbox, register_message(world, "tm-1", epoch=1))
-    pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, keys.inbox(keys.taskmanager("tm-1")))),
-         what="tm-1's registration answered", world=world, advance_ms=100)
+    pump(
+        [lambda: a.step(block_ms=None)],
+        lambda: bool(events(log, keys.inbox(keys.taskmanager("tm-1")))),
+        what="tm-1's registration answered",
+        world=world,
+        advance_ms=100,
+    )
     for _ in range(10):  # and it stays so
         a.step(block_ms=None)
         world.advance(100)
@@ -317,8 +336,13 @@ def test_bug3_bad_reply_addresses_are_parked_and_leaders_go_on_answering(log: Ev
     b = jm(log, world, "jm-b", tmp_path)
     assert lead(b, world) == 2
     log.append(cluster_inbox, register_message(world, "tm-2", epoch=2))
-    pump([lambda: b.step(block_ms=None)], lambda: bool(events(log, keys.inbox(keys.taskmanager("tm-2")))),
-         what="tm-2's registration answered", world=world, advance_ms=100)
+    pump(
+        [lambda: b.step(block_ms=None)],
+        lambda: bool(events(log, keys.inbox(keys.taskmanager("tm-2")))),
+        what="tm-2's registration answered",
+        world=world,
+        advance_ms=100,
+    )
     assert b.errors == [] and b.leading
     assert [g.epoch for g in events(log, cluster_facts, LeadershipGranted)] == [1, 2]
     assert len(events(log, keys.inbox(keys.taskmanager("tm-2")), AcknowledgeRegistration)) == 1
@@ -333,7 +357,8 @@ HOSTILE_IDS = ["}", "{", "*", "\n", "x" * 100_000]
 
 @pytest.mark.timeout(30)
 def test_bug4_hostile_resource_ids_are_parked_with_the_reason_and_never_force_a_rebuild(
-        log: EventLog, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log: EventLog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """RegisterTaskManager with a resource id that cannot be part of a key: each is parked
     with a reason naming the id's problem, the leader does not rebuild (one LeadershipGranted
     at its epoch), a good registration is answered, and what the JobManager logs stays
@@ -353,8 +378,13 @@ def test_bug4_hostile_resource_ids_are_parked_with_the_reason_and_never_force_a_
             log.append(cluster_inbox, register_message(world, rid, epoch=1))
         log.append(cluster_inbox, Envelope(TaskManagerHeartbeat("}", "s1", 1, 0), world.new_id(), 0, world.now_ms()))
         log.append(cluster_inbox, register_message(world, "tm-1", epoch=1))
-        pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, keys.inbox(keys.taskmanager("tm-1")))),
-             what="tm-1's registration answered", world=world, advance_ms=100)
+        pump(
+            [lambda: a.step(block_ms=None)],
+            lambda: bool(events(log, keys.inbox(keys.taskmanager("tm-1")))),
+            what="tm-1's registration answered",
+            world=world,
+            advance_ms=100,
+        )
         for _ in range(10):
             a.step(block_ms=None)
             world.advance(100)
@@ -406,8 +436,9 @@ class AckFailsOnce(Delegating):
         self._fail(ids, lambda: self.inner.xack(stream, group, ids))
         return self.inner.xack(stream, group, ids)
 
-    def xreadgroup(self, group: str, consumer: str, streams: Any, *, count: int, block_ms: int | None,
-                   ack: Any = None) -> Any:
+    def xreadgroup(
+        self, group: str, consumer: str, streams: Any, *, count: int, block_ms: int | None, ack: Any = None
+    ) -> Any:
         def call() -> Any:
             return self.inner.xreadgroup(group, consumer, streams, count=count, block_ms=block_ms, ack=ack)
 
@@ -437,8 +468,13 @@ def test_bug5_a_failed_acknowledgement_does_not_start_a_task_twice(log: EventLog
     register_tm(a, t, world)
     submit(log, world, "j1", source_graph("j1"))
     inbox = keys.inbox(keys.taskmanager("tm-1"))
-    pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, inbox, SubmitTask)),
-         what="the SubmitTask", world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None)],
+        lambda: bool(events(log, inbox, SubmitTask)),
+        what="the SubmitTask",
+        world=world,
+        advance_ms=10,
+    )
     ((faulty.target, _),) = [(i, e) for i, e in log.replay(inbox) if isinstance(e.event, SubmitTask)]
     t.step(block_ms=None)  # handles it; the acknowledgement goes with the next read
     assert len(slots.launched) == 1 and not faulty.failed
@@ -471,8 +507,16 @@ class EagerWorker(TinySlots):
         super().__init__(log)
         self.world = world
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
-               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+    def launch(
+        self,
+        slot: int,
+        descriptor: dict,
+        runtime: dict,
+        *,
+        task_id: str,
+        handle: str,
+        reports: Sequence[tuple[str, Envelope]] = (),
+    ) -> str:
         handle = super().launch(slot, descriptor, runtime, task_id=task_id, handle=handle, reports=reports)
         assert self.log is not None
         report(self.log, self.world, descriptor, "tm-1", slot, TaskState.RUNNING)
@@ -480,8 +524,7 @@ class EagerWorker(TinySlots):
 
 
 @pytest.mark.timeout(30)
-def test_an_idle_worker_reporting_running_at_once_does_not_overtake_initializing(log: EventLog,
-                                                                                 tmp_path: Path) -> None:
+def test_an_idle_worker_reporting_running_at_once_does_not_overtake_initializing(log: EventLog, tmp_path: Path) -> None:
     """The TaskManager's INITIALIZING is in the job's inbox before the task is queued, so a
     worker that reports RUNNING at once comes after it and the log has every state in order.
     (When INITIALIZING was only queued until the end of the start, the leader, already at
@@ -494,14 +537,25 @@ def test_an_idle_worker_reporting_running_at_once_does_not_overtake_initializing
     t = tm(log, world, tmp_path, slots, n=1)
     register_tm(a, t, world)
     submit(log, world, "j1", source_graph("j1"))
-    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: bool(slots.launched),
-         what="the launch", world=world, advance_ms=10)
-    pump([lambda: a.step(block_ms=None)],
-         lambda: job_state(log, "j1").vertices["src"].subtasks[0].state == TaskState.RUNNING,
-         what="RUNNING", world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+        lambda: bool(slots.launched),
+        what="the launch",
+        world=world,
+        advance_ms=10,
+    )
+    pump(
+        [lambda: a.step(block_ms=None)],
+        lambda: job_state(log, "j1").vertices["src"].subtasks[0].state == TaskState.RUNNING,
+        what="RUNNING",
+        world=world,
+        advance_ms=10,
+    )
     job_inbox = keys.inbox(keys.job("j1"))
-    assert [u.state for u in events(log, job_inbox, UpdateTaskExecutionState)] == [TaskState.INITIALIZING,
-                                                                                 TaskState.RUNNING]
+    assert [u.state for u in events(log, job_inbox, UpdateTaskExecutionState)] == [
+        TaskState.INITIALIZING,
+        TaskState.RUNNING,
+    ]
     facts = [f.state for f in events(log, keys.facts(keys.job("j1")), UpdateTaskExecutionState)]
     assert facts == [TaskState.SCHEDULED, TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING]
 
@@ -515,8 +569,16 @@ class ReplyLostOnce(TinySlots):
         self.effect, self.failed, self.lost = effect, False, ""
         self.asked: list[str] = []
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
-               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+    def launch(
+        self,
+        slot: int,
+        descriptor: dict,
+        runtime: dict,
+        *,
+        task_id: str,
+        handle: str,
+        reports: Sequence[tuple[str, Envelope]] = (),
+    ) -> str:
         if not self.failed:
             self.failed, self.lost = True, handle
             if self.effect:
@@ -531,8 +593,7 @@ class ReplyLostOnce(TinySlots):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("effect", [True, False], ids=["it-took-effect", "it-did-not"])
-def test_a_launch_whose_reply_was_lost_is_not_handed_over_twice(log: EventLog, tmp_path: Path,
-                                                                effect: bool) -> None:
+def test_a_launch_whose_reply_was_lost_is_not_handed_over_twice(log: EventLog, tmp_path: Path, effect: bool) -> None:
     """The hand-over and its reports are one transaction; when the connection drops around
     EXEC the TaskManager cannot tell whether it took effect. The start stands (undoing it
     deleted the temp files of a task the worker may be running), and once Redis answers
@@ -546,17 +607,25 @@ def test_a_launch_whose_reply_was_lost_is_not_handed_over_twice(log: EventLog, t
     t = tm(log, world, tmp_path, slots, n=1)
     register_tm(a, t, world)
     submit(log, world, "j1", source_graph("j1"))
-    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
-         lambda: slots.failed and bool(t.tasks) and bool(slots.asked), what="the hand-over, settled",
-         world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+        lambda: slots.failed and bool(t.tasks) and bool(slots.asked),
+        what="the hand-over, settled",
+        world=world,
+        advance_ms=10,
+    )
     assert slots.asked == [slots.lost] and not t.launches.unsure
     assert len(slots.launched) == 1  # once, whichever way the first try went
     (task,) = t.tasks.values()
     assert (slots.launched[0][2] == slots.lost) == effect and task.rq_job == slots.launched[0][2]
     assert task.temp_dir is not None and task.temp_dir.exists()  # nothing undone under the worker
-    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
-         lambda: job_state(log, "j1").vertices["src"].subtasks[0].state == TaskState.INITIALIZING,
-         what="INITIALIZING", world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+        lambda: job_state(log, "j1").vertices["src"].subtasks[0].state == TaskState.INITIALIZING,
+        what="INITIALIZING",
+        world=world,
+        advance_ms=10,
+    )
     job_inbox = keys.inbox(keys.job("j1"))
     assert [r.success for r in events(log, job_inbox, TaskOperationResult)] == [True]
     assert job_state(log, "j1").restarts == 0
@@ -579,7 +648,8 @@ class LeaderActsAfterEachWrite(Delegating):
 
 @pytest.mark.timeout(30)
 def test_a_finished_tasks_slot_given_to_the_next_attempt_at_once_does_not_kill_its_worker(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     """One slot, two subtasks: the worker's FINISHED frees the slot and the leader sends the
     next subtask's SubmitTask to it straight away. The TaskManager must read the FINISHED
     first (the worker writes it to the TaskManager's inbox before the job's), so it frees
@@ -588,14 +658,24 @@ def test_a_finished_tasks_slot_given_to_the_next_attempt_at_once_does_not_kill_i
     killed the worker, warm Spark session and all.)"""
     world, a, t, slots = started(log, tmp_path, n=1)
     submit(log, world, "j1", source_graph("j1", parallelism=2))
-    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: len(slots.launched) == 1,
-         what="the first launch", world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+        lambda: len(slots.launched) == 1,
+        what="the first launch",
+        world=world,
+        advance_ms=10,
+    )
     worker = EventLog(LeaderActsAfterEachWrite(log.backend, lambda: a.step(block_ms=None)), log.keys)
-    (slot, d, _), = slots.launched
+    ((slot, d, _),) = slots.launched
     report(worker, world, d, "tm-1", slot, TaskState.RUNNING)
     report(worker, world, d, "tm-1", slot, TaskState.FINISHED)
-    pump([lambda: t.step(block_ms=None), lambda: a.step(block_ms=None)], lambda: len(slots.launched) == 2,
-         what="the second launch", world=world, advance_ms=10)
+    pump(
+        [lambda: t.step(block_ms=None), lambda: a.step(block_ms=None)],
+        lambda: len(slots.launched) == 2,
+        what="the second launch",
+        world=world,
+        advance_ms=10,
+    )
     assert slots.killed == []
     assert [launched[1]["subtask"] for launched in slots.launched] == [0, 1]
 
@@ -613,8 +693,14 @@ def write_history(log: EventLog, job_id: str, n: int) -> None:
     stream = log.keys.facts(log.keys.job(job_id))
     data = encode(Envelope(JobWaitingForSlots(job_id, 1, 0), "f" * 32, 1, 1_700_000_000_000, job_id))
     for start in range(0, n, 50_000):
-        log.client.eval("for i = 1, tonumber(ARGV[2]) do redis.call('XADD', KEYS[1], '*', ARGV[3], ARGV[1]) end",
-                        1, stream, data, min(50_000, n - start), FIELD)
+        log.client.eval(
+            "for i = 1, tonumber(ARGV[2]) do redis.call('XADD', KEYS[1], '*', ARGV[3], ARGV[1]) end",
+            1,
+            stream,
+            data,
+            min(50_000, n - start),
+            FIELD,
+        )
 
 
 def long_history(log: EventLog, world: ManualWorld, tmp_path: Path, n: int) -> None:
@@ -624,12 +710,16 @@ def long_history(log: EventLog, world: ManualWorld, tmp_path: Path, n: int) -> N
     a = jm(log, world, "jm-a", tmp_path)
     lead(a, world)
     submit(log, world, "j1", source_graph("j1"))  # no TaskManager: it waits for slots
-    pump([lambda: a.step(block_ms=None)], lambda: "j1" in a.state.jobs.jobs, what="the job", world=world,
-         advance_ms=10)
+    pump([lambda: a.step(block_ms=None)], lambda: "j1" in a.state.jobs.jobs, what="the job", world=world, advance_ms=10)
     write_history(log, "j1", n)
     log.append(keys.inbox(keys.job("j1")), Envelope(CancelJob("j1", "done"), world.new_id(), 0, world.now_ms(), "j1"))
-    pump([lambda: a.step(block_ms=None)], lambda: a.state.jobs.jobs["j1"].status == JobStatus.CANCELED,
-         what="the job cancelled", world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None)],
+        lambda: a.state.jobs.jobs["j1"].status == JobStatus.CANCELED,
+        what="the job cancelled",
+        world=world,
+        advance_ms=10,
+    )
     a.step_down()
     a.lease.release()
     assert log.length(keys.facts(keys.job("j1"))) > n
@@ -658,8 +748,15 @@ def test_bug6_a_replay_longer_than_the_stall_limit_ends_in_one_leadership(log: E
     keys = log.keys
     world = ManualWorld()
     long_history(log, world, tmp_path, 20_000)
-    b = JobManager(EventLog(SlowPages(log.backend, world, 100), keys), world=world, jm_id="jm-b",
-                   lease_ttl_ms=3000, max_stall_s=1.0, replay_page=250, storage_root=f"file://{tmp_path}/storage")
+    b = JobManager(
+        EventLog(SlowPages(log.backend, world, 100), keys),
+        world=world,
+        jm_id="jm-b",
+        lease_ttl_ms=3000,
+        max_stall_s=1.0,
+        replay_page=250,
+        storage_root=f"file://{tmp_path}/storage",
+    )
     began = world.monotonic()
     for _ in range(1_000):
         b.step(block_ms=None)
@@ -674,7 +771,9 @@ def test_bug6_a_replay_longer_than_the_stall_limit_ends_in_one_leadership(log: E
         assert b.step_lease() and b.leading and not b.lease.lost
     assert b.errors == []
     assert [(g.epoch, g.leader_id) for g in events(log, keys.facts(keys.cluster), LeadershipGranted)] == [
-        (1, "jm-a"), (2, "jm-b")]
+        (1, "jm-a"),
+        (2, "jm-b"),
+    ]
 
 
 @pytest.mark.timeout(60)
@@ -685,8 +784,9 @@ def test_bug6_the_real_loop_and_renewal_thread_lead_once_after_a_long_replay(log
     the stall limit had passed since it began (where the old code saw a stall)."""
     keys = log.keys
     long_history(log, ManualWorld(), tmp_path, 400_000)
-    b = JobManager(log, jm_id="jm-b", lease_ttl_ms=750, max_stall_s=0.4, replay_page=250,
-                   storage_root=f"file://{tmp_path}/storage")
+    b = JobManager(
+        log, jm_id="jm-b", lease_ttl_ms=750, max_stall_s=0.4, replay_page=250, storage_root=f"file://{tmp_path}/storage"
+    )
     looked: list[tuple[float, str]] = []
     renew = b.step_lease
 
@@ -705,8 +805,9 @@ def test_bug6_the_real_loop_and_renewal_thread_lead_once_after_a_long_replay(log
             time.sleep(0.02)
         assert b.leading, "jm-b never finished becoming leader"
         # The watchdog looked during the replay after the stall limit had passed since it began.
-        assert any(phase is Phase.REPLAYING and at - began > b.lease.max_stall_s for at, phase in looked), \
+        assert any(phase is Phase.REPLAYING and at - began > b.lease.max_stall_s for at, phase in looked), (
             f"the replay took {time.monotonic() - began:.2f} s: too short to show anything"
+        )
         time.sleep(0.6)  # renewals go on: it keeps leading
         assert b.leading and b.epoch == 2 and b.errors == []
         holder = current_leader(log)
@@ -716,15 +817,16 @@ def test_bug6_the_real_loop_and_renewal_thread_lead_once_after_a_long_replay(log
         thread.join(timeout=10)
     assert not thread.is_alive()
     assert [(g.epoch, g.leader_id) for g in events(log, keys.facts(keys.cluster), LeadershipGranted)] == [
-        (1, "jm-a"), (2, "jm-b")]
+        (1, "jm-a"),
+        (2, "jm-b"),
+    ]
 
 
 # --- bug 7: heartbeats in a backlog are heard before anyone is declared lost ----------------------------
 
 
 @pytest.mark.timeout(30)
-def test_bug7_after_a_stall_heartbeats_in_a_long_backlog_keep_a_live_taskmanager(log: EventLog,
-                                                                                 tmp_path: Path) -> None:
+def test_bug7_after_a_stall_heartbeats_in_a_long_backlog_keep_a_live_taskmanager(log: EventLog, tmp_path: Path) -> None:
     """The leader's main loop stalls for 5 s (heartbeat timeout 1 s). Meanwhile 1,200
     heartbeats of tm-1 pile up in the cluster inbox, more than two read batches (500), and
     behind them one of tm-2, also alive. Nobody is declared lost until the leader has read
@@ -738,8 +840,13 @@ def test_bug7_after_a_stall_heartbeats_in_a_long_backlog_keep_a_live_taskmanager
     cluster_inbox = keys.inbox(keys.cluster)
     for rid in ("tm-1", "tm-2", "tm-3"):
         log.append(cluster_inbox, register_message(world, rid, epoch=1))
-    pump([lambda: a.step(block_ms=None)], lambda: len(a.state.membership.active()) == 3,
-         what="three registrations", world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None)],
+        lambda: len(a.state.membership.active()) == 3,
+        what="three registrations",
+        world=world,
+        advance_ms=10,
+    )
     world.advance(5_000)  # the stall: nothing read for 5 s
 
     def beat(rid: str) -> Envelope:
@@ -807,8 +914,13 @@ def test_every_dead_worker_is_reported_though_redis_fails_while_reporting(log: E
     t = tm(EventLog(faulty, keys), world, tmp_path, slots, n=2)
     register_tm(a, t, world)
     submit(log, world, "j1", source_graph("j1", parallelism=2))
-    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: len(t.tasks) == 2,
-         what="two tasks on the TaskManager", world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+        lambda: len(t.tasks) == 2,
+        what="two tasks on the TaskManager",
+        world=world,
+        advance_ms=10,
+    )
     slots._exited += [(0, "signal 9"), (1, "signal 9")]
     faulty.armed = True
     with pytest.raises(RedisUnavailable):
@@ -819,8 +931,13 @@ def test_every_dead_worker_is_reported_though_redis_fails_while_reporting(log: E
     failed = [u for u in events(log, job_inbox, UpdateTaskExecutionState) if u.state == TaskState.FAILED]
     assert sorted(u.subtask for u in failed) == [0, 1]
     assert len(t.tasks) == 0  # both slots free again
-    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
-         lambda: job_state(log, "j1").restarts == 2, what="both subtasks restarted", world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+        lambda: job_state(log, "j1").restarts == 2,
+        what="both subtasks restarted",
+        world=world,
+        advance_ms=10,
+    )
 
 
 @pytest.mark.timeout(30)
@@ -837,10 +954,17 @@ def test_a_dropped_attempt_is_killed_then_its_sink_subtask_swept(log: EventLog, 
     t = tm(log, world, tmp_path, slots, n=1)
     register_tm(a, t, world)
     submit(log, world, "j1", source_graph("j1"))
-    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: len(t.tasks) == 1,
-         what="the task on the TaskManager", world=world, advance_ms=10)
-    log.append(keys.inbox(keys.taskmanager("tm-1")), Envelope(
-        DisconnectTaskManager("tm-1", t.reg.session, 1, "declared lost"), world.new_id(), 1, world.now_ms()))
+    pump(
+        [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+        lambda: len(t.tasks) == 1,
+        what="the task on the TaskManager",
+        world=world,
+        advance_ms=10,
+    )
+    log.append(
+        keys.inbox(keys.taskmanager("tm-1")),
+        Envelope(DisconnectTaskManager("tm-1", t.reg.session, 1, "declared lost"), world.new_id(), 1, world.now_ms()),
+    )
     t.step(block_ms=None)
     assert slots.killed == [0] and slots.swept == [("file:///tmp/j1-out", 0)] and len(t.tasks) == 0
 
@@ -862,8 +986,7 @@ class StallInCommit(Delegating):
 
 
 @pytest.mark.timeout(30)
-def test_bug7_a_stall_after_the_read_does_not_make_live_taskmanagers_look_lost(log: EventLog,
-                                                                              tmp_path: Path) -> None:
+def test_bug7_a_stall_after_the_read_does_not_make_live_taskmanagers_look_lost(log: EventLog, tmp_path: Path) -> None:
     """The leader reads the cluster inbox to its end, then its step stalls for 2 s while it
     commits (a GC pause, a slow Redis; timeout 1 s). Both TaskManagers keep sending
     heartbeats meanwhile. Timeouts decided right after the stall would judge tm-2 on a view
@@ -878,14 +1001,18 @@ def test_bug7_a_stall_after_the_read_does_not_make_live_taskmanagers_look_lost(l
     def beat(rid: str) -> Envelope:
         return Envelope(TaskManagerHeartbeat(rid, "s1", 1, 1), world.new_id(), 0, world.now_ms())
 
-    stall = StallInCommit(log.backend, world, 2_000,
-                          lambda: log.append_batch(inbox, [beat("tm-1"), beat("tm-2")]))
+    stall = StallInCommit(log.backend, world, 2_000, lambda: log.append_batch(inbox, [beat("tm-1"), beat("tm-2")]))
     a = jm(EventLog(stall, keys), world, "jm-a", tmp_path, config=MembershipConfig(100, 1000))
     lead(a, world)
     for rid in ("tm-1", "tm-2"):
         log.append(inbox, register_message(world, rid, epoch=1))
-    pump([lambda: a.step(block_ms=None)], lambda: len(a.state.membership.active()) == 2,
-         what="two registrations", world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None)],
+        lambda: len(a.state.membership.active()) == 2,
+        what="two registrations",
+        world=world,
+        advance_ms=10,
+    )
 
     def lost() -> list[str]:
         return [f.resource_id for f in events(log, keys.facts(keys.cluster), TaskManagerLost)]

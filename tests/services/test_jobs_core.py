@@ -57,9 +57,12 @@ def copy_job(sources: int) -> JobGraph:
 def test_chained_operators_make_two_vertices() -> None:
     g = wordcount()
     assert [(v.name, v.kind, len(v.functions), v.sink is not None) for v in g.vertices] == [
-        ("lines -> tokenize", "source", 1, False), ("count -> out", "transform", 1, True)]
+        ("lines -> tokenize", "source", 1, False),
+        ("count -> out", "transform", 1, True),
+    ]
     assert [(e.source, e.target, e.exchange, e.key) for e in g.edges] == [
-        ("lines -> tokenize", "count -> out", "keyed", "word")]
+        ("lines -> tokenize", "count -> out", "keyed", "word")
+    ]
     validate(g, jobfixtures)
 
 
@@ -74,27 +77,50 @@ OK_FN = "tests.services.jobfixtures:identity"
 @pytest.mark.parametrize(
     "graph, says",
     [
-        (graph_with([SRC, JobVertex("a", "transform", 2, [OK_FN]), JobVertex("b", "transform", 2, [OK_FN])],
-                    [JobEdge("src", "a", "forward"), JobEdge("a", "b", "forward"), JobEdge("b", "a", "forward")]),
-         "the graph has a cycle: a -> b -> a"),
-        (graph_with([SRC, JobVertex("a", "transform", 2, [OK_FN])], [JobEdge("src", "ghost", "forward")]),
-         "refers to a vertex 'ghost' that does not exist"),
-        (graph_with([JobVertex("src", "source", 0, source=SourceSpec("text", ["/x"], 100))], []),
-         "has parallelism 0; it must be between 1 and the max parallelism 128"),
-        (graph_with([JobVertex("src", "source", 200, source=SourceSpec("text", ["/x"], 100))], []),
-         "has parallelism 200"),
-        (graph_with([SRC, JobVertex("a", "transform", 2, ["tests.services.jobfixtures:nope"])],
-                    [JobEdge("src", "a", "forward")]), "names 'nope', which the job's module does not define"),
-        (graph_with([SRC, JobVertex("a", "transform", 2, ["m:<lambda>"])], [JobEdge("src", "a", "forward")]),
-         "is not importable by name: define it with def at the top level"),
+        (
+            graph_with(
+                [SRC, JobVertex("a", "transform", 2, [OK_FN]), JobVertex("b", "transform", 2, [OK_FN])],
+                [JobEdge("src", "a", "forward"), JobEdge("a", "b", "forward"), JobEdge("b", "a", "forward")],
+            ),
+            "the graph has a cycle: a -> b -> a",
+        ),
+        (
+            graph_with([SRC, JobVertex("a", "transform", 2, [OK_FN])], [JobEdge("src", "ghost", "forward")]),
+            "refers to a vertex 'ghost' that does not exist",
+        ),
+        (
+            graph_with([JobVertex("src", "source", 0, source=SourceSpec("text", ["/x"], 100))], []),
+            "has parallelism 0; it must be between 1 and the max parallelism 128",
+        ),
+        (
+            graph_with([JobVertex("src", "source", 200, source=SourceSpec("text", ["/x"], 100))], []),
+            "has parallelism 200",
+        ),
+        (
+            graph_with(
+                [SRC, JobVertex("a", "transform", 2, ["tests.services.jobfixtures:nope"])],
+                [JobEdge("src", "a", "forward")],
+            ),
+            "names 'nope', which the job's module does not define",
+        ),
+        (
+            graph_with([SRC, JobVertex("a", "transform", 2, ["m:<lambda>"])], [JobEdge("src", "a", "forward")]),
+            "is not importable by name: define it with def at the top level",
+        ),
         (graph_with([SRC, SRC], []), "vertex name 'src' is used 2 times"),
         (graph_with([SRC, JobVertex("out", "sink", 2)], []), "sink 'out' has no input"),
-        (graph_with([SRC, JobVertex("a", "transform", 3, [OK_FN])], [JobEdge("src", "a", "forward")]),
-         "needs equal parallelism; use key_by"),
-        (graph_with([SRC, JobVertex("a", "transform", 2, [OK_FN])], [JobEdge("src", "a", "keyed")]),
-         "names no key column"),
-        (graph_with([SRC, JobVertex("n", "noop", 2)], [JobEdge("src", "n", "keyed", "_")]),
-         "no-op vertex 'n' is connected to 'src'; a no-op vertex exchanges nothing"),
+        (
+            graph_with([SRC, JobVertex("a", "transform", 3, [OK_FN])], [JobEdge("src", "a", "forward")]),
+            "needs equal parallelism; use key_by",
+        ),
+        (
+            graph_with([SRC, JobVertex("a", "transform", 2, [OK_FN])], [JobEdge("src", "a", "keyed")]),
+            "names no key column",
+        ),
+        (
+            graph_with([SRC, JobVertex("n", "noop", 2)], [JobEdge("src", "n", "keyed", "_")]),
+            "no-op vertex 'n' is connected to 'src'; a no-op vertex exchanges nothing",
+        ),
     ],
 )
 def test_invalid_graphs_are_refused_with_what_to_fix(graph: JobGraph, says: str) -> None:
@@ -117,8 +143,9 @@ def test_sources_deploy_first_spread_over_taskmanagers_and_consumers_wait_for_da
     first = sim.schedule()
     assert [(t.vertex_id, t.subtask) for t in first] == [("lines -> tokenize", 0), ("lines -> tokenize", 1)]
     assert {sim.job.vertices[t.vertex_id].subtasks[t.subtask].taskmanager for t in first} == {"tm-a", "tm-b"}
-    assert first[0].descriptor.source == TaskSource("text", {}, "operator-events",
-                                                    {"path": "/data/in.txt", "start": 0, "end": 1, "index": 0})
+    assert first[0].descriptor.source == TaskSource(
+        "text", {}, "operator-events", {"path": "/data/in.txt", "start": 0, "end": 1, "index": 0}
+    )
     for t in first:
         sim.report(t, TaskState.RUNNING)
     assert Address.client("client-inbox") in [d for d, _ in sim.sent] and sim.job.status == JobStatus.RUNNING
@@ -268,8 +295,9 @@ def test_a_producer_that_finished_before_its_produced_report_arrived_still_lets_
     sim.run_to_end(producer, produce=False)
     (consumer,) = sim.schedule()
     assert consumer.vertex_id == "count -> out"
-    late = sim.tell(ScheduleOrUpdateConsumers("j1", producer.execution_id, producer.vertex_id, producer.subtask,
-                                              producer.attempt))
+    late = sim.tell(
+        ScheduleOrUpdateConsumers("j1", producer.execution_id, producer.vertex_id, producer.subtask, producer.attempt)
+    )
     assert not late.facts and "not running" in (late.note or "")
     sim.run_to_end(consumer)
     assert sim.job.status == JobStatus.FINISHED
@@ -311,8 +339,9 @@ def test_a_job_of_many_tasks_on_few_slots_records_one_wait_not_one_for_every_slo
     assert _waits(sim.log) == ["JobWaitingForSlots", "JobSlotsFound"]
     assert sim.job.waiting_since is None and sim.replayed().jobs["j1"].waiting_since is None
     # the wait ended with the pass that placed the last two tasks, not at the job's end
-    placed_last = [i for i, f in enumerate(sim.log) if isinstance(f, UpdateTaskExecutionState)
-                   and f.state == TaskState.SCHEDULED][-1]
+    placed_last = [
+        i for i, f in enumerate(sim.log) if isinstance(f, UpdateTaskExecutionState) and f.state == TaskState.SCHEDULED
+    ][-1]
     assert sim.log.index(next(f for f in sim.log if isinstance(f, JobSlotsFound))) > placed_last
 
 
@@ -429,7 +458,8 @@ def test_the_moved_attempts_cache_follows_a_restart() -> None:
     sim.report(producers[0], TaskState.FAILED, "flaky")
     assert vertex.moved_attempts(sim.job.floor) == {str(producers[0].subtask): 1}
     assert sim.replayed().jobs["j1"].vertices[vertex.spec.name].moved_attempts(sim.job.floor) == {
-        str(producers[0].subtask): 1}
+        str(producers[0].subtask): 1
+    }
 
 
 def test_a_split_request_is_recorded_with_the_leaders_time_as_the_coordinators_clock() -> None:
@@ -442,8 +472,10 @@ def test_a_split_request_is_recorded_with_the_leaders_time_as_the_coordinators_c
     sim.tell(RequestNextInputSplit("j1", first[0].vertex_id, 0, first[0].execution_id, "h", 1, at=123))
     sim.tell(OperatorEvent("j1", first[0].vertex_id, 0, True, {"type": "request-split"}, first[0].attempt, 2))
     recorded = [ev for ev in sim.log if isinstance(ev, (RequestNextInputSplit, OperatorEvent))]
-    assert [(type(ev).__name__, ev.at) for ev in recorded] == [("RequestNextInputSplit", 7_000),
-                                                              ("OperatorEvent", 7_000)]
+    assert [(type(ev).__name__, ev.at) for ev in recorded] == [
+        ("RequestNextInputSplit", 7_000),
+        ("OperatorEvent", 7_000),
+    ]
 
 
 def test_a_message_a_job_inbox_does_not_take_is_rejected_not_raised() -> None:
@@ -451,5 +483,7 @@ def test_a_message_a_job_inbox_does_not_take_is_rejected_not_raised() -> None:
     shell parks the message with its reason."""
     sim = JobsDriven(wordcount(), {"tm-a": 2})
     d = sim.tell(Success("j1"))
-    assert isinstance(d.rejected, UnexpectedJobMessage) and "Success is not a message a job inbox takes" in str(d.rejected)
+    assert isinstance(d.rejected, UnexpectedJobMessage) and "Success is not a message a job inbox takes" in str(
+        d.rejected
+    )
     assert (d.facts, d.sends, d.job_id) == ([], [], "j1")

@@ -93,8 +93,9 @@ LIVE = frozenset({TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING
 RESTARTS = st.one_of(
     st.just(RestartStrategy("none")),
     st.builds(RestartStrategy, st.just("fixed-delay"), st.integers(0, 3), st.sampled_from([0, 100, 1_000])),
-    st.builds(RestartStrategy, st.just("exponential-backoff"), st.integers(0, 3), st.sampled_from([50, 100]),
-              st.just(300)),
+    st.builds(
+        RestartStrategy, st.just("exponential-backoff"), st.integers(0, 3), st.sampled_from([50, 100]), st.just(300)
+    ),
 )
 
 
@@ -104,8 +105,10 @@ def graphs(draw: st.DrawFn, queryable: bool = False, restarts: st.SearchStrategy
     or keyed by one earlier vertex, sometimes keyed by a second one too; a vertex nothing
     consumes writes a sink. With ``queryable``, the first consumer is keyed and publishes
     queryable state (and the second may, under its own name)."""
-    vertices = [JobVertex(f"s{i}", "source", draw(st.integers(1, 3)), source=SourceSpec("text", ["/x"], 100))
-                for i in range(draw(st.integers(1, 2)))]
+    vertices = [
+        JobVertex(f"s{i}", "source", draw(st.integers(1, 3)), source=SourceSpec("text", ["/x"], 100))
+        for i in range(draw(st.integers(1, 2)))
+    ]
     edges: list[JobEdge] = []
     feeds: dict[str, bool] = {}  # vertex -> whether it feeds its consumers keyed (one exchange per vertex)
     for i in range(draw(st.integers(1 if queryable else 0, 2))):
@@ -125,8 +128,10 @@ def graphs(draw: st.DrawFn, queryable: bool = False, restarts: st.SearchStrategy
         q = f"q{i}" if keyed and queryable and (i == 0 or draw(st.booleans())) else None
         vertices.append(JobVertex(name, "transform", parallelism, [FN], queryable=q))
     consumed = {e.source for e in edges}
-    vertices = [v if v.name in consumed else dataclasses.replace(v, sink=SinkSpec("parquet", f"/out/{v.name}"))
-                for v in vertices]
+    vertices = [
+        v if v.name in consumed else dataclasses.replace(v, sink=SinkSpec("parquet", f"/out/{v.name}"))
+        for v in vertices
+    ]
     return JobGraph("g", vertices, edges, 128, draw(restarts))
 
 
@@ -135,14 +140,38 @@ def graphs(draw: st.DrawFn, queryable: bool = False, restarts: st.SearchStrategy
 
 def normalize_job(job: JobRun) -> dict:
     return {
-        "status": job.status, "reason": job.reason, "restarts": job.restarts, "built": job.built,
-        "floor": job.floor, "waiting_since": job.waiting_since, "ended_at": job.ended_at,
-        "wait_until_placed": job.wait_until_placed, "slot_taken_at": job.slot_taken_at,
+        "status": job.status,
+        "reason": job.reason,
+        "restarts": job.restarts,
+        "built": job.built,
+        "floor": job.floor,
+        "waiting_since": job.waiting_since,
+        "ended_at": job.ended_at,
+        "wait_until_placed": job.wait_until_placed,
+        "slot_taken_at": job.slot_taken_at,
         "vertices": {
-            name: {"produced": v.produced, "finished": v.finished, "started": v.started,
-                   "subtasks": [(e.attempt, e.state, e.taskmanager, e.slot, e.session, e.produced, e.not_before,
-                                 e.seq, e.error, e.since) for e in v.subtasks]}
-            for name, v in job.vertices.items()},
+            name: {
+                "produced": v.produced,
+                "finished": v.finished,
+                "started": v.started,
+                "subtasks": [
+                    (
+                        e.attempt,
+                        e.state,
+                        e.taskmanager,
+                        e.slot,
+                        e.session,
+                        e.produced,
+                        e.not_before,
+                        e.seq,
+                        e.error,
+                        e.since,
+                    )
+                    for e in v.subtasks
+                ],
+            }
+            for name, v in job.vertices.items()
+        },
         "kvstate": {n: location_row(loc) for n, loc in sorted(job.kvstate.locations.items())},
         "state_ids": sorted(job.kvstate.state_ids),
         "disposed": job.kvstate.disposed,
@@ -151,9 +180,11 @@ def normalize_job(job: JobRun) -> dict:
 
 def normalize(state: JobsState) -> dict:
     """Statuses, attempts, slots, produced flags, restarts, pool holders (no indexes, no stories)."""
-    return {"jobs": {jid: normalize_job(job) for jid, job in sorted(state.jobs.items())},
-            "pool": state.pool.holders(),
-            "by_taskmanager": {tm: sorted(s) for tm, s in sorted(state.pool.by_taskmanager.items()) if s}}
+    return {
+        "jobs": {jid: normalize_job(job) for jid, job in sorted(state.jobs.items())},
+        "pool": state.pool.holders(),
+        "by_taskmanager": {tm: sorted(s) for tm, s in sorted(state.pool.by_taskmanager.items()) if s},
+    }
 
 
 def deployable(job: JobRun) -> list[str]:
@@ -226,8 +257,9 @@ class JobsMachine(RuleBasedStateMachine):
                 self.check_deployment(dest, ev)
             elif isinstance(ev, CancelTask):
                 ex = self.state.jobs[ev.job_id].current(ev.execution_id)
-                assert ex is not None and ex.taskmanager is not None and dest == Address.taskmanager(ex.taskmanager), \
+                assert ex is not None and ex.taskmanager is not None and dest == Address.taskmanager(ex.taskmanager), (
                     f"CancelTask for {ev.execution_id} sent to {dest}, not where it runs"
+                )
             elif isinstance(ev, Success):
                 self.successes[ev.job_id] += 1
         for fact in d.facts:
@@ -248,17 +280,26 @@ class JobsMachine(RuleBasedStateMachine):
         ex = job.vertices[task.vertex_id].subtasks[task.subtask]
         key = (task.job_id, task.vertex_id, task.subtask, task.attempt)
         assert (ex.id, ex.state) == (task.execution_id, TaskState.DEPLOYING), f"deployed {task.execution_id}: {ex}"
-        assert dest == Address.taskmanager(ex.taskmanager) and task.slot == ex.slot, \
+        assert dest == Address.taskmanager(ex.taskmanager) and task.slot == ex.slot, (
             f"{task.execution_id} sent to {dest}"
+        )
         assert key not in self.deployed, f"{task.execution_id} was deployed twice"
         assert key[:3] not in self.finished, f"{task.execution_id}: its subtask FINISHED, yet it was deployed again"
-        assert ex.not_before <= self.now, f"{task.execution_id} deployed at {self.now}, before its delay ({ex.not_before})"
+        assert ex.not_before <= self.now, (
+            f"{task.execution_id} deployed at {self.now}, before its delay ({ex.not_before})"
+        )
         row = self.members.taskmanagers.get(ex.taskmanager)
-        assert row is not None and row.status == "REGISTERED" and row.session == ex.session and ex.slot < row.slots, \
+        assert row is not None and row.status == "REGISTERED" and row.session == ex.session and ex.slot < row.slots, (
             f"{task.execution_id} placed on {ex.taskmanager} slot {ex.slot} (session {ex.session}), which is {row}"
+        )
         d = task.descriptor
-        assert (d.job_id, d.execution_id, d.vertex, d.subtask, d.attempt) == \
-            (job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt), f"the descriptor of {ex.id} names another task: {d}"
+        assert (d.job_id, d.execution_id, d.vertex, d.subtask, d.attempt) == (
+            job.job_id,
+            ex.id,
+            ex.vertex,
+            ex.subtask,
+            ex.attempt,
+        ), f"the descriptor of {ex.id} names another task: {d}"
         assert descriptor_from_json(descriptor_to_json(d)) == d, f"the descriptor of {ex.id} does not round-trip"
         vertex = job.vertices[ex.vertex]
         assert len(d.inputs) == len(vertex.inputs)
@@ -266,12 +307,14 @@ class JobsMachine(RuleBasedStateMachine):
             producers = job.vertices[edge.source].subtasks
             ready = [producers[ex.subtask]] if edge.exchange == "forward" else producers
             assert all(p.produced for p in ready), f"{task.execution_id} deployed before {edge.source} produced"
-            paths = [core.partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)
-                     for p in ready]
+            paths = [
+                core.partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt) for p in ready
+            ]
             assert inp.partition_paths() == paths, f"{ex.id} reads {inp.partition_paths()}, not {paths}"
         if vertex.outputs:
             assert d.output is not None and d.output.path == core.partition_path(
-                job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt), f"{ex.id} writes {d.output}"
+                job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt
+            ), f"{ex.id} writes {d.output}"
         self.deployed.add(key)
         self.tasks.append(task)
 
@@ -320,8 +363,10 @@ class JobsMachine(RuleBasedStateMachine):
 
     def free_slots(self) -> core.FreeSlots:
         used = self.state.pool.by_taskmanager
-        return {r.resource_id: [s for s in range(r.slots) if s not in used.get(r.resource_id, ())]
-                for r in sorted(self.members.active(), key=lambda r: r.resource_id)}
+        return {
+            r.resource_id: [s for s in range(r.slots) if s not in used.get(r.resource_id, ())]
+            for r in sorted(self.members.active(), key=lambda r: r.resource_id)
+        }
 
     def fold(self, jobs: list[str] | None = None) -> JobsState:
         """The log folded into a fresh state: in commit order, or job by job in the order of
@@ -339,8 +384,9 @@ class JobsMachine(RuleBasedStateMachine):
 
     # --- the start: a TaskManager or more, and a job ---
 
-    @initialize(slots=st.lists(st.integers(1, 3), min_size=1, max_size=len(TMS)), graph=graphs(),
-                warmup=st.integers(0, 6))
+    @initialize(
+        slots=st.lists(st.integers(1, 3), min_size=1, max_size=len(TMS)), graph=graphs(), warmup=st.integers(0, 6)
+    )
     def cluster_starts(self, slots: list[int], graph: JobGraph, warmup: int) -> None:
         """TaskManagers register, a job is submitted, and the cluster works ``warmup`` rounds."""
         for rid, n in zip(TMS, slots):
@@ -359,8 +405,9 @@ class JobsMachine(RuleBasedStateMachine):
         same = row is not None and row.status == "REGISTERED" and not restarted
         session = row.session if same else f"{rid}-s{next(self.sessions)}"
         msg = RegisterTaskManager(rid, session, "host", slots, PROTOCOL_VERSION, self.members.epoch)
-        decision = membership.decide(self.members, membership.Inbound(Envelope(msg, "r", 0, self.now), MEMBERSHIP),
-                                     self.now)
+        decision = membership.decide(
+            self.members, membership.Inbound(Envelope(msg, "r", 0, self.now), MEMBERSHIP), self.now
+        )
         self.cluster_facts(decision.facts, announce)
 
     @precondition(lambda self: self.members.active())
@@ -369,8 +416,9 @@ class JobsMachine(RuleBasedStateMachine):
         row = pick(sorted(self.members.active(), key=lambda r: r.resource_id), i)
         if how == "unregister":
             msg = UnregisterTaskManager(row.resource_id, row.session, "shutting down")
-            facts = membership.decide(self.members, membership.Inbound(Envelope(msg, "u", 0, self.now), MEMBERSHIP),
-                                      self.now).facts
+            facts = membership.decide(
+                self.members, membership.Inbound(Envelope(msg, "u", 0, self.now), MEMBERSHIP), self.now
+            ).facts
         else:
             facts = (TaskManagerLost(row.resource_id, row.session, "no heartbeat for 6000 ms (timeout 5000 ms)"),)
         self.cluster_facts(facts, announce=how != "leader-died")
@@ -382,10 +430,14 @@ class JobsMachine(RuleBasedStateMachine):
     def submit(self, graph: JobGraph) -> None:
         validate(graph, jobfixtures)  # the cluster inbox validates before the job's inbox sees it
         jid = f"j{len(self.job_ids) + 1}"
-        splits = {v.name: [{"path": "/x", "start": i, "end": i + 1, "index": i} for i in range(2)]
-                  for v in graph.vertices if v.source is not None}
-        submitted = core.Submit(SubmitJob(jid, graph, "blob", "mod", f"client-{jid}"), splits, "file:///s",
-                                self.members.attempt_floor)
+        splits = {
+            v.name: [{"path": "/x", "start": i, "end": i + 1, "index": i} for i in range(2)]
+            for v in graph.vertices
+            if v.source is not None
+        }
+        submitted = core.Submit(
+            SubmitJob(jid, graph, "blob", "mod", f"client-{jid}"), splits, "file:///s", self.members.attempt_floor
+        )
         self.record(core.decide(self.state, submitted, self.now))
         self.job_ids.append(jid)
         assert all(ex.attempt == self.members.attempt_floor for ex in self.state.jobs[jid].executions())
@@ -478,24 +530,36 @@ class JobsMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 30), success=st.booleans())
     def task_operation_result(self, i: int, success: bool) -> None:
         task = pick(self.tasks, -1 - i)
-        self.tell(task.job_id, TaskOperationResult(task.job_id, task.execution_id, success,
-                                                   None if success else "starting the task failed at step 'temp files'"))
+        self.tell(
+            task.job_id,
+            TaskOperationResult(
+                task.job_id,
+                task.execution_id,
+                success,
+                None if success else "starting the task failed at step 'temp files'",
+            ),
+        )
 
     @precondition(lambda self: self.tasks)
     @rule(i=st.integers(0, 30))
     def producer_has_data(self, i: int) -> None:
         """ScheduleOrUpdateConsumers from any attempt ever deployed (current or stale)."""
         task = pick(self.tasks, -1 - i)
-        self.tell(task.job_id, ScheduleOrUpdateConsumers(task.job_id, task.execution_id, task.vertex_id, task.subtask,
-                                                         task.attempt))
+        self.tell(
+            task.job_id,
+            ScheduleOrUpdateConsumers(task.job_id, task.execution_id, task.vertex_id, task.subtask, task.attempt),
+        )
 
     @precondition(lambda self: self.tasks)
     @rule(i=st.integers(0, 30), seq=st.integers(0, 3))
     def split_request(self, i: int, seq: int) -> None:
         task = pick(self.tasks, -1 - i)
         before = self.state.jobs[task.job_id].vertices[task.vertex_id].subtasks[task.subtask].seq
-        d = self.tell(task.job_id, RequestNextInputSplit(task.job_id, task.vertex_id, task.subtask,
-                                                         task.execution_id, "host", seq), remember=seq > 0)
+        d = self.tell(
+            task.job_id,
+            RequestNextInputSplit(task.job_id, task.vertex_id, task.subtask, task.execution_id, "host", seq),
+            remember=seq > 0,
+        )
         if seq and seq <= before:
             assert not d.facts, f"split request #{seq} of {task.execution_id} taken twice: {d.facts}"
 
@@ -512,8 +576,11 @@ class JobsMachine(RuleBasedStateMachine):
             assert normalize(self.state) == before
 
     @precondition(lambda self: self.job_ids)
-    @rule(i=st.integers(0, 9), kind=st.integers(0, 15),
-          to=st.sampled_from([TaskState.RUNNING, TaskState.FINISHED, TaskState.FAILED]))
+    @rule(
+        i=st.integers(0, 9),
+        kind=st.integers(0, 15),
+        to=st.sampled_from([TaskState.RUNNING, TaskState.FINISHED, TaskState.FAILED]),
+    )
     def hostile_message(self, i: int, kind: int, to: TaskState) -> None:
         """A message naming no execution of the job: a ghost vertex, a negative or too large
         subtask, a garbage id, another job. It is refused and changes nothing."""
@@ -546,8 +613,9 @@ class JobsMachine(RuleBasedStateMachine):
             assert job.status in TERMINAL_JOB or job.floor >= floor, f"{jid} was not renumbered above {floor}"
             if job.status in (JobStatus.CREATED, JobStatus.RUNNING):
                 for ex in job.executions():
-                    assert ex.state == TaskState.FINISHED or ex.attempt >= floor, \
+                    assert ex.state == TaskState.FINISHED or ex.attempt >= floor, (
                         f"after the log restarted (floor {floor}), {ex.id} is {ex.state.value}"
+                    )
             assert job.restarts == restarts[jid], f"a log restart counted against {jid}'s restart strategy"
             if jid in running:
                 assert job.status in (JobStatus.CREATED, JobStatus.RUNNING), f"a log restart failed {jid}"
@@ -570,16 +638,23 @@ class JobsMachine(RuleBasedStateMachine):
         pool = self.state.pool
         for (tm, slot), held in pool.used.items():
             assert len(held) == 1, f"slot {slot} of {tm} is booked by {sorted(held)}"
-        holding = sorted((ex.taskmanager, ex.slot, job.job_id, ex.id) for job in self.state.jobs.values()
-                         for ex in job.executions() if ex.state in HOLDS_SLOT)
+        holding = sorted(
+            (ex.taskmanager, ex.slot, job.job_id, ex.id)
+            for job in self.state.jobs.values()
+            for ex in job.executions()
+            if ex.state in HOLDS_SLOT
+        )
         assert holding == pool.holders(), f"the executions hold {holding}, the pool says {pool.holders()}"
         for tm in set(pool.by_taskmanager) | {tm for tm, _ in pool.used}:
-            assert pool.by_taskmanager.get(tm, set()) == {s for t, s in pool.used if t == tm}, f"by_taskmanager disagrees on {tm}"
+            assert pool.by_taskmanager.get(tm, set()) == {s for t, s in pool.used if t == tm}, (
+                f"by_taskmanager disagrees on {tm}"
+            )
         active = {r.resource_id: r for r in self.members.active()}
         for tm, slot, jid, eid in holding:
             ex = self.state.jobs[jid].current(eid)
-            assert tm in active and active[tm].session == ex.session and slot < active[tm].slots, \
+            assert tm in active and active[tm].session == ex.session and slot < active[tm].slots, (
                 f"{eid} holds slot {slot} of {tm} (session {ex.session}), which is not a registered slot"
+            )
 
     @invariant()
     def one_live_attempt_per_subtask(self) -> None:
@@ -609,8 +684,9 @@ class JobsMachine(RuleBasedStateMachine):
             states = [ex.state for ex in job.executions()]
             for name, v in job.vertices.items():
                 assert v.finished == sum(e.state == TaskState.FINISHED for e in v.subtasks), f"{jid}/{name} finished"
-                assert v.started == sum(e.state in (TaskState.RUNNING, TaskState.FINISHED) for e in v.subtasks), \
+                assert v.started == sum(e.state in (TaskState.RUNNING, TaskState.FINISHED) for e in v.subtasks), (
                     f"{jid}/{name} started"
+                )
                 assert v.produced == sum(e.produced for e in v.subtasks), f"{jid}/{name} produced"
             if job.status in TERMINAL_JOB:
                 assert not any(s in HOLDS_SLOT for s in states), f"{jid} is {job.status.value} and holds slots"
@@ -623,8 +699,11 @@ class JobsMachine(RuleBasedStateMachine):
             if job.status in (JobStatus.FAILING, JobStatus.CANCELLING):
                 assert not job.all_terminal(), f"{jid} is {job.status.value} with nothing left to stop: stuck"
             if job.status in (JobStatus.CREATED, JobStatus.RUNNING) and job.built:
-                bad = [ex.id for ex in job.executions()
-                       if ex.state in (TaskState.FAILED, TaskState.CANCELED, TaskState.CANCELING)]
+                bad = [
+                    ex.id
+                    for ex in job.executions()
+                    if ex.state in (TaskState.FAILED, TaskState.CANCELED, TaskState.CANCELING)
+                ]
                 assert not bad, f"{jid} is {job.status.value} with {bad} failed or cancelled"
                 assert not job.all_finished(), f"{jid} has every task finished and is still {job.status.value}"
                 if job.status == JobStatus.CREATED:
@@ -694,8 +773,9 @@ EXAMPLES = int(os.environ.get("SLUICE_MODEL_EXAMPLES", "150"))
 """Runs per machine: a few seconds by default; SLUICE_MODEL_EXAMPLES=2000 for a deep search."""
 
 TestJobsModel = JobsMachine.TestCase
-TestJobsModel.settings = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
-                                  suppress_health_check=[HealthCheck.too_slow])
+TestJobsModel.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 # --- what the machine found: regression tests ----------------------------------------------------
@@ -716,11 +796,15 @@ def running(forward: bool = True) -> tuple[JobsState, JobRun]:
     return state, state.jobs["j1"]
 
 
-@pytest.mark.parametrize("msg", [
-    UpdateTaskExecutionState("j1", "s0:-1:0", TaskState.RUNNING),
-    UpdateTaskExecutionState("j1", "s0:-1:0", TaskState.FAILED, "forged"),
-    TaskOperationResult("j1", "s0:-1:0", False, "forged"),
-], ids=["update-running", "update-failed", "deployment-failed"])
+@pytest.mark.parametrize(
+    "msg",
+    [
+        UpdateTaskExecutionState("j1", "s0:-1:0", TaskState.RUNNING),
+        UpdateTaskExecutionState("j1", "s0:-1:0", TaskState.FAILED, "forged"),
+        TaskOperationResult("j1", "s0:-1:0", False, "forged"),
+    ],
+    ids=["update-running", "update-failed", "deployment-failed"],
+)
 def test_an_execution_id_with_a_negative_subtask_names_no_execution(msg: Event) -> None:
     state, job = running()
     before = normalize(state)
@@ -728,18 +812,24 @@ def test_an_execution_id_with_a_negative_subtask_names_no_execution(msg: Event) 
     assert not d.facts and normalize(state) == before, f"{msg.execution_id} changed s0[1]: {d.facts}"
 
 
-@pytest.mark.parametrize("msg", [
-    ScheduleOrUpdateConsumers("j1", "s0:0:0", "ghost", 0, 0),
-    ScheduleOrUpdateConsumers("j1", "s0:0:0", "s0", 2, 0),
-    ScheduleOrUpdateConsumers("j1", "s0:0:0", "s0", 1, 0),
-    ScheduleOrUpdateConsumers("j1", "s0:-1:0", "s0", -1, 0),
-    ScheduleOrUpdateConsumers("j1", "c0:0:0", "c0", 0, 0),
-], ids=["unknown-vertex", "subtask-out-of-range", "another-subtasks-fields", "negative-subtask", "never-deployed"])
+@pytest.mark.parametrize(
+    "msg",
+    [
+        ScheduleOrUpdateConsumers("j1", "s0:0:0", "ghost", 0, 0),
+        ScheduleOrUpdateConsumers("j1", "s0:0:0", "s0", 2, 0),
+        ScheduleOrUpdateConsumers("j1", "s0:0:0", "s0", 1, 0),
+        ScheduleOrUpdateConsumers("j1", "s0:-1:0", "s0", -1, 0),
+        ScheduleOrUpdateConsumers("j1", "c0:0:0", "c0", 0, 0),
+    ],
+    ids=["unknown-vertex", "subtask-out-of-range", "another-subtasks-fields", "negative-subtask", "never-deployed"],
+)
 def test_schedule_or_update_consumers_is_taken_only_from_the_attempt_it_names_while_it_runs(
-        msg: ScheduleOrUpdateConsumers) -> None:
+    msg: ScheduleOrUpdateConsumers,
+) -> None:
     state, job = running()
     before = normalize(state)
     d = core.decide(state, core.Inbound("j1", Envelope(msg, "m"), CFG), 1_000)  # raises today for the first two
     assert not d.facts and normalize(state) == before, f"{msg} was taken: {d.facts}"
-    assert not core.decide(state, core.Schedule("j1", {"tm-a": [2, 3]}), 1_000).sends, \
+    assert not core.decide(state, core.Schedule("j1", {"tm-a": [2, 3]}), 1_000).sends, (
         "a consumer was deployed before its input"
+    )

@@ -41,8 +41,9 @@ ADDR = "redis://127.0.0.1:6379/0"
 def graph(reducers: int = 2, restart: RestartStrategy | None = None) -> JobGraph:
     j = Job("wc", restart=restart or RestartStrategy("fixed-delay", 2, 100))
     words = j.read_text("lines", "/data/in.txt", parallelism=2).map("tokenize", jobfixtures.identity)
-    words.key_by("word").map("count", jobfixtures.count, parallelism=reducers, queryable="counts") \
-        .write_parquet("out", "/data/out")
+    words.key_by("word").map("count", jobfixtures.count, parallelism=reducers, queryable="counts").write_parquet(
+        "out", "/data/out"
+    )
     return j.graph()
 
 
@@ -58,11 +59,23 @@ def running(reducers: int = 2, restart: RestartStrategy | None = None) -> tuple[
     return sim, consumers
 
 
-def reg(task: SubmitTask, name: str = "counts", vertex: str | None = None, rng: tuple[int, int] | None = None,
-        job: str = "j1") -> NotifyKvStateRegistered:
+def reg(
+    task: SubmitTask,
+    name: str = "counts",
+    vertex: str | None = None,
+    rng: tuple[int, int] | None = None,
+    job: str = "j1",
+) -> NotifyKvStateRegistered:
     start, end = rng or (task.descriptor.queryable and _range(task))
-    return NotifyKvStateRegistered(job, vertex or task.vertex_id, KeyGroupRange(start, end), name,
-                                   f"sid-{task.execution_id}", ADDR, task.execution_id)
+    return NotifyKvStateRegistered(
+        job,
+        vertex or task.vertex_id,
+        KeyGroupRange(start, end),
+        name,
+        f"sid-{task.execution_id}",
+        ADDR,
+        task.execution_id,
+    )
 
 
 def _range(task: SubmitTask) -> tuple[int, int]:
@@ -94,7 +107,9 @@ def test_the_first_registration_creates_the_location_and_later_ones_fill_it() ->
     sim.tell(reg(t1))
     row = location_row(sim.job.kvstate.locations["counts"])
     assert [(r["start"], r["end"], r["state_id"], r["address"]) for r in row["ranges"]] == [
-        (0, 63, f"sid-{t0.execution_id}", ADDR), (64, 127, f"sid-{t1.execution_id}", ADDR)]
+        (0, 63, f"sid-{t0.execution_id}", ADDR),
+        (64, 127, f"sid-{t1.execution_id}", ADDR),
+    ]
     assert loc.entry_for(70).state_id == f"sid-{t1.execution_id}" and loc.entry_for(63).start == 0
 
 
@@ -199,21 +214,37 @@ def test_disposing_needs_an_ended_job_and_releases_every_location() -> None:
     sim, (t0, t1) = running()
     sim.tell(reg(t0)), sim.tell(reg(t1))
     facts, reply = kvcore.dispose(sim.state, DisposeJob("j1", "inbox"))
-    assert facts == [] and isinstance(reply, JobRefused) and "is RUNNING" in reply.reason and "sluice cancel j1" in reply.reason
+    assert (
+        facts == []
+        and isinstance(reply, JobRefused)
+        and "is RUNNING" in reply.reason
+        and "sluice cancel j1" in reply.reason
+    )
     facts, reply = kvcore.dispose(sim.state, DisposeJob("nope", "inbox"))
     assert reply.reason.startswith("job not found: nope")
     for t in (t0, t1):
         sim.report(t, TaskState.FINISHED)
     facts, reply = kvcore.dispose(sim.state, DisposeJob("j1", "inbox"))
-    assert facts == [reply] == [JobDisposed("j1", ["counts"], sorted([f"sid-{t0.execution_id}", f"sid-{t1.execution_id}"]))]
+    assert (
+        facts
+        == [reply]
+        == [JobDisposed("j1", ["counts"], sorted([f"sid-{t0.execution_id}", f"sid-{t1.execution_id}"]))]
+    )
     sim.commit(*facts)  # committed, then folded (dispose_job)
     assert sim.job.kvstate.locations == {} and sim.job.kvstate.disposed
 
 
 # --- replay = live ------------------------------------------------------------------------------
 
-ACTIONS = st.lists(st.tuples(st.sampled_from(["reg", "unreg", "fail", "restart", "clash", "bad"]),
-                             st.integers(0, 2), st.integers(0, 127), st.integers(0, 127)), max_size=25)
+ACTIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["reg", "unreg", "fail", "restart", "clash", "bad"]),
+        st.integers(0, 2),
+        st.integers(0, 127),
+        st.integers(0, 127),
+    ),
+    max_size=25,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -222,8 +253,17 @@ def test_replaying_the_facts_gives_the_live_registry(actions) -> None:
     sim, _ = running(reducers=3, restart=RestartStrategy("fixed-delay", 100, 0))
     for kind, sub, a, b in actions:
         ex = sim.job.vertices[V].subtasks[sub]
-        task = SubmitTask("j1", ex.id, V, sub, ex.attempt, 0, SimpleNamespace(  # type: ignore[arg-type]
-            queryable=1, max_parallelism=128, parallelism=3, subtask=sub))
+        task = SubmitTask(
+            "j1",
+            ex.id,
+            V,
+            sub,
+            ex.attempt,
+            0,
+            SimpleNamespace(  # type: ignore[arg-type]
+                queryable=1, max_parallelism=128, parallelism=3, subtask=sub
+            ),
+        )
         if kind == "reg":
             sim.tell(reg(task))
         elif kind == "unreg":
@@ -264,11 +304,19 @@ def test_queryable_state_needs_a_keyed_vertex_and_a_unique_name() -> None:
     src = JobVertex("src", "source", 2, source=SourceSpec("text", ["/x"], 100))
     fn = "tests.services.jobfixtures:identity"
     g = JobGraph("q", [src, JobVertex("a", "transform", 2, [fn], queryable="n")], [JobEdge("src", "a", "forward")])
-    assert ("vertex 'a' declares queryable state 'n' but is not keyed: its state is found by key, so key its input "
-            "first (stream.key_by('col').map(..., queryable=...))") in problems(g)
-    g = JobGraph("q", [src, JobVertex("a", "transform", 2, [fn], queryable="n"),
-                       JobVertex("b", "transform", 2, [fn], queryable="n", sink=None)],
-                 [JobEdge("src", "a", "keyed", "k"), JobEdge("a", "b", "keyed", "k")])
+    assert (
+        "vertex 'a' declares queryable state 'n' but is not keyed: its state is found by key, so key its input "
+        "first (stream.key_by('col').map(..., queryable=...))"
+    ) in problems(g)
+    g = JobGraph(
+        "q",
+        [
+            src,
+            JobVertex("a", "transform", 2, [fn], queryable="n"),
+            JobVertex("b", "transform", 2, [fn], queryable="n", sink=None),
+        ],
+        [JobEdge("src", "a", "keyed", "k"), JobEdge("a", "b", "keyed", "k")],
+    )
     found = problems(g)
     assert any("queryable state name 'n' is declared by 2 vertices ('a', 'b')" in p for p in found)
     g = JobGraph("q", [src, JobVertex("a", "transform", 2, [fn], queryable=" ")], [JobEdge("src", "a", "keyed", "k")])

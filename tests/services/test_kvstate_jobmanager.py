@@ -48,9 +48,20 @@ def test_bad_notifications_never_crash_the_leader_and_disposing_cleans_up(log: E
     sim, (t0, t1) = running()
     commit(log, sim.log)
     tag = log.keys.cluster
-    log.commit(tag, 0, [Out(log.keys.facts(tag), Envelope(f, f"c{i}", 0, 1)) for i, f in enumerate(
-        [TaskManagerRegistered("tm-1", "s", "h", 4), TaskManagerRegistered("tm-2", "s", "h", 4),
-         JobRegistered("j1", "wc")])])
+    log.commit(
+        tag,
+        0,
+        [
+            Out(log.keys.facts(tag), Envelope(f, f"c{i}", 0, 1))
+            for i, f in enumerate(
+                [
+                    TaskManagerRegistered("tm-1", "s", "h", 4),
+                    TaskManagerRegistered("tm-2", "s", "h", 4),
+                    JobRegistered("j1", "wc"),
+                ]
+            )
+        ],
+    )
     store = KvStates(log.client, log.keys)
     for t in (t0, t1):
         store.write("j1", f"sid{t.subtask}", [("w", orjson.dumps(t.subtask))], {})
@@ -61,22 +72,39 @@ def test_bad_notifications_never_crash_the_leader_and_disposing_cleans_up(log: E
     try:
         rng = lambda t: KeyGroupRange(0, 63) if t.subtask == 0 else KeyGroupRange(64, 127)
         for t in (t0, t1):
-            send(log, NotifyKvStateRegistered("j1", V, rng(t), "counts", f"sid{t.subtask}", "redis://x:1/0",
-                                              t.execution_id))
-        bad = [NotifyKvStateUnregistered("j1", V, KeyGroupRange(0, 3), "nope"),
-               NotifyKvStateUnregistered("j1", "lines -> tokenize", KeyGroupRange(0, 63), "counts"),
-               NotifyKvStateRegistered("j1", V, KeyGroupRange(0, 500), "counts", "s", "a", t0.execution_id),
-               NotifyKvStateRegistered("other", V, KeyGroupRange(0, 5), "counts", "s", "a", t0.execution_id)]
+            send(
+                log,
+                NotifyKvStateRegistered("j1", V, rng(t), "counts", f"sid{t.subtask}", "redis://x:1/0", t.execution_id),
+            )
+        bad = [
+            NotifyKvStateUnregistered("j1", V, KeyGroupRange(0, 3), "nope"),
+            NotifyKvStateUnregistered("j1", "lines -> tokenize", KeyGroupRange(0, 63), "counts"),
+            NotifyKvStateRegistered("j1", V, KeyGroupRange(0, 500), "counts", "s", "a", t0.execution_id),
+            NotifyKvStateRegistered("other", V, KeyGroupRange(0, 5), "counts", "s", "a", t0.execution_id),
+        ]
         for msg in bad:
             send(log, msg)
-        wait_until(lambda: sum(isinstance(e.event, KvStateNotificationRefused)
-                               for _, e in log.replay(log.keys.facts(log.keys.job("j1")))) == 4, "the refusals")
-        reasons = [e.event.reason for _, e in log.replay(log.keys.facts(log.keys.job("j1")))
-                   if isinstance(e.event, KvStateNotificationRefused)]
+        wait_until(
+            lambda: (
+                sum(
+                    isinstance(e.event, KvStateNotificationRefused)
+                    for _, e in log.replay(log.keys.facts(log.keys.job("j1")))
+                )
+                == 4
+            ),
+            "the refusals",
+        )
+        reasons = [
+            e.event.reason
+            for _, e in log.replay(log.keys.facts(log.keys.job("j1")))
+            if isinstance(e.event, KvStateNotificationRefused)
+        ]
         assert [r.split(":")[0] for r in reasons] == [
-            "unknown registration name 'nope' in job j1", "vertex 'lines -> tokenize' cannot unregister KvState 'counts'",
+            "unknown registration name 'nope' in job j1",
+            "vertex 'lines -> tokenize' cannot unregister KvState 'counts'",
             "key-group range 0..500 of 'counts' is outside 0..127 (the job's max parallelism is 128)",
-            "job not found"]
+            "job not found",
+        ]
         assert job_state(log).kvstate.locations["counts"].registered_key_groups == 128
         # A failed attempt: unregistered by the leader and its state deleted.
         send(log, UpdateTaskExecutionState("j1", t0.execution_id, TaskState.FAILED, "boom"))
@@ -95,8 +123,9 @@ def test_bad_notifications_never_crash_the_leader_and_disposing_cleans_up(log: E
         wait_until(lambda: job_state(log).status == JobStatus.CANCELED, "the job to be cancelled")
         assert job_state(log).kvstate.locations == {}
         send(log, DisposeJob("j1", inbox), log.keys.inbox(tag))
-        done = wait_until(lambda: [e.event for _, e in log.replay(inbox) if isinstance(e.event, JobDisposed)],
-                          "the dispose reply")
+        done = wait_until(
+            lambda: [e.event for _, e in log.replay(inbox) if isinstance(e.event, JobDisposed)], "the dispose reply"
+        )
         assert done[0].state_ids == ["sid0", "sid1"]
         assert not log.client.exists(store.key("j1", "sid1"))
         assert thread.is_alive() and log.length(log.keys.dead(log.keys.job("j1"))) == 0

@@ -65,8 +65,14 @@ KEPT = LIVE | {TaskState.FINISHED}
 """An attempt's registrations stay while it runs (or is being cancelled) and after it finished."""
 
 
-KV_RESTARTS = st.sampled_from([RestartStrategy("none"), RestartStrategy("fixed-delay", 5, 0),
-                               RestartStrategy("fixed-delay", 5, 100), RestartStrategy("exponential-backoff", 5, 50, 300)])
+KV_RESTARTS = st.sampled_from(
+    [
+        RestartStrategy("none"),
+        RestartStrategy("fixed-delay", 5, 0),
+        RestartStrategy("fixed-delay", 5, 100),
+        RestartStrategy("exponential-backoff", 5, 50, 300),
+    ]
+)
 """Mostly jobs that outlive a few failures, so their attempts get to register (and stale ones to try)."""
 
 
@@ -82,8 +88,9 @@ def names(job: JobRun) -> list[str]:
 
 def registration(task: SubmitTask, name: str, rng: tuple[int, int], eid: str | None = "") -> NotifyKvStateRegistered:
     eid = task.execution_id if eid == "" else eid
-    return NotifyKvStateRegistered(task.job_id, task.vertex_id, KeyGroupRange(*rng), name,
-                                   f"sid-{name}-{task.execution_id}", ADDR, eid)
+    return NotifyKvStateRegistered(
+        task.job_id, task.vertex_id, KeyGroupRange(*rng), name, f"sid-{name}-{task.execution_id}", ADDR, eid
+    )
 
 
 def publication(job: JobRun, ex: Execution, name: str) -> NotifyKvStateRegistered:
@@ -112,8 +119,12 @@ def expected(job: JobRun, msg: NotifyKvStateRegistered | NotifyKvStateUnregister
         except ValueError:
             return "is stale"
         subtasks = job.vertices[v].subtasks if v in job.vertices else []
-        if v != msg.vertex_id or not 0 <= s < len(subtasks) or subtasks[s].attempt != a \
-                or subtasks[s].state not in LIVE_TASK:
+        if (
+            v != msg.vertex_id
+            or not 0 <= s < len(subtasks)
+            or subtasks[s].attempt != a
+            or subtasks[s].state not in LIVE_TASK
+        ):
             return "is stale"
     if loc is not None and loc.vertex != msg.vertex_id:
         return "registration name clash"
@@ -131,8 +142,11 @@ class KvStateMachine(JobsMachine):
 
     # --- jobs that publish queryable state ---
 
-    @initialize(slots=st.lists(st.integers(1, 3), min_size=1, max_size=len(TMS)),
-                graph=graphs(queryable=True, restarts=KV_RESTARTS), warmup=st.integers(0, 6))
+    @initialize(
+        slots=st.lists(st.integers(1, 3), min_size=1, max_size=len(TMS)),
+        graph=graphs(queryable=True, restarts=KV_RESTARTS),
+        warmup=st.integers(0, 6),
+    )
     def cluster_starts(self, slots: list[int], graph: JobGraph, warmup: int) -> None:
         """As in the jobs model, with a job that publishes queryable state."""
         JobsMachine.cluster_starts(self, slots, graph, warmup)
@@ -156,9 +170,13 @@ class KvStateMachine(JobsMachine):
             super().step(job, ex, variant)
 
     def clashes(self) -> list[tuple[JobRun, Execution, str]]:
-        return [(job, ex, name) for job, ex in self.live_tasks() if job.status in LIVE_JOB
-                and ex.state in LIVE_TASK
-                for name, loc in sorted(job.kvstate.locations.items()) if loc.vertex != ex.vertex]
+        return [
+            (job, ex, name)
+            for job, ex in self.live_tasks()
+            if job.status in LIVE_JOB and ex.state in LIVE_TASK
+            for name, loc in sorted(job.kvstate.locations.items())
+            if loc.vertex != ex.vertex
+        ]
 
     @precondition(lambda self: self.clashes())
     @rule(i=st.integers(0, 30))
@@ -179,14 +197,18 @@ class KvStateMachine(JobsMachine):
             r = msg.key_group_range
             if isinstance(msg, NotifyKvStateRegistered):
                 loc = job.kvstate.locations[msg.registration_name]
-                assert loc.entries[(r.start, r.end)] == kvreg.KvStateEntry(r.start, r.end, msg.state_id, ADDR,
-                                                                           msg.execution_id)
-                assert all(e.start > r.end or e.end < r.start or (e.start, e.end) == (r.start, r.end)
-                           for e in loc.entries.values()), f"{msg} left another range over its key groups"
+                assert loc.entries[(r.start, r.end)] == kvreg.KvStateEntry(
+                    r.start, r.end, msg.state_id, ADDR, msg.execution_id
+                )
+                assert all(
+                    e.start > r.end or e.end < r.start or (e.start, e.end) == (r.start, r.end)
+                    for e in loc.entries.values()
+                ), f"{msg} left another range over its key groups"
             else:
                 loc = job.kvstate.locations.get(msg.registration_name)
-                assert loc is None or all(e.start > r.end or e.end < r.start for e in loc.entries.values()), \
+                assert loc is None or all(e.start > r.end or e.end < r.start for e in loc.entries.values()), (
                     f"{msg} was taken, and its key groups are still registered"
+                )
                 was = {(e["start"], e["end"]): e["state_id"] for e in before[msg.registration_name]["ranges"]}
                 hit = {sid for (a, b), sid in was.items() if a <= r.end and b >= r.start}
                 kept = {e.state_id for e in loc.entries.values()} if loc is not None else set()
@@ -197,12 +219,14 @@ class KvStateMachine(JobsMachine):
             holder = before[msg.registration_name]["vertex"]
             assert repr(msg.vertex_id) in d.note and repr(holder) in d.note, d.note
             assert job.status in (JobStatus.FAILING, JobStatus.FAILED), f"a clash left {job.job_id} {job.status.value}"
-            assert job.restarts == restarts and not any(isinstance(f, TaskRestartScheduled) for f in d.facts), \
+            assert job.restarts == restarts and not any(isinstance(f, TaskRestartScheduled) for f in d.facts), (
                 "a clash restarted something"
+            )
             assert "(no restart)" in job.reason, job.reason
             if job.status != JobStatus.FAILED:  # the holder's registrations stay until the job has failed
-                assert {n: r for n, r in rows(job).items() if n == msg.registration_name} == \
-                       {msg.registration_name: before[msg.registration_name]}
+                assert {n: r for n, r in rows(job).items() if n == msg.registration_name} == {
+                    msg.registration_name: before[msg.registration_name]
+                }
         else:
             assert [type(f) for f in d.facts] == [KvStateNotificationRefused], (msg, outcome, d.facts)
             assert outcome in d.note and outcome in d.facts[0].reason, (outcome, d.note)
@@ -236,8 +260,13 @@ class KvStateMachine(JobsMachine):
         self.notify(self.last_registration)
 
     @precondition(lambda self: self.job_ids)
-    @rule(i=st.integers(0, 9), n=st.integers(0, 4), vertex=st.integers(0, 4), j=st.integers(0, 30),
-          rng=st.sampled_from(["task", "all", "bad"]))
+    @rule(
+        i=st.integers(0, 9),
+        n=st.integers(0, 4),
+        vertex=st.integers(0, 4),
+        j=st.integers(0, 30),
+        rng=st.sampled_from(["task", "all", "bad"]),
+    )
     def unregistration(self, i: int, n: int, vertex: int, j: int, rng: str) -> None:
         """An unregistration: of a name held or not, by its vertex or another, for the range of
         an attempt ever deployed (current or stale), every key group, or a range outside them."""
@@ -310,9 +339,10 @@ class KvStateMachine(JobsMachine):
                 for e in loc.entries.values():
                     if e.execution_id is not None:
                         v, s, a = parse_execution_id(e.execution_id)
-                        assert (v, s) != (fact.vertex_id, fact.subtask) or a >= fact.attempt, \
-                            f"{fact.vertex_id}[{fact.subtask}] restarts as attempt {fact.attempt} while {name!r} " \
+                        assert (v, s) != (fact.vertex_id, fact.subtask) or a >= fact.attempt, (
+                            f"{fact.vertex_id}[{fact.subtask}] restarts as attempt {fact.attempt} while {name!r} "
                             f"still points to {e.execution_id}'s state"
+                        )
 
     def committed(self, d: core.Decision) -> None:
         job = self.replayed.jobs.get(d.job_id)
@@ -324,8 +354,11 @@ class KvStateMachine(JobsMachine):
         assert not retired & served, f"{sorted(retired & served)} are deleted and still served"
         for f in d.facts:
             if isinstance(f, UpdateTaskExecutionState) and f.state in (TaskState.FAILED, TaskState.CANCELED):
-                assert not any(e.execution_id == f.execution_id for loc in job.kvstate.locations.values()
-                               for e in loc.entries.values()), f"{f.execution_id} ended and its state stays"
+                assert not any(
+                    e.execution_id == f.execution_id
+                    for loc in job.kvstate.locations.values()
+                    for e in loc.entries.values()
+                ), f"{f.execution_id} ended and its state stays"
 
     @rule()
     def check_the_projection(self) -> None:
@@ -357,8 +390,9 @@ def check_registry(job: JobRun) -> None:
             subtasks = job.vertices[loc.vertex].subtasks
             assert v == loc.vertex and 0 <= s < len(subtasks), f"{name!r} points to {e.execution_id}, no attempt"
             ex = subtasks[s]
-            assert ex.attempt == att and ex.state in KEPT, \
+            assert ex.attempt == att and ex.state in KEPT, (
                 f"{name!r} points to {e.execution_id}, but {ex.id} is {ex.state.value}"
+            )
 
 
 HOSTILE_REGISTRATION_BUGS: frozenset[int] = frozenset()
@@ -367,8 +401,9 @@ machine skips them. Empty since the bugs the regression tests below pin were fix
 execution id with a negative subtask); add a kind with its test."""
 
 TestKvStateModel = KvStateMachine.TestCase
-TestKvStateModel.settings = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
-                                     suppress_health_check=[HealthCheck.too_slow])
+TestKvStateModel.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 # --- what the machine found: regression tests ----------------------------------------------------
@@ -413,8 +448,10 @@ def test_a_registration_under_a_negative_subtask_is_stale_and_never_outlives_the
 def test_an_ended_attempt_retires_only_state_no_range_points_to() -> None:
     state, job = keyed_job_running()
     sid = "sid-q0-c0:0:0"
-    for msg in (NotifyKvStateRegistered("j1", "c0", KeyGroupRange(0, 63), "q0", sid, ADDR, "c0:0:0"),
-                NotifyKvStateRegistered("j1", "c0", KeyGroupRange(64, 127), "q0", sid, ADDR, None)):
+    for msg in (
+        NotifyKvStateRegistered("j1", "c0", KeyGroupRange(0, 63), "q0", sid, ADDR, "c0:0:0"),
+        NotifyKvStateRegistered("j1", "c0", KeyGroupRange(64, 127), "q0", sid, ADDR, None),
+    ):
         assert core.decide(state, core.Inbound("j1", Envelope(msg, "m"), CFG), 1_000).facts == [msg]
     boom = UpdateTaskExecutionState("j1", "c0:0:0", TaskState.FAILED, "boom")
     d = core.decide(state, core.Inbound("j1", Envelope(boom, "m"), CFG), 1_000)

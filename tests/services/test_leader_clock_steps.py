@@ -64,32 +64,53 @@ class LeaderClock:
 class Cluster:
     """A leader on a stepping wall clock and one TaskManager (``slots`` slots) on the test's."""
 
-    def __init__(self, log: EventLog, tmp_path: Path, *, slots: int = 1, lease_ttl_ms: int = 600_000,
-                 **jobs_config: Any) -> None:
+    def __init__(
+        self, log: EventLog, tmp_path: Path, *, slots: int = 1, lease_ttl_ms: int = 600_000, **jobs_config: Any
+    ) -> None:
         self.log, self.world, self.tmp_path = log, ManualWorld(), tmp_path
         self.lease_ttl_ms, self.jobs_config = lease_ttl_ms, JobsConfig(**jobs_config)
         self.clock = LeaderClock(self.world)
         self.jm = self.jobmanager("jm-a", self.clock)
         lead(self.jm, self.world)
         self.slots = TinySlots(log)
-        self.tm = TaskManager(log, resource_id="tm-1", slots=slots, host="host-a", world=self.world,
-                              runner=self.slots, home=tmp_path / "tm-1", config=RegistrationConfig(50, 400, 100, 600_000))
+        self.tm = TaskManager(
+            log,
+            resource_id="tm-1",
+            slots=slots,
+            host="host-a",
+            world=self.world,
+            runner=self.slots,
+            home=tmp_path / "tm-1",
+            config=RegistrationConfig(50, 400, 100, 600_000),
+        )
         register_tm(self.jm, self.tm, self.world)
         self.elapsed_ms = 0
         """How far the test's clocks moved since ``mark``."""
 
     def jobmanager(self, name: str, clock: LeaderClock) -> JobManager:
-        return JobManager(self.log, world=clock, jm_id=name, storage_root=f"file://{self.tmp_path}/storage",
-                          checkpoint_interval_ms=600_000, lease_ttl_ms=self.lease_ttl_ms,
-                          config=MembershipConfig(heartbeat_interval_ms=100, heartbeat_timeout_ms=1_000),
-                          jobs_config=self.jobs_config)
+        return JobManager(
+            self.log,
+            world=clock,
+            jm_id=name,
+            storage_root=f"file://{self.tmp_path}/storage",
+            checkpoint_interval_ms=600_000,
+            lease_ttl_ms=self.lease_ttl_ms,
+            config=MembershipConfig(heartbeat_interval_ms=100, heartbeat_timeout_ms=1_000),
+            jobs_config=self.jobs_config,
+        )
 
     def run(self, until: Any, what: str, rounds: int = 400) -> None:
         def count() -> None:
             self.elapsed_ms += ADVANCE_MS
 
-        pump([lambda: self.tm.step(block_ms=None), lambda: self.jm.step(block_ms=None), self.jm.step_lease, count],
-             until, what=what, world=self.world, advance_ms=ADVANCE_MS, rounds=rounds)
+        pump(
+            [lambda: self.tm.step(block_ms=None), lambda: self.jm.step(block_ms=None), self.jm.step_lease, count],
+            until,
+            what=what,
+            world=self.world,
+            advance_ms=ADVANCE_MS,
+            rounds=rounds,
+        )
 
     def for_ms(self, ms: int) -> None:
         """Run the cluster while every clock moves ``ms`` (nothing asked of it)."""
@@ -112,14 +133,16 @@ class Cluster:
 def _waiting(c: Cluster) -> None:
     """j1 needs two slots of a TaskManager with one: its second subtask waits for a slot."""
     submit(c.log, c.world, "j1", source_graph("j1", parallelism=2))
-    c.run(lambda: "j1" in c.jm.state.jobs.jobs and job_state(c.log, "j1").waiting_since is not None,
-          "the wait for slots")
+    c.run(
+        lambda: "j1" in c.jm.state.jobs.jobs and job_state(c.log, "j1").waiting_since is not None, "the wait for slots"
+    )
     c.mark()
 
 
 @pytest.mark.timeout(120)
 def test_a_step_forward_of_the_leaders_wall_clock_does_not_end_a_wait_for_slots_early(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     c = Cluster(log, tmp_path, slot_timeout_ms=DEADLINE_MS)
     _waiting(c)
     c.for_ms(DEADLINE_MS - STEP_MS + 2_000)
@@ -132,13 +155,15 @@ def test_a_step_forward_of_the_leaders_wall_clock_does_not_end_a_wait_for_slots_
 
 
 @pytest.mark.timeout(120)
-def test_a_step_back_of_the_leaders_wall_clock_does_not_put_a_wait_for_slots_off(
-        log: EventLog, tmp_path: Path) -> None:
+def test_a_step_back_of_the_leaders_wall_clock_does_not_put_a_wait_for_slots_off(log: EventLog, tmp_path: Path) -> None:
     c = Cluster(log, tmp_path, slot_timeout_ms=DEADLINE_MS)
     _waiting(c)
     c.clock.offset_ms -= STEP_MS
-    c.run(lambda: c.status("j1") == JobStatus.FAILED, "the slot timeout",
-          rounds=(DEADLINE_MS + STEP_MS // 2) // ADVANCE_MS)
+    c.run(
+        lambda: c.status("j1") == JobStatus.FAILED,
+        "the slot timeout",
+        rounds=(DEADLINE_MS + STEP_MS // 2) // ADVANCE_MS,
+    )
     assert c.elapsed_ms <= DEADLINE_MS + 1_000
 
 
@@ -148,8 +173,13 @@ def test_a_step_back_of_the_leaders_wall_clock_does_not_put_a_wait_for_slots_off
 def _failed_once(c: Cluster) -> None:
     """j1's only subtask fails; its restart strategy waits DEADLINE_MS before the next attempt."""
     graph = source_graph("j1")
-    graph = type(graph)(graph.name, graph.vertices, graph.edges, graph.max_parallelism,
-                        RestartStrategy("fixed-delay", 3, DEADLINE_MS, DEADLINE_MS))
+    graph = type(graph)(
+        graph.name,
+        graph.vertices,
+        graph.edges,
+        graph.max_parallelism,
+        RestartStrategy("fixed-delay", 3, DEADLINE_MS, DEADLINE_MS),
+    )
     submit(c.log, c.world, "j1", graph)
     c.run(lambda: bool(c.slots.launched), "the deployment")
     c.for_ms(3_000)  # (so a delay counted from the leader's start, not the restart's, is 3 s early)
@@ -160,7 +190,8 @@ def _failed_once(c: Cluster) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_step_forward_of_the_leaders_wall_clock_does_not_start_a_restart_before_its_delay(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     c = Cluster(log, tmp_path)
     _failed_once(c)
     c.for_ms(DEADLINE_MS - STEP_MS + 2_000)
@@ -182,7 +213,8 @@ def test_a_step_back_of_the_leaders_wall_clock_does_not_put_a_restart_off(log: E
 
 @pytest.mark.timeout(120)
 def test_a_new_leader_whose_wall_clock_is_ahead_waits_a_pending_restarts_delay_from_its_takeover(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     """The leader that scheduled the restart dies; the next one's wall clock is 10 s ahead of
     its. It counts the delay from its takeover, on its own clock: later than it began, never
     earlier. On the wall clock, the log's ``not_before`` started the next attempt 10 s early."""
@@ -218,7 +250,8 @@ def _timed_out(c: Cluster) -> bool:
 
 @pytest.mark.timeout(120)
 def test_a_step_forward_of_the_leaders_wall_clock_does_not_time_a_deployment_out_early(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     c = Cluster(log, tmp_path, deploy_timeout_ms=DEADLINE_MS)
     _submit_task_lost(c)
     c.for_ms(DEADLINE_MS - STEP_MS + 2_000)  # reports not listing it, for longer than the grace period
@@ -231,7 +264,8 @@ def test_a_step_forward_of_the_leaders_wall_clock_does_not_time_a_deployment_out
 
 @pytest.mark.timeout(120)
 def test_a_step_back_of_the_leaders_wall_clock_does_not_put_a_deployment_timeout_off(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     c = Cluster(log, tmp_path, deploy_timeout_ms=DEADLINE_MS)
     _submit_task_lost(c)
     c.clock.offset_ms -= STEP_MS

@@ -28,9 +28,14 @@ def _launched(log: EventLog, tmp_path: Path) -> tuple[Any, JobManager, dict]:
     the job's inbox."""
     world, a, t, slots = started(log, tmp_path, n=1)
     submit(log, world, "j1", source_graph("j1", splits=1))
-    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: bool(slots.launched),
-         what="the launch", world=world, advance_ms=10)
-    (_, descriptor, _), = slots.launched
+    pump(
+        [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+        lambda: bool(slots.launched),
+        what="the launch",
+        world=world,
+        advance_ms=10,
+    )
+    ((_, descriptor, _),) = slots.launched
     return world, a, descriptor
 
 
@@ -63,12 +68,14 @@ def _states(log: EventLog) -> list[TaskState]:
 
 
 @pytest.mark.timeout(60)
-def test_reports_that_decide_nothing_wait_for_the_tasks_end_and_are_decided_with_it(log: EventLog,
-                                                                                   tmp_path: Path) -> None:
+def test_reports_that_decide_nothing_wait_for_the_tasks_end_and_are_decided_with_it(
+    log: EventLog, tmp_path: Path
+) -> None:
     world, a, d = _launched(log, tmp_path)
     a.linger_ms = 10_000  # as long as it takes: the end comes 0.2 s after the first read
-    ends = threading.Timer(0.2, lambda: report_state(log, world, descriptor_from_json(d), "tm-1", 0,
-                                                     TaskState.RUNNING, TaskState.FINISHED))  # as a no-op task does
+    ends = threading.Timer(
+        0.2, lambda: report_state(log, world, descriptor_from_json(d), "tm-1", 0, TaskState.RUNNING, TaskState.FINISHED)
+    )  # as a no-op task does
     commits, reads = _spy(a, after_first_read=ends.start)
     try:
         a.step(block_ms=50)

@@ -49,17 +49,37 @@ from sluice.services.jobs.state import JobsState, evolve
 from sluice.services.kvstate import registry as kvreg
 from tests.services.test_jobs_model import EXAMPLES, JobsMachine
 
-C, SC, DE, IN, RU, FI, CI, CA, FA = (TaskState.CREATED, TaskState.SCHEDULED, TaskState.DEPLOYING,
-                                     TaskState.INITIALIZING, TaskState.RUNNING, TaskState.FINISHED,
-                                     TaskState.CANCELING, TaskState.CANCELED, TaskState.FAILED)
+C, SC, DE, IN, RU, FI, CI, CA, FA = (
+    TaskState.CREATED,
+    TaskState.SCHEDULED,
+    TaskState.DEPLOYING,
+    TaskState.INITIALIZING,
+    TaskState.RUNNING,
+    TaskState.FINISHED,
+    TaskState.CANCELING,
+    TaskState.CANCELED,
+    TaskState.FAILED,
+)
 
 # --- the table's laws ----------------------------------------------------------------------------
 
 
 def test_what_a_taskmanager_may_report_is_rows_of_the_table() -> None:
     # The twelve moves the jobs core takes from a TaskManager or worker (it once had its own copy).
-    assert REPORTED == {(DE, IN), (DE, RU), (IN, RU), (DE, FI), (IN, FI), (RU, FI), (DE, FA), (IN, FA), (RU, FA),
-                        (CI, CA), (CI, FA), (CI, FI)}
+    assert REPORTED == {
+        (DE, IN),
+        (DE, RU),
+        (IN, RU),
+        (DE, FI),
+        (IN, FI),
+        (RU, FI),
+        (DE, FA),
+        (IN, FA),
+        (RU, FA),
+        (CI, CA),
+        (CI, FA),
+        (CI, FI),
+    }
     assert REPORTED <= {(m.old, m.new) for m in TASK_MOVES if not m.restart}
     assert not hasattr(core, "LEGAL")
 
@@ -128,14 +148,16 @@ class MovesMachine(JobsMachine):
         elif type(fact) is UpdateTaskExecutionState:
             key = (fact.job_id, fact.vertex_id, fact.subtask)
             attempt, old = self.at[key]
-            assert attempt == fact.attempt and Move(old, fact.state) in TASK_MOVES, \
+            assert attempt == fact.attempt and Move(old, fact.state) in TASK_MOVES, (
                 f"{fact.execution_id}: {old.value} -> {fact.state.value} (at attempt {attempt}) is not in the table"
+            )
             self.at[key] = (attempt, fact.state)
         elif type(fact) is TaskRestartScheduled:
             key = (fact.job_id, fact.vertex_id, fact.subtask)
             attempt, old = self.at[key]
-            assert fact.attempt > attempt and Move(old, C, restart=True) in TASK_MOVES, \
+            assert fact.attempt > attempt and Move(old, C, restart=True) in TASK_MOVES, (
                 f"{key}: a restart from {old.value} at attempt {attempt} as {fact.attempt} is not in the table"
+            )
             self.at[key] = (fact.attempt, C)
         elif type(fact) is JobStatusChanged:
             old = self.status[fact.job_id]
@@ -144,8 +166,12 @@ class MovesMachine(JobsMachine):
 
 
 TestEveryMoveIsInTheTable = MovesMachine.TestCase
-TestEveryMoveIsInTheTable.settings = settings(max_examples=max(EXAMPLES // 3, 20), stateful_step_count=50,
-                                              deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TestEveryMoveIsInTheTable.settings = settings(
+    max_examples=max(EXAMPLES // 3, 20),
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 # --- an illegal move tells its story -------------------------------------------------------------
@@ -155,8 +181,9 @@ def deploying() -> tuple[JobsState, SubmitTask]:
     """One source subtask, deployed on tm-a: its attempt 0 is DEPLOYING."""
     graph = JobGraph("g", [JobVertex("src", "source", 1, source=SourceSpec("text", ["/x"], 100))], [], 128)
     state = JobsState()
-    core.decide(state, core.Submit(SubmitJob("j1", graph, "blob", "mod", "client-inbox"), {"src": []}, "file:///s"),
-                1_000)
+    core.decide(
+        state, core.Submit(SubmitJob("j1", graph, "blob", "mod", "client-inbox"), {"src": []}, "file:///s"), 1_000
+    )
     d = core.decide(state, core.Schedule("j1", {"tm-a": [0]}), 2_000)
     (task,) = [ev for _, ev in d.sends if isinstance(ev, SubmitTask)]
     return state, task
@@ -190,8 +217,10 @@ def test_a_restart_is_checked_by_the_same_table() -> None:
     state, task = deploying()
     with pytest.raises(IllegalTransition) as err:  # from an attempt that still runs
         fold(state, TaskRestartScheduled("j1", "src", 0, 1, 3_000, 1))
-    assert "src:0:0: DEPLOYING -> CREATED (a restart as attempt 1; the subtask is at attempt 0) is not a legal " \
-           "move of a task" in str(err.value)
+    assert (
+        "src:0:0: DEPLOYING -> CREATED (a restart as attempt 1; the subtask is at attempt 0) is not a legal "
+        "move of a task" in str(err.value)
+    )
     fold(state, UpdateTaskExecutionState("j1", task.execution_id, FA, "boom", "src", 0, 0))
     with pytest.raises(IllegalTransition) as err:  # not numbered higher
         fold(state, TaskRestartScheduled("j1", "src", 0, 0, 3_000, 1))
@@ -207,8 +236,10 @@ def test_an_illegal_job_move_tells_the_story() -> None:
     fold(state, JobStatusChanged("j1", JobStatus.CANCELLING, "stop"))
     with pytest.raises(IllegalTransition) as err:
         fold(state, JobStatusChanged("j1", JobStatus.RUNNING, None))
-    assert str(err.value) == "job j1: CANCELLING -> RUNNING is not a legal move of a job. " \
-                             "Its story: 3000 CREATED->CANCELLING"
+    assert (
+        str(err.value) == "job j1: CANCELLING -> RUNNING is not a legal move of a job. "
+        "Its story: 3000 CREATED->CANCELLING"
+    )
 
 
 # --- one handler per fact ------------------------------------------------------------------------
@@ -216,8 +247,11 @@ def test_an_illegal_job_move_tells_the_story() -> None:
 
 def test_a_fact_without_a_handler_is_refused() -> None:
     state, _ = deploying()
-    with pytest.raises(IllegalTransition, match=r"TaskManagerLost is not a fact of a job's stream: evolve has no "
-                                                r"handler for it .*entry 1-1"):
+    with pytest.raises(
+        IllegalTransition,
+        match=r"TaskManagerLost is not a fact of a job's stream: evolve has no "
+        r"handler for it .*entry 1-1",
+    ):
         fold(state, TaskManagerLost("tm-a", "s1", "no heartbeat"))
 
 

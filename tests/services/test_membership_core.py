@@ -116,16 +116,16 @@ def test_registrations_that_cannot_be_accepted_are_refused_with_a_reason(message
 def test_a_registration_for_a_deposed_leaders_epoch_is_refused() -> None:
     state, _ = apply(leader(1), register(epoch=1))
     evolve(state, env(LeadershipGranted(2, "jm-2", "h")))
-    (_, reply), = replies(decide(state, Inbound(env(register(epoch=1)), CONFIG), 0))
+    ((_, reply),) = replies(decide(state, Inbound(env(register(epoch=1)), CONFIG), 0))
     assert isinstance(reply, RefuseRegistration) and reply.retry and "epoch 2" in reply.reason
-    (_, reply), = replies(decide(state, Inbound(env(register(epoch=2)), CONFIG), 0))
+    ((_, reply),) = replies(decide(state, Inbound(env(register(epoch=2)), CONFIG), 0))
     assert isinstance(reply, AlreadyRegistered) and reply.epoch == 2
 
 
 def test_heartbeats_from_unknown_taskmanagers_are_told_to_register_again() -> None:
     state, _ = apply(leader(), register())
     assert replies(decide(state, Inbound(env(heartbeat()), CONFIG), 0)) == ()
-    (_, reply), = replies(decide(state, Inbound(env(heartbeat(session="other")), CONFIG), 0))
+    ((_, reply),) = replies(decide(state, Inbound(env(heartbeat(session="other")), CONFIG), 0))
     assert isinstance(reply, DisconnectTaskManager) and "register again" in reply.reason
 
 

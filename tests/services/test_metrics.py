@@ -60,12 +60,17 @@ def test_the_leaders_gauges_count_slots_tasks_and_jobs_from_its_state() -> None:
     assert sum(v for (n, _), v in samples(families).items() if n == "sluice_jobs") == 1
     assert value(families, "sluice_jobmanager_leading") == 1 and value(families, "sluice_jobmanager_epoch") == 3
     standby = cluster_families(False, None, Membership(), type(sim.state)())
-    assert value(standby, "sluice_jobmanager_leading") == 0 and value(standby, "sluice_cluster_slots", state="free") == 0
+    assert (
+        value(standby, "sluice_jobmanager_leading") == 0 and value(standby, "sluice_cluster_slots", state="free") == 0
+    )
 
 
 def test_inbox_and_dead_letter_gauges_sum_per_kind_of_inbox() -> None:
-    readings = [InboxReading("{p:cluster}:inbox", 4, 1), InboxReading("{p:job:a}:inbox", 2, 0),
-                InboxReading("{p:job:b}:inbox", 3, 5)]
+    readings = [
+        InboxReading("{p:cluster}:inbox", 4, 1),
+        InboxReading("{p:job:a}:inbox", 2, 0),
+        InboxReading("{p:job:b}:inbox", 3, 5),
+    ]
     kind = lambda s: "cluster" if "cluster" in s else "jobs"
     families = [*inbox_families(readings, kind), dead_letter_family({"{p:cluster}": 2, "{p:job:a}": 1}, kind)]
     assert value(families, "sluice_inbox_lag_entries", inbox="cluster") == 4
@@ -99,18 +104,27 @@ def test_a_collector_reads_again_when_the_loop_changes_a_dict_under_it() -> None
 def test_commits_count_task_states_restarts_and_split_round_trips() -> None:
     m = JobManagerMetrics()
     sent_at = 1_000_000
-    m.handled_entries([env(RequestNextInputSplit("j", "src", 0, "src:0:1", "h", 1), ts=sent_at),
-                       env(OperatorEvent("j", "src", 1, True, {"type": "request-split", "host": "h"}, 0, 1), ts=sent_at),
-                       env(OperatorEvent("j", "agg", 0, True, {"hello": 1}, 0, 1), ts=sent_at)])
+    m.handled_entries(
+        [
+            env(RequestNextInputSplit("j", "src", 0, "src:0:1", "h", 1), ts=sent_at),
+            env(OperatorEvent("j", "src", 1, True, {"type": "request-split", "host": "h"}, 0, 1), ts=sent_at),
+            env(OperatorEvent("j", "agg", 0, True, {"hello": 1}, 0, 1), ts=sent_at),
+        ]
+    )
     assert value(m.registry, "sluice_events_handled_total", type="RequestNextInputSplit") == 1
     assert value(m.registry, "sluice_events_handled_total", type="OperatorEvent") == 2
-    m.committed([env(NextInputSplit("j", "src:0:1", {"index": 0})),
-                 env(OperatorEvent("j", "src", 1, False, {"type": "no-more-splits"}, 0)),
-                 env(OperatorEvent("j", "agg", 0, False, {"hi": 1}, 0)),  # not an answer to a split request
-                 env(UpdateTaskExecutionState("j", "src:0:1", TaskState.FINISHED)),
-                 env(UpdateTaskExecutionState("j", "src:1:0", TaskState.FAILED, "boom")),
-                 env(TaskRestartScheduled("j", "src", 1, 1, 0, 1))],
-                [UpdateTaskExecutionState("j", "src:0:1", TaskState.FINISHED)], now_ms=sent_at + 250)
+    m.committed(
+        [
+            env(NextInputSplit("j", "src:0:1", {"index": 0})),
+            env(OperatorEvent("j", "src", 1, False, {"type": "no-more-splits"}, 0)),
+            env(OperatorEvent("j", "agg", 0, False, {"hi": 1}, 0)),  # not an answer to a split request
+            env(UpdateTaskExecutionState("j", "src:0:1", TaskState.FINISHED)),
+            env(UpdateTaskExecutionState("j", "src:1:0", TaskState.FAILED, "boom")),
+            env(TaskRestartScheduled("j", "src", 1, 1, 0, 1)),
+        ],
+        [UpdateTaskExecutionState("j", "src:0:1", TaskState.FINISHED)],
+        now_ms=sent_at + 250,
+    )
     assert value(m.registry, "sluice_split_round_trip_seconds_count") == 2
     assert value(m.registry, "sluice_split_round_trip_seconds_sum") == pytest.approx(0.5)
     assert value(m.registry, "sluice_split_round_trip_seconds_bucket", le="0.25") == 2
@@ -151,12 +165,16 @@ def test_a_port_in_use_or_not_a_port_is_a_clear_error() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(ConfigError, match=f"metrics port {port} on 127.0.0.1 is already in use by another "
-                                              "process: give --metrics-port a free port, or 0"):
+        with pytest.raises(
+            ConfigError,
+            match=f"metrics port {port} on 127.0.0.1 is already in use by another "
+            "process: give --metrics-port a free port, or 0",
+        ):
             serve(TaskManagerMetrics(), port, "127.0.0.1")
     for bad in (-1, 65536):
-        with pytest.raises(ConfigError, match=f"metrics port {bad} is not a TCP port: give --metrics-port a port "
-                                              "from 1 to 65535, or 0"):
+        with pytest.raises(
+            ConfigError, match=f"metrics port {bad} is not a TCP port: give --metrics-port a port from 1 to 65535, or 0"
+        ):
             serve(TaskManagerMetrics(), bad)
     with pytest.raises(ConfigError, match="cannot serve metrics on no-such-host.invalid:"):
         serve(TaskManagerMetrics(), free_port(), "no-such-host.invalid")

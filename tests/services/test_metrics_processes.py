@@ -40,11 +40,20 @@ from tests.services.test_metrics import value
 
 def processes(log: EventLog, tmp_path: Path) -> tuple[JobManager, TaskManager, TinySlots, ManualWorld]:
     world = ManualWorld()
-    jm = JobManager(log, world=world, jm_id="jm-1", storage_root=f"file://{tmp_path}/storage",
-                    checkpoint_interval_ms=600_000)
+    jm = JobManager(
+        log, world=world, jm_id="jm-1", storage_root=f"file://{tmp_path}/storage", checkpoint_interval_ms=600_000
+    )
     slots = TinySlots(log)
-    tm = TaskManager(log, resource_id="tm-1", slots=2, host="host-a", world=world, runner=slots,
-                     home=tmp_path / "tm-1", config=RegistrationConfig(50, 400, 100, 600_000))
+    tm = TaskManager(
+        log,
+        resource_id="tm-1",
+        slots=2,
+        host="host-a",
+        world=world,
+        runner=slots,
+        home=tmp_path / "tm-1",
+        config=RegistrationConfig(50, 400, 100, 600_000),
+    )
     return jm, tm, slots, world
 
 
@@ -68,8 +77,16 @@ def test_the_leaders_counters_agree_with_the_log(log: EventLog, tmp_path: Path) 
 
     # A split request sent, the leader answers 40 ms later (by the test's clock).
     job_inbox = log.keys.inbox(log.keys.job("j1"))
-    log.append(job_inbox, Envelope(RequestNextInputSplit("j1", "src", 0, d["execution_id"], "host-a", 1),
-                                   world.new_id(), 0, world.now_ms(), "j1"))
+    log.append(
+        job_inbox,
+        Envelope(
+            RequestNextInputSplit("j1", "src", 0, d["execution_id"], "host-a", 1),
+            world.new_id(),
+            0,
+            world.now_ms(),
+            "j1",
+        ),
+    )
     world.advance(40)
     facts = log.keys.facts(log.keys.job("j1"))
     pump(steps, lambda: events(log, facts, NextInputSplit), what="the answer", world=world)
@@ -82,22 +99,29 @@ def test_the_leaders_counters_agree_with_the_log(log: EventLog, tmp_path: Path) 
     slot, again, _ = slots.launched[1]
     report(log, world, again, "tm-1", slot, TaskState.RUNNING)
     report(log, world, again, "tm-1", slot, TaskState.FINISHED)
-    pump(steps, lambda: value(jm_reg, "sluice_task_transitions_total", state="FINISHED") == 1
-         and not tm.tasks, what="the job's end", world=world, advance_ms=10)
+    pump(
+        steps,
+        lambda: value(jm_reg, "sluice_task_transitions_total", state="FINISHED") == 1 and not tm.tasks,
+        what="the job's end",
+        world=world,
+        advance_ms=10,
+    )
     states = [f.state.value for f in events(log, facts, UpdateTaskExecutionState)]
     for state in set(states):
         assert value(jm_reg, "sluice_task_transitions_total", state=state) == states.count(state), state
     assert value(jm_reg, "sluice_task_restarts_total") == len(events(log, facts, TaskRestartScheduled)) == 1
-    assert value(jm_reg, "sluice_events_appended_total", type="UpdateTaskExecutionState", stream="facts") \
-        == len(states)
+    assert value(jm_reg, "sluice_events_appended_total", type="UpdateTaskExecutionState", stream="facts") == len(states)
     assert value(tm_reg, "sluice_taskmanager_tasks_ended_total", state="FAILED") == 1
     assert value(tm_reg, "sluice_taskmanager_tasks_ended_total", state="FINISHED") == 1
     assert value(tm_reg, "sluice_taskmanager_slots", state="free") == 2
     assert value(jm_reg, "sluice_cluster_slots", state="free") == 2
     sent = events(log, log.keys.inbox(log.keys.job("j1")), UpdateTaskExecutionState)
     initializing = [ev for ev in sent if ev.state == TaskState.INITIALIZING]  # the TaskManager's own
-    assert value(tm_reg, "sluice_events_appended_total", type="UpdateTaskExecutionState", stream="inbox") \
-        == len(initializing) == 2
+    assert (
+        value(tm_reg, "sluice_events_appended_total", type="UpdateTaskExecutionState", stream="inbox")
+        == len(initializing)
+        == 2
+    )
 
 
 def test_inbox_lag_pending_and_dead_letters_are_read_from_redis_when_scraped(log: EventLog, tmp_path: Path) -> None:

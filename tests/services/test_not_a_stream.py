@@ -42,28 +42,30 @@ def set_aside(log: EventLog, key: str) -> list[str]:
 
 
 @pytest.mark.timeout(60)
-def test_a_job_inbox_that_is_not_a_stream_stops_neither_the_leader_nor_the_job(log: EventLog,
-                                                                             tmp_path: Path) -> None:
+def test_a_job_inbox_that_is_not_a_stream_stops_neither_the_leader_nor_the_job(log: EventLog, tmp_path: Path) -> None:
     keys = log.keys
     world, a, t, slots = started(log, tmp_path)
     steps = [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)]
     submit(log, world, "j1", source_graph("j1", splits=1))
     pump(steps, lambda: len(slots.launched) == 1, what="j1's launch", world=world, advance_ms=10)
-    pump(steps, lambda: job_state(log, "j1").vertices["src"].subtasks[0].state == TaskState.INITIALIZING,
-         what="j1's INITIALIZING", world=world, advance_ms=10)
+    pump(
+        steps,
+        lambda: job_state(log, "j1").vertices["src"].subtasks[0].state == TaskState.INITIALIZING,
+        what="j1's INITIALIZING",
+        world=world,
+        advance_ms=10,
+    )
     inbox = keys.inbox(keys.job("j1"))
     clobber(log, inbox)
     submit(log, world, "j2", source_graph("j2", splits=1))
-    pump(steps, lambda: len(slots.launched) == 2, what="j2's launch (the leader went on)", world=world,
-         advance_ms=10)
+    pump(steps, lambda: len(slots.launched) == 2, what="j2's launch (the leader went on)", world=world, advance_ms=10)
     assert a.leading
     (aside,) = set_aside(log, inbox)
     assert log.backend.get(aside) == b"someone else's"  # kept for a person to look at
     (_, descriptor, _) = slots.launched[0]
     report(log, world, descriptor, "tm-1", 0, TaskState.RUNNING)
     report(log, world, descriptor, "tm-1", 0, TaskState.FINISHED)
-    pump(steps, lambda: job_state(log, "j1").status == JobStatus.FINISHED, what="j1's end", world=world,
-         advance_ms=10)
+    pump(steps, lambda: job_state(log, "j1").status == JobStatus.FINISHED, what="j1's end", world=world, advance_ms=10)
 
 
 @pytest.mark.timeout(30)

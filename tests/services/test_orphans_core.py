@@ -60,8 +60,9 @@ def test_a_registration_records_the_epoch_that_made_it_and_an_attempt_its_placem
 
 
 @given(registered=st.integers(1, 5), placed=st.integers(1, 9), back=st.integers(0, 4))
-def test_an_attempt_placed_before_its_taskmanagers_current_registration_fails(registered: int, placed: int,
-                                                                             back: int) -> None:
+def test_an_attempt_placed_before_its_taskmanagers_current_registration_fails(
+    registered: int, placed: int, back: int
+) -> None:
     """tm-1 registered at ``registered``; the attempt placed at ``placed`` (not before the
     first registration); with ``back`` > 0, tm-1 was lost and registered again under the
     same session ``back`` epochs after the placement. The attempt fails iff its
@@ -70,8 +71,7 @@ def test_an_attempt_placed_before_its_taskmanagers_current_registration_fails(re
     history: list[tuple[int, object]] = [(registered, REGISTERED)]
     if back:
         history += [(placed, LOST), (placed + back, REGISTERED)]
-    failed = [f for f in orphans(placed_at(placed), members(*history))
-              if getattr(f, "state", None) == TaskState.FAILED]
+    failed = [f for f in orphans(placed_at(placed), members(*history)) if getattr(f, "state", None) == TaskState.FAILED]
     assert bool(failed) == bool(back)
     if back:
         assert "was lost (it registered again at epoch" in (failed[0].error or "")

@@ -24,8 +24,18 @@ def _old_holds(pool: SlotPool, job_id: str) -> bool:
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=st.lists(st.tuples(st.booleans(), st.sampled_from(TMS), st.integers(0, 2), st.sampled_from(JOBS),
-                              st.sampled_from(["v:0:0", "v:0:1", "v:1:0", "w:0:0"])), max_size=50))
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.booleans(),
+            st.sampled_from(TMS),
+            st.integers(0, 2),
+            st.sampled_from(JOBS),
+            st.sampled_from(["v:0:0", "v:0:1", "v:1:0", "w:0:0"]),
+        ),
+        max_size=50,
+    )
+)
 def test_the_pools_index_by_job_answers_as_the_scans(ops) -> None:
     state = JobsState()
     pool = state.pool

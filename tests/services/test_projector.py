@@ -30,7 +30,7 @@ def write_facts(log: EventLog, n: int, seed: int) -> None:
             fact = TaskManagerRegistered(rid, "s", "h", rng.randrange(1, 9))
         outs.append(Out(log.keys.facts(tag), env(fact, ts=i)))
     for k in range(0, n, 7):
-        log.commit(tag, 0, outs[k:k + 7])
+        log.commit(tag, 0, outs[k : k + 7])
 
 
 def fold(log: EventLog) -> Membership:
@@ -93,6 +93,7 @@ def test_the_projector_rides_out_redis_going_away_and_coming_back(aof_redis, key
     runner = threading.Thread(target=projector.run, args=(stop,), kwargs={"block_ms": 50}, daemon=True)
     runner.start()
     try:
+
         def table_is_fold() -> bool:
             _, rows = ReadModels(log).read(keys.cluster, TASKMANAGERS.name)
             return rows == {rid: row.to_dict() for rid, row in fold(log).taskmanagers.items()}

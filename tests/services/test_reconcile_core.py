@@ -36,9 +36,12 @@ def seen(out: Decision) -> SimpleNamespace:
     """What a slot report's decision says, by kind: the job decisions, the cancels and the
     releases sent to the TaskManager, and the final states it may forget."""
     sent = [m for _, m in out.sends]
-    return SimpleNamespace(decisions=out.jobs, cancels=[m for m in sent if isinstance(m, CancelTask)],
-                           release=[m for m in sent if isinstance(m, UpdateTaskExecutionState)],
-                           recorded=[t for r in out.of(Recorded) for t in r.task_ids])
+    return SimpleNamespace(
+        decisions=out.jobs,
+        cancels=[m for m in sent if isinstance(m, CancelTask)],
+        release=[m for m in sent if isinstance(m, UpdateTaskExecutionState)],
+        recorded=[t for r in out.of(Recorded) for t in r.task_ids],
+    )
 
 
 def started(sim: JobsDriven) -> list[SubmitTask]:
@@ -203,7 +206,8 @@ def test_an_attempt_the_leader_does_not_count_is_cancelled_once_per_grace_period
     sim.now += GRACE
     out = run(sim, memory, tm, report)
     assert sorted((c.job_id, c.execution_id) for c in out.cancels) == sorted(
-        [("j1", stale.execution_id), ("no-such-job", "v:0:0")])
+        [("j1", stale.execution_id), ("no-such-job", "v:0:0")]
+    )
     assert "its job is not running" in next(c for c in out.cancels if c.job_id == "no-such-job").reason
     sim.now += 1
     assert run(sim, memory, tm, report).cancels == []  # sent already; again only after the grace period
@@ -223,7 +227,8 @@ def test_a_finished_attempt_still_held_is_released_not_cancelled() -> None:
         out = run(sim, memory, tm, [line(t, TaskState.RUNNING)])
         sim.now += GRACE
     assert out.cancels == [] and [(r.execution_id, r.state, r.taskmanager) for r in out.release] == [
-        (t.execution_id, TaskState.FINISHED, None)]
+        (t.execution_id, TaskState.FINISHED, None)
+    ]
 
 
 def deployed(sim: JobsDriven, memory: Memory, *, caught_up: bool = True) -> list[SubmitTask]:
@@ -249,7 +254,8 @@ def test_a_deployment_no_taskmanager_took_times_out_and_restarts() -> None:
     (d,) = sim.tell(DeploymentTimeouts(memory, 60_000, CFG)).jobs
     assert d.facts[0].execution_id == a.execution_id and "not acknowledged within 60 s" in (d.facts[0].error or "")
     assert [(dest, type(m), m.execution_id) for dest, m in d.sends] == [
-        (Address.taskmanager(tm_a), CancelTask, a.execution_id)]
+        (Address.taskmanager(tm_a), CancelTask, a.execution_id)
+    ]
     assert sim.job.vertices[b.vertex_id].subtasks[b.subtask].state == TaskState.DEPLOYING
     assert sim.job.vertices[a.vertex_id].subtasks[a.subtask].attempt == a.attempt + 1
 
@@ -295,8 +301,10 @@ _KINDS = st.sampled_from(["held", "missing", "finished", "failed", "stale", "unk
 
 
 @settings(max_examples=80, deadline=None)
-@given(kinds=st.lists(st.tuples(st.integers(0, 1), _KINDS), min_size=1, max_size=12),
-       gaps=st.lists(st.integers(0, 2 * GRACE), min_size=12, max_size=12))
+@given(
+    kinds=st.lists(st.tuples(st.integers(0, 1), _KINDS), min_size=1, max_size=12),
+    gaps=st.lists(st.integers(0, 2 * GRACE), min_size=12, max_size=12),
+)
 def test_whatever_the_reports_the_facts_replay_to_the_live_state(kinds, gaps) -> None:
     """Reports of any shape, at any pace: the state stays a fold of the recorded facts;
     a TaskManager's first report, or one within the grace period of its first, never
@@ -345,6 +353,8 @@ def test_a_lost_finished_report_without_its_queryable_state_registration_runs_th
     assert states[kept.execution_id].state == TaskState.FINISHED
     assert states[lost.execution_id].state == TaskState.FAILED
     assert "queryable state's registration was lost" in (states[lost.execution_id].error or "")
-    assert any(isinstance(f, TaskRestartScheduled) and (f.vertex_id, f.subtask) == (lost.vertex_id, lost.subtask)
-               for f in facts)
+    assert any(
+        isinstance(f, TaskRestartScheduled) and (f.vertex_id, f.subtask) == (lost.vertex_id, lost.subtask)
+        for f in facts
+    )
     assert sim.job.status == JobStatus.RUNNING

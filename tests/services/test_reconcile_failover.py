@@ -55,16 +55,31 @@ TIMEOUT_MS = 1_000  # the heartbeat timeout: also the grace period of reconcilia
 
 
 def jm(log: EventLog, world: ManualWorld, tmp_path: Path, **kw: Any) -> JobManager:
-    return JobManager(log, world=world, jm_id="jm-a", storage_root=f"file://{tmp_path}/storage",
-                      checkpoint_interval_ms=600_000, lease_ttl_ms=600_000,
-                      config=MembershipConfig(heartbeat_interval_ms=100, heartbeat_timeout_ms=TIMEOUT_MS), **kw)
+    return JobManager(
+        log,
+        world=world,
+        jm_id="jm-a",
+        storage_root=f"file://{tmp_path}/storage",
+        checkpoint_interval_ms=600_000,
+        lease_ttl_ms=600_000,
+        config=MembershipConfig(heartbeat_interval_ms=100, heartbeat_timeout_ms=TIMEOUT_MS),
+        **kw,
+    )
 
 
 def tm(log: EventLog, world: ManualWorld, tmp_path: Path, slots: TinySlots) -> TaskManager:
     if slots.log is None:
         slots.log = log
-    return TaskManager(log, resource_id="tm-1", slots=1, host="host-a", world=world, runner=slots,
-                       home=tmp_path / "tm-1", config=RegistrationConfig(50, 400, 100, 600_000))
+    return TaskManager(
+        log,
+        resource_id="tm-1",
+        slots=1,
+        host="host-a",
+        world=world,
+        runner=slots,
+        home=tmp_path / "tm-1",
+        config=RegistrationConfig(50, 400, 100, 600_000),
+    )
 
 
 class LosesWrites(Delegating):
@@ -117,8 +132,14 @@ def setup(log: EventLog, tmp_path: Path, **jm_kw: Any) -> tuple[ManualWorld, Job
 
 
 def run(world: ManualWorld, a: JobManager, t: TaskManager, until: Any, what: str, rounds: int = 400) -> None:
-    pump([lambda: t.step(block_ms=None), lambda: a.step(block_ms=None), a.step_lease], until, what=what,
-         world=world, advance_ms=50, rounds=rounds)
+    pump(
+        [lambda: t.step(block_ms=None), lambda: a.step(block_ms=None), a.step_lease],
+        until,
+        what=what,
+        world=world,
+        advance_ms=50,
+        rounds=rounds,
+    )
 
 
 def job_inbox(log: EventLog, job_id: str) -> str:
@@ -158,8 +179,13 @@ def test_a_submit_task_lost_on_the_way_times_out_and_the_task_runs_again(log: Ev
     world, a, t, slots = setup(log, tmp_path, jobs_config=JobsConfig(deploy_timeout_ms=3_000))
     inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
     submit(log, world, "j1", source_graph("j1"))
-    pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, inbox, SubmitTask)), what="the SubmitTask",
-         world=world, advance_ms=10)
+    pump(
+        [lambda: a.step(block_ms=None)],
+        lambda: bool(events(log, inbox, SubmitTask)),
+        what="the SubmitTask",
+        world=world,
+        advance_ms=10,
+    )
     (lost,) = [i for i, env in log.replay(inbox) if isinstance(env.event, SubmitTask)]
     sent.inner.client.xdel(inbox, lost)  # type: ignore[attr-defined]  # Redis crashed before it reached the disk
     run(world, a, t, lambda: bool(slots.launched), "the deployment of the next attempt")
@@ -175,18 +201,23 @@ def test_a_submit_task_lost_on_the_way_times_out_and_the_task_runs_again(log: Ev
     inbox_states = [(u.execution_id, u.state) for u in reports if isinstance(u, UpdateTaskExecutionState)]
     assert log.length(job_inbox(log, "j1")) == 0  # archived: its transport is gone
     assert inbox_states == [("src:0:0", TaskState.CANCELED)] + [  # the first attempt, cancelled where it never ran
-        ("src:0:1", s) for s in (TaskState.INITIALIZING, TaskState.RUNNING, TaskState.FINISHED)]
+        ("src:0:1", s) for s in (TaskState.INITIALIZING, TaskState.RUNNING, TaskState.FINISHED)
+    ]
     assert [m.execution_id for m in events(log, inbox, CancelTask)] == ["src:0:0"]
 
 
-def test_an_attempt_its_taskmanager_dropped_without_a_word_fails_and_runs_again(log: EventLog,
-                                                                                tmp_path: Path) -> None:
+def test_an_attempt_its_taskmanager_dropped_without_a_word_fails_and_runs_again(log: EventLog, tmp_path: Path) -> None:
     world, a, t, slots = setup(log, tmp_path)
     submit(log, world, "j1", source_graph("j1"))
     run(world, a, t, lambda: bool(slots.launched), "the deployment")
     report(log, world, launched(slots, 0), "tm-1", 0, TaskState.RUNNING)
-    run(world, a, t, lambda: a.state.jobs.jobs["j1"].vertices["src"].subtasks[0].state == TaskState.RUNNING,
-        "RUNNING recorded")
+    run(
+        world,
+        a,
+        t,
+        lambda: a.state.jobs.jobs["j1"].vertices["src"].subtasks[0].state == TaskState.RUNNING,
+        "RUNNING recorded",
+    )
     t.tasks.pop("j1/src:0:0")  # its end and every report of it lost with the TaskManager's memory of it
     run(world, a, t, lambda: any(d["attempt"] == 1 for _, d, _ in slots.launched), "the next attempt")
     ex = job_state(log, "j1").vertices["src"].subtasks[0]
@@ -197,13 +228,17 @@ def test_a_task_the_leader_does_not_know_is_cancelled_on_its_taskmanager(log: Ev
     world, a, t, slots = setup(log, tmp_path)
     # A SubmitTask of a job this leader never heard of (its submission was lost with the
     # last second of a Redis that crashed, after the task was sent): the TaskManager runs it.
-    sub = SubmitJob("ghost", source_graph("ghost"), Blobs(log).put(CODE), "failover_job",
-                    log.keys.inbox(log.keys.client("c1")), {})
+    sub = SubmitJob(
+        "ghost", source_graph("ghost"), Blobs(log).put(CODE), "failover_job", log.keys.inbox(log.keys.client("c1")), {}
+    )
     state = JobsState()
     core.decide(state, core.Submit(sub, plan_splits(sub), f"file://{tmp_path}/storage"), world.now)
     job_marker.write(f"file://{tmp_path}/storage", "ghost", [], "jm-host")  # the leader that took it in did
-    (msg,) = [m for _, m in core.decide(state, core.Schedule("ghost", {"tm-1": [0]}), world.now).sends
-              if isinstance(m, SubmitTask)]
+    (msg,) = [
+        m
+        for _, m in core.decide(state, core.Schedule("ghost", {"tm-1": [0]}), world.now).sends
+        if isinstance(m, SubmitTask)
+    ]
     inbox = log.keys.inbox(log.keys.taskmanager("tm-1"))
     log.append(inbox, Envelope(msg, world.new_id(), 1, world.now, "ghost"))
     run(world, a, t, lambda: bool(slots.launched), "the ghost task starting")
@@ -222,10 +257,16 @@ def test_a_cancel_task_lost_on_the_way_is_said_again(log: EventLog, tmp_path: Pa
     submit(log, world, "j1", source_graph("j1"))
     run(world, a, t, lambda: bool(slots.launched), "the deployment")
     report(log, world, launched(slots, 0), "tm-1", 0, TaskState.RUNNING)
-    log.append(log.keys.inbox(log.keys.job("j1")), Envelope(CancelJob("j1", "the user"), world.new_id(), 0,
-                                                            world.now, "j1"))
-    pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, inbox, CancelTask)), what="the CancelTask",
-         world=world, advance_ms=10)
+    log.append(
+        log.keys.inbox(log.keys.job("j1")), Envelope(CancelJob("j1", "the user"), world.new_id(), 0, world.now, "j1")
+    )
+    pump(
+        [lambda: a.step(block_ms=None)],
+        lambda: bool(events(log, inbox, CancelTask)),
+        what="the CancelTask",
+        world=world,
+        advance_ms=10,
+    )
     for entry_id, fields in log.backend.xrange(inbox, None, 1000):
         if fields is not None and isinstance(decode_fields(fields).event, CancelTask):
             log.client.xdel(inbox, entry_id)  # lost
@@ -233,8 +274,7 @@ def test_a_cancel_task_lost_on_the_way_is_said_again(log: EventLog, tmp_path: Pa
     assert slots.killed == [0] and not t.tasks
 
 
-def test_a_worker_that_dies_right_after_reporting_finished_keeps_its_partition(log: EventLog,
-                                                                               tmp_path: Path) -> None:
+def test_a_worker_that_dies_right_after_reporting_finished_keeps_its_partition(log: EventLog, tmp_path: Path) -> None:
     """The producer's worker reports FINISHED to the job and dies before its copy reaches its
     TaskManager. The TaskManager sees a worker die mid-task and reports FAILED (the leader
     ignores it: the attempt FINISHED), but must not delete the partition the consumer is

@@ -80,8 +80,13 @@ class Side(JobsDriven):
         a, b = self.memory, other.memory
         assert self.state == other.state
         assert self.log == other.log and self.sent == other.sent
-        assert (a.taskmanagers, a.finals, a.accepted, a.batch, a.fresh) == (b.taskmanagers, b.finals, b.accepted,
-                                                                             b.batch, b.fresh)
+        assert (a.taskmanagers, a.finals, a.accepted, a.batch, a.fresh) == (
+            b.taskmanagers,
+            b.finals,
+            b.accepted,
+            b.batch,
+            b.fresh,
+        )
         # What was heard of attempts no longer placed is forgotten at a slightly different
         # moment (it no longer matters: an attempt that left the pool never comes back).
         for tm, task_ids in a.finals_on.items():  # the index of finals by TaskManager is theirs
@@ -89,16 +94,25 @@ class Side(JobsDriven):
         assert {f[1] for f in a.finals.values()} <= set(a.finals_on)
         assert a.final_jobs == Counter(t.partition("/")[0] for t in a.finals)
         placed = {f"{j}/{e}" for held in self.state.pool.used.values() for j, e in held}
-        assert {t: n for t, n in a.heard_at.items() if t in placed} == {t: n for t, n in b.heard_at.items()
-                                                                          if t in placed}
+        assert {t: n for t, n in a.heard_at.items() if t in placed} == {
+            t: n for t, n in b.heard_at.items() if t in placed
+        }
 
 
 def _executions(sim: JobsDriven) -> list[Execution]:
     return list(sim.job.executions())
 
 
-_LINE_STATES = [None, None, TaskState.DEPLOYING, TaskState.RUNNING, TaskState.RUNNING, TaskState.FINISHED,
-                TaskState.FAILED, TaskState.CANCELED]
+_LINE_STATES = [
+    None,
+    None,
+    TaskState.DEPLOYING,
+    TaskState.RUNNING,
+    TaskState.RUNNING,
+    TaskState.FINISHED,
+    TaskState.FAILED,
+    TaskState.CANCELED,
+]
 
 
 @settings(max_examples=60, deadline=None)
@@ -106,8 +120,12 @@ _LINE_STATES = [None, None, TaskState.DEPLOYING, TaskState.RUNNING, TaskState.RU
 def test_the_cheap_paths_decide_as_the_full_scans(data) -> None:
     new, ref = Side(False), Side(True)
     for _ in range(data.draw(st.integers(5, 40), label="steps")):
-        step = data.draw(st.sampled_from(["schedule", "move", "report", "report", "report", "time", "timeouts",
-                                          "finals", "read", "heard"]), label="step")
+        step = data.draw(
+            st.sampled_from(
+                ["schedule", "move", "report", "report", "report", "time", "timeouts", "finals", "read", "heard"]
+            ),
+            label="step",
+        )
         exs = _executions(new)
         if step == "schedule":
             sessions = data.draw(st.booleans(), label="sessions")
@@ -116,8 +134,11 @@ def test_the_cheap_paths_decide_as_the_full_scans(data) -> None:
         elif step == "move":
             ex = data.draw(st.sampled_from(exs), label="subtask")
             moves = [to for (old, to) in REPORTED if old == ex.state]
-            if ex.state in (TaskState.RUNNING, TaskState.FINISHED) and not ex.produced \
-                    and new.job.vertices[ex.vertex].outputs:
+            if (
+                ex.state in (TaskState.RUNNING, TaskState.FINISHED)
+                and not ex.produced
+                and new.job.vertices[ex.vertex].outputs
+            ):
                 moves.append("produced")
             if not moves:
                 continue
@@ -167,8 +188,18 @@ def test_the_cheap_paths_decide_as_the_full_scans(data) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(ops=st.lists(st.tuples(st.booleans(), st.sampled_from(TMS), st.integers(0, 2), st.sampled_from(["j", "k"]),
-                              st.sampled_from(["v:0:0", "v:0:1", "v:1:0"])), max_size=40))
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.booleans(),
+            st.sampled_from(TMS),
+            st.integers(0, 2),
+            st.sampled_from(["j", "k"]),
+            st.sampled_from(["v:0:0", "v:0:1", "v:1:0"]),
+        ),
+        max_size=40,
+    )
+)
 def test_the_pools_index_of_placed_attempts_is_its_holders_counted(ops) -> None:
     pool = SlotPool()
     for take, tm, slot, job, eid in ops:
@@ -180,10 +211,26 @@ def test_the_pools_index_of_placed_attempts_is_its_holders_counted(ops) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(steps=st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 3)), max_size=30),
-       asked=st.lists(st.sampled_from(["lines -> tokenize:0:0", "lines -> tokenize:0:1", "lines -> tokenize:1:2",
-                                       "count -> out:1:0", "count -> out:01:0", "count -> out:-1:0", "nope:0:0",
-                                       "count -> out:5:0", "garbage"]), min_size=1, max_size=9))
+@given(
+    steps=st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 3)), max_size=30),
+    asked=st.lists(
+        st.sampled_from(
+            [
+                "lines -> tokenize:0:0",
+                "lines -> tokenize:0:1",
+                "lines -> tokenize:1:2",
+                "count -> out:1:0",
+                "count -> out:01:0",
+                "count -> out:-1:0",
+                "nope:0:0",
+                "count -> out:5:0",
+                "garbage",
+            ]
+        ),
+        min_size=1,
+        max_size=9,
+    ),
+)
 def test_the_current_attempt_cache_answers_as_parsing_does(steps, asked) -> None:
     """Asked again and again as attempts restart (and the graph is built anew)."""
     sim = JobsDriven(wordcount(RestartStrategy("fixed-delay", 9, 0)), {"tm-a": 4})
@@ -215,8 +262,10 @@ def test_both_sides_time_out_a_deployment_and_fail_a_missing_attempt() -> None:
     failed = [f for d in new.timeouts() for f in d.facts]
     assert failed and failed[0].execution_id == a_id and failed[0].state == TaskState.FAILED
     assert [f for d in ref.timeouts() for f in d.facts] == failed
-    assert any(isinstance(f, UpdateTaskExecutionState) and f.execution_id == b_id and f.state == TaskState.FAILED
-               for f in new.log)  # missing: failed on the reports
+    assert any(
+        isinstance(f, UpdateTaskExecutionState) and f.execution_id == b_id and f.state == TaskState.FAILED
+        for f in new.log
+    )  # missing: failed on the reports
     new.same_as(ref)
 
 
@@ -239,8 +288,16 @@ def _split(task_id: str) -> tuple[str, str]:
     return job_id, execution_id
 
 
-def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, session: str,
-                         report: list[AttemptReport], now: int, grace_ms: int, config: JobsConfig) -> Decision:
+def _reference_reconcile(
+    state: JobsState,
+    memory: Memory,
+    resource_id: str,
+    session: str,
+    report: list[AttemptReport],
+    now: int,
+    grace_ms: int,
+    config: JobsConfig,
+) -> Decision:
     out = SimpleNamespace(cancels=[], release=[], recorded=[], notes=[])
     tm = memory.taskmanagers.setdefault(resource_id, PerTaskManager())
     previous, tm.differences = tm.differences, {}
@@ -285,8 +342,14 @@ def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, ses
             if not due(kind, task_id) or kind == "deploying":
                 continue
             rec = recorder(job_id)
-            gone(rec, job, ex, f"TaskManager {resource_id} no longer holds it and never reported its end "
-                               "(its slot report does not list it)", config)
+            gone(
+                rec,
+                job,
+                ex,
+                f"TaskManager {resource_id} no longer holds it and never reported its end "
+                "(its slot report does not list it)",
+                config,
+            )
             maybe_complete(rec, job)
             out.notes.append(f"{task_id} missing on {resource_id}: failed")
 
@@ -296,8 +359,13 @@ def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, ses
         job_id, execution_id = _split(task_id)
         found = state.jobs.get(job_id)
         ex = _uncached_current(found, execution_id) if found is not None else None
-        if found is None or found.status in TERMINAL_JOB or ex is None or ex.state.terminal \
-                or ex.taskmanager != resource_id:
+        if (
+            found is None
+            or found.status in TERMINAL_JOB
+            or ex is None
+            or ex.state.terminal
+            or ex.taskmanager != resource_id
+        ):
             out.recorded.append(task_id)
             memory.finals.pop(task_id, None)
             continue
@@ -309,31 +377,41 @@ def _reference_reconcile(state: JobsState, memory: Memory, resource_id: str, ses
         ex = _uncached_current(found, execution_id) if found is not None else None
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.CANCELING:
             if due("cancelling", task_id) and cancel_due(task_id):
-                out.cancels.append(CancelTask(job_id, execution_id, "cancelled (said again: the TaskManager still "
-                                                                    "holds it)"))
+                out.cancels.append(
+                    CancelTask(job_id, execution_id, "cancelled (said again: the TaskManager still holds it)")
+                )
             continue
         if ex is not None and ex.taskmanager == resource_id and not ex.state.terminal:
             continue
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.FINISHED:
             if due("finished", task_id):
-                out.release.append(UpdateTaskExecutionState(job_id, execution_id, TaskState.FINISHED, None, ex.vertex,
-                                                            ex.subtask, ex.attempt, None, ex.slot))
+                out.release.append(
+                    UpdateTaskExecutionState(
+                        job_id, execution_id, TaskState.FINISHED, None, ex.vertex, ex.subtask, ex.attempt, None, ex.slot
+                    )
+                )
             continue
         if not due("unknown", task_id) or not cancel_due(task_id):
             continue
-        why = ("its job is not running" if found is None or found.status in TERMINAL_JOB
-               else "the leader does not count this attempt (it failed, was cancelled, or was replaced)")
+        why = (
+            "its job is not running"
+            if found is None or found.status in TERMINAL_JOB
+            else "the leader does not count this attempt (it failed, was cancelled, or was replaced)"
+        )
         out.cancels.append(CancelTask(job_id, execution_id, f"reconciled with the slot report of {resource_id}: {why}"))
         out.notes.append(f"{task_id} unknown on {resource_id}: cancelled")
     tm.cancelled = {t: at for t, at in tm.cancelled.items() if t in held}
-    return Decision(sends=[Send(Address.taskmanager(resource_id), m) for m in (*out.cancels, *out.release)],
-                    instructions=[*(Note(n) for n in out.notes),
-                                  *([Recorded(tuple(out.recorded))] if out.recorded else [])],
-                    now=now, jobs=[rec.decision for rec in recorders.values() if rec.decision])
+    return Decision(
+        sends=[Send(Address.taskmanager(resource_id), m) for m in (*out.cancels, *out.release)],
+        instructions=[*(Note(n) for n in out.notes), *([Recorded(tuple(out.recorded))] if out.recorded else [])],
+        now=now,
+        jobs=[rec.decision for rec in recorders.values() if rec.decision],
+    )
 
 
-def _reference_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: int,
-                        config: JobsConfig) -> list[Decision]:
+def _reference_timeouts(
+    state: JobsState, memory: Memory, now: int, timeout_ms: int, config: JobsConfig
+) -> list[Decision]:
     out: dict[str, Recorder] = {}
     placed: set[str] = set()
     for (tm, _slot), holders in sorted(state.pool.used.items()):
@@ -349,15 +427,22 @@ def _reference_timeouts(state: JobsState, memory: Memory, now: int, timeout_ms: 
                 continue
             rec = out.setdefault(job_id, Recorder(state, job_id, now))
             rec.send(Address.taskmanager(tm), CancelTask(job_id, eid, "deployment timed out"))
-            fail(rec, job, ex, f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
-                                "(its SubmitTask or the answer was lost)", config)
+            fail(
+                rec,
+                job,
+                ex,
+                f"deployment to TaskManager {tm} not acknowledged within {timeout_ms // 1000} s "
+                "(its SubmitTask or the answer was lost)",
+                config,
+            )
             maybe_complete(rec, job)
     memory.keep(placed)
     return [rec.decision for rec in out.values() if rec.decision]
 
 
-def _reference_lost_finals(state: JobsState, memory: Memory, caught_up: Callable[[str], bool], now: int,
-                            config: JobsConfig) -> list[Decision]:
+def _reference_lost_finals(
+    state: JobsState, memory: Memory, caught_up: Callable[[str], bool], now: int, config: JobsConfig
+) -> list[Decision]:
     out: dict[str, Recorder] = {}
     notes = []
     ready: dict[str, bool] = {}
@@ -381,8 +466,14 @@ def _reference_lost_finals(state: JobsState, memory: Memory, caught_up: Callable
             # A finished producer wrote its partition (its worker says so before it finishes):
             # that report was lost too, and consumers wait for it.
             rec.fact(ScheduleOrUpdateConsumers(job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
-        _update(rec, job, UpdateTaskExecutionState(job_id, execution_id, line.state, line.error, ex.vertex, ex.subtask,
-                                                   ex.attempt, resource_id, ex.slot), config)
+        _update(
+            rec,
+            job,
+            UpdateTaskExecutionState(
+                job_id, execution_id, line.state, line.error, ex.vertex, ex.subtask, ex.attempt, resource_id, ex.slot
+            ),
+            config,
+        )
         notes.append(task_id)
     memory.accepted += notes
     return [rec.decision for rec in out.values() if rec.decision]

@@ -55,8 +55,9 @@ from tools.sim.invariants import normal_jobs
 REQUESTS = 15
 
 
-def _a_long_running_job(log: EventLog, tmp_path: Path, last_words: Callable[[Any], None] | None = None
-                        ) -> tuple[ManualWorld, Any, Any, TinySlots, dict]:
+def _a_long_running_job(
+    log: EventLog, tmp_path: Path, last_words: Callable[[Any], None] | None = None
+) -> tuple[ManualWorld, Any, Any, TinySlots, dict]:
     """Leader ``jm-a`` runs job ``big`` (one source subtask on tm-1, which has 2 slots) that
     took ``REQUESTS`` splits; then (after ``last_words(jm-a)``) it steps down and lets its
     lease go. Returns the world, the old leader, the TaskManager, its slots and the
@@ -70,8 +71,13 @@ def _a_long_running_job(log: EventLog, tmp_path: Path, last_words: Callable[[Any
     for _ in range(REQUESTS):
         _ask(log, world, src)
     facts = log.keys.facts(log.keys.job("big"))
-    pump(steps, lambda: len(events(log, facts, NextInputSplit)) == REQUESTS, what="the splits answered", world=world,
-         advance_ms=10)
+    pump(
+        steps,
+        lambda: len(events(log, facts, NextInputSplit)) == REQUESTS,
+        what="the splits answered",
+        world=world,
+        advance_ms=10,
+    )
     if last_words is not None:
         last_words(a)
     a.job_inboxes.close_coordinators()
@@ -82,8 +88,16 @@ def _a_long_running_job(log: EventLog, tmp_path: Path, last_words: Callable[[Any
 
 def _ask(log: EventLog, world: ManualWorld, src: dict) -> None:
     inbox = log.keys.inbox(log.keys.job("big"))
-    log.append(inbox, Envelope(RequestNextInputSplit("big", "src", 0, src["execution_id"], "host-a"), world.new_id(),
-                               0, world.now_ms(), "big"))
+    log.append(
+        inbox,
+        Envelope(
+            RequestNextInputSplit("big", "src", 0, src["execution_id"], "host-a"),
+            world.new_id(),
+            0,
+            world.now_ms(),
+            "big",
+        ),
+    )
 
 
 def _replayed(log: EventLog, job_id: str) -> dict:
@@ -115,8 +129,14 @@ def test_a_new_leader_serves_while_a_long_job_is_rebuilt(log: EventLog, tmp_path
     submit(log, world, "new", source_graph("new"))
     _ask(log, world, src)
     steps = [lambda: b.step(block_ms=None), b.step_lease, lambda: t.step(block_ms=None)]
-    pump(steps, lambda: "new" in b.state.jobs.jobs and b.state.jobs.jobs["new"].built, what="the new job built",
-         world=world, advance_ms=100, rounds=10)
+    pump(
+        steps,
+        lambda: "new" in b.state.jobs.jobs and b.state.jobs.jobs["new"].built,
+        what="the new job built",
+        world=world,
+        advance_ms=100,
+        rounds=10,
+    )
     for _ in range(8):  # 8 s on the test clock: the heartbeat timeout (the grace) is 5 s
         for step in steps:
             step()
@@ -137,14 +157,16 @@ def test_a_new_leader_serves_while_a_long_job_is_rebuilt(log: EventLog, tmp_path
     assert not [r for r in events(log, tm_inbox, TaskStatesRecorded) if any(x.startswith("big/") for x in r.tasks)]
     assert len([s for s in events(log, tm_inbox, SubmitTask)]) == 2
     # The request sent during the rebuild was answered once, at the new epoch.
-    answers = [(e.epoch, e.event) for _, e in log.replay(keys.facts(keys.job("big")))
-               if isinstance(e.event, NextInputSplit)]
+    answers = [
+        (e.epoch, e.event) for _, e in log.replay(keys.facts(keys.job("big"))) if isinstance(e.event, NextInputSplit)
+    ]
     assert len(answers) == REQUESTS + 1 and answers[-1][0] == 2 and answers[-1][1].split is not None
     b.job_inboxes.close_coordinators()
 
 
 def test_a_taskmanager_lost_and_back_while_a_job_is_rebuilt_fails_that_jobs_attempts_there(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     """tm-1 goes quiet past the heartbeat timeout while ``big`` is being rebuilt: the leader
     declares it lost (its tasks are dropped there) and tm-1 registers again under the same
     session. When ``big`` joins, its attempt on tm-1 fails at once for that reason (as it
@@ -156,20 +178,32 @@ def test_a_taskmanager_lost_and_back_while_a_job_is_rebuilt_fails_that_jobs_atte
     lead(b, world)
     assert b.recovering == ["big"]
     world.advance(6000)  # tm-1 silent past the heartbeat timeout (5 s)
-    pump([lambda: b.step(block_ms=None), b.step_lease],
-         lambda: bool(events(log, keys.facts(keys.cluster), TaskManagerLost)), what="tm-1 lost", world=world,
-         advance_ms=10, rounds=20)
+    pump(
+        [lambda: b.step(block_ms=None), b.step_lease],
+        lambda: bool(events(log, keys.facts(keys.cluster), TaskManagerLost)),
+        what="tm-1 lost",
+        world=world,
+        advance_ms=10,
+        rounds=20,
+    )
     assert b.recovering == ["big"]
     steps = [lambda: t.step(block_ms=None), lambda: b.step(block_ms=None), b.step_lease]
-    pump(steps, lambda: len(events(log, keys.facts(keys.cluster), TaskManagerRegistered)) == 2,
-         what="tm-1 registered again", world=world, advance_ms=10, rounds=50)
+    pump(
+        steps,
+        lambda: len(events(log, keys.facts(keys.cluster), TaskManagerRegistered)) == 2,
+        what="tm-1 registered again",
+        world=world,
+        advance_ms=10,
+        rounds=50,
+    )
     sessions = {r.session for r in events(log, keys.facts(keys.cluster), TaskManagerRegistered)}
     assert len(sessions) == 1  # registered again under the same session
     pump(steps, lambda: not b.recovering, what="big rebuilt", world=world, advance_ms=10, rounds=400)
     src = b.state.jobs.jobs["big"].vertices["src"].subtasks[0]
     assert src.state in (TaskState.CREATED, TaskState.SCHEDULED, TaskState.DEPLOYING) and src.attempt == 1, src
-    failed = [f for f in events(log, keys.facts(keys.job("big")), UpdateTaskExecutionState)
-              if f.state == TaskState.FAILED]
+    failed = [
+        f for f in events(log, keys.facts(keys.job("big")), UpdateTaskExecutionState) if f.state == TaskState.FAILED
+    ]
     assert [f.execution_id for f in failed] == ["src:0:0"] and "was lost" in (failed[0].error or ""), failed
     assert b.errors == [] and _leader_view(b, "big") == _replayed(log, "big")
     b.job_inboxes.close_coordinators()
@@ -177,7 +211,8 @@ def test_a_taskmanager_lost_and_back_while_a_job_is_rebuilt_fails_that_jobs_atte
 
 @pytest.mark.parametrize("serve_after_s", [None, 0.0], ids=["rebuilt-first", "rebuilt-while-serving"])
 def test_a_loss_the_dead_leader_committed_fails_the_attempts_though_the_taskmanager_is_back(
-        log: EventLog, tmp_path: Path, serve_after_s: float | None) -> None:
+    log: EventLog, tmp_path: Path, serve_after_s: float | None
+) -> None:
     """Issue 28, finding 3: leader A commits ``TaskManagerLost`` for tm-1 and dies before
     failing ``big``'s attempt there; tm-1 then registers again with B under the same
     session. Whether B rebuilds ``big`` before serving or while it serves, the attempt
@@ -188,22 +223,30 @@ def test_a_loss_the_dead_leader_committed_fails_the_attempts_though_the_taskmana
 
     def commits_the_loss_and_dies(a: Any) -> None:
         session = a.state.membership.taskmanagers["tm-1"].session
-        a.cluster.commit_facts([TaskManagerLost("tm-1", session, "no heartbeat for 6000 ms (timeout 5000 ms)")],
-                               consequences=False)  # the job's commit never came
+        a.cluster.commit_facts(
+            [TaskManagerLost("tm-1", session, "no heartbeat for 6000 ms (timeout 5000 ms)")], consequences=False
+        )  # the job's commit never came
 
     world, _, t, _, _ = _a_long_running_job(log, tmp_path, commits_the_loss_and_dies)
     b = jm(log, world, "jm-b", tmp_path, replay_page=1, serve_after_s=serve_after_s)
     lead(b, world)
     steps = [lambda: t.step(block_ms=None), lambda: b.step(block_ms=None), b.step_lease]
     registered = keys.facts(keys.cluster)
-    pump(steps, lambda: len(events(log, registered, TaskManagerRegistered)) == 2, what="tm-1 registered again",
-         world=world, advance_ms=10, rounds=50)
+    pump(
+        steps,
+        lambda: len(events(log, registered, TaskManagerRegistered)) == 2,
+        what="tm-1 registered again",
+        world=world,
+        advance_ms=10,
+        rounds=50,
+    )
     assert len({r.session for r in events(log, registered, TaskManagerRegistered)}) == 1  # the same session
     if serve_after_s is not None:
         assert b.recovering == ["big"], "big was rebuilt before tm-1 came back: make its log longer"
     pump(steps, lambda: not b.recovering, what="big rebuilt", world=world, advance_ms=10, rounds=400)
-    failed = [f for f in events(log, keys.facts(keys.job("big")), UpdateTaskExecutionState)
-              if f.state == TaskState.FAILED]
+    failed = [
+        f for f in events(log, keys.facts(keys.job("big")), UpdateTaskExecutionState) if f.state == TaskState.FAILED
+    ]
     assert [f.execution_id for f in failed] == ["src:0:0"] and "was lost" in (failed[0].error or ""), failed
     src = b.state.jobs.jobs["big"].vertices["src"].subtasks[0]
     assert src.attempt == 1 and src.state != TaskState.RUNNING, src
@@ -221,8 +264,14 @@ def test_a_message_about_a_job_being_rebuilt_rebuilds_it_at_once(log: EventLog, 
     assert b.recovering == ["big"]
     reply = keys.inbox(keys.client("c9"))
     log.append(keys.inbox(keys.cluster), Envelope(DisposeJob("big", reply), world.new_id(), 0, world.now_ms()))
-    pump([lambda: b.step(block_ms=None)], lambda: bool(events(log, reply, JobRefused)), what="the answer",
-         world=world, advance_ms=10, rounds=5)
+    pump(
+        [lambda: b.step(block_ms=None)],
+        lambda: bool(events(log, reply, JobRefused)),
+        what="the answer",
+        world=world,
+        advance_ms=10,
+        rounds=5,
+    )
     (refused,) = events(log, reply, JobRefused)
     assert "is RUNNING" in refused.reason, refused.reason
     assert b.recovering == [] and b.replay is None and b.errors == []

@@ -17,8 +17,9 @@ ids = st.tuples(st.integers(0, 10**13), st.integers(0, 50)).map(lambda t: f"{t[0
 
 
 @given(now=st.integers(0, 10**13), keep=st.integers(0, 10**9), bounds=st.lists(st.none() | ids, max_size=4))
-def test_a_trim_point_is_below_every_bound_and_the_retention_window(now: int, keep: int,
-                                                                  bounds: list[str | None]) -> None:
+def test_a_trim_point_is_below_every_bound_and_the_retention_window(
+    now: int, keep: int, bounds: list[str | None]
+) -> None:
     cut = trim_point(now, keep, *bounds)
     limits = [entry_order(b) for b in bounds if b is not None] + [(max(now - keep, 0), 0)]
     if cut is None:
@@ -36,7 +37,7 @@ def test_the_successor_of_an_entry_is_the_least_id_after_it(entry: str) -> None:
 @given(archived=st.lists(st.text("abc", min_size=1, max_size=3), unique=True, max_size=20), keep=st.integers(0, 25))
 def test_keeping_the_last_n_jobs_lets_the_oldest_go(archived: list[str], keep: int) -> None:
     due = due_for_purge(archived, FactRetention(keep_last=keep), 0, lambda j: None)
-    assert due + archived[len(due):] == archived and len(archived) - len(due) == min(keep, len(archived))
+    assert due + archived[len(due) :] == archived and len(archived) - len(due) == min(keep, len(archived))
 
 
 def test_keeping_days_lets_go_the_oldest_jobs_until_one_ended_recently() -> None:

@@ -48,8 +48,13 @@ def _run_jobs(log: EventLog, world: ManualWorld, a: JobManager, t: Any, slots: T
             if task.take_split() is None:
                 break
         report(log, world, d, "tm-1", 0, TaskState.FINISHED)
-        pump(steps, lambda j=job_id: j in a.snapshots.archived,  # type: ignore[misc,union-attr]
-             what=f"{job_id}'s archive", world=world, advance_ms=50)
+        pump(
+            steps,
+            lambda j=job_id: j in a.snapshots.archived,  # type: ignore[misc,union-attr]
+            what=f"{job_id}'s archive",
+            world=world,
+            advance_ms=50,
+        )
     ticks(steps, world)
 
 
@@ -64,14 +69,20 @@ def ticks(steps: list, world: ManualWorld, n: int = 5) -> None:
 def _transport(log: EventLog, job_id: str) -> dict[str, int]:
     keys = log.keys
     tag = keys.job(job_id)
-    names = {"inbox": keys.inbox(tag), "outbox": keys.outbox(tag), "cursor": keys.outbox_cursor(tag),
-             "delivered": keys.delivered(tag), "subtask inbox": keys.task_inbox(tag, "src", 0)}
+    names = {
+        "inbox": keys.inbox(tag),
+        "outbox": keys.outbox(tag),
+        "cursor": keys.outbox_cursor(tag),
+        "delivered": keys.delivered(tag),
+        "subtask inbox": keys.task_inbox(tag, "src", 0),
+    }
     return {what: log.backend.exists(key) for what, key in names.items()}
 
 
 @pytest.mark.timeout(120)
 def test_an_archived_jobs_transport_goes_its_facts_stay_and_the_cluster_streams_are_trimmed(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     world, a, t, slots = started(log, tmp_path, n=1)
     a.retention.inbox_retention_ms = t.inbox.retention_ms = 0  # nothing kept for inspection: everything consumed goes
     a.retention.reset()
@@ -93,7 +104,8 @@ def test_an_archived_jobs_transport_goes_its_facts_stay_and_the_cluster_streams_
 
 @pytest.mark.timeout(120)
 def test_a_live_jobs_streams_keep_the_retention_window_and_a_finished_subtasks_inbox_is_trimmed(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     """Trimming a live job: its inbox up to what the leader acknowledged, its outbox up to
     its cursor, a subtask inbox once its attempt ended; nothing newer than the retention."""
     world, a, t, slots = started(log, tmp_path, n=1)
@@ -106,17 +118,18 @@ def test_a_live_jobs_streams_keep_the_retention_window_and_a_finished_subtasks_i
 def _purge(log: EventLog, a: JobManager, world: ManualWorld, job_id: str, steps: list) -> Any:
     reply_to = log.keys.inbox(log.keys.client("purger"))
     start = log.last_id(reply_to) or "0-0"
-    log.append(log.keys.inbox(log.keys.cluster), Envelope(PurgeJob(job_id, reply_to), world.new_id(), 0,
-                                                          world.now_ms()))
-    pump(steps, lambda: (log.last_id(reply_to) or "0-0") != start, what="the purge's reply", world=world,
-         advance_ms=20)
-    (_, env), = list(log.replay(reply_to, start))
+    log.append(
+        log.keys.inbox(log.keys.cluster), Envelope(PurgeJob(job_id, reply_to), world.new_id(), 0, world.now_ms())
+    )
+    pump(steps, lambda: (log.last_id(reply_to) or "0-0") != start, what="the purge's reply", world=world, advance_ms=20)
+    ((_, env),) = list(log.replay(reply_to, start))
     return env.event
 
 
 @pytest.mark.timeout(120)
 def test_purge_refuses_an_unknown_and_a_running_job_and_leaves_a_tombstone_for_an_ended_one(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     world, a, t, slots = started(log, tmp_path, n=1)
     steps = [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)]
     _run_jobs(log, world, a, t, slots, ["done"])
@@ -150,8 +163,13 @@ def test_purge_refuses_an_unknown_and_a_running_job_and_leaves_a_tombstone_for_a
     a.lease.release()
     b = jm(log, world, "jm-b", tmp_path)
     lead(b, world)
-    pump([lambda: b.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: b.leading and b.replay is None,
-         what="jm-b's rebuild", world=world, advance_ms=50)
+    pump(
+        [lambda: b.step(block_ms=None), lambda: t.step(block_ms=None)],
+        lambda: b.leading and b.replay is None,
+        what="jm-b's rebuild",
+        world=world,
+        advance_ms=50,
+    )
     assert b.errors == []
     assert "done" in b.registered and "done" in b.purged and "done" not in b.state.jobs.jobs
     assert log.backend.scan_keys(log.keys.tag_pattern(log.keys.job("done"))) == []

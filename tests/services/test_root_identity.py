@@ -50,8 +50,10 @@ def test_a_root_the_jobmanager_cannot_write_is_said_naming_its_host_and_the_path
     blocked.write_text("")
     with pytest.raises(StorageUnreachable) as info:
         root_identity.ensure((blocked / "storage").as_uri(), ids("a"), "host-jm")
-    assert f"the JobManager on host host-jm cannot make or read the storage root's identity " \
-           f"{blocked / 'storage' / '_SLUICE_ROOT'}" in str(info.value)
+    assert (
+        f"the JobManager on host host-jm cannot make or read the storage root's identity "
+        f"{blocked / 'storage' / '_SLUICE_ROOT'}" in str(info.value)
+    )
     assert info.value.host == "host-jm" and "README 'Across hosts'" in str(info.value)
 
 

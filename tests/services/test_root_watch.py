@@ -50,14 +50,16 @@ def test_a_look_that_hangs_is_reported_as_no_answer_and_its_late_answer_after(tm
     assert entered.wait(30)
     assert w.poll(4999, "s1") is None
     overdue = w.poll(5000, "s1")
-    assert overdue == ReportStorageReach("tm-1", "s1", "file:///mnt/storage", "r-1", "/mnt/storage/_SLUICE_ROOT",
-                                         "no answer within 5 s (a hung mount?)")
+    assert overdue == ReportStorageReach(
+        "tm-1", "s1", "file:///mnt/storage", "r-1", "/mnt/storage/_SLUICE_ROOT", "no answer within 5 s (a hung mount?)"
+    )
     w.sent()
     assert w.poll(9000, "s1") is None  # no second look while the first still hangs
     release.set()
     assert w.looking is not None and w.looking.done.wait(30)
-    assert w.poll(9001, "s1") == ReportStorageReach("tm-1", "s1", "file:///mnt/storage", "r-1",
-                                                    "/mnt/storage/_SLUICE_ROOT", None)
+    assert w.poll(9001, "s1") == ReportStorageReach(
+        "tm-1", "s1", "file:///mnt/storage", "r-1", "/mnt/storage/_SLUICE_ROOT", None
+    )
 
 
 def test_a_leader_with_no_root_identity_asks_nothing() -> None:

@@ -33,7 +33,9 @@ def same(a: JobsState, b: JobsState) -> None:
     for job_id in a.jobs:
         assert a.jobs[job_id] == b.jobs[job_id], job_id
     assert a.pool.holders() == b.pool.holders()
-    assert {k: v for k, v in a.pool.by_taskmanager.items() if v} == {k: v for k, v in b.pool.by_taskmanager.items() if v}
+    assert {k: v for k, v in a.pool.by_taskmanager.items() if v} == {
+        k: v for k, v in b.pool.by_taskmanager.items() if v
+    }
 
 
 class SnapshotMachine(JobsMachine):
@@ -60,23 +62,35 @@ class SnapshotMachine(JobsMachine):
 
 
 TestSnapshotModel = SnapshotMachine.TestCase
-TestSnapshotModel.settings = settings(max_examples=40, stateful_step_count=40, deadline=None,
-                                      suppress_health_check=list(HealthCheck))
+TestSnapshotModel.settings = settings(
+    max_examples=40, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)
+)
 
 
 RIDS = st.sampled_from(["tm-a", "tm-b", "tm-c"])
 CLUSTER_FACTS = st.one_of(
-    st.builds(TaskManagerRegistered, RIDS, st.sampled_from(["s1", "s2"]), st.text(max_size=8), st.integers(1, 8),
-              st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2)),
+    st.builds(
+        TaskManagerRegistered,
+        RIDS,
+        st.sampled_from(["s1", "s2"]),
+        st.text(max_size=8),
+        st.integers(1, 8),
+        st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2),
+    ),
     st.builds(TaskManagerLost, RIDS, st.sampled_from(["s1", "s2"]), st.text(max_size=20)),
-    st.builds(LeadershipGranted, st.integers(1, 9), st.text(min_size=1, max_size=6), st.text(max_size=6),
-              st.text(max_size=8)),
+    st.builds(
+        LeadershipGranted, st.integers(1, 9), st.text(min_size=1, max_size=6), st.text(max_size=6), st.text(max_size=8)
+    ),
 )
 
 
 @settings(max_examples=200, deadline=None)
-@given(facts=st.lists(CLUSTER_FACTS, max_size=30), split=st.integers(0, 30),
-       registered=st.lists(st.text(min_size=1, max_size=8), max_size=5), archived=st.integers(0, 5))
+@given(
+    facts=st.lists(CLUSTER_FACTS, max_size=30),
+    split=st.integers(0, 30),
+    registered=st.lists(st.text(min_size=1, max_size=8), max_size=5),
+    archived=st.integers(0, 5),
+)
 def test_the_cluster_snapshot_and_its_tail_fold_to_the_full_membership(facts, split, registered, archived) -> None:
     full, head = membership.Membership(), membership.Membership()
     envs = [Envelope(f, "x", 0, 1000 + i) for i, f in enumerate(facts)]
@@ -93,14 +107,19 @@ def test_the_cluster_snapshot_and_its_tail_fold_to_the_full_membership(facts, sp
     assert back.membership == full
 
 
-@pytest.mark.parametrize("data, why", [
-    (b"\x00not json", "not JSON"),
-    (b'{"v": 1, "kind": "cluster"}', "KeyError"),
-    (b'{"v": 999, "kind": "job", "job_id": "j"}', "schema version 999"),
-    (b'{"v": 1, "kind": "cluster", "membership": {}, "registered": [], "archived": [], "last_grant": null}',
-     "KeyError"),
-    (b'[1, 2]', "not a job snapshot"),
-])
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        (b"\x00not json", "not JSON"),
+        (b'{"v": 1, "kind": "cluster"}', "KeyError"),
+        (b'{"v": 999, "kind": "job", "job_id": "j"}', "schema version 999"),
+        (
+            b'{"v": 1, "kind": "cluster", "membership": {}, "registered": [], "archived": [], "last_grant": null}',
+            "KeyError",
+        ),
+        (b"[1, 2]", "not a job snapshot"),
+    ],
+)
 def test_an_unreadable_snapshot_says_why_and_never_crashes(data: bytes, why: str) -> None:
     with pytest.raises(SnapshotUnreadable, match=why):
         (decode_cluster if b"cluster" in data else decode_job)(data)
@@ -121,8 +140,7 @@ def test_a_snapshot_from_before_v2_waits_holds_a_wait_that_ends_at_the_next_slot
     state = JobsState()
     splits = {"lines": [{"path": "/data/in.txt", "start": 0, "end": 1, "index": 0}]}
     submitted = core.Submit(SubmitJob("j1", j.graph(), "blob", "mod", "client-inbox"), splits, "file:///s")
-    for d in (core.decide(state, submitted, 1_000),
-              core.decide(state, core.Schedule("j1", {}), 1_000)):
+    for d in (core.decide(state, submitted, 1_000), core.decide(state, core.Schedule("j1", {}), 1_000)):
         for fact in d.facts:
             evolve(state, Envelope(fact, "", 0, 1_000))
     assert state.jobs["j1"].waiting_since == 1_000 and state.jobs["j1"].wait_until_placed

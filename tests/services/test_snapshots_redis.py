@@ -151,7 +151,8 @@ def test_a_restarted_projector_starts_a_job_table_from_the_leaders_snapshot(log:
     Snapshots(log).delete(tag)
     fresh.load()
     assert normal_jobs(seeded["executiongraph"]) == normal_jobs(
-        next(r.state for r in fresh.running if r.tag == tag and r.projection.name == "executiongraph"))
+        next(r.state for r in fresh.running if r.tag == tag and r.projection.name == "executiongraph")
+    )
     assert seeded["kvstate"] == next(r.state for r in fresh.running if r.tag == tag and r.projection.name == "kvstate")
     restarted.catch_up()
     assert {name: tables.read(tag, name) for name in ("executiongraph", "kvstate")} == full
@@ -179,8 +180,16 @@ def test_a_trail_fed_by_the_leaders_commits_equals_one_read_back_from_the_log(lo
     for i in range(3):
         if i == 1:
             log.append(inbox, Envelope(TriggerCheckpoint("j1"), world.new_id(), 0, world.now_ms(), "j1"))
-        log.append(inbox, Envelope(RequestNextInputSplit("j1", "src", 0, src["execution_id"], "host-a"),
-                                   world.new_id(), 0, world.now_ms(), "j1"))
+        log.append(
+            inbox,
+            Envelope(
+                RequestNextInputSplit("j1", "src", 0, src["execution_id"], "host-a"),
+                world.new_id(),
+                0,
+                world.now_ms(),
+                "j1",
+            ),
+        )
         for _ in range(3):
             world.advance(10)
             a.step(block_ms=None)

@@ -225,7 +225,8 @@ plans = st.lists(st.lists(st.sampled_from(HOSTS[1:]), max_size=2, unique=True).m
 nexts = st.tuples(st.just("next"), st.integers(0, SUBTASKS - 1), st.sampled_from(HOSTS))
 operations = st.lists(
     st.one_of(
-        nexts, nexts,  # asking is the most common operation
+        nexts,
+        nexts,  # asking is the most common operation
         st.tuples(st.just("give_back"), st.integers(0, SUBTASKS - 1)),
         st.tuples(st.just("finish"), st.integers(0, SUBTASKS - 1)),
     ),
@@ -367,7 +368,8 @@ def test_fewer_splits_than_readers_are_not_kept_back() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 6), st.lists(st.integers(0, 5), max_size=200), st.randoms())
 def test_with_readers_every_split_is_handed_out_once_and_none_is_left_for_nobody(
-        n: int, readers: int, asks: list[int], rnd) -> None:
+    n: int, readers: int, asks: list[int], rnd
+) -> None:
     """Readers ask in any order, some fail; once each reader's last attempt has asked until
     it got None, every split is held or done exactly once, and the snapshot round-trips."""
     a = SplitAssigner(n, readers=readers)
@@ -508,9 +510,15 @@ def test_with_steady_paces_the_end_game_never_makes_reading_longer(n: int, paces
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(1, 40), st.integers(1, 5), st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3000),
-                                                                   st.sampled_from(["next", "next", "next", "fail"])),
-                                                         max_size=120), st.integers(1, 6))
+@given(
+    st.integers(1, 40),
+    st.integers(1, 5),
+    st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 3000), st.sampled_from(["next", "next", "next", "fail"])),
+        max_size=120,
+    ),
+    st.integers(1, 6),
+)
 def test_timed_requests_leave_no_split_unread_and_restore_continues_alike(n, readers, ops, every) -> None:
     """Readers ask at any time in any order and fail now and then. Every few operations a
     new leader restores the snapshot (through JSON) and must answer alike; in the end every

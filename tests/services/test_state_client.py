@@ -24,8 +24,11 @@ WORDS = [f"w{i}" for i in range(300)]
 def commit(log: EventLog, facts: list) -> None:
     tag = log.keys.job("j1")
     for i in range(0, len(facts), 50):
-        log.commit(tag, 0, [Out(log.keys.facts(tag), Envelope(f, f"id-{i}-{k}", 0, 1, "j1"))
-                            for k, f in enumerate(facts[i:i + 50])])
+        log.commit(
+            tag,
+            0,
+            [Out(log.keys.facts(tag), Envelope(f, f"id-{i}-{k}", 0, 1, "j1")) for k, f in enumerate(facts[i : i + 50])],
+        )
 
 
 def publish(log: EventLog, sim, task, address: str, value_of=lambda w: {"word": w, "count": len(w)}) -> str:
@@ -37,8 +40,7 @@ def publish(log: EventLog, sim, task, address: str, value_of=lambda w: {"word": 
     sid = state_id("j1", "counts", task.execution_id)
     mine = [w for w in WORDS if start <= key_group_of(w, 128) <= end]
     KvStates(log.client, log.keys).write("j1", sid, ((w, orjson.dumps(value_of(w))) for w in mine), {})
-    d = sim.tell(NotifyKvStateRegistered("j1", V, KeyGroupRange(start, end), "counts", sid, address,
-                                         task.execution_id))
+    d = sim.tell(NotifyKvStateRegistered("j1", V, KeyGroupRange(start, end), "counts", sid, address, task.execution_id))
     assert d.note is None
     return sid
 
@@ -70,8 +72,10 @@ def test_the_table_is_the_fold_of_the_log_and_rebuilding_it_gives_the_same_table
     _, before = ReadModels(log).read(tag, "kvstate")
     assert before == {"counts": KVSTATE.row(sim.job.kvstate, "counts")}
     assert before["counts"]["vertex"] == V and before["counts"]["num_key_groups"] == 128
-    assert [(r["start"], r["end"], r["address"]) for r in before["counts"]["ranges"]] == [(0, 63, address),
-                                                                                        (64, 127, address)]
+    assert [(r["start"], r["end"], r["address"]) for r in before["counts"]["ranges"]] == [
+        (0, 63, address),
+        (64, 127, address),
+    ]
     log.client.delete(log.keys.table(tag, "kvstate"), log.keys.position(tag, "kvstate"))
     p = Projector(log, ())
     p.add_job("j1")
@@ -103,8 +107,11 @@ def test_a_key_group_whose_task_restarts_is_not_registered_and_says_retry(log: E
     commit(log, sim.log[n:])
     KvStates(log.client, log.keys).delete("j1", sim.log[n + 1].state_ids)
     w = next(w for w in WORDS if key_group_of(w, 128) <= 63)
-    with pytest.raises(StateNotRegistered, match=r"has no registered state right now: the task that owns it is "
-                                                 r"restarting.*retry in a moment"):
+    with pytest.raises(
+        StateNotRegistered,
+        match=r"has no registered state right now: the task that owns it is "
+        r"restarting.*retry in a moment",
+    ):
         StateClient(log).get("j1", "counts", w)
 
 
@@ -115,8 +122,17 @@ def test_a_server_that_does_not_answer_is_named(log: EventLog) -> None:
         port = s.getsockname()[1]
     dead = f"redis://127.0.0.1:{port}/0"
     for t in tasks:
-        sim.tell(NotifyKvStateRegistered("j1", V, KeyGroupRange(*((0, 63) if t.subtask == 0 else (64, 127))),
-                                         "counts", f"s{t.subtask}", dead, t.execution_id))
+        sim.tell(
+            NotifyKvStateRegistered(
+                "j1",
+                V,
+                KeyGroupRange(*((0, 63) if t.subtask == 0 else (64, 127))),
+                "counts",
+                f"s{t.subtask}",
+                dead,
+                t.execution_id,
+            )
+        )
     commit(log, sim.log)
     with pytest.raises(StateServerUnavailable, match=f"the state server at {dead} does not answer"):
         StateClient(log).get("j1", "counts", "w1")

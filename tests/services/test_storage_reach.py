@@ -79,8 +79,10 @@ def test_a_storage_root_of_its_own_is_named_with_the_host_and_the_marker(tmp_pat
     problem = job_marker.unreachable(private, "j1", "tm-x", "h9")
     assert problem is not None and problem.host == "h9"
     assert problem.path == str(tmp_path / "private" / "j1" / "_SLUICE_JOB")
-    assert str(problem) == (f"TaskManager tm-x on host h9 cannot see the storage root {private} (marker "
-                            f"{problem.path} missing): {job_marker.ADVICE}")
+    assert str(problem) == (
+        f"TaskManager tm-x on host h9 cannot see the storage root {private} (marker "
+        f"{problem.path} missing): {job_marker.ADVICE}"
+    )
     assert "README 'Across hosts'" in str(problem)
 
 
@@ -113,8 +115,9 @@ def test_a_leader_that_cannot_write_the_marker_says_where_and_on_which_host(tmp_
     with pytest.raises(StorageUnreachable) as info:
         job_marker.write((blocked / "storage").as_uri(), "j1", [], "jm-host")
     message = str(info.value)
-    assert message.startswith(f"the JobManager on host jm-host cannot write the job's marker "
-                              f"{blocked / 'storage' / 'j1' / '_SLUICE_JOB'}")
+    assert message.startswith(
+        f"the JobManager on host jm-host cannot write the job's marker {blocked / 'storage' / 'j1' / '_SLUICE_JOB'}"
+    )
     assert "--storage-root" in message and info.value.host == "jm-host"
 
 
@@ -124,8 +127,10 @@ def test_a_root_that_is_not_local_has_no_marker_here(tmp_path: Path) -> None:
 
 
 def test_the_input_files_are_every_splits_path_once() -> None:
-    splits = {"a": [{"path": "/x", "start": 0}, {"path": "/x", "start": 9}, {"path": "/y"}],
-              "r": [{"format": "range", "start": 0, "end": 3}]}
+    splits = {
+        "a": [{"path": "/x", "start": 0}, {"path": "/x", "start": 9}, {"path": "/y"}],
+        "r": [{"format": "range", "start": 0, "end": 3}],
+    }
     assert job_marker.input_paths(splits) == ["/x", "/y"]
 
 
@@ -135,8 +140,9 @@ def test_the_input_files_are_every_splits_path_once() -> None:
 def test_a_taskmanager_looks_once_per_job_and_remembers_the_answer(tmp_path: Path) -> None:
     root = (tmp_path / "storage").as_uri()
     job_marker.write(root, "job", [], "jm-host")
-    d = TaskDeploymentDescriptor("job", "v:0:0", "v", 0, 0, 2, 128, "noop", "0" * 64, "m", [], {}, [],
-                                 storage_root=root)
+    d = TaskDeploymentDescriptor(
+        "job", "v:0:0", "v", 0, 0, 2, 128, "noop", "0" * 64, "m", [], {}, [], storage_root=root
+    )
     paused: list[float] = []
     reach = Reach("tm-1", "h1", settle_s=(0.1, 0.3), sleep=paused.append)
     reach.check(d)
@@ -154,8 +160,9 @@ def test_a_taskmanager_looks_once_per_job_and_remembers_the_answer(tmp_path: Pat
 def test_a_marker_that_shows_up_a_moment_late_is_found(tmp_path: Path) -> None:
     """A shared filesystem may show another host's new file late: the TaskManager looks again."""
     root = (tmp_path / "storage").as_uri()
-    d = TaskDeploymentDescriptor("job", "v:0:0", "v", 0, 0, 1, 128, "noop", "0" * 64, "m", [], {}, [],
-                                 storage_root=root)
+    d = TaskDeploymentDescriptor(
+        "job", "v:0:0", "v", 0, 0, 1, 128, "noop", "0" * 64, "m", [], {}, [], storage_root=root
+    )
 
     def pause(seconds: float) -> None:
         if seconds == 0.3:  # it "arrives" during the second pause

@@ -103,8 +103,13 @@ sessions = st.sampled_from(["s1", "s2"])
 root_ids = st.sampled_from([ID, "root-2"])
 messages = st.one_of(
     st.builds(register, rids, sessions, slots=st.just(1), epoch=st.just(1), host=st.sampled_from(["h1", "h2"])),
-    st.builds(lambda r, s, i, p: ReportStorageReach(r, s, ROOT, i, PATH, p), rids, sessions, root_ids,
-              st.sampled_from([None, "missing", "unreadable"])),
+    st.builds(
+        lambda r, s, i, p: ReportStorageReach(r, s, ROOT, i, PATH, p),
+        rids,
+        sessions,
+        root_ids,
+        st.sampled_from([None, "missing", "unreadable"]),
+    ),
     st.builds(lambda r, s: TaskManagerLost(r, s, "timeout"), rids, sessions),
 )
 
@@ -112,7 +117,8 @@ messages = st.one_of(
 @settings(max_examples=300)
 @given(st.lists(messages, max_size=40))
 def test_replay_equals_live_and_a_refusal_names_exactly_the_registered_taskmanagers_that_cannot_see(
-        sequence: list) -> None:
+    sequence: list,
+) -> None:
     live = leader()
     log = [env(LeadershipGranted(1, "jm", "h"))]
     reported: dict[str, tuple[str, str | None]] = {}  # the last report of each registered session, by rid
@@ -127,8 +133,11 @@ def test_replay_equals_live_and_a_refusal_names_exactly_the_registered_taskmanag
             if isinstance(fact, TaskManagerRegistered):  # a new session has said nothing yet
                 reported.pop(fact.resource_id, None)
     assert_replay_and_table_are_live(log, live)
-    expected = sorted(rid for rid, (root_id, problem) in reported.items()
-                      if live.taskmanagers[rid].status == "REGISTERED" and root_id == ID and problem is not None)
+    expected = sorted(
+        rid
+        for rid, (root_id, problem) in reported.items()
+        if live.taskmanagers[rid].status == "REGISTERED" and root_id == ID and problem is not None
+    )
     why = refusal(live, ROOT, ID)
     named = sorted(r for r in ("tm-1", "tm-2") if why is not None and f"TaskManager {r} on host" in why)
     assert named == expected

@@ -36,29 +36,44 @@ def _reported(row: TaskManagerRow | None, root_id: str) -> bool:
 
 @pytest.mark.timeout(60)
 def test_a_taskmanager_that_sees_another_root_refuses_submissions_naming_its_host_and_the_path(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     keys = log.keys
     world, a, t, _ = started(log, tmp_path)
     root = a.storage_root
     root_id = orjson.loads((tmp_path / "storage" / "_SLUICE_ROOT").read_bytes())["root_id"]
     members = a.state.membership
-    pump([lambda: t.step(block_ms=None), lambda: a.step(block_ms=None)],
-         lambda: _reported(members.taskmanagers.get("tm-1"), root_id), what="tm-1's report", world=world)
+    pump(
+        [lambda: t.step(block_ms=None), lambda: a.step(block_ms=None)],
+        lambda: _reported(members.taskmanagers.get("tm-1"), root_id),
+        what="tm-1's report",
+        world=world,
+    )
     assert members.taskmanagers["tm-1"].sees_root(root, root_id) is True
     submit(log, world, "j1", source_graph("j1"))
-    pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, keys.facts(keys.cluster), JobRegistered)),
-         what="j1 accepted", world=world)
+    pump(
+        [lambda: a.step(block_ms=None)],
+        lambda: bool(events(log, keys.facts(keys.cluster), JobRegistered)),
+        what="j1 accepted",
+        world=world,
+    )
 
     # tm-2's path holds a root of its own (a directory of its host where the shared one should be mounted)
     (tmp_path / "storage" / "_SLUICE_ROOT").write_bytes(orjson.dumps({"root_id": "a-private-root"}))
     t2 = tm(log, world, tmp_path, TinySlots(), rid="tm-2")
     register_tm(a, t2, world)
-    pump([lambda: t2.step(block_ms=None), lambda: a.step(block_ms=None)],
-         lambda: _reported(members.taskmanagers.get("tm-2"), root_id), what="tm-2's report", world=world)
+    pump(
+        [lambda: t2.step(block_ms=None), lambda: a.step(block_ms=None)],
+        lambda: _reported(members.taskmanagers.get("tm-2"), root_id),
+        what="tm-2's report",
+        world=world,
+    )
     path = tmp_path / "storage" / "_SLUICE_ROOT"
     facts = events(log, keys.facts(keys.cluster), TaskManagerStorageReach)
-    assert [(f.resource_id, f.path, f.problem is None) for f in facts] == [("tm-1", str(path), True),
-                                                                           ("tm-2", str(path), False)]
+    assert [(f.resource_id, f.path, f.problem is None) for f in facts] == [
+        ("tm-1", str(path), True),
+        ("tm-2", str(path), False),
+    ]
     reply_to = keys.inbox(keys.client("c2"))
     submit(log, world, "j2", source_graph("j2"), reply_to=reply_to)
     pump([lambda: a.step(block_ms=None)], lambda: bool(events(log, reply_to)), what="j2 answered", world=world)
@@ -66,7 +81,8 @@ def test_a_taskmanager_that_sees_another_root_refuses_submissions_naming_its_hos
     assert isinstance(refused, JobRefused)
     assert refused.reason.startswith(
         f"TaskManager tm-2 on host host-a cannot see the storage root {root} ({path}: it holds the id "
-        f"a-private-root, not the leader's {root_id}")
+        f"a-private-root, not the leader's {root_id}"
+    )
     assert "README 'Across hosts'" in refused.reason
     assert [r.job_id for r in events(log, keys.facts(keys.cluster), JobRegistered)] == ["j1"]
     assert marker_path(root, "j2") is not None and not marker_path(root, "j2").is_file()  # type: ignore[union-attr]
@@ -89,8 +105,12 @@ def test_a_new_leader_writes_the_marker_of_a_running_job_that_has_none(log: Even
     keys = log.keys
     world, a, t, slots = started(log, tmp_path)
     submit(log, world, "j1", source_graph("j1"))
-    pump([lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)], lambda: bool(slots.launched),
-         what="j1's first task", world=world)
+    pump(
+        [lambda: a.step(block_ms=None), lambda: t.step(block_ms=None)],
+        lambda: bool(slots.launched),
+        what="j1's first task",
+        world=world,
+    )
     marker = marker_path(a.storage_root, "j1")
     assert marker is not None and marker.is_file()
     marker.unlink()  # as a leader of an older Sluice left it: no marker

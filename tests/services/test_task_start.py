@@ -37,9 +37,26 @@ class Env:
         Job.fetch(task.rq_job, connection=self.queue.connection).cancel()
 
     def task(self) -> Task:
-        return Task(TaskDeploymentDescriptor(
-            "job", "v:0:0", "v", 0, 0, 1, 128, "source", self.blob, "m", [], {}, [],
-            output=TaskOutput(self.out.as_uri(), None, 1), source=TaskSource("text", {}, "input-splits")), slot=0)
+        return Task(
+            TaskDeploymentDescriptor(
+                "job",
+                "v:0:0",
+                "v",
+                0,
+                0,
+                1,
+                128,
+                "source",
+                self.blob,
+                "m",
+                [],
+                {},
+                [],
+                output=TaskOutput(self.out.as_uri(), None, 1),
+                source=TaskSource("text", {}, "input-splits"),
+            ),
+            slot=0,
+        )
 
     def assert_clean(self) -> None:
         assert self.library.refs == {}

@@ -14,7 +14,9 @@ from sluice.events import (
 )
 from sluice.services.taskmanager.core import Registration, RegistrationConfig, Tick, decide
 
-CFG = RegistrationConfig(initial_backoff_ms=100, max_backoff_ms=800, heartbeat_interval_ms=50, jobmanager_timeout_ms=300)
+CFG = RegistrationConfig(
+    initial_backoff_ms=100, max_backoff_ms=800, heartbeat_interval_ms=50, jobmanager_timeout_ms=300
+)
 
 
 def tm() -> Registration:

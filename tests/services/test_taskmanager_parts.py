@@ -23,8 +23,9 @@ from tests.services.failover_helpers import ManualWorld, TinySlots
 
 def descriptor(execution_id: str = "v:0:0", *, blob: str = "blob", kind: str = "noop") -> TaskDeploymentDescriptor:
     vertex, subtask, attempt = execution_id.split(":")
-    return TaskDeploymentDescriptor("j1", execution_id, vertex, int(subtask), int(attempt), 1, 128, kind, blob, "m",
-                                    [], {}, [])
+    return TaskDeploymentDescriptor(
+        "j1", execution_id, vertex, int(subtask), int(attempt), 1, 128, kind, blob, "m", [], {}, []
+    )
 
 
 def test_final_states_are_kept_until_confirmed_their_errors_short_and_their_number_bounded() -> None:
@@ -43,14 +44,15 @@ def test_final_states_are_kept_until_confirmed_their_errors_short_and_their_numb
     assert len(finals) == REMEMBERED and finals.reports()[0].execution_id == "w:5:0"  # the oldest go first
 
 
-def test_the_inbox_gives_again_what_was_read_but_not_acknowledged_and_knows_what_was_handled(
-        log: EventLog) -> None:
+def test_the_inbox_gives_again_what_was_read_but_not_acknowledged_and_knows_what_was_handled(log: EventLog) -> None:
     world = ManualWorld()
     inbox = Inbox(log, world, "tm-1", retention_ms=0, logger=get_logger("test"), metrics=TaskManagerMetrics())
     inbox.skip()  # the consumer group, made at the end of the (empty) stream
     for session in ("s1", "s2"):
-        log.append(inbox.stream, Envelope(TaskStatesRecorded("tm-1", session, 1, ["j1/v:0:0"]), world.new_id(), 0,
-                                          world.now_ms()))
+        log.append(
+            inbox.stream,
+            Envelope(TaskStatesRecorded("tm-1", session, 1, ["j1/v:0:0"]), world.new_id(), 0, world.now_ms()),
+        )
     first = inbox.read(None)
     assert [e.envelope.event.session for e in first] == ["s1", "s2"]
     inbox.done(first[0])  # the step fails before the second is handled
@@ -69,14 +71,46 @@ def test_the_slot_pool_reports_a_task_whose_worker_died_and_frees_its_slot(log: 
     logger, metrics = get_logger("test"), TaskManagerMetrics()
     reports = JobReports(log, world, logger, metrics)
     finals = FinalStates(lambda state: None)
-    spark = SparkShare(remote=None, task_partitions=None, cores=None, shared_by=None, slots=2, may_start=False,
-                       logs=tmp_path / "logs", resource_id="tm-1", logger=logger)
-    launches = Launches(log, world, workers=workers, tasks=tasks, reports=reports, spark=spark, resource_id="tm-1",
-                        host="host-a", io_rate=0.0, execute=True, logger=logger, metrics=metrics)
+    spark = SparkShare(
+        remote=None,
+        task_partitions=None,
+        cores=None,
+        shared_by=None,
+        slots=2,
+        may_start=False,
+        logs=tmp_path / "logs",
+        resource_id="tm-1",
+        logger=logger,
+    )
+    launches = Launches(
+        log,
+        world,
+        workers=workers,
+        tasks=tasks,
+        reports=reports,
+        spark=spark,
+        resource_id="tm-1",
+        host="host-a",
+        io_rate=0.0,
+        execute=True,
+        logger=logger,
+        metrics=metrics,
+    )
     library = LibraryCache(Blobs(log), tmp_path / "cache")
     steps = standard_steps(library, tasks, tmp_path / "tmp", launches.launch, launches.cancel)
-    pool = SlotPool(size=2, tasks=tasks, workers=workers, steps=steps, launches=launches, reports=reports,
-                    finals=finals, reach=Reach("tm-1", "host-a"), resource_id="tm-1", execute=True, logger=logger)
+    pool = SlotPool(
+        size=2,
+        tasks=tasks,
+        workers=workers,
+        steps=steps,
+        launches=launches,
+        reports=reports,
+        finals=finals,
+        reach=Reach("tm-1", "host-a"),
+        resource_id="tm-1",
+        execute=True,
+        logger=logger,
+    )
     workers.start(2)
     d = descriptor("v:0:0", blob=Blobs(log).put(b"def f(df):\n    return df\n"))
     pool.submit(SubmitTask("j1", "v:0:0", "v", 0, 0, 1, d))

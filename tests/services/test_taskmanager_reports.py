@@ -35,8 +35,9 @@ def test_owed_reports_arrive_in_order_and_are_no_longer_owed(log: EventLog, tmp_
     assert inbox_events(log, "j2") == ["e9"]
 
 
-def test_reports_to_an_inbox_that_is_not_a_stream_go_at_once_and_its_value_is_kept(log: EventLog,
-                                                                                   tmp_path: Path) -> None:
+def test_reports_to_an_inbox_that_is_not_a_stream_go_at_once_and_its_value_is_kept(
+    log: EventLog, tmp_path: Path
+) -> None:
     """A job inbox whose key holds another kind of value (it held back every report behind
     it, for ever): the TaskManager moves the value aside, says so, and the reports go, in
     order, once."""
@@ -54,7 +55,8 @@ def test_reports_to_an_inbox_that_is_not_a_stream_go_at_once_and_its_value_is_ke
 
 
 def test_a_report_refused_again_stays_owed_without_holding_back_the_others_then_is_parked(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     """When the inbox cannot be made again (its key is written again at once), its reports
     stay owed, in order, the others go once; refused for REFUSED_FOR_MS, they are parked in
     the job's dead letters with the reason."""
@@ -90,8 +92,9 @@ def test_the_inbox_is_left_with_nothing_pending_after_a_job(log: EventLog, tmp_p
     for slot, d, _ in slots.launched:
         report(log, world, d, "tm-1", slot, TaskState.RUNNING)
         report(log, world, d, "tm-1", slot, TaskState.FINISHED)
-    pump(steps, lambda: job_state(log, "j1").status.value == "FINISHED", what="the job's end", world=world,
-         advance_ms=10)
+    pump(
+        steps, lambda: job_state(log, "j1").status.value == "FINISHED", what="the job's end", world=world, advance_ms=10
+    )
     t.step(block_ms=None)
     group = t.inbox.consumer.group
     state = log.backend.group_state(t.inbox.stream, group)

@@ -53,7 +53,8 @@ def a_newer_grant(log: EventLog, world: ManualWorld, epoch: int) -> str:
 
 
 def test_a_mixed_version_pair_the_newer_leads_and_the_older_stands_by_without_taking_the_lease(
-        log: EventLog, tmp_path: Path) -> None:
+    log: EventLog, tmp_path: Path
+) -> None:
     world = ManualWorld()
     newer_log = EventLog(log.backend, log.keys, decode=newer_decode)
     new = jm(newer_log, world, "jm-new", tmp_path)
@@ -74,8 +75,11 @@ def test_a_mixed_version_pair_the_newer_leads_and_the_older_stands_by_without_ta
     assert f"schema version {NEWER} of LeadershipGranted is newer than this JobManager knows" in line["what_to_do"]
     assert old.metrics.log_unreadable.labels("unsupported schema version")._value.get() == 1
     # It committed nothing: the last grant in the log is the newer one's.
-    grants = [e.event.epoch for _, e in newer_log.replay(log.keys.facts(log.keys.cluster))
-              if isinstance(e.event, LeadershipGranted)]
+    grants = [
+        e.event.epoch
+        for _, e in newer_log.replay(log.keys.facts(log.keys.cluster))
+        if isinstance(e.event, LeadershipGranted)
+    ]
     assert grants == [epoch, epoch]
 
     # The newer one comes back: it leads at once, and the older one stays a standby.
@@ -92,15 +96,18 @@ def test_a_mixed_version_pair_the_newer_leads_and_the_older_stands_by_without_ta
 
 
 CORRUPT = {
-    "unknown type": (b'{"type":"TaskStateChanged","v":1,"id":"x","job":null,"epoch":1,"ts":1,"cause":null,'
-                     b'"payload":{}}', "a later Sluice wrote an event type"),
+    "unknown type": (
+        b'{"type":"TaskStateChanged","v":1,"id":"x","job":null,"epoch":1,"ts":1,"cause":null,"payload":{}}',
+        "a later Sluice wrote an event type",
+    ),
     "corrupt bytes": (b'{"type":"LeadershipGr\xff', "no Sluice can read this entry"),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(CORRUPT))
-def test_a_fact_no_one_can_read_leaves_no_one_spinning_and_says_what_to_do(log: EventLog, tmp_path: Path,
-                                                                           kind: str) -> None:
+def test_a_fact_no_one_can_read_leaves_no_one_spinning_and_says_what_to_do(
+    log: EventLog, tmp_path: Path, kind: str
+) -> None:
     """Neither of two JobManagers can read the fact: each takes the lease at most once,
     gives it back, says once what it met and what to do, and looks again (without the
     lease) after a growing wait; once the entry is gone, one of them leads."""

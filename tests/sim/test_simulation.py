@@ -36,8 +36,10 @@ def failures(outcomes: list[Outcome]) -> str:
     if not bad:
         return ""
     first = bad[0]
-    return (f"{len(bad)} of {len(outcomes)} seeds failed: {[o.seed for o in bad]}; replay one with "
-            f"scripts/simulate --seed {first.seed}\n\n{first.trace}")
+    return (
+        f"{len(bad)} of {len(outcomes)} seeds failed: {[o.seed for o in bad]}; replay one with "
+        f"scripts/simulate --seed {first.seed}\n\n{first.trace}"
+    )
 
 
 def _seed(seed: int) -> Outcome:
@@ -201,7 +203,12 @@ def test_every_planted_bug_is_caught_within_1000_seeds() -> None:
 
     from tools import with_tools
 
-    run = subprocess.run([sys.executable, "-m", "tools.sim", "--campaign", "--seeds", "1000", "--all-faults",
-                          "--workers", "2"], env=with_tools(), capture_output=True, text=True, timeout=3500)
+    run = subprocess.run(
+        [sys.executable, "-m", "tools.sim", "--campaign", "--seeds", "1000", "--all-faults", "--workers", "2"],
+        env=with_tools(),
+        capture_output=True,
+        text=True,
+        timeout=3500,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "NOT CAUGHT" not in run.stdout

@@ -47,8 +47,9 @@ def run(seeds: range, kinds: tuple[str, ...]) -> list[Simulation]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("kinds", [("schema_skew",), ("schema_skew", "crash", "pause", "conn_loss")],
-                         ids=["alone", "with-crashes"])
+@pytest.mark.parametrize(
+    "kinds", [("schema_skew",), ("schema_skew", "crash", "pause", "conn_loss")], ids=["alone", "with-crashes"]
+)
 def test_older_jobmanagers_hand_a_log_they_cannot_read_over(kinds: tuple[str, ...]) -> None:
     sims = run(range(100, 120), kinds)
     met = [jm for sim in sims for jm in sim.jm_instances.values() if jm.unreadable is not None]
@@ -57,8 +58,11 @@ def test_older_jobmanagers_hand_a_log_they_cannot_read_over(kinds: tuple[str, ..
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("kinds", [("tm_back_same_session",), ("tm_back_same_session", "crash", "heartbeat_loss")],
-                         ids=["alone", "with-crashes"])
+@pytest.mark.parametrize(
+    "kinds",
+    [("tm_back_same_session",), ("tm_back_same_session", "crash", "heartbeat_loss")],
+    ids=["alone", "with-crashes"],
+)
 def test_a_loss_a_dead_leader_committed_ends_its_attempts_under_the_next(kinds: tuple[str, ...]) -> None:
     sims = run(range(100, 120), kinds)
     assert sum(sim.comebacks.struck for sim in sims) >= 5, "too few losses that ended attempts"

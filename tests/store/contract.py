@@ -66,7 +66,7 @@ class LogContract:
         result = log.commit(tag, 1, [Out(facts, a), Out(outbox, b, to=target)])
         assert not result.duplicate and len(result.ids) == 2
         assert [e for _, e in log.replay(facts)] == [a]
-        (_, fields), = list(log.replay_raw(outbox))
+        ((_, fields),) = list(log.replay_raw(outbox))
         assert fields[b"to"].decode() == target and decode(fields[FIELD]) == b
 
     def test_commit_refuses_a_stale_epoch_and_writes_nothing(self, log: EventLog) -> None:
@@ -180,8 +180,9 @@ class LogContract:
         reclaimed = alive.reclaim(min_idle_ms=20, count=2)  # pages through all of them
         assert [e.envelope for e in reclaimed] == sent
         for e in reclaimed:
-            assert not log.commit(tag, 1, [Out(facts, env(registered(e.envelope.event.resource_id)))],
-                                  Consumed(inbox, "jm", e.id)).duplicate
+            assert not log.commit(
+                tag, 1, [Out(facts, env(registered(e.envelope.event.resource_id)))], Consumed(inbox, "jm", e.id)
+            ).duplicate
         # The dead consumer comes back and tries to commit what it had read: a no-op.
         late = log.commit(tag, 1, [Out(facts, env(registered("x")))], Consumed(inbox, "jm", taken[0].id))
         assert late.duplicate
@@ -215,8 +216,7 @@ class LogContract:
         assert len(old.read(block_ms=None)) == 1
         assert plain.read(block_ms=None) == []
 
-    def test_a_sole_reader_decides_what_was_pending_in_a_stream_it_begins_to_read_first(
-            self, log: EventLog) -> None:
+    def test_a_sole_reader_decides_what_was_pending_in_a_stream_it_begins_to_read_first(self, log: EventLog) -> None:
         """A leader that begins to read a job's inbox (the job registered again after Redis
         lost writes) finds an entry its own earlier life read and never decided: it comes
         before what was sent after it, though the same consumer holds it (simulated seed
@@ -239,14 +239,35 @@ class LogContract:
         [
             ({b"e": b"{not json"}, "not JSON", "unexpected character"),
             ({b"x": b"1"}, "malformed envelope", "no 'e' field"),
-            ({b"e": b'{"type":"Bogus","v":1,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,"payload":{}}'},
-             "unknown event type", "'Bogus'"),
-            ({b"e": b'{"type":"TaskManagerHeartbeat","v":1,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,'
-                    b'"payload":{"resource_id":"a","session":"s","epoch":1}}'}, "missing field", "'slots_free'"),
-            ({b"e": b'{"type":"TaskManagerHeartbeat","v":1,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,'
-                    b'"payload":{"resource_id":"a","session":"s","epoch":"1","slots_free":0}}'}, "wrong field type", "'epoch'"),
-            ({b"e": b'{"type":"TaskManagerHeartbeat","v":9,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,'
-                    b'"payload":{}}'}, "unsupported schema version", "newer Sluice"),
+            (
+                {b"e": b'{"type":"Bogus","v":1,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,"payload":{}}'},
+                "unknown event type",
+                "'Bogus'",
+            ),
+            (
+                {
+                    b"e": b'{"type":"TaskManagerHeartbeat","v":1,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,'
+                    b'"payload":{"resource_id":"a","session":"s","epoch":1}}'
+                },
+                "missing field",
+                "'slots_free'",
+            ),
+            (
+                {
+                    b"e": b'{"type":"TaskManagerHeartbeat","v":1,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,'
+                    b'"payload":{"resource_id":"a","session":"s","epoch":"1","slots_free":0}}'
+                },
+                "wrong field type",
+                "'epoch'",
+            ),
+            (
+                {
+                    b"e": b'{"type":"TaskManagerHeartbeat","v":9,"id":"i","job":null,"epoch":0,"ts":0,"cause":null,'
+                    b'"payload":{}}'
+                },
+                "unsupported schema version",
+                "newer Sluice",
+            ),
         ],
     )
     def test_undecodable_entries_are_dead_lettered_with_the_reason_and_reading_goes_on(
@@ -272,7 +293,8 @@ class LogContract:
 
     @pytest.mark.parametrize("how", ["deleted", "clobbered"])
     def test_an_undecodable_entry_whose_inbox_went_since_it_was_read_is_parked_all_the_same(
-            self, log: EventLog, how: str) -> None:
+        self, log: EventLog, how: str
+    ) -> None:
         """The inbox deleted (or clobbered) between the read that found a bad entry and its
         dead-lettering: the script's XPENDING answers NOGROUP (WRONGTYPE); nothing is left
         to acknowledge, and the entry is parked all the same (a clobbered inbox set aside
@@ -344,15 +366,17 @@ class LogContract:
         assert [e.envelope for e in consumer.read(block_ms=None)] == []
         assert len(told) == 3
 
-    def test_a_commit_to_a_subtask_inbox_that_is_not_a_stream_moves_it_aside_and_goes_on(
-            self, log: EventLog) -> None:
+    def test_a_commit_to_a_subtask_inbox_that_is_not_a_stream_moves_it_aside_and_goes_on(self, log: EventLog) -> None:
         """A commit that also writes into a subtask's inbox refused it (nothing written), and
         the leader rebuilt and decided the same message again, for ever: the value is moved
         aside and the commit goes again. A facts stream that is not one is not an inbox:
         that commit is still refused."""
         tag = log.keys.job("j1")
-        facts, task, other = (log.keys.facts(tag), log.keys.task_inbox(tag, "src", 0),
-                              log.keys.task_inbox(tag, "src", 1))
+        facts, task, other = (
+            log.keys.facts(tag),
+            log.keys.task_inbox(tag, "src", 0),
+            log.keys.task_inbox(tag, "src", 1),
+        )
         told: list[tuple[str, str, str]] = []
         log.on_set_aside = lambda *t: told.append(t)
         log.backend.set(task, b"someone else's")
@@ -404,7 +428,8 @@ class LogContract:
         assert log.length(target) == 2
 
     def test_a_read_stream_is_trimmed_through_the_last_entry_read_and_keeps_what_came_after(
-            self, log: EventLog) -> None:
+        self, log: EventLog
+    ) -> None:
         stream = log.keys.task_inbox(log.keys.job("j1"), "src", 0)
         ids = log.append_batch(stream, [env(heartbeat()) for _ in range(3)])
         later = log.append(stream, env(heartbeat()))  # appended after the reader's last look
@@ -519,8 +544,11 @@ class LogContract:
         log.commit(tag, 1, [Out(log.keys.outbox(tag), r, to=target) for r in replies])
         # A delivery that crashed after appending the first reply but before acknowledging it:
         (first_id, first_fields), *_ = list(log.replay_raw(log.keys.outbox(tag)))
-        log.backend.script("deliver", [target, log.keys.delivered(target_tag)],
-                           ["", log.keys.outbox(tag), first_id, first_fields[FIELD]])
+        log.backend.script(
+            "deliver",
+            [target, log.keys.delivered(target_tag)],
+            ["", log.keys.outbox(tag), first_id, first_fields[FIELD]],
+        )
         d = Deliverer(log, tag)
         assert d.deliver() == 2  # the first one was already there
         assert d.deliver() == 0
@@ -534,7 +562,7 @@ class LogContract:
         target = log.keys.inbox(log.keys.taskmanager("tm-1"))
         sent = [env(heartbeat(rid=f"tm-{i}"), epoch=1) for i in range(700)]
         for i in range(0, 700, 100):
-            log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=target) for e in sent[i:i + 100]])
+            log.commit(tag, 1, [Out(log.keys.outbox(tag), e, to=target) for e in sent[i : i + 100]])
         other = Deliverer(EventLog(log.backend, log.keys), tag)
 
         class PauseAfterFirstRead(Delegating):
@@ -602,18 +630,25 @@ class LogContract:
             b.xadd_many([(a, {b"n": b"1"}), (table, {b"n": b"2"}), (c, {b"n": b"3"}), (a, {b"n": b"4"})])
         ids = refused.value.ids
         assert ids[1] is None and list(refused.value.errors) == [1] and "WRONGTYPE" in refused.value.errors[1]
-        assert [i for i, _ in b.xrange(a, None, 10)] == [ids[0], ids[3]] and [i for i, _ in b.xrange(c, None, 10)] == [ids[2]]
+        assert [i for i, _ in b.xrange(a, None, 10)] == [ids[0], ids[3]] and [i for i, _ in b.xrange(c, None, 10)] == [
+            ids[2]
+        ]
         assert b.hgetall(table) == {b"x": b"1"}
         with pytest.raises(Exception, match="wrong number of arguments"):
             b.xadd_many([(a, {b"n": b"5"}), (c, {})])
         assert b.xlen(a) == 2 and b.xlen(c) == 1
 
     def test_a_commit_carries_the_outbox_cursor_forward_never_back_and_refuses_a_bad_one_before_writing(
-            self, log: EventLog) -> None:
+        self, log: EventLog
+    ) -> None:
         b = log.backend
         tag = log.keys.job("j1")
-        fence, inbox, facts, cursor = log.keys.fence(tag), log.keys.inbox(tag), log.keys.facts(tag), \
-            log.keys.outbox_cursor(tag)
+        fence, inbox, facts, cursor = (
+            log.keys.fence(tag),
+            log.keys.inbox(tag),
+            log.keys.facts(tag),
+            log.keys.outbox_cursor(tag),
+        )
         log.commit(tag, 1, [Out(facts, env(heartbeat(), epoch=1))], advance="5-0")
         assert b.get(cursor) == b"5-0"
         log.commit(tag, 1, [Out(facts, env(heartbeat(), epoch=1))], advance="3-7")
@@ -636,8 +671,9 @@ class LogContract:
         # A cursor key holding another kind of value is left alone; the commit goes through.
         b.delete(cursor)
         b.hset(cursor, {"x": b"1"})
-        assert log.commit(tag, 1, [Out(facts, env(heartbeat(), epoch=1))], Consumed(inbox, "jm", (entry,)),
-                          advance="9-0").ids
+        assert log.commit(
+            tag, 1, [Out(facts, env(heartbeat(), epoch=1))], Consumed(inbox, "jm", (entry,)), advance="9-0"
+        ).ids
         assert b.hgetall(cursor) == {b"x": b"1"} and _pending(b, inbox, "jm") == 0
 
     def test_a_lazy_delivery_owes_the_cursor_move_to_the_next_commit_or_a_flush(self, log: EventLog) -> None:
@@ -676,7 +712,8 @@ class LogContract:
         assert [e for _, e in log.replay(target)] == sent
 
     def test_a_commit_is_delivered_without_reading_the_outbox_back_only_when_nothing_precedes_it(
-            self, log: EventLog) -> None:
+        self, log: EventLog
+    ) -> None:
         """After a commit, a deliverer whose cursor is where the outbox ended before it hands
         over the commit's own entries from the commit's result (no XRANGE). When entries it
         has not delivered precede them (another leader's, left undelivered), it reads the
@@ -695,7 +732,9 @@ class LogContract:
 
         first = commit(sent[:2], mine_log)
         assert first.outbox == outbox and first.before == "" and [a[0] for a in first.addressed] == list(first.ids)
-        assert mine.deliver(committed=first, server=server) == 2 and counting.calls.count("xrange") == 1  # no cursor yet
+        assert (
+            mine.deliver(committed=first, server=server) == 2 and counting.calls.count("xrange") == 1
+        )  # no cursor yet
         second = commit(sent[2:4], mine_log)
         assert second.before == first.ids[-1]
         assert mine.deliver(committed=second, server=server) == 2
@@ -713,16 +752,24 @@ class LogContract:
         assert log.backend.get(log.keys.outbox_cursor(tag)) == late.ids[-1].encode()
 
     @pytest.mark.parametrize("bad", ["no-tag-at-all", "{x:client:c1}:inbox"])
-    def test_an_undeliverable_entry_is_parked_and_the_rest_of_the_outbox_is_delivered(self, log: EventLog,
-                                                                                       bad: str) -> None:
+    def test_an_undeliverable_entry_is_parked_and_the_rest_of_the_outbox_is_delivered(
+        self, log: EventLog, bad: str
+    ) -> None:
         """Bug 3: a reply address with no hash tag, or of another cluster, used to raise in
         every delivery, forever."""
         tag = log.keys.cluster
         good = log.keys.inbox(log.keys.taskmanager("tm-1"))
         parked: list = []
         a, b, c = (env(heartbeat(), epoch=1) for _ in range(3))
-        log.commit(tag, 1, [Out(log.keys.outbox(tag), a, to=good), Out(log.keys.outbox(tag), b, to=bad),
-                            Out(log.keys.outbox(tag), c, to=good)])
+        log.commit(
+            tag,
+            1,
+            [
+                Out(log.keys.outbox(tag), a, to=good),
+                Out(log.keys.outbox(tag), b, to=bad),
+                Out(log.keys.outbox(tag), c, to=good),
+            ],
+        )
         d = Deliverer(log, tag, on_undeliverable=lambda *x: parked.append(x))
         assert d.deliver() == 2
         assert [e for _, e in log.replay(good)] == [a, c]
@@ -731,8 +778,7 @@ class LogContract:
         assert decode(dead[b"field:e"]) == b
         assert len(parked) == 1 and d.deliver() == 0
 
-    def test_a_page_for_several_targets_is_delivered_in_one_round_trip_past_a_bad_target(
-            self, log: EventLog) -> None:
+    def test_a_page_for_several_targets_is_delivered_in_one_round_trip_past_a_bad_target(self, log: EventLog) -> None:
         """One page of the outbox addresses four TaskManagers and an inbox of another cluster:
         the four get their entries, in outbox order, with one call to the server for all
         the deliveries; the bad one's entries are parked; the cursor moves past the page."""
@@ -872,8 +918,12 @@ class LogContract:
             if start == "0-0":
                 break
         assert pages == [(ids[0:2], ids[2]), (ids[2:4], ids[4]), (ids[4:], "0-0")]
-        assert all(f == {b"n": str(k).encode()} for k, (_, f) in enumerate(
-            [c for p in [b.xautoclaim(stream, "g", "c", min_idle_ms=0, start="0-0", count=10)[1]] for c in p]))
+        assert all(
+            f == {b"n": str(k).encode()}
+            for k, (_, f) in enumerate(
+                [c for p in [b.xautoclaim(stream, "g", "c", min_idle_ms=0, start="0-0", count=10)[1]] for c in p]
+            )
+        )
         # Claimed just now by c: nobody can take them as idle, and they are c's pending entries now.
         assert b.xautoclaim(stream, "g", "b", min_idle_ms=10_000, start="0-0", count=10) == ("0-0", [])
         assert [i for _, i, _ in b.xreadgroup("g", "c", {stream: "0"}, count=10, block_ms=None)] == ids
@@ -954,7 +1004,8 @@ class LogContract:
             b.xreadgroup("g", "a", {log.keys.inbox(log.keys.job("x")): "0"}, count=1, block_ms=None)
 
     def test_a_read_acknowledges_what_it_is_given_first_and_a_refused_acknowledgement_hides_nothing(
-            self, log: EventLog) -> None:
+        self, log: EventLog
+    ) -> None:
         b = log.backend
         stream = log.keys.inbox(log.keys.taskmanager("tm-1"))
         b.group_create(stream, "g", "0")
@@ -967,8 +1018,9 @@ class LogContract:
         gone = log.keys.inbox(log.keys.taskmanager("tm-gone"))
         b.set(gone, b"not a stream")  # an acknowledgement Redis refuses
         again = b.xadd(stream, {b"n": b"3"})
-        got = b.xreadgroup("g", "a", {stream: ">"}, count=10, block_ms=None,
-                           ack={stream: [first[2], later], gone: ["1-1"]})
+        got = b.xreadgroup(
+            "g", "a", {stream: ">"}, count=10, block_ms=None, ack={stream: [first[2], later], gone: ["1-1"]}
+        )
         assert [i for _, i, _ in got] == [again] and _pending(b, stream, "g") == 1
         assert b.xreadgroup("g", "a", {}, count=10, block_ms=None, ack={stream: [again]}) == []
         assert _pending(b, stream, "g") == 0
@@ -1033,7 +1085,8 @@ class LogContract:
         assert [e.envelope for e in consumer.read(block_ms=None)] == [after]
 
     def test_skipping_to_the_end_survives_the_inbox_clobbered_before_its_pending_entries_are_dropped(
-            self, log: EventLog) -> None:
+        self, log: EventLog
+    ) -> None:
         """What an earlier session read and did not acknowledge is dropped; an inbox
         clobbered just then (the acknowledgement answers WRONGTYPE) is set aside and made
         again, and its pending entries went with it."""
@@ -1177,7 +1230,9 @@ class LogContract:
         b.xreadgroup("jm", "c", {inbox: ">"}, count=10, block_ms=None)
         assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 1, ids[0], 0, "", 3, b"z", ""])[0] == b"OK"
         assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 1, ids[0], 0, "", 3, b"z", ""]) == [b"DUP"]
-        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 2, ids[1], ids[0], 0, "", 3, b"z", ""]) == [b"DUP"]
+        assert b.script("commit", [fence, inbox, facts], [5, "", "jm", 2, ids[1], ids[0], 0, "", 3, b"z", ""]) == [
+            b"DUP"
+        ]
         with pytest.raises(ScriptFailed, match="^SLUICE_BAD_COMMIT"):
             b.script("commit", [fence, inbox, facts], [5, "", "jm", 2, ids[1], ids[1], 0, "", 3, b"z", ""])
         with pytest.raises(ScriptFailed, match="^NOGROUP"):
@@ -1202,9 +1257,14 @@ class LogContract:
         parked = b.script("dead_letter", [inbox, dead], ["g", entry, "kind", "why", "n", b"0"])
         assert isinstance(parked, bytes) and b.last_id(dead) == parked.decode()
         assert b.script("dead_letter", [inbox, dead], ["g", entry, "kind", "why", "n", b"0"]) == 0
-        (_, fields), = b.xrange(dead, None, 10)
-        assert fields == {b"stream": inbox.encode(), b"entry": entry.encode(), b"kind": b"kind", b"reason": b"why",
-                          b"field:n": b"0"}
+        ((_, fields),) = b.xrange(dead, None, 10)
+        assert fields == {
+            b"stream": inbox.encode(),
+            b"entry": entry.encode(),
+            b"kind": b"kind",
+            b"reason": b"why",
+            b"field:n": b"0",
+        }
         # Parking comes before the acknowledgement: when it fails, the entry stays pending.
         later = b.xadd(inbox, {b"n": b"1"})
         assert [i for _, i, _ in b.xreadgroup("g", "a", {inbox: ">"}, count=10, block_ms=None)] == [later]
@@ -1233,20 +1293,24 @@ class LogContract:
     def test_script_many_answers_each_call_in_order_and_an_error_takes_its_place(self, log: EventLog) -> None:
         b = log.backend
         a, c = log.keys.inbox(log.keys.taskmanager("tm-1")), log.keys.inbox(log.keys.taskmanager("tm-2"))
-        delivered_a, delivered_c = log.keys.delivered(log.keys.taskmanager("tm-1")), log.keys.delivered(
-            log.keys.taskmanager("tm-2"))
+        delivered_a, delivered_c = (
+            log.keys.delivered(log.keys.taskmanager("tm-1")),
+            log.keys.delivered(log.keys.taskmanager("tm-2")),
+        )
         bad = log.keys.inbox(log.keys.client("c1"))
         b.set(bad, b"x")
         cursor = log.keys.outbox_cursor(log.keys.cluster)
         assert b.script_many([]) == []
-        replies = b.script_many([
-            ("deliver", [a, delivered_a], ["", "o", "1-1", b"a", "1-2", b"b"]),
-            ("deliver", [bad, delivered_a], ["", "o", "1-3", b"x"]),
-            ("deliver", [c, delivered_c], ["", "o", "1-4", b"c"]),
-            ("deliver", [a, delivered_a], ["", "o", "1-2", b"b", "1-5", b"d"]),  # 1-2 again: dropped
-            ("deliver", [c, delivered_c], ["0" * 40, "o", "1-6", b"e"]),  # another server's run id
-            ("advance_cursor", [cursor], ["", "1-6"]),
-        ])
+        replies = b.script_many(
+            [
+                ("deliver", [a, delivered_a], ["", "o", "1-1", b"a", "1-2", b"b"]),
+                ("deliver", [bad, delivered_a], ["", "o", "1-3", b"x"]),
+                ("deliver", [c, delivered_c], ["", "o", "1-4", b"c"]),
+                ("deliver", [a, delivered_a], ["", "o", "1-2", b"b", "1-5", b"d"]),  # 1-2 again: dropped
+                ("deliver", [c, delivered_c], ["0" * 40, "o", "1-6", b"e"]),  # another server's run id
+                ("advance_cursor", [cursor], ["", "1-6"]),
+            ]
+        )
         assert len(replies) == 6
         assert replies[0] == 2 and replies[2] == 1 and replies[3] == 1 and replies[5] == b"1-6"
         assert isinstance(replies[1], ScriptFailed) and replies[1].text == "SLUICE_NOT_A_STREAM string"
@@ -1301,7 +1365,7 @@ class LogContract:
         head = "{" + log.keys.prefix + ":cluster}:"
 
         def scan(pattern: str) -> set[str]:
-            return {k[len(head):] for k in b.scan_streams(head + pattern)}
+            return {k[len(head) :] for k in b.scan_streams(head + pattern)}
 
         assert scan("a*b") == set(names)
         assert scan("a\\*b") == {"a*b"}

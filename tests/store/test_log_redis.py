@@ -33,8 +33,12 @@ def test_scripts_run_together_are_sent_again_with_their_text_when_the_server_los
     cursor, other = log.keys.outbox_cursor(log.keys.job("j1")), log.keys.outbox_cursor(log.keys.job("j2"))
     client.set(other, b"9-9")
     client.script_flush()
-    calls = [("advance_cursor", [cursor], ["", "3-0"]), ("advance_cursor", [other], ["", "1-0"]),
-             ("advance_cursor", [cursor], ["", "5-0"]), ("advance_cursor", [cursor], ["another-run-id", "7-0"])]
+    calls = [
+        ("advance_cursor", [cursor], ["", "3-0"]),
+        ("advance_cursor", [other], ["", "1-0"]),
+        ("advance_cursor", [cursor], ["", "5-0"]),
+        ("advance_cursor", [cursor], ["another-run-id", "7-0"]),
+    ]
     replies = b.script_many(calls)
     assert replies[:3] == [b"3-0", b"9-9", b"5-0"]
     assert isinstance(replies[3], ScriptFailed) and str(replies[3]).startswith("SLUICE_RESTARTED")

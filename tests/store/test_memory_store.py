@@ -63,8 +63,8 @@ def workload(log: EventLog, clock: Clock) -> None:
 
 # --- lost writes -------------------------------------------------------------------------------
 
-def test_a_restart_that_loses_nothing_keeps_everything_and_changes_the_run_id(store: MemoryStore,
-                                                                               clock: Clock) -> None:
+
+def test_a_restart_that_loses_nothing_keeps_everything_and_changes_the_run_id(store: MemoryStore, clock: Clock) -> None:
     log = log_on(store)
     workload(log, clock)
     before, run_id = store.dump(), store.run_id
@@ -148,8 +148,16 @@ def test_reads_are_not_recorded(store: MemoryStore, clock: Clock) -> None:
     recorded = len(store._aof)
     b = log.backend
     b.xrange(k.inbox(k.cluster), None, 10), b.xread({k.inbox(k.cluster): "0"}, count=10, block_ms=None)
-    b.get(k.epoch), b.hgetall(k.leader), b.hgetall_with_ttl(k.leader), b.exists(k.leader), b.group_state(
-        k.inbox(k.cluster), "jm"), b.scan_streams(k.pattern), b.last_id(k.facts(k.cluster)), b.server_id()
+    (
+        b.get(k.epoch),
+        b.hgetall(k.leader),
+        b.hgetall_with_ttl(k.leader),
+        b.exists(k.leader),
+        b.group_state(k.inbox(k.cluster), "jm"),
+        b.scan_streams(k.pattern),
+        b.last_id(k.facts(k.cluster)),
+        b.server_id(),
+    )
     b.script("project", [k.position(k.cluster, "t"), k.table(k.cluster, "t")], ["", "not this", "1-0", 0])
     assert len(store._aof) == recorded
 
@@ -206,31 +214,69 @@ def random_call(rng: random.Random, b: MemoryBackend, clock: Clock, *, reread: b
         lambda: b.xadd(s, {b"n": str(rng.random()).encode()}),
         lambda: b.xadd_many([(rng.choice(streams), {b"n": b"x"}) for _ in range(rng.randint(1, 4))]),
         lambda: b.group_create(s, rng.choice("gh"), rng.choice(["0", "$"])),
-        lambda: b.xreadgroup(rng.choice("gh"), rng.choice("ab"), {s: rng.choice([">", ">", "0" if reread else ">"])},
-                             count=rng.randint(1, 5), block_ms=None),
-        lambda: b.xautoclaim(s, rng.choice("gh"), rng.choice("ab"), min_idle_ms=rng.choice([0, 50, 500]),
-                             start="0-0", count=rng.randint(1, 4)),
+        lambda: b.xreadgroup(
+            rng.choice("gh"),
+            rng.choice("ab"),
+            {s: rng.choice([">", ">", "0" if reread else ">"])},
+            count=rng.randint(1, 5),
+            block_ms=None,
+        ),
+        lambda: b.xautoclaim(
+            s,
+            rng.choice("gh"),
+            rng.choice("ab"),
+            min_idle_ms=rng.choice([0, 50, 500]),
+            start="0-0",
+            count=rng.randint(1, 4),
+        ),
         lambda: b.xack(s, rng.choice("gh"), some),
         lambda: b.xtrim_minid(s, rng.choice(some)),
         lambda: b.group_setid(s, rng.choice("gh"), rng.choice(["0", "$"] + some)),
         lambda: b.set("{t:cluster}:s", str(rng.random()).encode(), nx=rng.random() < 0.5),
         lambda: b.delete(rng.choice(["{t:cluster}:s", "{t:cluster}:h", "{t:cluster}:leader", s])),
         lambda: b.hset("{t:cluster}:h", {rng.choice("xyz"): b"1"}),
-        lambda: b.script("lease_acquire", ["{t:cluster}:leader", "{t:cluster}:epoch", "{t:cluster}:fence"],
-                         [rng.choice("ab"), rng.choice([0, 100, 1000])]),
+        lambda: b.script(
+            "lease_acquire",
+            ["{t:cluster}:leader", "{t:cluster}:epoch", "{t:cluster}:fence"],
+            [rng.choice("ab"), rng.choice([0, 100, 1000])],
+        ),
         lambda: b.script("lease_renew", ["{t:cluster}:leader"], [rng.choice("ab"), rng.randint(0, 3), 200, ""]),
         lambda: b.script("lease_release", ["{t:cluster}:leader"], [rng.choice("ab"), rng.randint(0, 3)]),
         lambda: b.script("fence", ["{t:cluster}:fence"], [rng.randint(0, 5), ""]),
-        lambda: b.script("commit", ["{t:cluster}:fence", "{t:cluster}:inbox", "{t:cluster}:facts", "{t:cluster}:cursor"],
-                         [rng.randint(0, 5), "", rng.choice(["", "g"]), len(some), *some, rng.choice([0, 4]),
-                          f"{rng.randint(0, 9)}-0", 3, b"e", ""]),
+        lambda: b.script(
+            "commit",
+            ["{t:cluster}:fence", "{t:cluster}:inbox", "{t:cluster}:facts", "{t:cluster}:cursor"],
+            [
+                rng.randint(0, 5),
+                "",
+                rng.choice(["", "g"]),
+                len(some),
+                *some,
+                rng.choice([0, 4]),
+                f"{rng.randint(0, 9)}-0",
+                3,
+                b"e",
+                "",
+            ],
+        ),
         lambda: b.script("dead_letter", [s, "{t:cluster}:dead"], [rng.choice(["", "g"]), some[0], "k", "r"]),
-        lambda: b.script("deliver", ["{t:tm:x}:inbox", "{t:tm:x}:delivered"],
-                         ["", "o", f"{clock.now}-{rng.randint(0, 2)}", b"e"]),
+        lambda: b.script(
+            "deliver", ["{t:tm:x}:inbox", "{t:tm:x}:delivered"], ["", "o", f"{clock.now}-{rng.randint(0, 2)}", b"e"]
+        ),
         lambda: b.script("advance_cursor", ["{t:cluster}:cursor"], ["", f"{rng.randint(0, 9)}-0"]),
-        lambda: b.script("project", ["{t:cluster}:pos", "{t:cluster}:h"],
-                         ["", rng.choice(["", "1-0", "2-0"]), rng.choice(["1-0", "2-0"]), 1, rng.choice("xyz"), b"v",
-                          rng.choice("xyz")]),
+        lambda: b.script(
+            "project",
+            ["{t:cluster}:pos", "{t:cluster}:h"],
+            [
+                "",
+                rng.choice(["", "1-0", "2-0"]),
+                rng.choice(["1-0", "2-0"]),
+                1,
+                rng.choice("xyz"),
+                b"v",
+                rng.choice("xyz"),
+            ],
+        ),
     ]
     try:
         rng.choice(calls)()
@@ -258,6 +304,7 @@ def test_the_same_calls_on_the_same_clock_give_the_same_state(seed: int) -> None
 
 # --- connections -------------------------------------------------------------------------------
 
+
 def test_the_first_call_of_a_connection_after_a_restart_fails(store: MemoryStore) -> None:
     old, other = MemoryBackend(store, "old"), MemoryBackend(store, "other")
     old.xadd("{t:cluster}:inbox", {b"n": b"1"})
@@ -282,8 +329,13 @@ def test_a_silent_reconnect_hides_the_restart(clock: Clock) -> None:
 def test_a_server_that_is_down_answers_nothing(store: MemoryStore) -> None:
     b = MemoryBackend(store, "jm-1")
     store.down = True
-    for call in (b.server_id, b.time_ms, lambda: b.get("x"), lambda: b.xadd("s", {b"a": b"1"}),
-                 lambda: b.script("fence", ["{t:cluster}:fence"], [1, ""])):
+    for call in (
+        b.server_id,
+        b.time_ms,
+        lambda: b.get("x"),
+        lambda: b.xadd("s", {b"a": b"1"}),
+        lambda: b.script("fence", ["{t:cluster}:fence"], [1, ""]),
+    ):
         with pytest.raises(RedisUnavailable, match="memory://jm-1"):
             call()
     assert b.describe() == "memory://jm-1" and b.address() is None
@@ -321,6 +373,7 @@ def test_a_writer_pinned_to_the_old_run_id_is_refused_after_a_restart(store: Mem
 
 # --- what the simulator looks at -------------------------------------------------------------
 
+
 def test_the_simulators_view_of_streams_groups_and_pending_entries(store: MemoryStore, clock: Clock) -> None:
     b = MemoryBackend(store)
     ids = [b.xadd("{t:cluster}:inbox", {b"n": str(i).encode()}) for i in range(3)]
@@ -334,8 +387,10 @@ def test_the_simulators_view_of_streams_groups_and_pending_entries(store: Memory
     assert store.entries("{t:cluster}:inbox") == [(i, {b"n": str(n).encode()}) for n, i in enumerate(ids)]
     assert store.entries("{t:cluster}:h") == [] and store.pending("{t:cluster}:inbox", "nope") == []
     assert store.groups("{t:cluster}:inbox") == {"g": ids[1]}
-    assert store.pending("{t:cluster}:inbox", "g") == [PendingEntry(ids[0], "c1", 1050, 2),
-                                                        PendingEntry(ids[1], "c2", 1050, 2)]
+    assert store.pending("{t:cluster}:inbox", "g") == [
+        PendingEntry(ids[0], "c1", 1050, 2),
+        PendingEntry(ids[1], "c2", 1050, 2),
+    ]
 
 
 def test_expiry_is_exact_to_the_millisecond(store: MemoryStore, clock: Clock) -> None:
@@ -348,8 +403,9 @@ def test_expiry_is_exact_to_the_millisecond(store: MemoryStore, clock: Clock) ->
     assert log.backend.hgetall_with_ttl(log.keys.leader) == ({}, -2)
     assert LeaderLease(log, "b", 200).try_acquire() == 2
     # A lease time that is not in the future deletes the key, as PEXPIRE does.
-    assert log.backend.script("lease_acquire", [log.keys.leader, log.keys.epoch, log.keys.fence(log.keys.cluster)],
-                              ["b", 0]) == [2, 0]
+    assert log.backend.script(
+        "lease_acquire", [log.keys.leader, log.keys.epoch, log.keys.fence(log.keys.cluster)], ["b", 0]
+    ) == [2, 0]
     assert log.backend.hgetall_with_ttl(log.keys.leader) == ({}, -2)
 
 
@@ -360,8 +416,9 @@ def test_a_standby_at_the_last_millisecond_of_the_lease_does_not_lead(store: Mem
     assert LeaderLease(log, "a", 200).try_acquire() == 1
     clock.now = 1_200
     assert LeaderLease(log, "b", 200).try_acquire() is None
-    assert log.backend.script("lease_acquire", [log.keys.leader, log.keys.epoch, log.keys.fence(log.keys.cluster)],
-                              ["b", 200]) == [1, -1]
+    assert log.backend.script(
+        "lease_acquire", [log.keys.leader, log.keys.epoch, log.keys.fence(log.keys.cluster)], ["b", 200]
+    ) == [1, -1]
     clock.now = 1_201
     assert LeaderLease(log, "b", 200).try_acquire() == 2
 
@@ -390,8 +447,9 @@ def test_maxlen_trims_exactly_and_a_deleted_stream_starts_again(store: MemorySto
     assert b.xadd(stream, {b"n": b"again"}) == "1000-0"
 
 
-def test_setting_an_inbox_aside_keeps_its_value_and_time_to_live_as_rename_does(store: MemoryStore,
-                                                                             clock: Clock) -> None:
+def test_setting_an_inbox_aside_keeps_its_value_and_time_to_live_as_rename_does(
+    store: MemoryStore, clock: Clock
+) -> None:
     """The twin of SET_ASIDE (store/scripts.py): Redis's RENAME keeps the key's TTL."""
     log = log_on(store)
     inbox = log.keys.inbox(log.keys.job("j1"))

@@ -26,8 +26,7 @@ from tests.helpers import env, heartbeat
 class OutboxMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.log = EventLog(MemoryBackend(MemoryStore(clock=lambda: time.time_ns() // 1_000_000), "test"),
-                            Keys("laws"))
+        self.log = EventLog(MemoryBackend(MemoryStore(clock=lambda: time.time_ns() // 1_000_000), "test"), Keys("laws"))
         keys = self.log.keys
         self.tag = keys.job("j1")
         self.outbox, self.cursor = keys.outbox(self.tag), keys.outbox_cursor(self.tag)
@@ -42,8 +41,9 @@ class OutboxMachine(RuleBasedStateMachine):
     def commit(self, to: list[int], carrier: int | None) -> None:
         d = self.deliverers[carrier] if carrier is not None else None
         advance = d.carry(self.server) if d is not None else None
-        outs = [Out(self.outbox, env(heartbeat(rid=f"m{len(self.sent) + i}")), to=self.targets[t])
-                for i, t in enumerate(to)]
+        outs = [
+            Out(self.outbox, env(heartbeat(rid=f"m{len(self.sent) + i}")), to=self.targets[t]) for i, t in enumerate(to)
+        ]
         self.last = self.log.commit(self.tag, 1, outs, server=self.server, advance=advance)
         if d is not None and advance is not None:
             d.carried(advance)

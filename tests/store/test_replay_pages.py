@@ -41,16 +41,30 @@ def test_pages_hold_what_replay_gives_in_order(any_log: EventLog, page: int) -> 
     assert list(any_log.replay_pages(stream, ids[-1], page=page)) == []
 
 
-@pytest.mark.parametrize(("fields", "error"), [
-    ({FIELD: b"{not json"}, NotJSON),
-    ({b"other": b"x"}, MalformedEnvelope),
-    ({FIELD: b'{"type": "NoSuchEvent", "v": 1, "id": "x", "job": null, "epoch": 0, "ts": 0, "cause": null, '
-              b'"payload": {}}'}, UnknownEventType),
-    ({FIELD: b'{"type": ["a"], "v": 1, "id": "x", "job": null, "epoch": 0, "ts": 0, "cause": null, '
-              b'"payload": {}}'}, MalformedEnvelope),
-])
-def test_a_malformed_entry_raises_naming_stream_and_entry(any_log: EventLog, fields: dict[bytes, bytes],
-                                                          error: type[DecodeError]) -> None:
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({FIELD: b"{not json"}, NotJSON),
+        ({b"other": b"x"}, MalformedEnvelope),
+        (
+            {
+                FIELD: b'{"type": "NoSuchEvent", "v": 1, "id": "x", "job": null, "epoch": 0, "ts": 0, "cause": null, '
+                b'"payload": {}}'
+            },
+            UnknownEventType,
+        ),
+        (
+            {
+                FIELD: b'{"type": ["a"], "v": 1, "id": "x", "job": null, "epoch": 0, "ts": 0, "cause": null, '
+                b'"payload": {}}'
+            },
+            MalformedEnvelope,
+        ),
+    ],
+)
+def test_a_malformed_entry_raises_naming_stream_and_entry(
+    any_log: EventLog, fields: dict[bytes, bytes], error: type[DecodeError]
+) -> None:
     stream, ids = _facts(any_log, 4)
     bad = any_log.append_raw(stream, fields)
     any_log.append_batch(stream, [env(TaskManagerRegistered("tm-x", "s", "h", 1))])

@@ -57,10 +57,15 @@ def during_the_task() -> dict:
     conn = job.connection
     worker = next(w for w in Worker.all(connection=conn) if w.name == job.worker_name)
     queue = Queue(job.origin, connection=conn)
-    return {"status": job.get_status(refresh=True), "started": job.id in StartedJobRegistry(queue=queue),
-            "executions": len(ExecutionRegistry(job.id, connection=conn).get_execution_ids()),
-            "worker": worker.get_state(), "intermediate": conn.llen(queue.intermediate_queue_key),
-            "fields": sorted(k.decode() for k in conn.hkeys(job.key)), "worker_ttl": conn.ttl(worker.key)}
+    return {
+        "status": job.get_status(refresh=True),
+        "started": job.id in StartedJobRegistry(queue=queue),
+        "executions": len(ExecutionRegistry(job.id, connection=conn).get_execution_ids()),
+        "worker": worker.get_state(),
+        "intermediate": conn.llen(queue.intermediate_queue_key),
+        "fields": sorted(k.decode() for k in conn.hkeys(job.key)),
+        "worker_ttl": conn.ttl(worker.key),
+    }
 
 
 def test_the_reports_are_in_their_stream_when_a_waiting_worker_gets_the_task(log: EventLog) -> None:
@@ -82,8 +87,14 @@ def test_a_report_redis_refuses_leaves_no_task_queued_and_says_why(log: EventLog
     log.backend.set(bad, b"not a stream")
     queues = SlotQueues(log, "tm-1")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        queues.enqueue(0, "tools.bench.tasks.noop", ({}, {}), job_id="h2", description="t",
-                       before=[(good, env(heartbeat())), (bad, env(heartbeat()))])
+        queues.enqueue(
+            0,
+            "tools.bench.tasks.noop",
+            ({}, {}),
+            job_id="h2",
+            description="t",
+            before=[(good, env(heartbeat())), (bad, env(heartbeat()))],
+        )
     assert _queue(log).job_ids == []  # taken back out: no worker runs a task whose start failed
     status = Job.fetch("h2", connection=log.backend.client).get_status()  # type: ignore[attr-defined]
     assert status == JobStatus.CANCELED
@@ -98,8 +109,9 @@ def test_a_refused_report_does_not_take_back_a_task_a_worker_already_has(log: Ev
     log.backend.set(bad, b"not a stream")
     t, seen = _idle_worker(log, lambda popped: None)
     queues = SlotQueues(log, "tm-1")
-    handle = queues.enqueue(0, "tools.bench.tasks.noop", ({}, {}), job_id="h3", description="t",
-                            before=[(bad, env(heartbeat()))])
+    handle = queues.enqueue(
+        0, "tools.bench.tasks.noop", ({}, {}), job_id="h3", description="t", before=[(bad, env(heartbeat()))]
+    )
     t.join(10)
     assert handle == "h3" and seen and seen[0] is not None
     status = Job.fetch("h3", connection=log.backend.client).get_status()  # type: ignore[attr-defined]
@@ -125,7 +137,8 @@ def _noops_on_a_slot_worker(log: EventLog, name: str, tasks: int) -> tuple[Any, 
 
 
 def test_a_slot_worker_renews_its_registration_at_most_once_a_second_not_three_times_a_task(
-        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """RQ renews a worker's registration before and after each dequeue and after each job
     (three round trips each time); a slot's worker skips a renewal within a second of the
     last one. Its registration stays alive, and every task runs."""
@@ -150,7 +163,8 @@ def test_a_slot_worker_renews_its_registration_at_most_once_a_second_not_three_t
 
 
 def test_a_slot_worker_waits_through_an_outage_that_begins_between_two_short_tasks(
-        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With its renewal and its `rq suspend` check skipped after a short task, RQ's first
     call to Redis of its own after a task is the write of its state (idle): an outage met
     there is waited through (RQ alone would end its loop, and a slot's worker that ends is
@@ -192,7 +206,8 @@ def test_a_slot_worker_waits_through_an_outage_that_begins_between_two_short_tas
 
 
 def test_a_slot_worker_writes_its_state_once_a_change_and_asks_about_rq_suspend_once_a_second(
-        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """RQ writes "idle" after each task and again before each dequeue, and asks whether
     `rq suspend` was called before each dequeue (a round trip each): a slot's worker skips
     the repeated write and asks at most once a second. The state stays right for `rq info`:
@@ -263,7 +278,8 @@ def test_rq_suspend_stops_a_busy_slot_worker_from_taking_tasks_within_a_second(l
 
 
 def test_a_job_end_is_stamped_by_the_transaction_that_records_its_outcome_not_a_round_trip_of_its_own(
-        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """RQ writes a job's heartbeat when it ends, then writes the whole job again with its
     outcome: a slot's worker leaves the stamps to the second write. Both a job that returned
     and one that raised keep their end and last heartbeat."""
@@ -296,7 +312,8 @@ def test_a_job_end_is_stamped_by_the_transaction_that_records_its_outcome_not_a_
 
 
 def test_a_slot_worker_records_a_task_that_returned_as_rq_does_without_reading_its_dependents(
-        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The slot worker's own success path (no watch of the dependents, no read of them: a
     slot's task has none) leaves what RQ's leaves: the job finished with its result, in the
     finished registry and out of the started one, the worker's counters moved, the same
@@ -331,16 +348,22 @@ def test_a_slot_worker_records_a_task_that_returned_as_rq_does_without_reading_i
         result = Result.fetch_latest(stored, serializer=JSONSerializer)
         fields = client.hgetall(worker.key)
         seen[kind] = {
-            "status": stored.get_status(), "return": result.return_value if result else None,
-            "finished": job.id in FinishedJobRegistry(queue=queue), "started": job.id in StartedJobRegistry(queue=queue),
-            "count": fields.get(b"successful_job_count"), "timed": float(fields.get(b"total_working_time", 0)) > 0,
-            "hash": sorted(client.hkeys(stored.key)), "ttl": 0 < client.ttl(stored.key) <= 600,
+            "status": stored.get_status(),
+            "return": result.return_value if result else None,
+            "finished": job.id in FinishedJobRegistry(queue=queue),
+            "started": job.id in StartedJobRegistry(queue=queue),
+            "count": fields.get(b"successful_job_count"),
+            "timed": float(fields.get(b"total_working_time", 0)) > 0,
+            "hash": sorted(client.hkeys(stored.key)),
+            "ttl": 0 < client.ttl(stored.key) <= 600,
             "watched": bool(watched),
         }
     assert seen["rq"]["watched"] and not seen["slot"]["watched"]
     del seen["rq"]["watched"], seen["slot"]["watched"]
     assert seen["slot"] == seen["rq"]
-    assert seen["slot"]["status"] == JobStatus.FINISHED and seen["slot"]["return"] == 4 and seen["slot"]["count"] == b"1"
+    assert (
+        seen["slot"]["status"] == JobStatus.FINISHED and seen["slot"]["return"] == 4 and seen["slot"]["count"] == b"1"
+    )
 
 
 def test_a_slot_worker_starts_a_task_as_rq_does_in_one_round_trip_not_two(log: EventLog) -> None:
@@ -352,8 +375,10 @@ def test_a_slot_worker_starts_a_task_as_rq_does_in_one_round_trip_not_two(log: E
     from sluice.store.slots import slot_worker_class
 
     func = f"{__name__}.during_the_task"
-    (rq_saw, rq_execs), (slot_saw, slot_execs) = (_run_on(log, SimpleWorker, "rq", func),
-                                                  _run_on(log, slot_worker_class(), "slot", func))
+    (rq_saw, rq_execs), (slot_saw, slot_execs) = (
+        _run_on(log, SimpleWorker, "rq", func),
+        _run_on(log, slot_worker_class(), "slot", func),
+    )
     assert isinstance(slot_saw, dict) and isinstance(rq_saw, dict)
     # The registration's TTL differs: RQ renews it to worker_ttl + 60 s before each dequeue, the
     # slot worker (which asks once a second) when the task starts (its own test, below).
@@ -376,8 +401,9 @@ def test_a_short_task_does_not_shorten_the_slot_workers_registration(log: EventL
     assert isinstance(saw, dict) and saw["worker_ttl"] >= DEFAULT_WORKER_TTL + 50, saw
 
 
-def _run_on(log: EventLog, cls: type, name: str, func: str, args: tuple = (),
-            timeout: int | None = None) -> tuple[object, int]:
+def _run_on(
+    log: EventLog, cls: type, name: str, func: str, args: tuple = (), timeout: int | None = None
+) -> tuple[object, int]:
     """Run one job of ``func`` on a burst worker of ``cls``: its return value and the
     transactions the worker sent to start it."""
     from redis.client import Pipeline
@@ -402,6 +428,7 @@ def _run_on(log: EventLog, cls: type, name: str, func: str, args: tuple = (),
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Pipeline, "execute", counted)
         worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
-    result = Result.fetch_latest(RqJob.fetch(job.id, connection=client, serializer=JSONSerializer),
-                                 serializer=JSONSerializer)
+    result = Result.fetch_latest(
+        RqJob.fetch(job.id, connection=client, serializer=JSONSerializer), serializer=JSONSerializer
+    )
     return (result.return_value if result else None), execs

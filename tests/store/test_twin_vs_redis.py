@@ -52,13 +52,23 @@ class Twins:
         from sluice.store import RedisBackend, connect
 
         self.redis = RedisBackend(connect(redis_url))
-        self.clock = Clock(10 ** 9)
+        self.clock = Clock(10**9)
         self.store = MemoryStore(self.clock)
         self.memory = MemoryBackend(self.store)
         tag = "{" + prefix + ":cluster}"
         self.streams = [tag + ":inbox", tag + ":facts", tag + ":dead", "{" + prefix + ":tm:x}:inbox"]
-        self.others = [tag + ":s", tag + ":h", tag + ":leader", tag + ":epoch", tag + ":fence", tag + ":pos",
-                       "{" + prefix + ":tm:x}:delivered", tag + ":cursor", tag + ":snapshot", tag + ":aside"]
+        self.others = [
+            tag + ":s",
+            tag + ":h",
+            tag + ":leader",
+            tag + ":epoch",
+            tag + ":fence",
+            tag + ":pos",
+            "{" + prefix + ":tm:x}:delivered",
+            tag + ":cursor",
+            tag + ":snapshot",
+            tag + ":aside",
+        ]
         self.m2r: dict[str, dict[str, str]] = {s: {} for s in self.streams}
         self.r2m: dict[str, dict[str, str]] = {s: {} for s in self.streams}
         self.groups = ["g", "h"]
@@ -74,8 +84,9 @@ class Twins:
         """Call ``name`` on both; bare ids in arguments are ``home``'s, in the reply
         ``reply_home``'s (default: ``home``'s). Returns the memory store's outcome:
         ("ok", reply) or ("error", exception class name, text)."""
-        r = _outcome(lambda: getattr(self.redis, name)(*self.map(args, self.m2r, home),
-                                                          **self.map(kwargs, self.m2r, home)))
+        r = _outcome(
+            lambda: getattr(self.redis, name)(*self.map(args, self.m2r, home), **self.map(kwargs, self.m2r, home))
+        )
         self.clock.now += 1
         m = _outcome(lambda: getattr(self.memory, name)(*args, **kwargs))
         self.sync()
@@ -84,8 +95,13 @@ class Twins:
         if name == "xadd_many" and r[0] == "ok":  # each id is its own stream's
             r = ("ok", [self.map(i, self.r2m, stream) for i, (stream, _) in zip(r[1], args[0])])
         theirs, ours = _normal(self.map(r, self.r2m, reply_home or home)), _normal(m)
-        if theirs[0] == ours[0] == "ok" and isinstance(ours[1], str) and re.fullmatch(r"\d+-\d+", ours[1]) \
-                and ours[1] not in self.m2r.get(home, {}) and theirs[1] not in self.r2m.get(home, {}):
+        if (
+            theirs[0] == ours[0] == "ok"
+            and isinstance(ours[1], str)
+            and re.fullmatch(r"\d+-\d+", ours[1])
+            and ours[1] not in self.m2r.get(home, {})
+            and theirs[1] not in self.r2m.get(home, {})
+        ):
             theirs = ours = ("ok", "an id no longer in the stream")  # (XADD's own entry trimmed: MAXLEN 0)
         assert theirs == ours, f"{name} {args} {kwargs}: Redis {theirs}, memory {ours}"
         return m
@@ -140,17 +156,21 @@ class Twins:
         theirs = [(i.decode(), f) for i, f in client.xrange(stream)]
         ours = self.store.entries(stream)
         last = (_s(client.xinfo_stream(stream)["last-generated-id"]), last_id)
-        for (r, _), (m, _) in [*zip(theirs, ours), ((last[0], None), (last[1], None))]:  # (its last id: maybe trimmed since)
+        for (r, _), (m, _) in [
+            *zip(theirs, ours),
+            ((last[0], None), (last[1], None)),
+        ]:  # (its last id: maybe trimmed since)
             m2r[m], r2m[r] = r, m
         assert [self.map(f, self.r2m, stream) for _, f in theirs] == [f for _, f in ours], stream
         groups = {_s(g["name"]): g for g in client.xinfo_groups(stream)}
-        assert {n: self.map(_s(g["last-delivered-id"]), self.r2m, stream) for n, g in groups.items()
-                } == self.store.groups(stream), stream
+        assert {
+            n: self.map(_s(g["last-delivered-id"]), self.r2m, stream) for n, g in groups.items()
+        } == self.store.groups(stream), stream
         for group in groups:
             pending = client.xpending_range(stream, group, "-", "+", 1000)
-            assert [(r2m[_s(p["message_id"])], _s(p["consumer"]), p["times_delivered"])
-                    for p in pending] == [(p.id, p.consumer, p.deliveries)
-                                          for p in self.store.pending(stream, group)], (stream, group)
+            assert [(r2m[_s(p["message_id"])], _s(p["consumer"]), p["times_delivered"]) for p in pending] == [
+                (p.id, p.consumer, p.deliveries) for p in self.store.pending(stream, group)
+            ], (stream, group)
 
 
 def _translate(entry: str, maps: dict[str, dict[str, str]], home: str, default: Any = ...) -> Any:
@@ -195,8 +215,13 @@ def _normal(outcome: tuple) -> tuple:
         return kind, [value[0], "-ttl"]
     if kind == "ok" and isinstance(value, tuple) and len(value) == 2 and value[1] in range(1, TEN_MINUTES + 1):
         return kind, (value[0], "ttl")  # hgetall_with_ttl
-    if kind == "ok" and isinstance(value, list) and value and all(isinstance(v, (str, bytes)) for v in value) \
-            and value[0] not in (b"OK", b"DUP"):
+    if (
+        kind == "ok"
+        and isinstance(value, list)
+        and value
+        and all(isinstance(v, (str, bytes)) for v in value)
+        and value[0] not in (b"OK", b"DUP")
+    ):
         return kind, sorted(value)
     return outcome
 
@@ -235,40 +260,105 @@ ERROR_PATHS: dict[str, tuple[str, str, tuple, dict]] = {
     "group_state: a key of another kind": ("ok", "group_state", ("STR", "g"), {}),
     "xreadgroup: a missing stream": ("NoGroup", "xreadgroup", ("g", "a", {"E": ">"}), {"count": 5, "block_ms": None}),
     "xreadgroup: a missing group": ("NoGroup", "xreadgroup", ("g", "a", {"N": ">"}), {"count": 5, "block_ms": None}),
-    "xreadgroup: a key of another kind": ("WrongType", "xreadgroup", ("g", "a", {"STR": ">"}),
-                                          {"count": 5, "block_ms": None}),
-    "xreadgroup: one stream of two of another kind": ("WrongType", "xreadgroup", ("g", "a", {"S": ">", "STR": ">"}),
-                                                      {"count": 5, "block_ms": None}),
-    "xreadgroup: one stream of two without the group": ("NoGroup", "xreadgroup", ("g", "a", {"S": ">", "N": ">"}),
-                                                        {"count": 5, "block_ms": None}),
-    "xreadgroup: the first stream's error first": ("NoGroup", "xreadgroup", ("g", "a", {"N": ">", "STR": ">"}),
-                                                   {"count": 5, "block_ms": None}),
+    "xreadgroup: a key of another kind": (
+        "WrongType",
+        "xreadgroup",
+        ("g", "a", {"STR": ">"}),
+        {"count": 5, "block_ms": None},
+    ),
+    "xreadgroup: one stream of two of another kind": (
+        "WrongType",
+        "xreadgroup",
+        ("g", "a", {"S": ">", "STR": ">"}),
+        {"count": 5, "block_ms": None},
+    ),
+    "xreadgroup: one stream of two without the group": (
+        "NoGroup",
+        "xreadgroup",
+        ("g", "a", {"S": ">", "N": ">"}),
+        {"count": 5, "block_ms": None},
+    ),
+    "xreadgroup: the first stream's error first": (
+        "NoGroup",
+        "xreadgroup",
+        ("g", "a", {"N": ">", "STR": ">"}),
+        {"count": 5, "block_ms": None},
+    ),
     "xreadgroup: an invalid id": ("CommandError", "xreadgroup", ("g", "a", {"S": "x"}), {"count": 5, "block_ms": None}),
     "xreadgroup: $": ("CommandError", "xreadgroup", ("g", "a", {"S": "$"}), {"count": 5, "block_ms": None}),
     "xreadgroup: COUNT 0 is no limit": ("ok", "xreadgroup", ("g", "b", {"S": ">"}), {"count": 0, "block_ms": None}),
-    "xreadgroup_sole: a missing group": ("NoGroup", "xreadgroup_sole", ("g", "b", {"S": ">", "N": ">"}),
-                                         {"count": 5, "block_ms": None}),
-    "xreadgroup_sole: a key of another kind": ("WrongType", "xreadgroup_sole", ("g", "b", {"STR": ">"}),
-                                               {"count": 5, "block_ms": None}),
-    "xreadgroup_sole: another consumer's pending counted": ("ok", "xreadgroup_sole", ("g", "b", {"S": ">"}),
-                                                           {"count": 5, "block_ms": None}),
+    "xreadgroup_sole: a missing group": (
+        "NoGroup",
+        "xreadgroup_sole",
+        ("g", "b", {"S": ">", "N": ">"}),
+        {"count": 5, "block_ms": None},
+    ),
+    "xreadgroup_sole: a key of another kind": (
+        "WrongType",
+        "xreadgroup_sole",
+        ("g", "b", {"STR": ">"}),
+        {"count": 5, "block_ms": None},
+    ),
+    "xreadgroup_sole: another consumer's pending counted": (
+        "ok",
+        "xreadgroup_sole",
+        ("g", "b", {"S": ">"}),
+        {"count": 5, "block_ms": None},
+    ),
     "xreadgroup: acknowledgements refused are dropped": (
-        "ok", "xreadgroup", ("g", "a", {"S": "0"}), {"count": 5, "block_ms": None, "ack": {"N": ["N#0"], "E": ["1-0"]}}),
-    "xautoclaim: a missing stream": ("NoGroup", "xautoclaim", ("E", "g", "b"),
-                                     {"min_idle_ms": 0, "start": "0-0", "count": 5}),
-    "xautoclaim: a missing group": ("NoGroup", "xautoclaim", ("N", "g", "b"),
-                                    {"min_idle_ms": 0, "start": "0-0", "count": 5}),
-    "xautoclaim: a key of another kind": ("WrongType", "xautoclaim", ("STR", "g", "b"),
-                                          {"min_idle_ms": 0, "start": "0-0", "count": 5}),
-    "xautoclaim: an invalid start before the group": ("CommandError", "xautoclaim", ("N", "g", "b"),
-                                                      {"min_idle_ms": 0, "start": "x", "count": 5}),
-    "xautoclaim: an invalid start before the kind": ("CommandError", "xautoclaim", ("STR", "g", "b"),
-                                                     {"min_idle_ms": 0, "start": "x", "count": 5}),
-    "xautoclaim: COUNT 0": ("CommandError", "xautoclaim", ("S", "g", "b"), {"min_idle_ms": 0, "start": "0-0", "count": 0}),
-    "xautoclaim: COUNT -1 before the group": ("CommandError", "xautoclaim", ("N", "g", "b"),
-                                              {"min_idle_ms": 0, "start": "0-0", "count": -1}),
-    "xautoclaim: a negative idle time is 0": ("ok", "xautoclaim", ("S", "g", "b"),
-                                              {"min_idle_ms": -5, "start": "0-0", "count": 5}),
+        "ok",
+        "xreadgroup",
+        ("g", "a", {"S": "0"}),
+        {"count": 5, "block_ms": None, "ack": {"N": ["N#0"], "E": ["1-0"]}},
+    ),
+    "xautoclaim: a missing stream": (
+        "NoGroup",
+        "xautoclaim",
+        ("E", "g", "b"),
+        {"min_idle_ms": 0, "start": "0-0", "count": 5},
+    ),
+    "xautoclaim: a missing group": (
+        "NoGroup",
+        "xautoclaim",
+        ("N", "g", "b"),
+        {"min_idle_ms": 0, "start": "0-0", "count": 5},
+    ),
+    "xautoclaim: a key of another kind": (
+        "WrongType",
+        "xautoclaim",
+        ("STR", "g", "b"),
+        {"min_idle_ms": 0, "start": "0-0", "count": 5},
+    ),
+    "xautoclaim: an invalid start before the group": (
+        "CommandError",
+        "xautoclaim",
+        ("N", "g", "b"),
+        {"min_idle_ms": 0, "start": "x", "count": 5},
+    ),
+    "xautoclaim: an invalid start before the kind": (
+        "CommandError",
+        "xautoclaim",
+        ("STR", "g", "b"),
+        {"min_idle_ms": 0, "start": "x", "count": 5},
+    ),
+    "xautoclaim: COUNT 0": (
+        "CommandError",
+        "xautoclaim",
+        ("S", "g", "b"),
+        {"min_idle_ms": 0, "start": "0-0", "count": 0},
+    ),
+    "xautoclaim: COUNT -1 before the group": (
+        "CommandError",
+        "xautoclaim",
+        ("N", "g", "b"),
+        {"min_idle_ms": 0, "start": "0-0", "count": -1},
+    ),
+    "xautoclaim: a negative idle time is 0": (
+        "ok",
+        "xautoclaim",
+        ("S", "g", "b"),
+        {"min_idle_ms": -5, "start": "0-0", "count": 5},
+    ),
     "xack: a missing stream": ("ok", "xack", ("E", "g", ["1-0"]), {}),
     "xack: a missing group": ("ok", "xack", ("N", "g", ["N#0"]), {}),
     "xack: a missing group and an invalid id": ("ok", "xack", ("N", "g", ["x"]), {}),
@@ -282,8 +372,12 @@ ERROR_PATHS: dict[str, tuple[str, str, tuple, dict]] = {
     "xadd: MAXLEN -1 before the kind": ("CommandError", "xadd", ("STR", {b"n": b"1"}), {"maxlen": -1}),
     "xadd: MAXLEN 0 keeps nothing": ("ok", "xadd", ("S", {b"n": b"1"}), {"maxlen": 0}),
     "xadd: MAXLEN above the length keeps all": ("ok", "xadd", ("S", {b"n": b"1"}), {"maxlen": 1000}),
-    "xadd_many: one key of another kind": ("PartlyAppended", "xadd_many", ([("S", {b"n": b"1"}), ("STR", {b"n": b"2"})],),
-                                           {}),
+    "xadd_many: one key of another kind": (
+        "PartlyAppended",
+        "xadd_many",
+        ([("S", {b"n": b"1"}), ("STR", {b"n": b"2"})],),
+        {},
+    ),
     "xadd_many: no fields appends nothing": ("CommandError", "xadd_many", ([("S", {b"n": b"1"}), ("N", {})],), {}),
     "xrange: a key of another kind": ("WrongType", "xrange", ("STR", None, 5), {}),
     "xrange: an invalid id": ("CommandError", "xrange", ("S", "x", 5), {}),
@@ -294,7 +388,12 @@ ERROR_PATHS: dict[str, tuple[str, str, tuple, dict]] = {
     "xrange: a missing stream": ("ok", "xrange", ("E", "S#0", 5), {}),
     "xread: a key of another kind": ("WrongType", "xread", ({"STR": "0"},), {"count": 5, "block_ms": None}),
     "xread: an invalid id": ("CommandError", "xread", ({"S": "x"},), {"count": 5, "block_ms": None}),
-    "xread: an invalid id of a missing stream": ("CommandError", "xread", ({"E": "x"},), {"count": 5, "block_ms": None}),
+    "xread: an invalid id of a missing stream": (
+        "CommandError",
+        "xread",
+        ({"E": "x"},),
+        {"count": 5, "block_ms": None},
+    ),
     "xread: > outside a group": ("CommandError", "xread", ({"S": ">"},), {"count": 5, "block_ms": None}),
     "xread: COUNT 0 is no limit": ("ok", "xread", ({"S": "0"},), {"count": 0, "block_ms": None}),
     "xread: $ of a missing stream": ("ok", "xread", ({"E": "$", "S": "$"},), {"count": 5, "block_ms": None}),
@@ -321,75 +420,176 @@ ERROR_PATHS: dict[str, tuple[str, str, tuple, dict]] = {
     "hgetall_with_ttl: a string": ("WrongType", "hgetall_with_ttl", ("STR",), {}),
     "delete and exists: any kind": ("ok", "delete", ("S", "STR", "H", "E"), {}),
     # scripts (store/scripts.py): each error code, and redis.call's errors inside them
-    "commit: a stale epoch": ("ScriptFailed", "script", ("commit", ["F", "S", "N", "CUR"], [0, "", "g", 1, "S#0", 0, "",
-                                                                                            3, b"e", ""]), {}),
-    "commit: another server's run id": ("ScriptFailed", "script", ("commit", ["F", "S", "N", "CUR"],
-                                                                   [3, "no-such-run", "g", 1, "S#0", 0, "", 3, b"e", ""]), {}),
-    "commit: a bad cursor": ("ScriptFailed", "script", ("commit", ["F", "S", "N", "CUR"], [3, "", "g", 1, "S#0", 4, "x",
-                                                                                          3, b"e", ""]), {}),
-    "commit: the cursor is appended to": ("ScriptFailed", "script", ("commit", ["F", "S", "N", "CUR"],
-                                                                     [3, "", "g", 1, "S#0", 3, "1-0", 3, b"e", ""]), {}),
-    "commit: appending to a key of another kind": ("ScriptFailed", "script", ("commit", ["F", "S", "STR", "CUR"],
-                                                                              [3, "", "g", 1, "S#0", 0, "", 3, b"e", ""]),
-                                                   {}),
-    "commit: an entry consumed twice": ("ScriptFailed", "script", ("commit", ["F", "S", "N", "CUR"],
-                                                                   [3, "", "g", 2, "S#0", "S#0", 0, "", 3, b"e", ""]), {}),
-    "commit: consuming from a key of another kind": ("ScriptFailed", "script", ("commit", ["F", "STR", "N", "CUR"],
-                                                                                [3, "", "g", 1, "1-0", 0, "", 3, b"e", ""]),
-                                                     {}),
-    "commit: one entry of a missing group is a duplicate": ("ok", "script", ("commit", ["F", "N", "S", "CUR"],
-                                                                             [3, "", "g", 1, "N#0", 0, "", 3, b"e", ""]),
-                                                            {}),
-    "commit: two entries of a missing group": ("ScriptFailed", "script", ("commit", ["F", "N", "S", "CUR"],
-                                                                          [3, "", "g", 2, "N#0", "1-0", 0, "", 3, b"e",
-                                                                           ""]), {}),
-    "commit: a consumed id that is not an id": ("ScriptFailed", "script", ("commit", ["F", "S", "N", "CUR"],
-                                                                           [3, "", "g", 1, "x", 0, "", 3, b"e", ""]), {}),
+    "commit: a stale epoch": (
+        "ScriptFailed",
+        "script",
+        ("commit", ["F", "S", "N", "CUR"], [0, "", "g", 1, "S#0", 0, "", 3, b"e", ""]),
+        {},
+    ),
+    "commit: another server's run id": (
+        "ScriptFailed",
+        "script",
+        ("commit", ["F", "S", "N", "CUR"], [3, "no-such-run", "g", 1, "S#0", 0, "", 3, b"e", ""]),
+        {},
+    ),
+    "commit: a bad cursor": (
+        "ScriptFailed",
+        "script",
+        ("commit", ["F", "S", "N", "CUR"], [3, "", "g", 1, "S#0", 4, "x", 3, b"e", ""]),
+        {},
+    ),
+    "commit: the cursor is appended to": (
+        "ScriptFailed",
+        "script",
+        ("commit", ["F", "S", "N", "CUR"], [3, "", "g", 1, "S#0", 3, "1-0", 3, b"e", ""]),
+        {},
+    ),
+    "commit: appending to a key of another kind": (
+        "ScriptFailed",
+        "script",
+        ("commit", ["F", "S", "STR", "CUR"], [3, "", "g", 1, "S#0", 0, "", 3, b"e", ""]),
+        {},
+    ),
+    "commit: an entry consumed twice": (
+        "ScriptFailed",
+        "script",
+        ("commit", ["F", "S", "N", "CUR"], [3, "", "g", 2, "S#0", "S#0", 0, "", 3, b"e", ""]),
+        {},
+    ),
+    "commit: consuming from a key of another kind": (
+        "ScriptFailed",
+        "script",
+        ("commit", ["F", "STR", "N", "CUR"], [3, "", "g", 1, "1-0", 0, "", 3, b"e", ""]),
+        {},
+    ),
+    "commit: one entry of a missing group is a duplicate": (
+        "ok",
+        "script",
+        ("commit", ["F", "N", "S", "CUR"], [3, "", "g", 1, "N#0", 0, "", 3, b"e", ""]),
+        {},
+    ),
+    "commit: two entries of a missing group": (
+        "ScriptFailed",
+        "script",
+        ("commit", ["F", "N", "S", "CUR"], [3, "", "g", 2, "N#0", "1-0", 0, "", 3, b"e", ""]),
+        {},
+    ),
+    "commit: a consumed id that is not an id": (
+        "ScriptFailed",
+        "script",
+        ("commit", ["F", "S", "N", "CUR"], [3, "", "g", 1, "x", 0, "", 3, b"e", ""]),
+        {},
+    ),
     "fence: a stale epoch": ("ScriptFailed", "script", ("fence", ["F"], [1, ""]), {}),
     "fence: a key of another kind": ("ScriptFailed", "script", ("fence", ["H"], [1, ""]), {}),
-    "dead_letter: a missing group": ("ScriptFailed", "script", ("dead_letter", ["N", "DEAD"], ["g", "N#0", "k", "r"]),
-                                     {}),
-    "dead_letter: a dead-letter key of another kind": ("ScriptFailed", "script", ("dead_letter", ["S", "STR"],
-                                                                                  ["g", "S#0", "k", "r"]), {}),
+    "dead_letter: a missing group": (
+        "ScriptFailed",
+        "script",
+        ("dead_letter", ["N", "DEAD"], ["g", "N#0", "k", "r"]),
+        {},
+    ),
+    "dead_letter: a dead-letter key of another kind": (
+        "ScriptFailed",
+        "script",
+        ("dead_letter", ["S", "STR"], ["g", "S#0", "k", "r"]),
+        {},
+    ),
     "dead_letter: not pending": ("ok", "script", ("dead_letter", ["S", "DEAD"], ["g", "S#1", "k", "r"]), {}),
-    "deliver: a target of another kind": ("ScriptFailed", "script", ("deliver", ["STR", "DEL"], ["", "o", "1-0", b"e"]),
-                                          {}),
+    "deliver: a target of another kind": (
+        "ScriptFailed",
+        "script",
+        ("deliver", ["STR", "DEL"], ["", "o", "1-0", b"e"]),
+        {},
+    ),
     "deliver: marks of another kind": ("ScriptFailed", "script", ("deliver", ["E", "STR"], ["", "o", "1-0", b"e"]), {}),
-    "deliver: another server's run id": ("ScriptFailed", "script", ("deliver", ["E", "DEL"],
-                                                                    ["no-such-run", "o", "1-0", b"e"]), {}),
+    "deliver: another server's run id": (
+        "ScriptFailed",
+        "script",
+        ("deliver", ["E", "DEL"], ["no-such-run", "o", "1-0", b"e"]),
+        {},
+    ),
     "advance_cursor: a cursor of another kind": ("ScriptFailed", "script", ("advance_cursor", ["H"], ["", "1-0"]), {}),
-    "advance_cursor: a cursor that is not an id": ("ScriptFailed", "script", ("advance_cursor", ["STR"], ["", "1-0"]), {}),
-    "lease_acquire: a lease of another kind": ("ScriptFailed", "script", ("lease_acquire", ["STR", "E", "F"],
-                                                                          ["a", TEN_MINUTES]), {}),
-    "lease_acquire: an epoch counter that is not a number": ("ScriptFailed", "script", ("lease_acquire", ["E", "STR", "F"],
-                                                                                        ["a", TEN_MINUTES]), {}),
-    "lease_renew: another server's run id": ("ScriptFailed", "script", ("lease_renew", ["E"], ["a", 1, 100, "no-such-run"]),
-                                             {}),
+    "advance_cursor: a cursor that is not an id": (
+        "ScriptFailed",
+        "script",
+        ("advance_cursor", ["STR"], ["", "1-0"]),
+        {},
+    ),
+    "lease_acquire: a lease of another kind": (
+        "ScriptFailed",
+        "script",
+        ("lease_acquire", ["STR", "E", "F"], ["a", TEN_MINUTES]),
+        {},
+    ),
+    "lease_acquire: an epoch counter that is not a number": (
+        "ScriptFailed",
+        "script",
+        ("lease_acquire", ["E", "STR", "F"], ["a", TEN_MINUTES]),
+        {},
+    ),
+    "lease_renew: another server's run id": (
+        "ScriptFailed",
+        "script",
+        ("lease_renew", ["E"], ["a", 1, 100, "no-such-run"]),
+        {},
+    ),
     "lease_release: a lease of another kind": ("ScriptFailed", "script", ("lease_release", ["STR"], ["a", 1]), {}),
-    "project: a table of another kind": ("ScriptFailed", "script", ("project", ["P", "STR"], ["", "", "1-0", 1, "x", b"v"]),
-                                         {}),
+    "project: a table of another kind": (
+        "ScriptFailed",
+        "script",
+        ("project", ["P", "STR"], ["", "", "1-0", 1, "x", b"v"]),
+        {},
+    ),
     "project: a position of another kind": ("ScriptFailed", "script", ("project", ["H", "P"], ["", "", "1-0", 0]), {}),
     "snapshot: a stale epoch": ("ScriptFailed", "script", ("snapshot", ["F", "S", "SNAP"], [1, "", b"data"]), {}),
-    "snapshot: facts of another kind": ("ScriptFailed", "script", ("snapshot", ["F", "STR", "SNAP"], [3, "", b"data"]),
-                                        {}),
-    "snapshot: a snapshot of another kind": ("ScriptFailed", "script", ("snapshot", ["F", "S", "STR"], [3, "", b"data"]),
-                                             {}),
-    "set_aside: a string is moved, the inbox made with its group": ("ok", "script", ("set_aside", ["STR", "ASIDE"],
-                                                                                     ["g"]), {}),
+    "snapshot: facts of another kind": (
+        "ScriptFailed",
+        "script",
+        ("snapshot", ["F", "STR", "SNAP"], [3, "", b"data"]),
+        {},
+    ),
+    "snapshot: a snapshot of another kind": (
+        "ScriptFailed",
+        "script",
+        ("snapshot", ["F", "S", "STR"], [3, "", b"data"]),
+        {},
+    ),
+    "set_aside: a string is moved, the inbox made with its group": (
+        "ok",
+        "script",
+        ("set_aside", ["STR", "ASIDE"], ["g"]),
+        {},
+    ),
     "set_aside: a stream stays": ("ok", "script", ("set_aside", ["S", "ASIDE"], ["g"]), {}),
     "set_aside: a missing inbox from a writer stays missing": ("ok", "script", ("set_aside", ["E", "ASIDE"], [""]), {}),
     "set_aside: over a key of another kind": ("ok", "script", ("set_aside", ["H", "STR"], ["g"]), {}),
-    "script_many: an error takes its call's place": ("ok", "script_many", ([("fence", ["F"], [1, ""]),
-                                                                            ("fence", ["F"], [4, ""])],), {}),
+    "script_many: an error takes its call's place": (
+        "ok",
+        "script_many",
+        ([("fence", ["F"], [1, ""]), ("fence", ["F"], [4, ""])],),
+        {},
+    ),
 }
 
 
 def _roles(t: Twins) -> dict[str, str]:
     inbox, facts, dead, tm_inbox = t.streams
     s, h, _, _, fence, pos, delivered, cursor, snapshot, aside = t.others
-    return {"S": inbox, "N": facts, "E": tm_inbox, "DEAD": dead, "STR": s, "H": h, "F": fence, "P": pos,
-            "DEL": delivered, "CUR": cursor, "SNAP": snapshot, "ASIDE": aside,
-            "PREFIX*": inbox[: inbox.index(":") + 1] + "*"}
+    return {
+        "S": inbox,
+        "N": facts,
+        "E": tm_inbox,
+        "DEAD": dead,
+        "STR": s,
+        "H": h,
+        "F": fence,
+        "P": pos,
+        "DEL": delivered,
+        "CUR": cursor,
+        "SNAP": snapshot,
+        "ASIDE": aside,
+        "PREFIX*": inbox[: inbox.index(":") + 1] + "*",
+    }
 
 
 def _resolve(value: Any, t: Twins, roles: dict[str, str]) -> Any:
@@ -427,14 +627,16 @@ def test_each_error_path_is_the_same_on_the_twin_and_on_redis(redis_url: str, ca
         keys = args[1] if method == "script" else [*args[:1], *(args[0] if isinstance(args[0], dict) else ())]
         home = next((k for k in keys if k in t.streams), s)  # whose ids the arguments hold
         reply_home = {"commit": 2, "dead_letter": 1}.get(args[0]) if method == "script" else None
-        outcome = t.call(method, *args, home=home, reply_home=None if reply_home is None else keys[reply_home],
-                         **kwargs)
+        outcome = t.call(
+            method, *args, home=home, reply_home=None if reply_home is None else keys[reply_home], **kwargs
+        )
         assert (outcome[1] if outcome[0] == "error" else "ok") == expected, outcome
     finally:
         t.close()
 
 
 # --- random sequences of calls -----------------------------------------------------------------
+
 
 def differential_call(rng: random.Random, t: Twins) -> None:
     """One random call of the kinds Sluice makes, on a few keys that change kind (errors are
@@ -461,14 +663,37 @@ def differential_call(rng: random.Random, t: Twins) -> None:
     elif choice == 5:
         t.call("group_create", s, group, rng.choice(["0", "$", pick[0]]), home=s)
     elif choice in (6, 7, 8):
-        t.call("xreadgroup", group, consumer, {s: rng.choice([">", ">", "0", pick[0]])}, count=rng.randint(0, 5),
-               block_ms=None, home=s)
+        t.call(
+            "xreadgroup",
+            group,
+            consumer,
+            {s: rng.choice([">", ">", "0", pick[0]])},
+            count=rng.randint(0, 5),
+            block_ms=None,
+            home=s,
+        )
     elif choice == 9:  # the leader reads as the group's sole consumer: others' pending counted too
-        t.call(rng.choice(["xreadgroup", "xreadgroup_sole"]), group, consumer, {inbox: rng.choice([">", "0"]), facts: ">"},
-               count=rng.randint(1, 5), block_ms=None, ack={inbox: pick} if rng.random() < 0.3 else None, home=inbox)
+        t.call(
+            rng.choice(["xreadgroup", "xreadgroup_sole"]),
+            group,
+            consumer,
+            {inbox: rng.choice([">", "0"]), facts: ">"},
+            count=rng.randint(1, 5),
+            block_ms=None,
+            ack={inbox: pick} if rng.random() < 0.3 else None,
+            home=inbox,
+        )
     elif choice == 10:
-        t.call("xautoclaim", s, group, consumer, min_idle_ms=rng.choice([0, TEN_MINUTES, -1]),
-               start=rng.choice(["0-0", pick[0]]), count=rng.choice([1, 2, 3, 3, 0, -1]), home=s)
+        t.call(
+            "xautoclaim",
+            s,
+            group,
+            consumer,
+            min_idle_ms=rng.choice([0, TEN_MINUTES, -1]),
+            start=rng.choice(["0-0", pick[0]]),
+            count=rng.choice([1, 2, 3, 3, 0, -1]),
+            home=s,
+        )
     elif choice == 11:
         t.call("xack", s, group, pick, home=s)
     elif choice == 12:
@@ -481,19 +706,27 @@ def differential_call(rng: random.Random, t: Twins) -> None:
         t.call("last_id", s, home=s)
     elif choice == 15:
         t.call("xrange", s, rng.choice([None, "0", pick[0]]), rng.randint(-1, 5), home=s)
-        t.call("xread", {s: rng.choice(["0", "$", pick[0]]), facts: "0"}, count=rng.randint(0, 5), block_ms=None,
-               home=s)
+        t.call(
+            "xread", {s: rng.choice(["0", "$", pick[0]]), facts: "0"}, count=rng.randint(0, 5), block_ms=None, home=s
+        )
     elif choice == 16:  # keys change kind (facts or the target inbox), and WRONGTYPE follows
         key = rng.choice([string, table, leader, facts, tm_inbox, epoch, fence, cursor, pos, snapshot])
         value = rng.choice([str(rng.randint(0, 3)), "x", "7-1", ""]).encode()
         t.call("set", key, value, nx=rng.random() < 0.5, home=s)
     elif choice == 17:
-        t.call("delete", *rng.sample([string, table, leader, epoch, fence, pos, facts, tm_inbox, aside],
-                                     rng.randint(1, 2)), home=s)
+        t.call(
+            "delete",
+            *rng.sample([string, table, leader, epoch, fence, pos, facts, tm_inbox, aside], rng.randint(1, 2)),
+            home=s,
+        )
     elif choice == 18:
         fields = ["x", "y", "z", "holder", "epoch"]
-        t.call("hset", rng.choice([string, table, facts, leader, delivered, snapshot]),
-               {rng.choice(fields): b"1", rng.choice(fields): rng.choice([b"2", b"a", b"x"])}, home=s)
+        t.call(
+            "hset",
+            rng.choice([string, table, facts, leader, delivered, snapshot]),
+            {rng.choice(fields): b"1", rng.choice(fields): rng.choice([b"2", b"a", b"x"])},
+            home=s,
+        )
         key = rng.choice([string, table, leader, facts])
         t.call("hget", key, "x", home=s)
         t.call("hgetall", key, home=s)
@@ -502,7 +735,9 @@ def differential_call(rng: random.Random, t: Twins) -> None:
         t.call("exists", key, key, s, home=s)
         t.call("get_and_hgetall", rng.choice([pos, table]), rng.choice([table, string]), home=s)
         t.call("hgetall_with_ttl", rng.choice([leader, string]), home=s)
-        t.call("scan_streams", inbox[: inbox.index(":") + 1] + "*", home=s)  # its own prefix: other tests share the server
+        t.call(
+            "scan_streams", inbox[: inbox.index(":") + 1] + "*", home=s
+        )  # its own prefix: other tests share the server
     elif choice == 19:
         t.call("script", "lease_acquire", [leader, epoch, fence], [consumer, rng.choice([0, TEN_MINUTES])], home=s)
     elif choice == 20:
@@ -513,32 +748,75 @@ def differential_call(rng: random.Random, t: Twins) -> None:
     elif choice in (22, 23):  # consume from s, write to facts
         outs = [v for _ in range(rng.randint(0, 2)) for v in (3, b"e", rng.choice(["", "to"]))]
         consumed = pick if rng.random() < 0.8 else pick[:1] * 2
-        advance = rng.choice([(0, ""), (0, ""), (4, rng.choice(["3-0", "7-1", "12-5"])), (4, "x"), (2, "3-0"),
-                              (5, "3-0"), ("", ""), ("3.5", "3-0"), (3, "3-0")])  # none, a good one, refused ones
-        reply = t.call("script", "commit", [fence, s, facts, cursor], [rng.randint(0, 5), "", rng.choice(["", group]),
-                                                                        len(consumed), *consumed, *advance, *outs],
-                       home=s, reply_home=facts)
+        advance = rng.choice(
+            [
+                (0, ""),
+                (0, ""),
+                (4, rng.choice(["3-0", "7-1", "12-5"])),
+                (4, "x"),
+                (2, "3-0"),
+                (5, "3-0"),
+                ("", ""),
+                ("3.5", "3-0"),
+                (3, "3-0"),
+            ]
+        )  # none, a good one, refused ones
+        reply = t.call(
+            "script",
+            "commit",
+            [fence, s, facts, cursor],
+            [rng.randint(0, 5), "", rng.choice(["", group]), len(consumed), *consumed, *advance, *outs],
+            home=s,
+            reply_home=facts,
+        )
         assert reply[0] == "error" or reply[1][0] in (b"OK", b"DUP")
     elif choice == 24:
-        t.call("script", "dead_letter", [inbox, dead], [rng.choice(["", group]), rng.choice(t.ids(inbox) or ["1-0"]),
-                                                         "k", "r", "f", b"v"], home=inbox, reply_home=dead)
+        t.call(
+            "script",
+            "dead_letter",
+            [inbox, dead],
+            [rng.choice(["", group]), rng.choice(t.ids(inbox) or ["1-0"]), "k", "r", "f", b"v"],
+            home=inbox,
+            reply_home=dead,
+        )
     elif choice == 25:
         target = rng.choice([tm_inbox, string, table])
         refs = sorted(rng.sample(range(1, 30), rng.randint(1, 3)))
-        t.call("script", "deliver", [target, delivered],
-               ["", "o", *[v for r in refs for v in (f"{r}-{rng.randint(0, 1)}", b"e")]], home=target)
+        t.call(
+            "script",
+            "deliver",
+            [target, delivered],
+            ["", "o", *[v for r in refs for v in (f"{r}-{rng.randint(0, 1)}", b"e")]],
+            home=target,
+        )
         t.call("script", "advance_cursor", [cursor], ["", f"{rng.randint(0, 9)}-{rng.randint(0, 9)}"], home=s)
     elif choice == 26:
         covered = rng.choice([facts, string])
-        t.call("script", "snapshot", [fence, covered, rng.choice([snapshot, table])], [rng.randint(0, 5), "", b"state"],
-               home=covered)
+        t.call(
+            "script",
+            "snapshot",
+            [fence, covered, rng.choice([snapshot, table])],
+            [rng.randint(0, 5), "", b"state"],
+            home=covered,
+        )
     elif choice == 27:
-        t.call("script", "set_aside", [rng.choice([inbox, facts, tm_inbox]), aside], [rng.choice(["", group])],
-               home=s)
+        t.call("script", "set_aside", [rng.choice([inbox, facts, tm_inbox]), aside], [rng.choice(["", group])], home=s)
     else:
-        t.call("script", "project", [pos, rng.choice([string, table])],
-               ["", rng.choice(["", "1-0", "2-0"]), rng.choice(["1-0", "2-0"]), 1, rng.choice("xyz"), b"v",
-                rng.choice("xyz")], home=s)
+        t.call(
+            "script",
+            "project",
+            [pos, rng.choice([string, table])],
+            [
+                "",
+                rng.choice(["", "1-0", "2-0"]),
+                rng.choice(["1-0", "2-0"]),
+                1,
+                rng.choice("xyz"),
+                b"v",
+                rng.choice("xyz"),
+            ],
+            home=s,
+        )
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -567,5 +845,9 @@ def test_random_sequences_of_calls_agree_after_every_call(redis_url: str) -> Non
         def teardown(self) -> None:
             self.twins.close()
 
-    run_state_machine_as_test(TwinMachine, settings=settings(
-        max_examples=15, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]))
+    run_state_machine_as_test(
+        TwinMachine,
+        settings=settings(
+            max_examples=15, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+        ),
+    )

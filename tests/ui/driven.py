@@ -29,8 +29,10 @@ from tests.services.failover_helpers import (
 
 __all__ = ["DrivenJob", "TRACEBACK"]
 
-TRACEBACK = ('Traceback (most recent call last):\n  File "job.py", line 7, in tokenize\n'
-             '    raise ValueError(f"cannot split line {n}")\nValueError: cannot split line 17\n')
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "job.py", line 7, in tokenize\n'
+    '    raise ValueError(f"cannot split line {n}")\nValueError: cannot split line 17\n'
+)
 
 
 class DrivenJob:

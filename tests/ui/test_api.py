@@ -27,13 +27,21 @@ from tests.views.test_replay import second_prefix
 def test_every_view_is_served_as_json(finished: DrivenJob, client) -> None:
     c = client()
     [row] = c.get("/api/jobs").json()
-    assert (row["job_id"], row["status"], row["tasks_done"], row["tasks_total"], row["restarts"]) == \
-        ("j1", "FINISHED", 2, 2, 1)
+    assert (row["job_id"], row["status"], row["tasks_done"], row["tasks_total"], row["restarts"]) == (
+        "j1",
+        "FINISHED",
+        2,
+        2,
+        1,
+    )
     assert row["duration_s"] is not None and row["duration_s"] >= 0
 
     tl = c.get("/api/jobs/j1").json()
-    assert [(a["vertex"], a["subtask"], a["attempt"], a["final"]) for a in tl["attempts"]] == \
-        [("src", 0, 0, "FAILED"), ("src", 0, 1, "FINISHED"), ("src", 1, 0, "FINISHED")]
+    assert [(a["vertex"], a["subtask"], a["attempt"], a["final"]) for a in tl["attempts"]] == [
+        ("src", 0, 0, "FAILED"),
+        ("src", 0, 1, "FINISHED"),
+        ("src", 1, 0, "FINISHED"),
+    ]
     assert {(a["taskmanager"], a["slot"]) for a in tl["attempts"]} == {("tm-1", 0), ("tm-1", 1)}
     assert tl["root_cause"]["traceback"] == TRACEBACK and "cannot split line 17" in tl["root_cause"]["text"]
     assert tl["restarts"] == 1
@@ -47,8 +55,9 @@ def test_every_view_is_served_as_json(finished: DrivenJob, client) -> None:
     assert none["events"] == [] and none["attempts"] == [] and none["entries"] == tl["entries"]
 
     g = c.get("/api/jobs/j1/graph").json()
-    assert [(v["id"], v["parallelism"], v["states"], v["status"]) for v in g["vertices"]] == \
-        [("src", 2, {"FINISHED": 2}, "FINISHED")]
+    assert [(v["id"], v["parallelism"], v["states"], v["status"]) for v in g["vertices"]] == [
+        ("src", 2, {"FINISHED": 2}, "FINISHED")
+    ]
 
     [t] = c.get("/api/taskmanagers").json()
     assert (t["resource_id"], t["state"], t["slots_total"], t["slots_in_use"]) == ("tm-1", "REGISTERED", 2, 0)
@@ -81,16 +90,19 @@ def test_at_an_earlier_entry_answers_the_state_as_it_was_then(finished: DrivenJo
     assert first["entries"] == tl["entries"][:1] and first["attempts"] == []
 
 
-@pytest.mark.parametrize("path", ["/api/jobs?at=yesterday", "/api/jobs/j1?at=12-ab", "/api/jobs/j1/graph?at=tuesday",
-                                  "/api/taskmanagers?at=soon"])
+@pytest.mark.parametrize(
+    "path",
+    ["/api/jobs?at=yesterday", "/api/jobs/j1?at=12-ab", "/api/jobs/j1/graph?at=tuesday", "/api/taskmanagers?at=soon"],
+)
 def test_a_moment_that_is_none_says_which_forms_are(finished: DrivenJob, client, path: str) -> None:
     r = client().get(path)
     assert r.status_code == 400
     assert re.search("entry id.*milliseconds.*ISO 8601", r.json()["error"])
 
 
-@pytest.mark.parametrize("path", ["/api/jobs/nope", "/api/jobs/nope/graph", "/api/jobs/nope/kvstate",
-                                  "/api/jobs/nope/events"])
+@pytest.mark.parametrize(
+    "path", ["/api/jobs/nope", "/api/jobs/nope/graph", "/api/jobs/nope/kvstate", "/api/jobs/nope/events"]
+)
 def test_a_job_that_is_not_there_is_404_saying_where_the_jobs_are(finished: DrivenJob, client, path: str) -> None:
     r = client().get(path)
     assert r.status_code == 404
@@ -122,8 +134,7 @@ def test_the_state_lookup_names_what_is_missing(finished: DrivenJob, client) -> 
     assert r.status_code == 404 and "ghost" in r.json()["error"]
 
 
-def test_cancel_needs_a_configured_token_and_the_request_to_carry_it(driven: DrivenJob, log: EventLog,
-                                                                     client) -> None:
+def test_cancel_needs_a_configured_token_and_the_request_to_carry_it(driven: DrivenJob, log: EventLog, client) -> None:
     driven.submit()
     driven.run()
     inbox = log.keys.inbox(log.keys.job("j1"))
@@ -157,9 +168,15 @@ def test_the_openapi_document_lists_every_endpoint(client) -> None:
     doc = client().get("/api/openapi.json").json()
     listed = {(method, path) for path, ops in doc["paths"].items() for method in ops}
     assert listed == {
-        ("get", "/api/jobs"), ("get", "/api/jobs/{job_id}"), ("get", "/api/jobs/{job_id}/graph"),
-        ("get", "/api/jobs/{job_id}/kvstate"), ("get", "/api/jobs/{job_id}/events"), ("get", "/api/events"),
-        ("post", "/api/jobs/{job_id}/cancel"), ("get", "/api/taskmanagers"), ("get", "/api/stats"),
+        ("get", "/api/jobs"),
+        ("get", "/api/jobs/{job_id}"),
+        ("get", "/api/jobs/{job_id}/graph"),
+        ("get", "/api/jobs/{job_id}/kvstate"),
+        ("get", "/api/jobs/{job_id}/events"),
+        ("get", "/api/events"),
+        ("post", "/api/jobs/{job_id}/cancel"),
+        ("get", "/api/taskmanagers"),
+        ("get", "/api/stats"),
         ("get", "/api/state/{job_id}/{name}/{key}"),
     }
     for path, ops in doc["paths"].items():
@@ -220,9 +237,16 @@ def test_the_state_lookup_answers_what_sluice_state_get_does(log: EventLog, coun
     r = c.get("/api/state/j1/counts/w17")
     assert r.status_code == 200
     want = StateClient(log).lookup("j1", "counts", "w17")
-    assert r.json() == {"job_id": "j1", "name": "counts", "key": "w17", "key_group": want.key_group,
-                        "vertex": want.vertex, "state_id": want.state_id, "address": address,
-                        "value": {"word": "w17", "count": 3}}
+    assert r.json() == {
+        "job_id": "j1",
+        "name": "counts",
+        "key": "w17",
+        "key_group": want.key_group,
+        "vertex": want.vertex,
+        "state_id": want.state_id,
+        "address": address,
+        "value": {"word": "w17", "count": 3},
+    }
     assert c.get("/api/state/j1/counts/not-a-word").json()["value"] is None
 
 
@@ -236,5 +260,7 @@ def test_a_bug_is_answered_as_json_saying_where_the_traceback_is(log: EventLog) 
     with TestClient(app, raise_server_exceptions=False) as c:
         r = c.get("/api/broken")
     assert r.status_code == 500
-    assert r.json()["error"] == ("the dashboard failed answering /api/broken (KeyError: 'vertex'): a bug in Sluice; "
-                                 "the output of `sluice ui` has the traceback")
+    assert r.json()["error"] == (
+        "the dashboard failed answering /api/broken (KeyError: 'vertex'): a bug in Sluice; "
+        "the output of `sluice ui` has the traceback"
+    )

@@ -18,12 +18,21 @@ from tests.ui.conftest import TOKEN
 from tests.ui.driven import DrivenJob
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run"]
-ARTIFACTS = Path(os.environ.get("SLUICE_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "build" / "test-artifacts"))
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+ARTIFACTS = Path(
+    os.environ.get("SLUICE_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "build" / "test-artifacts")
+)
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no browser: {CHROMIUM} is missing (scripts/setup "
-                                                             "installs Debian's chromium with apt-get, as root)")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason=f"no browser: {CHROMIUM} is missing (scripts/setup installs Debian's chromium with apt-get, as root)",
+)
 
 
 @pytest.fixture(scope="module")

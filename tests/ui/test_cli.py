@@ -24,8 +24,13 @@ SLUICE = [sys.executable, "-m", "sluice"]
 
 @contextmanager
 def sluice_ui(redis_url: str, prefix: str, *args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-    proc = subprocess.Popen([*SLUICE, "--redis", redis_url, "--prefix", prefix, "ui", *args], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [*SLUICE, "--redis", redis_url, "--prefix", prefix, "ui", *args],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
     try:
         yield proc
     finally:
@@ -38,11 +43,13 @@ def sluice_ui(redis_url: str, prefix: str, *args: str, env: dict[str, str] | Non
                 proc.wait()
 
 
-def test_sluice_ui_serves_the_dashboard_and_never_shows_the_token(finished: DrivenJob, log: EventLog,
-                                                                  redis_url: str) -> None:
+def test_sluice_ui_serves_the_dashboard_and_never_shows_the_token(
+    finished: DrivenJob, log: EventLog, redis_url: str
+) -> None:
     secret = "s3cret-token-never-printed"
-    with sluice_ui(redis_url, log.keys.prefix, "--port", "0", "--token-env", "MY_UI_TOKEN",
-                   env={"MY_UI_TOKEN": secret}) as proc:
+    with sluice_ui(
+        redis_url, log.keys.prefix, "--port", "0", "--token-env", "MY_UI_TOKEN", env={"MY_UI_TOKEN": secret}
+    ) as proc:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert "cancelling allowed with the token in $MY_UI_TOKEN" in line, line

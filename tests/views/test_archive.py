@@ -53,27 +53,40 @@ def test_an_imported_job_is_the_job_that_was_exported(log: EventLog, other: Even
     log.append_raw(log.keys.inbox(log.keys.job("j1")), {b"e": BAD_VALUE})
     lines = list(export_lines(collect(log, "j1"), exported_at=1))
     header = orjson.loads(lines[0])
-    assert header == {"sluice_export": EXPORT_VERSION, "job_id": "j1", "prefix": log.keys.prefix, "exported_at": 1,
-                      "counts": header["counts"]}
+    assert header == {
+        "sluice_export": EXPORT_VERSION,
+        "job_id": "j1",
+        "prefix": log.keys.prefix,
+        "exported_at": 1,
+        "counts": header["counts"],
+    }
     streams = header["counts"]["streams"]
     assert {"{cluster}:facts", "{job:j1}:facts", "{job:j1}:inbox", "{job:j1}:outbox", "{job:j1}:dead"} <= set(streams)
     assert streams["{job:j1}:facts"] == log.length(log.keys.facts(log.keys.job("j1")))
     assert header["counts"]["blobs"] == 1
-    assert orjson.loads(lines[-1]) == {"blob": hashlib.sha256(CODE).hexdigest(),
-                                       "data": base64.b64encode(CODE).decode()}
-    cluster_types = {orjson.loads(orjson.loads(x)["fields"]["e"])["type"] for x in lines[1:]
-                     if orjson.loads(x).get("stream") == "{cluster}:facts"}
+    assert orjson.loads(lines[-1]) == {
+        "blob": hashlib.sha256(CODE).hexdigest(),
+        "data": base64.b64encode(CODE).decode(),
+    }
+    cluster_types = {
+        orjson.loads(orjson.loads(x)["fields"]["e"])["type"]
+        for x in lines[1:]
+        if orjson.loads(x).get("stream") == "{cluster}:facts"
+    }
     assert cluster_types == {"LeadershipGranted", "TaskManagerRegistered", "TaskManagerStorageReach", "JobRegistered"}
     dead = [orjson.loads(x) for x in lines if '"{job:j1}:dead"' in x]
-    assert dead[-1]["fields"] == [["kind", "undecodable"], [{"b64": base64.b64encode(BAD_NAME).decode()},
-                                                           {"b64": base64.b64encode(BAD_VALUE).decode()}]]
+    assert dead[-1]["fields"] == [
+        ["kind", "undecodable"],
+        [{"b64": base64.b64encode(BAD_NAME).decode()}, {"b64": base64.b64encode(BAD_VALUE).decode()}],
+    ]
 
     written = load(other, parse(lines, "j1.jsonl"))
     assert sum(written.values()) == header["counts"]["entries"]
     assert Blobs(other).get(hashlib.sha256(CODE).hexdigest()) == CODE
     # The same tables, at the same entries; the same export but for the header.
-    assert _retagged(other, tables(other, cluster_at(other), [job_at(other, "j1")])) == \
-        _retagged(log, tables(log, cluster_at(log), [job_at(log, "j1")]))
+    assert _retagged(other, tables(other, cluster_at(other), [job_at(other, "j1")])) == _retagged(
+        log, tables(log, cluster_at(log), [job_at(log, "j1")])
+    )
     assert job_at(other, "j1").last_entry == job_at(log, "j1").last_entry
     again = list(export_lines(collect(other, "j1"), exported_at=2))
     assert again[1:] == lines[1:]
@@ -90,8 +103,11 @@ def test_an_imported_job_is_the_job_that_was_exported(log: EventLog, other: Even
     without = collect(other, "j1")
     assert without.missing_blobs == [digest] and without.blobs == [] and len(without.entries) == len(lines) - 2
     # The prefix now holds the job: a second import there is refused, saying how to pick one.
-    with pytest.raises(PrefixInUse, match=rf"prefix '{other.keys.prefix}' is not empty: it holds "
-                                          r"\{.*; import into a fresh prefix: pass another --prefix"):
+    with pytest.raises(
+        PrefixInUse,
+        match=rf"prefix '{other.keys.prefix}' is not empty: it holds "
+        r"\{.*; import into a fresh prefix: pass another --prefix",
+    ):
         load(other, parse(lines, "j1.jsonl"))
 
 
@@ -118,16 +134,26 @@ def test_exporting_a_job_the_log_never_had_says_so(log: EventLog) -> None:
 
 
 def _header(**counts: object) -> str:
-    return orjson.dumps({"sluice_export": 1, "job_id": "j1", "prefix": "p", "exported_at": 0,
-                         "counts": {"entries": 0, "blobs": 0, "streams": {}, **counts}}).decode()
+    return orjson.dumps(
+        {
+            "sluice_export": 1,
+            "job_id": "j1",
+            "prefix": "p",
+            "exported_at": 0,
+            "counts": {"entries": 0, "blobs": 0, "streams": {}, **counts},
+        }
+    ).decode()
 
 
 def _entry(stream: str, entry_id: str, fields: object = None) -> str:
     return orjson.dumps({"stream": stream, "id": entry_id, "fields": fields or {"e": "{}"}}).decode()
 
 
-GOOD = [_header(entries=2, streams={"{job:j1}:facts": 1, "{cluster}:facts": 1}),
-        _entry("{cluster}:facts", "1-0"), _entry("{job:j1}:facts", "5-1", [[{"b64": "/w=="}, "x"]])]
+GOOD = [
+    _header(entries=2, streams={"{job:j1}:facts": 1, "{cluster}:facts": 1}),
+    _entry("{cluster}:facts", "1-0"),
+    _entry("{job:j1}:facts", "5-1", [[{"b64": "/w=="}, "x"]]),
+]
 
 
 def test_a_good_file_reads_back_entry_by_entry() -> None:
@@ -136,26 +162,36 @@ def test_a_good_file_reads_back_entry_by_entry() -> None:
     assert export.entries == [("{cluster}:facts", "1-0", {b"e": b"{}"}), ("{job:j1}:facts", "5-1", {b"\xff": b"x"})]
 
 
-@pytest.mark.parametrize(("lines", "error"), [
-    ([], r"f is empty: not a Sluice export \(`sluice job export JOB FILE` writes one\)"),
-    (["hello"], r"f line 1: not a Sluice export"),
-    (['{"rows": []}'], r"f line 1: not a Sluice export \(its first line is not a header"),
-    ([_header().replace('"sluice_export":1', '"sluice_export":2')],
-     r"f: export version 2 is not one this Sluice reads \(it reads 1\)"),
-    ([_header().replace('"j1"', '"a b"')], r"f line 1: the header's job_id is not usable"),
-    ([GOOD[0], GOOD[1], "not json"], r"f line 3: not JSON"),
-    ([GOOD[0], GOOD[1], '{"stream": "{job:j1}:facts"}'], r"f line 3: neither an entry"),
-    ([GOOD[0], _entry("{job:j2}:facts", "1-0")], r"f line 2: stream '\{job:j2\}:facts' is neither one of job 'j1'"),
-    ([GOOD[0], _entry("{cluster}:leader", "1-0")], r"line 2: stream '\{cluster\}:leader' is neither"),
-    ([GOOD[0], _entry("{cluster}:facts", "soon")], r"f line 2: 'soon' is not a stream entry id"),
-    ([GOOD[0], _entry("{cluster}:facts", "2-0"), _entry("{cluster}:facts", "1-5")],
-     r"f line 3: entry 1-5 of \{cluster\}:facts comes after 2-0: entries must be in id order"),
-    ([GOOD[0], _entry("{cluster}:facts", "1-0", {"e": {"b64": "***"}})], r"f line 2: a field is .*neither a string"),
-    ([GOOD[0], _entry("{cluster}:facts", "1-0", {"e": 3})], r"f line 2: a field is 3, neither a string"),
-    ([GOOD[0], _entry("{cluster}:facts", "1-0", "e")], r"f line 2: fields must be an object"),
-    ([GOOD[0], '{"blob": "00", "data": "aGk="}'], r"f line 2: the blob's data does not hash to its name '00'"),
-    (GOOD[:2], r"f: the header counts .* but the file holds .*: the file is cut short or was edited"),
-])
+@pytest.mark.parametrize(
+    ("lines", "error"),
+    [
+        ([], r"f is empty: not a Sluice export \(`sluice job export JOB FILE` writes one\)"),
+        (["hello"], r"f line 1: not a Sluice export"),
+        (['{"rows": []}'], r"f line 1: not a Sluice export \(its first line is not a header"),
+        (
+            [_header().replace('"sluice_export":1', '"sluice_export":2')],
+            r"f: export version 2 is not one this Sluice reads \(it reads 1\)",
+        ),
+        ([_header().replace('"j1"', '"a b"')], r"f line 1: the header's job_id is not usable"),
+        ([GOOD[0], GOOD[1], "not json"], r"f line 3: not JSON"),
+        ([GOOD[0], GOOD[1], '{"stream": "{job:j1}:facts"}'], r"f line 3: neither an entry"),
+        ([GOOD[0], _entry("{job:j2}:facts", "1-0")], r"f line 2: stream '\{job:j2\}:facts' is neither one of job 'j1'"),
+        ([GOOD[0], _entry("{cluster}:leader", "1-0")], r"line 2: stream '\{cluster\}:leader' is neither"),
+        ([GOOD[0], _entry("{cluster}:facts", "soon")], r"f line 2: 'soon' is not a stream entry id"),
+        (
+            [GOOD[0], _entry("{cluster}:facts", "2-0"), _entry("{cluster}:facts", "1-5")],
+            r"f line 3: entry 1-5 of \{cluster\}:facts comes after 2-0: entries must be in id order",
+        ),
+        (
+            [GOOD[0], _entry("{cluster}:facts", "1-0", {"e": {"b64": "***"}})],
+            r"f line 2: a field is .*neither a string",
+        ),
+        ([GOOD[0], _entry("{cluster}:facts", "1-0", {"e": 3})], r"f line 2: a field is 3, neither a string"),
+        ([GOOD[0], _entry("{cluster}:facts", "1-0", "e")], r"f line 2: fields must be an object"),
+        ([GOOD[0], '{"blob": "00", "data": "aGk="}'], r"f line 2: the blob's data does not hash to its name '00'"),
+        (GOOD[:2], r"f: the header counts .* but the file holds .*: the file is cut short or was edited"),
+    ],
+)
 def test_a_file_that_is_not_an_export_is_refused_naming_the_line(lines: list[str], error: str) -> None:
     with pytest.raises(NotAnExport, match=error):
         parse(lines, "f")

@@ -49,8 +49,13 @@ def run_a_job(log: EventLog, tmp_path: Path) -> tuple[ManualWorld, TinySlots]:
     for slot, d, _ in slots.launched:
         report(log, world, d, "tm-1", slot, TaskState.RUNNING)
         report(log, world, d, "tm-1", slot, TaskState.FINISHED)
-    pump([a.step, t.step], lambda: job_state(log, "j1").ended_at is not None, what="the job's end", world=world,
-         advance_ms=10)
+    pump(
+        [a.step, t.step],
+        lambda: job_state(log, "j1").ended_at is not None,
+        what="the job's end",
+        world=world,
+        advance_ms=10,
+    )
     return world, slots
 
 

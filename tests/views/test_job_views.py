@@ -44,8 +44,10 @@ from tests.services.failover_helpers import (
     tm,
 )
 
-TRACEBACK = ('Traceback (most recent call last):\n  File "job.py", line 3, in tokenize\n'
-             '    raise ValueError("boom")\nValueError: boom')
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "job.py", line 3, in tokenize\n'
+    '    raise ValueError("boom")\nValueError: boom'
+)
 
 
 @dataclass
@@ -59,9 +61,16 @@ class Run:
 
 
 def ask_split(log: EventLog, world: ManualWorld, d: dict, seq: int) -> None:
-    log.append(log.keys.inbox(log.keys.job(d["job_id"])), Envelope(
-        RequestNextInputSplit(d["job_id"], d["vertex"], d["subtask"], d["execution_id"], "host-a", seq),
-        world.new_id(), 0, world.now_ms(), d["job_id"]))
+    log.append(
+        log.keys.inbox(log.keys.job(d["job_id"])),
+        Envelope(
+            RequestNextInputSplit(d["job_id"], d["vertex"], d["subtask"], d["execution_id"], "host-a", seq),
+            world.new_id(),
+            0,
+            world.now_ms(),
+            d["job_id"],
+        ),
+    )
 
 
 def run_failing_job(log: EventLog, tmp_path: Path) -> Run:
@@ -83,8 +92,9 @@ def run_failing_job(log: EventLog, tmp_path: Path) -> Run:
     slot0, d0 = first[0]
     facts = log.keys.facts(log.keys.job("j1"))
     ask_split(log, world, d0, 1)
-    pump(steps, lambda: len(events(log, facts, NextInputSplit)) == 1, what="the first split", world=world,
-         advance_ms=10)
+    pump(
+        steps, lambda: len(events(log, facts, NextInputSplit)) == 1, what="the first split", world=world, advance_ms=10
+    )
     failed_split = events(log, facts, NextInputSplit)[0].split["index"]
     report_state(log, world, descriptor_from_json(d0), "tm-1", slot0, TaskState.FAILED, error=TRACEBACK)
     pump(steps, lambda: len(slots.launched) == 3, what="the restarted attempt", world=world, advance_ms=10)
@@ -96,17 +106,32 @@ def run_failing_job(log: EventLog, tmp_path: Path) -> Run:
     # src[1] ends without a split (as if the other reader had taken them all): nothing is
     # kept for it any more (a reader that has not asked yet keeps its share)
     report(log, world, first[1][1], "tm-1", first[1][0], TaskState.FINISHED)
-    pump(steps, lambda: job_state(log, "j1").vertices["src"].finished == 1, what="src[1]'s end", world=world,
-         advance_ms=10)
+    pump(
+        steps,
+        lambda: job_state(log, "j1").vertices["src"].finished == 1,
+        what="src[1]'s end",
+        world=world,
+        advance_ms=10,
+    )
     for seq in range(1, 6):  # 4 splits: attempt 1 reads them all, then hears there are no more
         ask_split(log, world, d1, seq)
-        pump(steps, lambda n=seq: len(events(log, facts, NextInputSplit)) == 1 + n, what=f"answer {seq}",
-             world=world, advance_ms=10)
+        pump(
+            steps,
+            lambda n=seq: len(events(log, facts, NextInputSplit)) == 1 + n,
+            what=f"answer {seq}",
+            world=world,
+            advance_ms=10,
+        )
     report(log, world, d1, "tm-1", slot1, TaskState.FINISHED)
     pump(steps, lambda: job_state(log, "j1").ended_at is not None, what="the job's end", world=world, advance_ms=10)
     submit(log, world, "j2", keyed_graph("j2"))
-    pump(steps, lambda: log.last_id(log.keys.facts(log.keys.job("j2"))) is not None
-         and job_state(log, "j2").built, what="j2's graph", world=world, advance_ms=10)
+    pump(
+        steps,
+        lambda: log.last_id(log.keys.facts(log.keys.job("j2"))) is not None and job_state(log, "j2").built,
+        what="j2's graph",
+        world=world,
+        advance_ms=10,
+    )
     return Run(mid, failed_split)
 
 
@@ -129,11 +154,20 @@ def test_the_views_tell_a_failure_a_restart_and_the_end(log: EventLog, ran: Run)
     assert t["entries"] == [i for i, _ in log.replay(log.keys.facts(log.keys.job("j1")))]
     assert [e["entry"] for e in t["events"]] == t["entries"]
     kinds = [e["kind"] for e in t["events"]]
-    for kind in ("submitted", "graph-built", "state", "split-request", "split", "no-more-splits", "restart",
-                 "job-status"):
+    for kind in (
+        "submitted",
+        "graph-built",
+        "state",
+        "split-request",
+        "split",
+        "no-more-splits",
+        "restart",
+        "job-status",
+    ):
         assert kind in kinds, kind
-    assert kinds[0] == "submitted" and [e["text"] for e in t["events"] if e["kind"] == "job-status"][-1] == \
-        "job FINISHED"
+    assert (
+        kinds[0] == "submitted" and [e["text"] for e in t["events"] if e["kind"] == "job-status"][-1] == "job FINISHED"
+    )
     restart = next(e for e in t["events"] if e["kind"] == "restart")
     assert (restart["vertex"], restart["subtask"], restart["attempt"]) == ("src", 0, 1)
     cause = t["root_cause"]
@@ -142,19 +176,34 @@ def test_the_views_tell_a_failure_a_restart_and_the_end(log: EventLog, ran: Run)
     attempts = {(a["vertex"], a["subtask"], a["attempt"]): a for a in t["attempts"]}
     assert set(attempts) == {("src", 0, 0), ("src", 0, 1), ("src", 1, 0)}
     a0, a1 = attempts[("src", 0, 0)], attempts[("src", 0, 1)]
-    assert [s["state"] for s in a0["states"]] == ["CREATED", "SCHEDULED", "DEPLOYING", "INITIALIZING", "RUNNING",
-                                                  "FAILED"]
+    assert [s["state"] for s in a0["states"]] == [
+        "CREATED",
+        "SCHEDULED",
+        "DEPLOYING",
+        "INITIALIZING",
+        "RUNNING",
+        "FAILED",
+    ]
     assert a0["final"] == "FAILED" and a0["error"] == TRACEBACK and a0["taskmanager"] == "tm-1"
     assert a0["ended_at"] >= a0["started_at"] and a0["duration_s"] is not None
     assert all(s["duration_s"] is not None for s in a0["states"][:-1])
-    assert a0["splits"] == [{"split": ran.failed_split, "what": a0["splits"][0]["what"], "at": a0["splits"][0]["at"],
-                             "outcome": "returned"}]
+    assert a0["splits"] == [
+        {"split": ran.failed_split, "what": a0["splits"][0]["what"], "at": a0["splits"][0]["at"], "outcome": "returned"}
+    ]
     assert sorted(s["split"] for s in a1["splits"]) == [0, 1, 2, 3]
     assert {s["outcome"] for s in a1["splits"]} == {"finished"} and a1["final"] == "FINISHED"
 
     g = graph(log, "j1")
-    assert g["vertices"] == [{"id": "src", "name": "src", "kind": "source", "parallelism": 2,
-                              "states": {"FINISHED": 2}, "status": "FINISHED"}]
+    assert g["vertices"] == [
+        {
+            "id": "src",
+            "name": "src",
+            "kind": "source",
+            "parallelism": 2,
+            "states": {"FINISHED": 2},
+            "status": "FINISHED",
+        }
+    ]
     assert g["edges"] == [] and g["status"] == "FINISHED"
     g2 = graph(log, "j2")
     assert g2["edges"] == [{"source": "src", "target": "agg", "exchange": "keyed", "key": "id"}]
@@ -205,8 +254,9 @@ def test_now_the_lists_read_up_to_date_projected_rows_instead_of_folding(log: Ev
     Projector(log).catch_up()
     Projector(log).catch_up()  # the job tables come after the cluster's jobs table names the job
     projected = jobs(log)
-    assert taskmanagers(log) == tms and tms[0]["slots"] == [{"slot": tms[0]["slots"][0]["slot"], "job_id": "j2",
-                                                             "execution_id": "src:0:0"}]
+    assert taskmanagers(log) == tms and tms[0]["slots"] == [
+        {"slot": tms[0]["slots"][0]["slot"], "job_id": "j2", "execution_id": "src:0:0"}
+    ]
 
     def steady(rows: list[dict]) -> list[dict]:
         return [{k: v for k, v in r.items() if r["ended_at"] is not None or k != "duration_s"} for r in rows]
@@ -215,13 +265,22 @@ def test_now_the_lists_read_up_to_date_projected_rows_instead_of_folding(log: Ev
     # Read from the row: a row the projector wrote (here, a wrong one) is what the list shows...
     tag = log.keys.job("j1")
     position, rows = ReadModels(log).read(tag, "executiongraph")
-    ReadModels(log).write(tag, "executiongraph", expected=position, position=position or "",
-                          rows={"job": dict(rows["job"], restarts=7),
-                                "src/1": dict(rows["src/1"], state="RUNNING", taskmanager="tm-1", slot=1)})
+    ReadModels(log).write(
+        tag,
+        "executiongraph",
+        expected=position,
+        position=position or "",
+        rows={
+            "job": dict(rows["job"], restarts=7),
+            "src/1": dict(rows["src/1"], state="RUNNING", taskmanager="tm-1", slot=1),
+        },
+    )
     assert [r["restarts"] for r in jobs(log) if r["job_id"] == "j1"] == [7]
     assert {"slot": 1, "job_id": "j1", "execution_id": "src:1:0"} in taskmanagers(log)[0]["slots"]
     # ...while it is up to date; once the job has a newer fact, its log is folded again.
-    log.append(log.keys.facts(tag), Envelope(NextInputSplit("j1", "src:0:0", None), "x", 1, 1, "j1"))  # (folds as nothing)
+    log.append(
+        log.keys.facts(tag), Envelope(NextInputSplit("j1", "src:0:0", None), "x", 1, 1, "j1")
+    )  # (folds as nothing)
     assert [r["restarts"] for r in jobs(log) if r["job_id"] == "j1"] == [1]
     assert taskmanagers(log) == tms
     # In the past, always the fold.
@@ -242,12 +301,21 @@ def test_a_job_that_fails_without_restart_has_its_root_cause_with_the_traceback(
     slot, d, _ = slots.launched[0]
     report(log, world, d, "tm-1", slot, TaskState.RUNNING)
     report_state(log, world, descriptor_from_json(d), "tm-1", slot, TaskState.FAILED, error=TRACEBACK)
-    pump([a.step, t.step], lambda: job_state(log, "j3").ended_at is not None, what="the job's end", world=world,
-         advance_ms=10)
+    pump(
+        [a.step, t.step],
+        lambda: job_state(log, "j3").ended_at is not None,
+        what="the job's end",
+        world=world,
+        advance_ms=10,
+    )
     tl = timeline(log, "j3")
     assert tl["job"]["status"] == "FAILED" and tl["restarts"] == 0
-    assert tl["root_cause"] == {"text": "task src[0] failed (restart strategy: none): ValueError: boom",
-                                "traceback": TRACEBACK, "attempt": "src:0:0", "at": tl["job"]["ended_at"],
-                                "job_failed": True}
+    assert tl["root_cause"] == {
+        "text": "task src[0] failed (restart strategy: none): ValueError: boom",
+        "traceback": TRACEBACK,
+        "attempt": "src:0:0",
+        "at": tl["job"]["ended_at"],
+        "job_failed": True,
+    }
     (row,) = jobs(log)
     assert row["status"] == "FAILED" and TRACEBACK in row["reason"] and row["tasks_done"] == 0

@@ -31,8 +31,9 @@ from tests.services.failover_helpers import CODE, ManualWorld, events, jm, lead,
 
 
 @pytest.mark.timeout(60)
-def test_stats_dead_letters_and_a_redrive_once_the_cause_is_fixed(log: EventLog, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stats_dead_letters_and_a_redrive_once_the_cause_is_fixed(
+    log: EventLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     keys = log.keys
     world = ManualWorld()
     a = jm(log, world, "jm-a", tmp_path)
@@ -42,14 +43,29 @@ def test_stats_dead_letters_and_a_redrive_once_the_cause_is_fixed(log: EventLog,
     a.step(block_ms=None)
     # A good message parked earlier (say, by a JobManager that could not take it then).
     digest = Blobs(log).put(CODE)
-    good = {FIELD: encode(Envelope(SubmitJob("j9", source_graph("j9"), digest, "failover_job",
-                                             keys.inbox(keys.client("c1")), {}), world.new_id(), 0, world.now_ms(),
-                                   "j9"))}
+    good = {
+        FIELD: encode(
+            Envelope(
+                SubmitJob("j9", source_graph("j9"), digest, "failover_job", keys.inbox(keys.client("c1")), {}),
+                world.new_id(),
+                0,
+                world.now_ms(),
+                "j9",
+            )
+        )
+    }
     dead_letter(log, inbox, "", "1-1", good, "refused", "the JobManager could not take it then")
     # An outbox entry for an address that is not an inbox here.
     outbox = keys.outbox(keys.job("j9"))
-    dead_letter(log, outbox, "", "2-1", {FIELD: good[FIELD], b"to": b"elsewhere"}, "undeliverable",
-                "'elsewhere' is not an inbox of this cluster")
+    dead_letter(
+        log,
+        outbox,
+        "",
+        "2-1",
+        {FIELD: good[FIELD], b"to": b"elsewhere"},
+        "undeliverable",
+        "'elsewhere' is not an inbox of this cluster",
+    )
     # An entry read and never acknowledged, for the pending figures.
     readers = GroupConsumer(log, inbox, "readers", "r1")
     readers.ensure_group("$")
@@ -123,15 +139,19 @@ def test_the_kvstate_table_now_and_before_a_registration(log: EventLog) -> None:
 
     fact(JobSubmitted("j1", g, "blob", "m", "reply", {}, {}, "file:///tmp"))
     before = fact(JobSlotsFound("j1"))  # (a fact before the first registration)
-    fact(NotifyKvStateRegistered("j1", "src", KeyGroupRange(0, 63), "counts", "state-a", "redis://a:1/0",
-                                 "src:0:0"))
-    fact(NotifyKvStateRegistered("j1", "src", KeyGroupRange(64, 127), "counts", "state-b", "redis://a:1/0",
-                                 "src:1:0"))
+    fact(NotifyKvStateRegistered("j1", "src", KeyGroupRange(0, 63), "counts", "state-a", "redis://a:1/0", "src:0:0"))
+    fact(NotifyKvStateRegistered("j1", "src", KeyGroupRange(64, 127), "counts", "state-b", "redis://a:1/0", "src:1:0"))
     (row,) = kvstate(log, "j1")
-    assert (row["name"], row["vertex"], row["num_key_groups"], row["registered_key_groups"]) == \
-        ("counts", "src", 128, 128)
-    assert [(r["start"], r["end"], r["state_id"], r["execution_id"]) for r in row["ranges"]] == \
-        [(0, 63, "state-a", "src:0:0"), (64, 127, "state-b", "src:1:0")]
+    assert (row["name"], row["vertex"], row["num_key_groups"], row["registered_key_groups"]) == (
+        "counts",
+        "src",
+        128,
+        128,
+    )
+    assert [(r["start"], r["end"], r["state_id"], r["execution_id"]) for r in row["ranges"]] == [
+        (0, 63, "state-a", "src:0:0"),
+        (64, 127, "state-b", "src:1:0"),
+    ]
     assert kvstate(log, "j1", resolve_at(before)) == []
     told = [e["text"] for e in timeline(log, "j1")["events"] if e["kind"] == "kvstate"]
     assert told[0] == "queryable state 'counts' of src: key groups 0..63 registered by src:0:0 at redis://a:1/0"
@@ -141,7 +161,14 @@ def test_the_kvstate_table_now_and_before_a_registration(log: EventLog) -> None:
 
 def test_an_unreadable_envelope_is_still_listed(log: EventLog) -> None:
     inbox = log.keys.inbox(log.keys.cluster)
-    dead_letter(log, inbox, "", "5-0", {FIELD: encode(Envelope(JobRegistered("x", "y"), "i", 0, 1))[:-3]},
-                "not-json", "cut short")
+    dead_letter(
+        log,
+        inbox,
+        "",
+        "5-0",
+        {FIELD: encode(Envelope(JobRegistered("x", "y"), "i", 0, 1))[:-3]},
+        "not-json",
+        "cut short",
+    )
     (d,) = dead_letters(log)
     assert d["type"] is None and d["reason"] == "cut short" and d["entry"] == "5-0" and d["at"] > 5

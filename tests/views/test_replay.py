@@ -35,7 +35,7 @@ from tests.services.failover_helpers import (
     tm,
 )
 
-ERROR = "Traceback (most recent call last):\n  File \"job.py\", line 3, in tokenize\nValueError: boom"
+ERROR = 'Traceback (most recent call last):\n  File "job.py", line 3, in tokenize\nValueError: boom'
 
 
 @dataclass
@@ -56,8 +56,13 @@ class Run:
         report(log, world, d, "tm-1", slot, TaskState.FINISHED)
         slot, d, _ = slots.launched[1]
         report(log, world, d, "tm-1", slot, TaskState.FINISHED)
-        pump(self.steps, lambda: job_state(log, self.job_id).ended_at is not None, what="the job's end",
-             world=world, advance_ms=10)
+        pump(
+            self.steps,
+            lambda: job_state(log, self.job_id).ended_at is not None,
+            what="the job's end",
+            world=world,
+            advance_ms=10,
+        )
 
 
 def run_with_a_restart(log: EventLog, tmp_path: Path, job_id: str = "j1", *, finish: bool = True) -> Run:
@@ -77,15 +82,15 @@ def run_with_a_restart(log: EventLog, tmp_path: Path, job_id: str = "j1", *, fin
 
     def running() -> bool:
         job = job_state(log, job_id)
-        return job.status.value == "RUNNING" and all(ex.state is TaskState.RUNNING
-                                                     for v in job.vertices.values() for ex in v.subtasks)
+        return job.status.value == "RUNNING" and all(
+            ex.state is TaskState.RUNNING for v in job.vertices.values() for ex in v.subtasks
+        )
 
     pump(run.steps, running, what="both subtasks running", world=world, advance_ms=10)
     run.mid = log.last_id(log.keys.facts(log.keys.job(job_id))) or ""
     slot, d, _ = slots.launched[0]
     report_state(log, world, descriptor_from_json(d), "tm-1", slot, TaskState.FAILED, error=ERROR)
-    pump(run.steps, lambda: len(slots.launched) == 3, what="the restarted attempt's launch", world=world,
-         advance_ms=10)
+    pump(run.steps, lambda: len(slots.launched) == 3, what="the restarted attempt's launch", world=world, advance_ms=10)
     if finish:
         run.finish()
     return run
@@ -110,15 +115,18 @@ def other(log: EventLog) -> Iterator[EventLog]:
 
 
 @pytest.mark.timeout(90)
-def test_until_the_middle_of_the_job_shows_it_running_with_the_attempts_it_had_then(log: EventLog,
-                                                                                     tmp_path: Path) -> None:
+def test_until_the_middle_of_the_job_shows_it_running_with_the_attempts_it_had_then(
+    log: EventLog, tmp_path: Path
+) -> None:
     run = run_with_a_restart(log, tmp_path)
     then = rebuild_json(log, rebuild(log, resolve_at(run.mid)))
     job = then["jobs"]["j1"]["tables"]["executiongraph"]
     assert then["jobs"]["j1"]["position"] == run.mid
     assert job["job"]["status"] == "RUNNING" and job["job"]["restarts"] == 0
-    assert {k: (r["attempt"], r["state"]) for k, r in job.items() if k != "job"} == \
-        {"src/0": (0, "RUNNING"), "src/1": (0, "RUNNING")}
+    assert {k: (r["attempt"], r["state"]) for k, r in job.items() if k != "job"} == {
+        "src/0": (0, "RUNNING"),
+        "src/1": (0, "RUNNING"),
+    }
     assert set(then["cluster"]["tables"]["taskmanagers"]) == {"tm-1"}
     assert then["cluster"]["tables"]["leadership"]["leader"]["leader_id"] == "jm-a"
     now = rebuild_json(log, rebuild(log, Moment(None), job="j1"))
@@ -131,14 +139,15 @@ def test_until_the_middle_of_the_job_shows_it_running_with_the_attempts_it_had_t
 
 
 @pytest.mark.timeout(90)
-def test_into_a_fresh_prefix_writes_the_tables_and_the_facts_up_to_the_moment(log: EventLog, other: EventLog,
-                                                                             tmp_path: Path) -> None:
+def test_into_a_fresh_prefix_writes_the_tables_and_the_facts_up_to_the_moment(
+    log: EventLog, other: EventLog, tmp_path: Path
+) -> None:
     run = run_with_a_restart(log, tmp_path)
     built = rebuild(log, resolve_at(run.mid))
     copied = write_into(log, other, built)
-    assert copied[other.keys.facts(other.keys.job("j1"))] == len(list(log.replay_raw(
-        log.keys.facts(log.keys.job("j1")), page=10_000))) - sum(1 for _ in log.replay_raw(
-            log.keys.facts(log.keys.job("j1")), run.mid))
+    assert copied[other.keys.facts(other.keys.job("j1"))] == len(
+        list(log.replay_raw(log.keys.facts(log.keys.job("j1")), page=10_000))
+    ) - sum(1 for _ in log.replay_raw(log.keys.facts(log.keys.job("j1")), run.mid))
     assert other.last_id(other.keys.facts(other.keys.job("j1"))) == run.mid
     stored = ReadModels(other)
     for (tag, name), rows in built.tables(other).items():
@@ -155,8 +164,7 @@ def test_into_a_fresh_prefix_writes_the_tables_and_the_facts_up_to_the_moment(lo
 
 
 @pytest.mark.timeout(90)
-def test_check_reports_a_lagging_projector_as_lag_and_a_wrong_row_field_by_field(log: EventLog,
-                                                                                tmp_path: Path) -> None:
+def test_check_reports_a_lagging_projector_as_lag_and_a_wrong_row_field_by_field(log: EventLog, tmp_path: Path) -> None:
     run = run_with_a_restart(log, tmp_path, finish=False)
     projector = Projector(log)
     projector.catch_up()
@@ -164,8 +172,12 @@ def test_check_reports_a_lagging_projector_as_lag_and_a_wrong_row_field_by_field
     first = check(log)
     assert first.agree and {t.table: t.lag for t in first.tables}["executiongraph"] == 0
     assert {(t.scope, t.table) for t in first.tables} == {
-        ("cluster", "taskmanagers"), ("cluster", "leadership"), ("cluster", "jobs"),
-        ("job j1", "executiongraph"), ("job j1", "kvstate")}
+        ("cluster", "taskmanagers"),
+        ("cluster", "leadership"),
+        ("cluster", "jobs"),
+        ("job j1", "executiongraph"),
+        ("job j1", "kvstate"),
+    }
     # More facts than the projector has seen: lag, not a difference.
     before = log.last_id(log.keys.facts(log.keys.job("j1")))
     run.finish()
@@ -177,17 +189,27 @@ def test_check_reports_a_lagging_projector_as_lag_and_a_wrong_row_field_by_field
     position, rows = ReadModels(log).read(log.keys.job("j1"), "executiongraph")
     assert position is not None
     wrong = dict(rows["src/1"], state="CANCELED")
-    ReadModels(log).write(log.keys.job("j1"), "executiongraph", expected=position, position=position,
-                          rows={"src/1": wrong, "ghost/0": {"vertex": "ghost"}})
+    ReadModels(log).write(
+        log.keys.job("j1"),
+        "executiongraph",
+        expected=position,
+        position=position,
+        rows={"src/1": wrong, "ghost/0": {"vertex": "ghost"}},
+    )
     differs = check(log, job="j1")
     assert not differs.agree
     assert differs.differences == [
         Difference("job j1", "executiongraph", "ghost/0", "*", {"vertex": "ghost"}, None),
         Difference("job j1", "executiongraph", "src/1", "state", "CANCELED", rows["src/1"]["state"]),
     ]
-    assert differs.to_json()["differences"][1] == {"scope": "job j1", "table": "executiongraph", "key": "src/1",
-                                                   "field": "state", "live": "CANCELED",
-                                                   "rebuilt": rows["src/1"]["state"]}
+    assert differs.to_json()["differences"][1] == {
+        "scope": "job j1",
+        "table": "executiongraph",
+        "key": "src/1",
+        "field": "state",
+        "live": "CANCELED",
+        "rebuilt": rows["src/1"]["state"],
+    }
 
 
 def test_check_and_rebuild_of_a_job_the_log_never_had_say_so(log: EventLog) -> None:

@@ -34,8 +34,17 @@ def request(subtask: int, attempt: int, seq: int, at: int = 0) -> RequestNextInp
 
 
 def state(subtask: int, attempt: int, to: TaskState) -> UpdateTaskExecutionState:
-    return UpdateTaskExecutionState(JOB, f"src:{subtask}:{attempt}", to, "boom" if to == TaskState.FAILED else None,
-                                    "src", subtask, attempt, "tm-1", subtask)
+    return UpdateTaskExecutionState(
+        JOB,
+        f"src:{subtask}:{attempt}",
+        to,
+        "boom" if to == TaskState.FAILED else None,
+        "src",
+        subtask,
+        attempt,
+        "tm-1",
+        subtask,
+    )
 
 
 def test_a_split_answered_after_its_attempt_failed_in_the_same_batch_is_returned_not_reading() -> None:
@@ -44,8 +53,7 @@ def test_a_split_answered_after_its_attempt_failed_in_the_same_batch_is_returned
         loop.batch(state(subtask, 0, TaskState.RUNNING))
     # One batch: attempt 0 of src[0] asks, fails, and is restarted. The coordinators answer
     # after the batch's facts, so the log has the answer after the FAILED.
-    loop.batch(request(0, 0, 1), state(0, 0, TaskState.FAILED),
-               TaskRestartScheduled(JOB, "src", 0, 1, loop.now, 1))
+    loop.batch(request(0, 0, 1), state(0, 0, TaskState.FAILED), TaskRestartScheduled(JOB, "src", 0, 1, loop.now, 1))
     # Then attempt 1 and src[1] read the rest, and finish.
     loop.batch(state(0, 1, TaskState.RUNNING))
     for seq in range(1, 5):
@@ -87,9 +95,15 @@ def test_a_reader_told_no_more_while_splits_were_left_is_named_with_how_many_wen
     rows = split_timeline(loop.envelopes())
     assert [(r.split, r.subtask) for r in rows] == [(0, 0), (1, 1), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)]
     without_times = main_loop(splits=8, each_split=True)
-    for ev in [state(0, 0, TaskState.RUNNING), state(1, 0, TaskState.RUNNING), request(0, 0, 1), request(1, 0, 1),
-               *[request(0, 0, seq) for seq in range(2, 6)], request(1, 0, 2),
-               *[request(0, 0, seq) for seq in range(6, 9)]]:
+    for ev in [
+        state(0, 0, TaskState.RUNNING),
+        state(1, 0, TaskState.RUNNING),
+        request(0, 0, 1),
+        request(1, 0, 1),
+        *[request(0, 0, seq) for seq in range(2, 6)],
+        request(1, 0, 2),
+        *[request(0, 0, seq) for seq in range(6, 9)],
+    ]:
         without_times.batch(ev)
     assert held_back(without_times.envelopes()) == {}
 

@@ -72,8 +72,9 @@ def _pyflink(python: str, sizes: Sequence[int]) -> dict[int, float]:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-pyflink-") as tmp:
         script = Path(tmp) / "a2a.py"
         script.write_text(PYFLINK_SCRIPT)
-        done = subprocess.run([python, str(script), str(min(sizes)), *map(str, sizes)], capture_output=True,
-                              text=True, timeout=900)  # the first run warms the MiniCluster up
+        done = subprocess.run(
+            [python, str(script), str(min(sizes)), *map(str, sizes)], capture_output=True, text=True, timeout=900
+        )  # the first run warms the MiniCluster up
     out = {}
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -93,8 +94,10 @@ def run(*, sizes: Sequence[int] = (8, 32, 128, 512), slots: int = 4, pyflink: st
         with console.status("warm-up: 2 x 8"):
             _sluice(cluster, 8)
         for n in sizes:
-            with console.status(f"2 x {n} no-op tasks, all-to-all, on {slots} slots"), \
-                    PeakRss([p for p in (redis_pid, jm.pid, tm.pid) if p]) as rss:
+            with (
+                console.status(f"2 x {n} no-op tasks, all-to-all, on {slots} slots"),
+                PeakRss([p for p in (redis_pid, jm.pid, tm.pid) if p]) as rss,
+            ):
                 times[n] = _sluice(cluster, n)
             peaks[n] = rss.peak
     theirs: dict[int, float] = {}
@@ -102,25 +105,45 @@ def run(*, sizes: Sequence[int] = (8, 32, 128, 512), slots: int = 4, pyflink: st
     if pyflink is not None:
         with console.status(f"PyFlink MiniCluster ({pyflink})"):
             theirs = _pyflink(pyflink, sizes)
-    table = Table(title=f"2-vertex all-to-all no-op job end to end: Sluice (1 TaskManager, {slots} slot workers) "
-                        "vs PyFlink's MiniCluster")
-    for col in ("N", "tasks", "Sluice s", "tasks/s", "PyFlink s", "Sluice/PyFlink", "PyFlink s (issue)",
-                "cluster peak MB"):
+    table = Table(
+        title=f"2-vertex all-to-all no-op job end to end: Sluice (1 TaskManager, {slots} slot workers) "
+        "vs PyFlink's MiniCluster"
+    )
+    for col in (
+        "N",
+        "tasks",
+        "Sluice s",
+        "tasks/s",
+        "PyFlink s",
+        "Sluice/PyFlink",
+        "PyFlink s (issue)",
+        "cluster peak MB",
+    ):
         table.add_column(col, justify="right")
     for n in sizes:
         base = theirs.get(n) if measured else PYFLINK_MEASURED.get(n)
         ratio = times[n] / base if base else None
         quoted = PYFLINK_MEASURED.get(n)
-        table.add_row(f"{n:,}", f"{2 * n:,}", f"{times[n]:.2f}", f"{2 * n / times[n]:,.0f}",
-                      f"{theirs[n]:.2f}" if measured and n in theirs else "-",
-                      f"{'[green]' if ratio < 1 else '[red]'}{ratio:.2f}[/]" if ratio is not None else "-",
-                      f"{quoted:.2f}" if quoted else "-",
-                      f"{'[green]' if peaks[n] < TARGET_MB else '[red]'}{peaks[n]:,.0f}[/]")
+        table.add_row(
+            f"{n:,}",
+            f"{2 * n:,}",
+            f"{times[n]:.2f}",
+            f"{2 * n / times[n]:,.0f}",
+            f"{theirs[n]:.2f}" if measured and n in theirs else "-",
+            f"{'[green]' if ratio < 1 else '[red]'}{ratio:.2f}[/]" if ratio is not None else "-",
+            f"{quoted:.2f}" if quoted else "-",
+            f"{'[green]' if peaks[n] < TARGET_MB else '[red]'}{peaks[n]:,.0f}[/]",
+        )
     console.print(table)
-    console.print(("Sluice/PyFlink is against PyFlink measured in this run (batch mode, a new MiniCluster per "
-                   "job, as PyFlink runs a local job)." if measured else
-                   "Sluice/PyFlink is against the issue's figures (PyFlink was not measured in this run: pass "
-                   "--pyflink PYTHON, a Python with apache-flink installed).")
-                  + f" Targets (issue 11's P5): Sluice faster than PyFlink at 512; the cluster under {TARGET_MB:,} MB.",
-                  style="dim")
+    console.print(
+        (
+            "Sluice/PyFlink is against PyFlink measured in this run (batch mode, a new MiniCluster per "
+            "job, as PyFlink runs a local job)."
+            if measured
+            else "Sluice/PyFlink is against the issue's figures (PyFlink was not measured in this run: pass "
+            "--pyflink PYTHON, a Python with apache-flink installed)."
+        )
+        + f" Targets (issue 11's P5): Sluice faster than PyFlink at 512; the cluster under {TARGET_MB:,} MB.",
+        style="dim",
+    )
     return times

@@ -35,8 +35,9 @@ __all__ = ["run"]
 JOB = Path(__file__).with_name("balance_job.py")
 
 
-def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, slow: float = 5.0,
-        taskmanagers: int = 1) -> dict:
+def run(
+    *, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, slow: float = 5.0, taskmanagers: int = 1
+) -> dict:
     """``taskmanagers``: 1 (one TaskManager of two slots) or 2 (two of one slot each)."""
     from pyspark.sql import SparkSession
 
@@ -58,8 +59,11 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
             url = server.start()
             spark = SparkSession.builder.remote(url).getOrCreate()
             spark.range(10).count()
-        env = {"SLUICE_BENCH_WORK_S_PER_ROW": str(work_s / rows_per_split), "SLUICE_BENCH_SLOW_FACTOR": str(slow),
-               **share_env(master, 2)}  # as `sluice run` gives its tasks (two slots on the server)
+        env = {
+            "SLUICE_BENCH_WORK_S_PER_ROW": str(work_s / rows_per_split),
+            "SLUICE_BENCH_SLOW_FACTOR": str(slow),
+            **share_env(master, 2),
+        }  # as `sluice run` gives its tasks (two slots on the server)
         try:
             with BenchCluster(tmp_path / "home") as cluster:
                 if taskmanagers == 1:
@@ -72,8 +76,13 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
                 # session's first Python UDF its Python workers: 1.5-1.8 s here); the last two
                 # are the measure, as a long-lived cluster runs a job.
                 for run_no, mode in enumerate(("whole", "each_split") * 2):
-                    params = {"input": str(source), "output": str(tmp_path / f"{mode}-{run_no}"), "parallelism": "2",
-                              "split_bytes": str(split_bytes), "each_split": "yes" if mode == "each_split" else "no"}
+                    params = {
+                        "input": str(source),
+                        "output": str(tmp_path / f"{mode}-{run_no}"),
+                        "parallelism": "2",
+                        "split_bytes": str(split_bytes),
+                        "each_split": "yes" if mode == "each_split" else "no",
+                    }
                     with console.status(f"source read {mode}, {'first' if run_no < 2 else 'second'} run"):
                         job = cluster.run_job(load_job(JOB, params))
                     total = job_seconds(job)
@@ -91,30 +100,58 @@ def run(*, splits: int = 16, rows_per_split: int = 2000, work_s: float = 1.0, sl
     n = sum(out["whole"]["splits"].values())
     ideal = n * work_s / (1 + 1 / slow)  # the fast reader does 1 split-of-work a unit of time, the slow 1/slow
     where = "one TaskManager of two slots" if taskmanagers == 1 else "two TaskManagers of one slot each"
-    table = Table(title=f"Balance: 2 readers on {where}, one {slow:g}x slower at the Spark work; {n} splits of "
-                        f"{rows_per_split:,} rows, {work_s:g} s of work a split on the fast reader")
-    for col in ("source read", "splits: slow / fast", "slow's share (ideal)", "held back", "reading",
-                "ideal (work only)", "reading / ideal", "target", "job", "earlier run: reading"):
+    table = Table(
+        title=f"Balance: 2 readers on {where}, one {slow:g}x slower at the Spark work; {n} splits of "
+        f"{rows_per_split:,} rows, {work_s:g} s of work a split on the fast reader"
+    )
+    for col in (
+        "source read",
+        "splits: slow / fast",
+        "slow's share (ideal)",
+        "held back",
+        "reading",
+        "ideal (work only)",
+        "reading / ideal",
+        "target",
+        "job",
+        "earlier run: reading",
+    ):
         table.add_column(col, justify="right")
     for mode, r in out.items():
         s, f = r["splits"].get(0, 0), r["splits"].get(1, 0)
         held = ", ".join(f"{'slow' if sub == 0 else 'fast'} ({n} left)" for sub, n in sorted(r["held"].items()))
-        table.add_row(mode, f"{s} / {f}", f"{s / max(s + f, 1):.2f} ({1 / (1 + slow):.2f})", held or "-",
-                      f"{r['reading']:.1f} s",
-                      f"{ideal:.1f} s", f"{r['reading'] / ideal:.2f}", "<= 1.3", f"{r['run']:.1f} s",
-                      f"{r['first']:.1f} s ({r['first'] / ideal:.2f})")
+        table.add_row(
+            mode,
+            f"{s} / {f}",
+            f"{s / max(s + f, 1):.2f} ({1 / (1 + slow):.2f})",
+            held or "-",
+            f"{r['reading']:.1f} s",
+            f"{ideal:.1f} s",
+            f"{r['reading'] / ideal:.2f}",
+            "<= 1.3",
+            f"{r['run']:.1f} s",
+            f"{r['first']:.1f} s ({r['first'] / ideal:.2f})",
+        )
     console.print(table)
     for mode, r in out.items():
-        console.print(f"  {mode}: " + "; ".join(
-            f"{'slow' if sub == 0 else 'fast'} reader on {r['on'].get(sub, '?')}, idle at the end {idle:.1f} s, "
-            f"of which the other held splits it had not started {unstarted:.1f} s"
-            for sub, (idle, unstarted) in sorted(r["idle"].items())), style="dim")
-    console.print("The ideal leaves out what a Spark job costs (each_split runs one a split; whole one a reader). "
-                  "Each mode ran twice on one cluster (whole, each_split, whole, each_split); the later run is the "
-                  "measure, the earlier one the last column (the cluster's first run, read whole, also started "
-                  "its workers' Spark sessions and Python workers). held back: a reader told \"no more\" while "
-                  "splits were left (the end game: the other reader would finish them sooner), and how many were "
-                  "handed out after. job: SubmitJob -> FINISHED.", style="dim")
+        console.print(
+            f"  {mode}: "
+            + "; ".join(
+                f"{'slow' if sub == 0 else 'fast'} reader on {r['on'].get(sub, '?')}, idle at the end {idle:.1f} s, "
+                f"of which the other held splits it had not started {unstarted:.1f} s"
+                for sub, (idle, unstarted) in sorted(r["idle"].items())
+            ),
+            style="dim",
+        )
+    console.print(
+        "The ideal leaves out what a Spark job costs (each_split runs one a split; whole one a reader). "
+        "Each mode ran twice on one cluster (whole, each_split, whole, each_split); the later run is the "
+        "measure, the earlier one the last column (the cluster's first run, read whole, also started "
+        'its workers\' Spark sessions and Python workers). held back: a reader told "no more" while '
+        "splits were left (the end game: the other reader would finish them sooner), and how many were "
+        "handed out after. job: SubmitJob -> FINISHED.",
+        style="dim",
+    )
     return out
 
 
@@ -129,14 +166,20 @@ def _reading(log: EventLog, job_id: str, *, whole: bool) -> dict:
     rows = split_timeline(envs)
     splits = Counter(r.subtask for r in rows if r.outcome == "finished")
     source = rows[0].vertex if rows else ""
-    states = [(e.ts, e.event) for e in envs if isinstance(e.event, UpdateTaskExecutionState)
-              and e.event.vertex_id == source]
+    states = [
+        (e.ts, e.event) for e in envs if isinstance(e.event, UpdateTaskExecutionState) and e.event.vertex_id == source
+    ]
     began = [ts for ts, ev in states if ev.state == TaskState.RUNNING]
     ended = [ts for ts, ev in states if ev.state == TaskState.FINISHED]
     held = {subtask: n for (vertex, subtask, _), n in held_back(envs).items() if vertex == source}
     on = {ev.subtask: ev.taskmanager for _, ev in states if ev.taskmanager}
-    return {"splits": dict(splits), "held": held, "reading": (max(ended) - min(began)) / 1000, "on": on,
-            "idle": idle(envs, source, whole=whole)}
+    return {
+        "splits": dict(splits),
+        "held": held,
+        "reading": (max(ended) - min(began)) / 1000,
+        "on": on,
+        "idle": idle(envs, source, whole=whole),
+    }
 
 
 def idle(envs: list[Envelope], source: str, *, whole: bool) -> dict[int, tuple[float, float]]:
@@ -148,8 +191,13 @@ def idle(envs: list[Envelope], source: str, *, whole: bool) -> dict[int, tuple[f
     from sluice.events import TaskState, UpdateTaskExecutionState
     from sluice.services.coordination.timeline import split_timeline, told_no_more
 
-    finished = {e.event.subtask: (e.event.attempt, e.ts) for e in envs if isinstance(e.event, UpdateTaskExecutionState)
-                and e.event.vertex_id == source and e.event.state == TaskState.FINISHED}
+    finished = {
+        e.event.subtask: (e.event.attempt, e.ts)
+        for e in envs
+        if isinstance(e.event, UpdateTaskExecutionState)
+        and e.event.vertex_id == source
+        and e.event.state == TaskState.FINISHED
+    }
     if not finished:
         return {}
     end = max(ts for _, ts in finished.values())
@@ -162,7 +210,8 @@ def idle(envs: list[Envelope], source: str, *, whole: bool) -> dict[int, tuple[f
                 holding.setdefault(row.subtask, (row.at, told[(source, row.subtask, attempt)]))  # (rows in log order)
     out = {}
     for sub, (_, done) in finished.items():
-        unstarted = sum(max(0, min(end, until) - max(done, since))
-                        for other, (since, until) in holding.items() if other != sub)
+        unstarted = sum(
+            max(0, min(end, until) - max(done, since)) for other, (since, until) in holding.items() if other != sub
+        )
         out[sub] = ((end - done) / 1000, unstarted / 1000)
     return out

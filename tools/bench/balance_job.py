@@ -30,7 +30,12 @@ def work(lines: DataFrame) -> DataFrame:
 
 def job(params: dict[str, str]):
     j = Job("balance")
-    lines = j.read_text("lines", params["input"], parallelism=int(params.get("parallelism", 2)),
-                        split_bytes=int(params["split_bytes"]), each_split=params.get("each_split") == "yes")
+    lines = j.read_text(
+        "lines",
+        params["input"],
+        parallelism=int(params.get("parallelism", 2)),
+        split_bytes=int(params["split_bytes"]),
+        each_split=params.get("each_split") == "yes",
+    )
     lines.map("work", work).write_parquet("out", params["output"])
     return j.graph()

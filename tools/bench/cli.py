@@ -15,8 +15,9 @@ def _counts(text: str, option: str, example: str) -> list[int]:
     try:
         counts = [int(x) for x in text.split(",")]
     except ValueError:
-        raise click.BadParameter(f"{text!r}: give whole numbers separated by commas, e.g. {example}",
-                                 param_hint=option) from None
+        raise click.BadParameter(
+            f"{text!r}: give whole numbers separated by commas, e.g. {example}", param_hint=option
+        ) from None
     if min(counts) < 1:
         raise click.BadParameter(f"{text!r}: every number must be 1 or more", param_hint=option)
     return counts
@@ -41,7 +42,9 @@ def bench(ctx: click.Context) -> None:
 @click.option("--events", default=1_000_000, show_default=True, help="Events to replay.")
 @click.option("--appends", default=20_000, show_default=True, help="Single appends to time.")
 @click.option("--batch", default=100, show_default=True, help="Events per batched append.")
-@click.option("--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server).")
+@click.option(
+    "--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server)."
+)
 def log(events: int, appends: int, batch: int, redis_url: str | None) -> None:
     """The log vs raw redis-py: append (single, batched) and replay into state."""
     from tools.bench.log import run
@@ -50,11 +53,21 @@ def log(events: int, appends: int, batch: int, redis_url: str | None) -> None:
 
 
 @bench.command()
-@click.option("--tasks", "n", default="300,2000", show_default=True,
-              help="Tasks a run, comma-separated: one row each (a short run and the steady rate).")
+@click.option(
+    "--tasks",
+    "n",
+    default="300,2000",
+    show_default=True,
+    help="Tasks a run, comma-separated: one row each (a short run and the steady rate).",
+)
 @click.option("--slots", default=2, show_default=True)
-@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 20),
-              help="Rounds a count, each side in turn: the row gives the medians (this machine's load drifts).")
+@click.option(
+    "--rounds",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, 20),
+    help="Rounds a count, each side in turn: the row gives the medians (this machine's load drifts).",
+)
 def tasks(n: str, slots: int, rounds: int) -> None:
     """No-op tasks through the whole path vs raw RQ jobs on as many workers."""
     from tools.bench.tasks import run
@@ -63,7 +76,9 @@ def tasks(n: str, slots: int, rounds: int) -> None:
 
 
 @bench.command()
-@click.option("--jobs", default=1000, show_default=True, type=click.IntRange(1), help="Short jobs to run, one after another.")
+@click.option(
+    "--jobs", default=1000, show_default=True, type=click.IntRange(1), help="Short jobs to run, one after another."
+)
 @click.option("--purge", is_flag=True, help="Purge each job once it ended (`sluice job purge`): its keys go too.")
 @click.option("--every", default=100, show_default=True, type=click.IntRange(1), help="A row every this many jobs.")
 def soak(jobs: int, purge: bool, every: int) -> None:
@@ -85,8 +100,12 @@ def control(sizes: str) -> None:
 @bench.command()
 @click.option("--sizes", default="8,32,128,512", show_default=True, help="Parallelism per vertex.")
 @click.option("--slots", default=4, show_default=True, help="Slot workers of the one TaskManager.")
-@click.option("--pyflink", default=None, metavar="PYTHON",
-              help="A Python with apache-flink installed: run PyFlink's MiniCluster as the baseline in this run.")
+@click.option(
+    "--pyflink",
+    default=None,
+    metavar="PYTHON",
+    help="A Python with apache-flink installed: run PyFlink's MiniCluster as the baseline in this run.",
+)
 def alltoall(sizes: str, slots: int, pyflink: str | None) -> None:
     """A 2-vertex all-to-all no-op job end to end on a real cluster vs PyFlink's MiniCluster, with its memory."""
     from tools.bench.alltoall import run
@@ -97,7 +116,9 @@ def alltoall(sizes: str, slots: int, pyflink: str | None) -> None:
 @bench.command()
 @click.option("--requests", default=2000, show_default=True, help="Round trips to time per path (after warm-up).")
 @click.option("--warmup", default=100, show_default=True, help="Untimed round trips per path first.")
-@click.option("--rounds", "n_rounds", default=4, show_default=True, help="Alternating rounds the requests are split in.")
+@click.option(
+    "--rounds", "n_rounds", default=4, show_default=True, help="Alternating rounds the requests are split in."
+)
 def splits(requests: int, warmup: int, n_rounds: int) -> None:
     """Split request -> assignment round trip (both protocols) vs a raw Redis stream request/response."""
     from tools.bench.splits import run
@@ -107,9 +128,13 @@ def splits(requests: int, warmup: int, n_rounds: int) -> None:
 
 @bench.command()
 @click.option("--megabytes", default="60", show_default=True, help="Sizes of text, comma-separated (e.g. 60,200).")
-@click.option("--corpus", default="small,zipf,source", show_default=True,
-              help="Corpora, comma-separated: small (5,000 words), zipf (Zipf's law over 500,000 words), source "
-                   "(real text: the installed packages' Python source).")
+@click.option(
+    "--corpus",
+    default="small,zipf,source",
+    show_default=True,
+    help="Corpora, comma-separated: small (5,000 words), zipf (Zipf's law over 500,000 words), source "
+    "(real text: the installed packages' Python source).",
+)
 def wordcount(megabytes: str, corpus: str) -> None:
     """examples/wordcount.py vs the same transformations in plain PySpark: the job on a warm cluster, and `sluice run` whole."""
     from tools.bench.wordcount import run
@@ -119,15 +144,32 @@ def wordcount(megabytes: str, corpus: str) -> None:
 
 @bench.command()
 @click.option("--megabytes", default=60, show_default=True, type=click.IntRange(1), help="Size of the text.")
-@click.option("--corpus", default="source", show_default=True, type=click.Choice(["small", "zipf", "source"]),
-              help="The text (see `scripts/bench wordcount`): source is real text, the installed packages' Python source.")
-@click.option("--parallelism", default=2, show_default=True, type=click.IntRange(1), help="Readers and reducers of the job.")
-@click.option("--rounds", default=2, show_default=True, type=click.IntRange(1, 20),
-              help="Timed runs of each after its untimed first one; the best counts.")
-@click.option("--spark", "modes", default="local,standalone", show_default=True,
-              help="Spark of the two-host rows, comma-separated: local (each TaskManager's own local[*]), "
-                   "standalone (a standalone cluster behind each TaskManager's Connect server), standalone-shared "
-                   "(one Connect server on it for all).")
+@click.option(
+    "--corpus",
+    default="source",
+    show_default=True,
+    type=click.Choice(["small", "zipf", "source"]),
+    help="The text (see `scripts/bench wordcount`): source is real text, the installed packages' Python source.",
+)
+@click.option(
+    "--parallelism", default=2, show_default=True, type=click.IntRange(1), help="Readers and reducers of the job."
+)
+@click.option(
+    "--rounds",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1, 20),
+    help="Timed runs of each after its untimed first one; the best counts.",
+)
+@click.option(
+    "--spark",
+    "modes",
+    default="local,standalone",
+    show_default=True,
+    help="Spark of the two-host rows, comma-separated: local (each TaskManager's own local[*]), "
+    "standalone (a standalone cluster behind each TaskManager's Connect server), standalone-shared "
+    "(one Connect server on it for all).",
+)
 def hosts(megabytes: int, corpus: str, parallelism: int, rounds: int, modes: str) -> None:
     """The word count over two hosts vs one host vs plain PySpark on one host, on a shared SeaweedFS (as root)."""
     from tools.bench.hosts import MODES, run
@@ -135,15 +177,21 @@ def hosts(megabytes: int, corpus: str, parallelism: int, rounds: int, modes: str
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in MODES]
     if unknown or "local" not in chosen:
-        raise click.BadParameter(f"{modes!r}: give Spark modes among {', '.join(MODES)} separated by commas, "
-                                 "local among them (e.g. local,standalone)", param_hint="--spark")
+        raise click.BadParameter(
+            f"{modes!r}: give Spark modes among {', '.join(MODES)} separated by commas, "
+            "local among them (e.g. local,standalone)",
+            param_hint="--spark",
+        )
     run(megabytes=megabytes, corpus=corpus, parallelism=parallelism, rounds=rounds, modes=chosen)
 
 
 @bench.command()
-@click.option("--variants", default="1:shared,2:shared,2:per-taskmanager", show_default=True,
-              help="TASKMANAGERS:SPARK_SERVERS for each `sluice run` to time (spark servers: shared or "
-                   "per-taskmanager).")
+@click.option(
+    "--variants",
+    default="1:shared,2:shared,2:per-taskmanager",
+    show_default=True,
+    help="TASKMANAGERS:SPARK_SERVERS for each `sluice run` to time (spark servers: shared or per-taskmanager).",
+)
 @click.option("--runs", default=2, show_default=True, help="Rounds, each the plain script then every variant.")
 def coldstart(variants: str, runs: int) -> None:
     """The default example from nothing (`sluice run`) vs a plain PySpark script, whole processes, with timelines."""
@@ -165,8 +213,14 @@ def coldstart(variants: str, runs: int) -> None:
 @click.option("--rows", default=2000, show_default=True, help="Rows (lines) a split.")
 @click.option("--work", default=1.0, show_default=True, help="Seconds of Spark work a split on the fast reader.")
 @click.option("--slow", default=5.0, show_default=True, help="How many times slower the slow reader's work is.")
-@click.option("--taskmanagers", "-n", type=click.IntRange(1, 2), default=1, show_default=True,
-              help="1: one TaskManager of two slots; 2: two TaskManagers of one slot each (prints each reader's idle time).")
+@click.option(
+    "--taskmanagers",
+    "-n",
+    type=click.IntRange(1, 2),
+    default=1,
+    show_default=True,
+    help="1: one TaskManager of two slots; 2: two TaskManagers of one slot each (prints each reader's idle time).",
+)
 def balance(splits: int, rows: int, work: float, slow: float, taskmanagers: int) -> None:
     """Two readers, one slower at the Spark work: splits taken and reading time, source read whole vs each_split."""
     from tools.bench.balance import run
@@ -188,7 +242,9 @@ def memory(taskmanagers: int, slots: int) -> None:
 @click.option("--keys", default=100_000, show_default=True, help="Keys of published state.")
 @click.option("--lookups", default=20_000, show_default=True, help="Lookups to time (over all rounds).")
 @click.option("--parallelism", default=4, show_default=True, help="Subtasks (state hashes) publishing it.")
-@click.option("--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server).")
+@click.option(
+    "--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server)."
+)
 def state(keys: int, lookups: int, parallelism: int, redis_url: str | None) -> None:
     """Queryable-state lookups (client cache warm and cold) vs raw redis-py HGET."""
     from tools.bench.state import run
@@ -199,7 +255,9 @@ def state(keys: int, lookups: int, parallelism: int, redis_url: str | None) -> N
 @bench.command()
 @click.option("--sizes", default="10000,100000,1000000", show_default=True, help="Facts in the running job's log.")
 @click.option("--finished", default=1000, show_default=True, help="Finished jobs beside one running job.")
-@click.option("--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server).")
+@click.option(
+    "--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server)."
+)
 def recovery(sizes: str, finished: int, redis_url: str | None) -> None:
     """Failover: JobManager start to serving, full replay vs from snapshots, as the log grows."""
     from tools.bench.recovery import run
@@ -211,7 +269,9 @@ def recovery(sizes: str, finished: int, redis_url: str | None) -> None:
 @click.option("--events", default=1_000_000, show_default=True, help="Facts in the log looked at.")
 @click.option("--finished", default=1000, show_default=True, help="Finished jobs beside one running job.")
 @click.option("--repeats", default=5, show_default=True, help="Timed runs of each (the median is shown).")
-@click.option("--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server).")
+@click.option(
+    "--redis", "redis_url", default=None, help="Benchmark against this Redis (default: a private redis-server)."
+)
 def inspect_bench(events: int, finished: int, repeats: int, redis_url: str | None) -> None:
     """Looking at a long log: inspect stats, inspect tail -n 100 and the dashboard's job list vs raw redis-py."""
     from tools.bench.inspect import run

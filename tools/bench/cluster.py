@@ -74,10 +74,21 @@ class BenchCluster:
     def spawn(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home / f"proc-{len(self.procs)}.log", "wb")
-        cmd = [sys.executable, "-m", "sluice", "--redis", self.url, "--prefix", self.prefix, "--home", str(self.home),
-               *args]
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                             env={**os.environ, "SLUICE_LOG_LEVEL": "WARNING", **(env or {})})
+        cmd = [
+            sys.executable,
+            "-m",
+            "sluice",
+            "--redis",
+            self.url,
+            "--prefix",
+            self.prefix,
+            "--home",
+            str(self.home),
+            *args,
+        ]
+        p = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SLUICE_LOG_LEVEL": "WARNING", **(env or {})}
+        )
         self.procs.append(p)
         return p
 
@@ -94,8 +105,9 @@ class BenchCluster:
             time.sleep(0.1)
         raise RuntimeError(f"{n} TaskManagers did not register within {timeout} s; see {self.home}")
 
-    def start(self, resource_id: str, slots: int, spark: str,
-              env: dict[str, str] | None = None) -> tuple[subprocess.Popen, subprocess.Popen]:
+    def start(
+        self, resource_id: str, slots: int, spark: str, env: dict[str, str] | None = None
+    ) -> tuple[subprocess.Popen, subprocess.Popen]:
         """A JobManager and one TaskManager whose workers use the Spark server ``spark``
         (``env`` added to the TaskManager's environment), registered."""
         jm = self.spawn("jobmanager")
@@ -103,8 +115,9 @@ class BenchCluster:
         self.wait_registered(1)
         return jm, tm
 
-    def add_taskmanager(self, resource_id: str, slots: int, spark: str,
-                        env: dict[str, str] | None = None) -> subprocess.Popen:
+    def add_taskmanager(
+        self, resource_id: str, slots: int, spark: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         """One more TaskManager (after ``start``), registered with the ones before it."""
         known = len(self.procs) - 1  # the JobManager, then TaskManagers
         tm = self.spawn("taskmanager", "--resource-id", resource_id, "--slots", str(slots), "--spark", spark, env=env)
@@ -139,10 +152,14 @@ class BenchCluster:
             dead = [(n, p) for n, p in enumerate(self.procs) if p.poll() is not None]
             if dead:
                 n, p = dead[0]
-                raise RuntimeError(f"a process of the bench cluster exited with code {p.returncode} while job "
-                                   f"{job_id} ran; see its log, {self.home / f'proc-{n}.log'}")
+                raise RuntimeError(
+                    f"a process of the bench cluster exited with code {p.returncode} while job "
+                    f"{job_id} ran; see its log, {self.home / f'proc-{n}.log'}"
+                )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"job {job_id} ({job.graph.name}) has not ended after {timeout:g} s; see {self.home}")
+                raise RuntimeError(
+                    f"job {job_id} ({job.graph.name}) has not ended after {timeout:g} s; see {self.home}"
+                )
             time.sleep(poll_s)
         if state.status != JobStatus.FINISHED:
             raise RuntimeError(f"the job {job.graph.name} ended {state.status.value}: {state.reason}")

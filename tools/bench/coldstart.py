@@ -109,9 +109,13 @@ def plain_process(tmp: Path, source: Path) -> tuple[float, float]:
     script = tmp / "plain_wordcount.py"
     script.write_text(PLAIN_SCRIPT)
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, str(script), str(ROOT / "examples"), "local[2]", str(source),
-                             str(tmp / "plain-out")], env=_env(), cwd=tmp, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(ROOT / "examples"), "local[2]", str(source), str(tmp / "plain-out")],
+        env=_env(),
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     with PeakRss([proc.pid], every=0.1) as rss:
         out, _ = proc.communicate()
     took = time.perf_counter() - t
@@ -124,8 +128,19 @@ def sluice_process(cwd: Path, source: Path, variant: Variant) -> Timeline:
     """``sluice run examples/wordcount.py`` (the default example, with its queryable state)
     in ``cwd``, a directory it makes, and its timeline from the job's own log."""
     cwd.mkdir()
-    cmd = [sys.executable, "-m", "sluice", "run", str(ROOT / "examples" / "wordcount.py"), "-p", f"input={source}",
-           "-n", str(variant.taskmanagers), "--spark-servers", variant.spark_servers]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sluice",
+        "run",
+        str(ROOT / "examples" / "wordcount.py"),
+        "-p",
+        f"input={source}",
+        "-n",
+        str(variant.taskmanagers),
+        "--spark-servers",
+        variant.spark_servers,
+    ]
     began, t = time.time(), time.perf_counter()
     proc = subprocess.Popen(cmd, env=_env(), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     with PeakRss([proc.pid], every=0.1) as rss, _SparkWatch(proc.pid) as spark:
@@ -150,13 +165,19 @@ def _from_log(home: Path, began: float, line: Timeline) -> None:
         line.ended = job.ended_at / 1000 - began if job.ended_at is not None else None
         for _, env in log.replay(log.keys.inbox(log.keys.job(job_id))):
             ev = env.event
-            if isinstance(ev, RequestNextInputSplit) or (isinstance(ev, OperatorEvent) and ev.to_coordinator
-                                                         and isinstance(ev.body, dict) and ev.body.get("type") == REQUEST):
+            if isinstance(ev, RequestNextInputSplit) or (
+                isinstance(ev, OperatorEvent)
+                and ev.to_coordinator
+                and isinstance(ev.body, dict)
+                and ev.body.get("type") == REQUEST
+            ):
                 line.first_split = env.ts / 1000 - began
                 break
 
 
-def run(*, variants: tuple[Variant, ...] = VARIANTS, runs: int = 1) -> list[tuple[float, list[tuple[Variant, Timeline]]]]:
+def run(
+    *, variants: tuple[Variant, ...] = VARIANTS, runs: int = 1
+) -> list[tuple[float, list[tuple[Variant, Timeline]]]]:
     """``runs`` rounds, each the plain script then every variant; each ratio is against its own
     round's plain script."""
     sys.path.insert(0, str(ROOT / "examples"))
@@ -186,24 +207,42 @@ def _s(x: float | None) -> str:
 
 
 def _print(round_no: int, plain_s: float, plain_mb: float, rows: list[tuple[Variant, Timeline]]) -> None:
-    table = Table(title=f"Cold start, round {round_no}: the default example (`sluice run examples/wordcount.py`) vs a "
-                        f"plain PySpark script, whole processes (targets: ratio <= {RATIO_TARGET}, first split asked "
-                        f"for <= {FIRST_TASK_TARGET_S:.0f} s after Spark listens)")
-    for col in ("run", "whole s", "ratio", "Spark listens", "submitted", "1st split", "after listen", "job ended",
-                "peak MB"):
+    table = Table(
+        title=f"Cold start, round {round_no}: the default example (`sluice run examples/wordcount.py`) vs a "
+        f"plain PySpark script, whole processes (targets: ratio <= {RATIO_TARGET}, first split asked "
+        f"for <= {FIRST_TASK_TARGET_S:.0f} s after Spark listens)"
+    )
+    for col in (
+        "run",
+        "whole s",
+        "ratio",
+        "Spark listens",
+        "submitted",
+        "1st split",
+        "after listen",
+        "job ended",
+        "peak MB",
+    ):
         table.add_column(col, justify="right")
     table.add_row("plain script, local[2]", f"{plain_s:.1f}", "1.00", "", "", "", "", "", f"{plain_mb:,.0f}")
     for variant, t in rows:
         ratio = t.whole / plain_s
         gap = t.first_task_after_listening
         table.add_row(
-            f"sluice run {variant.name}", f"{t.whole:.1f}",
+            f"sluice run {variant.name}",
+            f"{t.whole:.1f}",
             f"{'[green]' if ratio <= RATIO_TARGET else '[red]'}{ratio:.2f}[/]",
-            ", ".join(f"{x:.1f}" for x in t.listening) or "-", _s(t.submitted), _s(t.first_split),
+            ", ".join(f"{x:.1f}" for x in t.listening) or "-",
+            _s(t.submitted),
+            _s(t.first_split),
             "-" if gap is None else f"{'[green]' if gap <= FIRST_TASK_TARGET_S else '[red]'}{gap:.1f}[/]",
-            _s(t.ended), f"{t.peak_mb:,.0f}")
+            _s(t.ended),
+            f"{t.peak_mb:,.0f}",
+        )
     console.print(table)
-    console.print("Times in s from each process's start; 'after listen': from the first Spark server listening. "
-                  "'1st split': a source subtask's first request for a split, sent once its Spark session is "
-                  "connected. Peak MB: the RSS of the whole process tree (JVMs included), sampled every 0.1 s.",
-                  style="dim")
+    console.print(
+        "Times in s from each process's start; 'after listen': from the first Spark server listening. "
+        "'1st split': a source subtask's first request for a split, sent once its Spark session is "
+        "connected. Peak MB: the RSS of the whole process tree (JVMs included), sampled every 0.1 s.",
+        style="dim",
+    )

@@ -38,8 +38,9 @@ def identity(df):  # the transform's name only; nothing runs
 
 def graph(n: int, source: str):
     j = Job(f"all-to-all-{n}", max_parallelism=max(128, n))
-    j.read_text("src", source, parallelism=n).key_by("value").map("agg", identity, parallelism=n) \
-        .write_parquet("out", "/tmp/sluice-bench-out")
+    j.read_text("src", source, parallelism=n).key_by("value").map("agg", identity, parallelism=n).write_parquet(
+        "out", "/tmp/sluice-bench-out"
+    )
     return j.graph()
 
 
@@ -53,8 +54,7 @@ def build_time(n: int, source: str) -> float:
 def deploy_time(cluster: BenchCluster, n: int, source: str) -> tuple[float, float]:
     code = b"def identity(df):\n    return df\n"
     g = graph(n, source)
-    job = JobFile(Path("x.py"), code, hashlib.sha256(code).hexdigest(), "tools.bench.control", None,
-                  g, {})
+    job = JobFile(Path("x.py"), code, hashlib.sha256(code).hexdigest(), "tools.bench.control", None, g, {})
     client = Client(cluster.log)
     t = time.perf_counter()
     job_id = client.submit(job)
@@ -108,12 +108,21 @@ def run(*, sizes: Sequence[int] = (100, 1000, 10000)) -> dict[int, tuple[float, 
                 with console.status(f"deploying 2 x {n} tasks"):
                     deployed, finished = deploy_time(cluster, n, str(source))
                 out[n] = (out[n][0], deployed, finished)
-    table = Table(title=f"Control plane: 2-vertex all-to-all job, no-execute TaskManagers ({tms} x {slots_per_tm} slots)")
+    table = Table(
+        title=f"Control plane: 2-vertex all-to-all job, no-execute TaskManagers ({tms} x {slots_per_tm} slots)"
+    )
     for col in ("parallelism", "subtasks", "build ms", "µs/subtask", "deploy all s", "ms/subtask", "finish s"):
         table.add_column(col, justify="right")
     for n, (b, d, f) in out.items():
-        table.add_row(f"{n:,}", f"{2 * n:,}", f"{b * 1000:,.1f}", f"{b / (2 * n) * 1e6:,.1f}", f"{d:,.2f}",
-                      f"{d / (2 * n) * 1000:,.2f}", f"{f:,.2f}")
+        table.add_row(
+            f"{n:,}",
+            f"{2 * n:,}",
+            f"{b * 1000:,.1f}",
+            f"{b / (2 * n) * 1e6:,.1f}",
+            f"{d:,.2f}",
+            f"{d / (2 * n) * 1000:,.2f}",
+            f"{f:,.2f}",
+        )
     console.print(table)
     console.print("Flink 1.14 (server): 2 x 10,000 built in 627 ms, deployed in 17 s.", style="dim")
     return out

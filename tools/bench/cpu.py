@@ -60,8 +60,9 @@ class CpuMeter:
         end = self._read()
         if not any(self._start.values()) and not any(end.values()):
             return  # no /proc: nothing measured
-        self.seconds = {role: sum(s - self._start[role].get(pid, 0.0) for pid, s in end[role].items())
-                        for role in self.roles}
+        self.seconds = {
+            role: sum(s - self._start[role].get(pid, 0.0) for pid, s in end[role].items()) for role in self.roles
+        }
 
     def per_task_ms(self, tasks: int) -> dict[str, float]:
         return {role: 1000 * s / tasks for role, s in self.seconds.items()}

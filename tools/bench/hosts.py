@@ -116,9 +116,15 @@ def table(rows: Sequence[Row], title: str) -> Table:
     r_of = ratios(rows)
     for r in rows:
         got = r_of[r.name]
-        t.add_row(r.name, f"{r.best:.1f}", ", ".join(f"{s:.1f}" for s in r.seconds),
-                  "" if r.first is None else f"{r.first:.1f}", f"{got['plain']:.2f}" if "plain" in got else "",
-                  f"{got['one host']:.2f}" if "one host" in got else "", r.placement)
+        t.add_row(
+            r.name,
+            f"{r.best:.1f}",
+            ", ".join(f"{s:.1f}" for s in r.seconds),
+            "" if r.first is None else f"{r.first:.1f}",
+            f"{got['plain']:.2f}" if "plain" in got else "",
+            f"{got['one host']:.2f}" if "one host" in got else "",
+            r.placement,
+        )
     return t
 
 
@@ -127,8 +133,10 @@ def phase_lines(rows: Sequence[Row]) -> list[str]:
     out = []
     for r in rows:
         for vertex, p in r.phases.items():
-            out.append(f"{r.name}, {vertex}: ran {p.start:.1f}-{p.end:.1f} s after SubmitJob; tasks RUNNING "
-                       f"{p.running:.1f} s summed, waiting to run (SCHEDULED -> RUNNING) {p.waiting:.1f} s summed")
+            out.append(
+                f"{r.name}, {vertex}: ran {p.start:.1f}-{p.end:.1f} s after SubmitJob; tasks RUNNING "
+                f"{p.running:.1f} s summed, waiting to run (SCHEDULED -> RUNNING) {p.waiting:.1f} s summed"
+            )
     return out
 
 
@@ -159,8 +167,10 @@ def check_counts(what: str, got: Counter[str], want: Counter[str]) -> None:
     if got != want:
         missing = sorted(set(want) - set(got))[:5]
         wrong = sorted(w for w in set(want) & set(got) if want[w] != got[w])[:5]
-        raise RuntimeError(f"{what} is not the plain-Python count: {len(got):,} words (want {len(want):,}), "
-                           f"e.g. missing {missing}, different counts for {wrong}")
+        raise RuntimeError(
+            f"{what} is not the plain-Python count: {len(got):,} words (want {len(want):,}), "
+            f"e.g. missing {missing}, different counts for {wrong}"
+        )
 
 
 PLAIN_SCRIPT = textwrap.dedent("""
@@ -191,8 +201,13 @@ def _plain(cluster, host_name: str, source: str, output: str, rounds: int) -> tu
     host = cluster.hosts[host_name]
     script = cluster.directory / "plain_wordcount.py"
     script.write_text(PLAIN_SCRIPT)
-    done = subprocess.run([*host.enter(), sys.executable, str(script), str(ROOT / "examples"), source, output,
-                           str(rounds)], capture_output=True, text=True, timeout=1800, env=cold_env(cluster.env(host)))
+    done = subprocess.run(
+        [*host.enter(), sys.executable, str(script), str(ROOT / "examples"), source, output, str(rounds)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=cold_env(cluster.env(host)),
+    )
     if done.returncode != 0:
         raise RuntimeError(f"plain PySpark on host {host_name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -201,8 +216,14 @@ def _plain(cluster, host_name: str, source: str, output: str, rounds: int) -> tu
 
 def _params(source: str, output: str, parallelism: int, size: int) -> dict[str, str]:
     """The word count bench's parameters: one split a reader, as many reducers as readers, no queryable state."""
-    return {"input": source, "output": output, "parallelism": str(parallelism), "reducers": str(parallelism),
-            "split_bytes": str(max(size // parallelism + 1, 1 << 20)), "queryable": "no"}
+    return {
+        "input": source,
+        "output": output,
+        "parallelism": str(parallelism),
+        "reducers": str(parallelism),
+        "split_bytes": str(max(size // parallelism + 1, 1 << 20)),
+        "queryable": "no",
+    }
 
 
 def _run_job(cluster, params: dict[str, str], timeout: float = 1800.0):
@@ -231,9 +252,11 @@ def _facts(cluster, job) -> dict[str, Phase]:
     from sluice.events import UpdateTaskExecutionState
 
     log = cluster.log
-    changes = ((env.ts, env.event.vertex_id, env.event.execution_id, env.event.state.value)
-               for _, env in log.replay(log.keys.facts(log.keys.job(job.job_id)))
-               if isinstance(env.event, UpdateTaskExecutionState))
+    changes = (
+        (env.ts, env.event.vertex_id, env.event.execution_id, env.event.state.value)
+        for _, env in log.replay(log.keys.facts(log.keys.job(job.job_id)))
+        if isinstance(env.event, UpdateTaskExecutionState)
+    )
     return phases(job.submitted_at, changes)
 
 
@@ -241,13 +264,23 @@ def _placement(cluster, job_id: str) -> str:
     from tools.hosts.placement import hosts_by_vertex
 
     short = {h.namespace: h.name for h in cluster.hosts.values()}
-    per: Counter[str] = Counter(short.get(h or "", "?") for hosts in hosts_by_vertex(cluster.log, job_id).values()
-                                for h in hosts)
+    per: Counter[str] = Counter(
+        short.get(h or "", "?") for hosts in hosts_by_vertex(cluster.log, job_id).values() for h in hosts
+    )
     return ", ".join(f"{h} {n}" for h, n in sorted(per.items()))
 
 
-def _sluice_rows(name: str, layout, source: Path, size: int, parallelism: int, rounds: int, want: Counter[str],
-                 work: Path, plain_rows: list[Row] | None = None) -> list[Row]:
+def _sluice_rows(
+    name: str,
+    layout,
+    source: Path,
+    size: int,
+    parallelism: int,
+    rounds: int,
+    want: Counter[str],
+    work: Path,
+    plain_rows: list[Row] | None = None,
+) -> list[Row]:
     """Bring up a cluster of ``layout``, put the input on its shared filesystem, run the job a first
     time then ``rounds`` times, check each output; with ``plain_rows``, plain PySpark runs on its first
     TaskManager host too (its row appended there). The rows, once the cluster is down."""
@@ -274,24 +307,40 @@ def _sluice_rows(name: str, layout, source: Path, size: int, parallelism: int, r
         for i in range(rounds + 1):
             with console.status(f"{name}: {'the first run' if i == 0 else f'round {i} of {rounds}'}"):
                 runs.append(_run_job(cluster, _params(shared_in, f"{out}/sluice-{i}", parallelism, size)))
-            check_counts(f"{name}'s output (run {i})",
-                         read_counts(tm1.get(f"{out}/sluice-{i}", work / f"{cluster.run}-{i}")), want)
+            check_counts(
+                f"{name}'s output (run {i})",
+                read_counts(tm1.get(f"{out}/sluice-{i}", work / f"{cluster.run}-{i}")),
+                want,
+            )
         timed = runs[1:]
         best = min(timed, key=job_seconds)
-        row = Row(name, [job_seconds(r) for r in timed], job_seconds(runs[0]), _facts(cluster, best),
-                  _placement(cluster, best.job_id))
+        row = Row(
+            name,
+            [job_seconds(r) for r in timed],
+            job_seconds(runs[0]),
+            _facts(cluster, best),
+            _placement(cluster, best.job_id),
+        )
     finally:
         left = cluster.down()
     if left:
         raise RuntimeError(f"the hosts run {cluster.run} left things behind: {left}")
     for r in [*(plain_rows or []), row]:  # as it comes: the whole bench takes a while
-        console.print(f"{r.name}: best {r.best:.1f} s of {', '.join(f'{s:.1f}' for s in r.seconds)}, first "
-                      f"{r.first:.1f} s", style="dim")
+        console.print(
+            f"{r.name}: best {r.best:.1f} s of {', '.join(f'{s:.1f}' for s in r.seconds)}, first {r.first:.1f} s",
+            style="dim",
+        )
     return [row]
 
 
-def run(*, megabytes: int = 60, corpus: str = "source", parallelism: int = 2, rounds: int = 2,
-        modes: Sequence[str] = ("local", "standalone")) -> list[Row]:
+def run(
+    *,
+    megabytes: int = 60,
+    corpus: str = "source",
+    parallelism: int = 2,
+    rounds: int = 2,
+    modes: Sequence[str] = ("local", "standalone"),
+) -> list[Row]:
     """The rows (plain PySpark, Sluice on one host, on two hosts per Spark mode), printed as a table."""
     import os
 
@@ -321,17 +370,33 @@ def run(*, megabytes: int = 60, corpus: str = "source", parallelism: int = 2, ro
         sluice_one = _sluice_rows("Sluice, 1 host", one, source, size, parallelism, rounds, want, work, plain_rows)
         rows += plain_rows + sluice_one
         for mode in modes:
-            rows += _sluice_rows(f"Sluice, 2 hosts, {mode}", Layout(taskmanagers=2, slots=two, spark=mode), source,
-                                 size, parallelism, rounds, want, work)
+            rows += _sluice_rows(
+                f"Sluice, 2 hosts, {mode}",
+                Layout(taskmanagers=2, slots=two, spark=mode),
+                source,
+                size,
+                parallelism,
+                rounds,
+                want,
+                work,
+            )
         took = time.monotonic() - t0
-    console.print(table(rows, f"Word count across hosts: {size / 1e6:.0f} MB of the {corpus} corpus "
-                              f"({len(want):,} distinct words), parallelism {parallelism}, storage and input on "
-                              "SeaweedFS"))
-    console.print(f"job: SubmitJob -> FINISHED by the log's clock; plain: read + count + write in one warm local[*] "
-                  f"session on host tm1. Best of {rounds} round(s) after an untimed first run each (first s). "
-                  f"2 hosts: {two} slot(s) a host; 1 host: {parallelism} slots. Every output equals the plain-Python "
-                  f"count. Load average at the start {load[0]:.1f} ({os.cpu_count()} cores), at the end "
-                  f"{os.getloadavg()[0]:.1f}; the whole run {took:.0f} s.", style="dim")
+    console.print(
+        table(
+            rows,
+            f"Word count across hosts: {size / 1e6:.0f} MB of the {corpus} corpus "
+            f"({len(want):,} distinct words), parallelism {parallelism}, storage and input on "
+            "SeaweedFS",
+        )
+    )
+    console.print(
+        f"job: SubmitJob -> FINISHED by the log's clock; plain: read + count + write in one warm local[*] "
+        f"session on host tm1. Best of {rounds} round(s) after an untimed first run each (first s). "
+        f"2 hosts: {two} slot(s) a host; 1 host: {parallelism} slots. Every output equals the plain-Python "
+        f"count. Load average at the start {load[0]:.1f} ({os.cpu_count()} cores), at the end "
+        f"{os.getloadavg()[0]:.1f}; the whole run {took:.0f} s.",
+        style="dim",
+    )
     for line in phase_lines(rows):
         console.print("  " + line, style="dim")
     return rows

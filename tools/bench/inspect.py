@@ -57,8 +57,12 @@ def _command(url: str, prefix: str, *args: str) -> Callable[[], object]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
 
     def go() -> object:
-        out = subprocess.run([sys.executable, "-m", "sluice", "--redis", url, "--prefix", prefix, *args],
-                             env=env, capture_output=True, check=False)
+        out = subprocess.run(
+            [sys.executable, "-m", "sluice", "--redis", url, "--prefix", prefix, *args],
+            env=env,
+            capture_output=True,
+            check=False,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"sluice {' '.join(args)} failed: {out.stderr.decode()[-500:]}")
         return out.stdout
@@ -108,8 +112,9 @@ def _raw_jobs(client, log: EventLog, jobs: list[str]) -> Callable[[], object]:
     return go
 
 
-def run(*, events: int = 1_000_000, finished: int = 1000, repeats: int = 5,
-        redis_url: str | None = None) -> dict[str, tuple[float, float]]:
+def run(
+    *, events: int = 1_000_000, finished: int = 1000, repeats: int = 5, redis_url: str | None = None
+) -> dict[str, tuple[float, float]]:
     from sluice.ui.app import create_app
     from sluice.ui.serve import UiServer, bind
     from sluice.views.jobs import jobs as list_jobs
@@ -136,33 +141,42 @@ def run(*, events: int = 1_000_000, finished: int = 1000, repeats: int = 5,
             pass
         console.print(f"[dim]projected in {time.perf_counter() - t:.1f} s[/dim]")
         prefix = log.keys.prefix
-        process = _median(lambda: subprocess.run([sys.executable, "-c", "import sluice.cli.main"], check=True),
-                          repeats)
+        process = _median(lambda: subprocess.run([sys.executable, "-c", "import sluice.cli.main"], check=True), repeats)
         rows["a process (python -c 'import sluice.cli.main')"] = (process, process)
-        rows["inspect stats (whole command)"] = (_median(_command(redis_url, prefix, "inspect", "stats", "--json"),
-                                                         repeats), _median(_raw_stats(client, log, 60_000), repeats))
-        rows["inspect stats (the view, in process)"] = (_median(lambda: stats(log, 60), repeats),
-                                                        rows["inspect stats (whole command)"][1])
+        rows["inspect stats (whole command)"] = (
+            _median(_command(redis_url, prefix, "inspect", "stats", "--json"), repeats),
+            _median(_raw_stats(client, log, 60_000), repeats),
+        )
+        rows["inspect stats (the view, in process)"] = (
+            _median(lambda: stats(log, 60), repeats),
+            rows["inspect stats (whole command)"][1],
+        )
         rows["inspect tail -n 100 (whole command)"] = (
             _median(_command(redis_url, prefix, "inspect", "tail", "-n", "100", "--json"), repeats),
-            _median(_raw_tail(client, log), repeats))
+            _median(_raw_tail(client, log), repeats),
+        )
         app = create_app(log)
         ui = UiServer(app, bind("127.0.0.1", 0))
         base = ui.start()
         try:
             with httpx.Client(base_url=base, timeout=60) as http:
+
                 def get_jobs() -> object:
                     r = http.get("/api/jobs")
                     r.raise_for_status()
                     return r.json()
 
                 assert len(get_jobs()) == len(names)  # type: ignore[arg-type]
-                rows["dashboard job list (GET /api/jobs)"] = (_median(get_jobs, repeats),
-                                                              _median(_raw_jobs(client, log, names), repeats))
+                rows["dashboard job list (GET /api/jobs)"] = (
+                    _median(get_jobs, repeats),
+                    _median(_raw_jobs(client, log, names), repeats),
+                )
         finally:
             ui.stop()
-        rows["job list (the view, in process)"] = (_median(lambda: list_jobs(log), repeats),
-                                                   rows["dashboard job list (GET /api/jobs)"][1])
+        rows["job list (the view, in process)"] = (
+            _median(lambda: list_jobs(log), repeats),
+            rows["dashboard job list (GET /api/jobs)"][1],
+        )
     finally:
         if server is not None:
             server.stop()
@@ -173,7 +187,12 @@ def run(*, events: int = 1_000_000, finished: int = 1000, repeats: int = 5,
     table.add_column("ratio", justify="right")
     table.add_column(f"<= {TARGET_S:.0f} s", justify="center")
     for what, (ours, raw) in rows.items():
-        table.add_row(what, f"{ours:.3f} s", f"{raw:.3f} s", f"{ours / raw:.1f}x" if raw else "-",
-                      "yes" if ours <= TARGET_S else "NO")
+        table.add_row(
+            what,
+            f"{ours:.3f} s",
+            f"{raw:.3f} s",
+            f"{ours / raw:.1f}x" if raw else "-",
+            "yes" if ours <= TARGET_S else "NO",
+        )
     console.print(table)
     return rows

@@ -56,8 +56,14 @@ def rounds(pairs: list[tuple[str, Callable[[], float]]], n_rounds: int) -> dict[
     return {name: statistics.median(r) for name, r in rates.items()}
 
 
-def run(*, events: int = 1_000_000, appends: int = 20_000, batch: int = 100, redis_url: str | None = None,
-        n_rounds: int = 10) -> dict[str, float]:
+def run(
+    *,
+    events: int = 1_000_000,
+    appends: int = 20_000,
+    batch: int = 100,
+    redis_url: str | None = None,
+    n_rounds: int = 10,
+) -> dict[str, float]:
     server = None
     if redis_url is None:
         server = RedisServer(None)
@@ -114,10 +120,19 @@ def _run(client, events: int, appends: int, batch: int, n_rounds: int) -> dict[s
             log.commit(tag, 1, [Out(facts, e) for e in chunk])
         return n_batches * batch / (time.perf_counter() - t)
 
-    console.print(f"[dim]payload {payload_size} bytes; {n_rounds} alternating rounds of {per_round} single appends "
-                  f"and of {n_batches}×{batch} batched; then {max(n_rounds // 3, 1)} rounds of replaying {events:,} events[/]")
-    results = rounds([("raw single", raw_single), ("sluice single", sluice_single),
-                      ("raw batched", raw_batched), ("sluice batched", sluice_batched)], n_rounds)
+    console.print(
+        f"[dim]payload {payload_size} bytes; {n_rounds} alternating rounds of {per_round} single appends "
+        f"and of {n_batches}×{batch} batched; then {max(n_rounds // 3, 1)} rounds of replaying {events:,} events[/]"
+    )
+    results = rounds(
+        [
+            ("raw single", raw_single),
+            ("sluice single", sluice_single),
+            ("raw batched", raw_batched),
+            ("sluice batched", sluice_batched),
+        ],
+        n_rounds,
+    )
 
     # Fill one stream with `events` envelopes (through batched commits), replay it both ways.
     client.delete(facts, raw_stream)
@@ -158,8 +173,11 @@ def _run(client, events: int, appends: int, batch: int, n_rounds: int) -> dict[s
     table = Table(title="Sluice log vs raw redis-py (events/s, median of rounds; same server, same run)")
     for col in ("path", "raw redis-py", "Sluice", "Sluice/raw", "target"):
         table.add_column(col, justify="right")
-    for label, key, target in (("append, single", "single", 0.70), ("append, batched", "batched", 0.80),
-                               ("replay into state", "replay", 0.60)):
+    for label, key, target in (
+        ("append, single", "single", 0.70),
+        ("append, batched", "batched", 0.80),
+        ("replay into state", "replay", 0.60),
+    ):
         raw, ours = results[f"raw {key}"], results[f"sluice {key}"]
         ratio = ours / raw
         mark = "[green]" if ratio >= target else "[red]"

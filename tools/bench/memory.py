@@ -100,14 +100,26 @@ def run(*, taskmanagers: int = 2, slots: int = 2) -> dict[str, float]:
         out: dict[str, float] = {}
         try:
             with console.status(f"cluster start -n {taskmanagers} -s {slots}"):
-                subprocess.run([*sluice, "cluster", "start", "-n", str(taskmanagers), "-s", str(slots)], env=env,
-                               check=True, capture_output=True, cwd=tmp)
+                subprocess.run(
+                    [*sluice, "cluster", "start", "-n", str(taskmanagers), "-s", str(slots)],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    cwd=tmp,
+                )
             with console.status("submit examples/wordcount.py --wait"):
-                subprocess.run([*sluice, "submit", str(ROOT / "examples" / "wordcount.py"), "--wait"], env=env,
-                               check=True, capture_output=True, cwd=tmp)
+                subprocess.run(
+                    [*sluice, "submit", str(ROOT / "examples" / "wordcount.py"), "--wait"],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    cwd=tmp,
+                )
             data = json.loads((home / "cluster.json").read_text())
-            table = Table(title=f"Resident memory of the embedded cluster (-n {taskmanagers} -s {slots}), after the "
-                                "word count ran")
+            table = Table(
+                title=f"Resident memory of the embedded cluster (-n {taskmanagers} -s {slots}), after the "
+                "word count ran"
+            )
             for col in ("process", "MB"):
                 table.add_column(col, justify="right" if col == "MB" else "left")
             redis_mb = rss_mb(int(data["redis"]["pid"]))
@@ -125,15 +137,21 @@ def run(*, taskmanagers: int = 2, slots: int = 2) -> dict[str, float]:
                 workers = spark = 0.0
                 for child in process_tree(pid)[1:]:
                     cmd = _cmd(child)
-                    if "java" in cmd.split(" ", 1)[0] or "org.apache.spark" in cmd or "pyspark.daemon" in cmd \
-                            or "pyspark.worker" in cmd:
+                    if (
+                        "java" in cmd.split(" ", 1)[0]
+                        or "org.apache.spark" in cmd
+                        or "pyspark.daemon" in cmd
+                        or "pyspark.worker" in cmd
+                    ):
                         spark += rss_mb(child)
                     elif "sluice" in cmd and "worker" in cmd:
                         mb = rss_mb(child)
                         workers += mb
                         per_slot.append(mb)
-                table.add_row(f"taskmanager {name}: its process / slot workers / Spark server",
-                              f"{own:.0f} / {workers:.0f} / {spark:.0f}")
+                table.add_row(
+                    f"taskmanager {name}: its process / slot workers / Spark server",
+                    f"{own:.0f} / {workers:.0f} / {spark:.0f}",
+                )
                 per_tm.append(own + workers + spark)
                 spark_mb.append(spark)
                 total += own + workers + spark
@@ -150,9 +168,13 @@ def run(*, taskmanagers: int = 2, slots: int = 2) -> dict[str, float]:
                 base = _plain(Path(tmp))
             table.add_row("baseline: a plain PySpark script's process tree (driver + JVM), peak", f"{base:.0f}")
             console.print(table)
-            out = {"cluster": total, "per_taskmanager": sum(per_tm) / max(len(per_tm), 1),
-                   "per_slot": sum(per_slot) / max(len(per_slot), 1), "spark_server": sum(spark_mb) / max(len(spark_mb), 1),
-                   "plain": base}
+            out = {
+                "cluster": total,
+                "per_taskmanager": sum(per_tm) / max(len(per_tm), 1),
+                "per_slot": sum(per_slot) / max(len(per_slot), 1),
+                "spark_server": sum(spark_mb) / max(len(spark_mb), 1),
+                "plain": base,
+            }
         finally:
             subprocess.run([*sluice, "cluster", "stop"], env=env, capture_output=True, cwd=tmp)
         return out
@@ -161,7 +183,8 @@ def run(*, taskmanagers: int = 2, slots: int = 2) -> dict[str, float]:
 def _plain(tmp: Path) -> float:
     """Peak RSS of a plain PySpark script's tree running the word count (its JVM is a child)."""
     script = tmp / "plain.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
         sys.path.insert(0, {str(ROOT / "examples")!r})
@@ -178,6 +201,7 @@ def _plain(tmp: Path) -> float:
             time.sleep(0.5)
         print(rss.peak)
         spark.stop()
-    """))
+    """)
+    )
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
     return float(proc.stdout.strip().splitlines()[-1])

@@ -53,8 +53,9 @@ def _graph(name: str, parallelism: int):
     from sluice.api import Job
 
     j = Job(name)
-    j.read_range("src", 0, parallelism * 10, per_split=10, parallelism=parallelism) \
-        .write_parquet("out", "/tmp/sluice-bench-recovery-out")
+    j.read_range("src", 0, parallelism * 10, per_split=10, parallelism=parallelism).write_parquet(
+        "out", "/tmp/sluice-bench-recovery-out"
+    )
     return j.graph()
 
 
@@ -75,7 +76,7 @@ class _Writer:
         stream = self.keys.facts(tag)
         for i in range(0, len(facts), batch):
             envs = []
-            for f in facts[i:i + batch]:
+            for f in facts[i : i + batch]:
                 self.ts += 1
                 self.n += 1
                 env = Envelope(f, f"{self.n:032x}", EPOCH, self.ts, job)
@@ -85,16 +86,25 @@ class _Writer:
             self.log.commit(tag, EPOCH, [Out(stream, e) for e in envs])
 
     def cluster(self, jobs: list[str]) -> None:
-        self.commit(self.keys.cluster, [TaskManagerRegistered(TM, SESSION, "bench-host", 256)]
-                    + [JobRegistered(j, j) for j in jobs])
+        self.commit(
+            self.keys.cluster,
+            [TaskManagerRegistered(TM, SESSION, "bench-host", 256)] + [JobRegistered(j, j) for j in jobs],
+        )
 
     def job(self, job_id: str, parallelism: int, facts: int, *, finish: bool = False) -> None:
         """A job of ``parallelism`` subtasks and about ``facts`` facts: attempts that run and
         fail, the last ones left RUNNING (or FINISHED)."""
         graph = _graph(job_id, parallelism)
         v = graph.vertices[0].name
-        d = core.decide(self.state, core.Submit(SubmitJob(job_id, graph, "0" * 64, "bench", "{bench:client:c}:inbox"),
-                                                {v: []}, "file:///tmp/sluice-bench-recovery"), self.ts)
+        d = core.decide(
+            self.state,
+            core.Submit(
+                SubmitJob(job_id, graph, "0" * 64, "bench", "{bench:client:c}:inbox"),
+                {v: []},
+                "file:///tmp/sluice-bench-recovery",
+            ),
+            self.ts,
+        )
         tag = self.keys.job(job_id)
         self.commit(tag, [*d.facts, JobStatusChanged(job_id, JobStatus.RUNNING)])
         per_cycle = 6 * parallelism
@@ -104,13 +114,15 @@ class _Writer:
             out: list[Event] = []
             for i in range(parallelism):
                 eid = f"{v}:{i}:{cycle}"
-                out.append(UpdateTaskExecutionState(job_id, eid, TaskState.SCHEDULED, None, v, i, cycle, TM, i,
-                                                    SESSION))
+                out.append(
+                    UpdateTaskExecutionState(job_id, eid, TaskState.SCHEDULED, None, v, i, cycle, TM, i, SESSION)
+                )
                 for s in (TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING):
                     out.append(UpdateTaskExecutionState(job_id, eid, s, None, v, i, cycle))
                 if not last:
-                    out.append(UpdateTaskExecutionState(job_id, eid, TaskState.FAILED, "bench: a task failure", v,
-                                                        i, cycle))
+                    out.append(
+                        UpdateTaskExecutionState(job_id, eid, TaskState.FAILED, "bench: a task failure", v, i, cycle)
+                    )
                     out.append(TaskRestartScheduled(job_id, v, i, cycle + 1, 0, cycle + 1))
                 elif finish:
                     out.append(UpdateTaskExecutionState(job_id, eid, TaskState.FINISHED, None, v, i, cycle))
@@ -125,8 +137,14 @@ def _take_over(log: EventLog, name: str) -> tuple[float, float, JobManager]:
     t = time.perf_counter()
     # No TaskManager process beats for the bench's tm-0: a leader serving while it rebuilds
     # would declare it lost (and fail the job) after the usual timeout.
-    jm = JobManager(log, jm_id=name, lease_ttl_ms=60_000, max_stall_s=600, replay_page=2000,
-                    config=MembershipConfig(heartbeat_timeout_ms=3_600_000))
+    jm = JobManager(
+        log,
+        jm_id=name,
+        lease_ttl_ms=60_000,
+        max_stall_s=600,
+        replay_page=2000,
+        config=MembershipConfig(heartbeat_timeout_ms=3_600_000),
+    )
     while jm.phase is not Phase.LEADING:
         jm.step()
         if jm.phase is Phase.STANDBY and jm.lease.epoch is None and jm.errors:
@@ -160,8 +178,13 @@ def _drop_snapshots(log: EventLog, jobs: list[str]) -> None:
         snaps.delete(tag)
 
 
-def run(*, sizes: Sequence[int] = (10_000, 100_000, 1_000_000), finished: int = 1000, redis_url: str | None = None,
-        parallelism: int = 100) -> dict[str, tuple[float, float, float, float]]:
+def run(
+    *,
+    sizes: Sequence[int] = (10_000, 100_000, 1_000_000),
+    finished: int = 1000,
+    redis_url: str | None = None,
+    parallelism: int = 100,
+) -> dict[str, tuple[float, float, float, float]]:
     server = None
     if redis_url is None:
         server = RedisServer(None)
@@ -191,8 +214,10 @@ def run(*, sizes: Sequence[int] = (10_000, 100_000, 1_000_000), finished: int = 
     finally:
         if server is not None:
             server.stop()
-    table = Table(title="JobManager start to serving (it leads; jobs not yet rebuilt are rebuilt while it serves), "
-                        "and to every live job rebuilt")
+    table = Table(
+        title="JobManager start to serving (it leads; jobs not yet rebuilt are rebuilt while it serves), "
+        "and to every live job rebuilt"
+    )
     table.add_column("log")
     table.add_column("full replay: serving", justify="right")
     table.add_column("full replay: every job", justify="right")
@@ -201,12 +226,21 @@ def run(*, sizes: Sequence[int] = (10_000, 100_000, 1_000_000), finished: int = 
     table.add_column("ratio (every job)", justify="right")
     table.add_column("full replay per fact", justify="right")
     for what, (full, full_all, snap, snap_all) in results.items():
-        table.add_row(what, f"{full:.3f} s", f"{full_all:.3f} s", f"{snap:.3f} s", f"{snap_all:.3f} s",
-                      f"{full_all / snap_all:.1f}x" if snap_all else "-", f"{full_all / facts[what] * 1e6:.1f} µs")
+        table.add_row(
+            what,
+            f"{full:.3f} s",
+            f"{full_all:.3f} s",
+            f"{snap:.3f} s",
+            f"{snap_all:.3f} s",
+            f"{full_all / snap_all:.1f}x" if snap_all else "-",
+            f"{full_all / facts[what] * 1e6:.1f} µs",
+        )
     console.print(table)
-    console.print(f"targets (start to serving): <= 5 s at 10^6 events with a full replay, <= 1 s from snapshots. "
-                  f"A leader serves once the cluster's facts are folded and it has rebuilt for {SERVE_AFTER_S:g} s "
-                  "(or every job is rebuilt, if sooner); a job is served once it is rebuilt.")
+    console.print(
+        f"targets (start to serving): <= 5 s at 10^6 events with a full replay, <= 1 s from snapshots. "
+        f"A leader serves once the cluster's facts are folded and it has rebuilt for {SERVE_AFTER_S:g} s "
+        "(or every job is rebuilt, if sooner); a job is served once it is rebuilt."
+    )
     return results
 
 
@@ -215,8 +249,9 @@ def _measure(log: EventLog, jobs: list[str]) -> tuple[float, float, float, float
     _drop_snapshots(log, jobs)
     full, full_all, jm = _take_over(log, "bench-jm-full")
     live = jm.state.jobs.jobs.get("live")
-    assert jm.replay is None and live is not None and live.status == JobStatus.RUNNING, \
+    assert jm.replay is None and live is not None and live.status == JobStatus.RUNNING, (
         f"the running job was not rebuilt as running: {live.status if live else None}"
+    )
     _leave(jm, snapshot=True)  # it leaves snapshots (and archives the finished jobs)
     snap, snap_all, jm2 = _take_over(log, "bench-jm-snap")
     _leave(jm2, snapshot=False)

@@ -56,8 +56,9 @@ class Row:
 def stream_kind(log: EventLog, stream: str) -> str:
     if ":task:" in stream and log.keys.is_inbox(stream):
         return "subtask inbox"
-    return {"inbox": "inbox", "outbox": "outbox", "facts": "facts", "dead": "dead"}.get(stream.rsplit(":", 1)[-1],
-                                                                                       "other")
+    return {"inbox": "inbox", "outbox": "outbox", "facts": "facts", "dead": "dead"}.get(
+        stream.rsplit(":", 1)[-1], "other"
+    )
 
 
 def _streams(log: EventLog) -> dict[str, int]:
@@ -106,15 +107,25 @@ def _run_one(log: EventLog, job: JobFile, n: int, purge: bool, timeout: float = 
         client.close()
 
 
-def run(*, jobs: int = 1000, purge: bool = False, slots: int = 1, every: int = EVERY,
-        streams: bool = True) -> list[Row]:
+def run(
+    *, jobs: int = 1000, purge: bool = False, slots: int = 1, every: int = EVERY, streams: bool = True
+) -> list[Row]:
     """Run ``jobs`` no-op jobs one after another; a row every ``every`` jobs (and at 0)."""
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="sluice-soak-") as home, BenchCluster(Path(home)) as cluster:
         log = cluster.log
         jm = cluster.spawn("jobmanager", "--inbox-retention", str(RETENTION_MS))
-        tm = cluster.spawn("taskmanager", "--resource-id", "tm-soak", "--slots", str(slots), "--spark", NO_SPARK,
-                           "--inbox-retention", str(RETENTION_MS))
+        tm = cluster.spawn(
+            "taskmanager",
+            "--resource-id",
+            "tm-soak",
+            "--slots",
+            str(slots),
+            "--spark",
+            NO_SPARK,
+            "--inbox-retention",
+            str(RETENTION_MS),
+        )
         cluster.wait_registered(1)
         time.sleep(2.0)  # the slot workers' imports
         job = _job("soak", purge)
@@ -123,8 +134,18 @@ def run(*, jobs: int = 1000, purge: bool = False, slots: int = 1, every: int = E
         def row(n: int) -> None:
             time.sleep(RETENTION_MS * 2.5 / 1000 if n else 0)  # the last jobs' traffic out of the window, trimmed
             used, keys, ours, ours_bytes = server_footprint(log)
-            rows.append(Row(n, time.monotonic() - started, used, keys, ours, ours_bytes, rss_mb(jm.pid),
-                            _streams(log) if streams else {}))
+            rows.append(
+                Row(
+                    n,
+                    time.monotonic() - started,
+                    used,
+                    keys,
+                    ours,
+                    ours_bytes,
+                    rss_mb(jm.pid),
+                    _streams(log) if streams else {},
+                )
+            )
             _print_row(rows[-1], rows)
 
         row(0)
@@ -143,25 +164,49 @@ def _print_row(r: Row, rows: list[Row]) -> None:
     prev = rows[-2] if len(rows) > 1 else None
     grew = f" (+{(r.used_memory - prev.used_memory) / max(r.jobs - prev.jobs, 1):,.0f} B/job)" if prev else ""
     kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(r.streams.items()))
-    console.print(f"{r.jobs:>6,} jobs  {r.seconds:7.1f} s  used_memory {r.used_memory / 1e6:8.2f} MB{grew}  "
-                  f"keys {r.keys:>7,} (Sluice's {r.sluice_keys:,}, {r.sluice_bytes / 1e6:.2f} MB)  leader RSS {r.leader_rss_mb:6.1f} MB  entries: {kinds}", highlight=False)
+    console.print(
+        f"{r.jobs:>6,} jobs  {r.seconds:7.1f} s  used_memory {r.used_memory / 1e6:8.2f} MB{grew}  "
+        f"keys {r.keys:>7,} (Sluice's {r.sluice_keys:,}, {r.sluice_bytes / 1e6:.2f} MB)  leader RSS {r.leader_rss_mb:6.1f} MB  entries: {kinds}",
+        highlight=False,
+    )
 
 
 def _summary(rows: list[Row], purge: bool) -> None:
     table = Table(title=f"Soak: {rows[-1].jobs:,} no-op jobs, {'each purged once ended' if purge else 'facts kept'}")
-    for col in ("jobs", "s", "used_memory MB", "keys", "Sluice's keys", "Sluice's MB", "leader RSS MB", "inbox", "subtask inbox", "outbox", "facts"):
+    for col in (
+        "jobs",
+        "s",
+        "used_memory MB",
+        "keys",
+        "Sluice's keys",
+        "Sluice's MB",
+        "leader RSS MB",
+        "inbox",
+        "subtask inbox",
+        "outbox",
+        "facts",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
         s = r.streams
-        table.add_row(f"{r.jobs:,}", f"{r.seconds:.0f}", f"{r.used_memory / 1e6:.2f}", f"{r.keys:,}", f"{r.sluice_keys:,}", f"{r.sluice_bytes / 1e6:.2f}",
-                      f"{r.leader_rss_mb:.1f}", *(f"{s.get(k, 0):,}" for k in ("inbox", "subtask inbox", "outbox",
-                                                                                "facts")))
+        table.add_row(
+            f"{r.jobs:,}",
+            f"{r.seconds:.0f}",
+            f"{r.used_memory / 1e6:.2f}",
+            f"{r.keys:,}",
+            f"{r.sluice_keys:,}",
+            f"{r.sluice_bytes / 1e6:.2f}",
+            f"{r.leader_rss_mb:.1f}",
+            *(f"{s.get(k, 0):,}" for k in ("inbox", "subtask inbox", "outbox", "facts")),
+        )
     console.print(table)
     slope, ours = per_job(rows), per_job(rows, "sluice_bytes")
     later = [r for r in rows if r.jobs >= EVERY]
     if slope is not None and ours is not None:
         rss = f"{later[0].leader_rss_mb:.1f} -> {later[-1].leader_rss_mb:.1f} MB"
-        console.print(f"after the first {EVERY} jobs, a job {'purged' if purge else 'kept'}: Redis's used_memory grows "
-                      f"{slope:,.0f} bytes (RQ's job and result keys, kept 10 minutes, included), Sluice's keys "
-                      f"{ours:,.0f} bytes; keys {later[0].keys:,} -> {later[-1].keys:,} (Sluice's "
-                      f"{later[0].sluice_keys:,} -> {later[-1].sluice_keys:,}); the leader's RSS {rss}")
+        console.print(
+            f"after the first {EVERY} jobs, a job {'purged' if purge else 'kept'}: Redis's used_memory grows "
+            f"{slope:,.0f} bytes (RQ's job and result keys, kept 10 minutes, included), Sluice's keys "
+            f"{ours:,.0f} bytes; keys {later[0].keys:,} -> {later[-1].keys:,} (Sluice's "
+            f"{later[0].sluice_keys:,} -> {later[-1].sluice_keys:,}); the leader's RSS {rss}"
+        )

@@ -59,6 +59,7 @@ def percentile(sorted_ns: list[int], q: float) -> float:
 
 # --- raw redis-py request/response ---------------------------------------------------------
 
+
 class RawPair:
     """A responder thread and a client doing request/response over two streams."""
 
@@ -79,8 +80,9 @@ class RawPair:
     def _respond(self) -> None:
         r = self.server_side
         while not self.stop.is_set():
-            reply = cast("list[tuple[bytes, _Entries]]",
-                         r.xreadgroup(self.GROUP, "c", {self.req: ">"}, count=100, block=100))
+            reply = cast(
+                "list[tuple[bytes, _Entries]]", r.xreadgroup(self.GROUP, "c", {self.req: ">"}, count=100, block=100)
+            )
             if not reply:
                 continue
             entries = reply[0][1]
@@ -88,18 +90,24 @@ class RawPair:
             for _entry_id, fields in entries:
                 body = orjson.loads(fields[b"e"])
                 i = body["seq"]
-                answer = {"type": "split", "to": body["subtask"],
-                          "split": {"format": "range", "start": i, "end": i + 1, "index": i}}
+                answer = {
+                    "type": "split",
+                    "to": body["subtask"],
+                    "split": {"format": "range", "start": i, "end": i + 1, "index": i},
+                }
                 pipe.xadd(self.rep, {b"e": orjson.dumps(answer)})
             pipe.xack(self.req, self.GROUP, *[entry_id for entry_id, _ in entries])
             pipe.execute()
 
     def request(self) -> dict:
         self.seq += 1
-        self.client.xadd(self.req, {b"e": orjson.dumps({"type": "request-split", "subtask": 0, "host": "bench",
-                                                         "seq": self.seq})})
+        self.client.xadd(
+            self.req, {b"e": orjson.dumps({"type": "request-split", "subtask": 0, "host": "bench", "seq": self.seq})}
+        )
         while True:
-            reply = cast("list[tuple[bytes, _Entries]]", self.client.xread({self.rep: self.last}, count=1, block=10_000))
+            reply = cast(
+                "list[tuple[bytes, _Entries]]", self.client.xread({self.rep: self.last}, count=1, block=10_000)
+            )
             if reply:
                 entry_id, fields = reply[0][1][0]
                 self.last = entry_id
@@ -114,17 +122,20 @@ class RawPair:
 
 # --- the Sluice path -----------------------------------------------------------------------
 
+
 def submit(log: EventLog, protocol: str, n_splits: int, out: Path) -> TaskEvents:
     """Submit a one-vertex range source (one number per split) and return the events of its
     subtask 0, once the JobManager has built the job's ExecutionGraph."""
     j = Job(f"bench-splits-{protocol}", max_parallelism=128)
-    j.read_range("nums", 0, n_splits, per_split=1, parallelism=1, protocol=protocol) \
-        .write_parquet("out", str(out / protocol))
+    j.read_range("nums", 0, n_splits, per_split=1, parallelism=1, protocol=protocol).write_parquet(
+        "out", str(out / protocol)
+    )
     graph = j.graph()
     (source,) = [v for v in graph.vertices if v.source is not None]
     code = b"# the splits benchmark: nothing runs\n"
-    job = JobFile(Path("bench_splits.py"), code, hashlib.sha256(code).hexdigest(), "tools.bench.splits",
-                  None, graph, {})
+    job = JobFile(
+        Path("bench_splits.py"), code, hashlib.sha256(code).hexdigest(), "tools.bench.splits", None, graph, {}
+    )
     client = Client(log)
     job_id = client.submit(job)
     deadline = time.monotonic() + 30
@@ -143,13 +154,26 @@ def submit(log: EventLog, protocol: str, n_splits: int, out: Path) -> TaskEvents
             raise RuntimeError("the JobManager did not build the benchmark job's ExecutionGraph within 30 s")
         time.sleep(0.01)
     descriptor = TaskDeploymentDescriptor(
-        job_id=job_id, execution_id=f"{source.name}:0:0", vertex=source.name, subtask=0, attempt=0,
-        parallelism=source.parallelism, max_parallelism=graph.max_parallelism, kind="source", code_blob=job.digest,
-        module=job.module_name, functions=[], params={}, inputs=[], source=TaskSource("range", {}, protocol))
+        job_id=job_id,
+        execution_id=f"{source.name}:0:0",
+        vertex=source.name,
+        subtask=0,
+        attempt=0,
+        parallelism=source.parallelism,
+        max_parallelism=graph.max_parallelism,
+        kind="source",
+        code_blob=job.digest,
+        module=job.module_name,
+        functions=[],
+        params={},
+        inputs=[],
+        source=TaskSource("range", {}, protocol),
+    )
     return TaskEvents(log, descriptor, "bench", answer_timeout_s=30.0)
 
 
 # --- the run -------------------------------------------------------------------------------
+
 
 def timed(fn, n: int) -> list[int]:
     out = []
@@ -173,8 +197,9 @@ def run(*, requests: int = 2000, warmup: int = 100, n_rounds: int = 4) -> dict[s
     try:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-splits-") as home:
             log = EventLog(connect(url), Keys("bench"))
-            jm = JobManager(log, jobs_config=JobsConfig(slot_timeout_ms=3_600_000),
-                            storage_root=Path(home, "storage").as_uri())
+            jm = JobManager(
+                log, jobs_config=JobsConfig(slot_timeout_ms=3_600_000), storage_root=Path(home, "storage").as_uri()
+            )
             jm_thread = threading.Thread(target=jm.run, args=(stop,), name="bench-jobmanager", daemon=True)
             jm_thread.start()
             raw = RawPair(url, log.keys.cluster)
@@ -198,11 +223,18 @@ def run(*, requests: int = 2000, warmup: int = 100, n_rounds: int = 4) -> dict[s
             jm_thread.join(timeout=10)
         server.stop()
 
-    results = {name: (statistics.median(percentile(r, 50) for r in rounds),
-                      statistics.median(percentile(r, 99) for r in rounds)) for name, rounds in samples.items()}
+    results = {
+        name: (
+            statistics.median(percentile(r, 50) for r in rounds),
+            statistics.median(percentile(r, 99) for r in rounds),
+        )
+        for name, rounds in samples.items()
+    }
     raw50, raw99 = results["raw"]
-    table = Table(title=f"Split request → assignment round trip (µs; median of {n_rounds} alternating rounds × "
-                        f"{per_round}, after {warmup} warm-up; same server, same run)")
+    table = Table(
+        title=f"Split request → assignment round trip (µs; median of {n_rounds} alternating rounds × "
+        f"{per_round}, after {warmup} warm-up; same server, same run)"
+    )
     table.add_column("path")
     for col in ("p50 µs", "p99 µs", "p50/raw", "p99/raw", "target"):
         table.add_column(col, justify="right")
@@ -210,10 +242,18 @@ def run(*, requests: int = 2000, warmup: int = 100, n_rounds: int = 4) -> dict[s
     for p in PROTOCOLS:
         p50, p99 = results[p]
         mark = "[green]" if p50 / raw50 <= TARGET else "[red]"
-        table.add_row(f"Sluice, {p}", f"{p50:,.0f}", f"{p99:,.0f}", f"{mark}{p50 / raw50:.2f}[/]",
-                      f"{p99 / raw99:.2f}", f"p50 <= {TARGET:.0f}x")
+        table.add_row(
+            f"Sluice, {p}",
+            f"{p50:,.0f}",
+            f"{p99:,.0f}",
+            f"{mark}{p50 / raw50:.2f}[/]",
+            f"{p99 / raw99:.2f}",
+            f"p50 <= {TARGET:.0f}x",
+        )
     console.print(table)
-    console.print("raw: XADD request → responder thread XREADGROUP BLOCK → XADD reply + XACK (pipelined) → client "
-                  "XREAD BLOCK. Sluice: TaskEvents.next_split() of subtask 0 against a JobManager in this process.",
-                  style="dim")
+    console.print(
+        "raw: XADD request → responder thread XREADGROUP BLOCK → XADD reply + XACK (pipelined) → client "
+        "XREAD BLOCK. Sluice: TaskEvents.next_split() of subtask 0 against a JobManager in this process.",
+        style="dim",
+    )
     return results

@@ -46,8 +46,9 @@ __all__ = ["run"]
 JOB, NAME = "bench-job", "counts"
 
 
-def run(*, keys: int = 100_000, lookups: int = 20_000, parallelism: int = 4, redis_url: str | None = None,
-        n_rounds: int = 7) -> dict[str, float]:
+def run(
+    *, keys: int = 100_000, lookups: int = 20_000, parallelism: int = 4, redis_url: str | None = None, n_rounds: int = 7
+) -> dict[str, float]:
     server = None
     if redis_url is None:
         server = RedisServer(None)
@@ -60,9 +61,15 @@ def run(*, keys: int = 100_000, lookups: int = 20_000, parallelism: int = 4, red
 
 
 def _publish(log: EventLog, url: str, keys: int, parallelism: int, maxp: int = 128) -> list[str]:
-    graph = JobGraph("bench", [JobVertex("src", "source", 1, source=SourceSpec("text", ["/x"], 1)),
-                               JobVertex("count", "transform", parallelism, ["m:f"], queryable=NAME)],
-                     [JobEdge("src", "count", "keyed", "word")], maxp)
+    graph = JobGraph(
+        "bench",
+        [
+            JobVertex("src", "source", 1, source=SourceSpec("text", ["/x"], 1)),
+            JobVertex("count", "transform", parallelism, ["m:f"], queryable=NAME),
+        ],
+        [JobEdge("src", "count", "keyed", "word")],
+        maxp,
+    )
     facts: list[Event] = [JobSubmitted(JOB, graph, "blob", "m", "inbox", {}, {}, "file:///tmp")]
     words = [f"word-{i}" for i in range(keys)]
     store = KvStates(log.backend, log.keys)
@@ -71,8 +78,11 @@ def _publish(log: EventLog, url: str, keys: int, parallelism: int, maxp: int = 1
         mine = [w for w in words if start <= key_group_of(w, maxp) <= end]
         sid = f"bench{sub}"
         store.write(JOB, sid, ((w, orjson.dumps({"word": w, "count": len(w)})) for w in mine), {})
-        facts.append(NotifyKvStateRegistered(JOB, "count", KeyGroupRange(start, end), NAME, sid, server_address(url),
-                                             f"count:{sub}:0"))
+        facts.append(
+            NotifyKvStateRegistered(
+                JOB, "count", KeyGroupRange(start, end), NAME, sid, server_address(url), f"count:{sub}:0"
+            )
+        )
     tag = log.keys.job(JOB)
     log.commit(tag, 0, [Out(log.keys.facts(tag), Envelope(f, f"b{i}", 0, 1, JOB)) for i, f in enumerate(facts)])
     projector = Projector(log, ())
@@ -120,21 +130,29 @@ def _run(url: str, n_keys: int, lookups: int, parallelism: int, n_rounds: int) -
             state.get(JOB, NAME, w)
         return cold_n / (time.perf_counter() - t)
 
-    console.print(f"[dim]{n_keys:,} keys in {parallelism} state hashes; {n_rounds} alternating rounds of {per_round:,} "
-                  f"lookups (cold: {cold_n:,})[/]")
+    console.print(
+        f"[dim]{n_keys:,} keys in {parallelism} state hashes; {n_rounds} alternating rounds of {per_round:,} "
+        f"lookups (cold: {cold_n:,})[/]"
+    )
     checks: list[tuple[str, Callable[[], float]]] = [("raw", raw), ("warm", warm), ("cold", cold)]
     results = rounds(checks, n_rounds)
     for k in client.scan_iter(match=keys.pattern):
         client.delete(k)
 
-    table = Table(title="Queryable state lookups vs raw redis-py HGET (lookups/s, median of rounds; same server, same run)")
+    table = Table(
+        title="Queryable state lookups vs raw redis-py HGET (lookups/s, median of rounds; same server, same run)"
+    )
     for col in ("path", "lookups/s", "vs raw HGET", "target"):
         table.add_column(col, justify="right")
     table.add_row("raw HGET", f"{results['raw']:,.0f}", "1.00", "")
     for label, key, target in (("client, cache warm", "warm", 0.50), ("client, cache cold", "cold", None)):
         ratio = results[key] / results["raw"]
         mark = "" if target is None else ("[green]" if ratio >= target else "[red]")
-        table.add_row(label, f"{results[key]:,.0f}", f"{mark}{ratio:.2f}{'[/]' if mark else ''}",
-                      f">= {target:.2f}" if target else "")
+        table.add_row(
+            label,
+            f"{results[key]:,.0f}",
+            f"{mark}{ratio:.2f}{'[/]' if mark else ''}",
+            f">= {target:.2f}" if target else "",
+        )
     console.print(table)
     return results

@@ -78,14 +78,30 @@ PLAIN_SCRIPT = textwrap.dedent("""
 
 def _params(source: Path, output: Path, parallelism: int, size: int) -> dict[str, str]:
     """The job's parameters: one split a reader, as many reducers as readers, no queryable state."""
-    return {"input": str(source), "output": str(output), "parallelism": str(parallelism),
-            "reducers": str(parallelism), "split_bytes": str(max(size // parallelism + 1, 1 << 20)), "queryable": "no"}
+    return {
+        "input": str(source),
+        "output": str(output),
+        "parallelism": str(parallelism),
+        "reducers": str(parallelism),
+        "split_bytes": str(max(size // parallelism + 1, 1 << 20)),
+        "queryable": "no",
+    }
 
 
 def _sluice_cmd(home: Path, source: Path, output: Path, parallelism: int, slots: int, size: int) -> list[str]:
     params = [arg for k, v in _params(source, output, parallelism, size).items() for arg in ("-p", f"{k}={v}")]
-    return [sys.executable, "-m", "sluice", "--home", str(home), "run", str(ROOT / "examples" / "wordcount.py"),
-            *params, "--slots", str(slots)]
+    return [
+        sys.executable,
+        "-m",
+        "sluice",
+        "--home",
+        str(home),
+        "run",
+        str(ROOT / "examples" / "wordcount.py"),
+        *params,
+        "--slots",
+        str(slots),
+    ]
 
 
 class WarmCluster:
@@ -102,8 +118,11 @@ class WarmCluster:
         """One run: seconds from SubmitJob to FINISHED, by the log's clock."""
         from sluice.client import load_job
 
-        run = self.cluster.run_job(load_job(ROOT / "examples" / "wordcount.py",
-                                            _params(source, output, self.parallelism, source.stat().st_size)))
+        run = self.cluster.run_job(
+            load_job(
+                ROOT / "examples" / "wordcount.py", _params(source, output, self.parallelism, source.stat().st_size)
+            )
+        )
         self.last = run
         return job_seconds(run)
 
@@ -115,7 +134,9 @@ class WarmCluster:
 
 
 @contextlib.contextmanager
-def warm_cluster(url: str, home: Path, parallelism: int, slots: int, master: str | None = None) -> Iterator[WarmCluster]:
+def warm_cluster(
+    url: str, home: Path, parallelism: int, slots: int, master: str | None = None
+) -> Iterator[WarmCluster]:
     """A warm cluster on the server at ``url``; given the server's ``master``, its tasks get the
     Spark partitions they get in ``sluice run`` (``taskmanager.share``), else Spark decides."""
     with BenchCluster(home) as cluster:
@@ -132,8 +153,7 @@ def _timed(cmd: list[str], env: dict[str, str], cwd: Path, what: str) -> float:
     return took
 
 
-def _one(spark, url: str, master: str, tmp: Path, corpus: str, megabytes: int, parallelism: int,
-         slots: int) -> dict:
+def _one(spark, url: str, master: str, tmp: Path, corpus: str, megabytes: int, parallelism: int, slots: int) -> dict:
     case = tmp / f"{corpus}-{megabytes}"  # every output of this case apart from the other cases'
     case.mkdir()
     source = case / "input.txt"
@@ -143,8 +163,12 @@ def _one(spark, url: str, master: str, tmp: Path, corpus: str, megabytes: int, p
     env = {**os.environ, "SLUICE_LOG_LEVEL": "WARNING"}
     home, out = case / "home", case / "sluice-out"
     with console.status(f"sluice run on the warm server ({corpus}, {megabytes} MB)"):
-        _timed(_sluice_cmd(home, source, out, parallelism, slots, size),
-               {**env, "SLUICE_SPARK_REMOTE": url, **share_env(master, slots)}, tmp, "sluice run")
+        _timed(
+            _sluice_cmd(home, source, out, parallelism, slots, size),
+            {**env, "SLUICE_SPARK_REMOTE": url, **share_env(master, slots)},
+            tmp,
+            "sluice run",
+        )
     first_s = _job_time(home)
     outs = [case / f"warm-out-{i}" for i in range(ROUNDS + 1)]
     plains, jobs = [], []
@@ -161,19 +185,46 @@ def _one(spark, url: str, master: str, tmp: Path, corpus: str, megabytes: int, p
     script = tmp / "plain_wordcount.py"
     script.write_text(PLAIN_SCRIPT)
     with console.status(f"plain PySpark script, cold process ({corpus}, {megabytes} MB)"):
-        cold_plain = _timed([sys.executable, str(script), str(ROOT / "examples"), f"local[{parallelism}]", str(source),
-                             str(case / "plain-cold")], cold_env(env), tmp, "the plain PySpark script")
+        cold_plain = _timed(
+            [
+                sys.executable,
+                str(script),
+                str(ROOT / "examples"),
+                f"local[{parallelism}]",
+                str(source),
+                str(case / "plain-cold"),
+            ],
+            cold_env(env),
+            tmp,
+            "the plain PySpark script",
+        )
     with console.status(f"sluice run, cold process ({corpus}, {megabytes} MB)"):
-        cold = _timed(_sluice_cmd(case / "cold-home", source, case / "sluice-cold", parallelism, slots, size),
-                      cold_env(env), tmp, "sluice run (cold)")
+        cold = _timed(
+            _sluice_cmd(case / "cold-home", source, case / "sluice-cold", parallelism, slots, size),
+            cold_env(env),
+            tmp,
+            "sluice run (cold)",
+        )
     want = _summary(spark, case / "plain-0")
     for result in (out, *outs, case / "sluice-cold"):
         if (got := _summary(spark, result)) != want:
-            raise RuntimeError(f"sluice's result {result} has {got[0]} words counting {got[1]}, plain PySpark's "
-                               f"{want[0]} counting {want[1]}")
-    return {"corpus": corpus, "mb": size / 1e6, "distinct": want[0], "plain": min(plains), "job": min(jobs),
-            "pairs": [j / p for p, j in zip(plains, jobs)], "first": first_s, "warm_first": warm_first,
-            "cold_plain": cold_plain, "cold": cold, "stages": stages}
+            raise RuntimeError(
+                f"sluice's result {result} has {got[0]} words counting {got[1]}, plain PySpark's "
+                f"{want[0]} counting {want[1]}"
+            )
+    return {
+        "corpus": corpus,
+        "mb": size / 1e6,
+        "distinct": want[0],
+        "plain": min(plains),
+        "job": min(jobs),
+        "pairs": [j / p for p, j in zip(plains, jobs)],
+        "first": first_s,
+        "warm_first": warm_first,
+        "cold_plain": cold_plain,
+        "cold": cold,
+        "stages": stages,
+    }
 
 
 def _summary(spark, path: Path) -> tuple[int, int]:
@@ -184,8 +235,13 @@ def _summary(spark, path: Path) -> tuple[int, int]:
     return int(row[0]), int(row[1] or 0)
 
 
-def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", "zipf"), parallelism: int = 2,
-        slots: int = 2) -> list[dict]:
+def run(
+    *,
+    megabytes: Sequence[int] = (60,),
+    corpora: Sequence[str] = ("small", "zipf"),
+    parallelism: int = 2,
+    slots: int = 2,
+) -> list[dict]:
     from pyspark.sql import SparkSession
 
     from sluice.services.embedded.spark_connect import SparkConnectServer
@@ -206,29 +262,55 @@ def run(*, megabytes: Sequence[int] = (60,), corpora: Sequence[str] = ("small", 
         finally:
             spark.stop()
             server.stop()
-    table = Table(title=f"Word count: Sluice vs plain PySpark, {slots} slots, parallelism {parallelism} "
-                        f"(issue 11's P7: each ratio <= {TARGET})")
-    for col in ("corpus", "MB", "distinct words", "plain job s", "Sluice job s", "job ratio", "first job s",
-                "plain script s", "sluice run s", "process ratio"):
+    table = Table(
+        title=f"Word count: Sluice vs plain PySpark, {slots} slots, parallelism {parallelism} "
+        f"(issue 11's P7: each ratio <= {TARGET})"
+    )
+    for col in (
+        "corpus",
+        "MB",
+        "distinct words",
+        "plain job s",
+        "Sluice job s",
+        "job ratio",
+        "first job s",
+        "plain script s",
+        "sluice run s",
+        "process ratio",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
         job_ratio, cold_ratio = r["job"] / r["plain"], r["cold"] / r["cold_plain"]
-        table.add_row(r["corpus"], f"{r['mb']:,.0f}", f"{r['distinct']:,}", f"{r['plain']:.2f}", f"{r['job']:.2f}",
-                      f"{'[green]' if job_ratio <= TARGET else '[red]'}{job_ratio:.2f}[/]",
-                      f"{r['first']:.1f} / {r['warm_first']:.1f}", f"{r['cold_plain']:.1f}",
-                      f"{r['cold']:.1f}", f"{'[green]' if cold_ratio <= TARGET else '[red]'}{cold_ratio:.2f}[/]")
+        table.add_row(
+            r["corpus"],
+            f"{r['mb']:,.0f}",
+            f"{r['distinct']:,}",
+            f"{r['plain']:.2f}",
+            f"{r['job']:.2f}",
+            f"{'[green]' if job_ratio <= TARGET else '[red]'}{job_ratio:.2f}[/]",
+            f"{r['first']:.1f} / {r['warm_first']:.1f}",
+            f"{r['cold_plain']:.1f}",
+            f"{r['cold']:.1f}",
+            f"{'[green]' if cold_ratio <= TARGET else '[red]'}{cold_ratio:.2f}[/]",
+        )
     console.print(table)
-    console.print(f"job: SubmitJob -> FINISHED on a warm cluster against one warm plain session on the same warm "
-                  f"Spark Connect server, best of {ROUNDS} rounds (each plain, then Sluice) after a first run of "
-                  "each. first job: the first job of a new cluster, in `sluice run` / on the warm cluster, submitted "
-                  "as soon as its TaskManager registered (its slot workers still start, and make their Spark "
-                  "sessions). process: `sluice run` starting its own cluster and Spark, against a plain script "
-                  "starting its own local Spark, both cold. Each Sluice task read and shuffled into "
-                  f"{_share(master, slots, parallelism)} Spark partition(s): its share of the server's {master} "
-                  "(services/taskmanager/share.py).", style="dim")
+    console.print(
+        f"job: SubmitJob -> FINISHED on a warm cluster against one warm plain session on the same warm "
+        f"Spark Connect server, best of {ROUNDS} rounds (each plain, then Sluice) after a first run of "
+        "each. first job: the first job of a new cluster, in `sluice run` / on the warm cluster, submitted "
+        "as soon as its TaskManager registered (its slot workers still start, and make their Spark "
+        "sessions). process: `sluice run` starting its own cluster and Spark, against a plain script "
+        "starting its own local Spark, both cold. Each Sluice task read and shuffled into "
+        f"{_share(master, slots, parallelism)} Spark partition(s): its share of the server's {master} "
+        "(services/taskmanager/share.py).",
+        style="dim",
+    )
     for r in rows:
-        console.print(f"  {r['corpus']} {r['mb']:,.0f} MB, each round's ratio (Sluice / the plain run just before): "
-                      + ", ".join(f"{x:.2f}" for x in r["pairs"]), style="dim")
+        console.print(
+            f"  {r['corpus']} {r['mb']:,.0f} MB, each round's ratio (Sluice / the plain run just before): "
+            + ", ".join(f"{x:.2f}" for x in r["pairs"]),
+            style="dim",
+        )
         for name, seconds in r["stages"].items():
             console.print(f"  {r['corpus']} {r['mb']:,.0f} MB, last round, {name}: {seconds:.1f} s", style="dim")
     return rows

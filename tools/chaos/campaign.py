@@ -18,8 +18,9 @@ from .run import RunResult, run_once
 __all__ = ["campaign"]
 
 
-def campaign(runs: int, seed: int, kills: int, root: Path, *, timing: Timing = Timing(),
-             console: Console | None = None) -> list[RunResult]:
+def campaign(
+    runs: int, seed: int, kills: int, root: Path, *, timing: Timing = Timing(), console: Console | None = None
+) -> list[RunResult]:
     console = console or Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 160)
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -38,8 +39,7 @@ def campaign(runs: int, seed: int, kills: int, root: Path, *, timing: Timing = T
         spark.stop()
         left = procs.wait_gone(spark_pids + procs.descendants(spark_pids[0]) if spark_pids else [], 20)
         if left and results:
-            results[-1].failures += [f"leaked Spark Connect process {p}: {' '.join(procs.argv(p))[:120]}"
-                                     for p in left]
+            results[-1].failures += [f"leaked Spark Connect process {p}: {' '.join(procs.argv(p))[:120]}" for p in left]
         for p in left:
             procs.kill(p)
     summary(console, results, seed, kills)

@@ -18,8 +18,11 @@ a commit refused by the fence (``deposed``, from StaleEpoch), or its lease gone 
 
 
 def job_ids(log: EventLog) -> list[str]:
-    return [env.event.job_id for _, env in log.replay(log.keys.facts(log.keys.cluster))
-            if isinstance(env.event, JobRegistered)]
+    return [
+        env.event.job_id
+        for _, env in log.replay(log.keys.facts(log.keys.cluster))
+        if isinstance(env.event, JobRegistered)
+    ]
 
 
 def finished_at(log: EventLog) -> list[int]:
@@ -62,7 +65,9 @@ def tables_differ(log: EventLog, *, settle_s: float = 30.0) -> list[str]:
     (up to ``settle_s``) for the projector to reach the end of every stream."""
     tables = ReadModels(log)
     keys = log.keys
-    targets = [(keys.cluster, p) for p in PROJECTIONS] + [(keys.job(j), p) for j in job_ids(log) for p in JOB_PROJECTIONS]
+    targets = [(keys.cluster, p) for p in PROJECTIONS] + [
+        (keys.job(j), p) for j in job_ids(log) for p in JOB_PROJECTIONS
+    ]
     deadline = time.monotonic() + settle_s
     while time.monotonic() < deadline:
         behind = [(t, p.name) for t, p in targets if tables.read(t, p.name)[0] != log.last_id(keys.facts(t))]
@@ -87,8 +92,9 @@ def epochs_go_back(log: EventLog) -> list[str]:
         top, at = 0, None
         for entry_id, env in log.replay(keys.facts(tag)):
             if env.epoch < top:
-                problems.append(f"{env.type} at epoch {env.epoch} in {keys.facts(tag)} {entry_id}, "
-                                f"after epoch {top} at {at}")
+                problems.append(
+                    f"{env.type} at epoch {env.epoch} in {keys.facts(tag)} {entry_id}, after epoch {top} at {at}"
+                )
             elif env.epoch > top:
                 top, at = env.epoch, entry_id
     return problems

@@ -15,14 +15,34 @@ __all__ = ["main"]
 @click.command()
 @click.option("--runs", default=1, show_default=True, type=click.IntRange(1), help="Runs, with seeds S, S+1, ...")
 @click.option("--seed", default=1, show_default=True, type=int, help="Seed of the first run (S).")
-@click.option("--kills", default=4, show_default=True, type=click.IntRange(0),
-              help="Strikes per run (0: the job alone, for a baseline).")
-@click.option("--dir", "root", default=".tools/chaos", show_default=True, type=click.Path(file_okay=False),
-              help="Where each run's cluster home (logs, Redis AOF, input, output) is kept.")
-@click.option("--hosts", is_flag=True, help="The campaign across hosts (tools/chaos/hosts, as root): one fault "
-              "per run (cut links, packet loss, latency, clock skew, kill -9 of a host), kinds by seed; --kills unused.")
-@click.option("--summary", "summary_file", default=None, type=click.Path(dir_okay=False),
-              help="With --hosts: write the summary to this file too (rewritten after every run).")
+@click.option(
+    "--kills",
+    default=4,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Strikes per run (0: the job alone, for a baseline).",
+)
+@click.option(
+    "--dir",
+    "root",
+    default=".tools/chaos",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where each run's cluster home (logs, Redis AOF, input, output) is kept.",
+)
+@click.option(
+    "--hosts",
+    is_flag=True,
+    help="The campaign across hosts (tools/chaos/hosts, as root): one fault "
+    "per run (cut links, packet loss, latency, clock skew, kill -9 of a host), kinds by seed; --kills unused.",
+)
+@click.option(
+    "--summary",
+    "summary_file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="With --hosts: write the summary to this file too (rewritten after every run).",
+)
 def main(runs: int, seed: int, kills: int, root: str, hosts: bool, summary_file: str | None) -> None:
     """Run real clusters (redis-server, two JobManagers, TaskManagers, RQ workers, the projector,
     Spark Connect) through a keyed three-stage job while seeded strikes kill -9 or freeze the

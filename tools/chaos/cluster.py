@@ -39,13 +39,16 @@ class Timing:
     lease_ttl_ms: int = 3000
 
     def env(self) -> dict[str, str]:
-        return {"SLUICE_HEARTBEAT_INTERVAL_MS": str(self.heartbeat_interval_ms),
-                "SLUICE_HEARTBEAT_TIMEOUT_MS": str(self.heartbeat_timeout_ms),
-                "SLUICE_LEASE_TTL_MS": str(self.lease_ttl_ms)}
+        return {
+            "SLUICE_HEARTBEAT_INTERVAL_MS": str(self.heartbeat_interval_ms),
+            "SLUICE_HEARTBEAT_TIMEOUT_MS": str(self.heartbeat_timeout_ms),
+            "SLUICE_LEASE_TTL_MS": str(self.lease_ttl_ms),
+        }
 
 
-def poll(check: Callable[[], T | None], timeout: float, every: float = 0.1,
-         tick: Callable[[], None] | None = None) -> T | None:
+def poll(
+    check: Callable[[], T | None], timeout: float, every: float = 0.1, tick: Callable[[], None] | None = None
+) -> T | None:
     """``check()`` until it returns something truthy (returned) or ``timeout`` passes (None).
     Redis being away counts as "not yet"."""
     deadline = time.monotonic() + timeout
@@ -147,8 +150,11 @@ class ChaosCluster:
         return {r.resource_id for r in self.membership().active()}
 
     def grants(self) -> list[tuple[str, LeadershipGranted]]:
-        return [(i, env.event) for i, env in self.log.replay(self.log.keys.facts(self.log.keys.cluster))
-                if isinstance(env.event, LeadershipGranted)]
+        return [
+            (i, env.event)
+            for i, env in self.log.replay(self.log.keys.facts(self.log.keys.cluster))
+            if isinstance(env.event, LeadershipGranted)
+        ]
 
     def leading(self) -> LeaseHolder | None:
         """The lease holder, once it has committed its LeadershipGranted (it leads, not replays)."""
@@ -240,8 +246,14 @@ class ChaosCluster:
         ours = {who[0] for who in self.seen if procs.same(who)}
         ours |= set(procs.find(lambda a: procs.option(a, "--prefix") == self.prefix))
         ours |= set(procs.find(lambda a: procs.option(a, "--home") == str(self.home)))
-        ours |= set(procs.find(lambda a: a[0].startswith("redis-server") and (
-            procs.option(a, "--port") == str(self.port) or f"127.0.0.1:{self.port}" in " ".join(a).split())))
+        ours |= set(
+            procs.find(
+                lambda a: (
+                    a[0].startswith("redis-server")
+                    and (procs.option(a, "--port") == str(self.port) or f"127.0.0.1:{self.port}" in " ".join(a).split())
+                )
+            )
+        )
         return ours
 
     def force_stop(self) -> None:

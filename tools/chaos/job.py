@@ -35,8 +35,12 @@ def per_count(counts: DataFrame) -> DataFrame:
 def job(params: dict[str, str]):
     # Every kill may fail a few attempts: the restarts are there to be spent on them.
     j = Job("chaos", restart=RestartStrategy("fixed-delay", attempts=1000, delay_ms=200))
-    lines = j.read_text("lines", params["input"], parallelism=int(params.get("parallelism", 4)),
-                        split_bytes=int(params.get("split_bytes", 256 * 1024)))
+    lines = j.read_text(
+        "lines",
+        params["input"],
+        parallelism=int(params.get("parallelism", 4)),
+        split_bytes=int(params.get("split_bytes", 256 * 1024)),
+    )
     partials = lines.map("words", words)
     reducers = int(params.get("reducers", 2))
     counts = partials.key_by("word").map("per word", per_word, parallelism=reducers)

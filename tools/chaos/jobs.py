@@ -58,8 +58,9 @@ class Jobs:
 
     def _pending_submission(self, job_id: str) -> bool:
         inbox = self.cluster.log.keys.inbox(self.cluster.log.keys.cluster)
-        return any(isinstance(env.event, SubmitJob) and env.event.job_id == job_id
-                   for _, env in self.cluster.log.replay(inbox))
+        return any(
+            isinstance(env.event, SubmitJob) and env.event.job_id == job_id for _, env in self.cluster.log.replay(inbox)
+        )
 
     def status(self, s: Submitted) -> JobRun | None:
         """The job as its facts tell it. A job that neither has facts nor waits in the cluster
@@ -106,8 +107,10 @@ class Jobs:
             return
         got = read_output(s.output)
         if got != self.expected:
-            self.failures.append(f"job {s.job_id}: the sink {s.output} differs from the plain-Python result: "
-                                 + describe(got, self.expected))
+            self.failures.append(
+                f"job {s.job_id}: the sink {s.output} differs from the plain-Python result: "
+                + describe(got, self.expected)
+            )
 
     def finish_all(self) -> None:
         for s in self.submitted:
@@ -118,7 +121,9 @@ class Jobs:
 def describe(got: list[Row], want: list[Row]) -> str:
     g, w = set(got), set(want)
     dup = len(got) - len(g)
-    return (f"{len(got)} rows (want {len(want)}); {len(g - w)} unexpected e.g. {sorted(g - w)[:3]}; "
-            f"{len(w - g)} missing e.g. {sorted(w - g)[:3]}; {dup} duplicated; words {sum(r[1] for r in got)} "
-            f"(want {sum(r[1] for r in want)}), occurrences {sum(r[0] * r[1] for r in got)} "
-            f"(want {sum(r[0] * r[1] for r in want)})")
+    return (
+        f"{len(got)} rows (want {len(want)}); {len(g - w)} unexpected e.g. {sorted(g - w)[:3]}; "
+        f"{len(w - g)} missing e.g. {sorted(w - g)[:3]}; {dup} duplicated; words {sum(r[1] for r in got)} "
+        f"(want {sum(r[1] for r in want)}), occurrences {sum(r[0] * r[1] for r in got)} "
+        f"(want {sum(r[0] * r[1] for r in want)})"
+    )

@@ -11,7 +11,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["Ident", "ident", "same", "alive", "argv", "children", "descendants", "kill", "wait_gone", "workers_of", "find", "option"]
+__all__ = [
+    "Ident",
+    "ident",
+    "same",
+    "alive",
+    "argv",
+    "children",
+    "descendants",
+    "kill",
+    "wait_gone",
+    "workers_of",
+    "find",
+    "option",
+]
 
 
 def _stat(pid: int) -> tuple[str, int] | None:

@@ -43,19 +43,31 @@ def summary(console: Console, results: Sequence[RunResult], seed: int, kills: in
     for col in ("run seed", "fsync", "strikes", "jobs", "restarts", "took", "result"):
         runs.add_column(col, overflow="fold")
     for r in results:
-        strikes = ", ".join(f"{o.kind.value} {o.recovered_s:.1f}s" if o.recovered_s is not None else f"{o.kind.value} -"
-                            for o in r.strikes)
+        strikes = ", ".join(
+            f"{o.kind.value} {o.recovered_s:.1f}s" if o.recovered_s is not None else f"{o.kind.value} -"
+            for o in r.strikes
+        )
         jobs = ", ".join(j.status for j in r.jobs) or "-"
         restarts = ", ".join(str(j.restarts) for j in r.jobs) or "-"
         result = "[green]ok[/]" if r.ok else f"[red]FAILED ({len(r.failures)})[/]"
         runs.add_row(str(r.seed), r.fsync, strikes, jobs, restarts, f"{r.took_s:.0f} s", result)
     console.print(runs)
 
-    kinds = Table(title="strikes by kind (recovery: kill -> next leader leading / TaskManager registered / "
-                        "worker replaced / leader rebuilt on the restarted Redis; freezes: from SIGCONT for a "
-                        "TaskManager, from SIGSTOP for the leader; next task FINISHED: from the strike to the next task of any job finishing (a task lasts tens of seconds))")
-    for col in ("kind", "strikes", "survived", "recovery median s", "max s", "min s", "next task FINISHED median s",
-                "max s"):
+    kinds = Table(
+        title="strikes by kind (recovery: kill -> next leader leading / TaskManager registered / "
+        "worker replaced / leader rebuilt on the restarted Redis; freezes: from SIGCONT for a "
+        "TaskManager, from SIGSTOP for the leader; next task FINISHED: from the strike to the next task of any job finishing (a task lasts tens of seconds))"
+    )
+    for col in (
+        "kind",
+        "strikes",
+        "survived",
+        "recovery median s",
+        "max s",
+        "min s",
+        "next task FINISHED median s",
+        "max s",
+    ):
         kinds.add_column(col)
     all_times: list[float] = []
     all_progress: list[float] = []
@@ -70,16 +82,20 @@ def summary(console: Console, results: Sequence[RunResult], seed: int, kills: in
     n = sum(len(r.strikes) for r in results)
     kinds.add_row("[b]all[/]", f"[b]{n}[/]", f"[b]{survived}[/]", *_fmt(all_times), *_fmt(all_progress)[:2])
     console.print(kinds)
-    fsyncs = {f: sum(1 for r in results for o in r.strikes if r.fsync == f and o.kind.value == "redis-restart")
-              for f in ("always", "everysec")}
+    fsyncs = {
+        f: sum(1 for r in results for o in r.strikes if r.fsync == f and o.kind.value == "redis-restart")
+        for f in ("always", "everysec")
+    }
     console.print(f"redis restarts under appendfsync always: {fsyncs['always']}, everysec: {fsyncs['everysec']}")
     for r in results:
         for note in r.notes:
             console.print(f"run {r.seed}: {note}", soft_wrap=True, markup=False, style="dim")
     failed = [r for r in results if not r.ok]
     if not failed:
-        console.print(f"[green]{len(results)} runs, {n} strikes: every job's output exact, replay equals the "
-                      "tables, no stale write, nothing leaked[/]")
+        console.print(
+            f"[green]{len(results)} runs, {n} strikes: every job's output exact, replay equals the "
+            "tables, no stale write, nothing leaked[/]"
+        )
         return
     print_failed(console, failed, lambda seed: f"scripts/chaos --runs 1 --seed {seed} --kills {kills}")
 

@@ -40,8 +40,7 @@ class RunResult:
         return not self.failures
 
 
-def run_once(seed: int, kills: int, root: Path, spark: str, *, timing: Timing = Timing(),
-             say=print) -> RunResult:
+def run_once(seed: int, kills: int, root: Path, spark: str, *, timing: Timing = Timing(), say=print) -> RunResult:
     home = (root / f"run-{seed}").resolve()
     if home.exists():
         shutil.rmtree(home)
@@ -92,14 +91,17 @@ def _strike_all(cluster: ChaosCluster, jobs: Jobs, strikes: list[Strike], result
         out = strike(cluster, s)
         result.strikes.append(out)
         rec = f"{out.recovered_s:.1f} s" if out.recovered_s is not None else "no recovery"
-        say(f"  strike {i}/{len(strikes)}: {s.kind.value} of {out.target}: {rec}"
-            + (f" ({'; '.join(out.notes)})" if out.notes else ""))
+        say(
+            f"  strike {i}/{len(strikes)}: {s.kind.value} of {out.target}: {rec}"
+            + (f" ({'; '.join(out.notes)})" if out.notes else "")
+        )
         result.failures += out.failures
         # Back to full strength (two JobManagers, one leading; every TaskManager registered)
         # before the next strike, so that each strike meets a recovered cluster.
         if not poll(lambda: cluster.full_strength(TASKMANAGERS), RECOVERY_TIMEOUT_S, tick=cluster.sample_workers):
-            result.failures.append(f"after {s.kind.value}: the cluster was not back to full strength within "
-                                   f"{RECOVERY_TIMEOUT_S:.0f} s")
+            result.failures.append(
+                f"after {s.kind.value}: the cluster was not back to full strength within {RECOVERY_TIMEOUT_S:.0f} s"
+            )
             return
 
 
@@ -118,5 +120,6 @@ def _teardown(cluster: ChaosCluster, result: RunResult) -> None:
     # A TaskManager killed with SIGKILL cleans nothing: the others of the home sweep its
     # directory once its lock is free (services/taskmanager/tempdirs.py).
     for tm, files in cluster.temp_files().items():
-        result.failures.append(f"leaked temp files of TaskManager {tm} in {cluster.home}/tmp/{tm}: "
-                               f"{', '.join(files[:4])}")
+        result.failures.append(
+            f"leaked temp files of TaskManager {tm} in {cluster.home}/tmp/{tm}: {', '.join(files[:4])}"
+        )

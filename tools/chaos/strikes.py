@@ -37,10 +37,18 @@ class Outcome:
 
 def strike(c: ChaosCluster, s: Strike) -> Outcome:
     out = Outcome(s.kind, at=time.time())
-    {Kind.LEADER_KILL: _leader_kill, Kind.LEADER_STOP: _leader_stop, Kind.TM_KILL: _tm_kill,
-     Kind.WORKER_KILL: _worker_kill, Kind.TM_STOP: _tm_stop, Kind.REDIS_RESTART: _redis_restart}[s.kind](c, s, out)
+    {
+        Kind.LEADER_KILL: _leader_kill,
+        Kind.LEADER_STOP: _leader_stop,
+        Kind.TM_KILL: _tm_kill,
+        Kind.WORKER_KILL: _worker_kill,
+        Kind.TM_STOP: _tm_stop,
+        Kind.REDIS_RESTART: _redis_restart,
+    }[s.kind](c, s, out)
     if out.recovered_s is None and not out.failures:
-        out.failures.append(f"{s.kind.value} of {out.target}: the cluster did not recover within {RECOVERY_TIMEOUT_S:.0f} s")
+        out.failures.append(
+            f"{s.kind.value} of {out.target}: the cluster did not recover within {RECOVERY_TIMEOUT_S:.0f} s"
+        )
     return out
 
 
@@ -97,8 +105,10 @@ def _leader_stop(c: ChaosCluster, s: Strike, out: Outcome) -> None:
         procs.kill(p.pid, signal.SIGCONT)
     line = poll(lambda: refusal(log_file, offset), 30)
     if line is None:
-        out.failures.append(f"{p.name} woke up after losing the lease at epoch {holder.epoch} and its log never "
-                            "said it was refused or stepped down (deposed / lost the lease / StaleEpoch)")
+        out.failures.append(
+            f"{p.name} woke up after losing the lease at epoch {holder.epoch} and its log never "
+            "said it was refused or stepped down (deposed / lost the lease / StaleEpoch)"
+        )
     else:
         out.notes.append(f"{p.name} after SIGCONT: {line[:200]}")
 
@@ -157,8 +167,11 @@ def _tm_stop(c: ChaosCluster, s: Strike, out: Outcome) -> None:
 def _lost(c: ChaosCluster, name: str) -> int:
     from sluice.events import TaskManagerLost
 
-    return sum(1 for _, env in c.log.replay(c.log.keys.facts(c.log.keys.cluster))
-               if isinstance(env.event, TaskManagerLost) and env.event.resource_id == name)
+    return sum(
+        1
+        for _, env in c.log.replay(c.log.keys.facts(c.log.keys.cluster))
+        if isinstance(env.event, TaskManagerLost) and env.event.resource_id == name
+    )
 
 
 def _redis_restart(c: ChaosCluster, s: Strike, out: Outcome) -> None:

@@ -41,8 +41,9 @@ def _word(i: int) -> str:
     return "".join(reversed(out))
 
 
-def generate(path: Path, seed: int, *, vocabulary: int = 100_000, draws: int = 300_000,
-             exponent: float = 1.1, per_line: int = 12) -> Workload:
+def generate(
+    path: Path, seed: int, *, vocabulary: int = 100_000, draws: int = 300_000, exponent: float = 1.1, per_line: int = 12
+) -> Workload:
     rng = np.random.default_rng(seed)
     ranks = np.arange(1, vocabulary + 1, dtype=np.float64)
     weights = 1.0 / ranks**exponent
@@ -55,7 +56,7 @@ def generate(path: Path, seed: int, *, vocabulary: int = 100_000, draws: int = 3
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
         for start in range(0, len(words), per_line):
-            f.write(" ".join(words[start:start + per_line]) + "\n")
+            f.write(" ".join(words[start : start + per_line]) + "\n")
     return Workload(path, vocabulary, len(words), path.stat().st_size)
 
 
@@ -83,6 +84,7 @@ def read_output(directory: Path) -> list[Row]:
         if f.name.startswith(("_", ".")) or not f.is_file():
             continue
         table = pq.read_table(f)
-        rows += zip(table.column("count").to_pylist(), table.column("words").to_pylist(),
-                    table.column("crc").to_pylist())
+        rows += zip(
+            table.column("count").to_pylist(), table.column("words").to_pylist(), table.column("crc").to_pylist()
+        )
     return sorted(rows)

@@ -165,10 +165,20 @@ class HostsCluster:
         self.state.links.append(bridge)
         self.state.save()
         net.make_bridge(bridge, subnet)
-        names = ["storage", "redis", "jm1", "jm2"] + (["spark"] if self.layout.spark != "local" else []) + [f"tm{i + 1}" for i in range(self.layout.taskmanagers)]
+        names = (
+            ["storage", "redis", "jm1", "jm2"]
+            + (["spark"] if self.layout.spark != "local" else [])
+            + [f"tm{i + 1}" for i in range(self.layout.taskmanagers)]
+        )
         for i, name in enumerate(names):
-            host = Host(name, f"slh-{self.run}-{name}", f"slh{self.run}{i}", str(subnet.network_address + 2 + i),
-                        self.directory / name, clock_offset=self.layout.skew.get(name))
+            host = Host(
+                name,
+                f"slh-{self.run}-{name}",
+                f"slh{self.run}{i}",
+                str(subnet.network_address + 2 + i),
+                self.directory / name,
+                clock_offset=self.layout.skew.get(name),
+            )
             host.directory.mkdir(parents=True, exist_ok=True)
             self.state.namespaces.append(host.namespace)
             self.state.links.append(host.veth)
@@ -201,9 +211,15 @@ class HostsCluster:
                 self._track(f"weed-mount-{host.name}", storage.mount(host, server.address, self.shared))
 
     def env(self, host: Host) -> dict[str, str]:
-        return {**os.environ, **self.layout.timing.env(), "SLUICE_REDIS_URL": self.url_for(host),
-                "SLUICE_PREFIX": self.prefix, "SLUICE_HOME": str(host.directory / "home"),
-                "SLUICE_STORAGE_ROOT": self.storage_root, **self.spark_env(host)}
+        return {
+            **os.environ,
+            **self.layout.timing.env(),
+            "SLUICE_REDIS_URL": self.url_for(host),
+            "SLUICE_PREFIX": self.prefix,
+            "SLUICE_HOME": str(host.directory / "home"),
+            "SLUICE_STORAGE_ROOT": self.storage_root,
+            **self.spark_env(host),
+        }
 
     def spark_env(self, host: Host) -> dict[str, str]:
         """What a TaskManager on ``host`` is told of Spark beyond its own ``local[*]`` (``Layout.spark``)."""
@@ -231,39 +247,83 @@ class HostsCluster:
         redis = self.hosts["redis"]
         data = redis.directory / "data"
         data.mkdir(parents=True, exist_ok=True)
-        self._track("redis", redis.spawn(
-            ["redis-server", "--bind", f"{redis.address} 127.0.0.1", "--port", str(REDIS_PORT), "--protected-mode",
-             "no", "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--dir", str(data)],
-            log=redis.directory / "redis.log"))
+        self._track(
+            "redis",
+            redis.spawn(
+                [
+                    "redis-server",
+                    "--bind",
+                    f"{redis.address} 127.0.0.1",
+                    "--port",
+                    str(REDIS_PORT),
+                    "--protected-mode",
+                    "no",
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "everysec",
+                    "--save",
+                    "",
+                    "--dir",
+                    str(data),
+                ],
+                log=redis.directory / "redis.log",
+            ),
+        )
         client = poll(lambda: connect(self.redis_url), 30)
         if client is None:
             raise HostsError(f"redis-server on host redis did not answer within 30 s; see {redis.directory}/redis.log")
         self.client = client
         self.log = EventLog(client, Keys(self.prefix))
-        self.roles = {"jm1": [Role("jobmanager", ("--id", "jm1"), "jm1")],
-                      "jm2": [Role("jobmanager", ("--id", "jm2"), "jm2"), Role("projector", (), "projector")]}
+        self.roles = {
+            "jm1": [Role("jobmanager", ("--id", "jm1"), "jm1")],
+            "jm2": [Role("jobmanager", ("--id", "jm2"), "jm2"), Role("projector", (), "projector")],
+        }
         for host in self.taskmanager_hosts():
-            self.roles[host.name] = [Role("taskmanager", ("--slots", str(self.layout.slots), "--resource-id",
-                                                          host.name, *advertise(host)), host.name)]
+            self.roles[host.name] = [
+                Role(
+                    "taskmanager",
+                    ("--slots", str(self.layout.slots), "--resource-id", host.name, *advertise(host)),
+                    host.name,
+                )
+            ]
         for name in self.roles:
             self.start_roles(name)
         want = len(self.taskmanager_hosts())
         if not poll(lambda: self.leader() is not None and len(self.registered()) >= want, timeout, every=0.2):
-            raise HostsError(f"the cluster of run {self.run} did not come up within {timeout:.0f} s: leader "
-                             f"{self.leader()}, registered {sorted(self.registered())}; logs in {self.directory}")
+            raise HostsError(
+                f"the cluster of run {self.run} did not come up within {timeout:.0f} s: leader "
+                f"{self.leader()}, registered {sorted(self.registered())}; logs in {self.directory}"
+            )
 
     def _proxy(self, host: Host, timeout: float = 20.0) -> None:
         """The host's delay proxy to Redis (on its loopback), started and listening."""
         redis = self.hosts["redis"]
-        proc = host.spawn([sys.executable, "-m", "tools.hosts.proxy", "--listen", f"127.0.0.1:{PROXY_PORT}",
-                           "--to", f"{redis.address}:{REDIS_PORT}", "--delay-file", str(host.directory / "delay")],
-                          log=host.directory / "proxy.log", env=with_tools(), clock=False)
+        proc = host.spawn(
+            [
+                sys.executable,
+                "-m",
+                "tools.hosts.proxy",
+                "--listen",
+                f"127.0.0.1:{PROXY_PORT}",
+                "--to",
+                f"{redis.address}:{REDIS_PORT}",
+                "--delay-file",
+                str(host.directory / "delay"),
+            ],
+            log=host.directory / "proxy.log",
+            env=with_tools(),
+            clock=False,
+        )
         self._track(f"proxy-{host.name}", proc)
         listening = f"</dev/tcp/127.0.0.1/{PROXY_PORT}"
-        if not poll(lambda: proc.poll() is None and host.run("bash", "-c", listening, check=False).returncode == 0,
-                    timeout):
-            raise HostsError(f"the delay proxy of host {host.name} did not listen within {timeout:.0f} s; "
-                             f"see {host.directory}/proxy.log")
+        if not poll(
+            lambda: proc.poll() is None and host.run("bash", "-c", listening, check=False).returncode == 0, timeout
+        ):
+            raise HostsError(
+                f"the delay proxy of host {host.name} did not listen within {timeout:.0f} s; "
+                f"see {host.directory}/proxy.log"
+            )
 
     def start_roles(self, host_name: str) -> None:
         """(Re)start the Sluice processes of a host (after ``faults.kill_host``, or with a new clock)."""
@@ -273,8 +333,9 @@ class HostsCluster:
             self._proxy(host)
         exe = str(Path(sys.executable).with_name("sluice"))
         for r in self.roles.get(host_name, []):
-            self._track(r.name, host.spawn([exe, r.role, *r.args], log=host.directory / f"{r.name}.log",
-                                           env=self.env(host)))
+            self._track(
+                r.name, host.spawn([exe, r.role, *r.args], log=host.directory / f"{r.name}.log", env=self.env(host))
+            )
 
     # --- what the log says ---------------------------------------------------------------
 
@@ -320,4 +381,3 @@ class HostsCluster:
                 except OSError:
                     continue
         return total / 1024
-

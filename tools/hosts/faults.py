@@ -12,13 +12,27 @@ from .cluster import HostsCluster
 from .host import Host
 from .net import HostsError
 
-__all__ = ["cut", "restore", "drop", "undrop", "latency", "no_latency", "kill_host", "restart_host", "freeze",
-           "thaw", "skew", "heal"]
+__all__ = [
+    "cut",
+    "restore",
+    "drop",
+    "undrop",
+    "latency",
+    "no_latency",
+    "kill_host",
+    "restart_host",
+    "freeze",
+    "thaw",
+    "skew",
+    "heal",
+]
 
 
 def _host(cluster: HostsCluster, name: str) -> Host:
     if name not in cluster.hosts:
-        raise HostsError(f"no host {name!r} in run {cluster.run}: its hosts are {', '.join(cluster.hosts) or 'none (not up)'}")
+        raise HostsError(
+            f"no host {name!r} in run {cluster.run}: its hosts are {', '.join(cluster.hosts) or 'none (not up)'}"
+        )
     return cluster.hosts[name]
 
 

@@ -41,10 +41,22 @@ class Host:
     started: list[tuple[int, int]] = field(default_factory=list)
 
     def start_holder(self, timeout: float = 10.0) -> int:
-        cmd = ["ip", "netns", "exec", self.namespace, "unshare", "--mount", "--propagation", "private", "sh", "-c",
-               f"mount -t tmpfs -o size={TMP_SIZE},mode=1777 tmpfs /tmp && exec sleep infinity"]
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            self.namespace,
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size={TMP_SIZE},mode=1777 tmpfs /tmp && exec sleep infinity",
+        ]
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         root_ns = os.readlink("/proc/self/ns/mnt")
         while True:
@@ -76,8 +88,9 @@ class Host:
             raise HostsError(f"host {self.name} has no holder process: start it first")
         return ["nsenter", "-t", str(self.holder), "-m", "-n", "--"]
 
-    def spawn(self, argv: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None,
-              clock: bool = True) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, argv: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None, clock: bool = True
+    ) -> subprocess.Popen[bytes]:
         """Start ``argv`` on this host, output to ``log``; under ``faketime`` when the host's
         clock is offset (the wall clock as a skewed NTP would leave it; durations true)."""
         full = dict(os.environ if env is None else env)
@@ -89,8 +102,14 @@ class Host:
             cmd = ["faketime", "-f", self.clock_offset, *cmd]
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
-            proc = subprocess.Popen([*self.enter(), *cmd], stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=full, start_new_session=True)
+            proc = subprocess.Popen(
+                [*self.enter(), *cmd],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=full,
+                start_new_session=True,
+            )
         who = procs.ident(proc.pid)
         if who is not None:
             self.started.append(who)
@@ -109,8 +128,12 @@ class Host:
             return []
         out = []
         for d in Path("/proc").iterdir():
-            if d.name.isdigit() and int(d.name) != self.holder and self._mnt(int(d.name)) == mine \
-                    and procs.alive(int(d.name)):
+            if (
+                d.name.isdigit()
+                and int(d.name) != self.holder
+                and self._mnt(int(d.name)) == mine
+                and procs.alive(int(d.name))
+            ):
                 out.append(int(d.name))
         return sorted(out)
 
@@ -133,8 +156,9 @@ class Host:
         self.run("mkdir", "-p", target)
         tar = subprocess.Popen(["tar", "-C", str(source.parent), "-cf", "-", source.name], stdout=subprocess.PIPE)
         try:
-            done = subprocess.run([*self.enter(), "tar", "-C", target, "-xf", "-"], stdin=tar.stdout,
-                                  capture_output=True, timeout=timeout)
+            done = subprocess.run(
+                [*self.enter(), "tar", "-C", target, "-xf", "-"], stdin=tar.stdout, capture_output=True, timeout=timeout
+            )
         finally:
             if tar.stdout:
                 tar.stdout.close()
@@ -146,8 +170,9 @@ class Host:
         """Copy ``source`` on this host into the directory ``target`` of the root namespace; the copy's path."""
         target.mkdir(parents=True, exist_ok=True)
         src = Path(source)
-        done = subprocess.run([*self.enter(), "tar", "-C", str(src.parent), "-cf", "-", src.name],
-                              capture_output=True, timeout=timeout)
+        done = subprocess.run(
+            [*self.enter(), "tar", "-C", str(src.parent), "-cf", "-", src.name], capture_output=True, timeout=timeout
+        )
         if done.returncode:
             raise HostsError(f"reading {source} on host {self.name} failed: {done.stderr.decode()[:300]}")
         subprocess.run(["tar", "-C", str(target), "-xf", "-"], input=done.stdout, check=True, timeout=timeout)

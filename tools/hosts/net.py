@@ -11,7 +11,17 @@ import subprocess
 
 from sluice.errors import SluiceError
 
-__all__ = ["HostsError", "sh", "free_subnet", "make_bridge", "add_host", "set_link", "check_probability", "drop", "undrop"]
+__all__ = [
+    "HostsError",
+    "sh",
+    "free_subnet",
+    "make_bridge",
+    "add_host",
+    "set_link",
+    "check_probability",
+    "drop",
+    "undrop",
+]
 
 
 class HostsError(SluiceError):

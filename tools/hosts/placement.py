@@ -20,8 +20,10 @@ def hosts_by_vertex(log: EventLog, job_id: str) -> dict[str, list[str | None]]:
     """Vertex -> the host of each subtask's last attempt (None: never placed)."""
     host_of = {r["resource_id"]: r["host"] for r in taskmanagers(log)}
     job = Client(log).job(job_id)
-    return {name: [host_of.get(e.taskmanager) if e.taskmanager else None for e in v.subtasks]
-            for name, v in job.vertices.items()}
+    return {
+        name: [host_of.get(e.taskmanager) if e.taskmanager else None for e in v.subtasks]
+        for name, v in job.vertices.items()
+    }
 
 
 def hosts_ran_on(log: EventLog, job_id: str) -> set[str]:
@@ -31,9 +33,13 @@ def hosts_ran_on(log: EventLog, job_id: str) -> set[str]:
     from sluice.events import TaskState, UpdateTaskExecutionState
 
     host_of = {r["resource_id"]: r["host"] for r in taskmanagers(log)}
-    ran = {env.event.taskmanager for _, env in log.replay(log.keys.facts(log.keys.job(job_id)))
-           if isinstance(env.event, UpdateTaskExecutionState) and env.event.state == TaskState.RUNNING
-           and env.event.taskmanager}
+    ran = {
+        env.event.taskmanager
+        for _, env in log.replay(log.keys.facts(log.keys.job(job_id)))
+        if isinstance(env.event, UpdateTaskExecutionState)
+        and env.event.state == TaskState.RUNNING
+        and env.event.taskmanager
+    }
     return {h for tm in ran if (h := host_of.get(tm))}
 
 
@@ -70,8 +76,13 @@ def cross_reads(log: EventLog, job_id: str, listdir: Callable[[str, str], list[s
                 if not p_host or not c_host or p_host == c_host:
                     continue
                 first, last = key_group_range(job.graph.max_parallelism, len(consumers), c.subtask)
-                groups = tuple(sorted(n for name in listdir(c_host, root) if name.startswith("_kg=")
-                                      and first <= (n := int(name[4:])) <= last))
+                groups = tuple(
+                    sorted(
+                        n
+                        for name in listdir(c_host, root)
+                        if name.startswith("_kg=") and first <= (n := int(name[4:])) <= last
+                    )
+                )
                 if groups:
                     out.append(CrossRead(edge.source, edge.target, p.subtask, p_host, c.subtask, c_host, groups))
     return out

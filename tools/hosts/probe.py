@@ -34,8 +34,24 @@ def unavailable() -> str | None:
     if made.returncode:
         return f"cannot make a network namespace (`ip netns add`): {made.stderr.strip()[:200]}"
     try:
-        tried = subprocess.run(["ip", "netns", "exec", name, "unshare", "--mount", "--propagation", "private", "sh",
-                                "-c", "mount -t tmpfs tmpfs /tmp"], capture_output=True, text=True, timeout=10)
+        tried = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                name,
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                "mount -t tmpfs tmpfs /tmp",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if tried.returncode:
             return f"cannot give a namespace its own /tmp (`unshare --mount`): {tried.stderr.strip()[:200]}"
     finally:

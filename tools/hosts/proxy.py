@@ -73,8 +73,7 @@ async def serve(listen: tuple[str, int], to: tuple[str, int], delay: Delay) -> a
         except (TimeoutError, OSError):
             client_w.close()
             return
-        await asyncio.gather(_pipe(client_r, server_w, delay), _pipe(server_r, client_w, delay),
-                             return_exceptions=True)
+        await asyncio.gather(_pipe(client_r, server_w, delay), _pipe(server_r, client_w, delay), return_exceptions=True)
 
     return await asyncio.start_server(handle, *listen)
 

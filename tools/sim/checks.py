@@ -61,8 +61,9 @@ def check(sim: Simulation) -> None:
         for tm, slot, job_id, eid in sim.observer.jobs.pool.holders():
             if job_id not in recovering:
                 pool.take(tm, slot, job_id, eid)
-        logged_jobs = JobsState({j: run for j, run in sim.observer.jobs.jobs.items() if j in leader.state.jobs.jobs},
-                                pool)
+        logged_jobs = JobsState(
+            {j: run for j, run in sim.observer.jobs.jobs.items() if j in leader.state.jobs.jobs}, pool
+        )
         for job_id, run in sim.observer.jobs.jobs.items():
             if job_id not in leader.state.jobs.jobs and run.status not in TERMINAL_JOB and job_id not in recovering:
                 raise Violation(f"job {job_id} is {run.status.value} in the log, but not in the leader's state")
@@ -72,16 +73,20 @@ def check(sim: Simulation) -> None:
         if live != logged:
             raise Violation("the leader's state differs from the replay of the log:\n" + _diff(live, logged))
         if normal_membership(leader.state.membership) != normal_membership(sim.observer.membership):
-            raise Violation("the leader's membership differs from the replay of the log:\n" + _diff(
-                normal_membership(leader.state.membership), normal_membership(sim.observer.membership)))
+            raise Violation(
+                "the leader's membership differs from the replay of the log:\n"
+                + _diff(normal_membership(leader.state.membership), normal_membership(sim.observer.membership))
+            )
 
 
 def final_checks(sim: Simulation) -> None:
     """The checks run once every job has ended after the faults stopped."""
     check(sim)
     check_outboxes(sim)
-    leader = next((p.jm for p in sim.jms if p.jm.leading and p.jm.replay is None
-                   and p.jm.committer.server == sim.store.run_id), None)
+    leader = next(
+        (p.jm for p in sim.jms if p.jm.leading and p.jm.replay is None and p.jm.committer.server == sim.store.run_id),
+        None,
+    )
     if leader is not None:  # (a leader that has not yet seen a restart of Redis may be behind)
         check_retention(sim, leader)
     for job in sim.sim_jobs:
@@ -127,8 +132,9 @@ def check_tables(sim: Simulation) -> None:
             _, rows = tables.read(tag, projection.name)
             want = {k: projection.row(state, k) for k in rows}
             if rows != want:
-                raise Violation(f"table {projection.name} of {job_id} differs from the replay of the log:\n"
-                                + _diff(rows, want))
+                raise Violation(
+                    f"table {projection.name} of {job_id} differs from the replay of the log:\n" + _diff(rows, want)
+                )
 
 
 def _diff(a: dict, b: dict) -> str:

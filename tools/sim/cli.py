@@ -96,8 +96,9 @@ def _campaign(n: int, start: int, workers: int, opts: dict[str, Any], names: lis
         rows.append((name, PLANTS[name].issue, caught, ran, took))
     click.echo(f"\n{'plant':22} {'issue':6} {'caught by seed':>15} {'seeds run':>10} {'seconds':>8}")
     for name, issue, caught, ran, took in rows:
-        click.echo(f"{name:22} {issue:6} {str(caught) if caught is not None else 'NOT CAUGHT':>15} {ran:>10} "
-                   f"{took:>8.1f}")
+        click.echo(
+            f"{name:22} {issue:6} {str(caught) if caught is not None else 'NOT CAUGHT':>15} {ran:>10} {took:>8.1f}"
+        )
     if any(caught is None for _, _, caught, _, _ in rows):
         sys.exit(1)
 
@@ -107,26 +108,59 @@ def _campaign(n: int, start: int, workers: int, opts: dict[str, Any], names: lis
 @click.option("--seed", type=int, default=None, help="Run this one seed and show its trace if it fails.")
 @click.option("--start", type=int, default=0, show_default=True, help="The first seed.")
 @click.option("--workers", type=int, default=None, help="Processes (default: one per core).")
-@click.option("--all-faults", is_flag=True, help="Every kind of fault on in every seed (default: each seed "
-              "switches each kind on or off: swarm testing).")
+@click.option(
+    "--all-faults",
+    is_flag=True,
+    help="Every kind of fault on in every seed (default: each seed switches each kind on or off: swarm testing).",
+)
 @click.option("--no-faults", is_flag=True, help="A healthy cluster (the happy path).")
 @click.option("--steps", type=int, default=None, help="Steps with faults before they stop (default 1200).")
 @click.option("--stop-after", type=int, default=5, show_default=True, help="Stop after this many failing seeds.")
-@click.option("--faults", "kinds", default="", help="Only these kinds of fault, comma-separated (see tools/sim/faults.py).")
+@click.option(
+    "--faults", "kinds", default="", help="Only these kinds of fault, comma-separated (see tools/sim/faults.py)."
+)
 @click.option("--max-stall-s", type=float, default=None, help="The JobManagers' stall limit (default 5 s).")
 @click.option("--replay-page", type=int, default=None, help="Facts a new leader replays per step.")
 @click.option("--jobs", type=int, default=None, help="Jobs per world (default 1 or 2).")
 @click.option("--quiet", is_flag=True, help="Only the summary and failures.")
-@click.option("--rss-every", type=int, default=None, help="Every this many seeds, print each worker's resident "
-              "memory (a seed must leave nothing behind: it stays flat).")
-@click.option("--plant", "plant_name", default=None, help="Put this known bug into the code first (see "
-              "tools/sim/plants.py): the run says how many seeds it takes to catch it.")
-@click.option("--campaign", is_flag=True, help="Every plant (or --plant's), each until the first seed that catches "
-              "it, within --seeds seeds (default 1000); a table at the end.")
-def main(seeds: int | None, seed: int | None, start: int, workers: int | None, all_faults: bool, no_faults: bool,
-         steps: int | None, stop_after: int, quiet: bool, kinds: str, max_stall_s: float | None,
-         replay_page: int | None, jobs: int | None, rss_every: int | None, plant_name: str | None,
-         campaign: bool) -> None:
+@click.option(
+    "--rss-every",
+    type=int,
+    default=None,
+    help="Every this many seeds, print each worker's resident "
+    "memory (a seed must leave nothing behind: it stays flat).",
+)
+@click.option(
+    "--plant",
+    "plant_name",
+    default=None,
+    help="Put this known bug into the code first (see "
+    "tools/sim/plants.py): the run says how many seeds it takes to catch it.",
+)
+@click.option(
+    "--campaign",
+    is_flag=True,
+    help="Every plant (or --plant's), each until the first seed that catches "
+    "it, within --seeds seeds (default 1000); a table at the end.",
+)
+def main(
+    seeds: int | None,
+    seed: int | None,
+    start: int,
+    workers: int | None,
+    all_faults: bool,
+    no_faults: bool,
+    steps: int | None,
+    stop_after: int,
+    quiet: bool,
+    kinds: str,
+    max_stall_s: float | None,
+    replay_page: int | None,
+    jobs: int | None,
+    rss_every: int | None,
+    plant_name: str | None,
+    campaign: bool,
+) -> None:
     """Simulate Sluice clusters under faults; every invariant is checked after every step."""
     from .faults import KINDS
 
@@ -138,19 +172,29 @@ def main(seeds: int | None, seed: int | None, start: int, workers: int | None, a
 
     if plant_name is not None and plant_name not in PLANTS:
         raise click.UsageError(f"no plant {plant_name!r}; the plants are {', '.join(PLANTS)}")
-    opts = {"all_faults": all_faults, "no_faults": no_faults, "steps": steps, "kinds": chosen,
-            "max_stall_s": max_stall_s, "replay_page": replay_page, "jobs": jobs}
+    opts = {
+        "all_faults": all_faults,
+        "no_faults": no_faults,
+        "steps": steps,
+        "kinds": chosen,
+        "max_stall_s": max_stall_s,
+        "replay_page": replay_page,
+        "jobs": jobs,
+    }
     if campaign:
-        _campaign(seeds or 1000, start, workers or os.cpu_count() or 1, opts,
-                  [plant_name] if plant_name else list(PLANTS))
+        _campaign(
+            seeds or 1000, start, workers or os.cpu_count() or 1, opts, [plant_name] if plant_name else list(PLANTS)
+        )
         return
     if seed is not None:
         _init_worker(plant_name)
         first = _run((seed, opts))
         again = _run((seed, opts))
         same = digest(first) == digest(again)
-        click.echo(f"seed {seed}: {'ok' if first['ok'] else 'FAILED'} — {first['steps']} steps, "
-                   f"{first['sim_ms'] / 1000:.1f} s simulated, {first['facts']} facts, jobs {first['jobs']}")
+        click.echo(
+            f"seed {seed}: {'ok' if first['ok'] else 'FAILED'} — {first['steps']} steps, "
+            f"{first['sim_ms'] / 1000:.1f} s simulated, {first['facts']} facts, jobs {first['jobs']}"
+        )
         click.echo(f"faults on: {', '.join(first['faults']) or 'none'}")
         click.echo(f"replayed: {'identical' if same else 'DIFFERENT'} ({digest(first)} / {digest(again)})")
         if not first["ok"]:
@@ -171,8 +215,10 @@ def main(seeds: int | None, seed: int | None, start: int, workers: int | None, a
             facts_total += out["facts"]
             rss[out["pid"]] = out["rss"]
             if rss_every and done % rss_every == 0:
-                click.echo(f"  rss after {done} seeds ({time.monotonic() - began:.0f} s): "
-                           + ", ".join(f"{r / 2**20:.0f} MB" for _, r in sorted(rss.items())))
+                click.echo(
+                    f"  rss after {done} seeds ({time.monotonic() - began:.0f} s): "
+                    + ", ".join(f"{r / 2**20:.0f} MB" for _, r in sorted(rss.items()))
+                )
             if not out["ok"]:
                 failed.append(out)
                 click.echo(f"seed {out['seed']} FAILED: {out['violation'].splitlines()[0][:240]}")
@@ -182,16 +228,23 @@ def main(seeds: int | None, seed: int | None, start: int, workers: int | None, a
             now = time.monotonic()
             if not quiet and now - last_report > 10:
                 last_report = now
-                click.echo(f"  {done}/{n} seeds, {done / (now - began):.1f} seeds/s, "
-                           f"{facts_total / (now - began):.0f} facts/s, {len(failed)} failed", err=True)
+                click.echo(
+                    f"  {done}/{n} seeds, {done / (now - began):.1f} seeds/s, "
+                    f"{facts_total / (now - began):.0f} facts/s, {len(failed)} failed",
+                    err=True,
+                )
     took = time.monotonic() - began
-    click.echo(f"{done} seeds in {took:.1f} s: {done / took:.1f} seeds/s, {steps_total / took:.0f} steps/s, "
-               f"{facts_total / took:.0f} facts/s (events decided and committed), {workers} workers; "
-               f"{len(failed)} failed")
+    click.echo(
+        f"{done} seeds in {took:.1f} s: {done / took:.1f} seeds/s, {steps_total / took:.0f} steps/s, "
+        f"{facts_total / took:.0f} facts/s (events decided and committed), {workers} workers; "
+        f"{len(failed)} failed"
+    )
     if failed:
         worst = min(failed, key=lambda o: o["seed"])
-        click.echo(f"\nthe first failing seed, {worst['seed']} (run it again: scripts/simulate --seed {worst['seed']}"
-                   f"{' --all-faults' if all_faults else ''}):\n")
+        click.echo(
+            f"\nthe first failing seed, {worst['seed']} (run it again: scripts/simulate --seed {worst['seed']}"
+            f"{' --all-faults' if all_faults else ''}):\n"
+        )
         click.echo(worst["trace"])
         sys.exit(1)
 

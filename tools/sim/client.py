@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ClientProcess"]
 
+
 class ClientProcess(Process):
     """Submits the seed's jobs (again, if a restart of Redis lost a submission), and, when
     those faults are on, cancels jobs and sends hostile messages."""
@@ -47,8 +48,9 @@ class ClientProcess(Process):
                 last = self.submitted.get(job.job_id)
                 if not known and (last is None or now - last > 5_000):
                     digest = hashlib.sha256(simjobs.CODE).hexdigest()
-                    self.api.submit(JobFile(Path("sim.py"), simjobs.CODE, digest, "sim_job", None,
-                                               job.graph, {}), job_id=job.job_id)
+                    self.api.submit(
+                        JobFile(Path("sim.py"), simjobs.CODE, digest, "sim_job", None, job.graph, {}), job_id=job.job_id
+                    )
                     self.submitted[job.job_id] = now
                     sim.note(f"client: submitted {job.job_id}")
                     return True
@@ -83,8 +85,15 @@ class ClientProcess(Process):
             from sluice.services.jobmanager.process import GROUP as JM_GROUP
             from sluice.services.taskmanager.process import GROUP as TM_GROUP
 
-            self.clobber(*rng.choice([(cluster, JM_GROUP), (keys.inbox(keys.job(job.job_id)), JM_GROUP),
-                                      *((keys.inbox(keys.taskmanager(p.name)), TM_GROUP) for p in sim.tms)]))
+            self.clobber(
+                *rng.choice(
+                    [
+                        (cluster, JM_GROUP),
+                        (keys.inbox(keys.job(job.job_id)), JM_GROUP),
+                        *((keys.inbox(keys.taskmanager(p.name)), TM_GROUP) for p in sim.tms),
+                    ]
+                )
+            )
             return
         if kind == 0:
             env = Envelope(RegisterTaskManager(bad_id, "s", "h", 1, 1, 1), sim.world.new_id(), 0, sim.world.now)
@@ -92,27 +101,40 @@ class ClientProcess(Process):
             env = Envelope(TaskManagerHeartbeat(bad_id, "s", 1, 0), sim.world.new_id(), 0, sim.world.now)
         elif kind == 2:
             reply = rng.choice(("no-tag", keys.inbox(keys.job(job.job_id)), "{other:client:x}:inbox", bad_id))
-            env = Envelope(SubmitJob("h" + sim.world.new_id()[:6], job.graph, "0" * 64, "m", reply, {}),
-                           sim.world.new_id(), 0, sim.world.now)
+            env = Envelope(
+                SubmitJob("h" + sim.world.new_id()[:6], job.graph, "0" * 64, "m", reply, {}),
+                sim.world.new_id(),
+                0,
+                sim.world.now,
+            )
         elif kind == 3:
-            env = Envelope(SubmitJob(bad_id, job.graph, "0" * 64, "m", keys.inbox(keys.client("c1")), {}),
-                           sim.world.new_id(), 0, sim.world.now)
+            env = Envelope(
+                SubmitJob(bad_id, job.graph, "0" * 64, "m", keys.inbox(keys.client("c1")), {}),
+                sim.world.new_id(),
+                0,
+                sim.world.now,
+            )
         if env is not None:
             self.log.append(cluster, env)
         elif kind == 4:
-            self.log.append_raw(rng.choice((cluster, keys.inbox(keys.job(job.job_id)))),
-                                {b"e": rng.choice((b"{not json", b'{"type":"Nope","v":1}', b"\xff"))})
+            self.log.append_raw(
+                rng.choice((cluster, keys.inbox(keys.job(job.job_id)))),
+                {b"e": rng.choice((b"{not json", b'{"type":"Nope","v":1}', b"\xff"))},
+            )
         else:
             from sluice.events import JSON, OperatorEvent, TaskState, UpdateTaskExecutionState
 
-            ev = rng.choice((
-                UpdateTaskExecutionState(job.job_id, "src:99:0", TaskState.FINISHED, None, "src", 99, 0, "tm0", 0),
-                UpdateTaskExecutionState(job.job_id, "nope", TaskState.RUNNING),
-                OperatorEvent(job.job_id, "src", -1, True, JSON({"type": "request-split"}), 0),
-                OperatorEvent(job.job_id, "zzz", 0, True, JSON({}), 0),
-            ))
-            self.log.append(keys.inbox(keys.job(job.job_id)), Envelope(ev, sim.world.new_id(), 0, sim.world.now,
-                                                                      job.job_id))
+            ev = rng.choice(
+                (
+                    UpdateTaskExecutionState(job.job_id, "src:99:0", TaskState.FINISHED, None, "src", 99, 0, "tm0", 0),
+                    UpdateTaskExecutionState(job.job_id, "nope", TaskState.RUNNING),
+                    OperatorEvent(job.job_id, "src", -1, True, JSON({"type": "request-split"}), 0),
+                    OperatorEvent(job.job_id, "zzz", 0, True, JSON({}), 0),
+                )
+            )
+            self.log.append(
+                keys.inbox(keys.job(job.job_id)), Envelope(ev, sim.world.new_id(), 0, sim.world.now, job.job_id)
+            )
         sim.note(f"client: sent a hostile message ({kind})")
 
     def clobber(self, inbox: str, group: str) -> None:
@@ -135,4 +157,3 @@ class ClientProcess(Process):
 
     def crash(self) -> None:
         pass
-

@@ -104,8 +104,11 @@ class Simulation:
         """A new connection to the log for ``owner`` (the process or task whose calls go
         through it: while one of its calls is paused, it cannot take another step)."""
         older = self.skew is not None and isinstance(owner, JMProcess) and owner.index > 0
-        return EventLog(FaultyBackend(MemoryBackend(self.store, name=name), self, name, owner), self.keys,
-                        decode=decode_bytes if older else self.decode)
+        return EventLog(
+            FaultyBackend(MemoryBackend(self.store, name=name), self, name, owner),
+            self.keys,
+            decode=decode_bytes if older else self.decode,
+        )
 
     def clock(self, host: str) -> SimWorld | ProcessClock:
         """The clocks of a process on ``host`` (a JobManager ``jm<i>``, a TaskManager and its
@@ -203,11 +206,18 @@ class Simulation:
                     break
             else:
                 self.observer.catch_up()
-                hanging = {j.job_id: (self.observer.jobs.jobs[j.job_id].status.value
-                                      if j.job_id in self.observer.jobs.jobs else "not registered")
-                           for j in self.sim_jobs if not self.observer.ended(j.job_id)}
-                raise Violation(f"jobs did not end within {self.cfg.settle_ms // 1000} s after the faults stopped: "
-                                f"{hanging}")
+                hanging = {
+                    j.job_id: (
+                        self.observer.jobs.jobs[j.job_id].status.value
+                        if j.job_id in self.observer.jobs.jobs
+                        else "not registered"
+                    )
+                    for j in self.sim_jobs
+                    if not self.observer.ended(j.job_id)
+                }
+                raise Violation(
+                    f"jobs did not end within {self.cfg.settle_ms // 1000} s after the faults stopped: {hanging}"
+                )
             final_checks(self)
             return self._outcome(None)
         except Violation as exc:
@@ -231,8 +241,9 @@ class Simulation:
             if jm.renewal_due(now):
                 self._run_call(jm, jm.renew)
         # (Process.runnable and SimTask.runnable, inlined: this runs at every step)
-        actors: list[Any] = [p for p in self.processes
-                             if p is not exclude and now >= p.paused_until and now >= p.wake_at]
+        actors: list[Any] = [
+            p for p in self.processes if p is not exclude and now >= p.paused_until and now >= p.wake_at
+        ]
         # A task's worker is a process of its own: it goes on while its TaskManager is paused
         # (and so becomes a stale attempt when that TaskManager is declared lost).
         actors += [t for t in self.tasks if t is not exclude and not t.done and now >= t.busy_until]
@@ -262,8 +273,9 @@ class Simulation:
             return True
         except Exception as exc:
             text = "".join(traceback.format_exception(exc)).strip().splitlines()
-            raise Violation(f"{getattr(actor, 'name', actor)} raised {type(exc).__name__}: {exc}\n"
-                            + "\n".join(text[-30:])) from None
+            raise Violation(
+                f"{getattr(actor, 'name', actor)} raised {type(exc).__name__}: {exc}\n" + "\n".join(text[-30:])
+            ) from None
 
     def _crash(self, actor: Any) -> None:
         if isinstance(actor, SimTask):
@@ -342,8 +354,17 @@ class Simulation:
 
             trace = render(self, violation)
         facts = sum(self.store.length(s) for s in self.store.streams() if s == self.keys.facts(tag_of(s)))
-        return Outcome(self.cfg.seed, violation is None, violation, self.steps, self.world.elapsed_ms, facts,
-                       sorted(self.faults.rates), jobs, trace)
+        return Outcome(
+            self.cfg.seed,
+            violation is None,
+            violation,
+            self.steps,
+            self.world.elapsed_ms,
+            facts,
+            sorted(self.faults.rates),
+            jobs,
+            trace,
+        )
 
 
 def run_seed(seed: int, **kwargs: Any) -> Outcome:

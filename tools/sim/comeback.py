@@ -48,9 +48,12 @@ class Comebacks:
             return
         jm = proc.jm
         row = sim.rng.choice(jm.state.membership.active())
-        placed = {(job_id, ex.id) for job_id, job in jm.state.jobs.jobs.items() for ex in job.executions()
-                  if ex.state in HOLDS_SLOT and ex.taskmanager == row.resource_id
-                  and ex.session in (None, row.session)}
+        placed = {
+            (job_id, ex.id)
+            for job_id, job in jm.state.jobs.jobs.items()
+            for ex in job.executions()
+            if ex.state in HOLDS_SLOT and ex.taskmanager == row.resource_id and ex.session in (None, row.session)
+        }
         loss = _Loss(jm.committer.epoch or 0, sim.store.generation, placed)
         try:
             jm.cluster.commit_facts([TaskManagerLost(row.resource_id, row.session, REASON)], consequences=False)
@@ -88,6 +91,8 @@ class Comebacks:
                     continue
                 ex = job.current(eid)
                 if ex is not None and ex.state in HOLDS_SLOT:
-                    raise Violation(f"{eid} of {job_id} still holds a slot ({ex.state.value} on {ex.taskmanager}) in "
-                                    f"{leader.id}'s state at epoch {leader.epoch}, though a loss committed at epoch "
-                                    f"{loss.epoch} ended the registration it was placed on")
+                    raise Violation(
+                        f"{eid} of {job_id} still holds a slot ({ex.state.value} on {ex.taskmanager}) in "
+                        f"{leader.id}'s state at epoch {leader.epoch}, though a loss committed at epoch "
+                        f"{loss.epoch} ended the registration it was placed on"
+                    )

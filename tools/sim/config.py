@@ -23,8 +23,9 @@ def base() -> Path:
     global _BASE
     if _BASE is None:
         shm = Path("/dev/shm")  # memory, where there is one: the TaskManagers' files cost no disk I/O
-        _BASE = Path(tempfile.mkdtemp(prefix="sluice-sim-", dir=shm if shm.is_dir() and os.access(shm, os.W_OK)
-                                      else None))
+        _BASE = Path(
+            tempfile.mkdtemp(prefix="sluice-sim-", dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None)
+        )
     return _BASE
 
 
@@ -60,4 +61,3 @@ class Outcome:
     faults: list[str]
     jobs: dict[str, str]
     trace: str = ""
-

@@ -19,29 +19,29 @@ if TYPE_CHECKING:
 __all__ = ["KINDS", "Crash", "Faults", "FaultyBackend"]
 
 KINDS = (
-    "crash",            # a process dies (JobManager, TaskManager, worker, projector) and restarts
-    "crash_mid_call",   # ... between two calls to the log, before or after a call took effect
-    "conn_loss",        # a call fails with the connection lost, before or after it took effect
-    "pause",            # a process stops being scheduled for a while (GC, a frozen VM)
-    "interleave",       # other processes run inside one process's call to the log
-    "redeliver",        # recovery delivers outboxes again, racing the leader's own delivery; a commit
-                        # that consumed inbox entries reaches Redis twice (a client retrying a lost reply)
-    "heartbeat_loss",   # a TaskManager's heartbeats do not get through
-    "clock_jump",       # time jumps ahead: leases expire, timeouts fire
-    "redis_restart",    # Redis restarts and loses nothing (appendfsync always)
-    "redis_lose",       # Redis restarts and loses up to its last second of writes (everysec)
-    "user_error",       # a task's user code raises
+    "crash",  # a process dies (JobManager, TaskManager, worker, projector) and restarts
+    "crash_mid_call",  # ... between two calls to the log, before or after a call took effect
+    "conn_loss",  # a call fails with the connection lost, before or after it took effect
+    "pause",  # a process stops being scheduled for a while (GC, a frozen VM)
+    "interleave",  # other processes run inside one process's call to the log
+    "redeliver",  # recovery delivers outboxes again, racing the leader's own delivery; a commit
+    # that consumed inbox entries reaches Redis twice (a client retrying a lost reply)
+    "heartbeat_loss",  # a TaskManager's heartbeats do not get through
+    "clock_jump",  # time jumps ahead: leases expire, timeouts fire
+    "redis_restart",  # Redis restarts and loses nothing (appendfsync always)
+    "redis_lose",  # Redis restarts and loses up to its last second of writes (everysec)
+    "user_error",  # a task's user code raises
     "coordinator_error",  # a user coordinator raises: its job fails
-    "slow_reader",      # one TaskManager's tasks work 5x slower
-    "hostile",          # malformed and hostile messages in every inbox; inboxes' keys overwritten with strings
-    "cancel",           # a client cancels a job
-    "deposed_read",     # a leader freezes (renewal thread too) just before it reads its inboxes, for longer than
-                        # its lease: another takes over, then the deposed one reads one more batch before it notices
-    "schema_skew",      # jm0 is a newer Sluice (writes a later schema version the others cannot read); some
-                        # facts are written at an older version (read back by upcasting): tools/sim/skew.py
+    "slow_reader",  # one TaskManager's tasks work 5x slower
+    "hostile",  # malformed and hostile messages in every inbox; inboxes' keys overwritten with strings
+    "cancel",  # a client cancels a job
+    "deposed_read",  # a leader freezes (renewal thread too) just before it reads its inboxes, for longer than
+    # its lease: another takes over, then the deposed one reads one more batch before it notices
+    "schema_skew",  # jm0 is a newer Sluice (writes a later schema version the others cannot read); some
+    # facts are written at an older version (read back by upcasting): tools/sim/skew.py
     "tm_back_same_session",  # a leader commits a TaskManager lost and dies before failing its attempts; the
-                             # TaskManager registers again under the same session (tools/sim/comeback.py)
-    "clock_skew",       # each host's wall clock is off true time, and steps (NTP); monotonic clocks stay so
+    # TaskManager registers again under the same session (tools/sim/comeback.py)
+    "clock_skew",  # each host's wall clock is off true time, and steps (NTP); monotonic clocks stay so
 )
 
 
@@ -102,8 +102,12 @@ class FaultyBackend(Delegating):
         rate = rates.get("interleave")
         if rate is not None and rng.random() < 0.01 * rate and sim.depth == 0:
             sim.interleave(self.actor, self.owner)
-        if (name == "xreadgroup" and self.actor.startswith("jm") and sim.depth == 0
-                and faults.hit(rng, "deposed_read", 0.005)):
+        if (
+            name == "xreadgroup"
+            and self.actor.startswith("jm")
+            and sim.depth == 0
+            and faults.hit(rng, "deposed_read", 0.005)
+        ):
             sim.freeze_inside(self.actor, self.owner)
         rate = rates.get("conn_loss")
         if rate is not None and rng.random() < 0.002 * rate:
@@ -166,8 +170,9 @@ class FaultyBackend(Delegating):
             if name == "snapshot":
                 sent = [*args[:2], skewed_snapshot(args[2])] if newer else args
             else:
-                sent = skewed_commit(args, newer=newer,
-                                     older=self.sim.faulting and self.sim.faults.hit(self.sim.rng, "schema_skew", 0.3))
+                sent = skewed_commit(
+                    args, newer=newer, older=self.sim.faulting and self.sim.faults.hit(self.sim.rng, "schema_skew", 0.3)
+                )
         result = super().script(name, keys, sent)
         if name == "commit" and result and result[0] in (b"OK", "OK"):
             self.sim.watch.committed(self.actor, int(args[0]), keys[0])

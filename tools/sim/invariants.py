@@ -86,8 +86,10 @@ class Observer:
         if type(ev) is UpdateTaskExecutionState:
             key = (ev.job_id, ev.vertex_id, ev.subtask)
             if ev.state == TaskState.SCHEDULED and key in self.finished:
-                raise Violation(f"{ev.execution_id} of {ev.job_id} is deployed again ({stream} {entry_id}) after an "
-                                "attempt of its subtask FINISHED")
+                raise Violation(
+                    f"{ev.execution_id} of {ev.job_id} is deployed again ({stream} {entry_id}) after an "
+                    "attempt of its subtask FINISHED"
+                )
         try:
             jobs_evolve(self.jobs, env)
         except IllegalTransition as exc:
@@ -99,8 +101,10 @@ class Observer:
         if type(ev) is JobStatusChanged and ev.status == JobStatus.FINISHED:
             job = self.jobs.jobs[ev.job_id]
             if job.waiting_since is not None:  # every task was placed: the pass that placed the last closed it
-                raise Violation(f"job {ev.job_id} FINISHED ({stream} {entry_id}) with its wait for slots since "
-                                f"{job.waiting_since} still open: no JobSlotsFound")
+                raise Violation(
+                    f"job {ev.job_id} FINISHED ({stream} {entry_id}) with its wait for slots since "
+                    f"{job.waiting_since} still open: no JobSlotsFound"
+                )
 
     # --- end-state checks ---
     def ended(self, job_id: str) -> bool:
@@ -113,15 +117,33 @@ def normal_jobs(state: JobsState) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for job_id, job in sorted(state.jobs.items()):
         out[job_id] = {
-            "status": job.status.value, "reason": job.reason, "restarts": job.restarts, "built": job.built,
-            "times": (job.submitted_at, job.ended_at), "history": list(job.history),
+            "status": job.status.value,
+            "reason": job.reason,
+            "restarts": job.restarts,
+            "built": job.built,
+            "times": (job.submitted_at, job.ended_at),
+            "history": list(job.history),
             "waiting": (job.waiting_since, job.wait_until_placed, job.slot_taken_at),
-            "tasks": {ex.id: (ex.state.value, ex.taskmanager, ex.slot, ex.produced, ex.not_before, ex.seq, ex.session,
-                              ex.placed_epoch,
-                              ex.since, ex.error, list(ex.history))
-                      for ex in job.executions()},
-            "kvstate": {name: sorted(loc.to_dict().items()) if hasattr(loc, "to_dict") else repr(loc)
-                        for name, loc in sorted(job.kvstate.locations.items())},
+            "tasks": {
+                ex.id: (
+                    ex.state.value,
+                    ex.taskmanager,
+                    ex.slot,
+                    ex.produced,
+                    ex.not_before,
+                    ex.seq,
+                    ex.session,
+                    ex.placed_epoch,
+                    ex.since,
+                    ex.error,
+                    list(ex.history),
+                )
+                for ex in job.executions()
+            },
+            "kvstate": {
+                name: sorted(loc.to_dict().items()) if hasattr(loc, "to_dict") else repr(loc)
+                for name, loc in sorted(job.kvstate.locations.items())
+            },
         }
     out["_pool"] = state.pool.holders()
     return out
@@ -147,8 +169,9 @@ def check_outboxes(sim: Simulation) -> None:
                 continue
             k = (origin.decode(), ref.decode())
             if k in seen and seen[k] != (stream, entry_id):
-                raise Violation(f"outbox entry {k[1]} of {k[0]} was delivered twice: to {seen[k][0]} and {stream} "
-                                f"({entry_id})")
+                raise Violation(
+                    f"outbox entry {k[1]} of {k[0]} was delivered twice: to {seen[k][0]} and {stream} ({entry_id})"
+                )
             seen[k] = (stream, entry_id)
     for stream in store.streams():
         if not keys.is_outbox(stream):
@@ -166,8 +189,10 @@ def check_outboxes(sim: Simulation) -> None:
             if target is None or entry_id in parked or _released(sim, target.decode()):
                 continue
             if (stream, entry_id) not in seen:
-                raise Violation(f"outbox entry {entry_id} of {stream} (to {target.decode()[:60]}) is behind the "
-                                f"cursor {cursor.decode()} but was never delivered")
+                raise Violation(
+                    f"outbox entry {entry_id} of {stream} (to {target.decode()[:60]}) is behind the "
+                    f"cursor {cursor.decode()} but was never delivered"
+                )
 
 
 def _released(sim: Simulation, inbox: str) -> bool:
@@ -192,19 +217,30 @@ def check_retention(sim: Simulation, leader: Any) -> None:
         # (a message sent to the job after its release makes its inbox again: a stray, kept).
         # When it ended in Redis's time, the time of entry ids: the leader's stamp is its own
         # wall clock's, which clock_skew puts off.
-        changes = [i for i, fields in sim.store.entries(keys.facts(keys.job(job_id)))
-                   if b"JobStatusChanged" in fields.get(FIELD, b"")]
+        changes = [
+            i
+            for i, fields in sim.store.entries(keys.facts(keys.job(job_id)))
+            if b"JobStatusChanged" in fields.get(FIELD, b"")
+        ]
         ended = _order(changes[-1])[0] if changes else run.ended_at
-        kept = [k for k in keys.transport(keys.job(job_id), subtask_inboxes(keys, run))
-                if k in streams and any(_order(i)[0] < ended for i, _ in sim.store.entries(k)[:1])]
+        kept = [
+            k
+            for k in keys.transport(keys.job(job_id), subtask_inboxes(keys, run))
+            if k in streams and any(_order(i)[0] < ended for i, _ in sim.store.entries(k)[:1])
+        ]
         if kept:
             raise Violation(f"job {job_id} is archived but its transport streams are still there: {kept}")
     horizon = (max(sim.world.now - leader.retention.inbox_retention_ms - 2 * SWEEP_EVERY_MS, 0), 0)
     for inbox in [leader.inbox, *(keys.inbox(keys.job(j)) for j in leader.state.jobs.jobs)]:
         state = sim.observer.reader.group_state(inbox, leader.group)
         entries = sim.store.entries(inbox) if state is not None else []
-        bound = min(_order(state.last_delivered), _order(state.min_pending), horizon) if state and state.min_pending \
-            else min(_order(state.last_delivered), horizon) if state else (0, 0)
+        bound = (
+            min(_order(state.last_delivered), _order(state.min_pending), horizon)
+            if state and state.min_pending
+            else min(_order(state.last_delivered), horizon)
+            if state
+            else (0, 0)
+        )
         if entries and _order(entries[0][0]) < bound:
             raise Violation(f"{inbox} keeps acknowledged entries older than its retention: {entries[0][0]}")
 
@@ -228,15 +264,20 @@ def check_kvstate(job_id: str, run: Any) -> None:
             vertex, subtask, attempt = parse_execution_id(entry.execution_id)
             ex = run.vertices[vertex].subtasks[subtask]
             if ex.attempt != attempt or ex.state in (TaskState.FAILED, TaskState.CANCELED):
-                raise Violation(f"job {job_id}: queryable state {name!r} key groups {entry.start}..{entry.end} are "
-                                f"served by {entry.execution_id}, but {vertex}[{subtask}] is at attempt {ex.attempt} "
-                                f"({ex.state.value})")
+                raise Violation(
+                    f"job {job_id}: queryable state {name!r} key groups {entry.start}..{entry.end} are "
+                    f"served by {entry.execution_id}, but {vertex}[{subtask}] is at attempt {ex.attempt} "
+                    f"({ex.state.value})"
+                )
             if run.status == JobStatus.FINISHED and ex.state != TaskState.FINISHED:
-                raise Violation(f"job {job_id} FINISHED with {name!r} served by {entry.execution_id}, "
-                                f"which is {ex.state.value}")
+                raise Violation(
+                    f"job {job_id} FINISHED with {name!r} served by {entry.execution_id}, which is {ex.state.value}"
+                )
         if run.status == JobStatus.FINISHED and loc.registered_key_groups != loc.num_key_groups:
-            raise Violation(f"job {job_id} FINISHED with {loc.registered_key_groups} of {loc.num_key_groups} key "
-                            f"groups of {name!r} registered")
+            raise Violation(
+                f"job {job_id} FINISHED with {loc.registered_key_groups} of {loc.num_key_groups} key "
+                f"groups of {name!r} registered"
+            )
 
 
 def check_job_result(sim: Simulation, job: Any, run: Any) -> None:

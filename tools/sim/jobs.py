@@ -51,11 +51,13 @@ def draw_job(rng: random.Random, n: int) -> SimJob:
     # read each split: two jobs in three, drawn from what was drawn (another draw would shift
     # every later one, and a seed would no longer mean the run it meant before).
     each_split = (splits + p1) % 3 != 0
-    source = JobVertex("src", "source", p1, [], SourceSpec("range", [], 1, {"start": "0", "end": str(splits)},
-                                                          protocol, each_split))
+    source = JobVertex(
+        "src", "source", p1, [], SourceSpec("range", [], 1, {"start": "0", "end": str(splits)}, protocol, each_split)
+    )
     sink_path = f"sim://{job_id}/out"
-    restart = RestartStrategy(rng.choice(("fixed-delay", "exponential-backoff")), rng.randint(3, 8),
-                              rng.choice((0, 50, 200)), 1000)
+    restart = RestartStrategy(
+        rng.choice(("fixed-delay", "exponential-backoff")), rng.randint(3, 8), rng.choice((0, 50, 200)), 1000
+    )
     keyed = rng.random() < 0.6
     if not keyed:
         source = JobVertex("src", "source", p1, [], source.source, SinkSpec("parquet", sink_path))
@@ -66,8 +68,16 @@ def draw_job(rng: random.Random, n: int) -> SimJob:
     coordinator = None
     if coordinated:
         coordinator = "tools.sim.jobs:" + rng.choice(("EchoCoordinator", "AsyncEchoCoordinator"))
-    agg = JobVertex("agg", "transform", p2, ["sim:agg"], None, SinkSpec("parquet", sink_path), coordinator,
-                    "ids" if queryable else None)
+    agg = JobVertex(
+        "agg",
+        "transform",
+        p2,
+        ["sim:agg"],
+        None,
+        SinkSpec("parquet", sink_path),
+        coordinator,
+        "ids" if queryable else None,
+    )
     graph = JobGraph(job_id, [source, agg], [JobEdge("src", "agg", "keyed", "id")], 8, restart)
     return SimJob(job_id, graph, splits, True, coordinated, queryable, sink_path)
 
@@ -88,8 +98,9 @@ class EchoCoordinator(OperatorCoordinator):
         if event.get("boom") if isinstance(event, dict) else False:
             raise RuntimeError(f"the coordinator of {self.context.operator_id} cannot take {event!r}")
         if hello in self.seen:
-            VIOLATIONS.append(f"{self.context.job_id}/{self.context.operator_id}: hello {hello} handled twice by "
-                              "one coordinator")
+            VIOLATIONS.append(
+                f"{self.context.job_id}/{self.context.operator_id}: hello {hello} handled twice by one coordinator"
+            )
         self.seen.add(hello)
         self.answered += 1
         self.context.send_event(subtask, {"thanks": hello}, attempt)
@@ -119,8 +130,9 @@ class AsyncEchoCoordinator(EchoCoordinator):
         if event.get("boom") if isinstance(event, dict) else False:
             raise RuntimeError(f"the coordinator of {self.context.operator_id} cannot take {event!r}")
         if hello in self.seen:
-            VIOLATIONS.append(f"{self.context.job_id}/{self.context.operator_id}: hello {hello} handled twice by "
-                              "one coordinator")
+            VIOLATIONS.append(
+                f"{self.context.job_id}/{self.context.operator_id}: hello {hello} handled twice by one coordinator"
+            )
         self.seen.add(hello)
         self.queued[hello] = (subtask, attempt)
         self._work(hello)
@@ -144,8 +156,11 @@ class AsyncEchoCoordinator(EchoCoordinator):
                 del self.queued[hello]  # its new attempt says hello again
 
     def checkpoint_coordinator(self, checkpoint_id: int) -> Any:
-        return {"answered": self.answered, "seen": sorted(self.seen),
-                "queued": {h: list(t) for h, t in sorted(self.queued.items())}}
+        return {
+            "answered": self.answered,
+            "seen": sorted(self.seen),
+            "queued": {h: list(t) for h, t in sorted(self.queued.items())},
+        }
 
     def reset_to_checkpoint(self, checkpoint_id: int, state: Any) -> None:
         super().reset_to_checkpoint(checkpoint_id, state)

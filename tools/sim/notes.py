@@ -40,8 +40,9 @@ class _Rendered:
         import structlog
 
         if _Rendered._render is None:
-            _Rendered._render = structlog.dev.ConsoleRenderer(colors=False,
-                                                              exception_formatter=structlog.dev.plain_traceback)
+            _Rendered._render = structlog.dev.ConsoleRenderer(
+                colors=False, exception_formatter=structlog.dev.plain_traceback
+            )
         return str(_Rendered._render(None, "", dict(self.event)))
 
 
@@ -74,4 +75,3 @@ def quiet_logging() -> None:
         logger_factory=lambda *args: Notes(),
         cache_logger_on_first_use=False,
     )
-

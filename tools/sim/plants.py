@@ -38,6 +38,7 @@ def _no_fence() -> None:
             if fence is not None and int(argv[0]) < int(fence):  # the commit runs as if its epoch were current
                 argv = [fence, *argv[1:]]
             return commit(self, keys, argv, now)
+
         return planted
 
     _patch(MemoryStore, "_commit", make)
@@ -53,6 +54,7 @@ def _no_redelivery_check() -> None:
             if group and n and not all(self._is_pending(keys[1], group, argv[4 + i].decode(), now) for i in range(n)):
                 argv = [*argv[:2], b"", *argv[3:]]  # consumed before: applied again instead of a no-op
             return commit(self, keys, argv, now)
+
         return planted
 
     _patch(MemoryStore, "_commit", make)
@@ -77,9 +79,10 @@ def _outbox_reordered() -> None:
         def planted(self: Any, by_target: dict[str, list[object]], server: str) -> int:
             swapped = {}
             for target, flat in by_target.items():
-                pairs = [flat[i:i + 2] for i in range(0, len(flat), 2)]
+                pairs = [flat[i : i + 2] for i in range(0, len(flat), 2)]
                 swapped[target] = [x for pair in reversed(pairs) for x in pair]  # a page's entries, last first
             return deliver_page(self, swapped, server)
+
         return planted
 
     _patch(Deliverer, "_deliver_page", make)
@@ -94,6 +97,7 @@ def _state_kept() -> None:
             if type(ev) is UpdateTaskExecutionState and ev.state in (TaskState.FAILED, TaskState.CANCELED):
                 return []  # a failed attempt keeps its queryable state registered
             return list(released(job, ev))
+
         return planted
 
     _patch(core, "released", make)
@@ -171,15 +175,19 @@ PLANTS: dict[str, Plant] = {
     "outbox_reordered": Plant("9", "outbox entries are delivered out of order", _outbox_reordered),
     "state_kept": Plant("9", "a failed attempt's queryable state is not unregistered", _state_kept),
     "deposed_read": Plant("28.1", "what a deposed leader read is decided after later messages", _deposed_read),
-    "unreadable_spin": Plant("28.2", "a leader that cannot read the log keeps the lease and retries at once",
-                             _unreadable_spin),
-    "loss_forgotten": Plant("28.3", "a loss a dead leader committed is forgotten when the TaskManager is back",
-                            _loss_forgotten),
-    "nogroup_at_start": Plant("28.4", "a TaskManager's start fails when its inbox is made again under it",
-                              _nogroup_at_start),
+    "unreadable_spin": Plant(
+        "28.2", "a leader that cannot read the log keeps the lease and retries at once", _unreadable_spin
+    ),
+    "loss_forgotten": Plant(
+        "28.3", "a loss a dead leader committed is forgotten when the TaskManager is back", _loss_forgotten
+    ),
+    "nogroup_at_start": Plant(
+        "28.4", "a TaskManager's start fails when its inbox is made again under it", _nogroup_at_start
+    ),
     "untrimmed": Plant("28.5", "transport streams are never trimmed, an archived job's never deleted", _untrimmed),
-    "wall_clock_timeouts": Plant("28+", "the leader times heartbeats on its wall clock (found by clock_skew)",
-                                 _wall_clock_timeouts),
+    "wall_clock_timeouts": Plant(
+        "28+", "the leader times heartbeats on its wall clock (found by clock_skew)", _wall_clock_timeouts
+    ),
 }
 
 

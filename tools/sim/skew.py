@@ -59,8 +59,12 @@ def as_older(raw: bytes) -> bytes | None:
         if b'"' + type_name.encode() + b'"' in raw:
             d = orjson.loads(raw)
             payload = d.get("payload")
-            if d.get("type") == type_name and isinstance(payload, dict) and payload.get(name, value) == value \
-                    and type(payload.get(name)) is type(value):
+            if (
+                d.get("type") == type_name
+                and isinstance(payload, dict)
+                and payload.get(name, value) == value
+                and type(payload.get(name)) is type(value)
+            ):
                 return _rewrite(raw, type_name, lambda p, n=name: {k: v for k, v in p.items() if k != n}, version)
     return None
 
@@ -121,9 +125,11 @@ class SkewWatch:
                 continue
             since = self.holding.setdefault(jm.id, now)
             if now - since > HOLD_BOUND_MS:
-                raise Violation(f"{jm.id} (an older JobManager) has held the lease for {(now - since) / 1000:.1f} s "
-                                f"without leading, while the log holds a fact only a newer one reads (phase "
-                                f"{jm.phase}, {len(jm.errors)} errors)")
+                raise Violation(
+                    f"{jm.id} (an older JobManager) has held the lease for {(now - since) / 1000:.1f} s "
+                    f"without leading, while the log holds a fact only a newer one reads (phase "
+                    f"{jm.phase}, {len(jm.errors)} errors)"
+                )
 
 
 def skewed_snapshot(data: bytes | str) -> bytes | str:

@@ -50,7 +50,7 @@ class SimFiles:
 
     def listing(self, directory: str) -> list[str]:
         head = directory.rstrip("/") + "/"
-        return sorted(p[len(head):] for p in self.files if p.startswith(head) and "/" not in p[len(head):])
+        return sorted(p[len(head) :] for p in self.files if p.startswith(head) and "/" not in p[len(head) :])
 
     def sink_ids(self, directory: str) -> list[int]:
         """What a plain reader of a sink directory gets (Spark reads every data file in it,
@@ -82,8 +82,16 @@ class SimSlots:
     def start(self, slots: int) -> None:
         self.n = slots
 
-    def launch(self, slot: int, descriptor: dict, runtime: dict, *, task_id: str, handle: str,
-               reports: Sequence[tuple[str, Envelope]] = ()) -> str:
+    def launch(
+        self,
+        slot: int,
+        descriptor: dict,
+        runtime: dict,
+        *,
+        task_id: str,
+        handle: str,
+        reports: Sequence[tuple[str, Envelope]] = (),
+    ) -> str:
         """The reports and the hand-over are one call to the log, as ProcessSlots's
         transaction: a fault strikes before it (nothing happened) or after it (all of it)."""
         d = descriptor_from_json(descriptor)
@@ -92,8 +100,9 @@ class SimSlots:
             if reports:
                 self.backend.inner.xadd_many([(stream, {FIELD: encode(env)}) for stream, env in reports])
             if (d.job_id, d.execution_id) in self.attempts:  # running or ended: RQ would run it again
-                raise Violation(f"{self.tm} hands {d.execution_id} of {d.job_id} to its workers twice "
-                                "(it would run twice)")
+                raise Violation(
+                    f"{self.tm} hands {d.execution_id} of {d.job_id} to its workers twice (it would run twice)"
+                )
             task = SimTask(self.sim, self, handle, d, slot)
             self.tasks[handle] = task
             self.handles.add(handle)
@@ -191,8 +200,9 @@ class SimTask:
     def _events(self) -> TaskEvents:
         if self.events is None:
             assert self.log is not None
-            self.events = TaskEvents(self.log, self.d, f"host-{self.slots.tm}", world=self.sim.clock(self.slots.tm),
-                                     blocking=False)
+            self.events = TaskEvents(
+                self.log, self.d, f"host-{self.slots.tm}", world=self.sim.clock(self.slots.tm), blocking=False
+            )
         return self.events
 
     def step(self) -> bool:
@@ -226,8 +236,15 @@ class SimTask:
             self.phase = "ask" if d.kind == "source" else "read"
             return True
         if self.phase == "report-failed":
-            report_state(self.log, sim.clock(self.slots.tm), d, self.slots.tm, self.slot, TaskState.FAILED,
-                         error="(simulated) the user's code raised ValueError: bad row")
+            report_state(
+                self.log,
+                sim.clock(self.slots.tm),
+                d,
+                self.slots.tm,
+                self.slot,
+                TaskState.FAILED,
+                error="(simulated) the user's code raised ValueError: bad row",
+            )
             self.end("its user code raised")
             return True
         if self.phase == "ask":
@@ -331,10 +348,13 @@ class SimTask:
                 sid = state_id(d.job_id, name, d.execution_id)
                 KvStates(self.log.backend, self.log.keys).write(d.job_id, sid, [], {"execution_id": d.execution_id})
                 start, end = key_group_range(d.max_parallelism, d.parallelism, d.subtask)
-                msg = NotifyKvStateRegistered(d.job_id, d.vertex, KeyGroupRange(start, end), name, sid,
-                                              "sim://redis", d.execution_id)
-                self.log.append(self.log.keys.inbox(self.log.keys.job(d.job_id)),
-                                Envelope(msg, sim.world.new_id(), 0, sim.world.now, d.job_id))
+                msg = NotifyKvStateRegistered(
+                    d.job_id, d.vertex, KeyGroupRange(start, end), name, sid, "sim://redis", d.execution_id
+                )
+                self.log.append(
+                    self.log.keys.inbox(self.log.keys.job(d.job_id)),
+                    Envelope(msg, sim.world.new_id(), 0, sim.world.now, d.job_id),
+                )
             self.phase = "finish"
             return True
         if self.phase == "finish":

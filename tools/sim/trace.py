@@ -16,9 +16,14 @@ __all__ = ["render"]
 
 
 def render(sim: Simulation, violation: str, *, entries: int = 60) -> str:
-    out = [f"seed {sim.cfg.seed} failed at step {sim.steps} (t={sim.world.elapsed_ms / 1000:.3f} s simulated)",
-           f"faults on: {', '.join(sorted(sim.faults.rates)) or 'none'}",
-           "", "VIOLATION: " + violation, "", "what the simulation did last:"]
+    out = [
+        f"seed {sim.cfg.seed} failed at step {sim.steps} (t={sim.world.elapsed_ms / 1000:.3f} s simulated)",
+        f"faults on: {', '.join(sorted(sim.faults.rates)) or 'none'}",
+        "",
+        "VIOLATION: " + violation,
+        "",
+        "what the simulation did last:",
+    ]
     out += ["  " + n for n in list(sim.notes)[-40:]]
     out += ["", f"the last {entries} entries of the log (sluice inspect tail):"]
     log = EventLog.__new__(EventLog)

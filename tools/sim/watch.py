@@ -68,8 +68,10 @@ class Watch:
         its tag's fence never lands."""
         stale = [f for f in self.fenced if f[0] == actor and f[1] == fence_key and f[2] == epoch]
         if stale:
-            raise Violation(f"{actor} committed to {fence_key} at epoch {epoch}, below the tag's fence at epoch "
-                            f"{stale[0][3]}: a deposed leader's write landed")
+            raise Violation(
+                f"{actor} committed to {fence_key} at epoch {epoch}, below the tag's fence at epoch "
+                f"{stale[0][3]}: a deposed leader's write landed"
+            )
         self.fenced.clear()
         if not actor.startswith("jm") or epoch <= 0:
             return
@@ -86,13 +88,15 @@ class Watch:
         if not n:
             return
         stream = keys[1]
-        ids = [a if isinstance(a, str) else a.decode() for a in args[4:4 + n]]
+        ids = [a if isinstance(a, str) else a.decode() for a in args[4 : 4 + n]]
         orders = [entry_order(i) for i in ids]
         last = self.decided.get(stream)
         if orders != sorted(orders) or (last is not None and orders[0] < last[0]):
             before = last[1] if last is not None else ids[0]
-            raise Violation(f"{stream}: entry {ids[0]} decided after a later entry {before} of the same inbox "
-                            f"(the commit's entries: {ids})")
+            raise Violation(
+                f"{stream}: entry {ids[0]} decided after a later entry {before} of the same inbox "
+                f"(the commit's entries: {ids})"
+            )
         self.decided[stream] = (orders[-1], ids[-1], self.sim.world.now)
 
     def check_losses(self, actor: str, keys: Any, args: Any) -> None:
@@ -119,8 +123,10 @@ class Watch:
             assert isinstance(ev, TaskManagerLost)
             heard = self.heard_from(actor, ev.resource_id, ev.session)
             if heard is not None and self.sim.world.now - heard < TIMEOUT_MS - 5:
-                raise Violation(f"{actor} declared {ev.resource_id} lost ({ev.reason}) {self.sim.world.now - heard} ms "
-                                f"after it read a heartbeat of it (timeout {TIMEOUT_MS} ms)")
+                raise Violation(
+                    f"{actor} declared {ev.resource_id} lost ({ev.reason}) {self.sim.world.now - heard} ms "
+                    f"after it read a heartbeat of it (timeout {TIMEOUT_MS} ms)"
+                )
         if not lost or jm.timeouts_while_behind:
             return
         inbox = self.sim.keys.inbox(self.sim.keys.cluster)
@@ -139,11 +145,15 @@ class Watch:
                     said = decode_bytes(fields[FIELD]).event
                 except Exception:
                     continue
-                if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)) \
-                        and (said.resource_id, said.session) == (ev.resource_id, ev.session):
-                    raise Violation(f"{actor} declared {ev.resource_id} lost ({ev.reason}) at "
-                                    f"{ts - self.sim.world.start}, while its {said.TYPE} {entry_id}, sent "
-                                    f"{ts - ms[0]} ms before, waited unread in the cluster inbox")
+                if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)) and (
+                    said.resource_id,
+                    said.session,
+                ) == (ev.resource_id, ev.session):
+                    raise Violation(
+                        f"{actor} declared {ev.resource_id} lost ({ev.reason}) at "
+                        f"{ts - self.sim.world.start}, while its {said.TYPE} {entry_id}, sent "
+                        f"{ts - ms[0]} ms before, waited unread in the cluster inbox"
+                    )
 
     def read_by_jobmanager(self, actor: str, rows: Any) -> None:
         """Note the TaskManagers' heartbeats (and registrations) ``actor`` read."""
@@ -169,8 +179,10 @@ class Watch:
                 said = decode_bytes(raw).event
             except Exception:
                 continue
-            if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)) \
-                    and (said.resource_id, said.session) == (resource_id, session):
+            if isinstance(said, (TaskManagerHeartbeat, RegisterTaskManager)) and (said.resource_id, said.session) == (
+                resource_id,
+                session,
+            ):
                 newest = ms if newest is None else max(newest, ms)
         return newest
 
@@ -185,13 +197,18 @@ class Watch:
             if b"no longer holds it" not in raw:  # (decoded only if it may be one)
                 continue
             ev = decode_bytes(raw).event
-            if not (isinstance(ev, UpdateTaskExecutionState) and ev.state == TaskState.FAILED
-                    and "no longer holds it" in (ev.error or "")):
+            if not (
+                isinstance(ev, UpdateTaskExecutionState)
+                and ev.state == TaskState.FAILED
+                and "no longer holds it" in (ev.error or "")
+            ):
                 continue
             tm = next((p.tm for p in self.sim.tms if p.name == ev.taskmanager), None)
             if tm is not None and f"{ev.job_id}/{ev.execution_id}" in tm.tasks:
-                raise Violation(f"{actor} failed {ev.job_id}/{ev.execution_id} as missing from the slot report of "
-                                f"{ev.taskmanager}, which holds it")
+                raise Violation(
+                    f"{actor} failed {ev.job_id}/{ev.execution_id} as missing from the slot report of "
+                    f"{ev.taskmanager}, which holds it"
+                )
 
     def fence_check(self, actor: str, fence_key: str, epoch: int, call: Any) -> None:
         """A deposed leader's write never lands: a commit at an epoch below its tag's fence
@@ -212,9 +229,13 @@ class Watch:
         ev = decode_bytes(raw).event
         if isinstance(ev, TaskOperationResult) and not ev.success:
             proc = next(p for p in self.sim.tms if p.name == tm)
-            held = [t for t in proc.slots.tasks.values()
-                    if not t.done and (t.d.job_id, t.d.execution_id) == (ev.job_id, ev.execution_id)]
+            held = [
+                t
+                for t in proc.slots.tasks.values()
+                if not t.done and (t.d.job_id, t.d.execution_id) == (ev.job_id, ev.execution_id)
+            ]
             if held:
-                raise Violation(f"{tm} reports that {ev.execution_id} of {ev.job_id} failed to start "
-                                f"({ev.message}) while it runs there")
-
+                raise Violation(
+                    f"{tm} reports that {ev.execution_id} of {ev.job_id} failed to start "
+                    f"({ev.message}) while it runs there"
+                )

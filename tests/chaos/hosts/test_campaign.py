@@ -22,9 +22,23 @@ def test_two_runs_survive_a_cut_taskmanager_host_and_a_cut_leader(tmp_path: Path
     if why:
         pytest.skip(f"hosts are not available here: {why}")
     summary = tmp_path / "summary.txt"
-    done = subprocess.run([str(SCRIPT), "--hosts", "--runs", "2", "--seed", "0", "--dir",
-                           str(tmp_path / "runs"), "--summary", str(summary)], capture_output=True, text=True,
-                          timeout=1100)
+    done = subprocess.run(
+        [
+            str(SCRIPT),
+            "--hosts",
+            "--runs",
+            "2",
+            "--seed",
+            "0",
+            "--dir",
+            str(tmp_path / "runs"),
+            "--summary",
+            str(summary),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1100,
+    )
     print(done.stdout[-6000:], done.stderr[-3000:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = summary.read_text()

@@ -27,6 +27,7 @@ class Greeter(OperatorCoordinator):
     def start(self):
         if self.state["greeted"]:
             return  # restored: the greetings went out before the checkpoint
+
         # From the coordinator's own thread, as blocking work would be: state and sends
         # change together under the context's lock.
         def greet():
@@ -34,6 +35,7 @@ class Greeter(OperatorCoordinator):
                 for i in range(self.context.parallelism):
                     self.context.send_event(i, {"hello": f"greeting-{i}"})
                 self.state["greeted"] = True
+
         self.context.call_async(greet)
 
     def handle_event_from_operator(self, subtask, attempt, event):

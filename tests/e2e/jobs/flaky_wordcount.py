@@ -30,7 +30,10 @@ def job(params):
     j = Job("flaky-wordcount", restart=RestartStrategy("fixed-delay", 3, int(params.get("restart_delay_ms", 100))))
     lines = j.read_text("lines", params["input"], parallelism=2, split_bytes=int(params.get("split_bytes", 4096)))
     queryable = None if params.get("queryable") == "no" else "word-counts"
-    counts = lines.map("count words", partial_count).key_by("word") \
+    counts = (
+        lines.map("count words", partial_count)
+        .key_by("word")
         .map("sum counts", total, parallelism=2, queryable=queryable)
+    )
     counts.write_parquet("out", params["output"])
     return j.graph()

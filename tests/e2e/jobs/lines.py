@@ -10,8 +10,12 @@ from sluice.events import RestartStrategy
 def job(params):
     restart = RestartStrategy("fixed-delay", int(params["attempts"]), 100) if "attempts" in params else None
     j = Job("lines", restart=restart)
-    lines = j.read_text("lines", params["input"], parallelism=int(params.get("parallelism", 2)),
-                        split_bytes=int(params.get("split_bytes", 2048)),
-                        protocol=params.get("protocol", "operator-events"))
+    lines = j.read_text(
+        "lines",
+        params["input"],
+        parallelism=int(params.get("parallelism", 2)),
+        split_bytes=int(params.get("split_bytes", 2048)),
+        protocol=params.get("protocol", "operator-events"),
+    )
     lines.write_parquet("out", params["output"])
     return j.graph()

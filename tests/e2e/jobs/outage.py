@@ -26,7 +26,8 @@ def total(partials):
 def job(params):
     j = Job("outage")
     lines = j.read_text("lines", params["input"], parallelism=2, split_bytes=int(params.get("split_bytes", 2048)))
-    counts = lines.map("count words", linger).key_by("word").map("sum counts", total, parallelism=2,
-                                                                 queryable="word-counts")
+    counts = (
+        lines.map("count words", linger).key_by("word").map("sum counts", total, parallelism=2, queryable="word-counts")
+    )
     counts.write_parquet("out", params["output"])
     return j.graph()

@@ -24,7 +24,12 @@ def work(lines: DataFrame) -> DataFrame:
 
 def job(params):
     j = Job("slow-work")
-    lines = j.read_text("lines", params["input"], parallelism=int(params.get("parallelism", 2)),
-                        split_bytes=int(params.get("split_bytes", 2048)), each_split=params.get("each_split") != "no")
+    lines = j.read_text(
+        "lines",
+        params["input"],
+        parallelism=int(params.get("parallelism", 2)),
+        split_bytes=int(params.get("split_bytes", 2048)),
+        each_split=params.get("each_split") != "no",
+    )
     lines.map("work", work).write_parquet("out", params["output"])
     return j.graph()

@@ -28,8 +28,16 @@ def _write_summary(path: Path, results: list[HostRunResult], seed: int, runs: in
     path.write_text(out.export_text())
 
 
-def campaign(runs: int, seed: int, root: Path, *, sizes: Sizes = Sizes(), timing: Timing = Timing(),
-             console: Console | None = None, summary_file: Path | None = None) -> list[HostRunResult]:
+def campaign(
+    runs: int,
+    seed: int,
+    root: Path,
+    *,
+    sizes: Sizes = Sizes(),
+    timing: Timing = Timing(),
+    console: Console | None = None,
+    summary_file: Path | None = None,
+) -> list[HostRunResult]:
     console = console or Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 160)
     ensure_weed()
     why = unavailable()
@@ -45,6 +53,7 @@ def campaign(runs: int, seed: int, root: Path, *, sizes: Sizes = Sizes(), timing
         if summary_file is not None:
             _write_summary(summary_file, results, seed, runs, time.monotonic() - started)
     summary(console, results, seed)
-    console.print(f"campaign of {runs} run(s) across hosts took {time.monotonic() - started:.0f} s; runs are kept "
-                  f"in {root}")
+    console.print(
+        f"campaign of {runs} run(s) across hosts took {time.monotonic() - started:.0f} s; runs are kept in {root}"
+    )
     return results

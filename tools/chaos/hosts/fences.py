@@ -44,8 +44,14 @@ def losses(log: EventLog) -> list[Loss]:
     for i, (entry_id, env) in enumerate(facts):
         if isinstance(env.event, TaskManagerLost):
             rid = env.event.resource_id
-            back = next((_ms(e) for e, later in facts[i + 1:]
-                         if isinstance(later.event, TaskManagerRegistered) and later.event.resource_id == rid), None)
+            back = next(
+                (
+                    _ms(e)
+                    for e, later in facts[i + 1 :]
+                    if isinstance(later.event, TaskManagerRegistered) and later.event.resource_id == rid
+                ),
+                None,
+            )
             out.append(Loss(rid, env.event.session, _ms(entry_id), back))
     return out
 
@@ -72,6 +78,8 @@ def stale_reports(log: EventLog) -> list[str]:
             tm, session, since = where
             at = next((t for t in lost.get((tm, session), []) if since <= t < _ms(entry_id)), None)
             if at is not None:
-                problems.append(f"{ev.execution_id} moved to {ev.state.value} at {entry_id}, after its TaskManager "
-                                f"{tm} (session {session}) was declared lost at {at}")
+                problems.append(
+                    f"{ev.execution_id} moved to {ev.state.value} at {entry_id}, after its TaskManager "
+                    f"{tm} (session {session}) was declared lost at {at}"
+                )
     return problems

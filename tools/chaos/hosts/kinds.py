@@ -48,8 +48,11 @@ class HostStrike:
     """SKEW: the faketime offset of the target's clock."""
 
     def describe(self) -> str:
-        extra = {HostKind.DROP: f" {self.loss:.0%} loss", HostKind.LATENCY: f" {self.latency_ms[0]}-{self.latency_ms[1]} ms",
-                 HostKind.SKEW: f" clock {self.offset}"}.get(self.kind, "")
+        extra = {
+            HostKind.DROP: f" {self.loss:.0%} loss",
+            HostKind.LATENCY: f" {self.latency_ms[0]}-{self.latency_ms[1]} ms",
+            HostKind.SKEW: f" clock {self.offset}",
+        }.get(self.kind, "")
         hold = "" if self.kind is HostKind.SKEW else f" for {self.hold_s:.1f} s"
         return f"{self.kind.value} of {self.target}{extra}{hold}"
 
@@ -58,8 +61,10 @@ def plan(seed: int, *, taskmanagers: int, heartbeat_timeout_s: float, lease_ttl_
     """The fault of the run with this seed, on a cluster of ``taskmanagers`` TaskManager hosts
     whose timeouts are those given (a cut outlasts them by 2-5 s)."""
     if taskmanagers < 2:
-        raise ValueError(f"{taskmanagers} TaskManager host(s): the campaign needs at least 2, so that "
-                         "the job runs on two hosts and a struck host's tasks can move")
+        raise ValueError(
+            f"{taskmanagers} TaskManager host(s): the campaign needs at least 2, so that "
+            "the job runs on two hosts and a struck host's tasks can move"
+        )
     rng = random.Random(seed)
     kind = KINDS[seed % len(KINDS)]
     tms = [f"tm{i + 1}" for i in range(taskmanagers)]

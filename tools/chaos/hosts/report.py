@@ -38,12 +38,22 @@ def summary(console: Console, results: Sequence[HostRunResult], seed: int) -> No
         rec = f"{o.recovered_s:.1f} s" if o and o.recovered_s is not None else "-"
         fault = r.planned.describe() if o is None else r.planned.describe().replace(r.planned.target, o.target, 1)
         result = "[green]ok[/]" if r.ok else f"[red]FAILED ({len(r.failures)})[/]"
-        runs.add_row(str(r.seed), fault, rec, f"{r.status} {r.job_s or 0:.0f} s", str(r.restarts), str(r.hosts_used),
-                     f"{r.took_s:.0f} s", result)
+        runs.add_row(
+            str(r.seed),
+            fault,
+            rec,
+            f"{r.status} {r.job_s or 0:.0f} s",
+            str(r.restarts),
+            str(r.hosts_used),
+            f"{r.took_s:.0f} s",
+            result,
+        )
     console.print(runs)
-    kinds = Table(title="runs by kind (ok: every check passed; exact: the job FINISHED with the plain-Python output; "
-                        "recovery: from the heal to the struck TaskManager registered afresh or the cluster at full "
-                        "strength, for a cut leader from the cut to the standby leading)")
+    kinds = Table(
+        title="runs by kind (ok: every check passed; exact: the job FINISHED with the plain-Python output; "
+        "recovery: from the heal to the struck TaskManager registered afresh or the cluster at full "
+        "strength, for a cut leader from the cut to the standby leading)"
+    )
     for col in ("kind", "runs", "ok", "exact", "recovery median s", "max s", "min s", "job median s", "max s"):
         kinds.add_column(col)
     n = ok = exact = 0
@@ -56,7 +66,9 @@ def summary(console: Console, results: Sequence[HostRunResult], seed: int) -> No
     console.print(kinds)
     failed = [r for r in results if not r.ok]
     if not failed:
-        console.print(f"[green]{len(results)} runs: every job's output exact, replay equals the tables, no stale "
-                      "write, nothing leaked on any host[/]")
+        console.print(
+            f"[green]{len(results)} runs: every job's output exact, replay equals the tables, no stale "
+            "write, nothing leaked on any host[/]"
+        )
         return
     print_failed(console, failed, lambda seed: f"scripts/chaos --hosts --runs 1 --seed {seed}")

@@ -74,8 +74,10 @@ def _job(c: HostsCluster, job_id: str) -> JobRun | None:
 
 def _tasks_running(c: HostsCluster, job_id: str) -> bool:
     job = _job(c, job_id)
-    return job is not None and (job.status in TERMINAL_JOB or any(
-        e.state == TaskState.RUNNING for v in job.vertices.values() for e in v.subtasks))
+    return job is not None and (
+        job.status in TERMINAL_JOB
+        or any(e.state == TaskState.RUNNING for v in job.vertices.values() for e in v.subtasks)
+    )
 
 
 def _ended(c: HostsCluster, job_id: str) -> JobRun | None:
@@ -87,14 +89,22 @@ def run_once(seed: int, root: Path, *, sizes: Sizes = Sizes(), timing: Timing = 
     home = (root / f"run-{seed}").resolve()
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
-    s = plan(seed, taskmanagers=sizes.taskmanagers, heartbeat_timeout_s=timing.heartbeat_timeout_ms / 1000,
-             lease_ttl_s=timing.lease_ttl_ms / 1000)
+    s = plan(
+        seed,
+        taskmanagers=sizes.taskmanagers,
+        heartbeat_timeout_s=timing.heartbeat_timeout_ms / 1000,
+        lease_ttl_s=timing.lease_ttl_ms / 1000,
+    )
     result = HostRunResult(seed, s, home)
     started = time.monotonic()
     say(f"run {seed}: {s.describe()}")
-    layout = Layout(taskmanagers=sizes.taskmanagers, slots=sizes.slots, timing=timing,
-                    proxied=(s.target,) if s.kind is HostKind.LATENCY else (),
-                    skew={s.target: s.offset} if s.kind is HostKind.SKEW else {})
+    layout = Layout(
+        taskmanagers=sizes.taskmanagers,
+        slots=sizes.slots,
+        timing=timing,
+        proxied=(s.target,) if s.kind is HostKind.LATENCY else (),
+        skew={s.target: s.offset} if s.kind is HostKind.SKEW else {},
+    )
     cluster = HostsCluster(layout)
     try:
         cluster.up()
@@ -108,8 +118,10 @@ def run_once(seed: int, root: Path, *, sizes: Sizes = Sizes(), timing: Timing = 
             # means some timeout read a wall clock (issue 29: none may be declared lost).
             lost = [x.resource_id for x in fences.losses(cluster.log)]
             result.notes.append(f"TaskManagers declared lost under a skewed clock: {', '.join(lost) or 'none'}")
-            result.failures += [f"TaskManager {tm} declared lost under a skewed clock ({s.target} {s.offset}), "
-                                "with nothing else wrong" for tm in lost]
+            result.failures += [
+                f"TaskManager {tm} declared lost under a skewed clock ({s.target} {s.offset}), with nothing else wrong"
+                for tm in lost
+            ]
         result.failures += _stop(cluster, before)
     except Exception as exc:  # the harness or the cluster broke: the run failed, say how
         result.failures.append(f"the run stopped: {type(exc).__name__}: {exc}")
@@ -120,9 +132,11 @@ def run_once(seed: int, root: Path, *, sizes: Sizes = Sizes(), timing: Timing = 
         result.took_s = time.monotonic() - started
     o = result.outcome
     rec = f"{o.recovered_s:.1f} s" if o is not None and o.recovered_s is not None else "-"
-    say(f"run {seed}: {'ok' if result.ok else 'FAILED'} in {result.took_s:.0f} s ({o.kind.value if o else s.kind.value} "
+    say(
+        f"run {seed}: {'ok' if result.ok else 'FAILED'} in {result.took_s:.0f} s ({o.kind.value if o else s.kind.value} "
         f"of {o.target if o else s.target}, recovered {rec}, job {result.status} in "
-        f"{result.job_s or 0:.0f} s, {result.restarts} restarts, on {result.hosts_used} hosts)")
+        f"{result.job_s or 0:.0f} s, {result.restarts} restarts, on {result.hosts_used} hosts)"
+    )
     for line in [*(o.notes if o else []), *result.notes[:1]]:
         say(f"  . {line}")
     for f in result.failures:
@@ -135,9 +149,16 @@ def _run_job(c: HostsCluster, s: HostStrike, sizes: Sizes, result: HostRunResult
     want = expected(work.path)
     c.hosts["tm1"].put(work.path, f"{c.shared}/input")
     output = f"{c.shared}/out/job"
-    job_file = load_job(JOB_FILE, {"input": f"{c.shared}/input/{work.path.name}", "output": output,
-                                   "parallelism": str(sizes.parallelism), "reducers": str(sizes.reducers),
-                                   "split_bytes": str(sizes.split_bytes)})
+    job_file = load_job(
+        JOB_FILE,
+        {
+            "input": f"{c.shared}/input/{work.path.name}",
+            "output": output,
+            "parallelism": str(sizes.parallelism),
+            "reducers": str(sizes.reducers),
+            "split_bytes": str(sizes.split_bytes),
+        },
+    )
     job_id = Client(c.log).submit(job_file)
     submitted = time.monotonic()
     if not poll(lambda: _tasks_running(c, job_id), 180, every=0.2):
@@ -169,8 +190,9 @@ def _run_job(c: HostsCluster, s: HostStrike, sizes: Sizes, result: HostRunResult
     result.hosts_used = len(used)
     if len(used) < 2:
         last = {h for hosts in hosts_by_vertex(c.log, job_id).values() for h in hosts if h}
-        result.failures.append(f"job {job_id} ran on {sorted(used)} only, not on two hosts or more "
-                               f"(its last attempts on {sorted(last)})")
+        result.failures.append(
+            f"job {job_id} ran on {sorted(used)} only, not on two hosts or more (its last attempts on {sorted(last)})"
+        )
 
 
 def _tmp(h: Host) -> set[str]:
@@ -183,23 +205,36 @@ def _stop(c: HostsCluster, before: dict[str, set[str]], timeout: float = 60.0) -
     """Stop every Sluice process as an operator would (SIGTERM), then what is left on each host
     beyond its storage, Redis and proxy, and the files the run left in each host's /tmp (what
     was not there once the cluster was up) and in each TaskManager's temp directory."""
-    sluice = [(h, p) for h in c.hosts.values() for p in h.pids()
-              if any(r in procs.argv(p) for r in ROLES) and "faketime" not in (procs.argv(p) or [""])[0]]
+    sluice = [
+        (h, p)
+        for h in c.hosts.values()
+        for p in h.pids()
+        if any(r in procs.argv(p) for r in ROLES) and "faketime" not in (procs.argv(p) or [""])[0]
+    ]
     for _, p in sluice:
         procs.kill(p, signal.SIGTERM)
-    problems = [f"{h.name}: {' '.join(procs.argv(p))[:160]} outlived SIGTERM for {timeout:.0f} s"
-                for h, p in sluice if p in procs.wait_gone([p for _, p in sluice], timeout)]
+    problems = [
+        f"{h.name}: {' '.join(procs.argv(p))[:160]} outlived SIGTERM for {timeout:.0f} s"
+        for h, p in sluice
+        if p in procs.wait_gone([p for _, p in sluice], timeout)
+    ]
     keep = ("weed", "redis-server", "tools.hosts.proxy", "sleep")
     for h in c.hosts.values():
         left = [p for p in h.pids() if not any(k in " ".join(procs.argv(p)) for k in keep)]
         if left and procs.wait_gone(left, 15):
-            problems += [f"{h.name}: process left after its services stopped: {' '.join(procs.argv(p))[:160]}"
-                         for p in left if procs.alive(p)]
+            problems += [
+                f"{h.name}: process left after its services stopped: {' '.join(procs.argv(p))[:160]}"
+                for p in left
+                if procs.alive(p)
+            ]
         new = sorted(_tmp(h) - before.get(h.name, set()))
         tmp = h.run("find", *(f"/tmp/{n}" for n in new), "-type", "f", check=False).stdout.split() if new else []
         problems += [f"{h.name}: temp files left in its /tmp: {', '.join(tmp[:4])} ({len(tmp)} in all)"] if tmp else []
         temp = h.directory / "home" / "tmp"
-        files = [str(p.relative_to(temp)) for p in temp.rglob("*") if p.is_file() and not p.name.endswith(".lock")] \
-            if temp.is_dir() else []
+        files = (
+            [str(p.relative_to(temp)) for p in temp.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+            if temp.is_dir()
+            else []
+        )
         problems += [f"{h.name}: temp files left in {temp}: {', '.join(files[:4])}"] if files else []
     return problems

@@ -58,13 +58,21 @@ def full_strength(c: HostsCluster) -> bool:
 
 
 def _registered_since(c: HostsCluster, tm: str, since_ms: int) -> bool:
-    return any(isinstance(env.event, TaskManagerRegistered) and env.event.resource_id == tm
-               and int(entry_id.split("-")[0]) >= since_ms for entry_id, env in _facts(c))
+    return any(
+        isinstance(env.event, TaskManagerRegistered)
+        and env.event.resource_id == tm
+        and int(entry_id.split("-")[0]) >= since_ms
+        for entry_id, env in _facts(c)
+    )
 
 
 def _lost_since(c: HostsCluster, tm: str, since_ms: int) -> bool:
-    return any(isinstance(env.event, TaskManagerLost) and env.event.resource_id == tm
-               and int(entry_id.split("-")[0]) >= since_ms for entry_id, env in _facts(c))
+    return any(
+        isinstance(env.event, TaskManagerLost)
+        and env.event.resource_id == tm
+        and int(entry_id.split("-")[0]) >= since_ms
+        for entry_id, env in _facts(c)
+    )
 
 
 def _offset(c: HostsCluster, host: str, name: str) -> int:
@@ -75,8 +83,14 @@ def _offset(c: HostsCluster, host: str, name: str) -> int:
 def strike(c: HostsCluster, s: HostStrike) -> Outcome:
     out = Outcome(s.kind, s.target, at_ms=int(time.time() * 1000))
     try:
-        {HostKind.TM_CUT: _tm_cut, HostKind.JM_CUT: _jm_cut, HostKind.DROP: _drop, HostKind.LATENCY: _latency,
-         HostKind.SKEW: _skew, HostKind.HOST_KILL: _host_kill}[s.kind](c, s, out)
+        {
+            HostKind.TM_CUT: _tm_cut,
+            HostKind.JM_CUT: _jm_cut,
+            HostKind.DROP: _drop,
+            HostKind.LATENCY: _latency,
+            HostKind.SKEW: _skew,
+            HostKind.HOST_KILL: _host_kill,
+        }[s.kind](c, s, out)
     finally:
         faults.heal(c)
     if out.recovered_s is None and not out.failures and s.kind is not HostKind.SKEW:
@@ -102,8 +116,10 @@ def _tm_cut(c: HostsCluster, s: HostStrike, out: Outcome) -> None:
     log_file = c.log_file(s.target, s.target)
     line = poll(lambda: refusal(log_file, offset, TM_REFUSALS) or refusal(log_file, offset, FRESH), 30)
     if line is None:
-        out.failures.append(f"{s.target} came back after it was declared lost and its log never said the leader "
-                            f"had stopped counting it in ({' / '.join(TM_REFUSALS + FRESH)})")
+        out.failures.append(
+            f"{s.target} came back after it was declared lost and its log never said the leader "
+            f"had stopped counting it in ({' / '.join(TM_REFUSALS + FRESH)})"
+        )
     else:
         out.notes.append(f"{s.target} healed: {line[:160]}")
 
@@ -136,8 +152,10 @@ def _jm_cut(c: HostsCluster, s: HostStrike, out: Outcome) -> None:
     faults.restore(c, host)
     line = poll(lambda: refusal(c.log_file(host, host), offset, STEPPED_DOWN), 30)
     if line is None:
-        out.failures.append(f"{host} led at epoch {old.epoch}, was cut off, came back, and its log never said it "
-                            f"was refused or stepped down ({' / '.join(STEPPED_DOWN)})")
+        out.failures.append(
+            f"{host} led at epoch {old.epoch}, was cut off, came back, and its log never said it "
+            f"was refused or stepped down ({' / '.join(STEPPED_DOWN)})"
+        )
     else:
         out.notes.append(f"{host} reconnected: {line[:160]}")
     said = _stale_commit(c, host, old.epoch)
@@ -167,8 +185,9 @@ else:
 def _stale_commit(c: HostsCluster, host: str, epoch: int) -> str:
     """An empty commit at ``epoch`` from ``host``, through its own link, as its JobManager would
     send one: what the fence said (``refused: ...``, or ``accepted``)."""
-    done = c.hosts[host].run(sys.executable, "-c", _STALE_COMMIT, c.url_for(c.hosts[host]), c.prefix, str(epoch),
-                             check=False)
+    done = c.hosts[host].run(
+        sys.executable, "-c", _STALE_COMMIT, c.url_for(c.hosts[host]), c.prefix, str(epoch), check=False
+    )
     return (done.stdout.strip() or done.stderr.strip()[-300:]) or f"exit {done.returncode}, no output"
 
 
@@ -183,8 +202,13 @@ def _back(c: HostsCluster, out: Outcome) -> None:
     t0 = time.monotonic()
     if poll(lambda: full_strength(c), RECOVERY_TIMEOUT_S):
         out.recovered_s = time.monotonic() - t0
-    lost = sorted({env.event.resource_id for entry_id, env in _facts(c) if isinstance(env.event, TaskManagerLost)
-                   and int(entry_id.split("-")[0]) >= out.at_ms})
+    lost = sorted(
+        {
+            env.event.resource_id
+            for entry_id, env in _facts(c)
+            if isinstance(env.event, TaskManagerLost) and int(entry_id.split("-")[0]) >= out.at_ms
+        }
+    )
     if lost:
         out.notes.append(f"declared lost meanwhile: {', '.join(lost)}")
 
