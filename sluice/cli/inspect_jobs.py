@@ -66,7 +66,9 @@ def at_option(f: F) -> F:
 
 
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print the view's JSON (documented in the README).")(f)
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print the view's JSON (documented in docs/observability.md)."
+    )(f)
 
 
 def emit(data: object) -> None:

@@ -131,7 +131,9 @@ def register_log_views(group: click.Group) -> None:
         metavar="TIME",
         help="How far back event counts and rates go (60s, 5m, 1h).",
     )
-    @click.option("--json", "as_json", is_flag=True, help="Print the view's JSON (documented in the README).")
+    @click.option(
+        "--json", "as_json", is_flag=True, help="Print the view's JSON (documented in docs/observability.md)."
+    )
     @click.pass_obj
     def stats_cmd(obj: Context, window: float, as_json: bool) -> None:
         """The streams now: lengths and memory, events by type over a window, consumer groups
@@ -160,7 +162,9 @@ def register_log_views(group: click.Group) -> None:
         metavar="STREAM",
         help="The dead-letter stream ID is in, when several hold that id (e.g. cluster:dead).",
     )
-    @click.option("--json", "as_json", is_flag=True, help="Print the view's JSON (documented in the README).")
+    @click.option(
+        "--json", "as_json", is_flag=True, help="Print the view's JSON (documented in docs/observability.md)."
+    )
     @click.pass_obj
     def dead_letters_cmd(obj: Context, redrive_id: str | None, dead_stream: str | None, as_json: bool) -> None:
         """The entries parked because they could not be decoded or handled, with why."""
