@@ -143,6 +143,14 @@ def _campaign(n: int, start: int, workers: int, opts: dict[str, Any], names: lis
     help="Every plant (or --plant's), each until the first seed that catches "
     "it, within --seeds seeds (default 1000); a table at the end.",
 )
+@click.option(
+    "--digests",
+    "digests_to",
+    type=click.File("w"),
+    default=None,
+    help="Write each seed's digest (what must be the same when it runs again: steps, facts, outcome, jobs) to "
+    "this file, a line a seed in seed order: a refactoring that changes no behaviour leaves the file the same.",
+)
 def main(
     seeds: int | None,
     seed: int | None,
@@ -160,6 +168,7 @@ def main(
     rss_every: int | None,
     plant_name: str | None,
     campaign: bool,
+    digests_to: Any = None,
 ) -> None:
     """Simulate Sluice clusters under faults; every invariant is checked after every step."""
     from .faults import KINDS
@@ -204,6 +213,7 @@ def main(
     workers = workers or os.cpu_count() or 1
     began = time.monotonic()
     failed: list[dict[str, Any]] = []
+    digests: dict[int, str] = {}
     done = steps_total = facts_total = 0
     last_report = began
     rss: dict[int, int] = {}  # each worker's, as its last seed left it
@@ -214,6 +224,7 @@ def main(
             steps_total += out["steps"]
             facts_total += out["facts"]
             rss[out["pid"]] = out["rss"]
+            digests[out["seed"]] = f"{out['seed']} {digest(out)} {'ok' if out['ok'] else 'FAILED'} {out['steps']}"
             if rss_every and done % rss_every == 0:
                 click.echo(
                     f"  rss after {done} seeds ({time.monotonic() - began:.0f} s): "
@@ -233,6 +244,8 @@ def main(
                     f"{facts_total / (now - began):.0f} facts/s, {len(failed)} failed",
                     err=True,
                 )
+    if digests_to is not None:
+        digests_to.write("".join(digests[k] + "\n" for k in sorted(digests)))
     took = time.monotonic() - began
     click.echo(
         f"{done} seeds in {took:.1f} s: {done / took:.1f} seeds/s, {steps_total / took:.0f} steps/s, "
