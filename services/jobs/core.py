@@ -268,11 +268,7 @@ def _update(rec: Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: J
         # only once it has been idle for a lease. Finished means produced: its consumers
         # must not wait for a report that is now ignored.
         rec.fact(ScheduleOrUpdateConsumers(job.job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
-    rec.fact(
-        UpdateTaskExecutionState(
-            job.job_id, ex.id, msg.state, msg.error, ex.vertex, ex.subtask, ex.attempt, ex.taskmanager, ex.slot
-        )
-    )
+    rec.move(ex, msg.state, msg.error)
     if msg.state in STARTED_TASK and job.status == JobStatus.CREATED and job.sources_running():
         rec.fact(JobStatusChanged(job.job_id, JobStatus.RUNNING, None))
         rec.send(Address.client(job.reply_to), Success(job.job_id))

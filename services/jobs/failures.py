@@ -12,7 +12,6 @@ from sluice.events import (
     JobStatusChanged,
     TaskRestartScheduled,
     TaskState,
-    UpdateTaskExecutionState,
 )
 from sluice.services.common.decision import Address
 
@@ -26,11 +25,7 @@ __all__ = ["fail", "fail_job", "cancel_all", "maybe_complete", "gone"]
 
 def fail(rec: Recorder, job: JobRun, ex: Execution, error: str, config: JobsConfig, restart: bool = True) -> None:
     """An execution failed: restart it if the job's strategy allows (and ``restart``), else fail the job."""
-    rec.fact(
-        UpdateTaskExecutionState(
-            job.job_id, ex.id, TaskState.FAILED, error, ex.vertex, ex.subtask, ex.attempt, ex.taskmanager, ex.slot
-        )
-    )
+    rec.move(ex, TaskState.FAILED, error)
     if job.status not in LIVE_JOB:
         maybe_complete(rec, job)
         return
@@ -63,33 +58,9 @@ def fail_job(rec: Recorder, job: JobRun, reason: str, cancel_reason: str = "the 
 def cancel_all(rec: Recorder, job: JobRun, reason: str) -> None:
     for ex in job.executions():
         if ex.state in UNDEPLOYED_TASK:
-            rec.fact(
-                UpdateTaskExecutionState(
-                    job.job_id,
-                    ex.id,
-                    TaskState.CANCELED,
-                    None,
-                    ex.vertex,
-                    ex.subtask,
-                    ex.attempt,
-                    ex.taskmanager,
-                    ex.slot,
-                )
-            )
+            rec.move(ex, TaskState.CANCELED)
         elif ex.state in LIVE_TASK:
-            rec.fact(
-                UpdateTaskExecutionState(
-                    job.job_id,
-                    ex.id,
-                    TaskState.CANCELING,
-                    None,
-                    ex.vertex,
-                    ex.subtask,
-                    ex.attempt,
-                    ex.taskmanager,
-                    ex.slot,
-                )
-            )
+            rec.move(ex, TaskState.CANCELING)
             rec.send(Address.taskmanager(ex.taskmanager or ""), CancelTask(job.job_id, ex.id, reason))
 
 
@@ -104,10 +75,6 @@ def gone(rec: Recorder, job: JobRun, ex: Execution, reason: str, config: JobsCon
     """An attempt its TaskManager no longer runs (lost, or it does not hold it): one being
     cancelled is CANCELED, any other FAILED with ``reason`` (and restarted if it may be)."""
     if ex.state == TaskState.CANCELING:
-        rec.fact(
-            UpdateTaskExecutionState(
-                job.job_id, ex.id, TaskState.CANCELED, None, ex.vertex, ex.subtask, ex.attempt, ex.taskmanager, ex.slot
-            )
-        )
+        rec.move(ex, TaskState.CANCELED)
     else:
         fail(rec, job, ex, reason, config)

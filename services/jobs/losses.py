@@ -6,7 +6,7 @@ jobs core (services/jobs/core.py ``decide``); each touches several jobs, one dec
 
 from __future__ import annotations
 
-from sluice.events import AttemptsRenumbered, TaskRestartScheduled, TaskState, UpdateTaskExecutionState
+from sluice.events import AttemptsRenumbered, TaskRestartScheduled, TaskState
 from sluice.services.common.decision import Decision
 
 from .failures import fail_job, gone, maybe_complete
@@ -91,35 +91,11 @@ def log_restarted(state: JobsState, s: LogRestart, now: int) -> Decision:
         ending = job.status in STOPPING_JOB
         for ex in list(job.executions()):
             if ex.state == TaskState.CANCELING or (ending and ex.state in HOLDS_SLOT):
-                rec.fact(
-                    UpdateTaskExecutionState(
-                        job.job_id,
-                        ex.id,
-                        TaskState.CANCELED,
-                        reason,
-                        ex.vertex,
-                        ex.subtask,
-                        ex.attempt,
-                        ex.taskmanager,
-                        ex.slot,
-                    )
-                )
+                rec.move(ex, TaskState.CANCELED, reason)
             elif ending:
                 continue
             elif ex.state in HOLDS_SLOT:
-                rec.fact(
-                    UpdateTaskExecutionState(
-                        job.job_id,
-                        ex.id,
-                        TaskState.FAILED,
-                        reason,
-                        ex.vertex,
-                        ex.subtask,
-                        ex.attempt,
-                        ex.taskmanager,
-                        ex.slot,
-                    )
-                )
+                rec.move(ex, TaskState.FAILED, reason)
                 rec.fact(
                     TaskRestartScheduled(
                         job.job_id, ex.vertex, ex.subtask, max(ex.attempt + 1, attempt_floor), now, job.restarts

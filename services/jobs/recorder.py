@@ -5,11 +5,11 @@ runs ahead of what was committed."""
 
 from __future__ import annotations
 
-from sluice.events import Envelope, Event
+from sluice.events import Envelope, Event, TaskState, UpdateTaskExecutionState
 from sluice.services.common.decision import Address, Decision, Instruction, Note, Send
 from sluice.services.kvstate import core as kvstate
 
-from .state import JobsState, evolve
+from .state import Execution, JobsState, evolve
 
 __all__ = ["Recorder"]
 
@@ -29,6 +29,15 @@ class Recorder:
         if job is not None and job.kvstate.locations:
             for follow in kvstate.released(job, ev):  # a failed attempt's queryable state goes with it
                 self.fact(follow)
+
+    def move(self, ex: Execution, state: TaskState, error: str | None = None) -> None:
+        """The fact that attempt ``ex`` of this job moved to ``state`` (where it runs as the
+        leader knows it)."""
+        self.fact(
+            UpdateTaskExecutionState(
+                self.job_id, ex.id, state, error, ex.vertex, ex.subtask, ex.attempt, ex.taskmanager, ex.slot
+            )
+        )
 
     def send(self, to: Address, ev: Event) -> None:
         self.decision.sends.append(Send(to, ev))
