@@ -28,6 +28,15 @@ from .embedded import (
     wait_for,
 )
 
+appendfsync_option = click.option(
+    "--appendfsync",
+    type=click.Choice(["everysec", "always"]),
+    default=None,
+    help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
+    "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.",
+)
+"""``--appendfsync``, as ``cluster up`` and ``cluster start`` both take it."""
+
 
 def _redis_answers(obj: Context) -> bool:
     """Whether the cluster's Redis (given, or the embedded one recorded) answers, without
@@ -47,13 +56,7 @@ def cluster() -> None:
 @click.option("--taskmanagers", "-n", default=2, show_default=True, type=click.IntRange(0, 64))
 @click.option("--slots", "-s", default=2, show_default=True, type=click.IntRange(1, 1024))
 @click.option("--hold", is_flag=True, help="Keep the cluster up until Ctrl-C.")
-@click.option(
-    "--appendfsync",
-    type=click.Choice(["everysec", "always"]),
-    default=None,
-    help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
-    "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.",
-)
+@appendfsync_option
 @spark_servers_option
 @click.pass_obj
 def up(obj: Context, taskmanagers: int, slots: int, hold: bool, appendfsync: str | None, spark_servers: str) -> None:
@@ -85,13 +88,7 @@ def cluster_table_offline(obj: Context) -> tuple[dict, dict]:
 @cluster.command()
 @click.option("--taskmanagers", "-n", default=2, show_default=True, type=click.IntRange(0, 64))
 @click.option("--slots", "-s", default=2, show_default=True, type=click.IntRange(1, 1024))
-@click.option(
-    "--appendfsync",
-    type=click.Choice(["everysec", "always"]),
-    default=None,
-    help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
-    "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.",
-)
+@appendfsync_option
 @spark_servers_option
 @click.pass_obj
 def start(obj: Context, taskmanagers: int, slots: int, appendfsync: str | None, spark_servers: str) -> None:
