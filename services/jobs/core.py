@@ -41,7 +41,7 @@ from sluice.services.coordination.runtime import has_coordinator
 from sluice.services.kvstate import core as kvstate
 
 from .descriptor import descriptor, partition_path
-from .failures import cancel_all, fail, fail_job, gone, maybe_complete
+from .failures import cancel_all, fail, fail_job, maybe_complete
 from .losses import log_restarted, orphans, slot_waits, taskmanager_gone
 from .machine import (
     HOLDS_SLOT,
@@ -84,7 +84,6 @@ __all__ = [
     "JobsConfig",
     "FreeSlots",
     "MAX_DEPLOY_PER_PASS",
-    "gone",
     "partition_path",
     "descriptor",
     "UnexpectedJobMessage",
