@@ -61,6 +61,11 @@ SNAPSHOT_INTERVAL_MS = int(os.environ.get("SLUICE_SNAPSHOT_INTERVAL_MS", "5000")
 """How often the leader snapshots the tags whose facts grew (a job that ended: at once)."""
 
 
+def snapshot_interval_ms() -> int:
+    """$SLUICE_SNAPSHOT_INTERVAL_MS now (sluice.config checks it at start), else 5000."""
+    return int(os.environ.get("SLUICE_SNAPSHOT_INTERVAL_MS") or "5000")
+
+
 # --- reading ---------------------------------------------------------------------------------
 
 
@@ -224,11 +229,14 @@ class SnapshotWriter:
         release: Callable[[Sequence[str]], None],
         rebuilt: Rebuilt,
         grant: LeadershipGranted | None,
-        interval_ms: int = SNAPSHOT_INTERVAL_MS,
+        interval_ms: int | None = None,
     ) -> None:
         self.log, self.keys, self.committer, self.state = log, log.keys, committer, state
         self.registered, self.purged, self.world, self.logger = registered, purged, world, logger
-        self.release, self.interval_ms = release, interval_ms
+        # None: $SLUICE_SNAPSHOT_INTERVAL_MS as it is now (the CLI puts a flag's or the settings
+        # file's value there after this module was imported), else the default.
+        self.release = release
+        self.interval_ms = interval_ms if interval_ms is not None else snapshot_interval_ms()
         self.tag = self.keys.cluster
         self.store = Snapshots(log)
         self.order = list(rebuilt.registered)

@@ -27,14 +27,9 @@ from .embedded import (
     task_partition_args,
     wait_for,
 )
+from .options import setting_option
 
-appendfsync_option = click.option(
-    "--appendfsync",
-    type=click.Choice(["everysec", "always"]),
-    default=None,
-    help="The embedded Redis's AOF fsync: everysec (default; a Redis crash may lose its last second, "
-    "paid for by re-running unfinished tasks) or always (loses nothing). $SLUICE_REDIS_APPENDFSYNC.",
-)
+appendfsync_option = setting_option("redis_appendfsync")
 """``--appendfsync``, as ``cluster up`` and ``cluster start`` both take it."""
 
 
@@ -59,11 +54,12 @@ def cluster() -> None:
 @appendfsync_option
 @spark_servers_option
 @click.pass_obj
-def up(obj: Context, taskmanagers: int, slots: int, hold: bool, appendfsync: str | None, spark_servers: str) -> None:
+def up(obj: Context, taskmanagers: int, slots: int, hold: bool) -> None:
     """Start the embedded cluster, show it once every TaskManager registered, then stop it."""
     started = time.monotonic()
-    set_appendfsync(obj, appendfsync)
-    cluster, log, _ = start_cluster(obj, taskmanagers, slots, detach=False, spark_servers=spark_servers)
+    obj.start("cluster")
+    set_appendfsync(obj)
+    cluster, log, _ = start_cluster(obj, taskmanagers, slots, detach=False)
     show(*cluster_table(log))
     console.print(f"cluster up in {time.monotonic() - started:.1f} s; data in {cluster.home}/")
     try:
@@ -91,10 +87,11 @@ def cluster_table_offline(obj: Context) -> tuple[dict, dict]:
 @appendfsync_option
 @spark_servers_option
 @click.pass_obj
-def start(obj: Context, taskmanagers: int, slots: int, appendfsync: str | None, spark_servers: str) -> None:
+def start(obj: Context, taskmanagers: int, slots: int) -> None:
     """Start the embedded cluster in the background (stop it with `sluice cluster stop`)."""
-    set_appendfsync(obj, appendfsync)
-    cluster, log, _ = start_cluster(obj, taskmanagers, slots, detach=True, spark_servers=spark_servers)
+    obj.start("cluster")
+    set_appendfsync(obj)
+    cluster, log, _ = start_cluster(obj, taskmanagers, slots, detach=True)
     show(*cluster_table(log))
     endpoints = metrics_endpoints(cluster)
     show_endpoints([{"role": p.role, "name": p.name, "metrics": endpoints.get(p.name)} for p in cluster.processes()])

@@ -10,7 +10,6 @@ import signal
 import socket
 import time
 
-import click
 from rich.console import Console
 from rich.table import Table
 
@@ -23,6 +22,7 @@ from sluice.store import EventLog, ReadModels
 from sluice.store.connection import redact
 
 from .context import Context
+from .options import setting_option
 
 __all__ = [
     "GRACE_S",
@@ -99,9 +99,9 @@ def registered(tms: dict, names: set[str]) -> bool:
     return all(tms.get(n, {}).get("status") == "REGISTERED" for n in names)
 
 
-def set_appendfsync(obj: Context, appendfsync: str | None) -> None:
-    if appendfsync is not None:
-        obj.cluster.env["SLUICE_REDIS_APPENDFSYNC"] = appendfsync
+def set_appendfsync(obj: Context) -> None:
+    """The embedded Redis's fsync policy: the setting redis_appendfsync in effect."""
+    obj.cluster.env["SLUICE_REDIS_APPENDFSYNC"] = obj.settings.redis_appendfsync
 
 
 _METRICS_HOST = "127.0.0.1"
@@ -138,34 +138,25 @@ SPARK_SERVERS = ("shared", "per-taskmanager")
 
 
 def spark_servers_option(f):
-    """``--spark-servers``: one Spark Connect server for the whole embedded cluster, started
-    first (its JVM is the slowest thing to start) and shared by every TaskManager; or one per
-    TaskManager, started when its first task needs Spark."""
-    return click.option(
-        "--spark-servers",
-        type=click.Choice(SPARK_SERVERS),
-        default="shared",
-        show_default=True,
-        envvar="SLUICE_SPARK_SERVERS",
-        help="One Spark Connect server shared by all TaskManagers, started with the cluster, or one per "
-        "TaskManager, started on its first Spark task (a JVM each: on one host they compete for its "
-        "cores and memory; `scripts/bench coldstart` measures both). $SLUICE_SPARK_SERVERS.",
-    )(f)
+    """``--spark-servers`` (the setting spark_servers): one Spark Connect server for the whole
+    embedded cluster, started first (its JVM is the slowest thing to start) and shared by every
+    TaskManager; or one per TaskManager, started when its first task needs Spark."""
+    return setting_option("spark_servers")(f)
 
 
-def start_cluster(
-    obj: Context, taskmanagers: int, slots: int, detach: bool, spark_servers: str = "shared"
-) -> tuple[EmbeddedCluster, EventLog, list]:
+def start_cluster(obj: Context, taskmanagers: int, slots: int, detach: bool) -> tuple[EmbeddedCluster, EventLog, list]:
+    """Start the embedded cluster (``--spark-servers`` and the rest: the settings in effect)."""
     cluster = obj.cluster
+    s = obj.settings
     if cluster.processes("jobmanager"):
         raise ServiceError(f"an embedded cluster already runs in {cluster.home}; `sluice cluster stop` it first")
-    external = bool(os.environ.get("SLUICE_SPARK_REMOTE") or cluster.env.get("SLUICE_SPARK_REMOTE"))
+    external = bool(s.spark_remote or cluster.env.get("SLUICE_SPARK_REMOTE"))
     # The master of the servers the cluster starts (a shared one, or each TaskManager's);
     # None: it uses one it did not start, whose cores it cannot see (Spark decides).
-    master = None if external else os.environ.get("SLUICE_SPARK_MASTER") or "local[*]"
-    if spark_servers == "shared" and master is not None:
+    master = None if external else s.spark_master
+    if s.spark_servers == "shared" and master is not None:
         cluster.start_spark(master=master, detach=detach)  # first: it overlaps the rest of the start
-    _record_share(cluster, master)
+    _record_share(cluster, master, s.task_partitions)
     url = cluster.redis_url(detach=detach)
     log = obj.log()
     spawn(cluster, "projector", url, detach=detach)
@@ -183,13 +174,13 @@ def start_cluster(
     return cluster, log, tms
 
 
-def _record_share(cluster: EmbeddedCluster, master: str | None) -> None:
+def _record_share(cluster: EmbeddedCluster, master: str | None, given: int | None) -> None:
     """Keep in cluster.json what decides the Spark partitions of a task (``taskmanager.share``)
     on this cluster, for the TaskManagers ``sluice scale`` adds later: $SLUICE_TASK_PARTITIONS
     as the start was given it, else the master of the servers the cluster starts (None: it
     starts none)."""
     data = cluster._read()
-    data["task_share"] = {"given": os.environ.get("SLUICE_TASK_PARTITIONS") or None, "master": master}
+    data["task_share"] = {"given": str(given) if given is not None else None, "master": master}
     cluster._write(data)
 
 

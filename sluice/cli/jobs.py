@@ -186,12 +186,13 @@ def follow(client: Client, job_id: str) -> JobRun:
 @click.option("--slots", "-s", default=2, show_default=True, type=click.IntRange(1, 64))
 @spark_servers_option
 @click.pass_obj
-def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slots: int, spark_servers: str) -> None:
+def run(obj: Context, file: str, params: tuple[str, ...], taskmanagers: int, slots: int) -> None:
     """Run a job file on the embedded cluster, with progress; exit 0 when it FINISHED."""
+    obj.start("run")  # bad settings, or a home or storage root it cannot write: refused before anything starts
     job_file = load_job(file, parse_params(params))  # invalid jobs fail here, before anything starts
     started = time.monotonic()
     cluster = obj.cluster
-    _, log, _ = start_cluster(obj, taskmanagers, slots, detach=False, spark_servers=spark_servers)
+    _, log, _ = start_cluster(obj, taskmanagers, slots, detach=False)
     try:
         client = Client(log)
         with console.status("waiting for Spark"):

@@ -7,45 +7,39 @@ import sys
 import click
 
 from sluice import __version__
-from sluice.config import Settings
+from sluice.config import CONFIG_ENV, CONFIG_FILE, specs
 from sluice.errors import SluiceError
 
 from .context import Context
+from .options import flags_of, setting_options
 
 __all__ = ["main", "cli", "run_command"]
 
 
+GLOBAL_SETTINGS = [name for name, spec in specs().items() if spec.flag and not spec.commands]
+"""The settings every command takes as a flag (the others: the commands their flags are on)."""
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
-    "--redis",
-    "redis_url",
-    envvar="SLUICE_REDIS_URL",
+    "--config",
+    "config",
     default=None,
-    metavar="URL",
-    help="Redis URL (redis://, rediss:// for TLS; user in the URL, password from "
-    "$SLUICE_REDIS_PASSWORD). Default: the embedded Redis in --home.",
+    metavar="PATH",
+    help=f"The settings file (TOML; ${CONFIG_ENV}). Default: {CONFIG_FILE} in the home folder, if there is one. "
+    "A flag beats a SLUICE_* variable, which beats the file (`sluice config show` says what came from where).",
 )
-@click.option(
-    "--prefix", envvar="SLUICE_PREFIX", default="sluice", show_default=True, help="Prefix of every Redis key."
-)
-@click.option(
-    "--home",
-    envvar="SLUICE_HOME",
-    default=".sluice",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Data directory of the embedded cluster.",
-)
+@setting_options(*GLOBAL_SETTINGS)
 @click.version_option(__version__, prog_name="sluice")
 @click.pass_context
-def cli(ctx: click.Context, redis_url: str | None, prefix: str, home: str) -> None:
+def cli(ctx: click.Context, config: str | None) -> None:
     """Sluice: Flink's runtime control plane for PySpark pipelines, on Redis streams."""
-    from pathlib import Path
-
     from sluice.services.common.shell import configure_logging
 
     configure_logging()
-    ctx.obj = Context(Settings(redis_url=redis_url, prefix=prefix, home=Path(home)))
+    obj = Context(flags=flags_of(ctx), config=config)
+    ctx.call_on_close(obj.close)
+    ctx.obj = obj
 
 
 @cli.command(
@@ -63,9 +57,9 @@ def bench() -> None:
 
 
 def _register() -> None:
-    from . import cluster, inspect, jobs, processes, replay, state, ui
+    from . import cluster, config_cmd, inspect, jobs, processes, replay, state, ui
 
-    for module in (cluster, processes, inspect, jobs, state, replay, ui):
+    for module in (cluster, processes, inspect, jobs, state, replay, ui, config_cmd):
         module.register(cli)
 
 

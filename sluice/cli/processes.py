@@ -2,199 +2,78 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
 
-from sluice.config import advertised_host
+from sluice.config import Settings
 from sluice.services.common.shell import stop_on_signals
 
 from .context import Context
+from .options import setting_option, setting_options
 
 
 def metrics_options(role: str):
-    """``--metrics-port`` (env ``SLUICE_<ROLE>_METRICS_PORT``; 0: off) and ``--metrics-host``
-    (env ``SLUICE_METRICS_HOST``) for a long-running process."""
-    env = f"SLUICE_{role.upper()}_METRICS_PORT"
-
-    def add(f):
-        f = click.option(
-            "--metrics-host",
-            envvar="SLUICE_METRICS_HOST",
-            default="0.0.0.0",
-            show_default=True,
-            metavar="ADDRESS",
-            help="The address the metrics endpoint listens on.",
-        )(f)
-        return click.option(
-            "--metrics-port",
-            envvar=env,
-            default=0,
-            show_default=True,
-            metavar="PORT",
-            type=click.IntRange(0, 65535),
-            help=f"Serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: no metrics; ${env}).",
-        )(f)
-
-    return add
+    """``--metrics-port`` (the setting ``<role>_metrics_port``, ``$SLUICE_<ROLE>_METRICS_PORT``;
+    0: off) and ``--metrics-host`` (``metrics_host``) for a long-running process."""
+    return setting_options(f"{role}_metrics_port", "metrics_host")
 
 
-def serve_metrics(process, role: str, port: int, host: str) -> None:
+def serve_metrics(process, role: str, settings: Settings) -> None:
     """Start the process's metrics endpoint (ConfigError, said by the CLI, when it cannot)."""
+    port = getattr(settings, f"{role}_metrics_port")
     if port:
         from sluice.services.common.metrics import serve
 
         option = f"--metrics-port (or $SLUICE_{role.upper()}_METRICS_PORT)"
-        endpoint = serve(process.metrics, port, host, option=option)
+        endpoint = serve(process.metrics, port, settings.metrics_host, option=option)
         process.logger.info("serving metrics", url=endpoint.url)
 
 
-INBOX_RETENTION = click.option(
-    "--inbox-retention",
-    envvar="SLUICE_INBOX_RETENTION_MS",
-    default=600_000,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Milliseconds of consumed (and delivered) traffic its inbox (and outboxes) keep for `sluice inspect tail` "
-    "before they are trimmed.",
-)
+INBOX_RETENTION = setting_option("inbox_retention_ms")
 
 
 @click.command()
 @click.option("--id", "jm_id", default=None, help="JobManager id (default: host and a random suffix).")
-@click.option(
-    "--storage-root",
-    envvar="SLUICE_STORAGE_ROOT",
-    default=None,
-    help="Where result partitions go (file:// URI; default: <home>/storage).",
-)
-@click.option(
-    "--slot-timeout",
-    envvar="SLUICE_SLOT_TIMEOUT_S",
-    default=300,
-    show_default=True,
-    type=int,
-    help="Seconds a job may wait for free slots before it fails.",
-)
-@click.option(
-    "--checkpoint-interval",
-    envvar="SLUICE_CHECKPOINT_INTERVAL_MS",
-    default=2000,
-    show_default=True,
-    type=int,
-    help="Milliseconds between checkpoints of a coordinator that has new inputs.",
-)
-@click.option(
-    "--deploy-timeout",
-    envvar="SLUICE_DEPLOY_TIMEOUT_S",
-    default=60,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Seconds a deployment may go unanswered (its TaskManager does not "
-    "report holding it) before the attempt fails and runs again.",
+@setting_options(
+    "storage_root",
+    "slot_timeout_s",
+    "checkpoint_interval_ms",
+    "deploy_timeout_s",
+    "snapshot_interval_ms",
+    "fact_retention",
 )
 @INBOX_RETENTION
 @metrics_options("jobmanager")
 @click.pass_obj
-def jobmanager(
-    obj: Context,
-    jm_id: str | None,
-    storage_root: str | None,
-    slot_timeout: int,
-    checkpoint_interval: int,
-    deploy_timeout: int,
-    inbox_retention: int,
-    metrics_port: int,
-    metrics_host: str,
-) -> None:
+def jobmanager(obj: Context, jm_id: str | None) -> None:
     """Run a JobManager: it leads when it holds the lease, and stands by otherwise."""
+    s = obj.start("jobmanager")
     from sluice.services.jobmanager import JobManager
+    from sluice.services.jobmanager.retention import FactRetention
     from sluice.services.jobs.core import JobsConfig
     from sluice.services.membership import MembershipConfig
 
-    s = obj.settings
-    if deploy_timeout * 1000 < 2 * s.heartbeat_timeout_ms:
-        raise click.BadParameter(
-            f"{deploy_timeout} s is shorter than twice the heartbeat timeout ({s.heartbeat_timeout_ms} ms): a "
-            "TaskManager's slot reports need that long to answer for a deployment; give at least "
-            f"{-(-2 * s.heartbeat_timeout_ms // 1000)} s",
-            param_hint="--deploy-timeout",
-        )
-    root = storage_root or (s.home / "storage").resolve().as_uri()
     jm = JobManager(
         obj.log(),
         config=MembershipConfig(s.heartbeat_interval_ms, s.heartbeat_timeout_ms),
-        jobs_config=JobsConfig(slot_timeout_ms=slot_timeout * 1000, deploy_timeout_ms=deploy_timeout * 1000),
+        jobs_config=JobsConfig(slot_timeout_ms=s.slot_timeout_s * 1000, deploy_timeout_ms=s.deploy_timeout_s * 1000),
         lease_ttl_ms=s.lease_ttl_ms,
         jm_id=jm_id,
-        storage_root=root,
-        checkpoint_interval_ms=checkpoint_interval,
-        inbox_retention_ms=inbox_retention,
+        storage_root=s.storage_root_uri(),
+        checkpoint_interval_ms=s.checkpoint_interval_ms,
+        inbox_retention_ms=s.inbox_retention_ms,
+        fact_retention=FactRetention.parse(s.fact_retention, where="fact_retention"),
     )
-    serve_metrics(jm, "jobmanager", metrics_port, metrics_host)
+    serve_metrics(jm, "jobmanager", s)
     jm.run(stop_on_signals())
 
 
 @click.command()
 @click.option("--slots", default=1, show_default=True, type=int, help="Task slots this TaskManager offers.")
 @click.option("--resource-id", default=None, help="Stable id of this TaskManager (default: host and a random suffix).")
-@click.option(
-    "--advertise-host",
-    "--host",
-    "host",
-    envvar="SLUICE_ADVERTISE_HOST",
-    default=None,
-    metavar="HOST",
-    callback=lambda _ctx, _param, value: advertised_host(value, "--advertise-host ($SLUICE_ADVERTISE_HOST)"),
-    help="The name or address other hosts reach this TaskManager on, carried in its registration "
-    "(split locality, `sluice status`, errors that name it); $SLUICE_ADVERTISE_HOST. "
-    "Default: $SLUICE_HOST or the machine's host name.",
-)
-@click.option(
-    "--spark",
-    "spark",
-    default=None,
-    envvar="SLUICE_SPARK_REMOTE",
-    metavar="sc://HOST:PORT",
-    help="Spark Connect server the workers use (default: this TaskManager starts one when a task first needs Spark).",
-)
-@click.option(
-    "--io-rate",
-    default=0.0,
-    type=float,
-    envvar="SLUICE_IO_RATE",
-    show_default=True,
-    metavar="BYTES/S",
-    help="Read input splits at most this fast, per slot (0: no limit); "
-    "shares a disk fairly, as Flink's rate-limited sources do.",
-)
-@click.option(
-    "--task-partitions",
-    default=None,
-    type=click.IntRange(min=0),
-    envvar="SLUICE_TASK_PARTITIONS",
-    metavar="N",
-    help="Spark partitions every task reads and shuffles into (0: Spark decides). "
-    "Default: each task's share of its server's cores, divided by the slots sharing "
-    "it or by its vertex's subtasks when fewer; Spark decides when the cores are not "
-    "known (--spark without --spark-cores, or a non-local master).",
-)
-@click.option(
-    "--spark-cores",
-    default=None,
-    type=click.IntRange(min=1),
-    envvar="SLUICE_SPARK_CORES",
-    metavar="N",
-    help="Cores of the Spark server given with --spark, for the tasks' share of them.",
-)
-@click.option(
-    "--spark-slots",
-    default=None,
-    type=click.IntRange(min=1),
-    envvar="SLUICE_SPARK_SLOTS",
-    metavar="N",
-    help="How many slots share that server, all TaskManagers together (default: this one's slots).",
+@setting_options(
+    "advertise_host", "spark_remote", "io_rate", "task_partitions", "spark_cores", "spark_slots", "worker_redis_wait_s"
 )
 @click.option(
     "--no-execute",
@@ -205,45 +84,31 @@ def jobmanager(
 @INBOX_RETENTION
 @metrics_options("taskmanager")
 @click.pass_obj
-def taskmanager(
-    obj: Context,
-    slots: int,
-    resource_id: str | None,
-    host: str | None,
-    spark: str | None,
-    io_rate: float,
-    task_partitions: int | None,
-    spark_cores: int | None,
-    spark_slots: int | None,
-    no_execute: bool,
-    inbox_retention: int,
-    metrics_port: int,
-    metrics_host: str,
-) -> None:
+def taskmanager(obj: Context, slots: int, resource_id: str | None, no_execute: bool) -> None:
     """Run a TaskManager: register with the leader, run tasks on one RQ worker per slot,
     heartbeat, and unregister on SIGTERM."""
+    s = obj.start("taskmanager")
     from sluice.services.taskmanager import RegistrationConfig, TaskManager
 
-    s = obj.settings
     tm = TaskManager(
         obj.log(),
         resource_id=resource_id,
         slots=slots,
-        host=host,
+        host=s.advertise_host,
         config=RegistrationConfig(
             heartbeat_interval_ms=s.heartbeat_interval_ms, jobmanager_timeout_ms=s.heartbeat_timeout_ms
         ),
         home=s.home,
         redis_url=obj.url,
         execute=not no_execute,
-        spark_remote=spark,
-        io_rate=io_rate,
-        task_partitions=task_partitions,
-        spark_cores=spark_cores,
-        spark_slots=spark_slots,
-        inbox_retention_ms=inbox_retention,
+        spark_remote=s.spark_remote,
+        io_rate=s.io_rate,
+        task_partitions=s.task_partitions,
+        spark_cores=s.spark_cores,
+        spark_slots=s.spark_slots,
+        inbox_retention_ms=s.inbox_retention_ms,
     )
-    serve_metrics(tm, "taskmanager", metrics_port, metrics_host)
+    serve_metrics(tm, "taskmanager", s)
     sys.exit(tm.run(stop_on_signals()))
 
 
@@ -257,7 +122,7 @@ def worker(obj: Context, resource_id: str, slot: int) -> None:
     from sluice.store.slots import work_slot
 
     ctx = init_worker(obj.url, obj.settings.prefix, resource_id, slot)
-    if os.environ.get("SLUICE_SPARK_REMOTE"):
+    if obj.settings.spark_remote:
         warm_up()
     work_slot(ctx.log, resource_id, slot, outage=ctx.outage)
 
@@ -265,12 +130,13 @@ def worker(obj: Context, resource_id: str, slot: int) -> None:
 @click.command()
 @metrics_options("projector")
 @click.pass_obj
-def projector(obj: Context, metrics_port: int, metrics_host: str) -> None:
+def projector(obj: Context) -> None:
     """Run the projector: keep the read-model tables in step with the log."""
+    s = obj.start("projector")
     from sluice.services.projector import Projector
 
     p = Projector(obj.log())
-    serve_metrics(p, "projector", metrics_port, metrics_host)
+    serve_metrics(p, "projector", s)
     p.run(stop_on_signals())
 
 

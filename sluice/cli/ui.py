@@ -7,47 +7,34 @@ import os
 
 import click
 
-from sluice.config import host_setting
-
 from .context import Context
+from .options import setting_options
+
+TOKEN_ENV = "SLUICE_UI_TOKEN"
 
 __all__ = ["register", "ui"]
 
 
 @click.command()
-@click.option(
-    "--port",
-    default=8087,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="Port to listen on (0: any free port).",
-)
-@click.option(
-    "--host",
-    envvar="SLUICE_UI_HOST",
-    default="127.0.0.1",
-    show_default=True,
-    metavar="ADDRESS",
-    callback=lambda _ctx, _param, value: host_setting(value, "--host ($SLUICE_UI_HOST)"),
-    help="Address to listen on, $SLUICE_UI_HOST (0.0.0.0 to serve other machines: plain HTTP, so put "
-    "a TLS proxy in front before allowing cancels there).",
-)
+@setting_options("ui_port", "ui_host")
 @click.option(
     "--token-env",
-    default="SLUICE_UI_TOKEN",
+    default=TOKEN_ENV,
     show_default=True,
     metavar="NAME",
     help="Environment variable holding the token that allows cancelling jobs from the "
-    "dashboard (POST with Authorization: Bearer TOKEN). Unset: read-only.",
+    "dashboard (POST with Authorization: Bearer TOKEN); the default one may also come from "
+    "ui_token in the settings file. Unset: read-only.",
 )
 @click.pass_obj
-def ui(obj: Context, port: int, host: str, token_env: str) -> None:
+def ui(obj: Context, token_env: str) -> None:
     """Serve the web dashboard until interrupted."""
+    s = obj.start("ui")
     from sluice.ui.app import create_app
     from sluice.ui.serve import UiServer, bind
 
-    token = os.environ.get(token_env) or None
-    sock = bind(host, port)  # a port in use is refused here, before anything starts
+    token = s.secret("ui_token") if token_env == TOKEN_ENV else os.environ.get(token_env) or None
+    sock = bind(s.ui_host, s.ui_port)  # a port in use is refused here, before anything starts
     app = create_app(obj.log(), token=token, token_env=token_env)
     server = UiServer(app, sock)
     where = server.url + "/"
