@@ -40,6 +40,7 @@ from pydantic_settings import (
 from pydantic_settings.sources.utils import parse_env_vars
 
 from sluice.errors import ConfigError
+from sluice.store.connection import redact
 
 __all__ = [
     "CONFIG_ENV",
@@ -224,6 +225,8 @@ def setting(
     return Field(default, description=meaning, json_schema_extra=extra, **constraints)
 
 
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")  # as store/keys.py's Keys checks it
+PREFIX_ALLOWED = "1-64 letters, digits, '_', '.' or '-'"
 PositiveInt = Annotated[int, Field(gt=0)]
 Port = Annotated[int, Field(ge=0, le=65535)]
 POSITIVE_MS = "a whole number of milliseconds above 0"
@@ -270,7 +273,7 @@ class Settings(BaseSettings):
     prefix: str = setting(
         "sluice",
         "prefix of every Redis key (clusters sharing a Redis each have their own)",
-        "a word without spaces or braces",
+        PREFIX_ALLOWED,
         "--prefix",
         metavar="WORD",
     )
@@ -544,8 +547,8 @@ class Settings(BaseSettings):
     @field_validator("prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
-        if not value or any(c.isspace() or c in "{}" for c in value):
-            raise ValueError("is not a key prefix: give a word without spaces or braces, such as sluice")
+        if not _PREFIX_RE.match(value):
+            raise ValueError(f"is not a usable key prefix: give {PREFIX_ALLOWED}")
         return value
 
     @field_validator("host", "spark_connect_host", "metrics_host", "ui_host")
@@ -832,7 +835,7 @@ def _config_error(
             continue
         spec = all_specs[name]
         raw = {**from_file, **from_env, **flags}.get(name, error.get("input"))
-        shown = "***" if spec.secret else repr(raw)
+        shown = "***" if spec.secret else repr(redact(raw) if isinstance(raw, str) and "://" in raw else raw)
         reason = message if error["type"] == "value_error" else f"is not allowed: give {spec.allowed}"
         lines.append(f"{spelled(name, origin[name], path)}={shown} {reason} (setting {name}: {describe(name)})")
     return ConfigError("; ".join(lines))
@@ -934,26 +937,37 @@ def check_writable(resolved: Resolved, *, storage: bool) -> None:
     embedded cluster) a ``file://`` storage root. Each is made if missing and a file is
     written and removed in it: what the process will do, so nothing loops on it later."""
     s = resolved.settings
-    folders = [("home", s.home, "home"), ("log folder", s.home / "logs", "home")]
+    home_from = spelled("home", resolved.origin["home"], resolved.file)
+    folders = [("home", s.home, f"from {home_from}"), ("log folder", s.home / "logs", f"in the home, from {home_from}")]
     if storage:
         root = _file_path(s.storage_root_uri())
         if root is not None:
-            folders.append(("storage root", root, "storage_root"))
-    for what, folder, name in folders:
+            given = resolved.origin["storage_root"] != "default"
+            how = f"from {spelled('storage_root', resolved.origin['storage_root'], resolved.file)}"
+            folders.append(("storage root", root, how if given else f"<home>/storage; home {home_from}"))
+    for what, folder, how in folders:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=folder, prefix=".sluice-write-check-"):
                 pass
         except OSError as exc:
-            reason = exc.strerror or str(exc)
-            if exc.filename and Path(exc.filename) != folder:
-                reason += f" ({exc.filename})"
-            who = _user()
+            reason = _why(folder, exc)
+            name = "storage_root" if what == "storage root" else "home"
             raise ConfigError(
-                f"the {what} {folder} is not writable: {reason}; give a folder {who} can write with "
-                f"{spelled(name, 'flag', None) if specs()[name].flag else name} "
-                f"(setting {name}: {describe(name)}; it is {spelled(name, resolved.origin[name], resolved.file)})"
+                f"the {what} {folder} ({how}) is not writable: {reason}; give a folder {_user()} can write "
+                f"(setting {name}: {describe(name)})"
             ) from None
+
+
+def _why(folder: Path, exc: OSError) -> str:
+    """Why ``folder`` cannot be written, in words: the file in its way, or the OS's reason."""
+    for part in (folder, *folder.parents):
+        if part.exists() and not part.is_dir():
+            return f"{part} is a file, not a folder"
+    reason = exc.strerror or str(exc)
+    if exc.filename and folder not in (Path(exc.filename), Path(exc.filename).parent):  # not our probe file
+        reason += f" ({exc.filename})"
+    return reason
 
 
 def _user() -> str:
