@@ -884,7 +884,8 @@ def environ_value(settings: Settings, name: str) -> str | None:
 def export_environ(resolved: Resolved, environ: dict[str, str] | None = None) -> dict[str, str | None]:
     """Put in ``environ`` (default os.environ) the variable of every setting whose value came
     from a flag or the file, so that code reading its variable deep in a service, and every
-    process this one starts, sees the value in effect. Returns what it replaced (variable ->
+    process this one starts, sees the value in effect (and $SLUICE_CONFIG, the file read, so
+    that they read the same one). Returns what it replaced (variable ->
     old value or None), for ``restore_environ``."""
     target: dict[str, str] | Any = os.environ if environ is None else environ
     replaced: dict[str, str | None] = {}
@@ -898,6 +899,9 @@ def export_environ(resolved: Resolved, environ: dict[str, str] | None = None) ->
         env = all_specs[name].env
         replaced[env] = target.get(env)
         target[env] = value
+    if resolved.file is not None:  # the processes it starts read that file, not another one in their home
+        replaced.setdefault(CONFIG_ENV, target.get(CONFIG_ENV))
+        target[CONFIG_ENV] = str(resolved.file.resolve())
     return replaced
 
 

@@ -360,25 +360,23 @@ def test_values_from_flags_and_the_file_reach_the_variables_until_the_command_en
     path = tmp_path / "s.toml"
     path.write_text('redis_password = "from-file"\nsnapshot_interval_ms = 1234\n')
     seen: dict[str, str | None] = {}
+    NAMES = ("SLUICE_REDIS_PASSWORD", "SLUICE_SNAPSHOT_INTERVAL_MS", "SLUICE_PREFIX", "SLUICE_CONFIG")
 
     @cli.command("probe-environ", hidden=True)
     @click.pass_obj
     def probe(obj: Any) -> None:
         assert obj.settings.prefix == "flagged"  # resolved, and handed on
-        seen.update(
-            {k: os.environ.get(k) for k in ("SLUICE_REDIS_PASSWORD", "SLUICE_SNAPSHOT_INTERVAL_MS", "SLUICE_PREFIX")}
-        )
+        seen.update({k: os.environ.get(k) for k in NAMES})
 
     try:
-        before = {
-            k: os.environ.get(k) for k in ("SLUICE_REDIS_PASSWORD", "SLUICE_SNAPSHOT_INTERVAL_MS", "SLUICE_PREFIX")
-        }
+        before = {k: os.environ.get(k) for k in NAMES}
         result = CliRunner().invoke(cli, ["--config", str(path), "--prefix", "flagged", "probe-environ"])
         assert result.exit_code == 0, result.output
         assert seen == {
             "SLUICE_REDIS_PASSWORD": "from-file",
             "SLUICE_SNAPSHOT_INTERVAL_MS": "1234",
             "SLUICE_PREFIX": "flagged",
+            "SLUICE_CONFIG": str(path.resolve()),  # the processes it starts read the same file
         }
         assert {k: os.environ.get(k) for k in before} == before  # given back when the command ended
     finally:

@@ -172,14 +172,12 @@ def test_the_embedded_cluster_tells_its_taskmanagers_the_cores_all_its_slots_sha
     tmp_path, monkeypatch, given, master, slots, want
 ) -> None:  # type: ignore[no-untyped-def]
     from sluice.cli.embedded import _record_share, task_partition_args
+    from sluice.config import load
     from sluice.services.embedded import EmbeddedCluster
 
     cluster = EmbeddedCluster(tmp_path / "home")
-    if given is None:
-        monkeypatch.delenv("SLUICE_TASK_PARTITIONS", raising=False)
-    else:
-        monkeypatch.setenv("SLUICE_TASK_PARTITIONS", given)
-    _record_share(cluster, master)
+    environ = {} if given is None else {"SLUICE_TASK_PARTITIONS": given}
+    _record_share(cluster, master, load(environ=environ).task_partitions)  # the setting at start
     monkeypatch.delenv("SLUICE_TASK_PARTITIONS", raising=False)  # `sluice scale` from another shell
     assert task_partition_args(cluster, slots) == want
 
