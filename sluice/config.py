@@ -18,13 +18,14 @@ a setting read deep in a service as the one from the environment does.
 from __future__ import annotations
 
 import contextvars
+import functools
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote, urlsplit
 
@@ -52,7 +53,10 @@ __all__ = [
     "resolve",
     "specs",
     "export_environ",
+    "restore_environ",
     "check_writable",
+    "check_deploy_timeout",
+    "spelled",
     "describe",
     "env_int",
     "appendfsync",
@@ -682,9 +686,10 @@ def _spec(name: str, info: FieldInfo) -> Spec:
     )
 
 
-def specs() -> dict[str, Spec]:
+@functools.cache
+def specs() -> Mapping[str, Spec]:
     """Every setting's Spec, in declaration order."""
-    return {name: _spec(name, info) for name, info in Settings.model_fields.items()}
+    return MappingProxyType({name: _spec(name, info) for name, info in Settings.model_fields.items()})
 
 
 def default(name: str) -> Any:
@@ -912,15 +917,6 @@ def restore_environ(replaced: Mapping[str, str | None], environ: dict[str, str] 
             target.pop(env, None)
         else:
             target[env] = old
-
-
-@contextmanager
-def exported(resolved: Resolved) -> Iterator[None]:
-    replaced = export_environ(resolved)
-    try:
-        yield
-    finally:
-        restore_environ(replaced)
 
 
 # --- start-up: the folders a process writes -----------------------------------------------------
