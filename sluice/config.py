@@ -752,7 +752,7 @@ def config_file(flags: Mapping[str, Any], config: str | Path | None, environ: Ma
             )
         return path
     home = flags.get("home") or environ.get(ENV_PREFIX + "HOME") or default("home")
-    found = Path(home).expanduser() / CONFIG_FILE
+    found = Path(str(home)).expanduser() / CONFIG_FILE
     return found if found.is_file() else None
 
 
@@ -812,6 +812,14 @@ def spelled(name: str, origin: str, path: Path | None) -> str:
     return f"{name} (default)"
 
 
+def given(name: str, origin: str, path: Path | None, shown: str) -> str:
+    """``name`` given the value ``shown``, as its source spells it: ``--flag=5``,
+    ``$SLUICE_NAME=5``, ``name=5 in FILE``."""
+    if origin == "file":
+        return f"{name}={shown} in {path}"
+    return f"{spelled(name, origin, path)}={shown}"
+
+
 def _config_error(
     exc: ValidationError,
     origin: Mapping[str, str],
@@ -842,7 +850,7 @@ def _config_error(
         raw = {**from_file, **from_env, **flags}.get(name, error.get("input"))
         shown = "***" if spec.secret else repr(redact(raw) if isinstance(raw, str) and "://" in raw else raw)
         reason = message if error["type"] == "value_error" else f"is not allowed: give {spec.allowed}"
-        lines.append(f"{spelled(name, origin[name], path)}={shown} {reason} (setting {name}: {describe(name)})")
+        lines.append(f"{given(name, origin[name], path, shown)} {reason} (setting {name}: {describe(name)})")
     return ConfigError("; ".join(lines))
 
 
@@ -862,8 +870,8 @@ def check_deploy_timeout(resolved: Resolved) -> None:
     if s.deploy_timeout_s * 1000 < 2 * s.heartbeat_timeout_ms:
         least = -(-2 * s.heartbeat_timeout_ms // 1000)
         raise ConfigError(
-            f"{spelled('deploy_timeout_s', resolved.origin['deploy_timeout_s'], resolved.file)}="
-            f"{s.deploy_timeout_s} s is shorter than twice the heartbeat timeout ({s.heartbeat_timeout_ms} ms): a "
+            f"{given('deploy_timeout_s', resolved.origin['deploy_timeout_s'], resolved.file, str(s.deploy_timeout_s))}"
+            f" s is shorter than twice the heartbeat timeout ({s.heartbeat_timeout_ms} ms): a "
             f"TaskManager's slot reports need that long to answer for a deployment; give at least {least} s "
             f"(setting deploy_timeout_s: {describe('deploy_timeout_s')})"
         )
