@@ -149,7 +149,9 @@ def test_a_spark_server_per_taskmanager_is_left_to_each_taskmanager(tmp_path: Pa
     finally:
         sluice(tmp_path, "cluster", "stop", check=False)
     bad = sluice(tmp_path, "cluster", "start", "--spark-servers", "two", check=False)
-    assert bad.returncode != 0 and "--spark-servers='two' is not allowed: give shared or per-taskmanager" in bad.stderr, bad.stderr
+    assert (
+        bad.returncode != 0 and "--spark-servers='two' is not allowed: give shared or per-taskmanager" in bad.stderr
+    ), bad.stderr
 
 
 class LineReader:
