@@ -105,6 +105,10 @@ class Settings:
     """What every Sluice process needs to know. ``redis_url`` None means the embedded Redis."""
 
     redis_url: str | None = field(default_factory=lambda: os.environ.get("SLUICE_REDIS_URL") or None)
+    rq_redis_url: str | None = field(default_factory=lambda: os.environ.get("SLUICE_RQ_REDIS_URL") or None)
+    """The Redis of the slots' RQ queues when it is not the log's (RQ is not cluster-safe,
+    rq/rq#1942: with the log on a Redis Cluster, the queues stay on a single node). None:
+    the log's Redis."""
     prefix: str = field(default_factory=lambda: os.environ.get("SLUICE_PREFIX", "sluice"))
     home: Path = field(default_factory=lambda: Path(os.environ.get("SLUICE_HOME", ".sluice")))
     heartbeat_interval_ms: int = field(default_factory=lambda: env_int("SLUICE_HEARTBEAT_INTERVAL_MS", 1000))

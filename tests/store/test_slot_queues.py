@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,9 +13,27 @@ import redis
 from rq import Queue
 from rq.job import Job, JobStatus
 
-from sluice.store import EventLog
+from sluice.store import EventLog, Keys, connect
 from sluice.store.slots import SlotQueues
+from tests.conftest import RQ_PREFIX
 from tests.helpers import env, heartbeat
+
+
+@pytest.fixture
+def log(redis_url: str) -> Iterator[EventLog]:
+    """The log under the prefix RQ has in this process (RQ takes one a process), emptied of
+    its keys (the log's and RQ's, all under ``{trq:``) before and after."""
+    client = connect(redis_url)
+    keys = Keys(RQ_PREFIX)
+
+    def empty() -> None:
+        for key in client.scan_iter(match=keys.pattern, count=1000):
+            client.delete(key)
+
+    empty()
+    yield EventLog(client, keys)
+    empty()
+    client.close()
 
 
 def _queue(log: EventLog) -> Queue:
@@ -422,7 +440,7 @@ def _run_on(
         nonlocal execs
         # a transaction that records the execution or the task's start (PERSIST of its hash)
         names = [str(c[0][0]).upper() + " " + str(c[0][1]) for c in self.command_stack if len(c[0]) > 1]
-        execs += any(n.startswith(("HSET rq:execution:", "PERSIST ")) for n in names)
+        execs += any(n.startswith((f"HSET {log.keys.rq_prefix}:execution:", "PERSIST ")) for n in names)
         return real(self, raise_on_error)
 
     with pytest.MonkeyPatch.context() as patch:
