@@ -103,3 +103,37 @@ def test_rq_info_lists_each_slot_queue_and_worker_by_taskmanager_and_slot(
     rq = Keys(prefix).rq_prefix
     assert {f"{rq}:queue:{q}".encode() for q in queues} <= client.smembers(f"{rq}:queues")
     assert list(client.scan_iter(match=f"{rq}:worker:*", count=1000))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120 + 60 + MARGIN + TEARDOWN)  # the job, rq info
+def test_a_job_runs_with_the_slot_queues_on_a_redis_of_their_own(
+    procs: Processes, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """``$SLUICE_RQ_REDIS_URL``: the TaskManager queues its tasks, and its workers take them,
+    on a second redis-server (RQ stays on a single node when the log is a Redis Cluster);
+    the log's Redis holds none of RQ's keys, and ``rq info`` on the second lists the queues."""
+    import redis
+
+    from sluice.services.embedded import RedisServer
+
+    second = RedisServer(None)
+    rq_url = second.start()
+    try:
+        env = {"SLUICE_RQ_REDIS_URL": rq_url}
+        procs.start("jm", "jobmanager", "--storage-root", (tmp_path / "s").as_uri(), env=env)
+        procs.start("tm-q", "taskmanager", "--resource-id", "tm-q", "--slots", "2", env=env)
+        noop = tmp_path / "noop.py"
+        noop.write_text(NOOP)
+        ran = submit(redis_url, prefix, tmp_path, str(noop), "-p", "n=4", "--wait")
+        assert ran.returncode == 0 and "FINISHED" in ran.stdout, ran.stderr + ran.stdout
+        rq = Keys(prefix).rq_prefix
+        assert list(redis.Redis.from_url(redis_url).scan_iter(match=f"{rq}*", count=1000)) == []
+        queues = [f"{prefix}:tm-q:slot-{s}" for s in (0, 1)]
+        assert {f"{rq}:queue:{q}".encode() for q in queues} <= redis.Redis.from_url(rq_url).smembers(f"{rq}:queues")
+        out = rq_info(rq_url, prefix)
+        finished = [int(m) for m in re.findall(rf"^{re.escape(prefix)}:tm-q:slot-\d \| .* (\d+) finished", out, re.M)]
+        assert len(finished) == 2 and sum(finished) == 4, out
+    finally:
+        procs.stop_all()
+        second.stop()
