@@ -84,8 +84,10 @@ def _hint(scheme: str, error: str) -> str:
             "(rediss://USER@HOST:PORT/0?ssl_ca_certs=/path/to/ca.crt) and connect to a host name or "
             "address the certificate names"
         )
-    if scheme == "rediss" and ("SSL" in error or "EOF" in error or "reset" in error):
-        return "the TLS handshake failed: is that port the server's --tls-port?"
+    if scheme == "rediss" and any(word in error for word in ("SSL", "EOF", "reset", "Timeout")):
+        return "the TLS handshake did not complete: is the server running, and is that port its --tls-port?"
+    if scheme == "redis" and "reset" in error:
+        return "is the server running? (a server that serves TLS on that port needs rediss://)"
     return "is the server running?"
 
 

@@ -199,6 +199,8 @@ def test_a_user_without_the_clusters_keys_channels_or_commands_is_refused_with_w
     # A server whose certificate's CA is not given: refused with what to write in the URL.
     with pytest.raises(RedisUnavailable, match=r"certificate was not accepted.*\?ssl_ca_certs=/path/to/ca\.crt"):
         connect(f"rediss://sluice@127.0.0.1:{tls_redis.port}/0", timeout=5)
+    with pytest.raises(RedisUnavailable, match=r"needs rediss://"):  # the TLS port, without TLS
+        connect(f"redis://sluice@127.0.0.1:{tls_redis.port}/0", timeout=5)
 
     # The log's keys but not RQ's (a pattern a user might guess from the log's tags).
     assert "may not write RQ's keys (LPUSHX {sluice:rq}:" in refused(
