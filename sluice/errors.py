@@ -12,6 +12,7 @@
      │         └── UnexpectedField
      ├── StoreError                  (store/: everything Redis)
      │    ├── RedisUnavailable       the server cannot be reached
+     │    ├── RedisPermissionDenied  NOPERM: the ACL user lacks a key, channel or command Sluice needs
      │    ├── StaleEpoch             a fenced writer: its epoch is older than the tag's fence
      │    ├── StoreRestarted         the server restarted since the writer last looked
      │    ├── ScriptError            a Lua script answered with an error we did not expect
@@ -82,6 +83,7 @@ __all__ = [
     "UnexpectedField",
     "StoreError",
     "RedisUnavailable",
+    "RedisPermissionDenied",
     "StaleEpoch",
     "StoreRestarted",
     "ScriptError",
@@ -221,6 +223,12 @@ class RedisUnavailable(StoreError):
     def __init__(self, message: str, *, url: str | None = None) -> None:
         self.url = url
         super().__init__(message)
+
+
+class RedisPermissionDenied(StoreError):
+    """The Redis ACL user may not touch a key or channel, or run a command, that Sluice
+    needs (Redis answered NOPERM); the message names it and the ``ACL SETUSER`` line that
+    grants what Sluice needs (store/acl.py)."""
 
 
 class StaleEpoch(StoreError):

@@ -13,7 +13,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from sluice.errors import ConfigError, RedisUnavailable
+from sluice.errors import ConfigError, RedisPermissionDenied, RedisUnavailable
 
 __all__ = ["connect", "redact", "ping", "shutdown", "Outage", "PASSWORD_ENV"]
 
@@ -64,11 +64,31 @@ def connect(url: str, *, check: bool = True, timeout: float = 5.0) -> redis.Redi
                 f"Redis at {redact(url)} refused our credentials ({exc}); check the URL's user and ${PASSWORD_ENV}",
                 url=redact(url),
             ) from exc
+        except redis.exceptions.NoPermissionError as exc:
+            raise RedisPermissionDenied(
+                f"Redis user {urlsplit(url).username or 'default'!r} at {redact(url)} may not run PING: Redis "
+                f"answered {exc}; give it the commands Sluice needs (README: Security)"
+            ) from exc
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             raise RedisUnavailable(
-                f"cannot reach Redis at {redact(url)}: {exc}; is the server running?", url=redact(url)
+                f"cannot reach Redis at {redact(url)}: {exc}; {_hint(scheme, str(exc))}", url=redact(url)
             ) from exc
     return client
+
+
+def _hint(scheme: str, error: str) -> str:
+    """What to check when a connection failed: the server, or (TLS) its certificate or port."""
+    if "CERTIFICATE_VERIFY_FAILED" in error or "certificate" in error.lower():
+        return (
+            "the server's TLS certificate was not accepted: give the CA that signed it in the URL "
+            "(rediss://USER@HOST:PORT/0?ssl_ca_certs=/path/to/ca.crt) and connect to a host name or "
+            "address the certificate names"
+        )
+    if scheme == "rediss" and any(word in error for word in ("SSL", "EOF", "reset", "Timeout")):
+        return "the TLS handshake did not complete: is the server running, and is that port its --tls-port?"
+    if scheme == "redis" and "reset" in error:
+        return "is the server running? (a server that serves TLS on that port needs rediss://)"
+    return "is the server running?"
 
 
 def _quick(url: str, timeout: float) -> redis.Redis:

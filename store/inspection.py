@@ -69,7 +69,7 @@ def _s(value: bytes | str) -> str:
 
 def server_footprint(log: EventLog) -> tuple[int, int, int, int]:
     """The server's ``used_memory`` (bytes), its key count (``DBSIZE``), how many of those
-    keys are Sluice's under this prefix (the rest: RQ's, others') and the bytes those take
+    keys are Sluice's under this prefix (the rest: RQ's, ``{<p>:rq}:…``, and others') and the bytes those take
     (``MEMORY USAGE`` summed: Redis's estimate, without the server's own overhead)."""
     client = _redis(log, "reading the server's memory")
     with translate_errors("reading the server's memory"):
@@ -77,7 +77,8 @@ def server_footprint(log: EventLog) -> tuple[int, int, int, int]:
         pipe.info("memory")
         pipe.dbsize()
         info, size = pipe.execute()
-        ours = list(client.scan_iter(match=log.keys.pattern, count=1000))
+        rq = log.keys.rq_prefix.encode()  # RQ's keys are under the prefix too: counted with the rest
+        ours = [k for k in client.scan_iter(match=log.keys.pattern, count=1000) if not k.startswith(rq)]
         pipe = client.pipeline(transaction=False)
         for key in ours:
             pipe.memory_usage(key, samples=0)

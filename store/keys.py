@@ -27,9 +27,20 @@ every key one atomic commit touches lives in one slot:
     {<p>:client:<id>}:inbox    replies to one client (Success, JobRefused)
     {<p>:blob}:<sha256>        a job's code, content-addressed
 
-and, outside the hash tags (RQ names its own keys): the RQ queue of each TaskManager slot,
-``<p>:<resource id>:slot-<n>`` (key ``rq:queue:<p>:…``), served by the RQ worker named
-``<resource id>/slot-<n>@<host>.<pid>``, as ``rq info`` shows them.
+and RQ's keys, all in one hash tag of their own, ``{<p>:rq}`` (``Keys.rq_prefix``: RQ
+builds every key and channel from that one prefix, ``store/rq_keys.py``), so that one ACL
+key pattern, ``~{<p>:*``, covers everything a cluster uses:
+
+    {<p>:rq}:queue:<p>:<resource id>:slot-<n>   the RQ queue of one TaskManager slot
+                               (``Keys.slot_queue`` names it; ``…:intermediate`` beside it),
+                               served by the RQ worker named
+                               ``<resource id>/slot-<n>@<host>.<pid>`` (``Keys.slot_worker``)
+    {<p>:rq}:queues, :workers, :workers:<queue>, :worker:<name>   RQ's lists of them
+    {<p>:rq}:job:<id>, :results:<id>, :execution:…, :executions:<id>   a task and its run
+    {<p>:rq}:wip|finished|failed|deferred|ready|scheduled|canceled:<queue>   RQ's
+                               registries (and ``:clean_registries:<queue>``, their lock)
+    {<p>:rq}:suspended         set by ``rq suspend``
+    {<p>:rq}:pubsub:<worker>   the channel of RQ's worker commands (ACL: ``&{<p>:*``)
 """
 
 from __future__ import annotations
@@ -170,9 +181,16 @@ class Keys:
         """A hash holding one task attempt's queryable state (key -> value)."""
         return tag + ":kvstate:" + _check_id(state_id, "state id")
 
+    @property
+    def rq_prefix(self) -> str:
+        """The prefix of every key and channel RQ makes for this cluster, ``{<p>:rq}``: one
+        hash tag for all of RQ, so its multi-key commands stay in one slot, under the
+        cluster's ACL pattern (``RQ_KEY_PREFIX`` of its processes: ``store/rq_keys.py``)."""
+        return "{" + self.prefix + ":rq}"
+
     def slot_queue(self, resource_id: str, slot: int) -> str:
         """The RQ queue of one TaskManager slot, ``<p>:<resource id>:slot-<n>``, as ``rq info``
-        lists it (RQ keeps it under its own ``rq:queue:`` key)."""
+        lists it (its key: ``{<p>:rq}:queue:<p>:<resource id>:slot-<n>``)."""
         return f"{self.prefix}:{_check_id(resource_id, 'TaskManager resource id')}:slot-{int(slot)}"
 
     @staticmethod
@@ -182,6 +200,13 @@ class Keys:
         registration has not expired, and a killed worker's lingers for minutes)."""
         name = f"{_check_id(resource_id, 'TaskManager resource id')}/slot-{int(slot)}@{host}.{int(pid)}"
         return name if incarnation <= 1 else f"{name}.{int(incarnation)}"
+
+    def access_probes(self) -> tuple[str, str, str]:
+        """Keys and a channel that are never written, which ``store/acl.py`` probes at the
+        start to learn whether the Redis user may use the cluster's keys: the log's
+        (``{<p>:cluster}:acl-probe``), RQ's (``{<p>:rq}:acl-probe``) and RQ's channels
+        (``{<p>:rq}:pubsub:acl-probe``)."""
+        return self.cluster + ":acl-probe", self.rq_prefix + ":acl-probe", self.rq_prefix + ":pubsub:acl-probe"
 
     # --- cluster-wide ---
     @property

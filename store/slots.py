@@ -1,6 +1,11 @@
 """The RQ queues of TaskManager slots: one queue per slot, one SimpleWorker process per
 queue, JSON payloads (never pickle). RQ is a Redis library, so it lives here with the
-rest of what talks to Redis."""
+rest of what talks to Redis.
+
+RQ's keys are under the cluster's prefix (``{<p>:rq}:…``, ``store/rq_keys.py``). They may
+live on a Redis of their own (``$SLUICE_RQ_REDIS_URL``): RQ is not cluster-safe
+(rq/rq#1942), so when the log is on a Redis Cluster the queues stay on a single node. By
+default they are on the log's Redis."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from sluice.events import FIELD, Envelope, encode
 from .connection import Outage
 from .log import EventLog
 from .redis_backend import RedisBackend, translate_errors
+from .rq_keys import bind
 
 __all__ = ["SlotQueues", "work_slot", "slot_worker_class", "HEARTBEAT_EVERY_S"]
 
@@ -33,11 +39,18 @@ def _client(log: EventLog) -> Any:
 
 
 class SlotQueues:
-    """Enqueue a task for a slot's worker, cancel it, ask whether the worker took it."""
+    """Enqueue a task for a slot's worker, cancel it, ask whether the worker took it.
+    ``rq``: a client of the Redis that holds RQ's queues when it is not the log's."""
 
-    def __init__(self, log: EventLog, resource_id: str) -> None:
-        self.log, self.resource_id = log, resource_id
+    def __init__(self, log: EventLog, resource_id: str, *, rq: Any = None) -> None:
+        bind(log.keys)
+        self.log, self.resource_id, self._rq = log, resource_id, rq
         self._queues: dict[int, Any] = {}
+
+    @property
+    def client(self) -> Any:
+        """The client of RQ's Redis."""
+        return self._rq if self._rq is not None else _client(self.log)
 
     def enqueue(
         self,
@@ -55,17 +68,25 @@ class SlotQueues:
         all or nothing. (A connection lost after EXEC leaves the outcome unknown: ``exists``
         tells.) If Redis refuses one of them (its key is not a stream), the job is taken back
         out of its queue and the error raised; but if the slot's worker took it already (an
-        idle worker is woken by the push itself), it is handed over and its id returned."""
+        idle worker is woken by the push itself), it is handed over and its id returned.
+
+        With RQ on a Redis of its own the messages are appended first, then the job queued
+        (two round trips): still in that order, but no longer all or nothing (the messages may
+        be in with no job queued; the caller hands the task over again, and a repeated report
+        is ignored)."""
         import redis
         from rq import Queue
         from rq.serializers import JSONSerializer
 
-        client = _client(self.log)
+        client = self.client
         q = self._queues.get(slot)
         if q is None:
             q = self._queues[slot] = Queue(
                 self.log.keys.slot_queue(self.resource_id, slot), connection=client, serializer=JSONSerializer
             )
+        if self._rq is not None and before:  # RQ on a Redis of its own: the messages first
+            self.log.append_each(before)
+            before = ()
         with translate_errors(f"queueing a task for slot {slot}"), client.pipeline(transaction=True) as pipe:
             pipe.multi()  # explicit, so that RQ adds its commands to this transaction
             for stream, env in before:
@@ -96,14 +117,14 @@ class SlotQueues:
         from rq.job import Job
 
         with translate_errors(f"looking for task {rq_job}"):
-            return bool(Job.exists(rq_job, connection=_client(self.log)))
+            return bool(Job.exists(rq_job, connection=self.client))
 
     def cancel(self, rq_job: str) -> None:
         """Take a queued task out of its queue (a no-op once a worker runs it or it is gone)."""
         from rq.job import Job
 
         try:
-            Job.fetch(rq_job, connection=_client(self.log)).cancel()
+            Job.fetch(rq_job, connection=self.client).cancel()
         except Exception:  # gone, already finished, or Redis away: nothing to cancel
             pass
 
@@ -112,7 +133,7 @@ class SlotQueues:
         from rq.job import Job, JobStatus
 
         try:
-            return bool(Job.fetch(rq_job, connection=_client(self.log)).get_status() != JobStatus.QUEUED)
+            return bool(Job.fetch(rq_job, connection=self.client).get_status() != JobStatus.QUEUED)
         except Exception:
             return True
 
@@ -265,7 +286,7 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
     return SlotWorker
 
 
-def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | None = None) -> None:
+def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | None = None, rq: Any = None) -> None:
     """Run one slot's RQ SimpleWorker until it is stopped (no fork per job: a Spark session
     must never be forked, so it and the job's imported code stay warm across tasks). It is
     named for its TaskManager and slot (``Keys.slot_worker``), as ``rq info`` lists it.
@@ -274,7 +295,9 @@ def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | No
     when Redis is away. With ``outage``, the worker then waits for Redis and works on, in
     the same process: a task that finished keeps its result (it reported it itself), and
     the slot's worker does not die (its TaskManager would count that as a task failure).
+    ``rq``: a client of the Redis that holds RQ's queues when it is not the log's.
     """
+    bind(log.keys)  # before RQ is imported: it reads its prefix then
     import redis
     from rq import Queue
     from rq.exceptions import StopRequested
@@ -282,7 +305,7 @@ def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | No
 
     SlotWorker = slot_worker_class(outage)
 
-    client = _client(log)
+    client = rq if rq is not None else _client(log)
     queue = Queue(log.keys.slot_queue(resource_id, slot), connection=client, serializer=JSONSerializer)
     # RQ lists a queue (and, once any queue is listed, only the workers of listed queues)
     # after its first job: name it in RQ's set of queues now, so `rq info` shows the slot and

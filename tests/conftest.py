@@ -21,6 +21,16 @@ import structlog
 from sluice.services.embedded import RedisServer
 from sluice.store import EventLog, Keys, connect
 
+RQ_PREFIX = "trq"
+"""The cluster prefix whose RQ keys (``{trq:rq}:…``) this test process uses: RQ takes one
+prefix a process (store/rq_keys.py), so in-process tests of RQ queues use this one."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from sluice.store.rq_keys import bind
+
+    bind(Keys(RQ_PREFIX))  # before any test module imports rq
+
 
 @pytest.fixture(autouse=True)
 def _structlog_as_it_was() -> Iterator[None]:

@@ -30,6 +30,7 @@ ERRORS = {
     "UnexpectedField",
     "StoreError",
     "RedisUnavailable",
+    "RedisPermissionDenied",
     "StaleEpoch",
     "StoreRestarted",
     "ScriptError",

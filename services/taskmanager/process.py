@@ -82,6 +82,7 @@ class TaskManager:
         task_partitions: int | None = None,
         spark_cores: int | None = None,
         spark_slots: int | None = None,
+        rq_redis_url: str | None = None,
     ) -> None:
         self.log, self.world = log, world
         host = host if host is not None else hostname()
@@ -117,7 +118,12 @@ class TaskManager:
         self.root_watch = RootWatch(self.resource_id, self.logger, inline=world is not SYSTEM)
         """Whether it sees the leader's storage root, told to the leader (which refuses jobs if not)."""
         self.slots: Slots = runner or ProcessSlots(
-            log, self.resource_id, redis_url=redis_url, home=self.home, spark_remote=lambda: self.spark.remote
+            log,
+            self.resource_id,
+            redis_url=redis_url,
+            home=self.home,
+            spark_remote=lambda: self.spark.remote,
+            rq_redis_url=rq_redis_url,
         )
         """Its workers, one per slot."""
         self.spark: SparkShare = SparkShare(

@@ -18,10 +18,14 @@ from typing import Any, Protocol
 
 from sluice.events import Envelope
 from sluice.services.common.guard import guarded
-from sluice.store import EventLog
+from sluice.store import EventLog, connect
+from sluice.store.acl import check_access
 from sluice.store.slots import SlotQueues
 
-__all__ = ["Slots", "ProcessSlots"]
+__all__ = ["Slots", "ProcessSlots", "RQ_URL_ENV"]
+
+RQ_URL_ENV = "SLUICE_RQ_REDIS_URL"
+"""Where a slot's worker finds RQ's Redis when it is not the log's (sluice.config.Settings)."""
 
 
 class Slots(Protocol):
@@ -75,10 +79,22 @@ class ProcessSlots:
     """One ``sluice worker`` process per slot, fed through the slot's RQ queue."""
 
     def __init__(
-        self, log: EventLog, resource_id: str, *, redis_url: str | None, home: Path, spark_remote: Any = None
+        self,
+        log: EventLog,
+        resource_id: str,
+        *,
+        redis_url: str | None,
+        home: Path,
+        spark_remote: Any = None,
+        rq_redis_url: str | None = None,
     ) -> None:
         self.log, self.resource_id, self.redis_url, self.home = log, resource_id, redis_url, home
-        self.queues = SlotQueues(log, resource_id)
+        self.rq_redis_url = rq_redis_url if rq_redis_url != redis_url else None
+        """The Redis of the slots' RQ queues when it is not the log's (None: the log's)."""
+        rq = connect(self.rq_redis_url) if self.rq_redis_url else None
+        if rq is not None and self.rq_redis_url is not None:
+            check_access(rq, log.keys, self.rq_redis_url, log=False)
+        self.queues = SlotQueues(log, resource_id, rq=rq)
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
         self.spark_remote = spark_remote
         """A callable giving the Spark Connect URL for the workers' environment (or None)."""
@@ -111,6 +127,8 @@ class ProcessSlots:
         out = open(logs / f"{self.resource_id}-slot{slot}.log", "ab")
         remote = self.spark_remote() if callable(self.spark_remote) else None
         env = {**os.environ, "SLUICE_SPARK_REMOTE": remote} if remote else None
+        if self.rq_redis_url:
+            env = {**(env or os.environ), RQ_URL_ENV: self.rq_redis_url}
         self.workers[slot] = subprocess.Popen(
             guarded(cmd, signal.SIGKILL), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
         )

@@ -59,6 +59,8 @@ class WorkerContext:
     """Where this worker's queryable state is served: its Redis, without the password."""
     outage: Outage | None = None
     """How this worker waits for Redis when it is away (None: it does not wait)."""
+    rq: Any = None
+    """A client of the Redis of RQ's queues when it is not the log's (None: the log's)."""
 
 
 _context: WorkerContext | None = None
@@ -70,25 +72,33 @@ WAIT_ENV = "SLUICE_WORKER_REDIS_WAIT_S"
 waiting at once when its TaskManager is gone)."""
 
 
-def init_worker(url: str, prefix: str, resource_id: str, slot: int) -> WorkerContext:
+def init_worker(url: str, prefix: str, resource_id: str, slot: int, *, rq_url: str | None = None) -> WorkerContext:
     """This process's worker context. If Redis is away (the worker was started, or
-    restarted, during an outage) it waits for it instead of dying."""
+    restarted, during an outage) it waits for it instead of dying. ``rq_url``: the Redis
+    of RQ's queues when it is not the log's (``$SLUICE_RQ_REDIS_URL``); the worker waits
+    for both."""
     global _context
     client = connect(url, check=False)
+    rq = connect(rq_url, check=False) if rq_url and rq_url != url else None
     parent = os.getppid()
+
+    def ping() -> None:
+        client.ping()
+        if rq is not None:
+            rq.ping()
 
     def owner_gone() -> str | None:
         return None if os.getppid() == parent else f"its TaskManager (pid {parent}) is gone"
 
     outage = Outage(
-        client.ping,
+        ping,
         who=f"sluice worker {resource_id}/slot {slot}",
         url=url,
         give_up=owner_gone,
         limit_s=float(os.environ.get(WAIT_ENV) or 3600),
     )
     outage.wait()
-    _context = WorkerContext(EventLog(client, Keys(prefix)), resource_id, slot, server_address(url), outage)
+    _context = WorkerContext(EventLog(client, Keys(prefix)), resource_id, slot, server_address(url), outage, rq)
     return _context
 
 

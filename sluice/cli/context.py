@@ -17,6 +17,7 @@ from sluice.config import (
 )
 from sluice.services.embedded import EmbeddedCluster
 from sluice.store import EventLog, Keys, connect
+from sluice.store.acl import check_access
 
 __all__ = ["Context"]
 
@@ -91,5 +92,9 @@ class Context:
 
     def log(self) -> EventLog:
         if self._log is None:
-            self._log = EventLog(connect(self.url), Keys(self.settings.prefix))
+            url, keys = self.url, Keys(self.settings.prefix)
+            client = connect(url)
+            # What the Redis user may do, told at the start (RQ's part: on its own Redis when given).
+            check_access(client, keys, url, rq=self.settings.rq_redis_url in (None, url))
+            self._log = EventLog(client, keys)
         return self._log

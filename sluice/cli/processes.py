@@ -100,6 +100,7 @@ def taskmanager(obj: Context, slots: int, resource_id: str | None, no_execute: b
         ),
         home=s.home,
         redis_url=obj.url,
+        rq_redis_url=s.rq_redis_url,
         execute=not no_execute,
         spark_remote=s.spark_remote,
         io_rate=s.io_rate,
@@ -121,10 +122,10 @@ def worker(obj: Context, resource_id: str, slot: int) -> None:
     from sluice.services.taskmanager.worker import init_worker, warm_up
     from sluice.store.slots import work_slot
 
-    ctx = init_worker(obj.url, obj.settings.prefix, resource_id, slot)
+    ctx = init_worker(obj.url, obj.settings.prefix, resource_id, slot, rq_url=obj.settings.rq_redis_url)
     if obj.settings.spark_remote:
         warm_up()
-    work_slot(ctx.log, resource_id, slot, outage=ctx.outage)
+    work_slot(ctx.log, resource_id, slot, outage=ctx.outage, rq=ctx.rq)
 
 
 @click.command()

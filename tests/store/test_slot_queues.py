@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,9 +13,27 @@ import redis
 from rq import Queue
 from rq.job import Job, JobStatus
 
-from sluice.store import EventLog
+from sluice.store import EventLog, Keys, connect
 from sluice.store.slots import SlotQueues
+from tests.conftest import RQ_PREFIX
 from tests.helpers import env, heartbeat
+
+
+@pytest.fixture
+def log(redis_url: str) -> Iterator[EventLog]:
+    """The log under the prefix RQ has in this process (RQ takes one a process), emptied of
+    its keys (the log's and RQ's, all under ``{trq:``) before and after."""
+    client = connect(redis_url)
+    keys = Keys(RQ_PREFIX)
+
+    def empty() -> None:
+        for key in client.scan_iter(match=keys.pattern, count=1000):
+            client.delete(key)
+
+    empty()
+    yield EventLog(client, keys)
+    empty()
+    client.close()
 
 
 def _queue(log: EventLog) -> Queue:
@@ -422,7 +440,7 @@ def _run_on(
         nonlocal execs
         # a transaction that records the execution or the task's start (PERSIST of its hash)
         names = [str(c[0][0]).upper() + " " + str(c[0][1]) for c in self.command_stack if len(c[0]) > 1]
-        execs += any(n.startswith(("HSET rq:execution:", "PERSIST ")) for n in names)
+        execs += any(n.startswith((f"HSET {log.keys.rq_prefix}:execution:", "PERSIST ")) for n in names)
         return real(self, raise_on_error)
 
     with pytest.MonkeyPatch.context() as patch:
@@ -432,3 +450,62 @@ def _run_on(
         RqJob.fetch(job.id, connection=client, serializer=JSONSerializer), serializer=JSONSerializer
     )
     return (result.return_value if result else None), execs
+
+
+def test_rq_takes_one_clusters_prefix_a_process_and_refuses_another() -> None:
+    """RQ builds its keys from a prefix read once, at import: this process's is the test
+    cluster's, and a slot queue of another cluster is refused with both named."""
+    from sluice.errors import ConfigError
+    from sluice.store.rq_keys import bind, bound_prefix
+
+    assert bound_prefix() == Keys(RQ_PREFIX).rq_prefix == "{trq:rq}"
+    bind(Keys(RQ_PREFIX))  # the same again: fine
+    with pytest.raises(ConfigError, match=r"under '\{trq:rq\}'.*prefix 'other' keeps them under '\{other:rq\}'"):
+        SlotQueues(EventLog(connect("redis://127.0.0.1:1", check=False), Keys("other")), "tm-1")
+
+
+def test_every_key_and_channel_a_slot_queue_and_its_worker_use_is_under_the_clusters_pattern(
+    log: EventLog, redis_url: str
+) -> None:
+    """As an ACL user allowed only ``{trq:*`` keys and channels (and the commands the docs
+    list), a task is queued, run, queued and cancelled, RQ is suspended and resumed, and a
+    worker is sent a command: Redis refuses none of it (its ACL LOG stays empty)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from rq.command import send_shutdown_command
+    from rq.serializers import JSONSerializer
+    from rq.suspension import resume, suspend
+
+    from sluice.store.acl import acl_rules, check_access
+    from sluice.store.slots import slot_worker_class
+
+    admin = log.backend.client  # type: ignore[attr-defined]
+    user = "slots-acl"
+    admin.execute_command("ACL", "SETUSER", user, "reset", "on", ">pw", *acl_rules(log.keys).split())
+    admin.execute_command("ACL", "LOG", "RESET")
+    parts = urlsplit(redis_url)
+    url = urlunsplit((parts.scheme, f"{user}:pw@{parts.hostname}:{parts.port}", parts.path, "", ""))
+    client = connect(url)
+    try:
+        check_access(client, log.keys, url)
+        as_user = EventLog(client, log.keys)
+        queues = SlotQueues(as_user, "tm-acl")
+        inbox = log.keys.inbox(log.keys.job("j1"))
+        queues.enqueue(
+            0, "tools.bench.tasks.noop", (), job_id="acl-1", description="t", before=[(inbox, env(heartbeat()))]
+        )
+        queue = Queue(log.keys.slot_queue("tm-acl", 0), connection=client, serializer=JSONSerializer)
+        worker = slot_worker_class()([queue], name="w-acl", connection=client, serializer=JSONSerializer)
+        worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+        assert Job.fetch("acl-1", connection=client).get_status() == JobStatus.FINISHED
+        queues.enqueue(0, "tools.bench.tasks.noop", (), job_id="acl-2", description="t")
+        assert not queues.started("acl-2")
+        queues.cancel("acl-2")
+        assert Job.fetch("acl-2", connection=client).get_status() == JobStatus.CANCELED
+        suspend(client)
+        resume(client)
+        send_shutdown_command(client, "w-acl")  # RQ's worker commands: a channel under the pattern
+        assert admin.execute_command("ACL", "LOG") == []
+    finally:
+        client.close()
+        admin.execute_command("ACL", "DELUSER", user)

@@ -61,6 +61,9 @@ def _raw_rq(url: str, workers: int, tasks: int, redis_pid: int | None = None) ->
     from rq.registry import FinishedJobRegistry
     from rq.serializers import JSONSerializer
 
+    from sluice.store.rq_keys import RQ_PREFIX_ENV, bound_prefix
+
+    rq_here = {RQ_PREFIX_ENV: bound_prefix() or "rq"}  # the workers build RQ's keys as this process does
     conn = Redis.from_url(url)
     name = f"bench-raw-{uuid.uuid4().hex[:8]}"  # a queue (and registries) of its own each run
     q = Queue(name, connection=conn, serializer=JSONSerializer)
@@ -74,7 +77,7 @@ def _raw_rq(url: str, workers: int, tasks: int, redis_pid: int | None = None) ->
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code, url, name],
-            env=with_tools(),
+            env={**with_tools(), **rq_here},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
