@@ -50,7 +50,15 @@ def discover(format: str, paths: list[str], split_bytes: int, options: dict[str,
         except (KeyError, ValueError) as exc:
             raise ValueError(f"a range source needs integer options start and end, got {options!r}") from exc
         return plan_range(start, end, split_bytes)
-    return plan_splits(format, paths, split_bytes)
+    from sluice.services.dataplane import options as reader_options
+
+    return plan_splits(
+        format,
+        paths,
+        split_bytes,
+        whole_files=reader_options.whole_files(format, options),
+        columns=reader_options.parquet_columns(options) if format == "parquet" else None,
+    )
 
 
 class SplitEnumerator:
