@@ -187,9 +187,10 @@ class Job:
         ends, where a newline ends a record even inside quotes, as in Spark without
         ``multiLine``; ``multi_line=True`` reads each file whole (one split a file), so a
         quoted field may hold newlines."""
-        opts = {"header": _flag(header), "inferSchema": _flag(infer_schema and schema is None)}
-        opts |= _options(
+        opts = _options(
             options,
+            header=_flag(header),
+            inferSchema=_flag(infer_schema and schema is None),
             sep=sep,
             quote=quote,
             nullValue=null_value,
@@ -338,16 +339,25 @@ def _flag(value: bool) -> str:
 
 def _options(extra: dict[str, str] | None, **named: str | None) -> dict[str, str]:
     """A source's options: ``extra`` (any the format knows, checked at submission), then
-    the named ones that were given. One given both ways is refused here, at once."""
+    the named ones that were given. An option that has its own argument is refused in
+    ``extra``, at once (which of the two would count?)."""
     out = dict(extra or {})
-    lower = {k.lower(): k for k in out}
-    for key, value in named.items():
-        if value is None:
-            continue
-        if key.lower() in lower:
-            raise ValueError(f"reader option {key!r} is given twice (as an argument and in options=); give it once")
-        out[key] = value
+    for key in out:
+        if str(key).lower() in {k.lower() for k in named}:
+            raise ValueError(
+                f"reader option {key!r} has its own argument: pass it as {_ARGUMENTS.get(key.lower(), key)}=..., "
+                "not in options="
+            )
+    out.update({k: v for k, v in named.items() if v is not None})
     return out
+
+
+_ARGUMENTS = {
+    "infer_schema": "infer_schema",
+    "inferschema": "infer_schema",
+    "nullvalue": "null_value",
+    "multiline": "multi_line",
+}
 
 
 def _schema(schema: object | None) -> str | None:

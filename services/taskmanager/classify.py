@@ -89,15 +89,15 @@ def _chain(exc: BaseException) -> list[BaseException]:
 def _conditions(exc: BaseException) -> list[str]:
     """Spark's error conditions of ``exc``: its own (PySpark's errors say it), then any in its message."""
     found: list[str] = []
-    for getter in ("getCondition", "getErrorClass"):
-        fn = getattr(exc, getter, None)
-        if callable(fn):
-            try:
-                value = fn()
-            except Exception:  # an error object that cannot say: its message may
-                value = None
-            if isinstance(value, str) and value:
-                found.append(value)
+    # (PySpark 4 names it getCondition, and warns that getErrorClass is deprecated; 3 has only that)
+    fn = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    if callable(fn):
+        try:
+            value = fn()
+        except Exception:  # an error object that cannot say: its message may
+            value = None
+        if isinstance(value, str) and value:
+            found.append(value)
     try:
         text = str(exc)
     except Exception:
