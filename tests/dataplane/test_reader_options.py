@@ -171,3 +171,17 @@ def test_the_failures_of_bad_data_and_bad_code_are_classified_as_spark_raises_th
     assert not failfast.retryable, errors[2]
     assert classify(errors[0], retry_on=["CAST_INVALID_INPUT"]).retryable
     assert classify(ConnectionResetError("peer went away")).retryable
+
+
+def test_a_parquet_file_without_a_column_asked_for_is_refused_when_splits_are_planned(tmp_path: Path) -> None:
+    """(No Spark: the JobManager plans the splits when the job is submitted, so it refuses it then.)"""
+    from sluice.errors import SplitError
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "k": [3, 4]}), path)
+    with pytest.raises(SplitError, match=r"has no column\(s\) 'kk' \(columns=...\); its columns: id, k"):
+        discover("parquet", [str(path)], 1 << 20, {"columns": '["id", "kk"]'})
+    multi = tmp_path / "m.csv"
+    multi.write_text("a\n" * 1000)
+    assert len(discover("csv", [str(multi)], 100, {"multiLine": "true"})) == 1  # whole files
+    assert len(discover("json", [str(multi)], 100, {})) == 20
