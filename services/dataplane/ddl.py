@@ -74,6 +74,11 @@ class _Parser:
             elif punct is not None:
                 self.tokens.append(("punct", punct))
         self.i = 0
+        self.names: list[str] = []
+        self.types: list[str] = []
+        """Every type name met, nested ones included (lower case)."""
+        self.tops: list[str] = []
+        """The type name of each top-level column."""
 
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -110,6 +115,9 @@ class _Parser:
             names.append(self.name())
             if end is not None and self.at(":"):
                 self.take()
+            if end is None:
+                tok = self.peek()
+                self.tops.append(tok[1].lower() if tok else "")
             self.type()
             while self.at("not") or self.at("comment") or self.at("collate"):
                 word = self.take()[1].lower()
@@ -129,6 +137,7 @@ class _Parser:
         if kind != "word":
             raise _Bad(f"expected a type, found {word!r}")
         low = word.lower()
+        self.types.append(low)
         if low == "array":
             self.expect("<")
             self.type()
@@ -168,24 +177,43 @@ class _Parser:
             raise _Bad(f"{word!r} is not a Spark type")
 
 
-def _parse(ddl: str) -> list[str]:
+def _parse(ddl: str) -> _Parser:
     p = _Parser(ddl)
     if p.peek() is None:
         raise _Bad("it is empty")
-    names = p.columns(None)
+    p.names = p.columns(None)
     if p.peek() is not None:
-        raise _Bad(f"unexpected {p.peek()[1]!r} after column {names[-1]!r}")  # type: ignore[index]
-    return names
+        raise _Bad(f"unexpected {p.peek()[1]!r} after column {p.names[-1]!r}")  # type: ignore[index]
+    return p
 
 
-def problems(ddl: object) -> str | None:
-    """What is wrong with a DDL schema string (None: it parses)."""
+_NOT_READ = {"char": "STRING", "character": "STRING", "varchar": "STRING", "void": "STRING"}
+"""Types Spark's file readers refuse in a schema (UNSUPPORTED_CHAR_OR_VARCHAR_AS_STRING, VOID), and what to use."""
+_NESTED = ("array", "map", "struct")
+
+
+def problems(ddl: object, *, flat: bool = False) -> str | None:
+    """What is wrong with a DDL schema string (None: it parses, and a file reader takes it).
+    ``flat``: the reader takes no arrays, maps or structs (CSV)."""
     if not isinstance(ddl, str):
         return f"a schema must be a DDL string such as 'a INT, b STRING', got {type(ddl).__name__}"
     try:
-        names = _parse(ddl)
+        parsed = _parse(ddl)
     except _Bad as exc:
         return f"{ddl!r} is not a Spark DDL schema ({exc}); write it as 'a INT, b STRING, c DECIMAL(10,2)'"
+    names = parsed.names
+    bad = sorted({t for t in parsed.types if t in _NOT_READ})
+    if bad:
+        return (
+            f"{ddl!r} uses {', '.join(t.upper() for t in bad)}, which Spark's file readers refuse in a schema; "
+            "use STRING"
+        )
+    nested = [n for n, t in zip(names, parsed.tops, strict=True) if t in _NESTED]
+    if flat and nested:
+        return (
+            f"{ddl!r} makes {', '.join(map(repr, nested))} an array, map or struct, which the CSV reader cannot read; "
+            "read it as STRING and parse it in a transform (from_json)"
+        )
     dup = sorted({n for n in names if [m.lower() for m in names].count(n.lower()) > 1})
     if dup:
         return f"{ddl!r} names column(s) {', '.join(map(repr, dup))} more than once"
@@ -194,7 +222,7 @@ def problems(ddl: object) -> str | None:
 
 def column_names(ddl: str) -> list[str]:
     """The top-level column names of a DDL schema that ``problems`` accepts."""
-    return _parse(ddl)
+    return _parse(ddl).names
 
 
 def to_ddl(schema: Any) -> str:

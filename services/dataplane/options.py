@@ -155,7 +155,7 @@ def _value_problem(fmt: str, name: str, value: str, options: Mapping[str, object
             return f"is {value!r}; use one of {', '.join(MODES)}"
         return None
     if name == "schema":
-        problem = ddl.problems(value)
+        problem = ddl.problems(value, flat=fmt == "csv")
         return None if problem is None else f"(a schema): {problem}"
     if name == "encoding":
         return _charset_problem(value, not whole_files(fmt, options))

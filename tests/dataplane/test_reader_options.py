@@ -185,3 +185,39 @@ def test_a_parquet_file_without_a_column_asked_for_is_refused_when_splits_are_pl
     multi.write_text("a\n" * 1000)
     assert len(discover("csv", [str(multi)], 100, {"multiLine": "true"})) == 1  # whole files
     assert len(discover("json", [str(multi)], 100, {})) == 20
+
+
+_AGREED = [  # (schema, format)
+    ("a INT, b STRING", "csv"),
+    ("`a b` DECIMAL(10,2) NOT NULL COMMENT 'money', c ARRAY<STRUCT<x: INT, y STRING>>", "json"),
+    ("`a b` DECIMAL(10,2) NOT NULL COMMENT 'money', c ARRAY<STRUCT<x: INT, y STRING>>", "csv"),
+    ("m MAP<STRING, BIGINT>, d DATE, t TIMESTAMP_NTZ, i INTERVAL DAY TO SECOND, s STRING COLLATE UTF8_LCASE", "json"),
+    ("a INTEGR", "csv"),
+    ("a", "csv"),
+    ("a INT,", "csv"),
+    ("a INT b", "csv"),
+    ("a ARRAY<INT", "json"),
+    ("a DECIMAL(1,2,3)", "csv"),
+    ("a INT, A STRING", "csv"),
+    ("v VARCHAR(5)", "csv"),
+    ("s STRUCT<c: CHAR(3)>", "json"),
+    ("1a INT, b VARIANT", "json"),
+]
+
+
+@pytest.mark.slow
+def test_the_ddl_check_accepts_what_sparks_parser_accepts(spark, tmp_path: Path) -> None:
+    """The submission's DDL check and Spark agree on each case (a reader given the schema
+    resolves, or Spark refuses it)."""
+    from sluice.services.dataplane import ddl
+
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    for text, fmt in _AGREED:
+        try:
+            getattr(spark.read.schema(text), fmt)(str(empty)).schema  # noqa: B018 (analysis runs on the server)
+            spark_ok = True
+        except Exception as exc:
+            spark_ok, why = False, str(exc).splitlines()[0]
+        ours = ddl.problems(text, flat=fmt == "csv")
+        assert (ours is None) == spark_ok, (text, fmt, ours, None if spark_ok else why)
