@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sluice.errors import DataplaneError as _Bad  # (raised inside the parser, caught by problems)
+
 __all__ = ["problems", "to_ddl", "column_names"]
 
 _SIMPLE = {
@@ -52,10 +54,6 @@ _PARAMETERS = {
 }
 _INTERVAL_UNITS = {"year", "month", "day", "hour", "minute", "second"}
 _TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|('(?:[^'\\]|\\.)*')|([A-Za-z0-9_]+)|([<>(),:])|(\S))")
-
-
-class _Bad(Exception):
-    pass
 
 
 class _Parser:
