@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from sluice.services.dataplane import ddl
 
-__all__ = ["KNOWN", "MODES", "problems", "lookup", "is_true", "whole_files", "parquet_columns"]
+__all__ = ["KNOWN", "MODES", "problems", "lookup", "is_true", "whole_files", "transcoded", "parquet_columns"]
 
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 """Spark's parse modes for malformed CSV / JSON records."""
@@ -112,6 +112,15 @@ def whole_files(format: str, options: Mapping[str, object]) -> bool:
     may then span lines (``multiLine``), which byte ranges would cut. Spark does the same
     (its CSV and JSON files are not splittable under ``multiLine``)."""
     return format in ("csv", "json") and is_true(options, "multiLine")
+
+
+def transcoded(options: Mapping[str, object]) -> bool:
+    """Whether a split's bytes are decoded from another charset than UTF-8 when copied."""
+    raw = lookup(options, "encoding")
+    try:
+        return raw is not None and codecs.lookup(str(raw)).name != "utf-8"
+    except LookupError:
+        return False
 
 
 def parquet_columns(options: Mapping[str, object]) -> list[str] | None:

@@ -41,7 +41,7 @@ from sluice.services.dataplane import fs
 from sluice.services.dataplane.errors import SplitError
 from sluice.services.dataplane.options import is_true as _is_true
 from sluice.services.dataplane.options import lookup as _option
-from sluice.services.dataplane.options import parquet_columns
+from sluice.services.dataplane.options import parquet_columns, transcoded
 from sluice.services.dataplane.splits import COMPRESSED_SUFFIXES, FORMATS, Split
 
 if TYPE_CHECKING:
@@ -180,10 +180,7 @@ def _materialize_lines(split: Split, fmt: str, options: Mapping[str, object], ou
 
 def _encoding(options: Mapping[str, object]) -> str | None:
     """The charset to decode a split from (None: UTF-8, copied as it is)."""
-    raw = _option(options, "encoding")
-    if raw is None or codecs.lookup(str(raw)).name == "utf-8":
-        return None
-    return str(raw)
+    return str(_option(options, "encoding")) if transcoded(options) else None
 
 
 def _materialize_parquet(split: Split, out: Path, columns: list[str] | None) -> None:

@@ -5,6 +5,7 @@ options. And the failures those options let a user meet are classified as Spark 
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -185,6 +186,11 @@ def test_a_parquet_file_without_a_column_asked_for_is_refused_when_splits_are_pl
     multi.write_text("a\n" * 1000)
     assert len(discover("csv", [str(multi)], 100, {"multiLine": "true"})) == 1  # whole files
     assert len(discover("json", [str(multi)], 100, {})) == 20
+    packed = tmp_path / "old.txt.gz"
+    packed.write_bytes(gzip.compress("café\n".encode("latin-1")))
+    with pytest.raises(SplitError, match=r"old.txt.gz is compressed, and encoding='latin-1' decodes the bytes"):
+        discover("text", [str(packed)], 100, {"encoding": "latin-1"})
+    assert len(discover("text", [str(packed)], 100, {"encoding": "UTF-8"})) == 1
 
 
 _AGREED = [  # (schema, format)
