@@ -9,6 +9,7 @@ by ``upgrade`` before it is decoded.
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Any
 
 import orjson
@@ -30,8 +31,8 @@ __all__ = [
     "descriptor_to_json",
 ]
 
-DESCRIPTOR_VERSION = 2
-"""Version 2 added ``storage_root``."""
+DESCRIPTOR_VERSION = 3
+"""Version 2 added ``storage_root``, version 3 ``retry_on`` and ``no_retry_on``."""
 
 
 @record
@@ -125,6 +126,10 @@ class TaskDeploymentDescriptor:
     storage_root: str = ""
     """The job's storage root (where its marker is, ``services/common/job_marker.py``): the
     TaskManager checks it sees it before the job's first task there ("": not checked)."""
+    retry_on: list[str] = field(default_factory=list)
+    no_retry_on: list[str] = field(default_factory=list)
+    """The job's word on which failures are retried (``RestartStrategy``): the TaskManager
+    classifies a failure with them (services/taskmanager/classify.py)."""
     version: int = DESCRIPTOR_VERSION
 
     @property
@@ -137,7 +142,8 @@ _decode = payload_decoder(TaskDeploymentDescriptor)
 
 def upgrade(data: Any) -> Any:
     """An older descriptor's data in the current shape (version 1 is the first; version 2
-    added ``storage_root``, unknown for a version 1 descriptor: "", not checked)."""
+    added ``storage_root``, unknown for a version 1 descriptor: "", not checked; version 3
+    ``retry_on`` and ``no_retry_on``, none before: the defaults decide)."""
     if not isinstance(data, dict):
         return data
     version = data.get("version", 1)
@@ -148,6 +154,8 @@ def upgrade(data: Any) -> Any:
         )
     if version == 1:
         data = {**data, "storage_root": "", "version": 2}
+    if data.get("version", 1) == 2:
+        data = {**data, "retry_on": [], "no_retry_on": [], "version": 3}
     return data
 
 

@@ -15,9 +15,10 @@ __all__ = ["SourceSpec", "SinkSpec", "JobVertex", "JobEdge", "JobGraph", "Restar
 
 @record
 class SourceSpec:
-    """What a source reads, in splits: files (``format`` text, csv or parquet;
+    """What a source reads, in splits: files (``format`` text, csv, json or parquet;
     ``split_bytes`` per split) or numbers (``format`` range: ``options`` start and end,
-    ``split_bytes`` numbers per split). ``protocol`` is how its readers get splits:
+    ``split_bytes`` numbers per split). ``options`` are the reader's (Spark's names, text
+    values; services/dataplane/options.py lists each format's and checks them). ``protocol`` is how its readers get splits:
     ``operator-events`` (FLIP-27, from the source coordinator's enumerator) or
     ``input-splits`` (the seed protocol, ``RequestNextInputSplit``); both are answered by
     the same assignment core. ``each_split``: the functions chained to the source run on
@@ -77,12 +78,21 @@ class JobEdge:
 @record
 class RestartStrategy:
     """``fixed-delay`` (attempts, delay_ms) or ``exponential-backoff`` (attempts, delay_ms
-    doubling up to max_delay_ms); ``none`` fails the job at the first task failure."""
+    doubling up to max_delay_ms); ``none`` fails the job at the first task failure.
+
+    A failure its TaskManager classifies as deterministic (a Spark AnalysisException, an
+    ANSI cast error, a user-code ImportError: services/taskmanager/failures.py) fails the
+    job at once, whatever the strategy. ``no_retry_on`` and ``retry_on`` override that per
+    failure: names of exception classes (``ValueError``, ``mymodule.BadRow``) or of Spark
+    error conditions (``CAST_INVALID_INPUT``); a failure matching ``no_retry_on`` is never
+    retried, one matching ``retry_on`` (and not ``no_retry_on``) is retried as any other."""
 
     kind: str = "fixed-delay"
     attempts: int = 3
     delay_ms: int = 1000
     max_delay_ms: int = 60_000
+    retry_on: list[str] = field(default_factory=list)
+    no_retry_on: list[str] = field(default_factory=list)
 
 
 @record

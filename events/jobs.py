@@ -223,13 +223,15 @@ class CancelTask(Event):
     reason: str
 
 
-@event("UpdateTaskExecutionState", version=3)
+@event("UpdateTaskExecutionState", version=4)
 class UpdateTaskExecutionState(Event):
     """One state change of one execution attempt. Sent by TaskManagers and recorded by the
     leader (with where it runs) as a fact. ``session`` (on the leader's SCHEDULED fact) is
     the registration of the TaskManager the attempt was placed on: when that session is
-    gone, so is the attempt. Version 2 added the vertex, subtask, attempt and location
-    fields, version 3 ``session``."""
+    gone, so is the attempt. ``retryable`` False (on a FAILED report): the TaskManager
+    classified the failure as deterministic (services/taskmanager/classify.py), so the job
+    fails at once, without restarts. Version 2 added the vertex, subtask, attempt and
+    location fields, version 3 ``session``, version 4 ``retryable``."""
 
     job_id: str
     execution_id: str
@@ -241,6 +243,26 @@ class UpdateTaskExecutionState(Event):
     taskmanager: str | None = None
     slot: int | None = None
     session: str | None = None
+    retryable: bool = True
+
+    def written_as(self) -> tuple[int, dict[str, Any]] | None:
+        """Version 3 while ``retryable`` is True (what a v3 reader takes every failure for),
+        as TaskOperationResult does: a leader not yet upgraded reads every report but a
+        deterministic failure's."""
+        if not self.retryable:
+            return None
+        return 3, {
+            "job_id": self.job_id,
+            "execution_id": self.execution_id,
+            "state": self.state,
+            "error": self.error,
+            "vertex_id": self.vertex_id,
+            "subtask": self.subtask,
+            "attempt": self.attempt,
+            "taskmanager": self.taskmanager,
+            "slot": self.slot,
+            "session": self.session,
+        }
 
 
 @event("ScheduleOrUpdateConsumers")

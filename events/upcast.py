@@ -163,6 +163,14 @@ def _update_task_execution_state_v2_v3(payload: Payload) -> Payload:
     return payload
 
 
+@upcaster("UpdateTaskExecutionState", 3)
+def _update_task_execution_state_v3_v4(payload: Payload) -> Payload:
+    """v4 added ``retryable``; every failure a v3 TaskManager reported could be retried."""
+    if isinstance(payload, dict):
+        return {**payload, "retryable": True}
+    return payload
+
+
 @upcaster("ExecutionGraphBuilt", 1)
 def _execution_graph_built_v1_v2(payload: Payload) -> Payload:
     """v2 added ``first_attempt``; before, every subtask started at attempt 0."""

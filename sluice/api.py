@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+import orjson
+
 from sluice.events import DEFAULT_MAX_PARALLELISM, JobEdge, JobGraph, JobVertex, RestartStrategy, SinkSpec, SourceSpec
 
 __all__ = ["Job", "Stream", "Keyed", "function_ref", "task_context"]
@@ -101,10 +103,23 @@ class Job:
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
         restart: RestartStrategy | None = None,
         chaining: bool = True,
+        retry_on: list[str | type] | None = None,
+        no_retry_on: list[str | type] | None = None,
     ) -> None:
+        """``retry_on`` / ``no_retry_on``: exception classes (or their names, or Spark error
+        conditions such as ``"CAST_INVALID_INPUT"``) whose failures are retried by the
+        restart strategy, or fail the job at once. By default a deterministic user error
+        (an AnalysisException, an ANSI cast error, an ImportError of the job's code) fails
+        the job at once, and any other failure is retried."""
         self.name = name
         self.max_parallelism = max_parallelism
         self.restart = restart or RestartStrategy()
+        if retry_on is not None or no_retry_on is not None:
+            self.restart = replace(
+                self.restart,
+                retry_on=[_exception_name(e) for e in retry_on or self.restart.retry_on],
+                no_retry_on=[_exception_name(e) for e in no_retry_on or self.restart.no_retry_on],
+            )
         self.chaining = chaining
         self.vertices: list[JobVertex] = []
         self.edges: list[JobEdge] = []
@@ -120,17 +135,28 @@ class Job:
     # for row-by-row functions and for a combiner whose consumer aggregates again (word
     # count's partial count), wrong for one that needs all of a subtask's rows at once (a
     # distinct, or an aggregate that is final). Each split then costs one Spark job.
+    # Reader options: checked when the job is submitted (services/dataplane/options.py), each
+    # applied alike to every split; ``options`` passes any other reader option the format
+    # knows (Spark's names, e.g. {"dateFormat": "yyyy-MM-dd"}); an unknown one is refused.
     def read_text(
         self,
         name: str,
         paths: str | list[str],
         *,
         parallelism: int = 2,
+        encoding: str | None = None,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
         protocol: str = "operator-events",
         each_split: bool = False,
+        options: dict[str, str] | None = None,
     ) -> Stream:
-        return self._source(name, SourceSpec("text", _list(paths), split_bytes, {}, protocol, each_split), parallelism)
+        """Lines of text, one column ``value``. ``encoding``: the files' charset (default
+        UTF-8; an ASCII-compatible one, as splits are cut at newline bytes), decoded by Sluice
+        as Spark's text reader has no such option."""
+        opts = _options(options, encoding=encoding)
+        return self._source(
+            name, SourceSpec("text", _list(paths), split_bytes, opts, protocol, each_split), parallelism
+        )
 
     def read_csv(
         self,
@@ -140,13 +166,69 @@ class Job:
         parallelism: int = 2,
         header: bool = True,
         infer_schema: bool = True,
+        sep: str | None = None,
+        quote: str | None = None,
+        null_value: str | None = None,
+        schema: object | None = None,
+        mode: str | None = None,
+        encoding: str | None = None,
+        multi_line: bool = False,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
         protocol: str = "operator-events",
         each_split: bool = False,
+        options: dict[str, str] | None = None,
     ) -> Stream:
-        options = {"header": str(header).lower(), "inferSchema": str(infer_schema).lower()}
+        """CSV files, read as Spark's ``spark.read.csv`` reads them with the same options:
+        ``sep`` and ``quote`` (one character; ``quote=""`` turns quoting off), ``null_value``
+        (the text read as null, e.g. ``"NA"``), ``schema`` (a DDL string ``"a INT, b STRING"``
+        or a pyspark ``StructType``; give one for types that agree across splits, since
+        ``infer_schema`` infers them split by split; a schema turns inference off), ``mode``
+        (PERMISSIVE, DROPMALFORMED or FAILFAST) and ``encoding``. Files are split at line
+        ends, where a newline ends a record even inside quotes, as in Spark without
+        ``multiLine``; ``multi_line=True`` reads each file whole (one split a file), so a
+        quoted field may hold newlines."""
+        opts = _options(
+            options,
+            header=_flag(header),
+            inferSchema=_flag(infer_schema and schema is None),
+            sep=sep,
+            quote=quote,
+            nullValue=null_value,
+            schema=_schema(schema),
+            mode=mode,
+            encoding=encoding,
+            multiLine=_flag(multi_line) if multi_line else None,
+        )
+        return self._source(name, SourceSpec("csv", _list(paths), split_bytes, opts, protocol, each_split), parallelism)
+
+    def read_json(
+        self,
+        name: str,
+        paths: str | list[str],
+        *,
+        parallelism: int = 2,
+        schema: object | None = None,
+        mode: str | None = None,
+        encoding: str | None = None,
+        multi_line: bool = False,
+        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        protocol: str = "operator-events",
+        each_split: bool = False,
+        options: dict[str, str] | None = None,
+    ) -> Stream:
+        """JSON lines (one object a line), read as ``spark.read.json`` reads them and split
+        as text is; ``schema`` (DDL or ``StructType``; without one each reader infers its
+        own), ``mode`` and ``encoding`` as for CSV. ``multi_line=True``: each file is one
+        JSON document or array, read whole (one split a file)."""
+        opts = _options(
+            options,
+            schema=_schema(schema),
+            mode=mode,
+            encoding=encoding,
+            multiLine=_flag(multi_line) if multi_line else None,
+        )
         return self._source(
-            name, SourceSpec("csv", _list(paths), split_bytes, options, protocol, each_split), parallelism
+            name, SourceSpec("json", _list(paths), split_bytes, opts, protocol, each_split), parallelism
         )
 
     def read_parquet(
@@ -155,12 +237,18 @@ class Job:
         paths: str | list[str],
         *,
         parallelism: int = 2,
+        columns: list[str] | None = None,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
         protocol: str = "operator-events",
         each_split: bool = False,
+        options: dict[str, str] | None = None,
     ) -> Stream:
+        """Parquet files, split by row groups. ``columns``: read only these (in this order):
+        the other columns' bytes are never fetched, and Spark's scan reads only these."""
+        cols = None if columns is None else orjson.dumps(_names(columns)).decode()
+        opts = _options(options, columns=cols)
         return self._source(
-            name, SourceSpec("parquet", _list(paths), split_bytes, {}, protocol, each_split), parallelism
+            name, SourceSpec("parquet", _list(paths), split_bytes, opts, protocol, each_split), parallelism
         )
 
     def read_range(
@@ -243,6 +331,55 @@ class Job:
 
 def _list(paths: str | list[str]) -> list[str]:
     return [paths] if isinstance(paths, str) else list(paths)
+
+
+def _flag(value: bool) -> str:
+    return str(bool(value)).lower()
+
+
+def _options(extra: dict[str, str] | None, **named: str | None) -> dict[str, str]:
+    """A source's options: ``extra`` (any the format knows, checked at submission), then
+    the named ones that were given. An option that has its own argument is refused in
+    ``extra``, at once (which of the two would count?)."""
+    out = dict(extra or {})
+    for key in out:
+        if str(key).lower() in {k.lower() for k in named}:
+            raise ValueError(
+                f"reader option {key!r} has its own argument: pass it as {_ARGUMENTS.get(key.lower(), key)}=..., "
+                "not in options="
+            )
+    out.update({k: v for k, v in named.items() if v is not None})
+    return out
+
+
+_ARGUMENTS = {
+    "infer_schema": "infer_schema",
+    "inferschema": "infer_schema",
+    "nullvalue": "null_value",
+    "multiline": "multi_line",
+}
+
+
+def _schema(schema: object | None) -> str | None:
+    """A schema as DDL text: a string as it is, a pyspark StructType converted (the graph is JSON)."""
+    if schema is None:
+        return None
+    from sluice.services.dataplane.ddl import to_ddl
+
+    return to_ddl(schema)
+
+
+def _names(columns: object) -> list[str]:
+    if isinstance(columns, str) or not isinstance(columns, (list, tuple)):
+        raise TypeError(f"columns must be a list of column names, got {columns!r}")
+    return list(columns)
+
+
+def _exception_name(e: object) -> str:
+    """An exception class as its name: a builtin's bare (``ValueError``), others qualified."""
+    if isinstance(e, type):
+        return e.__qualname__ if e.__module__ == "builtins" else f"{e.__module__}.{e.__qualname__}"
+    return e  # type: ignore[return-value]  # (a name already; validation checks it)
 
 
 def task_context():

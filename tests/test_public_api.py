@@ -75,7 +75,7 @@ ERRORS = {
 }
 
 METHODS = {
-    sluice.api.Job: {"graph", "noop", "read_csv", "read_parquet", "read_range", "read_text"},
+    sluice.api.Job: {"graph", "noop", "read_csv", "read_json", "read_parquet", "read_range", "read_text"},
     sluice.api.Stream: {"key_by", "map", "with_coordinator", "write_csv", "write_parquet"},
     sluice.api.Keyed: {"map"},
     sluice.client.Client: {

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.services.dataplane.splits import plan_splits
+from sluice.services.dataplane.errors import SplitError
+from sluice.services.dataplane.splits import COMPRESSED_SUFFIXES, plan_splits
 
 from .assigner import SplitAssigner
 from .coordinator import CoordinatorContext, OperatorCoordinator
@@ -50,7 +51,23 @@ def discover(format: str, paths: list[str], split_bytes: int, options: dict[str,
         except (KeyError, ValueError) as exc:
             raise ValueError(f"a range source needs integer options start and end, got {options!r}") from exc
         return plan_range(start, end, split_bytes)
-    return plan_splits(format, paths, split_bytes)
+    from sluice.services.dataplane import options as reader_options
+
+    splits = plan_splits(
+        format,
+        paths,
+        split_bytes,
+        whole_files=reader_options.whole_files(format, options),
+        columns=reader_options.parquet_columns(options) if format == "parquet" else None,
+    )
+    if reader_options.transcoded(options):  # a split's bytes are decoded: they must be text, not compressed
+        packed = next((s["path"] for s in splits if str(s["path"]).lower().endswith(COMPRESSED_SUFFIXES)), None)
+        if packed is not None:
+            raise SplitError(
+                f"{packed} is compressed, and encoding={reader_options.lookup(options, 'encoding')!r} decodes "
+                "the bytes of a split: decompress the files, or convert them to UTF-8 and drop encoding"
+            )
+    return splits
 
 
 class SplitEnumerator:

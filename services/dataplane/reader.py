@@ -16,6 +16,11 @@ past ``end``. Lines end with ``\\n`` (``\\r\\n`` keeps its ``\\r`` with the line
 Spark strips); a last line without newline is read as a line. The copy streams the byte
 range in large chunks: no per-line Python.
 
+JSON lines are split as text is. With ``encoding`` (text, CSV, JSON: an ASCII-compatible
+charset, checked at submission) the copy is decoded from it and written as UTF-8, which
+Spark reads; Parquet's ``columns`` are the only columns copied (the others' bytes are
+never fetched) and the only ones Spark reads.
+
 The temp file must exist until Spark has read it, and Spark reads lazily: whoever calls
 ``read_split`` deletes ``temp_dir`` after the task's action has completed. The Spark
 Connect server reads the temp file, so ``temp_dir`` must be on its machine (a
@@ -24,6 +29,7 @@ TaskManager's server is local to it).
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import uuid
 from collections.abc import Iterator, Mapping
@@ -33,6 +39,9 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from sluice.errors import StorageError, StorageNotFound
 from sluice.services.dataplane import fs
 from sluice.services.dataplane.errors import SplitError
+from sluice.services.dataplane.options import is_true as _is_true
+from sluice.services.dataplane.options import lookup as _option
+from sluice.services.dataplane.options import parquet_columns, transcoded
 from sluice.services.dataplane.splits import COMPRESSED_SUFFIXES, FORMATS, Split
 
 if TYPE_CHECKING:
@@ -45,16 +54,6 @@ _COPY_CHUNK = 8 << 20
 
 _SCAN_CHUNK = 1 << 16
 """Bytes per read when looking for the end of a line (lines are usually short; long ones loop)."""
-
-
-def _option(options: Mapping[str, object], name: str) -> object | None:
-    """An option's value; Spark's option names are case-insensitive."""
-    name = name.lower()
-    return next((v for k, v in options.items() if str(k).lower() == name), None)
-
-
-def _is_true(options: Mapping[str, object], name: str) -> bool:
-    return str(_option(options, name)).strip().lower() == "true"
 
 
 def _check_split(split: Split) -> str:
@@ -134,15 +133,17 @@ def _next_line_start(f: IO[bytes], pos: int, size: int) -> int:
     return size
 
 
-def _copy_range(src: IO[bytes], dst: IO[bytes], begin: int, stop: int) -> None:
+def _copy_range(src: IO[bytes], dst: IO[bytes], begin: int, stop: int, encoding: str | None = None) -> None:
+    """Copy ``[begin, stop)``; with ``encoding``, decoded from it and written as UTF-8."""
+    decoder = codecs.getincrementaldecoder(encoding)() if encoding else None
     src.seek(begin)
     remaining = stop - begin
     while remaining > 0:
         chunk = src.read(min(_COPY_CHUNK, remaining))
         if not chunk:
             break
-        dst.write(chunk)
         remaining -= len(chunk)
+        dst.write(chunk if decoder is None else decoder.decode(chunk, final=remaining <= 0).encode("utf-8"))
 
 
 def _line_range(f: IO[bytes], start: int, end: int, size: int) -> tuple[int, int]:
@@ -157,6 +158,7 @@ def _materialize_lines(split: Split, fmt: str, options: Mapping[str, object], ou
     # (a Split's values are objects, which int() is not typed for: _check_split checked them)
     start, end = int(split["start"]), int(split["end"])  # type: ignore[call-overload]
     header = fmt == "csv" and _is_true(options, "header")
+    encoding = _encoding(options)
     size = _source_size(split)  # and a clear error when the file is gone
     with _opened(split) as src, open(out, "wb") as dst:
         begin, stop = _line_range(src, start, end, size)
@@ -164,19 +166,32 @@ def _materialize_lines(split: Split, fmt: str, options: Mapping[str, object], ou
             header_end = _next_line_start(src, 0, size)
             src.seek(0)
             line = src.read(header_end)
+            if encoding:
+                line = line.decode(encoding).encode("utf-8")
             dst.write(line if line.endswith(b"\n") else line + b"\n")
-        _copy_range(src, dst, begin, stop)
+        try:
+            _copy_range(src, dst, begin, stop, encoding)
+        except UnicodeDecodeError as exc:
+            raise SplitError(
+                f"{split['path']} is not {encoding} at byte {begin + exc.start} or after ({exc.reason}): "
+                "give the files' real encoding"
+            ) from exc
 
 
-def _materialize_parquet(split: Split, out: Path) -> None:
+def _encoding(options: Mapping[str, object]) -> str | None:
+    """The charset to decode a split from (None: UTF-8, copied as it is)."""
+    return str(_option(options, "encoding")) if transcoded(options) else None
+
+
+def _materialize_parquet(split: Split, out: Path, columns: list[str] | None) -> None:
     import pyarrow.parquet as pq
 
     first, last = cast("list[int]", split["row_groups"])
     with _opened(split) as src:
-        _copy_row_groups(pq.ParquetFile(src), split, first, last, out)
+        _copy_row_groups(pq.ParquetFile(src), split, first, last, out, columns)
 
 
-def _copy_row_groups(pf: Any, split: Split, first: int, last: int, out: Path) -> None:
+def _copy_row_groups(pf: Any, split: Split, first: int, last: int, out: Path, columns: list[str] | None) -> None:
     import pyarrow.parquet as pq
 
     if last > pf.metadata.num_row_groups:
@@ -184,10 +199,26 @@ def _copy_row_groups(pf: Any, split: Split, first: int, last: int, out: Path) ->
             f"split wants row groups [{first}, {last}) of {split['path']}, which has {pf.metadata.num_row_groups}: "
             "the file changed after planning; plan the splits again"
         )
+    schema = pf.schema_arrow
+    if columns is not None:
+        missing = [c for c in columns if c not in schema.names]
+        if missing:
+            raise SplitError(
+                f"{split['path']} has no column(s) {', '.join(map(repr, missing))} (columns=...); "
+                f"its columns: {', '.join(schema.names)}"
+            )
+        schema = pa_schema(schema, columns)
     # Microsecond timestamps: Spark cannot read Parquet's nanosecond timestamps.
-    with pq.ParquetWriter(str(out), pf.schema_arrow, coerce_timestamps="us", allow_truncated_timestamps=True) as w:
-        for i in range(first, last):
-            w.write_table(pf.read_row_group(i))
+    with pq.ParquetWriter(str(out), schema, coerce_timestamps="us", allow_truncated_timestamps=True) as w:
+        for i in range(first, last):  # only the columns asked for: the others' pages are never read
+            w.write_table(pf.read_row_group(i, columns=columns).select(schema.names))
+
+
+def pa_schema(schema: Any, columns: list[str]) -> Any:
+    """``schema`` with only ``columns``, in their order."""
+    import pyarrow as pa
+
+    return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
 
 
 def materialize_split(split: Split, options: Mapping[str, str], temp_dir: Path) -> Path:
@@ -201,26 +232,27 @@ def materialize_split(split: Split, options: Mapping[str, str], temp_dir: Path) 
     _check_options(fmt, options, split)
     temp_dir = Path(temp_dir).resolve()
     temp_dir.mkdir(parents=True, exist_ok=True)
-    suffix = {"text": ".txt", "csv": ".csv", "parquet": ".parquet"}[fmt]
+    suffix = {"text": ".txt", "csv": ".csv", "json": ".json", "parquet": ".parquet"}[fmt]
     src_name = str(split["path"]).lower()
     if fmt != "parquet" and src_name.endswith(COMPRESSED_SUFFIXES):
         suffix += Path(src_name).suffix  # keep .gz & co so Spark decompresses the whole-file copy
     # (a Split's values are objects, which int() is not typed for: plan_splits numbers them)
     out = temp_dir / f"split-{int(split['index']):05d}-{uuid.uuid4().hex[:8]}{suffix}"  # type: ignore[call-overload]
     if fmt == "parquet":
-        _materialize_parquet(split, out)
+        _materialize_parquet(split, out, parquet_columns(options))
     else:
         _materialize_lines(split, fmt, options, out)
     return out
 
 
 def read_split(spark: SparkSession, split: Split, options: Mapping[str, str], temp_dir: Path) -> DataFrame:
-    """The records of ``split`` as a DataFrame (text: one column ``value``; csv and parquet: their columns).
+    """The records of ``split`` as a DataFrame (text: one column ``value``; csv, json and
+    parquet: their columns).
 
-    ``options`` go to Spark's reader (csv: ``header``, ``inferSchema``, ``sep``, ...). An
-    extra ``schema`` option (a DDL string such as ``"word STRING, n BIGINT"``) sets the
-    schema, which CSV needs for every split to agree on types (``inferSchema`` infers
-    them split by split). The caller deletes ``temp_dir`` after the action that uses the
+    ``options`` go to Spark's reader (csv: ``header``, ``inferSchema``, ``sep``, ...;
+    ``services/dataplane/options.py`` lists them). A ``schema`` option (a DDL string such
+    as ``"word STRING, n BIGINT"``) sets the schema, which CSV and JSON need for every split
+    to agree on types (``inferSchema`` infers them split by split). The caller deletes ``temp_dir`` after the action that uses the
     DataFrame has completed: Spark reads the temp file lazily.
     """
     path = materialize_split(split, options, temp_dir)
@@ -230,7 +262,7 @@ def read_split(spark: SparkSession, split: Split, options: Mapping[str, str], te
 def read_materialized(spark: SparkSession, fmt: str, options: Mapping[str, str], paths: list[Path]) -> DataFrame:
     """Materialized splits (files made by ``materialize_split``) as one DataFrame, read in one scan."""
     path = [str(p) for p in paths]
-    opts = {k: str(v) for k, v in options.items() if k.lower() != "schema"}
+    opts = {k: str(v) for k, v in options.items() if k.lower() not in _SLUICE_OPTIONS}
     reader = spark.read.options(**opts)
     schema = _option(options, "schema")
     if schema:
@@ -239,4 +271,13 @@ def read_materialized(spark: SparkSession, fmt: str, options: Mapping[str, str],
         return reader.text(path)
     if fmt == "csv":
         return reader.csv(path)
-    return reader.parquet(*path)
+    if fmt == "json":
+        return reader.json(path)
+    columns = parquet_columns(options)
+    df = reader.parquet(*path)
+    return df if columns is None else df.select(*[f"`{c.replace('`', '``')}`" for c in columns])
+
+
+_SLUICE_OPTIONS = frozenset({"schema", "columns", "encoding"})
+"""Options Sluice applies itself, not passed to Spark's reader as options (the schema is
+given as a schema; the encoding was decoded when the split was copied)."""

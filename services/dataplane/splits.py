@@ -3,10 +3,13 @@
 The JobManager's split enumerator hands these out one at a time (``NextInputSplit``), so a
 split is a small JSON-able dict that travels in an event:
 
-* text / csv: ``{"format", "path", "start", "end", "index"}``, a byte range ``[start, end)``
-  of ``split_bytes`` (the last one of a file shorter). Which *lines* a range reads is
-  decided when it is read (``reader.materialize_split``, Hadoop's rule), so planning only
-  needs file sizes.
+* text / csv / json (JSON lines): ``{"format", "path", "start", "end", "index"}``, a byte
+  range ``[start, end)`` of ``split_bytes`` (the last one of a file shorter). Which *lines* a
+  range reads is decided when it is read (``reader.materialize_split``, Hadoop's rule), so
+  planning only needs file sizes. A source whose records may span lines (CSV or JSON with
+  ``multiLine``: a quoted field holding a newline) is planned ``whole_files``, one split a
+  file, as Spark reads such files whole; without ``multiLine`` a newline ends a record
+  even inside quotes, in Spark and in Sluice alike.
 * parquet: ``{"format", "path", "row_groups": [first, last_exclusive], "index"}``,
   consecutive row groups until about ``split_bytes`` of compressed data.
 
@@ -28,7 +31,7 @@ __all__ = ["COMPRESSED_SUFFIXES", "FORMATS", "Split", "list_input_files", "plan_
 Split = dict[str, object]
 """One input split; see the module docstring for its keys per format."""
 
-FORMATS = ("text", "csv", "parquet")
+FORMATS = ("text", "csv", "json", "parquet")
 
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".xz", ".lz4", ".snappy", ".deflate", ".br")
 """Text/CSV files with these suffixes cannot be cut into byte ranges: one split reads the whole file."""
@@ -92,11 +95,11 @@ def list_input_files(paths: list[str]) -> list[fs.Entry]:
     return unique
 
 
-def _byte_splits(fmt: str, file: fs.Entry, split_bytes: int) -> list[Split]:
+def _byte_splits(fmt: str, file: fs.Entry, split_bytes: int, whole: bool) -> list[Split]:
     size = file.size or 0
     if size == 0:
         return []
-    if file.name.lower().endswith(COMPRESSED_SUFFIXES):
+    if whole or file.name.lower().endswith(COMPRESSED_SUFFIXES):
         return [{"format": fmt, "path": file.uri, "start": 0, "end": size}]
     return [
         {"format": fmt, "path": file.uri, "start": start, "end": min(start + split_bytes, size)}
@@ -104,16 +107,22 @@ def _byte_splits(fmt: str, file: fs.Entry, split_bytes: int) -> list[Split]:
     ]
 
 
-def _parquet_splits(file: fs.Entry, split_bytes: int) -> list[Split]:
+def _parquet_splits(file: fs.Entry, split_bytes: int, columns: list[str] | None) -> list[Split]:
     import pyarrow.parquet as pq
 
     try:
         with fs.open_read(file.uri) as f:
-            meta = pq.ParquetFile(f).metadata
+            pf = pq.ParquetFile(f)
+            meta, names = pf.metadata, pf.schema_arrow.names
     except StorageError as exc:
         raise SplitError(f"cannot read input {file.uri}: {exc}") from exc
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for non-Parquet files
         raise SplitError(f"{file.uri} is not a readable Parquet file: {exc}") from exc
+    missing = [c for c in columns or () if c not in names]
+    if missing:
+        raise SplitError(
+            f"{file.uri} has no column(s) {', '.join(map(repr, missing))} (columns=...); its columns: {', '.join(names)}"
+        )
     splits: list[Split] = []
     first, size = 0, 0
     for i in range(meta.num_row_groups):
@@ -128,12 +137,16 @@ def _parquet_splits(file: fs.Entry, split_bytes: int) -> list[Split]:
     return splits
 
 
-def plan_splits(format: str, paths: list[str], split_bytes: int) -> list[Split]:
-    """The splits of ``paths`` read as ``format`` ("text", "csv" or "parquet"), numbered by ``index``.
+def plan_splits(
+    format: str, paths: list[str], split_bytes: int, *, whole_files: bool = False, columns: list[str] | None = None
+) -> list[Split]:
+    """The splits of ``paths`` read as ``format`` ("text", "csv", "json" or "parquet"), numbered by ``index``.
 
-    Empty files (and Parquet files without row groups) give no split. Compressed text/CSV
+    Empty files (and Parquet files without row groups) give no split. Compressed text/CSV/JSON
     files (``COMPRESSED_SUFFIXES``) give one split each, since a byte range of a compressed
-    stream cannot be read on its own.
+    stream cannot be read on its own; so does every file with ``whole_files`` (records that
+    may span lines). ``columns`` (Parquet): the columns to be read, each of which every
+    file must have.
     """
     if format not in FORMATS:
         raise SplitError(f"unknown input format {format!r}: use one of {', '.join(FORMATS)}")
@@ -142,7 +155,9 @@ def plan_splits(format: str, paths: list[str], split_bytes: int) -> list[Split]:
     splits: list[Split] = []
     for path in list_input_files(paths):
         splits.extend(
-            _parquet_splits(path, split_bytes) if format == "parquet" else _byte_splits(format, path, split_bytes)
+            _parquet_splits(path, split_bytes, columns)
+            if format == "parquet"
+            else _byte_splits(format, path, split_bytes, whole_files)
         )
     for index, split in enumerate(splits):
         split["index"] = index

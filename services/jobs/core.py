@@ -259,7 +259,8 @@ def _update(rec: Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: J
         rec.note(f"{msg.execution_id}: {ex.state.value} -> {msg.state.value} is not a legal move; ignored")
         return
     if msg.state == TaskState.FAILED and ex.state != TaskState.CANCELING:
-        fail(rec, job, ex, msg.error or "failed without an error message", config)
+        # Not retryable: the TaskManager found the failure deterministic (its error says why).
+        fail(rec, job, ex, msg.error or "failed without an error message", config, restart=msg.retryable)
         return
     if msg.state == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
         # A producer reports its partition complete before it finishes, but the report can

@@ -106,4 +106,6 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
         sink,
         queryable,
         job.storage_root,
+        list(job.graph.restart.retry_on),
+        list(job.graph.restart.no_retry_on),
     )

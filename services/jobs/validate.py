@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from types import ModuleType
 
 from sluice.errors import InvalidJobGraph
 from sluice.events import JobEdge, JobGraph
+from sluice.services.dataplane import options as reader_options
 
 __all__ = ["InvalidJobGraph", "validate", "problems"]
 
-SOURCE_FORMATS = ("text", "csv", "parquet", "range")
+SOURCE_FORMATS = ("text", "csv", "json", "parquet", "range")
 SPLIT_PROTOCOLS = ("operator-events", "input-splits")
 SINK_FORMATS = ("parquet", "csv")
 RESTARTS = ("fixed-delay", "exponential-backoff", "none")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def validate(graph: JobGraph, module: ModuleType | None = None) -> None:
@@ -69,8 +72,10 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
                 out.append(
                     f"source {v.name!r} reads format {v.source.format!r}; supported: {', '.join(SOURCE_FORMATS)}"
                 )
-            elif v.source.split_bytes < 1:
-                out.append(f"source {v.name!r} has split size {v.source.split_bytes}; it must be at least 1 byte")
+            else:
+                if v.source.split_bytes < 1:
+                    out.append(f"source {v.name!r} has split size {v.source.split_bytes}; it must be at least 1 byte")
+                out += [f"source {v.name!r}: {p}" for p in reader_options.problems(v.source.format, v.source.options)]
             if v.source is not None and v.source.protocol not in SPLIT_PROTOCOLS:
                 out.append(
                     f"source {v.name!r} asks for splits by protocol {v.source.protocol!r}; use one of "
@@ -133,6 +138,23 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
         out.append(f"restart strategy {r.kind!r} is unknown; use {', '.join(RESTARTS)}")
     if r.attempts < 0 or r.delay_ms < 0 or r.max_delay_ms < r.delay_ms:
         out.append(f"restart strategy {r} needs attempts >= 0, delay_ms >= 0 and max_delay_ms >= delay_ms")
+    out += _retry_problems(r.retry_on, r.no_retry_on)
+    return out
+
+
+def _retry_problems(retry_on: list[str], no_retry_on: list[str]) -> list[str]:
+    """``retry_on`` / ``no_retry_on``: exception class or Spark error condition names, in one list only."""
+    out = []
+    for what, names in (("retry_on", retry_on), ("no_retry_on", no_retry_on)):
+        for n in names:
+            if not isinstance(n, str) or not _NAME.fullmatch(n):
+                out.append(
+                    f"{what} names {n!r}, which is not an exception class name ('ValueError', 'mymodule.BadRow') "
+                    "or a Spark error condition ('CAST_INVALID_INPUT'); give names as strings, not classes"
+                )
+    both = sorted(set(retry_on) & set(no_retry_on))
+    if both:
+        out.append(f"{', '.join(map(repr, both))} is in both retry_on and no_retry_on; keep it in one")
     return out
 
 

@@ -40,6 +40,7 @@ from sluice.store.connection import Outage
 
 from . import events as task_events
 from . import share
+from .classify import classify
 from .library import load_module
 
 __all__ = ["run_task", "spark_session", "WorkerContext", "RUN_TASK", "report_state", "report_produced"]
@@ -161,6 +162,7 @@ def report_state(
     slot: int,
     *states: TaskState,
     error: str | None = None,
+    retryable: bool = True,
 ) -> None:
     """A task's state changes, in order, in one round trip: each to its job's inbox, and a
     final one to its TaskManager too (which releases what the task held), the
@@ -181,6 +183,7 @@ def report_state(
             d.attempt,
             resource_id,
             slot,
+            retryable=retryable or state != TaskState.FAILED,
         )
         env = Envelope(ev, world.new_id(), 0, world.now_ms(), d.job_id)
         if state.terminal:
@@ -207,8 +210,17 @@ def report_produced(log: EventLog, world: World, d: TaskDeploymentDescriptor) ->
     )
 
 
-def _report(ctx: WorkerContext, d: TaskDeploymentDescriptor, *states: TaskState, error: str | None = None) -> None:
-    _persist(ctx, lambda: report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, *states, error=error))
+def _report(
+    ctx: WorkerContext,
+    d: TaskDeploymentDescriptor,
+    *states: TaskState,
+    error: str | None = None,
+    retryable: bool = True,
+) -> None:
+    _persist(
+        ctx,
+        lambda: report_state(ctx.log, SYSTEM, d, ctx.resource_id, ctx.slot, *states, error=error, retryable=retryable),
+    )
 
 
 def _persist(ctx: WorkerContext, send: Callable[[], T], *, give_up_s: float = 600.0, refused_for_s: float = 30.0) -> T:
@@ -258,7 +270,11 @@ def run_task(data: dict[str, Any], runtime: dict[str, Any]) -> str:
     try:
         _execute(ctx, d, runtime, temp_dir)
     except BaseException as exc:  # the user's error, with its traceback, is the task's cause
-        _report(ctx, d, TaskState.FAILED, error=describe_error(exc))
+        verdict = classify(exc, d.retry_on, d.no_retry_on)
+        error = describe_error(exc)
+        if verdict.why:  # the root cause says first why the job fails at once
+            error = f"{verdict.why}\n{error}"
+        _report(ctx, d, TaskState.FAILED, error=error, retryable=verdict.retryable)
         return "FAILED"
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -456,7 +472,10 @@ def _run_chain(
 def _empty_source(spark: Any, source: TaskSource) -> Any:
     if source.format == "text":
         return spark.createDataFrame([], "value string")
-    return spark.createDataFrame([], "_empty string")
+    from sluice.services.dataplane.options import lookup
+
+    schema = lookup(source.options, "schema")  # a source given a schema has its columns without any split
+    return spark.createDataFrame([], str(schema) if schema else "_empty string")
 
 
 def _resolve(module: Any, ref: str) -> Any:
