@@ -107,6 +107,7 @@ __all__ = [
     "NoAnswer",
     "TaskStartFailed",
     "StorageUnreachable",
+    "BroadcastTooLarge",
     "HandlerFailed",
     "DuplicateCommit",
     "IllegalTransition",
@@ -419,6 +420,11 @@ class StorageUnreachable(ServiceError):
     def __init__(self, message: str, *, host: str, path: str) -> None:
         self.host, self.path = host, path
         super().__init__(message)
+
+
+class BroadcastTooLarge(ServiceError):
+    """A broadcast input's producer published more than its job's broadcast limit: every
+    attempt of its consumer would read too much alike, so the job fails at once (no restart)."""
 
 
 class HandlerFailed(ServiceError):
