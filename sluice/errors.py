@@ -45,6 +45,7 @@
      │    ├── NoAnswer               a task's coordinator did not answer in time
      │    ├── TaskStartFailed        a step of starting a task failed (names the step)
      │    ├── StorageUnreachable     a TaskManager cannot see a job's storage root or inputs (no retry)
+     │    ├── BroadcastTooLarge      a broadcast input's producer published more than the job's limit (no retry)
      │    ├── HandlerFailed          a core raised deciding a message (a bug: parked, state rebuilt)
      │    └── DuplicateCommit        a leader's commit found its messages decided already
      └── QueryableStateError         reading queryable state (sluice.state)

@@ -9,7 +9,7 @@ from types import ModuleType
 from sluice.errors import InvalidJobGraph
 from sluice.events import EXCHANGES, JobEdge, JobGraph, JobVertex
 
-__all__ = ["InvalidJobGraph", "validate", "problems", "broadcast_sizes_known", "broadcast_size_problems", "mib"]
+__all__ = ["InvalidJobGraph", "validate", "problems", "broadcast_sizes_known", "broadcast_size_problems", "size_text"]
 
 SOURCE_FORMATS = ("text", "csv", "parquet", "range")
 SPLIT_PROTOCOLS = ("operator-events", "input-splits")
@@ -282,8 +282,14 @@ def broadcast_sizes_known(graph: JobGraph) -> list[JobVertex]:
     ]
 
 
-def mib(n: int) -> str:
-    return f"{n / (1024 * 1024):.1f} MiB"
+def size_text(n: int) -> str:
+    """``n`` bytes for a person: exact when small, else in KiB, MiB or GiB with the exact count."""
+    if n < 1024:
+        return f"{n} bytes"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit} ({n} bytes)"
+    return f"{n} bytes"  # (not reached)
 
 
 def broadcast_size_problems(graph: JobGraph, sizes: Mapping[str, int]) -> list[str]:
@@ -294,8 +300,8 @@ def broadcast_size_problems(graph: JobGraph, sizes: Mapping[str, int]) -> list[s
         size = sizes.get(e.source)
         if e.exchange == "broadcast" and size is not None and size > limit:
             out.append(
-                f"broadcast input {e.source!r} of vertex {e.target!r} is {mib(size)} ({size} bytes), above the "
-                f"broadcast limit of {mib(limit)} ({limit} bytes): every subtask of {e.target!r} would read it "
+                f"broadcast input {e.source!r} of vertex {e.target!r} is {size_text(size)}, above the "
+                f"broadcast limit of {size_text(limit)}: every subtask of {e.target!r} would read it "
                 "whole; key both sides instead (a.key_by(k).join(b.key_by(k), ...)), or raise the limit with "
                 "Job(..., broadcast_limit_bytes=N)"
             )

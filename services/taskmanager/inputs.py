@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from sluice.errors import BroadcastTooLarge, DataplaneError, SchemaError
 from sluice.events import TaskDeploymentDescriptor
+from sluice.services.jobs.validate import size_text
 
 __all__ = ["read_task_inputs", "broadcast_problem", "check_key_types"]
 
@@ -71,10 +72,6 @@ def check_key_types(d: TaskDeploymentDescriptor, frames: list[Any]) -> None:
             )
 
 
-def mib(n: int) -> str:
-    return f"{n / (1024 * 1024):.1f} MiB"
-
-
 _SIZES: OrderedDict[str, int] = OrderedDict()
 """Bytes published at a partition path, remembered: a path names one attempt's partition,
 which never changes once produced, and every consumer subtask deployed here asks again."""
@@ -106,8 +103,8 @@ def broadcast_problem(d: TaskDeploymentDescriptor) -> BroadcastTooLarge | None:
             continue
         if size > limit:
             return BroadcastTooLarge(
-                f"broadcast input {inp.vertex!r} of vertex {d.vertex!r} published {mib(size)} ({size} bytes), "
-                f"above the job's broadcast limit of {mib(limit)} ({limit} bytes): every subtask of {d.vertex!r} "
+                f"broadcast input {inp.vertex!r} of vertex {d.vertex!r} published {size_text(size)}, "
+                f"above the job's broadcast limit of {size_text(limit)}: every subtask of {d.vertex!r} "
                 "would read it whole; key both sides instead (a.key_by(k).join(b.key_by(k), ...)), or raise the "
                 "limit with Job(..., broadcast_limit_bytes=N)"
             )

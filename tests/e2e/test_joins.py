@@ -106,7 +106,7 @@ def test_a_broadcast_above_the_limit_fails_the_job_at_its_consumers_deployment_w
     assert job.status == JobStatus.FAILED
     reason = job.reason or ""
     assert "broadcast input 'dims -> prep' of vertex 'enrich'" in reason, reason
-    assert "above the job's broadcast limit of 0.0 MiB (10000 bytes)" in reason, reason
+    assert "above the job's broadcast limit of 9.8 KiB (10000 bytes)" in reason, reason
     assert "Job(..., broadcast_limit_bytes=N)" in reason, reason
     facts_of_job = job_facts(log, job_id)
     assert not [e for e in facts_of_job if isinstance(e, TaskRestartScheduled)]
@@ -201,6 +201,6 @@ def test_graphs_that_would_join_wrongly_are_refused_at_submission_naming_the_ver
         client.wait_accepted(client.submit(load_job(bad, {**base, "case": "broadcast", "limit": "1000"})), timeout=30)
     message = str(refused.value)
     assert "broadcast input 'b' of vertex 'join' is " in message and "above the broadcast limit" in message, message
-    assert "(1000 bytes)" in message and "Job(..., broadcast_limit_bytes=N)" in message, message
+    assert "limit of 1000 bytes" in message and "Job(..., broadcast_limit_bytes=N)" in message, message
     # Under the limit the same job is accepted.
     client.wait_accepted(client.submit(good), timeout=30)

@@ -38,7 +38,7 @@ def test_a_v1_descriptor_reads_with_no_storage_root_to_check() -> None:
     d = TaskDeploymentDescriptor(
         "j", "v:0:0", "v", 0, 0, 1, 128, "noop", "0" * 64, "m", [], {}, [], storage_root="file:///shared/storage"
     )
-    assert d.version == 2 and descriptor_from_json(descriptor_to_json(d)) == d
+    assert d.version == 3 and descriptor_from_json(descriptor_to_json(d)) == d
     v1 = descriptor_to_json(d)
     del v1["storage_root"]
     v1["version"] = 1
