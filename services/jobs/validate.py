@@ -96,6 +96,12 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
         elif v.kind == "transform":
             if not inputs[v.name]:
                 out.append(f"transform {v.name!r} has no input")
+            elif v.parallelism > 1 and all(e.exchange == "broadcast" for e in inputs[v.name]):
+                out.append(
+                    f"transform {v.name!r} reads only broadcast inputs, so each of its {v.parallelism} subtasks would "
+                    "compute the same rows (as many copies downstream); give it a forward or keyed input first "
+                    "(big.map(name, fn, also=[small.broadcast()])), or parallelism 1"
+                )
             if not v.functions:
                 out.append(f"transform {v.name!r} names no function")
         elif v.kind == "sink":

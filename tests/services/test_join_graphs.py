@@ -11,6 +11,7 @@ from sluice.events import (
     JobEdge,
     JobGraph,
     JobVertex,
+    SinkSpec,
     SourceSpec,
     SubmitJob,
     TaskDeploymentDescriptor,
@@ -211,3 +212,14 @@ def test_a_version_2_descriptor_reads_as_version_3() -> None:
     d = TaskDeploymentDescriptor("j", "v:0:0", "v", 0, 0, 1, 128, "noop", "0" * 64, "m", [], {}, [])
     v2 = {**descriptor_to_json(d), "version": 2}
     assert descriptor_from_json(v2) == d and d.version == 3
+
+
+def test_a_transform_of_broadcast_inputs_alone_is_refused_unless_it_has_one_subtask() -> None:
+    def graph(parallelism: int) -> JobGraph:
+        source = JobVertex("a", "source", 2, source=SourceSpec("parquet", ["/a"], 1))
+        m = JobVertex("m", "transform", parallelism, ["x:y"], sink=SinkSpec("parquet", "/o"))
+        return JobGraph("j", [source, m], [JobEdge("a", "m", "broadcast")])
+
+    (found,) = problems(graph(3))
+    assert found.startswith("transform 'm' reads only broadcast inputs, so each of its 3 subtasks would compute")
+    assert problems(graph(1)) == []
