@@ -19,7 +19,11 @@ A job file is a Python module with a function ``job(params) -> JobGraph``::
         return j.graph()
 
 Transforms must be functions defined at module level (TaskManagers import them from
-the job's code by name); ``map`` with several inputs passes one DataFrame per input.
+the job's code by name); ``map`` with several inputs (``also=[...]``) passes one DataFrame
+per input. ``a.key_by("k").join(b.key_by("k"), "join", fn)`` is a keyed join: both sides
+are hashed into the same key groups, so ``fn(a_rows, b_rows)`` gets each key's rows from
+both. ``big.map("enrich", fn, also=[small.broadcast()])`` gives every subtask all of
+``small`` (within the job's ``broadcast_limit_bytes``). See docs/api.md.
 A keyed ``map`` may publish its result per key as queryable state (``queryable="name"``):
 ``sluice state get JOB name KEY`` then reads any key's row (see :mod:`sluice.state`).
 """
