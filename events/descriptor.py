@@ -31,8 +31,10 @@ __all__ = [
     "descriptor_to_json",
 ]
 
-DESCRIPTOR_VERSION = 3
-"""Version 2 added ``storage_root``, version 3 ``retry_on`` and ``no_retry_on``."""
+DESCRIPTOR_VERSION = 4
+"""Version 2 added ``storage_root``, version 3 ``retry_on`` and ``no_retry_on``, version 4 the
+inputs' ``vertex``, ``key`` and ``broadcast_limit`` and the output's ``max_parallelism`` (joins
+and broadcast inputs)."""
 
 
 @record
@@ -49,12 +51,18 @@ class ProducerPartitions:
 @record
 class TaskInput:
     """One input: the forward producer's partition (``paths``), or every producer's
-    (``producer``) read for this consumer's key groups ``key_groups`` ([first, last])."""
+    (``producer``) read for this consumer's key groups ``key_groups`` ([first, last]) when
+    keyed by ``key``, or whole when a broadcast (``broadcast_limit``: the most the
+    producer's partitions may hold together, checked when the task is deployed).
+    ``vertex`` names the producer (for messages)."""
 
     paths: list[str] | None = None
     producer: ProducerPartitions | None = None
     key_groups: list[int] | None = None
     consumer: int | None = None
+    vertex: str | None = None
+    key: str | None = None
+    broadcast_limit: int | None = None
 
     def partition_paths(self) -> list[str]:
         """The producer partition paths this input names."""
@@ -68,12 +76,14 @@ class TaskInput:
 
 @record
 class TaskOutput:
-    """The attempt's result partition: where, partitioned by ``key`` (None: one part) for
-    ``consumers`` consumer subtasks."""
+    """The attempt's result partition: where, partitioned by ``key`` (None: one part) into
+    ``max_parallelism`` key groups (None: the descriptor's) for ``consumers`` consumer
+    subtasks (0: keyed consumers of different parallelism, so one directory per key group)."""
 
     path: str
     key: str | None
     consumers: int
+    max_parallelism: int | None = None
 
 
 @record
@@ -143,7 +153,8 @@ _decode = payload_decoder(TaskDeploymentDescriptor)
 def upgrade(data: Any) -> Any:
     """An older descriptor's data in the current shape (version 1 is the first; version 2
     added ``storage_root``, unknown for a version 1 descriptor: "", not checked; version 3
-    ``retry_on`` and ``no_retry_on``, none before: the defaults decide)."""
+    ``retry_on`` and ``no_retry_on``, none before: the defaults decide; version 4 added fields
+    that all have defaults)."""
     if not isinstance(data, dict):
         return data
     version = data.get("version", 1)
@@ -156,6 +167,8 @@ def upgrade(data: Any) -> Any:
         data = {**data, "storage_root": "", "version": 2}
     if data.get("version", 1) == 2:
         data = {**data, "retry_on": [], "no_retry_on": [], "version": 3}
+    if data.get("version", 1) == 3:
+        data = {**data, "version": 4}
     return data
 
 

@@ -10,7 +10,23 @@ from dataclasses import field
 
 from .schema import record
 
-__all__ = ["SourceSpec", "SinkSpec", "JobVertex", "JobEdge", "JobGraph", "RestartStrategy"]
+__all__ = [
+    "SourceSpec",
+    "SinkSpec",
+    "JobVertex",
+    "JobEdge",
+    "JobGraph",
+    "RestartStrategy",
+    "EXCHANGES",
+    "DEFAULT_BROADCAST_LIMIT_BYTES",
+]
+
+EXCHANGES = ("forward", "keyed", "broadcast")
+"""How data flows along an edge (``JobEdge.exchange``)."""
+
+DEFAULT_BROADCAST_LIMIT_BYTES = 64 * 1024 * 1024
+"""The most a broadcast input's producer may publish (all its partitions together), unless
+the job sets another limit (``JobGraph.broadcast_limit_bytes``)."""
 
 
 @record
@@ -66,13 +82,20 @@ class JobVertex:
 
 @record
 class JobEdge:
-    """Data flowing from ``source`` to ``target``: ``forward`` (subtask i to subtask i) or
-    ``keyed`` (rows go to the subtask owning their key's key group)."""
+    """Data flowing from ``source`` to ``target``: ``forward`` (subtask i to subtask i),
+    ``keyed`` (rows go to the subtask owning their key's key group) or ``broadcast`` (every
+    subtask of ``target`` reads all of ``source``'s partitions).
+
+    A keyed edge hashes ``key`` into ``max_parallelism`` key groups (None: the job's), and
+    key groups go to the target's subtasks by contiguous ranges; the keyed inputs of one
+    vertex (a join's sides) must use the same number of key groups, so that a key lands on
+    the same subtask from every input (``services/jobs/validate.py`` checks it)."""
 
     source: str
     target: str
     exchange: str
     key: str | None = None
+    max_parallelism: int | None = None
 
 
 @record
@@ -97,8 +120,12 @@ class RestartStrategy:
 
 @record
 class JobGraph:
+    """``broadcast_limit_bytes``: the most a broadcast input's producer may publish (checked
+    when its consumer is deployed; a source read whole is checked at submission too)."""
+
     name: str
     vertices: list[JobVertex]
     edges: list[JobEdge]
     max_parallelism: int = 128
     restart: RestartStrategy = field(default_factory=RestartStrategy)
+    broadcast_limit_bytes: int = DEFAULT_BROADCAST_LIMIT_BYTES

@@ -19,7 +19,11 @@ A job file is a Python module with a function ``job(params) -> JobGraph``::
         return j.graph()
 
 Transforms must be functions defined at module level (TaskManagers import them from
-the job's code by name); ``map`` with several inputs passes one DataFrame per input.
+the job's code by name); ``map`` with several inputs (``also=[...]``) passes one DataFrame
+per input. ``a.key_by("k").join(b.key_by("k"), "join", fn)`` is a keyed join: both sides
+are hashed into the same key groups, so ``fn(a_rows, b_rows)`` gets each key's rows from
+both. ``big.map("enrich", fn, also=[small.broadcast()])`` gives every subtask all of
+``small`` (within the job's ``broadcast_limit_bytes``). See docs/api.md.
 A keyed ``map`` may publish its result per key as queryable state (``queryable="name"``):
 ``sluice state get JOB name KEY`` then reads any key's row (see :mod:`sluice.state`).
 """
@@ -31,9 +35,18 @@ from dataclasses import replace
 
 import orjson
 
-from sluice.events import DEFAULT_MAX_PARALLELISM, JobEdge, JobGraph, JobVertex, RestartStrategy, SinkSpec, SourceSpec
+from sluice.events import (
+    DEFAULT_BROADCAST_LIMIT_BYTES,
+    DEFAULT_MAX_PARALLELISM,
+    JobEdge,
+    JobGraph,
+    JobVertex,
+    RestartStrategy,
+    SinkSpec,
+    SourceSpec,
+)
 
-__all__ = ["Job", "Stream", "Keyed", "function_ref", "task_context"]
+__all__ = ["Job", "Stream", "Keyed", "Broadcast", "function_ref", "task_context"]
 
 DEFAULT_SPLIT_BYTES = 8 * 1024 * 1024
 NOOP_KEY = "_"
@@ -54,10 +67,13 @@ class Stream:
         self.job, self.name, self.parallelism = job, name, parallelism
 
     def map(
-        self, name: str, fn: Callable, *, parallelism: int | None = None, also: list[Stream | Keyed] | None = None
+        self, name: str, fn: Callable, *, parallelism: int | None = None, also: list[Input] | None = None
     ) -> Stream:
         """Transform this stream (forward: subtask i reads subtask i, equal parallelism).
-        Chained into the upstream task when nothing else consumes it, as Flink chains."""
+        Chained into the upstream task when nothing else consumes it, as Flink chains.
+        With ``also`` (more streams, each forward, keyed or ``broadcast()``), ``fn`` gets one
+        DataFrame per input, this stream's first: ``flights.map("enrich", fn,
+        also=[planes.broadcast()])`` is a broadcast join."""
         return self.job._transform(name, fn, [self, *(also or [])], parallelism or self.parallelism)
 
     def with_coordinator(self, coordinator: type) -> Stream:
@@ -71,9 +87,18 @@ class Stream:
                 return self
         raise ValueError(f"no vertex {self.name!r} in job {self.job.name!r}")
 
-    def key_by(self, key: str) -> Keyed:
-        """Partition by ``key`` for the next transform: each key's rows go to one subtask."""
-        return Keyed(self, key)
+    def key_by(self, key: str, *, max_parallelism: int | None = None) -> Keyed:
+        """Partition by ``key`` for the next transform: each key's rows go to one subtask.
+        The key is hashed into ``max_parallelism`` key groups (default: the job's); the keyed
+        inputs of one transform (a join's sides) must agree on it."""
+        return Keyed(self, key, max_parallelism)
+
+    def broadcast(self) -> Broadcast:
+        """This stream as an input that every subtask of its consumer reads whole (all of this
+        vertex's partitions), as Flink's broadcast partitioning: for a small table joined to
+        a large one without shuffling the large one. What the producer publishes is checked
+        against the job's ``broadcast_limit_bytes`` (default 64 MiB)."""
+        return Broadcast(self)
 
     def write_parquet(self, name: str, path: str, *, parallelism: int | None = None) -> None:
         self.job._sink(name, SinkSpec("parquet", path), self, parallelism or self.parallelism)
@@ -85,14 +110,59 @@ class Stream:
 
 
 class Keyed:
-    def __init__(self, stream: Stream, key: str) -> None:
-        self.stream, self.key = stream, key
+    """A stream partitioned by a key column for the next transform (``Stream.key_by``)."""
 
-    def map(self, name: str, fn: Callable, *, parallelism: int | None = None, queryable: str | None = None) -> Stream:
+    def __init__(self, stream: Stream, key: str, max_parallelism: int | None = None) -> None:
+        self.stream, self.key, self.max_parallelism = stream, key, max_parallelism
+
+    def map(
+        self,
+        name: str,
+        fn: Callable,
+        *,
+        parallelism: int | None = None,
+        queryable: str | None = None,
+        also: list[Input] | None = None,
+    ) -> Stream:
         """Transform each key's rows (the subtask owning the key's key group gets them all).
         With ``queryable`` the result (one row per key; it must keep the key column) is
-        published as queryable state under that name."""
-        return self.stream.job._transform(name, fn, [self], parallelism or self.stream.parallelism, queryable)
+        published as queryable state under that name.
+
+        With ``also``, a keyed transform of several inputs (Flink's ``connect``/``coGroup``):
+        ``fn`` gets one DataFrame per input, this one's first. Other keyed inputs are
+        co-partitioned with this one: each is hashed into the same key groups, and a
+        subtask gets the same key groups of every input, so equal keys meet. A
+        ``broadcast()`` input comes whole to every subtask."""
+        return self.stream.job._transform(
+            name, fn, [self, *(also or [])], parallelism or self.stream.parallelism, queryable
+        )
+
+    def join(
+        self,
+        other: Keyed | Broadcast,
+        name: str,
+        fn: Callable,
+        *,
+        parallelism: int | None = None,
+        queryable: str | None = None,
+    ) -> Stream:
+        """A keyed join: ``fn(this, other)`` gets this input's rows of the subtask's key groups
+        and ``other``'s rows of the same key groups (co-partitioned: the same hash and key
+        groups on both sides), or all of ``other`` when it is a ``broadcast()``. ``fn`` joins
+        them as it likes (inner, outer, anti, or a cogroup), with Spark:
+        ``a.key_by("k").join(b.key_by("k"), "joined", fn)``."""
+        return self.map(name, fn, parallelism=parallelism, queryable=queryable, also=[other])
+
+
+class Broadcast:
+    """A stream every subtask of its consumer reads whole (``Stream.broadcast``)."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+
+
+Input = Stream | Keyed | Broadcast
+"""What a transform reads: a stream (forward), a keyed stream, or a broadcast stream."""
 
 
 class Job:
@@ -105,6 +175,7 @@ class Job:
         chaining: bool = True,
         retry_on: list[str | type] | None = None,
         no_retry_on: list[str | type] | None = None,
+        broadcast_limit_bytes: int = DEFAULT_BROADCAST_LIMIT_BYTES,
     ) -> None:
         """``retry_on`` / ``no_retry_on``: exception classes (or their names, or Spark error
         conditions such as ``"CAST_INVALID_INPUT"``) whose failures are retried by the
@@ -113,6 +184,7 @@ class Job:
         the job at once, and any other failure is retried."""
         self.name = name
         self.max_parallelism = max_parallelism
+        self.broadcast_limit_bytes = broadcast_limit_bytes
         self.restart = restart or RestartStrategy()
         if retry_on is not None or no_retry_on is not None:
             self.restart = replace(
@@ -280,7 +352,14 @@ class Job:
 
     # --- building ---
     def graph(self) -> JobGraph:
-        return JobGraph(self.name, list(self.vertices), list(self.edges), self.max_parallelism, self.restart)
+        return JobGraph(
+            self.name,
+            list(self.vertices),
+            list(self.edges),
+            self.max_parallelism,
+            self.restart,
+            self.broadcast_limit_bytes,
+        )
 
     def _source(self, name: str, spec: SourceSpec, parallelism: int) -> Stream:
         self.vertices.append(JobVertex(name, "source", parallelism, source=spec))
@@ -298,7 +377,7 @@ class Job:
         return None
 
     def _transform(
-        self, name: str, fn: Callable, inputs: list[Stream | Keyed], parallelism: int, queryable: str | None = None
+        self, name: str, fn: Callable, inputs: list[Input], parallelism: int, queryable: str | None = None
     ) -> Stream:
         ref = function_ref(fn)
         if len(inputs) == 1 and isinstance(inputs[0], Stream):
@@ -312,9 +391,16 @@ class Job:
         self.vertices.append(JobVertex(name, "transform", parallelism, functions=[ref], queryable=queryable))
         for inp in inputs:
             if isinstance(inp, Keyed):
-                self.edges.append(JobEdge(inp.stream.name, name, "keyed", inp.key))
-            else:
+                self.edges.append(JobEdge(inp.stream.name, name, "keyed", inp.key, inp.max_parallelism))
+            elif isinstance(inp, Broadcast):
+                self.edges.append(JobEdge(inp.stream.name, name, "broadcast"))
+            elif isinstance(inp, Stream):
                 self.edges.append(JobEdge(inp.name, name, "forward"))
+            else:
+                raise TypeError(
+                    f"transform {name!r} got {inp!r} as an input: use a Stream, stream.key_by(col) or "
+                    "stream.broadcast()"
+                )
         return Stream(self, name, parallelism)
 
     def _sink(self, name: str, spec: SinkSpec, inp: Stream, parallelism: int) -> None:

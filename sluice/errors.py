@@ -46,6 +46,7 @@
      │    ├── NoAnswer               a task's coordinator did not answer in time
      │    ├── TaskStartFailed        a step of starting a task failed (names the step)
      │    ├── StorageUnreachable     a TaskManager cannot see a job's storage root or inputs (no retry)
+     │    ├── BroadcastTooLarge      a broadcast input's producer published more than the job's limit (no retry)
      │    ├── HandlerFailed          a core raised deciding a message (a bug: parked, state rebuilt)
      │    └── DuplicateCommit        a leader's commit found its messages decided already
      └── QueryableStateError         reading queryable state (sluice.state)
@@ -109,6 +110,7 @@ __all__ = [
     "NoAnswer",
     "TaskStartFailed",
     "StorageUnreachable",
+    "BroadcastTooLarge",
     "HandlerFailed",
     "DuplicateCommit",
     "IllegalTransition",
@@ -427,6 +429,11 @@ class StorageUnreachable(ServiceError):
     def __init__(self, message: str, *, host: str, path: str) -> None:
         self.host, self.path = host, path
         super().__init__(message)
+
+
+class BroadcastTooLarge(ServiceError):
+    """A broadcast input's producer published more than its job's broadcast limit: every
+    attempt of its consumer would read too much alike, so the job fails at once (no restart)."""
 
 
 class HandlerFailed(ServiceError):

@@ -14,7 +14,7 @@ import sluice.client
 import sluice.errors
 import sluice.state
 
-API = {"Job", "Stream", "Keyed", "function_ref", "task_context"}
+API = {"Job", "Stream", "Keyed", "Broadcast", "function_ref", "task_context"}
 CLIENT = {"JobFile", "load_job", "Client", "JobNotFound", "JobRefusedError"}
 STATE = {"Location", "Lookup", "StateClient"}
 ERRORS = {
@@ -64,6 +64,7 @@ ERRORS = {
     "NoAnswer",
     "TaskStartFailed",
     "StorageUnreachable",
+    "BroadcastTooLarge",
     "HandlerFailed",
     "DuplicateCommit",
     "QueryableStateError",
@@ -76,8 +77,8 @@ ERRORS = {
 
 METHODS = {
     sluice.api.Job: {"graph", "noop", "read_csv", "read_json", "read_parquet", "read_range", "read_text"},
-    sluice.api.Stream: {"key_by", "map", "with_coordinator", "write_csv", "write_parquet"},
-    sluice.api.Keyed: {"map"},
+    sluice.api.Stream: {"broadcast", "key_by", "map", "with_coordinator", "write_csv", "write_parquet"},
+    sluice.api.Keyed: {"join", "map"},
     sluice.client.Client: {
         "cancel",
         "checkpoint",

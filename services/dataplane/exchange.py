@@ -38,6 +38,7 @@ __all__ = [
     "KEY_GROUP_COLUMN",
     "SCHEMA_FILE",
     "SINK_FORMATS",
+    "published_bytes",
     "read_inputs",
     "sweep_sink",
     "write_partition",
@@ -160,6 +161,25 @@ class _Listing:
     @property
     def empty(self) -> bool:
         return not self.unkeyed and not self.key_groups
+
+
+def published_bytes(path: str) -> int:
+    """The bytes of data a producer published at ``path`` (its data files, keyed or not;
+    not ``_schema.json``, ``_SUCCESS`` or checksums). DataplaneError if it wrote nothing there."""
+    path = _check_path(path, "input path")
+    info = fs.info(path)
+    if info is None:
+        raise DataplaneError(
+            f"input path {path!r} does not exist: its producer has not written its output there "
+            "(did the producer finish, and write to this path?)"
+        )
+    if info.is_file:
+        return info.size or 0
+    return sum(
+        entry.size or 0
+        for entry in fs.listdir(path, recursive=True)
+        if entry.is_file and not entry.name.startswith(("_", ".")) and not entry.name.endswith(".crc")
+    )
 
 
 def _schema_of(path: str) -> StructType | None:

@@ -35,7 +35,7 @@ from sluice.services.common.world import monotonic_ms as monotonic_ms  # (a seam
 from sluice.services.dataplane import spark_reach
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs import reconcile as reconciliation
-from sluice.services.jobs.validate import problems
+from sluice.services.jobs.validate import broadcast_size_problems, broadcast_sizes_known, problems
 from sluice.services.membership.core import Inbound, MembershipConfig, Timeouts, decide, evolve
 from sluice.store import Blobs, Consumed, Keys
 from sluice.store.consumer import Entry
@@ -67,6 +67,18 @@ def plan_splits(msg: SubmitJob) -> dict[str, list[Any]]:
         for v in msg.graph.vertices
         if v.source is not None
     }
+
+
+def broadcast_sizes(msg: SubmitJob) -> dict[str, int]:
+    """The bytes of each broadcast producer whose size is known before it runs (a Parquet
+    source read whole: its files), to refuse one above the job's limit at submission."""
+    from sluice.services.dataplane.splits import list_input_files
+
+    sizes = {}
+    for v in broadcast_sizes_known(msg.graph):
+        assert v.source is not None  # (broadcast_sizes_known gives sources only)
+        sizes[v.name] = sum(f.size or 0 for f in list_input_files(v.source.paths))
+    return sizes
 
 
 class ClusterInbox:
@@ -228,6 +240,11 @@ class ClusterInbox:
                     self.storage_root, [(v.name, v.sink.path) for v in msg.graph.vertices if v.sink is not None]
                 )
             )
+        if not found:
+            try:  # a broadcast input known to be too large already
+                found.extend(broadcast_size_problems(msg.graph, broadcast_sizes(msg)))
+            except Exception as exc:  # a missing input: plan_splits below names it
+                self.logger.debug("broadcast sizes unknown at submission", error=str(exc))
         if not found:
             try:  # the job's marker: how each TaskManager proves it sees the storage and inputs
                 job_marker.write(self.storage_root, msg.job_id, job_marker.input_paths(plan_splits(msg)), hostname())

@@ -40,40 +40,75 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
     """The task deployment descriptor: everything a TaskManager needs to run this attempt."""
     vertex = job.vertices[ex.vertex]
     spec = vertex.spec
-    maxp = job.graph.max_parallelism
+    graph = job.graph
+    maxp = graph.max_parallelism
     inputs = []
     for edge in vertex.inputs:
         producer = job.vertices[edge.source]
         if edge.exchange == "forward":
             p = producer.subtasks[ex.subtask]
             inputs.append(
-                TaskInput(paths=[partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)])
-            )
-        else:
-            from sluice.services.dataplane.keygroups import key_group_range  # (lazy: the package imports Spark's side)
-
-            # All-to-all: name the producers' partitions compactly (a path template and only
-            # the attempts that are not the job's first), so descriptors stay O(1) per
-            # consumer, not O(P).
-            template = partition_path(job.storage_root, job.job_id, edge.source, 0, 0)[:-4] + "/{subtask}/{attempt}"
-            attempts = producer.moved_attempts(job.floor)
-            inputs.append(
                 TaskInput(
-                    producer=ProducerPartitions(template, len(producer.subtasks), attempts, job.floor),
-                    key_groups=list(key_group_range(maxp, len(vertex.subtasks), ex.subtask)),
-                    consumer=ex.subtask,
+                    paths=[partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)],
+                    vertex=edge.source,
                 )
             )
+            continue
+        # All-to-all (keyed or broadcast): name the producers' partitions compactly (a path
+        # template and only the attempts that are not the job's first), so descriptors stay
+        # O(1) per consumer, not O(P).
+        template = partition_path(job.storage_root, job.job_id, edge.source, 0, 0)[:-4] + "/{subtask}/{attempt}"
+        partitions = ProducerPartitions(template, len(producer.subtasks), producer.moved_attempts(job.floor), job.floor)
+        if edge.exchange == "broadcast":  # every partition, whole
+            inputs.append(
+                TaskInput(
+                    producer=partitions,
+                    consumer=ex.subtask,
+                    vertex=edge.source,
+                    broadcast_limit=graph.broadcast_limit_bytes,
+                )
+            )
+            continue
+        from sluice.services.dataplane.keygroups import key_group_range  # (lazy: the package imports Spark's side)
+
+        groups = edge.max_parallelism or maxp
+        inputs.append(
+            TaskInput(
+                producer=partitions,
+                key_groups=list(key_group_range(groups, len(vertex.subtasks), ex.subtask)),
+                consumer=ex.subtask,
+                vertex=edge.source,
+                key=edge.key,
+            )
+        )
     output = None
     if vertex.outputs:
-        keyed, found, consumers = None, False, 0
+        # Keyed output is hashed as its keyed consumers read it (validation keeps them to one
+        # key and one number of key groups); when they all have one parallelism, it is
+        # written one directory per consumer, else one per key group (exact for each).
+        keyed, groups_out, consumers, sizes = None, None, 0, set()
         for e in vertex.outputs:  # (loops, not generators: this runs once a deployment)
-            if not found and e.exchange == "keyed":
-                keyed, found = e.key, True
-            consumers = max(consumers, len(job.vertices[e.target].subtasks))
+            n = len(job.vertices[e.target].subtasks)
+            consumers = max(consumers, n)
+            if e.exchange == "keyed":
+                if keyed is None:
+                    keyed, groups_out = e.key, e.max_parallelism
+                sizes.add(n)
+        if keyed is not None and len(sizes) > 1:
+            consumers = 0
+        elif keyed is not None:
+            consumers = sizes.pop()
         output = TaskOutput(
-            partition_path(job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt), keyed, consumers
+            partition_path(job.storage_root, job.job_id, ex.vertex, ex.subtask, ex.attempt),
+            keyed,
+            consumers,
+            groups_out,
         )
+    # The vertex's own key groups (its keyed inputs', validation keeps them equal): its
+    # queryable state is registered by them.
+    keyed_in = next((e for e in vertex.inputs if e.exchange == "keyed"), None)
+    if keyed_in is not None and keyed_in.max_parallelism:
+        maxp = keyed_in.max_parallelism
     source = sink = queryable = None
     if spec.source is not None:
         # No splits here: the reader asks the source coordinator for them one at a time.
@@ -86,7 +121,7 @@ def descriptor(job: JobRun, ex: Execution) -> TaskDeploymentDescriptor:
     if spec.sink is not None:
         sink = TaskSink(spec.sink.format, spec.sink.path, dict(spec.sink.options))
     if spec.queryable is not None:  # queryable state, keyed by the vertex's input key (services/kvstate)
-        queryable = TaskQueryable(spec.queryable, next((e.key for e in vertex.inputs if e.exchange == "keyed"), None))
+        queryable = TaskQueryable(spec.queryable, keyed_in.key if keyed_in is not None else None)
     return TaskDeploymentDescriptor(
         job.job_id,
         ex.id,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from sluice.errors import RedisUnavailable, StorageUnreachable
+from sluice.errors import BroadcastTooLarge, RedisUnavailable, StorageUnreachable
 from sluice.events import (
     AttemptReport,
     CancelTask,
@@ -23,6 +23,7 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 
+from .inputs import broadcast_problem
 from .launches import Launches
 from .reach import Reach
 from .reports import FinalStates, JobReports, cancelled, task_state
@@ -103,6 +104,9 @@ class SlotPool:
                 self.reach.check(task.descriptor)  # once per job: its storage root and inputs are here
             except StorageUnreachable as exc:
                 raise TaskStartFailed("storage root", exc) from exc
+            too_large = broadcast_problem(task.descriptor)  # its broadcast inputs' producers have finished
+            if too_large is not None:
+                raise TaskStartFailed("broadcast inputs", too_large)
             start(
                 task,
                 self.steps,
@@ -117,7 +121,11 @@ class SlotPool:
             self.reports.to_job(
                 msg.job_id,
                 TaskOperationResult(
-                    msg.job_id, msg.execution_id, False, str(exc), not isinstance(exc.cause, StorageUnreachable)
+                    msg.job_id,
+                    msg.execution_id,
+                    False,
+                    str(exc),
+                    not isinstance(exc.cause, (StorageUnreachable, BroadcastTooLarge)),
                 ),
             )
             return

@@ -41,6 +41,7 @@ from sluice.store.connection import Outage
 from . import events as task_events
 from . import share
 from .classify import classify
+from .inputs import read_task_inputs
 from .library import load_module
 
 __all__ = ["run_task", "spark_session", "WorkerContext", "RUN_TASK", "report_state", "report_produced"]
@@ -428,17 +429,7 @@ def _run_chain(
         else:
             df = chain(shared(_read_source(spark, d, runtime, temp_dir, events)))
     else:
-        # key_groups is [first, last]; read_inputs checks that it is
-        inputs = [
-            shared(
-                exchange.read_inputs(
-                    spark,
-                    inp.partition_paths(),
-                    key_groups=cast("tuple[int, int]", tuple(inp.key_groups)) if inp.key_groups else None,
-                )
-            )
-            for inp in d.inputs
-        ]
+        inputs = read_task_inputs(spark, d, shared)
         if functions and len(inputs) > 1:  # the first function joins the inputs
             df = chain(functions[0](*inputs), functions[1:])
         else:
@@ -452,8 +443,8 @@ def _run_chain(
             df,
             output.path,
             key=output.key,
-            max_parallelism=d.max_parallelism,
-            consumers=output.consumers if output.key else None,
+            max_parallelism=output.max_parallelism or d.max_parallelism,
+            consumers=output.consumers if output.key and output.consumers else None,
             partitions=partitions,
         )
     sink = d.sink

@@ -44,7 +44,10 @@ def _old_descriptor(job: JobRun, ex) -> TaskDeploymentDescriptor:  # the code be
         if edge.exchange == "forward":
             p = producer.subtasks[ex.subtask]
             inputs.append(
-                TaskInput(paths=[_old_partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)])
+                TaskInput(
+                    paths=[_old_partition_path(job.storage_root, job.job_id, edge.source, p.subtask, p.attempt)],
+                    vertex=edge.source,  # (descriptor version 3 names the producer, and the key of a keyed input)
+                )
             )
         else:
             template = (
@@ -56,6 +59,8 @@ def _old_descriptor(job: JobRun, ex) -> TaskDeploymentDescriptor:  # the code be
                     producer=ProducerPartitions(template, len(producer.subtasks), attempts, job.floor),
                     key_groups=list(key_group_range(maxp, len(vertex.subtasks), ex.subtask)),
                     consumer=ex.subtask,
+                    vertex=edge.source,
+                    key=edge.key,
                 )
             )
     output = None

@@ -75,7 +75,8 @@ def cross_reads(log: EventLog, job_id: str, listdir: Callable[[str, str], list[s
                 c_host = where[edge.target][c.subtask]
                 if not p_host or not c_host or p_host == c_host:
                     continue
-                first, last = key_group_range(job.graph.max_parallelism, len(consumers), c.subtask)
+                groups_of_edge = edge.max_parallelism or job.graph.max_parallelism
+                first, last = key_group_range(groups_of_edge, len(consumers), c.subtask)
                 groups = tuple(
                     sorted(
                         n
