@@ -266,7 +266,7 @@ def test_a_v2_descriptor_reads_with_no_retry_lists() -> None:
     del v2["retry_on"], v2["no_retry_on"]
     v2["version"] = 2
     old = descriptor_from_json(v2)
-    assert (old.retry_on, old.no_retry_on, old.version) == ([], [], 3)
+    assert (old.retry_on, old.no_retry_on, old.version) == ([], [], events.DESCRIPTOR_VERSION)
 
 
 # --- the jobs core --------------------------------------------------------------------------------
