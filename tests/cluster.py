@@ -103,6 +103,10 @@ class LoopbackCluster:
             "nodes.conf",
             "--cluster-node-timeout",
             str(self.node_timeout_ms),
+            # A shard whose master is down (until its replica is promoted) leaves the
+            # other shards serving: the jobs there do not pay for it.
+            "--cluster-require-full-coverage",
+            "no",
             "--dir",
             str(home),
             "--save",
