@@ -27,6 +27,8 @@ __all__ = [
     "CLUSTER_SCHEMES",
     "is_cluster_url",
     "parse_cluster_url",
+    "rq_url",
+    "RQ_URL_ENV",
 ]
 
 T = TypeVar("T")
@@ -204,6 +206,30 @@ class ClusterURL:
 
 def is_cluster_url(url: str) -> bool:
     return url.partition("://")[0].lower() in CLUSTER_SCHEMES
+
+
+RQ_URL_ENV = "SLUICE_RQ_REDIS_URL"
+"""The single-node Redis of RQ's slot queues, when it is not the log's (a log on a cluster)."""
+
+
+def rq_url(log_url: str, rq: str | None) -> str:
+    """The URL of the Redis that holds RQ's slot queues: ``rq``, or the log's when none is
+    given. RQ is not cluster-safe (its scripts and transactions span keys of many slots;
+    rq/rq#1942), so a log on a Redis Cluster needs ``rq`` (ConfigError saying so)."""
+    if rq:
+        if is_cluster_url(rq):
+            raise ConfigError(
+                f"${RQ_URL_ENV}={redact(rq)!r} is a Redis Cluster: RQ's queues need a single Redis "
+                "(RQ is not cluster-safe); give a redis://, rediss:// or unix:// URL"
+            )
+        return rq
+    if is_cluster_url(log_url):
+        raise ConfigError(
+            f"the log is on a Redis Cluster ({redact(log_url)}), and RQ's slot queues cannot be: RQ is not "
+            f"cluster-safe (rq/rq#1942). Set ${RQ_URL_ENV} (or --rq-redis) to a single-node Redis for them, "
+            "e.g. redis://queues-host:6379/0"
+        )
+    return log_url
 
 
 def _redact_cluster(url: str) -> str:
