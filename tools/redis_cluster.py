@@ -87,7 +87,16 @@ class LoopbackCluster:
             self.stop()
             raise RuntimeError(f"redis-cli --cluster create failed: {made.stdout.decode()} {made.stderr.decode()}")
         self.wait_stable(timeout)
+        self._wait(self._replicas_in_sync, timeout)
         return self.url
+
+    def _replicas_in_sync(self) -> bool:
+        """Every replica's link to its master is up (its first sync done)."""
+        for n in self.alive():
+            info = redis.Redis(host="127.0.0.1", port=n.port, socket_timeout=1).info("replication")
+            if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                return False
+        return True
 
     def _spawn(self, server: str, port: int) -> ClusterNode:
         home = self.root / str(port)
@@ -108,6 +117,10 @@ class LoopbackCluster:
             # other shards serving: the jobs there do not pay for it.
             "--cluster-require-full-coverage",
             "no",
+            # A replica is promoted however long it was cut off from its master (one just
+            # started, still syncing, would otherwise never be).
+            "--cluster-replica-validity-factor",
+            "0",
             "--dir",
             str(home),
             "--save",
@@ -145,16 +158,23 @@ class LoopbackCluster:
         return [n for n in self.nodes if n.proc.poll() is None]
 
     def wait_stable(self, timeout: float = 30.0) -> None:
-        """Until every live node says the cluster is ok and all of them agree on who serves each slot."""
+        """Until every live node says the cluster is ok and all of them agree on who serves
+        each slot, a live master for every one (a dead master's replica promoted)."""
 
         def stable() -> bool:
             views = []
+            up = {n.port for n in self.alive()}
             for n in self.alive():
                 c = redis.Redis(host="127.0.0.1", port=n.port, socket_timeout=1)
                 if c.cluster("info").get("cluster_state") != "ok":
                     return False
                 views.append(sorted((s[0], s[1], s[2][1]) for s in c.execute_command("CLUSTER SLOTS")))
-            return bool(views) and all(v == views[0] for v in views) and sum(e - b + 1 for b, e, _ in views[0]) == 16384
+            return (
+                bool(views)
+                and all(v == views[0] for v in views)
+                and sum(e - b + 1 for b, e, _ in views[0]) == 16384
+                and all(port in up for _, _, port in views[0])  # (a dead master's slots: not yet failed over)
+            )
 
         self._wait(stable, timeout)
 
