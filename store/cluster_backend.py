@@ -257,7 +257,7 @@ class ClusterBackend(Backend):
         self._stale = True
         return None, False
 
-    def _by_node(self, keys: Sequence[str]) -> dict[str, dict[int, list[int]]]:
+    def by_node(self, keys: Sequence[str]) -> dict[str, dict[int, list[int]]]:
         """Indices of ``keys`` grouped by the node that serves them, then by slot (in order)."""
         out: dict[str, dict[int, list[int]]] = {}
         for i, key in enumerate(keys):
@@ -490,7 +490,7 @@ class ClusterBackend(Backend):
                 ),
             )
         if acks:  # each node's acknowledgements, in one round trip (a refused one had nothing left to do)
-            for addr, by_slot in self._by_node(list(acks)).items():
+            for addr, by_slot in self.by_node(list(acks)).items():
                 keys = list(acks)
                 commands = [("XACK", keys[i], group, *acks[keys[i]]) for ix in by_slot.values() for i in ix]
                 self._client(addr)._raw("acknowledging on " + ", ".join(keys), commands, check=False)
@@ -529,7 +529,7 @@ class ClusterBackend(Backend):
         for _ in range(REDIRECTS):
             refused: StoreError | None = None
             moved: list[str] = []
-            for addr, by_slot in self._by_node(todo).items():
+            for addr, by_slot in self.by_node(todo).items():
                 parts = [[todo[i] for i in ix] for ix in by_slot.values()]
                 batches = [command(part, None) for part in parts]
                 try:
@@ -569,7 +569,7 @@ class ClusterBackend(Backend):
         """Each slot's read blocking on its own connection, all at once; the first to return
         with entries unblocks the others (CLIENT UNBLOCK: what they were given meanwhile
         is kept, so nothing is read and dropped)."""
-        jobs = [(addr, [streams[i] for i in ix]) for addr, by in self._by_node(streams).items() for ix in by.values()]
+        jobs = [(addr, [streams[i] for i in ix]) for addr, by in self.by_node(streams).items() for ix in by.values()]
         if self._pool is None:
             with self._lock:
                 if self._pool is None:

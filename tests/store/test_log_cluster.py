@@ -183,3 +183,48 @@ def test_a_cluster_url_on_a_single_redis_is_refused_with_what_to_use(redis_url: 
 def test_a_cluster_no_seed_of_which_answers_is_unavailable_naming_each() -> None:
     with pytest.raises(RedisUnavailable, match="no node of the Redis Cluster .* answers: 127.0.0.1:1 .*127.0.0.1:2"):
         ClusterBackend("redis+cluster://127.0.0.1:1,127.0.0.1:2", timeout=0.5)
+
+
+def test_inspection_and_metrics_read_streams_on_every_master(cluster_log: EventLog) -> None:
+    """``sluice inspect``, ``stats`` and the metrics endpoints read many streams at once: one
+    pipeline per master, each stream's commands on the master serving it."""
+    from sluice.store import inspection, metrics_reads
+
+    backend = cluster_log.backend
+    assert isinstance(backend, ClusterBackend)
+    keys = cluster_log.keys
+    inboxes = _spread(cluster_log, backend)
+    assert len({backend.node_of(s) for s in inboxes}) == 3
+    for n, s in enumerate(inboxes):
+        for _ in range(n % 3 + 1):
+            cluster_log.append(s, env(heartbeat()))
+    consumer = GroupConsumer(cluster_log, inboxes, "jm", "c1")
+    consumer.ensure_group()
+    read = consumer.read(count=1, block_ms=None)
+    assert len(read) == len(inboxes)
+
+    sizes = inspection.stream_summaries(cluster_log, inboxes)
+    assert [sizes[s][0] for s in inboxes] == [n % 3 + 1 for n in range(len(inboxes))]
+    assert all(sizes[s][2] == backend.last_id(s) for s in inboxes)
+    groups = inspection.consumer_groups(cluster_log, inboxes)
+    assert sorted((g.stream, g.pending, g.oldest_pending) for g in groups) == sorted((e.stream, 1, e.id) for e in read)
+    readings = metrics_reads.inbox_readings(cluster_log, inboxes, "jm")
+    assert {(r.stream, r.lag, r.pending) for r in readings} == {(s, n % 3, 1) for n, s in enumerate(inboxes)}
+    dead = keys.dead(keys.job("j4"))
+    cluster_log.append_raw(dead, {b"stream": inboxes[4].encode(), b"entry": b"1-0", b"field:e": b"x"})
+    tags = [keys.job(f"j{i}") for i in range(len(inboxes))]
+    assert metrics_reads.dead_letter_counts(cluster_log, tags) == {t: int(t == keys.job("j4")) for t in tags}
+    newest, last = inspection.newest(cluster_log, inboxes, None, 5)
+    assert len(newest) == 5 and all(last[s] == backend.last_id(s) for s in inboxes)
+    everything = sorted(((s, i) for s in inboxes for i, _ in cluster_log.replay_raw(s)), key=lambda x: x[1])
+    assert [(s, i) for s, i, _ in newest] == everything[-5:] or len({i for _, i in everything}) < len(everything)
+    assert [i for i, _ in inspection.entries_before(cluster_log, inboxes[7], None, 10)] == [
+        i for i, _ in reversed(list(cluster_log.replay_raw(inboxes[7])))
+    ]
+    first = read[0]
+    assert inspection.entry(cluster_log, first.stream, first.id) is not None
+    assert inspection.count_after(cluster_log, inboxes[2], "0-0") == 3
+    memory, size, ours, used = inspection.server_footprint(cluster_log)
+    assert ours >= len(inboxes) + 1 and size >= ours and memory > used > 0
+    again = inspection.redrive_entry(cluster_log, dead, cluster_log.last_id(dead) or "", inboxes[4], {b"e": b"x"})
+    assert again is not None and cluster_log.length(dead) == 0 and cluster_log.last_id(inboxes[4]) == again
