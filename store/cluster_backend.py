@@ -63,6 +63,7 @@ from .redis_backend import (
     read_reply,
     refusal,
     translate_errors,
+    xadd_command,
     xread_command,
     xreadgroup_command,
 )
@@ -387,20 +388,60 @@ class ClusterBackend(Backend):
         return self._route(stream, lambda n: n.xadd(stream, fields, maxlen=maxlen))
 
     def xadd_many(self, items: Sequence[tuple[str, Mapping[bytes, bytes]]]) -> list[str]:
-        """Per slot, in order, one transaction each: a reader of one tag sees all of that
-        tag's entries or none (a transaction cannot span slots)."""
+        """Per slot, in order, one transaction each (a reader of one tag sees all of that
+        tag's entries or none: a transaction cannot span slots), each master's in one round
+        trip (the leader's heartbeat to every TaskManager)."""
         if not items:
             return []
         ids: list[str | None] = [None] * len(items)
         errors: dict[int, str] = {}
-        for ix in self._slots_of([s for s, _ in items]):
+        again: list[list[int]] = []  # slots redirected: one by one, following the redirection
+        for addr, by_slot in self.by_node([s for s, _ in items]).items():
+            blocks = list(by_slot.values())
+            commands: list[Sequence[Any]] = []
+            for ix in blocks:
+                appends = [xadd_command(items[i][0], items[i][1], None) for i in ix]
+                commands += appends if len(ix) == 1 else [("MULTI",), *appends, ("EXEC",)]
+            try:
+                replies = self._client(addr)._raw(
+                    f"appending to {items[blocks[0][0]][0]} and others", commands, check=False
+                )
+            except RedisUnavailable:
+                self._stale = True
+                raise
+            at = 0
+            for ix in blocks:
+                if len(ix) == 1:
+                    got: list[Any] = [replies[at]]
+                    at += 1
+                    moved = isinstance(got[0], redis.ResponseError) and _redirection(got[0]) is not None
+                else:
+                    queued, done = replies[at + 1 : at + 1 + len(ix)], replies[at + 1 + len(ix)]
+                    at += len(ix) + 2
+                    refused = [q for q in (*queued, done) if isinstance(q, redis.ResponseError)]
+                    moved = any(_redirection(q) is not None for q in refused)
+                    if not moved and refused:  # refused before it ran (aborted): nothing of it was appended
+                        raise refusal(refused[0]) from refused[0]
+                    got = [] if moved else list(done)
+                if moved:
+                    self._follow(got[0] if len(ix) == 1 else next(q for q in refused if _redirection(q)), None)
+                    again.append(ix)
+                    continue
+                for i, reply in zip(ix, got):
+                    if isinstance(reply, redis.ResponseError):
+                        if not str(reply).startswith("WRONGTYPE"):  # READONLY, OOM: the caller sends all again
+                            raise refusal(reply) from reply
+                        errors[i] = str(reply)
+                    else:
+                        ids[i] = reply.decode() if isinstance(reply, bytes) else str(reply)
+        for ix in again:
             part = [items[i] for i in ix]
             try:
-                got: Sequence[str | None] = self._route(part[0][0], partial(RedisBackend.xadd_many, items=part))
+                sent: Sequence[str | None] = self._route(part[0][0], partial(RedisBackend.xadd_many, items=part))
             except PartlyAppended as exc:
-                got = exc.ids
+                sent = exc.ids
                 errors.update((ix[j], text) for j, text in exc.errors.items())
-            for i, entry in zip(ix, got):
+            for i, entry in zip(ix, sent):
                 ids[i] = entry
         if errors:
             raise PartlyAppended(ids, errors)

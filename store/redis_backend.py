@@ -32,6 +32,7 @@ __all__ = [
     "read_reply",
     "others_pending",
     "refusal",
+    "xadd_command",
 ]
 
 _ASKING = threading.local()
@@ -88,6 +89,9 @@ def _xadd(stream: str, fields: Mapping[bytes, bytes], maxlen: int | None) -> lis
         command += (k, v)
     return command
 
+
+xadd_command = _xadd
+"""XADD of ``fields`` to ``stream`` (``maxlen``: trimmed to about that many), as ``_raw`` sends it."""
 
 _IN_PIPELINE = re.compile(r"Command # \d+ \(.*?\) of pipeline caused error: ", re.DOTALL)
 _NO_KEY = "The XGROUP subcommand requires the key to exist"

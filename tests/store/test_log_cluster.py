@@ -228,3 +228,31 @@ def test_inspection_and_metrics_read_streams_on_every_master(cluster_log: EventL
     assert ours >= len(inboxes) + 1 and size >= ours and memory > used > 0
     again = inspection.redrive_entry(cluster_log, dead, cluster_log.last_id(dead) or "", inboxes[4], {b"e": b"x"})
     assert again is not None and cluster_log.length(dead) == 0 and cluster_log.last_id(inboxes[4]) == again
+
+
+def test_appends_to_many_tags_go_per_master_in_one_round_trip_each_past_a_moved_slot(
+    cluster_log: EventLog,
+) -> None:
+    """The leader's heartbeat to every TaskManager: one transaction per tag, each master's in
+    one round trip; a slot the map placed wrongly follows MOVED; a key that is not a stream
+    refuses only its own (PartlyAppended), the others are in, in order."""
+    from sluice.errors import PartlyAppended
+
+    backend = cluster_log.backend
+    assert isinstance(backend, ClusterBackend)
+    keys = cluster_log.keys
+    inboxes = [keys.inbox(keys.taskmanager(f"tm-{i}")) for i in range(9)]
+    right = backend.node_of(inboxes[0])
+    backend._slots[key_slot(inboxes[0].encode())] = next(m for m in backend.masters() if m != right)
+    backend.set(inboxes[5], b"not a stream")
+    items = [(s, {b"e": f"{s}-{n}".encode()}) for s in inboxes for n in range(2)]
+    with pytest.raises(PartlyAppended) as info:
+        backend.xadd_many(items)
+    assert set(info.value.errors) == {10, 11}
+    for n, s in enumerate(inboxes):
+        if n != 5:
+            assert [f[b"e"] for _, f in backend.xrange(s, None, 10)] == [f"{s}-0".encode(), f"{s}-1".encode()]
+            assert [i for i, _ in backend.xrange(s, None, 10)] == info.value.ids[2 * n : 2 * n + 2]
+    assert backend.node_of(inboxes[0]) == right
+    backend.delete(inboxes[5])
+    assert len(backend.xadd_many(items)) == len(items)
