@@ -153,6 +153,24 @@ def test_a_wordcount_and_the_clickstream_run_with_their_jobs_on_two_shards(
         assert redis.Redis(host="127.0.0.1", port=port).xlen(facts) > 10  # the job's facts, on its shard
     print(f"\njobs on shards (slot, master port): {shards}; cluster tag: {_shard_of(redis_cluster, keys.cluster)}")
 
+    # What a person looks at reads the cluster: the streams on every master, the jobs, one job.
+    for args in (
+        ["status"],
+        ["inspect", "stats"],
+        ["inspect", "streams"],
+        ["inspect", "jobs"],
+        ["inspect", "job", words_id],
+    ):
+        shown = subprocess.run(
+            [sys.executable, "-m", "sluice", "--redis", redis_cluster.url, "--prefix", keys.prefix, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shown.returncode == 0, (args, shown.stdout[-2000:], shown.stderr[-2000:])
+        if args[-1] in ("jobs", "streams"):
+            assert words_id in shown.stdout and clicks_id in shown.stdout, (args, shown.stdout[-2000:])
+
     # The read models rebuilt from the log agree with the live ones (as on one Redis).
     from sluice.services.projector import Projector
     from sluice.views.replay import check
