@@ -614,7 +614,7 @@ class ClusterBackend(Backend):
         if self._pool is None:
             with self._lock:
                 if self._pool is None:
-                    self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="sluice-cluster-read")
+                    self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="sluice-cluster-read")
         state = _Blocked()
         futures = [self._pool.submit(self._block_one, addr, part, command, block_ms, state) for addr, part in jobs]
         got: Read = []

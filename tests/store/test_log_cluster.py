@@ -256,3 +256,55 @@ def test_appends_to_many_tags_go_per_master_in_one_round_trip_each_past_a_moved_
     assert backend.node_of(inboxes[0]) == right
     backend.delete(inboxes[5])
     assert len(backend.xadd_many(items)) == len(items)
+
+
+def test_following_streams_on_several_masters_wakes_for_any(cluster_log: EventLog) -> None:
+    """The projector and ``inspect tail`` follow streams of many tags (XREAD BLOCK): on a
+    cluster, each slot's streams block at once and the first entry ends the wait."""
+    backend = cluster_log.backend
+    assert isinstance(backend, ClusterBackend)
+    streams = [cluster_log.keys.facts(cluster_log.keys.job(f"j{i}")) for i in range(12)]
+    assert len({backend.node_of(s) for s in streams}) == 3
+    positions = {s: "0-0" for s in streams}
+    assert cluster_log.follow(positions, block_ms=50) == []
+    sent = env(heartbeat())
+    timer = threading.Timer(0.2, lambda: cluster_log.append(streams[7], sent))
+    timer.start()
+    ((stream, _, fields),) = cluster_log.follow(positions, block_ms=10_000)
+    timer.join()
+    assert stream == streams[7] and cluster_log.decode(fields[b"e"]) == sent
+
+
+def test_a_slots_queue_lives_on_its_own_redis_and_a_tasks_reports_reach_the_log_first(
+    cluster_log: EventLog, redis_url: str, prefix: str
+) -> None:
+    """RQ is not cluster-safe: its queues live on a single Redis. A task's reports go to
+    the log (the cluster) before its job is queued there; one refused queues nothing."""
+    from rq import Queue
+
+    from sluice.errors import PartlyAppended
+    from sluice.store import connect
+    from sluice.store.slots import SlotQueues
+
+    rq = connect(redis_url)
+    queues = SlotQueues(cluster_log, "tm-1", rq)
+    inbox = cluster_log.keys.inbox(cluster_log.keys.job("j1"))
+    reports = [(inbox, env(heartbeat(rid="first"))), (inbox, env(heartbeat(rid="second")))]
+    assert queues.enqueue(0, "tools.bench.tasks.noop", ({}, {}), job_id=prefix + "h1", description="t", before=reports)
+    assert [e for _, e in cluster_log.replay(inbox)] == [e for _, e in reports]
+    queue = Queue(cluster_log.keys.slot_queue("tm-1", 0), connection=rq)
+    assert queue.job_ids == [prefix + "h1"] and queues.exists(prefix + "h1")
+    facts = cluster_log.keys.facts(cluster_log.keys.job("j2"))  # not an inbox: not set aside, refused
+    cluster_log.backend.set(facts, b"not a stream")
+    with pytest.raises(PartlyAppended):
+        queues.enqueue(
+            0,
+            "tools.bench.tasks.noop",
+            ({}, {}),
+            job_id=prefix + "h2",
+            description="t",
+            before=[(facts, env(heartbeat()))],
+        )
+    assert queue.job_ids == [prefix + "h1"] and not queues.exists(prefix + "h2")
+    queue.delete(delete_jobs=True)
+    rq.close()
