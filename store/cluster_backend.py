@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import redis
 from redis.backoff import NoBackoff
@@ -112,6 +113,9 @@ class ClusterBackend(Backend):
         """Masters by the first slot they serve."""
         self._stale = True
         self._refreshed = 0.0
+        self._answered: str | None = None
+        """The node that last answered for the slot map (asked first next time: a dead
+        master, first in the list, would cost a connection timeout at every refresh)."""
         self._slot_of: dict[str, int] = {}
         self._server_ids: dict[str, dict[str, str]] = {}
         self._pool: ThreadPoolExecutor | None = None
@@ -145,9 +149,11 @@ class ClusterBackend(Backend):
         return node
 
     def refresh(self) -> None:
-        """Read the slot map again from the first node that answers (known masters first)."""
+        """Read the slot map again from the first node that answers (the one that answered
+        last, the known masters, the seeds, then any node met)."""
         tried: list[str] = []
-        candidates = list(dict.fromkeys([*self._masters, *self.parsed.seeds, *self._nodes]))
+        first = [self._answered] if self._answered else []
+        candidates = list(dict.fromkeys([*first, *self._masters, *self.parsed.seeds, *self._nodes]))
         for addr in candidates:
             try:
                 with translate_errors(f"reading the slot map from {addr}"):
@@ -178,6 +184,7 @@ class ClusterBackend(Backend):
                 firsts[owner] = min(firsts.get(owner, _SLOTS), int(begin))
             self._slots = slots
             self._masters = sorted(firsts, key=firsts.__getitem__)
+            self._answered = addr
             self._stale, self._refreshed = False, time.monotonic()
             return
         self._stale = True
@@ -317,7 +324,12 @@ class ClusterBackend(Backend):
         return redact(self.url)
 
     def address(self) -> str | None:
-        return self.url
+        """The cluster's URL without its password (a reader brings its own, from
+        ``$SLUICE_REDIS_PASSWORD``), as a single Redis's address is given."""
+        p = self.parsed
+        scheme = "rediss+cluster" if p.tls else "redis+cluster"
+        user = f"{quote(p.username)}@" if p.username else ""
+        return f"{scheme}://{user}{','.join(p.seeds)}"
 
     def durable(self) -> bool:
         return all(self._client(addr).durable() for addr in self.masters())
