@@ -27,7 +27,8 @@ inbox) first reads all of them without blocking; when none has anything, it bloc
 each slot's streams at once, one connection each, and the first that returns unblocks the
 others (``CLIENT UNBLOCK``), whose entries are kept: no entry read is dropped.
 
-The server id of a cluster is ``cluster:`` and each master's address and run id: a
+The server id of a cluster names each master's address and run id (``c<digest>:host:port=run
+id,...``): a
 failover (a replica promoted, its master's unreplicated writes lost) or a restart of any
 master changes it. A script's argument that is such an id is replaced, on the node that
 runs the script, by that node's run id when it is one of the masters the id names (else
@@ -37,7 +38,9 @@ cluster's current id).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -69,12 +72,20 @@ from .redis_backend import (
     xreadgroup_command,
 )
 
-__all__ = ["ClusterBackend", "open_backend", "SERVER_ID_PREFIX", "REDIRECTS"]
+__all__ = ["ClusterBackend", "open_backend", "is_cluster_server_id", "REDIRECTS"]
 
 T = TypeVar("T")
 
-SERVER_ID_PREFIX = "cluster:"
-"""How a cluster's server id begins (then ``host:port=run id`` of each master, by slot)."""
+_SERVER_ID = re.compile(r"c[0-9a-f]{7}:")
+"""How a cluster's server id begins: ``c`` and 7 hex digits of a digest of the rest (so
+that its first 8 characters, as logs show a run id, tell two apart), then ``:`` and
+``host:port=run id`` of each master, by slot, joined by commas."""
+
+
+def is_cluster_server_id(value: object) -> bool:
+    """Whether ``value`` is a Redis Cluster's server id (``ClusterBackend.server_id``)."""
+    return isinstance(value, str) and value[:1] == "c" and _SERVER_ID.match(value) is not None
+
 
 REDIRECTS = 5
 """How many redirections (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) one call follows at most."""
@@ -285,12 +296,13 @@ class ClusterBackend(Backend):
                 self._stale = True
                 raise
             ids.append(f"{addr}={run}")
-        return SERVER_ID_PREFIX + ",".join(ids)
+        masters = ",".join(ids)
+        return f"c{hashlib.sha1(masters.encode()).hexdigest()[:7]}:{masters}"
 
     def _run_ids(self, server: str) -> dict[str, str]:
         found = self._server_ids.get(server)
         if found is None:
-            found = dict(part.split("=", 1) for part in server[len(SERVER_ID_PREFIX) :].split(",") if "=" in part)
+            found = dict(part.split("=", 1) for part in server[9:].split(",") if "=" in part)
             if len(self._server_ids) > 16:
                 self._server_ids.clear()
             self._server_ids[server] = found
@@ -299,11 +311,9 @@ class ClusterBackend(Backend):
     def _for_node(self, addr: str, args: Sequence[Any]) -> Sequence[Any]:
         """``args`` with a cluster server id replaced by the run id it names for ``addr``
         (itself when it names none: the script sees a run id that is not the node's)."""
-        if not any(isinstance(a, str) and a.startswith(SERVER_ID_PREFIX) for a in args):
+        if not any(is_cluster_server_id(a) for a in args):
             return args
-        return [
-            self._run_ids(a).get(addr, a) if isinstance(a, str) and a.startswith(SERVER_ID_PREFIX) else a for a in args
-        ]
+        return [self._run_ids(a).get(addr, a) if is_cluster_server_id(a) else a for a in args]
 
     def _restarted(self, failed: ScriptFailed) -> ScriptFailed:
         """A node's SLUICE_RESTARTED naming the cluster's server id now instead of its run id."""

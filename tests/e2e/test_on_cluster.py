@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from sluice.client import Client, load_job
+from sluice.errors import RedisUnavailable
 from sluice.events import JobStatus
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import ClusterBackend, EventLog, Keys
@@ -198,3 +199,73 @@ def test_a_taskmanager_on_a_cluster_log_without_a_queue_redis_refuses_to_start(
     assert done.returncode != 0
     said = done.stdout + done.stderr
     assert "SLUICE_RQ_REDIS_URL" in said and "not cluster-safe" in said and "Traceback" not in said
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SPARK_START + 90 + 240 + MARGIN + TEARDOWN)
+def test_a_job_whose_shards_master_is_killed_finishes_with_exact_output(
+    redis_url: str, prefix: str, tmp_path: Path, spark_remote: str, spark
+) -> None:
+    """kill -9 of the master holding a running job's tag (a cluster of its own): its replica
+    is promoted, the processes ride the failover out as a restart of that Redis, and the job
+    finishes with the counts plain PySpark gives."""
+    from tools.redis_cluster import LoopbackCluster
+
+    own = LoopbackCluster(tmp_path / "cluster")
+    own.start()
+    procs = Processes(own.url, prefix, tmp_path)
+    try:
+        log = EventLog(ClusterBackend(own.url), Keys(prefix))
+        home = tmp_path / "home"
+        rq = {"SLUICE_RQ_REDIS_URL": redis_url}
+        procs.start(
+            "jm",
+            "jobmanager",
+            "--storage-root",
+            (tmp_path / "storage").as_uri(),
+            "--slot-timeout",
+            "120",
+            env={"SLUICE_HOME": str(home), **SLACK, **rq},
+        )
+        start_tm(procs, {"home": home, "spark": spark_remote}, "tm-1", slots=2, env=rq)
+        wait_until(lambda: registered(log) == {"tm-1"}, "the TaskManager", timeout=90)
+        text = write_lines(tmp_path / "in.txt", n=20_000)
+        client = Client(log)
+        job_id = client.submit(
+            load_job(
+                ROOT / "examples" / "wordcount.py",
+                {"input": str(text), "output": str(tmp_path / "words"), "parallelism": "4", "split_bytes": "8192"},
+            )
+        )
+        wait_until(
+            lambda: (j := client.job(job_id, missing_ok=True)) is not None and j.status == JobStatus.RUNNING,
+            "the job to run",
+            timeout=90,
+        )
+        killed = own.kill_master(log.keys.facts(log.keys.job(job_id)))
+        print(f"\nkilled the master on port {killed} holding job {job_id}'s tag")
+
+        def ended() -> Any:
+            try:  # (this test's own reads meet the failover too)
+                j = client.job(job_id, missing_ok=True)
+            except RedisUnavailable:
+                return None
+            return j is not None and j.status in TERMINAL_JOB and j
+
+        job = wait_until(ended, f"job {job_id} to end", timeout=240)
+        assert job.status == JobStatus.FINISHED, job.reason
+        from pyspark.sql import functions as F
+
+        got = {r["word"]: r["count"] for r in spark.read.parquet(str(tmp_path / "words")).collect()}
+        words = (
+            spark.read.text(str(text))
+            .select(F.explode(F.split(F.lower("value"), r"[^a-z0-9']+")).alias("word"))
+            .where("word != ''")
+        )
+        assert got == {r["word"]: r["count"] for r in words.groupBy("word").count().collect()}
+    finally:
+        procs.stop_all()
+        for name in procs.procs:
+            print(f"----- {name} (last lines) -----")
+            print("\n".join(procs.output(name).splitlines()[-40:]))
+        own.stop()

@@ -13,6 +13,7 @@ from redis.crc import key_slot
 
 from sluice.errors import ConfigError, RedisUnavailable, StoreRestarted
 from sluice.store import ClusterBackend, EventLog, GroupConsumer, Keys, Out
+from sluice.store.cluster_backend import is_cluster_server_id
 from tests.helpers import env, heartbeat
 from tests.store.contract import LogContract
 
@@ -157,21 +158,26 @@ def test_the_server_id_names_every_masters_run_id_and_a_script_is_checked_agains
     backend = cluster_log.backend
     assert isinstance(backend, ClusterBackend)
     server = cluster_log.server_id()
-    assert server.startswith("cluster:") and server.count("=") == 3
+    assert is_cluster_server_id(server) and server.count("=") == 3
     for addr in backend.masters():
         assert f"{addr}={backend.node(addr).server_id()}" in server
     tag = cluster_log.keys.job("x")
     facts = cluster_log.keys.facts(tag)
     assert not cluster_log.commit(tag, 1, [Out(facts, env(heartbeat()))], server=server).duplicate
-    other = server.replace(server.split("=")[1][:40], "0" * 40)  # a master restarted since
-    stale = ",".join(
-        p.replace(p.split("=")[1], "0" * 40) if p.startswith(backend.node_of(facts)) else p
-        for p in server.removeprefix("cluster:").split(",")
-    )
-    with pytest.raises(StoreRestarted) as info:
-        cluster_log.commit(tag, 1, [Out(facts, env(heartbeat()))], server="cluster:" + stale)
+    mine = backend.node_of(facts)
+
+    def restarted(which: str) -> str:
+        """``server`` with the run id of the master ``which`` changed (a restart or failover since)."""
+        parts = [
+            p.replace(p.split("=")[1], "0" * 40) if p.startswith(which + "=") else p for p in server[9:].split(",")
+        ]
+        return "c0000000:" + ",".join(parts)
+
+    with pytest.raises(StoreRestarted) as info:  # this tag's master is not the one the writer saw
+        cluster_log.commit(tag, 1, [Out(facts, env(heartbeat()))], server=restarted(mine))
     assert info.value.run_id == server
-    assert other  # (another master's restart does not refuse this tag's commit)
+    other = next(m for m in backend.masters() if m != mine)  # another shard's: this tag's commits go on
+    assert not cluster_log.commit(tag, 1, [Out(facts, env(heartbeat()))], server=restarted(other)).duplicate
 
 
 def test_a_cluster_url_on_a_single_redis_is_refused_with_what_to_use(redis_url: str) -> None:
