@@ -38,6 +38,7 @@ ERRORS = {
     "CommandError",
     "WrongType",
     "PartlyAppended",
+    "PartlyRead",
     "IdsOutOfOrder",
     "ConfigError",
     "PrefixInUse",

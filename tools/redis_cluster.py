@@ -18,7 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import redis
+from sluice.errors import RedisUnavailable
+from sluice.store.cluster_admin import keyslot, node_view
+from sluice.store.connection import ping
 
 __all__ = ["LoopbackCluster", "ClusterNode"]
 
@@ -92,11 +94,7 @@ class LoopbackCluster:
 
     def _replicas_in_sync(self) -> bool:
         """Every replica's link to its master is up (its first sync done)."""
-        for n in self.alive():
-            info = redis.Redis(host="127.0.0.1", port=n.port, socket_timeout=1).info("replication")
-            if info.get("role") == "slave" and info.get("master_link_status") != "up":
-                return False
-        return True
+        return all(node_view(n.port).link_up for n in self.alive())
 
     def _spawn(self, server: str, port: int) -> ClusterNode:
         home = self.root / str(port)
@@ -139,7 +137,7 @@ class LoopbackCluster:
             log = (self.root / str(node.port) / "redis.log").read_text(errors="replace")[-2000:]
             self.stop()
             raise RuntimeError(f"a cluster node on port {node.port} exited at start: {log}")
-        return bool(redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=1).ping())
+        return ping(f"redis://127.0.0.1:{node.port}", timeout=1.0)
 
     @staticmethod
     def _wait(check: object, timeout: float) -> None:
@@ -148,7 +146,7 @@ class LoopbackCluster:
             try:
                 if check():  # type: ignore[operator]
                     return
-            except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+            except RedisUnavailable:
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the loopback cluster did not get ready within {timeout} s")
@@ -165,10 +163,10 @@ class LoopbackCluster:
             views = []
             up = {n.port for n in self.alive()}
             for n in self.alive():
-                c = redis.Redis(host="127.0.0.1", port=n.port, socket_timeout=1)
-                if c.cluster("info").get("cluster_state") != "ok":
+                view = node_view(n.port)
+                if view.state != "ok":
                     return False
-                views.append(sorted((s[0], s[1], s[2][1]) for s in c.execute_command("CLUSTER SLOTS")))
+                views.append(view.slots)
             return (
                 bool(views)
                 and all(v == views[0] for v in views)
@@ -180,11 +178,10 @@ class LoopbackCluster:
 
     def owner(self, key: str) -> int:
         """The port of the master serving ``key``'s slot."""
-        c = redis.Redis(host="127.0.0.1", port=self.alive()[0].port, socket_timeout=1)
-        slot = int(c.execute_command("CLUSTER KEYSLOT", key))
-        for begin, end, master, *_ in c.execute_command("CLUSTER SLOTS"):
+        slot = keyslot(key)
+        for begin, end, master in node_view(self.alive()[0].port).slots:
             if begin <= slot <= end:
-                return int(master[1])
+                return master
         raise RuntimeError(f"no master serves slot {slot}")
 
     def kill_master(self, key: str) -> int:
