@@ -72,7 +72,7 @@ from .redis_backend import (
     xreadgroup_command,
 )
 
-__all__ = ["ClusterBackend", "open_backend", "is_cluster_server_id", "REDIRECTS"]
+__all__ = ["ClusterBackend", "open_backend", "is_cluster_server_id", "server_masters", "REDIRECTS"]
 
 T = TypeVar("T")
 
@@ -108,6 +108,12 @@ def _redirection(exc: BaseException) -> redis.ResponseError | None:
 
 def _addr(host: str | bytes, port: int) -> str:
     return f"{host.decode() if isinstance(host, bytes) else host}:{int(port)}"
+
+
+def server_masters(server: str) -> dict[str, str]:
+    """The masters a cluster's server id names: ``host:port`` -> run id (so a failover can
+    be told apart per shard: the masters whose run id changed, or that are gone)."""
+    return dict(part.split("=", 1) for part in server[9:].split(",") if "=" in part)
 
 
 class ClusterBackend(Backend):
@@ -302,7 +308,7 @@ class ClusterBackend(Backend):
     def _run_ids(self, server: str) -> dict[str, str]:
         found = self._server_ids.get(server)
         if found is None:
-            found = dict(part.split("=", 1) for part in server[9:].split(",") if "=" in part)
+            found = server_masters(server)
             if len(self._server_ids) > 16:
                 self._server_ids.clear()
             self._server_ids[server] = found
