@@ -506,7 +506,10 @@ class ClusterBackend(Backend):
         def command(part: list[str], block: int | None) -> list[Sequence[Any]]:
             return [xread_command({s: positions[s] for s in part}, count, block)]
 
-        got, _ = self._read_once(streams, command)
+        try:
+            got, _ = self._read_once(streams, command)
+        except PartlyRead as exc:  # (XREAD takes nothing: what other slots gave is read again)
+            raise exc.refused from exc
         if not got and block_ms:
             got, _ = self._block(streams, command, block_ms)
         return [(s, i, f) for s, i, f in got if f is not None]

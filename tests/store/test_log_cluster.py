@@ -314,3 +314,17 @@ def test_a_slots_queue_lives_on_its_own_redis_and_a_tasks_reports_reach_the_log_
     assert queue.job_ids == [prefix + "h1"] and not queues.exists(prefix + "h2")
     queue.delete(delete_jobs=True)
     rq.close()
+
+
+def test_following_a_key_that_is_not_a_stream_among_many_fails_as_on_one_redis(cluster_log: EventLog) -> None:
+    """One key of many that holds another kind of value fails the whole read (WrongType),
+    as it does on one Redis, though the other slots answered (XREAD takes nothing)."""
+    from sluice.errors import WrongType
+
+    streams = [cluster_log.keys.facts(cluster_log.keys.job(f"j{i}")) for i in range(12)]
+    for s in streams:
+        cluster_log.append(s, env(heartbeat()))
+    cluster_log.backend.delete(streams[3])
+    cluster_log.backend.set(streams[3], b"x")
+    with pytest.raises(WrongType):
+        cluster_log.follow({s: "0-0" for s in streams}, block_ms=None)
