@@ -41,7 +41,7 @@ from pydantic_settings import (
 from pydantic_settings.sources.utils import parse_env_vars
 
 from sluice.errors import ConfigError
-from sluice.store.connection import redact
+from sluice.store.connection import CLUSTER_SCHEMES, redact
 
 __all__ = [
     "CONFIG_ENV",
@@ -254,9 +254,9 @@ class Settings(BaseSettings):
     # -- every command ---------------------------------------------------------------------------
     redis_url: str | None = setting(
         None,
-        "the Redis of the log: `redis://`, `rediss://` (TLS) or `unix://`, the user in the URL; unset: the "
-        "embedded Redis in the home",
-        "a redis://, rediss:// (TLS) or unix:// URL",
+        "the Redis of the log: `redis://`, `rediss://` (TLS) or `unix://`, the user in the URL, or a Redis "
+        "Cluster's `redis+cluster://host:port,host:port`; unset: the embedded Redis in the home",
+        "a redis://, rediss:// (TLS), unix://, redis+cluster:// or rediss+cluster:// URL",
         "--redis",
         metavar="URL",
     )
@@ -269,7 +269,8 @@ class Settings(BaseSettings):
     )
     rq_redis_url: str | None = setting(
         None,
-        "the Redis of RQ's slot queues; unset: the Redis of the log",
+        "the Redis of RQ's slot queues (a single Redis); unset: the Redis of the log, which must then not be a "
+        "Redis Cluster",
         "a redis://, rediss:// (TLS) or unix:// URL",
         "--rq-redis",
         metavar="URL",
@@ -541,9 +542,21 @@ class Settings(BaseSettings):
 
     # -- checks ----------------------------------------------------------------------------------
 
-    @field_validator("redis_url", "rq_redis_url")
+    @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix", *CLUSTER_SCHEMES):
+            raise ValueError(
+                "is not a Redis URL: give a redis://, rediss:// (TLS) or unix:// URL, or a Redis Cluster's "
+                "redis+cluster://host:port,host:port (rediss+cluster:// for TLS)"
+            )
+        return value
+
+    @field_validator("rq_redis_url")
+    @classmethod
+    def _rq_redis_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme in CLUSTER_SCHEMES:
+            raise ValueError("is a Redis Cluster: RQ's queues need a single Redis (RQ is not cluster-safe; rq/rq#1942)")
         if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
             raise ValueError("is not a Redis URL: give a redis://, rediss:// (TLS) or unix:// URL")
         return value

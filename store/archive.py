@@ -17,6 +17,7 @@ import redis
 from sluice.errors import IdsOutOfOrder, StoreError
 
 from .backend import Delegating
+from .cluster_backend import ClusterBackend
 from .log import EventLog
 from .redis_backend import RedisBackend, translate_errors
 
@@ -25,24 +26,30 @@ __all__ = ["keys_under", "append_with_ids", "IdsOutOfOrder"]
 _BATCH = 500
 
 
-def _client(log: EventLog) -> Any:
+def _clients(log: EventLog, key: str | None = None) -> list[Any]:
+    """The redis-py client of the server (on a Redis Cluster: of the master serving ``key``,
+    or of every master when no key is given)."""
     backend = log.backend
     while isinstance(backend, Delegating):
         backend = backend.inner
+    if isinstance(backend, ClusterBackend):
+        with translate_errors("reading the cluster's slot map"):
+            masters = [backend.node_of(key)] if key is not None else backend.masters()
+        return [backend.node(addr).client for addr in masters]
     if not isinstance(backend, RedisBackend):
         raise StoreError(f"copying entries with their ids needs a real Redis, not a {type(backend).__name__}")
-    return backend.client
+    return [backend.client]
 
 
 def keys_under(log: EventLog, *, limit: int = 5) -> list[str]:
     """Up to ``limit`` keys under the log's prefix (sorted; empty: the prefix is free)."""
-    client = _client(log)
     found: list[str] = []
     with translate_errors(f"looking for keys under prefix {log.keys.prefix!r}"):
-        for key in client.scan_iter(match=log.keys.pattern, count=1000):
-            found.append(key.decode() if isinstance(key, bytes) else str(key))
-            if len(found) >= limit:
-                break
+        for client in _clients(log):
+            for key in client.scan_iter(match=log.keys.pattern, count=1000):
+                found.append(key.decode() if isinstance(key, bytes) else str(key))
+                if len(found) >= limit:
+                    return sorted(found)
     return sorted(found)
 
 
@@ -50,7 +57,7 @@ def append_with_ids(log: EventLog, stream: str, entries: Iterable[tuple[str, Map
     """Append ``entries`` ((entry id, fields), ids increasing) to ``stream`` with their own
     ids, in batches of one round trip each; how many were written. IdsOutOfOrder when an id
     is not above the stream's last (callers check the order first: this is the backstop)."""
-    client = _client(log)
+    (client,) = _clients(log, stream)
     written = 0
     batch: list[tuple[str, Mapping[bytes, bytes]]] = []
 

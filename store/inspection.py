@@ -2,14 +2,15 @@
 a stream's memory, its consumer groups (lag, pending entries, the oldest pending one),
 entries read backwards from a moment, one entry by id, and re-driving a dead letter.
 
-Each read over several streams is one round trip (a pipeline). These need a real Redis
+Each read over several streams is one round trip (a pipeline) per server: one on a single
+Redis, one per master on a Redis Cluster (store/fanout.py). These need a real Redis
 (``MEMORY USAGE`` and ``XINFO`` have no counterpart in the simulation's backend): on any
 other backend they raise StoreError saying so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -18,9 +19,10 @@ import redis
 
 from sluice.errors import StoreError
 
+from .fanout import client_for, clients, pipelined
 from .keys import tag_of
 from .log import EventLog, entry_order
-from .redis_backend import RedisBackend, translate_errors
+from .redis_backend import translate_errors
 
 __all__ = [
     "GroupInfo",
@@ -56,11 +58,9 @@ class GroupInfo:
     """How long since it was last delivered."""
 
 
-def _redis(log: EventLog, what: str) -> redis.Redis:
-    backend = log.backend
-    if not isinstance(backend, RedisBackend):
-        raise StoreError(f"{what} needs a Redis server; this log is on a {type(backend).__name__}")
-    return backend.client
+def _redis(log: EventLog, what: str, key: str | None = None) -> redis.Redis:
+    """The client of the server holding ``key`` (a cluster's master serving its slot)."""
+    return client_for(log, what, key)
 
 
 def _s(value: bytes | str) -> str:
@@ -71,19 +71,22 @@ def server_footprint(log: EventLog) -> tuple[int, int, int, int]:
     """The server's ``used_memory`` (bytes), its key count (``DBSIZE``), how many of those
     keys are Sluice's under this prefix (the rest: RQ's, ``{<p>:rq}:…``, and others') and the bytes those take
     (``MEMORY USAGE`` summed: Redis's estimate, without the server's own overhead)."""
-    client = _redis(log, "reading the server's memory")
-    with translate_errors("reading the server's memory"):
-        pipe = client.pipeline(transaction=False)
-        pipe.info("memory")
-        pipe.dbsize()
-        info, size = pipe.execute()
-        rq = log.keys.rq_prefix.encode()  # RQ's keys are under the prefix too: counted with the rest
-        ours = [k for k in client.scan_iter(match=log.keys.pattern, count=1000) if not k.startswith(rq)]
-        pipe = client.pipeline(transaction=False)
-        for key in ours:
-            pipe.memory_usage(key, samples=0)
-        used = sum(int(u) for u in pipe.execute(raise_on_error=False) if isinstance(u, int))
-    return int(info["used_memory"]), int(size), len(ours), used
+    what = "reading the server's memory"
+    memory = size = n = used = 0
+    rq = log.keys.rq_prefix.encode()  # RQ's keys are under the prefix too: counted with the rest
+    with translate_errors(what):
+        for client, _ in clients(log, what):  # (a cluster: the sums over its masters)
+            pipe = client.pipeline(transaction=False)
+            pipe.info("memory")
+            pipe.dbsize()
+            info, keys = pipe.execute()
+            ours = [k for k in client.scan_iter(match=log.keys.pattern, count=1000) if not k.startswith(rq)]
+            pipe = client.pipeline(transaction=False)
+            for key in ours:
+                pipe.memory_usage(key, samples=0)
+            used += sum(int(u) for u in pipe.execute(raise_on_error=False) if isinstance(u, int))
+            memory, size, n = memory + int(info["used_memory"]), size + int(keys), n + len(ours)
+    return memory, size, n, used
 
 
 def stream_summaries(log: EventLog, streams: Sequence[str]) -> dict[str, tuple[int, int | None, str | None]]:
@@ -92,14 +95,14 @@ def stream_summaries(log: EventLog, streams: Sequence[str]) -> dict[str, tuple[i
     refuses the command); a stream gone meanwhile reads (0, None, None)."""
     if not streams:
         return {}
-    client = _redis(log, "reading the streams' sizes")
-    with translate_errors("reading the streams' sizes"):
-        pipe = client.pipeline(transaction=False)
-        for s in streams:
-            pipe.xlen(s)
-            pipe.memory_usage(s)
-            pipe.xrevrange(s, count=1)
-        answers = pipe.execute(raise_on_error=False)
+
+    def queue(pipe: Any, i: int) -> None:
+        s = streams[i]
+        pipe.xlen(s)
+        pipe.memory_usage(s)
+        pipe.xrevrange(s, count=1)
+
+    answers = pipelined(log, "reading the streams' sizes", streams, queue, per_key=3)
     out: dict[str, tuple[int, int | None, str | None]] = {}
     for i, s in enumerate(streams):
         length, memory, last = answers[3 * i : 3 * i + 3]
@@ -115,21 +118,20 @@ def consumer_groups(log: EventLog, streams: Sequence[str]) -> list[GroupInfo]:
     """Every consumer group of each stream, with its oldest pending entry (two round trips)."""
     if not streams:
         return []
-    client = _redis(log, "reading the consumer groups")
-    with translate_errors("reading the consumer groups"):
-        pipe = client.pipeline(transaction=False)
-        for s in streams:
-            pipe.xinfo_groups(s)
-        answers = pipe.execute(raise_on_error=False)
-        found: list[tuple[str, dict[str, Any]]] = []
-        for s, groups in zip(streams, answers):
-            if isinstance(groups, Exception):
-                continue  # not a stream (any more)
-            found += [(s, g) for g in groups]
-        pipe = client.pipeline(transaction=False)
-        for s, g in found:
-            pipe.xpending_range(s, _s(g["name"]), min="-", max="+", count=1)
-        oldest = pipe.execute(raise_on_error=False) if found else []
+    what = "reading the consumer groups"
+    answers = pipelined(log, what, streams, lambda pipe, i: pipe.xinfo_groups(streams[i]))
+    found: list[tuple[str, dict[str, Any]]] = []
+    for s, groups in zip(streams, answers):
+        if isinstance(groups, Exception):
+            continue  # not a stream (any more)
+        found += [(s, g) for g in groups]
+    # (one pipeline per server again: each group's stream, as many times as it has groups)
+    oldest = pipelined(
+        log,
+        what,
+        [s for s, _ in found],
+        lambda pipe, i: pipe.xpending_range(found[i][0], _s(found[i][1]["name"]), min="-", max="+", count=1),
+    )
     out = []
     for (s, g), first in zip(found, oldest):
         head = first[0] if isinstance(first, list) and first else None
@@ -154,7 +156,7 @@ def entries_before(
 ) -> list[tuple[str, dict[bytes, bytes]]]:
     """Up to ``count`` entries of ``stream`` at or before entry id ``until`` (None: the
     end) and at or after ``since`` (an entry id, or ``-``: the start), newest first."""
-    client = _redis(log, "reading a stream backwards")
+    client = _redis(log, "reading a stream backwards", stream)
     with translate_errors(f"reading {stream} backwards"):
         rows = cast(
             "list[tuple[bytes, dict[bytes, bytes]]]", client.xrevrange(stream, max=until or "+", min=since, count=count)
@@ -174,13 +176,11 @@ def newest(
     last: dict[str, str | None] = {}
     if not streams:
         return [], last
-    client = _redis(log, "reading the newest entries")
+    what = "reading the newest entries"
     top = until or "+"
-    with translate_errors("reading the newest entries"):
-        pipe = client.pipeline(transaction=False)
-        for s in streams:
-            pipe.xrevrange(s, max=top, count=1)
-        for s, rows in zip(streams, pipe.execute(raise_on_error=False)):
+    with translate_errors(what):
+        heads = pipelined(log, what, streams, lambda pipe, i: pipe.xrevrange(streams[i], max=top, count=1))
+        for s, rows in zip(streams, heads):
             last[s] = _s(rows[0][0]) if isinstance(rows, list) and rows else None
         held = {s: entry_order(i) for s, i in last.items() if i is not None}
         order = sorted(held, key=held.__getitem__, reverse=True)
@@ -189,19 +189,24 @@ def newest(
             group = order[i : i + chunk]
             if count <= 0 or (len(found) >= count and held[group[0]] < found[count - 1][0]):
                 break  # every stream left ends before the count-th newest already found
-            pipe = client.pipeline(transaction=False)
-            for s in group:
-                pipe.xrevrange(s, max=top, count=count)
-            for s, rows in zip(group, pipe.execute()):
+            pages = pipelined(log, what, group, _backwards(group, top, count))
+            for s, rows in zip(group, pages):
+                if isinstance(rows, Exception):
+                    raise rows
                 found += [(entry_order(_s(e)), s, _s(e), dict(f)) for e, f in rows]
             found.sort(key=lambda x: (x[0], x[1]), reverse=True)  # ties (one id in two streams): by stream
             del found[count:]
     return [(s, e, f) for _, s, e, f in reversed(found)], last
 
 
+def _backwards(streams: Sequence[str], top: str, count: int) -> Callable[[Any, int], None]:
+    """Queues XREVRANGE of ``streams[i]`` (a ``pipelined`` queue)."""
+    return lambda pipe, i: pipe.xrevrange(streams[i], max=top, count=count)
+
+
 def entry(log: EventLog, stream: str, entry_id: str) -> dict[bytes, bytes] | None:
     """The fields of one entry (None: no such entry)."""
-    client = _redis(log, "reading one entry")
+    client = _redis(log, "reading one entry", stream)
     with translate_errors(f"reading {entry_id} of {stream}"):
         try:
             rows = cast(
@@ -221,7 +226,7 @@ def redrive_entry(log: EventLog, dead: str, entry_id: str, target: str, fields: 
             f"dead letter {entry_id} of {dead} names {target}, a stream of another tag: "
             "a dead letter goes back to a stream of its own tag only"
         )
-    client = _redis(log, "re-driving a dead letter")
+    client = _redis(log, "re-driving a dead letter", dead)
     with translate_errors(f"re-driving {entry_id} of {dead} to {target}"):
         with client.pipeline(transaction=True) as pipe:
             while True:
@@ -243,7 +248,7 @@ def projected_row(log: EventLog, tag: str, table: str, key: str, stream: str) ->
     """(the position table ``table`` of ``tag`` reflects, its row ``key`` decoded or None,
     the last entry of fact stream ``stream``), read in one transaction: the row is up to date
     when the position is that last entry."""
-    client = _redis(log, "reading a projected row")
+    client = _redis(log, "reading a projected row", stream)
     with translate_errors(f"reading row {key} of {table} in {tag}"):
         pipe = client.pipeline(transaction=True)
         pipe.get(log.keys.position(tag, table))
@@ -256,7 +261,7 @@ def projected_row(log: EventLog, tag: str, table: str, key: str, stream: str) ->
 def count_after(log: EventLog, stream: str, entry_id: str, *, page: int = 10_000, limit: int | None = None) -> int:
     """How many entries of ``stream`` come after entry id ``entry_id`` (read a page at a
     time; at most ``limit`` are counted)."""
-    client = _redis(log, "counting a stream's entries")
+    client = _redis(log, "counting a stream's entries", stream)
     n, start = 0, "(" + entry_id
     with translate_errors(f"counting the entries of {stream} after {entry_id}"):
         while True:

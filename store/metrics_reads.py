@@ -1,8 +1,9 @@
 """What the metrics endpoints read from Redis at scrape time: each inbox's lag and pending
 entries for a consumer group, and how many entries the dead-letter streams hold.
 
-On a real Redis each is one round trip however many streams are asked about (a pipeline);
-on any other backend (the simulation's) it goes through the Backend's own calls.
+On a real Redis each is one round trip however many streams are asked about (a pipeline),
+on a Redis Cluster one per master (store/fanout.py); on any other backend (the
+simulation's) it goes through the Backend's own calls.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .cluster_backend import ClusterBackend
+from .fanout import pipelined
 from .log import EventLog
-from .redis_backend import RedisBackend, translate_errors
+from .redis_backend import RedisBackend
 
 __all__ = ["InboxReading", "inbox_readings", "dead_letter_counts", "LAG_COUNTED_UP_TO"]
 
@@ -38,13 +41,10 @@ def inbox_readings(log: EventLog, streams: Sequence[str], group: str) -> list[In
     backend = log.backend
     if not streams:
         return []
-    if not isinstance(backend, RedisBackend):
+    if not isinstance(backend, (RedisBackend, ClusterBackend)):
         return _generic(log, streams, group)
-    with translate_errors("reading the consumer groups of " + ", ".join(streams[:3])):
-        pipe = backend.client.pipeline(transaction=False)
-        for s in streams:
-            pipe.xinfo_groups(s)
-        answers = pipe.execute(raise_on_error=False)
+    what = "reading the consumer groups of " + ", ".join(streams[:3])
+    answers = pipelined(log, what, streams, lambda pipe, i: pipe.xinfo_groups(streams[i]))
     out = []
     for stream, groups in zip(streams, answers):
         if isinstance(groups, Exception):
@@ -77,13 +77,12 @@ def dead_letter_counts(log: EventLog, tags: Sequence[str]) -> dict[str, int]:
     """How many entries each tag's dead-letter stream holds (0: none, or no stream)."""
     keys = [log.keys.dead(t) for t in tags]
     backend = log.backend
-    if not isinstance(backend, RedisBackend):
+    if not isinstance(backend, (RedisBackend, ClusterBackend)):
         return {t: backend.xlen(k) for t, k in zip(tags, keys)}
-    with translate_errors("reading the dead-letter streams"):
-        pipe = backend.client.pipeline(transaction=False)
-        for k in keys:
-            pipe.xlen(k)
-        lengths = pipe.execute()
+    lengths = pipelined(log, "reading the dead-letter streams", keys, lambda pipe, i: pipe.xlen(keys[i]))
+    for n in lengths:
+        if isinstance(n, Exception):
+            raise n
     return {t: int(n) for t, n in zip(tags, lengths)}
 
 

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sluice.errors import RedisUnavailable
+from sluice.errors import ConfigError, RedisUnavailable
 from sluice.events import FIELD, Envelope, encode
 
-from .connection import Outage
+from .connection import RQ_URL_ENV, Outage
 from .log import EventLog
 from .redis_backend import RedisBackend, translate_errors
 from .rq_keys import bind
@@ -32,9 +32,15 @@ key that lives for minutes (``worker_ttl``). With no-op tasks that was a fifth o
 worker's CPU (``scripts/bench tasks``)."""
 
 
-def _client(log: EventLog) -> Any:
+def _client(log: EventLog, rq: Any = None) -> Any:
+    """RQ's Redis: ``rq`` (a redis-py client of a single-node Redis), or the log's own."""
+    if rq is not None:
+        return rq
     if not isinstance(log.backend, RedisBackend):
-        raise TypeError("slot queues need a Redis backend (RQ runs on Redis)")
+        raise ConfigError(
+            f"RQ's slot queues need a single-node Redis, and this log is on a {type(log.backend).__name__}: "
+            f"set ${RQ_URL_ENV} (RQ is not cluster-safe)"
+        )
     return log.backend.client
 
 

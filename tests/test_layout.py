@@ -179,6 +179,8 @@ def test_public_apis() -> None:
     assert set(sluice.store.__all__) == {
         "Backend",
         "RedisBackend",
+        "ClusterBackend",
+        "open_backend",
         "Blobs",
         "connect",
         "redact",

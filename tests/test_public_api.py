@@ -39,6 +39,7 @@ ERRORS = {
     "CommandError",
     "WrongType",
     "PartlyAppended",
+    "PartlyRead",
     "IdsOutOfOrder",
     "ConfigError",
     "PrefixInUse",

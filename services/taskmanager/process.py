@@ -74,6 +74,7 @@ class TaskManager:
         inbox_retention_ms: int = 600_000,
         home: Path = Path(".sluice"),
         redis_url: str | None = None,
+        rq_redis_url: str | None = None,
         execute: bool = True,
         spark_remote: str | None = None,
         io_rate: float = 0.0,
@@ -82,7 +83,6 @@ class TaskManager:
         task_partitions: int | None = None,
         spark_cores: int | None = None,
         spark_slots: int | None = None,
-        rq_redis_url: str | None = None,
     ) -> None:
         self.log, self.world = log, world
         host = host if host is not None else hostname()

@@ -116,6 +116,7 @@ class ProcessSlots:
             self.log.keys.prefix,
             "--home",
             str(self.home),
+            *(("--rq-redis", self.rq_redis_url) if self.rq_redis_url else ()),
             "worker",
             "--resource-id",
             self.resource_id,

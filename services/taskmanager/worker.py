@@ -35,8 +35,9 @@ from sluice.events import (
 )
 from sluice.services.common.shell import hostname
 from sluice.services.common.world import SYSTEM, World
-from sluice.store import EventLog, Keys, connect, server_address
+from sluice.store import EventLog, Keys, connect, open_backend, server_address
 from sluice.store.connection import Outage
+from sluice.store.connection import rq_url as queues_url
 
 from . import events as task_events
 from . import share
@@ -77,15 +78,18 @@ waiting at once when its TaskManager is gone)."""
 def init_worker(url: str, prefix: str, resource_id: str, slot: int, *, rq_url: str | None = None) -> WorkerContext:
     """This process's worker context. If Redis is away (the worker was started, or
     restarted, during an outage) it waits for it instead of dying. ``rq_url``: the Redis
-    of RQ's queues when it is not the log's (``$SLUICE_RQ_REDIS_URL``); the worker waits
-    for both."""
+    of RQ's queues when it is not the log's (``$SLUICE_RQ_REDIS_URL``; needed when the log
+    is on a Redis Cluster); the worker waits for both."""
     global _context
-    client = connect(url, check=False)
-    rq = connect(rq_url, check=False) if rq_url and rq_url != url else None
+    queues = queues_url(url, rq_url)
+    # One client for both when RQ's queues live with the log (its tasks' messages then go
+    # in the queueing transaction); the log on its own backend otherwise (a cluster).
+    rq = connect(queues, check=False) if queues != url else None
+    backend = open_backend(url, check=False)
     parent = os.getppid()
 
     def ping() -> None:
-        client.ping()
+        backend.time_ms()  # a round trip to the log's Redis
         if rq is not None:
             rq.ping()
 
@@ -100,7 +104,7 @@ def init_worker(url: str, prefix: str, resource_id: str, slot: int, *, rq_url: s
         limit_s=float(os.environ.get(WAIT_ENV) or 3600),
     )
     outage.wait()
-    _context = WorkerContext(EventLog(client, Keys(prefix)), resource_id, slot, server_address(url), outage, rq)
+    _context = WorkerContext(EventLog(backend, Keys(prefix)), resource_id, slot, server_address(url), outage, rq)
     return _context
 
 

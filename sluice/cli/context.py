@@ -16,8 +16,9 @@ from sluice.config import (
     restore_environ,
 )
 from sluice.services.embedded import EmbeddedCluster
-from sluice.store import EventLog, Keys, connect
+from sluice.store import EventLog, Keys, RedisBackend, open_backend
 from sluice.store.acl import check_access
+from sluice.store.connection import rq_url
 
 __all__ = ["Context"]
 
@@ -93,8 +94,15 @@ class Context:
     def log(self) -> EventLog:
         if self._log is None:
             url, keys = self.url, Keys(self.settings.prefix)
-            client = connect(url)
-            # What the Redis user may do, told at the start (RQ's part: on its own Redis when given).
-            check_access(client, keys, url, rq=self.settings.rq_redis_url in (None, url))
-            self._log = EventLog(client, keys)
+            backend = open_backend(url)
+            if isinstance(backend, RedisBackend):
+                # What the Redis user may do, told at the start (RQ's part: on its own Redis when given).
+                # (On a Redis Cluster a refused command is still named when it happens.)
+                check_access(backend.client, keys, url, rq=self.settings.rq_redis_url in (None, url))
+            self._log = EventLog(backend, keys)
         return self._log
+
+    def rq_url(self) -> str:
+        """The single Redis of RQ's slot queues: --rq-redis, or the log's (ConfigError when
+        the log is on a Redis Cluster and none is given: RQ is not cluster-safe)."""
+        return rq_url(self.url, self.settings.rq_redis_url)

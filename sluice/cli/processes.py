@@ -100,7 +100,7 @@ def taskmanager(obj: Context, slots: int, resource_id: str | None, no_execute: b
         ),
         home=s.home,
         redis_url=obj.url,
-        rq_redis_url=s.rq_redis_url,
+        rq_redis_url=obj.rq_url() if not no_execute else None,
         execute=not no_execute,
         spark_remote=s.spark_remote,
         io_rate=s.io_rate,
