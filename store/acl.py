@@ -33,7 +33,7 @@ from .connection import redact
 from .keys import Keys
 from .redis_backend import translate_errors
 
-__all__ = ["COMMANDS", "acl_rules", "acl_setuser", "check_access", "denied"]
+__all__ = ["COMMANDS", "acl_rules", "acl_setuser", "check_access", "check_log_access", "denied"]
 
 COMMANDS = (
     "-@all",
@@ -118,3 +118,12 @@ def check_access(client: Any, keys: Keys, url: str, *, log: bool = True, rq: boo
     for probe, reply in zip(probes, replies):
         if isinstance(reply, redis.exceptions.NoPermissionError):
             raise denied(reply, probe.doing, url, keys)
+
+
+def check_log_access(backend: object, keys: Keys, url: str, *, rq: bool = True) -> None:
+    """``check_access`` on a log's backend when it is one Redis. On a Redis Cluster the probe
+    (whose keys hash to several slots) is not sent: a refused command is named when it happens."""
+    from .redis_backend import RedisBackend
+
+    if isinstance(backend, RedisBackend):
+        check_access(backend.client, keys, url, rq=rq)

@@ -16,8 +16,8 @@ from sluice.config import (
     restore_environ,
 )
 from sluice.services.embedded import EmbeddedCluster
-from sluice.store import EventLog, Keys, RedisBackend, open_backend
-from sluice.store.acl import check_access
+from sluice.store import EventLog, Keys, open_backend
+from sluice.store.acl import check_log_access
 from sluice.store.connection import rq_url
 
 __all__ = ["Context"]
@@ -95,10 +95,8 @@ class Context:
         if self._log is None:
             url, keys = self.url, Keys(self.settings.prefix)
             backend = open_backend(url)
-            if isinstance(backend, RedisBackend):
-                # What the Redis user may do, told at the start (RQ's part: on its own Redis when given).
-                # (On a Redis Cluster a refused command is still named when it happens.)
-                check_access(backend.client, keys, url, rq=self.settings.rq_redis_url in (None, url))
+            # What the Redis user may do, told at the start (RQ's part: on its own Redis when given).
+            check_log_access(backend, keys, url, rq=self.settings.rq_redis_url in (None, url))
             self._log = EventLog(backend, keys)
         return self._log
 

@@ -291,9 +291,11 @@ def test_a_slots_queue_lives_on_its_own_redis_and_a_tasks_reports_reach_the_log_
     from sluice.errors import PartlyAppended
     from sluice.store import connect
     from sluice.store.slots import SlotQueues
+    from tests.conftest import RQ_PREFIX
 
+    cluster_log = EventLog(cluster_log.backend, Keys(RQ_PREFIX))  # RQ's keys: this process's one prefix
     rq = connect(redis_url)
-    queues = SlotQueues(cluster_log, "tm-1", rq)
+    queues = SlotQueues(cluster_log, "tm-1", rq=rq)
     inbox = cluster_log.keys.inbox(cluster_log.keys.job("j1"))
     reports = [(inbox, env(heartbeat(rid="first"))), (inbox, env(heartbeat(rid="second")))]
     assert queues.enqueue(0, "tools.bench.tasks.noop", ({}, {}), job_id=prefix + "h1", description="t", before=reports)
