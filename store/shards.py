@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["SLOTS", "identity", "joined", "keyslot", "matches", "shard_of_slot", "slot_ranges"]
+__all__ = ["SLOTS", "identity", "joined", "keyslot", "matches", "shard_of_slot", "sharded", "slot_ranges"]
 
 SLOTS = 16384
 
@@ -96,3 +96,9 @@ def matches(expected: str, run_id: str, replid: str) -> bool:
         return True
     me = identity(run_id, replid)
     return any(seen in (run_id, me) for seen in expected.split(","))
+
+
+def sharded(server: str) -> bool:
+    """Whether ``server`` (what a writer saw) names the masters of a cluster, whose shards fail
+    over one at a time (and not one Redis, whose restart loses a suffix of every tag at once)."""
+    return ":" in server
