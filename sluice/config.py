@@ -11,6 +11,7 @@ from sluice.errors import ConfigError
 __all__ = [
     "Settings",
     "env_int",
+    "env_count",
     "appendfsync",
     "spark_log_level",
     "host_setting",
@@ -100,6 +101,20 @@ def env_int(name: str, default: int) -> int:
     return value
 
 
+def env_count(name: str, default: int) -> int:
+    """A whole number of 0 or more from ``$name`` (``default`` when unset)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"${name}={raw!r} is not a whole number") from None
+    if value < 0:
+        raise ConfigError(f"${name}={raw!r} must be 0 or more")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """What every Sluice process needs to know. ``redis_url`` None means the embedded Redis."""
@@ -110,6 +125,9 @@ class Settings:
     heartbeat_interval_ms: int = field(default_factory=lambda: env_int("SLUICE_HEARTBEAT_INTERVAL_MS", 1000))
     heartbeat_timeout_ms: int = field(default_factory=lambda: env_int("SLUICE_HEARTBEAT_TIMEOUT_MS", 5000))
     lease_ttl_ms: int = field(default_factory=lambda: env_int("SLUICE_LEASE_TTL_MS", 3000))
+    redis_wait_replicas: int = field(default_factory=lambda: env_count("SLUICE_REDIS_WAIT_REPLICAS", 0))
+    """Replicas a commit must reach before it is acknowledged (WAIT; store/wait.py): 0, none."""
+    redis_wait_timeout_ms: int = field(default_factory=lambda: env_int("SLUICE_REDIS_WAIT_TIMEOUT_MS", 1000))
 
     def __post_init__(self) -> None:
         if self.heartbeat_timeout_ms <= self.heartbeat_interval_ms:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sluice.config import Settings
 from sluice.services.embedded import EmbeddedCluster
 from sluice.store import EventLog, Keys, connect
+from sluice.store.wait import Wait
 
 __all__ = ["Context"]
 
@@ -38,4 +39,5 @@ class Context:
     def log(self) -> EventLog:
         if self._log is None:
             self._log = EventLog(connect(self.url), Keys(self.settings.prefix))
+            self._log.wait = Wait(self.settings.redis_wait_replicas, self.settings.redis_wait_timeout_ms)
         return self._log

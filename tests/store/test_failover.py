@@ -19,8 +19,9 @@ from sluice.store import shards
 from sluice.store.backend import ScriptFailed
 from sluice.store.connection import connect
 from sluice.store.keys import Keys
-from sluice.store.log import EventLog
+from sluice.store.log import Consumed, EventLog
 from sluice.store.memory import MemoryBackend, MemoryStore
+from sluice.store.wait import Wait
 
 
 @given(st.binary(max_size=40))
@@ -129,3 +130,65 @@ def test_one_shard_is_one_redis() -> None:
     assert b.script("fence", [Keys("fo").fence("{fo:cluster}")], [1, ""]) == 1
     with pytest.raises(ScriptFailed, match="^SLUICE_RESTARTED " + store.run_id + "$"):
         b.script("fence", [Keys("fo").fence("{fo:cluster}")], [1, "ab"])
+
+
+# --- WAIT: a commit acknowledged once replicas have it (store/wait.py) ----------------------
+
+
+def _commit(log: EventLog, n: int) -> None:
+    from sluice.events import Envelope, TaskManagerRegistered
+    from sluice.store.log import Out
+
+    tag = log.keys.cluster
+    ev = Envelope(TaskManagerRegistered(f"tm{n}", "s", "h", 1, {}), f"{n:032x}", 1, 0, None, None)
+    log.commit(tag, 1, [Out(log.keys.facts(tag), ev)])
+
+
+def test_a_waiting_commit_is_on_the_replica_when_acknowledged(pair: tuple[redis.Redis, redis.Redis]) -> None:
+    m, r = pair
+    log = EventLog(m, Keys("fo"))
+    log.wait = Wait(replicas=1, timeout_ms=5000)
+    for n in range(20):
+        _commit(log, n)
+        assert r.xlen(log.keys.facts(log.keys.cluster)) == n + 1  # (WAIT returned: the replica has it)
+    m.script_flush()  # a master that lost its scripts: EVAL, and the wait all the same
+    _commit(log, 20)
+    assert r.xlen(log.keys.facts(log.keys.cluster)) == 21
+
+
+def test_too_few_replicas_is_an_unknown_outcome(pair: tuple[redis.Redis, redis.Redis]) -> None:
+    m, _ = pair
+    log = EventLog(m, Keys("fo"))
+    log.wait = Wait(replicas=2, timeout_ms=20)
+    with pytest.raises(RedisUnavailable, match=r"reached 1 of the 2 replicas asked for within 20 ms"):
+        _commit(log, 0)
+    log.wait = Wait(replicas=1, timeout_ms=20)
+    with pytest.raises(StoreRestarted):  # a script's refusal is raised as without WAIT
+        log.commit(log.keys.cluster, 2, [], Consumed(log.keys.inbox(log.keys.cluster), "g", ("1-0",)), server="0" * 40)
+
+
+def test_wait_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.config import Settings
+    from sluice.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="SLUICE_REDIS_WAIT_REPLICAS=-1"):
+        Wait(replicas=-1)
+    with pytest.raises(ConfigError, match="SLUICE_REDIS_WAIT_TIMEOUT_MS=0"):
+        Wait(replicas=1, timeout_ms=0)
+    monkeypatch.delenv("SLUICE_REDIS_WAIT_REPLICAS", raising=False)
+    assert Settings().redis_wait_replicas == 0
+    monkeypatch.setenv("SLUICE_REDIS_WAIT_REPLICAS", "2")
+    assert Settings().redis_wait_replicas == 2
+    monkeypatch.setenv("SLUICE_REDIS_WAIT_REPLICAS", "two")
+    with pytest.raises(ConfigError, match=r"SLUICE_REDIS_WAIT_REPLICAS='two' is not a whole number"):
+        Settings()
+    monkeypatch.setenv("SLUICE_REDIS_WAIT_REPLICAS", "-3")
+    with pytest.raises(ConfigError, match="must be 0 or more"):
+        Settings()
+
+
+def test_the_memory_store_has_every_write_on_its_replicas() -> None:
+    log = EventLog(MemoryBackend(MemoryStore(lambda: 5)), Keys("fo"))
+    log.wait = Wait(replicas=2)
+    _commit(log, 0)
+    assert log.backend.xlen(log.keys.facts(log.keys.cluster)) == 1
