@@ -20,7 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["SLOTS", "identity", "joined", "keyslot", "matches", "shard_of_slot", "sharded", "slot_ranges"]
+__all__ = [
+    "SLOTS",
+    "identity",
+    "joined",
+    "keyslot",
+    "keeps_every_write",
+    "matches",
+    "shard_of_slot",
+    "sharded",
+    "slot_ranges",
+]
 
 SLOTS = 16384
 
@@ -99,6 +109,14 @@ def matches(expected: str, run_id: str, replid: str) -> bool:
 
 
 def sharded(server: str) -> bool:
-    """Whether ``server`` (what a writer saw) names the masters of a cluster, whose shards fail
-    over one at a time (and not one Redis, whose restart loses a suffix of every tag at once)."""
+    """Whether ``server`` (what a writer saw: ``server_id``) names the masters of a cluster,
+    whose shards fail over one at a time (and not one Redis, whose restart loses a suffix of
+    every tag at once): identities, or a cluster backend's ``cluster:<addr>=<run id>,...``."""
     return ":" in server
+
+
+def keeps_every_write(durable: bool, server: str) -> bool:
+    """Whether a change of ``server`` (a restart, a failover) lost no acknowledged write: only
+    one Redis with ``appendfsync always`` (``durable``). On a cluster a failover promotes a
+    replica that may not have received the last writes, whatever the masters' appendfsync."""
+    return durable and not sharded(server)

@@ -24,7 +24,7 @@ from typing import Any
 from sluice.errors import StoreRestarted
 from sluice.events import Event, LeadershipGranted, LogRestarted, TaskManagerLost
 from sluice.services.membership.core import Membership
-from sluice.store.shards import sharded
+from sluice.store.shards import keeps_every_write, sharded
 
 __all__ = ["ServerWatch", "announce", "log_restarted", "rewinds"]
 
@@ -76,7 +76,7 @@ def announce(
     before = last.server if last is not None and last.server and last.server != server else None
     if before is None and saw_restart is not None and saw_restart[1] == server:
         before = saw_restart[0]  # the log lost even the last leader's grant: we remember
-    if before is not None and not backend.durable():
+    if before is not None and not keeps_every_write(backend.durable(), server):
         return granted, [*log_restarted(before, server, backend.time_ms(), membership, logger), granted], False
     if last is None or (last.epoch, last.leader_id, last.server) != (granted.epoch, granted.leader_id, server):
         return granted, [granted], True
@@ -94,6 +94,11 @@ def log_restarted(before: str, now_server: str, server_ms: int, membership: Memb
         f"the Redis server restarted (run id {before[:8]} -> {now_server[:8]}) and may have lost its last "
         "writes: every task that was not finished runs again"
     )
+    if sharded(now_server):
+        reason = (
+            "a master of the Redis Cluster failed over or restarted and may have lost its last writes "
+            "(replication is asynchronous): every task that was not finished runs again"
+        )
     logger.warning("log restarted", reason=reason)
     floor = max(server_ms, membership.attempt_floor + 1)
     lost: list[Event] = [TaskManagerLost(row.resource_id, row.session, reason) for row in membership.active()]
