@@ -120,6 +120,8 @@ class Settings:
     """What every Sluice process needs to know. ``redis_url`` None means the embedded Redis."""
 
     redis_url: str | None = field(default_factory=lambda: os.environ.get("SLUICE_REDIS_URL") or None)
+    rq_redis_url: str | None = field(default_factory=lambda: os.environ.get("SLUICE_RQ_REDIS_URL") or None)
+    """The single Redis of RQ's slot queues (None: the log's; required when the log is on a Redis Cluster)."""
     prefix: str = field(default_factory=lambda: os.environ.get("SLUICE_PREFIX", "sluice"))
     home: Path = field(default_factory=lambda: Path(os.environ.get("SLUICE_HOME", ".sluice")))
     heartbeat_interval_ms: int = field(default_factory=lambda: env_int("SLUICE_HEARTBEAT_INTERVAL_MS", 1000))

@@ -19,6 +19,7 @@
      │    ├── NoGroup                a consumer group (or its stream) is gone
      │    ├── CommandError           a command's error reply (an invalid id, READONLY, ...)
      │    │    └── WrongType         WRONGTYPE: the key holds another kind of value
+     │    ├── PartlyRead             (a cluster) some slot's streams refused a read, others' taken
      │    ├── PartlyAppended         some appends of a batch refused, the others taken
      │    └── IdsOutOfOrder          an entry copied with its id is not above its stream's last
      ├── ConfigError                 a setting is missing or wrong
@@ -116,6 +117,7 @@ __all__ = [
     "StateNotRegistered",
     "StateServerUnavailable",
     "PartlyAppended",
+    "PartlyRead",
     "IdsOutOfOrder",
     "PrefixInUse",
     "SnapshotUnreadable",
@@ -353,6 +355,17 @@ class CommandError(StoreError):
 class WrongType(CommandError):
     """A key read or written as a stream holds another kind of value (Redis's WRONGTYPE):
     something other than Sluice wrote it. Raised by both backends; ``text`` is Redis's error."""
+
+
+class PartlyRead(StoreError):
+    """A read of streams in several slots of a Redis Cluster (one command per slot) that
+    some slot refused (``refused``: WrongType, NoGroup) while others gave ``entries``: those
+    are taken (pending for the reader), so they come with the error; on one Redis the whole
+    read fails and takes nothing."""
+
+    def __init__(self, refused: StoreError, entries: list[tuple[str, str, Any]]) -> None:
+        self.refused, self.entries = refused, entries
+        super().__init__(f"{refused} (and {len(entries)} entries of other slots were read)")
 
 
 class PartlyAppended(StoreError):

@@ -3,6 +3,7 @@ outbox delivery and read-model tables."""
 
 from .backend import Backend
 from .blobs import Blobs
+from .cluster_backend import ClusterBackend, open_backend
 from .connection import connect, redact
 from .consumer import Entry, GroupConsumer
 from .keys import Keys, tag_of
@@ -17,6 +18,8 @@ from .tables import ReadModels
 __all__ = [
     "Backend",
     "RedisBackend",
+    "ClusterBackend",
+    "open_backend",
     "Blobs",
     "connect",
     "redact",

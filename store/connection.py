@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -15,7 +16,20 @@ from redis.retry import Retry
 
 from sluice.errors import ConfigError, RedisUnavailable
 
-__all__ = ["connect", "redact", "ping", "shutdown", "Outage", "PASSWORD_ENV"]
+__all__ = [
+    "connect",
+    "redact",
+    "ping",
+    "shutdown",
+    "Outage",
+    "PASSWORD_ENV",
+    "ClusterURL",
+    "CLUSTER_SCHEMES",
+    "is_cluster_url",
+    "parse_cluster_url",
+    "rq_url",
+    "RQ_URL_ENV",
+]
 
 T = TypeVar("T")
 
@@ -25,6 +39,8 @@ PASSWORD_ENV = "SLUICE_REDIS_PASSWORD"
 
 def redact(url: str) -> str:
     """The URL with its password replaced by ``***``, fit for logs and error messages."""
+    if is_cluster_url(url):
+        return _redact_cluster(url)
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -40,6 +56,11 @@ def connect(url: str, *, check: bool = True, timeout: float = 5.0) -> redis.Redi
     ``check`` the server is pinged, and an unreachable one raises RedisUnavailable.
     """
     scheme = urlsplit(url).scheme
+    if scheme in CLUSTER_SCHEMES:
+        raise ConfigError(
+            f"{redact(url)!r} is a Redis Cluster: open it with store.open_backend (the log), not as one "
+            "Redis; RQ's queues need a single Redis ($SLUICE_RQ_REDIS_URL)"
+        )
     if scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(f"Redis URL {redact(url)!r} must start with redis://, rediss:// (TLS) or unix://")
     # No automatic retries: a commit re-sent after a lost reply could append twice. Callers
@@ -164,3 +185,105 @@ class Outage:
                 return fn()
             except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
                 self.wait(exc)
+
+
+# --- Redis Cluster URLs -------------------------------------------------------------------
+
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+"""A log on a Redis Cluster: ``redis+cluster://[user[:password]@]host:port,host:port,...``
+(seed nodes; any one that answers tells where the others are), ``rediss+cluster://`` with
+TLS."""
+
+
+@dataclass(frozen=True)
+class ClusterURL:
+    seeds: tuple[str, ...]
+    """``host:port`` of each seed node, as given."""
+    tls: bool
+    username: str | None
+    password: str | None
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.partition("://")[0].lower() in CLUSTER_SCHEMES
+
+
+RQ_URL_ENV = "SLUICE_RQ_REDIS_URL"
+"""The single-node Redis of RQ's slot queues, when it is not the log's (a log on a cluster)."""
+
+
+def rq_url(log_url: str, rq: str | None) -> str:
+    """The URL of the Redis that holds RQ's slot queues: ``rq``, or the log's when none is
+    given. RQ is not cluster-safe (its scripts and transactions span keys of many slots;
+    rq/rq#1942), so a log on a Redis Cluster needs ``rq`` (ConfigError saying so)."""
+    if rq:
+        if is_cluster_url(rq):
+            raise ConfigError(
+                f"${RQ_URL_ENV}={redact(rq)!r} is a Redis Cluster: RQ's queues need a single Redis "
+                "(RQ is not cluster-safe); give a redis://, rediss:// or unix:// URL"
+            )
+        return rq
+    if is_cluster_url(log_url):
+        raise ConfigError(
+            f"the log is on a Redis Cluster ({redact(log_url)}), and RQ's slot queues cannot be: RQ is not "
+            f"cluster-safe (rq/rq#1942). Set ${RQ_URL_ENV} (or --rq-redis) to a single-node Redis for them, "
+            "e.g. redis://queues-host:6379/0"
+        )
+    return log_url
+
+
+def _redact_cluster(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    netloc, sep, tail = _split_tail(rest)
+    user, at, hosts = netloc.rpartition("@")
+    if not at or ":" not in user:
+        return url
+    return f"{scheme}://{user.split(':', 1)[0]}:***@{hosts}{sep}{tail}"
+
+
+def _split_tail(rest: str) -> tuple[str, str, str]:
+    """(the part before the first '/' or '?', that character, what follows)."""
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=-1)
+    return (rest, "", "") if cut < 0 else (rest[:cut], rest[cut], rest[cut + 1 :])
+
+
+def parse_cluster_url(url: str) -> ClusterURL:
+    """The seeds and credentials of a ``redis+cluster://`` URL (ConfigError naming what is wrong)."""
+    from urllib.parse import unquote
+
+    shown = redact(url)
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in CLUSTER_SCHEMES:
+        raise ConfigError(f"Redis Cluster URL {shown!r} must start with redis+cluster:// or rediss+cluster:// (TLS)")
+    netloc, mark, tail = _split_tail(rest)
+    if mark == "?" or "?" in tail:
+        raise ConfigError(f"Redis Cluster URL {shown!r} takes no options after '?': give only user, password and nodes")
+    if mark == "/" and tail not in ("", "0"):
+        raise ConfigError(
+            f"Redis Cluster URL {shown!r} names database {tail!r}: a Redis Cluster has only database 0 "
+            "(leave the path out)"
+        )
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    seeds: list[str] = []
+    for raw in hosts.split(","):
+        node = raw.strip()
+        if not node:
+            raise ConfigError(
+                f"Redis Cluster URL {shown!r} has an empty node: list them as host:port,host:port (no spaces or "
+                "trailing comma)"
+            )
+        host, colon, port = node.rpartition(":") if not node.endswith("]") else (node, "", "")
+        if not colon:
+            host, port = node, "6379"
+        host = host.strip("[]")
+        if not host:
+            raise ConfigError(f"Redis Cluster URL {shown!r}: node {node!r} has no host")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"Redis Cluster URL {shown!r}: node {node!r} has no valid port (1-65535)")
+        seeds.append(f"{host}:{int(port)}")
+    return ClusterURL(tuple(dict.fromkeys(seeds)), scheme.lower() == "rediss+cluster", username, password)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sluice.errors import DecodeError, WrongType
+from sluice.errors import DecodeError, PartlyRead, RedisUnavailable, StoreError, WrongType
 from sluice.events import Envelope, decode_fields
 
 from .backend import Fields, NoGroup, ScriptFailed
@@ -288,6 +288,8 @@ class GroupConsumer:
             return []
         ack = self._later if with_acks and self._later else None
         reply: list[tuple[str, str, Fields | None]] = []
+        taken: list[tuple[str, str, Fields | None]] = []
+        """Entries a refused read on a Redis Cluster took all the same (PartlyRead)."""
         for attempt in range(3):
             try:
                 wait, acks = None if attempt else block_ms, None if attempt else ack
@@ -301,15 +303,25 @@ class GroupConsumer:
                     )
                     others.update(found)
                 break
-            except NoGroup:  # a stream deleted under us (or made again by a writer): groups at '0', and again
-                self._ensured.clear()
-                if attempt < 2:
-                    for s in positions:
-                        self._ensure(s, "0")
-            except WrongType:  # (the acknowledgements went: they are sent whatever the read answers)
-                if attempt == 2:
+            except (NoGroup, WrongType, PartlyRead) as exc:
+                refused: StoreError = exc
+                if isinstance(exc, PartlyRead):  # (a cluster: other slots' entries were taken)
+                    taken += exc.entries
+                    refused = exc.refused
+                    if isinstance(refused, RedisUnavailable):
+                        break  # what was taken now; the node that went away at the next read
+                if isinstance(refused, NoGroup):  # a stream deleted under us (or made again by a writer)
+                    self._ensured.clear()  # groups at '0', and again
+                    if attempt < 2:
+                        for s in positions:
+                            self._ensure(s, "0")
+                elif isinstance(refused, WrongType):  # (the acknowledgements went whatever the read answers)
+                    if attempt == 2:
+                        raise refused from exc
+                    self.set_aside(list(positions))  # (or a writer did it meanwhile: then no group yet)
+                else:
                     raise
-                self.set_aside(list(positions))  # (or a writer did it meanwhile: then no group yet)
+        reply = taken + reply if taken else reply
         if ack:
             self._later = {}
         out: list[Entry] = []

@@ -16,7 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from .backend import Backend
-from .connection import connect
+from .cluster_backend import open_backend
+from .connection import is_cluster_url, parse_cluster_url
 from .keys import Keys
 from .redis_backend import RedisBackend
 
@@ -33,6 +34,9 @@ _CHUNK = 1000
 def server_address(url: str) -> str:
     """The address a registration names: the Redis URL without its password (a reader
     brings its own, from ``$SLUICE_REDIS_PASSWORD``)."""
+    if is_cluster_url(url):  # (its password, if any, is in the netloc before the nodes)
+        head, at, rest = url.partition("://")[2].rpartition("@")
+        return url if not at or ":" not in head else f"{url.partition('://')[0]}://{head.split(':')[0]}@{rest}"
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -55,7 +59,7 @@ class KvStates:
     @classmethod
     def at(cls, address: str, keys: Keys, timeout: float = 2.0) -> KvStates:
         """The state server at ``address`` (raises RedisUnavailable when it does not answer)."""
-        return cls(RedisBackend(connect(address, timeout=timeout)), keys)
+        return cls(open_backend(address, timeout=timeout), keys)
 
     def serves(self, address: str) -> bool:
         """Whether ``address`` names the server this client talks to (so no new connection)."""
@@ -112,6 +116,8 @@ class KvStates:
 
 def _normal(address: str) -> tuple[str, str, int, int]:
     """(scheme, host or socket path, port, db) of a Redis URL."""
+    if is_cluster_url(address):
+        return ("cluster", ",".join(sorted(parse_cluster_url(address).seeds)), 0, 0)
     parts = urlsplit(address)
     if parts.scheme == "unix":
         return ("unix", parts.path, 0, 0)

@@ -2,7 +2,7 @@
 
 Connection failures become :class:`~sluice.errors.RedisUnavailable` naming what we were
 doing; error replies of scripts become :class:`~sluice.store.backend.ScriptFailed`; error
-replies of commands become what the in-memory twin raises for them (``_refusal``):
+replies of commands become what the in-memory twin raises for them (``refusal``):
 WRONGTYPE :class:`~sluice.errors.WrongType`, a missing group or stream
 :class:`~sluice.errors.NoGroup`, anything else :class:`~sluice.errors.CommandError`, so a
 caller handles one set of errors whichever backend it runs on (tests/store/test_twin_vs_redis.py).
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -22,7 +23,30 @@ from sluice.errors import CommandError, PartlyAppended, RedisUnavailable, StoreE
 from . import scripts
 from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptCall, ScriptFailed
 
-__all__ = ["RedisBackend", "translate_errors"]
+__all__ = [
+    "RedisBackend",
+    "translate_errors",
+    "asking",
+    "xread_command",
+    "xreadgroup_command",
+    "read_reply",
+    "others_pending",
+    "refusal",
+]
+
+_ASKING = threading.local()
+
+
+@contextlib.contextmanager
+def asking() -> Iterator[None]:
+    """Calls made through ``_raw`` in this block (on this thread) are preceded by ASKING on
+    their connection: a Redis Cluster node that imports a slot serves them (the ASK
+    redirection of a slot in migration; store/cluster_backend.py)."""
+    _ASKING.on = True
+    try:
+        yield
+    finally:
+        _ASKING.on = False
 
 
 @contextlib.contextmanager
@@ -69,7 +93,7 @@ _IN_PIPELINE = re.compile(r"Command # \d+ \(.*?\) of pipeline caused error: ", r
 _NO_KEY = "The XGROUP subcommand requires the key to exist"
 
 
-def _refusal(exc: redis.ResponseError) -> StoreError:
+def refusal(exc: redis.ResponseError) -> StoreError:
     """The error a command's error reply means, as the in-memory twin raises it (raise it
     ``from exc``): WRONGTYPE is WrongType; NOGROUP, XGROUP's missing key and a blocked read
     whose stream was deleted (UNBLOCKED) are NoGroup; anything else (an invalid id or
@@ -85,12 +109,54 @@ def _refusal(exc: redis.ResponseError) -> StoreError:
 
 @contextlib.contextmanager
 def _command(what: str) -> Iterator[None]:
-    """``translate_errors``, and a command's error reply raised as ``_refusal`` says."""
+    """``translate_errors``, and a command's error reply raised as ``refusal`` says."""
     with translate_errors(what):
         try:
             yield
         except redis.ResponseError as exc:
-            raise _refusal(exc) from exc
+            raise refusal(exc) from exc
+
+
+def xread_command(positions: Mapping[str, str], count: int, block_ms: int | None) -> list[Any]:
+    command: list[Any] = ["XREAD", "COUNT", count]
+    if block_ms:  # 0 means "don't wait" here (to Redis, BLOCK 0 waits for ever)
+        command += ("BLOCK", block_ms)
+    command += ("STREAMS", *positions.keys(), *positions.values())
+    return command
+
+
+def xreadgroup_command(
+    group: str, consumer: str, streams: Mapping[str, str], count: int, block_ms: int | None
+) -> list[Any]:
+    command: list[Any] = ["XREADGROUP", "GROUP", group, consumer, "COUNT", count]
+    if block_ms:  # 0 means "don't wait" here (to Redis, BLOCK 0 waits for ever)
+        command += ("BLOCK", block_ms)
+    command += ("STREAMS", *streams.keys(), *streams.values())
+    return command
+
+
+def read_reply(reply: Any) -> list[tuple[str, str, Fields | None]]:
+    """XREAD's or XREADGROUP's reply as (stream, entry id, fields; None for an entry deleted
+    while pending), in the order Redis sent them."""
+    return [
+        (name, raw_id.decode(), _fields(flat) if flat else None)
+        for stream, entries in (reply.items() if isinstance(reply, dict) else reply or ())  # RESP3: a map
+        for name in (_s(stream),)
+        for raw_id, flat in entries
+    ]
+
+
+def others_pending(consumer: str, streams: Sequence[str], summaries: Sequence[Any]) -> dict[str, int]:
+    """From the XPENDING summaries of ``streams`` (in order): how many entries consumers other
+    than ``consumer`` hold pending on each (only streams where some do)."""
+    others: dict[str, int] = {}
+    for stream, summary in zip(streams, summaries):
+        # [count, min, max, [[consumer, count], ...]]; an error (the group went since): none
+        if isinstance(summary, list) and summary and summary[0] and summary[3]:
+            n = sum(int(c) for name, c in summary[3] if _s(name) != consumer)
+            if n:
+                others[stream] = n
+    return others
 
 
 class RedisBackend(Backend):
@@ -193,11 +259,14 @@ class RedisBackend(Backend):
         as Redis sends them (RESP2), without redis-py's per-command machinery: the calls every
         message makes (append, acknowledge, read a batch) spend a third of their CPU there,
         and a 2 x 10,000 deployment makes some 250,000 of them. The first error reply raises
-        (as ``_refusal`` says) once every reply is read, so the connection stays usable;
+        (as ``refusal`` says) once every reply is read, so the connection stays usable;
         anything else drops the connection (its replies are unknown). ``check=False``: error
         replies are returned in their commands' places instead (``check``: the first is
-        raised as ``_refusal`` says)."""
+        raised as ``refusal`` says)."""
         pool = self.client.connection_pool
+        ask = getattr(_ASKING, "on", False)
+        if ask:
+            commands = [("ASKING",), *commands]
         with translate_errors(what):
             conn = pool.get_connection()
             try:
@@ -219,8 +288,8 @@ class RedisBackend(Backend):
             finally:
                 pool.release(conn)
         if error is not None and check:
-            raise _refusal(error) from error
-        return replies
+            raise refusal(error) from error
+        return replies[1:] if ask else replies
 
     # --- streams ---
     def xadd(self, stream: str, fields: Mapping[bytes, bytes], *, maxlen: int | None = None) -> str:
@@ -238,14 +307,14 @@ class RedisBackend(Backend):
             *queued, done = self._raw(what, [("MULTI",), *commands, ("EXEC",)], check=False)[1:]
             refused = next((r for r in queued if isinstance(r, redis.ResponseError)), None)
             if refused is not None:  # refused before it ran (the transaction is aborted): nothing was appended
-                raise _refusal(refused) from refused
+                raise refusal(refused) from refused
             if isinstance(done, redis.ResponseError):
-                raise _refusal(done) from done
+                raise refusal(done) from done
             replies = list(done)
         errors = {i: str(r) for i, r in enumerate(replies) if isinstance(r, redis.ResponseError)}
         other = next((i for i, text in errors.items() if not text.startswith("WRONGTYPE")), None)
         if other is not None:  # READONLY, OOM, ...: not a refusal of one key (the caller sends them all again)
-            raise _refusal(replies[other]) from replies[other]
+            raise refusal(replies[other]) from replies[other]
         if errors:
             raise PartlyAppended([None if i in errors else _s(r) for i, r in enumerate(replies)], errors)
         return [_s(i) for i in replies]
@@ -269,16 +338,8 @@ class RedisBackend(Backend):
     def xread(self, positions: Mapping[str, str], *, count: int, block_ms: int | None) -> list[tuple[str, str, Fields]]:
         if not positions:
             return []
-        command: list[Any] = ["XREAD", "COUNT", count]
-        if block_ms:  # 0 means "don't wait" here (to Redis, BLOCK 0 waits for ever)
-            command += ("BLOCK", block_ms)
-        command += ("STREAMS", *positions.keys(), *positions.values())
-        reply = self._raw("following " + ", ".join(positions), [command])[0]
-        return [
-            (_s(stream), raw_id.decode(), _fields(flat))
-            for stream, entries in (reply.items() if isinstance(reply, dict) else reply or ())  # RESP3: a map
-            for raw_id, flat in entries
-        ]
+        reply = self._raw("following " + ", ".join(positions), [xread_command(positions, count, block_ms)])[0]
+        return cast("list[tuple[str, str, Fields]]", read_reply(reply))
 
     def xtrim_minid(self, stream: str, minid: str) -> int:
         with _command(f"trimming {stream}"):
@@ -365,10 +426,7 @@ class RedisBackend(Backend):
             if acks:
                 self._raw("acknowledging on " + ", ".join(ack or {}), acks, check=False)
             return [], {}
-        command: list[Any] = ["XREADGROUP", "GROUP", group, consumer, "COUNT", count]
-        if block_ms:  # 0 means "don't wait" here (to Redis, BLOCK 0 waits for ever)
-            command += ("BLOCK", block_ms)
-        command += ("STREAMS", *streams.keys(), *streams.values())
+        command = xreadgroup_command(group, consumer, streams, count, block_ms)
         checks = [("XPENDING", s, group) for s in streams] if sole else []
         try:
             replies = self._raw("reading " + ", ".join(streams), [*acks, command, *checks], check=False)
@@ -376,20 +434,8 @@ class RedisBackend(Backend):
             if isinstance(reply, redis.ResponseError):
                 raise reply
         except redis.ResponseError as exc:  # NoGroup too for a stream deleted while we read (UNBLOCKED)
-            raise _refusal(exc) from exc
-        out: list[tuple[str, str, Fields | None]] = []
-        for stream, entries in reply.items() if isinstance(reply, dict) else reply or ():  # RESP3: a map
-            name = _s(stream)
-            for raw_id, flat in entries:
-                out.append((name, raw_id.decode(), _fields(flat) if flat else None))
-        others: dict[str, int] = {}
-        for stream, summary in zip(streams, replies[len(acks) + 1 :]):
-            # [count, min, max, [[consumer, count], ...]]; an error (the group went since): none
-            if isinstance(summary, list) and summary and summary[0] and summary[3]:
-                n = sum(int(c) for name, c in summary[3] if _s(name) != consumer)
-                if n:
-                    others[stream] = n
-        return out, others
+            raise refusal(exc) from exc
+        return read_reply(reply), others_pending(consumer, list(streams), replies[len(acks) + 1 :])
 
     def xautoclaim(
         self, stream: str, group: str, consumer: str, *, min_idle_ms: int, start: str, count: int
@@ -441,7 +487,8 @@ class RedisBackend(Backend):
                 if not load and isinstance(reply, redis.exceptions.NoScriptError):
                     again.append(i)
                 elif isinstance(reply, redis.ResponseError):
-                    out[i] = ScriptFailed(str(reply))
+                    failed = out[i] = ScriptFailed(str(reply))
+                    failed.__cause__ = reply  # (a cluster's redirection is told by it)
                 else:
                     out[i] = reply
             todo = again

@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sluice.errors import RedisUnavailable
+from sluice.errors import ConfigError, RedisUnavailable
 from sluice.events import FIELD, Envelope, encode
 
-from .connection import Outage
+from .connection import RQ_URL_ENV, Outage
 from .log import EventLog
 from .redis_backend import RedisBackend, translate_errors
 
@@ -26,17 +26,25 @@ key that lives for minutes (``worker_ttl``). With no-op tasks that was a fifth o
 worker's CPU (``scripts/bench tasks``)."""
 
 
-def _client(log: EventLog) -> Any:
+def _client(log: EventLog, rq: Any = None) -> Any:
+    """RQ's Redis: ``rq`` (a redis-py client of a single-node Redis), or the log's own."""
+    if rq is not None:
+        return rq
     if not isinstance(log.backend, RedisBackend):
-        raise TypeError("slot queues need a Redis backend (RQ runs on Redis)")
+        raise ConfigError(
+            f"RQ's slot queues need a single-node Redis, and this log is on a {type(log.backend).__name__}: "
+            f"set ${RQ_URL_ENV} (RQ is not cluster-safe)"
+        )
     return log.backend.client
 
 
 class SlotQueues:
     """Enqueue a task for a slot's worker, cancel it, ask whether the worker took it."""
 
-    def __init__(self, log: EventLog, resource_id: str) -> None:
+    def __init__(self, log: EventLog, resource_id: str, rq: Any = None) -> None:
         self.log, self.resource_id = log, resource_id
+        self.rq = rq
+        """RQ's own Redis (a redis-py client), when it is not the log's (a log on a cluster)."""
         self._queues: dict[int, Any] = {}
 
     def enqueue(
@@ -55,12 +63,19 @@ class SlotQueues:
         all or nothing. (A connection lost after EXEC leaves the outcome unknown: ``exists``
         tells.) If Redis refuses one of them (its key is not a stream), the job is taken back
         out of its queue and the error raised; but if the slot's worker took it already (an
-        idle worker is woken by the push itself), it is handed over and its id returned."""
+        idle worker is woken by the push itself), it is handed over and its id returned.
+
+        With RQ on a Redis of its own (``rq``), the messages are appended to the log first,
+        then the job queued: the worker still cannot take it before they are in; a refused
+        message queues nothing."""
         import redis
         from rq import Queue
         from rq.serializers import JSONSerializer
 
-        client = _client(self.log)
+        client = _client(self.log, self.rq)
+        if self.rq is not None and before:
+            self.log.append_each(before)  # (raises before anything is queued when one is refused)
+            before = ()
         q = self._queues.get(slot)
         if q is None:
             q = self._queues[slot] = Queue(
@@ -96,14 +111,14 @@ class SlotQueues:
         from rq.job import Job
 
         with translate_errors(f"looking for task {rq_job}"):
-            return bool(Job.exists(rq_job, connection=_client(self.log)))
+            return bool(Job.exists(rq_job, connection=_client(self.log, self.rq)))
 
     def cancel(self, rq_job: str) -> None:
         """Take a queued task out of its queue (a no-op once a worker runs it or it is gone)."""
         from rq.job import Job
 
         try:
-            Job.fetch(rq_job, connection=_client(self.log)).cancel()
+            Job.fetch(rq_job, connection=_client(self.log, self.rq)).cancel()
         except Exception:  # gone, already finished, or Redis away: nothing to cancel
             pass
 
@@ -112,7 +127,7 @@ class SlotQueues:
         from rq.job import Job, JobStatus
 
         try:
-            return bool(Job.fetch(rq_job, connection=_client(self.log)).get_status() != JobStatus.QUEUED)
+            return bool(Job.fetch(rq_job, connection=_client(self.log, self.rq)).get_status() != JobStatus.QUEUED)
         except Exception:
             return True
 
@@ -265,7 +280,7 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
     return SlotWorker
 
 
-def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | None = None) -> None:
+def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | None = None, rq: Any = None) -> None:
     """Run one slot's RQ SimpleWorker until it is stopped (no fork per job: a Spark session
     must never be forked, so it and the job's imported code stay warm across tasks). It is
     named for its TaskManager and slot (``Keys.slot_worker``), as ``rq info`` lists it.
@@ -282,7 +297,7 @@ def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | No
 
     SlotWorker = slot_worker_class(outage)
 
-    client = _client(log)
+    client = _client(log, rq)
     queue = Queue(log.keys.slot_queue(resource_id, slot), connection=client, serializer=JSONSerializer)
     # RQ lists a queue (and, once any queue is listed, only the workers of listed queues)
     # after its first job: name it in RQ's set of queues now, so `rq info` shows the slot and

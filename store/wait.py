@@ -58,16 +58,24 @@ def script_then_wait(backend: Backend, name: str, keys: Sequence[str], args: Seq
     """Run script ``name`` and then ``WAIT`` on the connection it ran on; the script's reply.
     A script error reply raises ScriptFailed (nothing was written: no wait); fewer replicas
     than asked within the timeout raise RedisUnavailable."""
+    from .cluster_backend import ClusterBackend
+    from .memory import MemoryBackend
+    from .redis_backend import RedisBackend
+
     inner = backend
-    while isinstance(inner, Delegating) and not hasattr(inner, "script_then_wait"):
+    while isinstance(inner, Delegating):
         inner = inner.inner
-    hook = getattr(inner, "script_then_wait", None)
-    if hook is not None:  # a backend that routes (a cluster's): it runs both on the tag's node
-        reply, acks = hook(name, keys, args, wait.replicas, wait.timeout_ms)
-    elif hasattr(inner, "_raw") and hasattr(inner, "_scripts"):  # store/redis_backend.py: one connection
+    if isinstance(inner, ClusterBackend):  # on the master that serves the tag
+        reply, acks = _cluster(inner, name, keys, args, wait)
+    elif isinstance(inner, RedisBackend):
         reply, acks = _redis(inner, name, keys, args, wait)
-    else:  # the in-memory store keeps no replicas: every write is on all of them
+    elif isinstance(inner, MemoryBackend):  # the in-memory store keeps no replicas: every write is on all of them
         return backend.script(name, keys, args)
+    else:
+        raise ConfigError(
+            f"SLUICE_REDIS_WAIT_REPLICAS is set, but {backend.describe()} cannot wait for replicas: "
+            "unset it, or use Redis (one server or a cluster)"
+        )
     if int(acks) < wait.replicas:
         raise RedisUnavailable(
             f"a commit to {keys[0] if keys else '?'} reached {acks} of the {wait.replicas} replicas asked for "
@@ -75,6 +83,26 @@ def script_then_wait(backend: Backend, name: str, keys: Sequence[str], args: Seq
             "check that the replicas are up and in sync (INFO replication), or lower the setting"
         )
     return reply
+
+
+def _cluster(backend: Any, name: str, keys: Sequence[str], args: Sequence[Any], wait: Wait) -> tuple[Any, int]:
+    """The script and WAIT on the master serving ``keys[0]``, following MOVED as the cluster
+    backend's ``script`` does (a node that redirects ran nothing)."""
+    from .cluster_backend import REDIRECTS, _redirection
+
+    key = keys[0] if keys else ""
+    for _ in range(REDIRECTS):
+        addr = backend.node_of(key)
+        try:
+            return _redis(backend.node(addr), name, keys, backend._for_node(addr, args), wait)
+        except ScriptFailed as exc:
+            if _redirection(exc) is None:
+                raise backend._restarted(exc) from exc.__cause__
+            backend._follow(exc, backend._slot(key))
+        except RedisUnavailable:
+            backend._stale = True
+            raise
+    raise RedisUnavailable(f"the Redis Cluster kept redirecting a commit to {key}")
 
 
 def _redis(backend: Any, name: str, keys: Sequence[str], args: Sequence[Any], wait: Wait) -> tuple[Any, int]:

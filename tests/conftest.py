@@ -81,6 +81,18 @@ def redis_url() -> Iterator[str]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A 3-master, 3-replica Redis Cluster on loopback (tests/cluster.py), started the first
+    time a test asks for it (tests marked ``cluster``)."""
+    from tests.cluster import LoopbackCluster
+
+    cluster = LoopbackCluster(tmp_path_factory.mktemp("redis-cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
 def prefix() -> str:
     return "t" + uuid.uuid4().hex[:10]

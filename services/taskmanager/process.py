@@ -75,6 +75,7 @@ class TaskManager:
         inbox_retention_ms: int = 600_000,
         home: Path = Path(".sluice"),
         redis_url: str | None = None,
+        rq_redis_url: str | None = None,
         execute: bool = True,
         spark_remote: str | None = None,
         io_rate: float = 0.0,
@@ -118,7 +119,12 @@ class TaskManager:
         self.root_watch = RootWatch(self.resource_id, self.logger, inline=world is not SYSTEM)
         """Whether it sees the leader's storage root, told to the leader (which refuses jobs if not)."""
         self.slots: Slots = runner or ProcessSlots(
-            log, self.resource_id, redis_url=redis_url, home=self.home, spark_remote=lambda: self.spark.remote
+            log,
+            self.resource_id,
+            redis_url=redis_url,
+            rq_redis_url=rq_redis_url,
+            home=self.home,
+            spark_remote=lambda: self.spark.remote,
         )
         """Its workers, one per slot."""
         self.spark: SparkShare = SparkShare(

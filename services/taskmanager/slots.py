@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from sluice.events import Envelope
 from sluice.services.common.guard import guarded
-from sluice.store import EventLog
+from sluice.store import EventLog, connect
 from sluice.store.slots import SlotQueues
 
 __all__ = ["Slots", "ProcessSlots"]
@@ -75,10 +75,19 @@ class ProcessSlots:
     """One ``sluice worker`` process per slot, fed through the slot's RQ queue."""
 
     def __init__(
-        self, log: EventLog, resource_id: str, *, redis_url: str | None, home: Path, spark_remote: Any = None
+        self,
+        log: EventLog,
+        resource_id: str,
+        *,
+        redis_url: str | None,
+        home: Path,
+        spark_remote: Any = None,
+        rq_redis_url: str | None = None,
     ) -> None:
         self.log, self.resource_id, self.redis_url, self.home = log, resource_id, redis_url, home
-        self.queues = SlotQueues(log, resource_id)
+        self.rq_redis_url = rq_redis_url if rq_redis_url != redis_url else None
+        """RQ's own single Redis when it is not the log's (a log on a Redis Cluster)."""
+        self.queues = SlotQueues(log, resource_id, connect(self.rq_redis_url) if self.rq_redis_url else None)
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
         self.spark_remote = spark_remote
         """A callable giving the Spark Connect URL for the workers' environment (or None)."""
@@ -100,6 +109,7 @@ class ProcessSlots:
             self.log.keys.prefix,
             "--home",
             str(self.home),
+            *(("--rq-redis", self.rq_redis_url) if self.rq_redis_url else ()),
             "worker",
             "--resource-id",
             self.resource_id,

@@ -35,8 +35,8 @@ from sluice.events import (
 )
 from sluice.services.common.shell import hostname
 from sluice.services.common.world import SYSTEM, World
-from sluice.store import EventLog, Keys, connect, server_address
-from sluice.store.connection import Outage
+from sluice.store import EventLog, Keys, RedisBackend, connect, open_backend, server_address
+from sluice.store.connection import Outage, rq_url
 
 from . import events as task_events
 from . import share
@@ -59,6 +59,8 @@ class WorkerContext:
     """Where this worker's queryable state is served: its Redis, without the password."""
     outage: Outage | None = None
     """How this worker waits for Redis when it is away (None: it does not wait)."""
+    rq: Any = None
+    """RQ's Redis (a redis-py client): the log's own, or the single Redis of $SLUICE_RQ_REDIS_URL."""
 
 
 _context: WorkerContext | None = None
@@ -70,11 +72,16 @@ WAIT_ENV = "SLUICE_WORKER_REDIS_WAIT_S"
 waiting at once when its TaskManager is gone)."""
 
 
-def init_worker(url: str, prefix: str, resource_id: str, slot: int) -> WorkerContext:
+def init_worker(url: str, prefix: str, resource_id: str, slot: int, rq: str | None = None) -> WorkerContext:
     """This process's worker context. If Redis is away (the worker was started, or
-    restarted, during an outage) it waits for it instead of dying."""
+    restarted, during an outage) it waits for it instead of dying. ``rq``: the single Redis
+    of RQ's queues when it is not the log's (needed when the log is on a Redis Cluster)."""
     global _context
-    client = connect(url, check=False)
+    queues = rq_url(url, rq)
+    client = connect(queues, check=False)
+    # One client for both when RQ's queues live with the log (its tasks' messages then go
+    # in the queueing transaction); the log on its own backend otherwise (a cluster).
+    backend = RedisBackend(client) if queues == url else open_backend(url, check=False)
     parent = os.getppid()
 
     def owner_gone() -> str | None:
@@ -88,7 +95,8 @@ def init_worker(url: str, prefix: str, resource_id: str, slot: int) -> WorkerCon
         limit_s=float(os.environ.get(WAIT_ENV) or 3600),
     )
     outage.wait()
-    _context = WorkerContext(EventLog(client, Keys(prefix)), resource_id, slot, server_address(url), outage)
+    rq_client = None if queues == url else client
+    _context = WorkerContext(EventLog(backend, Keys(prefix)), resource_id, slot, server_address(url), outage, rq_client)
     return _context
 
 

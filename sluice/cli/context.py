@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from sluice.config import Settings
 from sluice.services.embedded import EmbeddedCluster
-from sluice.store import EventLog, Keys, connect
+from sluice.store import EventLog, Keys, open_backend
+from sluice.store.connection import rq_url
 from sluice.store.wait import Wait
 
 __all__ = ["Context"]
@@ -38,6 +39,11 @@ class Context:
 
     def log(self) -> EventLog:
         if self._log is None:
-            self._log = EventLog(connect(self.url), Keys(self.settings.prefix))
+            self._log = EventLog(open_backend(self.url), Keys(self.settings.prefix))
             self._log.wait = Wait(self.settings.redis_wait_replicas, self.settings.redis_wait_timeout_ms)
         return self._log
+
+    def rq_url(self) -> str:
+        """The single Redis of RQ's slot queues: --rq-redis, or the log's (ConfigError when
+        the log is on a Redis Cluster and none is given: RQ is not cluster-safe)."""
+        return rq_url(self.url, self.settings.rq_redis_url)

@@ -23,7 +23,17 @@ __all__ = ["main", "cli", "run_command"]
     default=None,
     metavar="URL",
     help="Redis URL (redis://, rediss:// for TLS; user in the URL, password from "
-    "$SLUICE_REDIS_PASSWORD). Default: the embedded Redis in --home.",
+    "$SLUICE_REDIS_PASSWORD; a Redis Cluster: redis+cluster://host:port,host:port). Default: the embedded "
+    "Redis in --home.",
+)
+@click.option(
+    "--rq-redis",
+    "rq_redis_url",
+    envvar="SLUICE_RQ_REDIS_URL",
+    default=None,
+    metavar="URL",
+    help="A single Redis for RQ's slot queues. Default: the log's Redis. Required when the log is on a "
+    "Redis Cluster (--redis redis+cluster://host:port,...): RQ is not cluster-safe.",
 )
 @click.option(
     "--prefix", envvar="SLUICE_PREFIX", default="sluice", show_default=True, help="Prefix of every Redis key."
@@ -38,14 +48,14 @@ __all__ = ["main", "cli", "run_command"]
 )
 @click.version_option(__version__, prog_name="sluice")
 @click.pass_context
-def cli(ctx: click.Context, redis_url: str | None, prefix: str, home: str) -> None:
+def cli(ctx: click.Context, redis_url: str | None, rq_redis_url: str | None, prefix: str, home: str) -> None:
     """Sluice: Flink's runtime control plane for PySpark pipelines, on Redis streams."""
     from pathlib import Path
 
     from sluice.services.common.shell import configure_logging
 
     configure_logging()
-    ctx.obj = Context(Settings(redis_url=redis_url, prefix=prefix, home=Path(home)))
+    ctx.obj = Context(Settings(redis_url=redis_url, rq_redis_url=rq_redis_url, prefix=prefix, home=Path(home)))
 
 
 @cli.command(

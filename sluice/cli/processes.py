@@ -235,6 +235,7 @@ def taskmanager(
         ),
         home=s.home,
         redis_url=obj.url,
+        rq_redis_url=obj.rq_url() if not no_execute else None,
         execute=not no_execute,
         spark_remote=spark,
         io_rate=io_rate,
@@ -256,10 +257,10 @@ def worker(obj: Context, resource_id: str, slot: int) -> None:
     from sluice.services.taskmanager.worker import init_worker, warm_up
     from sluice.store.slots import work_slot
 
-    ctx = init_worker(obj.url, obj.settings.prefix, resource_id, slot)
+    ctx = init_worker(obj.url, obj.settings.prefix, resource_id, slot, obj.settings.rq_redis_url)
     if os.environ.get("SLUICE_SPARK_REMOTE"):
         warm_up()
-    work_slot(ctx.log, resource_id, slot, outage=ctx.outage)
+    work_slot(ctx.log, resource_id, slot, outage=ctx.outage, rq=ctx.rq)
 
 
 @click.command()

@@ -1282,7 +1282,12 @@ class LogContract:
         assert [f for _, f in b.xrange(target, None, 10)][-1] == {b"e": b"c", b"from": b"o", b"ref": b"2-0"}
         b.set(log.keys.inbox(log.keys.client("c1")), b"x")
         with pytest.raises(ScriptFailed, match="^SLUICE_NOT_A_STREAM string$"):
-            b.script("deliver", [log.keys.inbox(log.keys.client("c1")), delivered], ["", "o", "3-0", b"d"])
+            # (a script's keys are of one tag: the client's own delivered hash, as on a cluster)
+            b.script(
+                "deliver",
+                [log.keys.inbox(log.keys.client("c1")), log.keys.delivered(log.keys.client("c1"))],
+                ["", "o", "3-0", b"d"],
+            )
         with pytest.raises(ScriptFailed, match="^SLUICE_RESTARTED"):
             b.script("deliver", [target, delivered], ["0" * 40, "o", "3-0", b"d"])
         cursor = log.keys.outbox_cursor(tag)
@@ -1304,7 +1309,7 @@ class LogContract:
         replies = b.script_many(
             [
                 ("deliver", [a, delivered_a], ["", "o", "1-1", b"a", "1-2", b"b"]),
-                ("deliver", [bad, delivered_a], ["", "o", "1-3", b"x"]),
+                ("deliver", [bad, log.keys.delivered(log.keys.client("c1"))], ["", "o", "1-3", b"x"]),
                 ("deliver", [c, delivered_c], ["", "o", "1-4", b"c"]),
                 ("deliver", [a, delivered_a], ["", "o", "1-2", b"b", "1-5", b"d"]),  # 1-2 again: dropped
                 ("deliver", [c, delivered_c], ["0" * 40, "o", "1-6", b"e"]),  # another server's run id
