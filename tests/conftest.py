@@ -83,9 +83,9 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A 3-master, 3-replica Redis Cluster on loopback (tests/cluster.py), started the first
+    """A 3-master, 3-replica Redis Cluster on loopback (tools/redis_cluster.py), started the first
     time a test asks for it (tests marked ``cluster``)."""
-    from tests.cluster import LoopbackCluster
+    from tools.redis_cluster import LoopbackCluster
 
     cluster = LoopbackCluster(tmp_path_factory.mktemp("redis-cluster"))
     cluster.start()

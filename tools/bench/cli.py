@@ -52,6 +52,18 @@ def log(events: int, appends: int, batch: int, redis_url: str | None) -> None:
     run(events=events, appends=appends, batch=batch, redis_url=redis_url)
 
 
+@bench.command("cluster-log")
+@click.option("--commits", default=3000, show_default=True, type=click.IntRange(1), help="Single commits to time.")
+@click.option("--rounds", "n_rounds", default=5, show_default=True, type=click.IntRange(1, 50))
+@click.option("--replay", default=20_000, show_default=True, type=click.IntRange(1), help="Events to replay.")
+def cluster_log(commits: int, n_rounds: int, replay: int) -> None:
+    """The log on a loopback Redis Cluster (own slot routing, and redis-py's RedisCluster for
+    commits) vs one Redis: commits, a leader's read of many inboxes, replay."""
+    from tools.bench.cluster_log import run
+
+    run(commits=commits, n_rounds=n_rounds, replay=replay)
+
+
 @bench.command()
 @click.option(
     "--tasks",

@@ -1,8 +1,9 @@
-"""A Redis Cluster on loopback for tests: six ``redis-server --cluster-enabled yes`` on free
-ports, made into three masters with a replica each by ``redis-cli --cluster create``.
+"""A Redis Cluster on loopback (for tests, benchmarks and chaos runs): six ``redis-server
+--cluster-enabled yes`` on free ports, made into three masters with a replica each by
+``redis-cli --cluster create``.
 
-Started by the session fixture ``redis_cluster`` (tests/conftest.py) only when a test that
-asks for it runs (those tests carry the ``cluster`` marker). ``kill_master`` kills -9 the
+The test session's fixture ``redis_cluster`` (tests/conftest.py) starts one the first time
+a test asks for it (those tests carry the ``cluster`` marker). ``kill_master`` kills -9 the
 master that owns a slot, for failover tests; ``wait_stable`` waits until every slot is
 served again.
 """
