@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -14,12 +15,13 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from sluice.errors import RedisUnavailable, StoreRestarted
+from sluice.events import Envelope, TaskManagerRegistered
 from sluice.services.embedded.redis_server import RedisServer
 from sluice.store import shards
 from sluice.store.backend import ScriptFailed
 from sluice.store.connection import connect
 from sluice.store.keys import Keys
-from sluice.store.log import Consumed, EventLog
+from sluice.store.log import Consumed, EventLog, Out
 from sluice.store.memory import MemoryBackend, MemoryStore
 from sluice.store.wait import Wait
 
@@ -136,9 +138,6 @@ def test_one_shard_is_one_redis() -> None:
 
 
 def _commit(log: EventLog, n: int) -> None:
-    from sluice.events import Envelope, TaskManagerRegistered
-    from sluice.store.log import Out
-
     tag = log.keys.cluster
     ev = Envelope(TaskManagerRegistered(f"tm{n}", "s", "h", 1, {}), f"{n:032x}", 1, 0, None, None)
     log.commit(tag, 1, [Out(log.keys.facts(tag), ev)])
@@ -192,3 +191,36 @@ def test_the_memory_store_has_every_write_on_its_replicas() -> None:
     log.wait = Wait(replicas=2)
     _commit(log, 0)
     assert log.backend.xlen(log.keys.facts(log.keys.cluster)) == 1
+
+
+@pytest.mark.cluster
+def test_a_waiting_commit_on_a_cluster_is_on_its_masters_replica(redis_cluster: Any, keys: Keys) -> None:
+    """On a Redis Cluster, the commit and its WAIT run on the master serving the tag."""
+    from sluice.store import ClusterBackend
+    from tools.bench.wait import replicas_in_sync
+
+    replicas_in_sync(redis_cluster)
+    backend = ClusterBackend(redis_cluster.url)
+    log = EventLog(backend, keys)
+    log.wait = Wait(replicas=1, timeout_ms=5000)
+    try:
+        for job in ("a", "b", "c", "d"):
+            tag = keys.job(job)
+            ev = Envelope(TaskManagerRegistered("tm", "s", "h", 1, {}), f"{ord(job):032x}", 1, 0, None, None)
+            log.commit(tag, 1, [Out(keys.facts(tag), ev)], server=log.server_id())
+            master = redis.Redis(host="127.0.0.1", port=redis_cluster.owner(tag))
+            replica = next(
+                redis.Redis(host="127.0.0.1", port=n.port)
+                for n in redis_cluster.alive()
+                if redis.Redis(host="127.0.0.1", port=n.port).info("replication").get("master_port")
+                == master.connection_pool.connection_kwargs["port"]
+            )
+            replica.execute_command("READONLY")
+            assert replica.xlen(keys.facts(tag)) == 1  # (WAIT returned: the replica has it)
+        log.wait = Wait(replicas=2, timeout_ms=20)
+        with pytest.raises(RedisUnavailable, match="reached 1 of the 2 replicas"):
+            log.commit(keys.job("a"), 1, [Out(keys.facts(keys.job("a")), ev)])
+    finally:
+        for key in backend.scan_keys(keys.pattern):
+            backend.delete(key)
+        backend.close()
