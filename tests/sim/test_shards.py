@@ -107,3 +107,15 @@ def test_seeds_with_shards_under_every_fault_replay_exactly() -> None:
         digest_, ok, violation = _shard_seed(seed)
         assert ok, violation
         assert _shard_seed(seed)[0] == digest_
+
+
+def test_the_cli_runs_a_seed_on_shards_and_refuses_a_bad_count() -> None:
+    from click.testing import CliRunner
+
+    from tools.sim.cli import main
+
+    done = CliRunner().invoke(main, ["--seed", "3", "--shards", "3", "--steps", "300"])
+    assert done.exit_code == 0, done.output
+    assert "shard_failover" in done.output and "replayed: identical" in done.output
+    bad = CliRunner().invoke(main, ["--seed", "3", "--shards", "0"])
+    assert bad.exit_code == 2 and "--shards" in bad.output
