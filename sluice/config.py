@@ -275,6 +275,21 @@ class Settings(BaseSettings):
         "--rq-redis",
         metavar="URL",
     )
+    redis_wait_replicas: Annotated[int, Field(ge=0)] = setting(
+        0,
+        "replicas a commit must reach before it is acknowledged (Redis `WAIT`, on a replicated Redis or a "
+        "Redis Cluster's masters); 0: acknowledged when the master has it",
+        "a whole number of replicas, 0 or more",
+        "--redis-wait-replicas",
+        metavar="N",
+    )
+    redis_wait_timeout_ms: PositiveInt = setting(
+        1000,
+        "milliseconds a commit waits for those replicas; fewer in time: the commit counts as unanswered",
+        POSITIVE_MS,
+        "--redis-wait-timeout",
+        metavar="MS",
+    )
     prefix: str = setting(
         "sluice",
         "prefix of every Redis key (clusters sharing a Redis each have their own)",

@@ -11,7 +11,10 @@ from redis.crc import key_slot
 
 from sluice.errors import RedisUnavailable
 
-__all__ = ["NodeView", "node_view", "keyslot"]
+__all__ = ["NodeView", "node_view", "keyslot", "NodeError"]
+
+NodeError = redis.RedisError
+"""What a node's client raises when it cannot answer (harnesses catch it while a node is away)."""
 
 
 @dataclass(frozen=True)

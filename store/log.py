@@ -30,6 +30,7 @@ from . import scripts
 from .backend import Backend, ScriptFailed
 from .keys import Keys, tag_of
 from .redis_backend import RedisBackend, translate_errors
+from .wait import Wait, script_then_wait
 
 __all__ = [
     "EventLog",
@@ -104,6 +105,9 @@ class EventLog:
         """How ``replay`` decodes an entry's envelope (``events.decode_bytes``: this Sluice's
         schema versions). A test or the simulation gives a JobManager of another version its
         own (tools/sim/skew.py)."""
+        self.wait = Wait()
+        """Replicas a commit must reach before it is acknowledged (store/wait.py; none by default:
+        ``SLUICE_REDIS_WAIT_REPLICAS``)."""
         self.on_set_aside: Callable[[str, str, str], None] | None = None
         """Told (inbox, the kind of value found there, where it went) of each inbox this
         process moved aside (``set_aside``): the process's log line."""
@@ -244,7 +248,7 @@ class EventLog:
         if consumed is not None:
             _same_tag(tag, consumed.stream)
         try:
-            reply = self.backend.script("commit", keys, args)
+            reply = self._commit_script(keys, args)
         except ScriptFailed as exc:
             if self._clobbered_inbox(exc, keys) is None:
                 raise script_error(exc, tag, epoch) from exc
@@ -254,7 +258,7 @@ class EventLog:
             # writes to is looked at (the script names only the first bad one).
             self.set_aside([k for k in dict.fromkeys(keys[2:]) if self.keys.is_inbox(k)])
             try:
-                reply = self.backend.script("commit", keys, args)
+                reply = self._commit_script(keys, args)
             except ScriptFailed as again:
                 raise script_error(again, tag, epoch) from again
         if _s(reply[0]) == "DUP":
@@ -265,6 +269,12 @@ class EventLog:
             return CommitResult(duplicate=False, ids=ids)
         outbox = next(out.stream for out in outs if out.to)
         return CommitResult(False, ids, addressed, outbox, _s(reply[1 + len(outs)]))
+
+    def _commit_script(self, keys: list[str], args: list[object]) -> Any:
+        """The commit script, followed by WAIT on its connection when ``wait`` asks for replicas."""
+        if self.wait.on:
+            return script_then_wait(self.backend, "commit", keys, args, self.wait)
+        return self.backend.script("commit", keys, args)
 
     def _clobbered_inbox(self, exc: ScriptFailed, keys: list[str]) -> str | None:
         """The inbox a commit refused to write to because it is not a stream, if that is why."""

@@ -39,6 +39,12 @@ Faults, the reason this exists:
   than ``aof_window_ms`` (default 5 s of clock) before the newest are folded into a
   snapshot once the list grows past ``compact_records``, so memory and replay stay
   bounded; losing writes older than that window is not supported (ValueError).
+* **Shards.** With ``shards`` > 1 the keys are spread over that many masters by their
+  Redis Cluster slot (CRC16 of the hash tag, the slot ranges ``redis-cli --cluster create``
+  assigns). Each shard has its own run id and replication id, and :meth:`MemoryStore.failover`
+  fails one over: its replica is promoted with that shard's writes up to a time (replication
+  is asynchronous) and every other shard's writes. ``server_id`` is then every shard's
+  identity joined, and a script checks the identity of its key's shard (store/shards.py).
 * **Connections.** A connection's first call after a restart raises RedisUnavailable
   (connection reset) unless the store has ``silent_reconnect`` (redis-py's retries
   sometimes hide a reset); while ``store.down`` is True every call raises it.
@@ -52,6 +58,9 @@ Public surface::
     MemoryStore(clock, *, seed=0, rng=None, silent_reconnect=False, aof_window_ms=5000,
                 compact_records=10000)
         .crash(lose_after_ms=None)      .down   .silent_reconnect   .run_id   .generation
+    MemoryStore(..., shards=3)          keys spread over 3 shards by slot (store/shards.py)
+        .failover(shard, lose_after_ms=None)   .shard_of(key)   .identity(shard=None)
+        .run_ids   .replids   .failovers
         .streams() -> [name]            .entries(stream) -> [(id, fields)]
         .groups(stream) -> {group: last delivered id}
         .pending(stream, group) -> [PendingEntry(id, consumer, delivered_ms, deliveries)]
@@ -76,6 +85,7 @@ from sluice.errors import CommandError, PartlyAppended, RedisUnavailable, WrongT
 
 from . import scripts
 from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptCall, ScriptFailed
+from .shards import SLOTS, identity, joined, keyslot, matches, shard_of_slot
 
 __all__ = ["AOF_WINDOW_MS", "CommandError", "MemoryBackend", "MemoryStore", "PendingEntry"]
 
@@ -297,6 +307,12 @@ Record = tuple[int, Op, tuple[Any, ...]]
 _time_of: Callable[[Record], int] = itemgetter(0)
 
 
+def _replid(run_id: str, failovers: int) -> str:
+    """A shard's replication id, from its run id (no draw from the seed's random numbers: a
+    store of one shard draws what it always drew)."""
+    return hashlib.sha1(f"replid {run_id} {failovers}".encode()).hexdigest()
+
+
 # --- small helpers -------------------------------------------------------------------------
 
 
@@ -504,7 +520,10 @@ class MemoryStore:
         silent_reconnect: bool = False,
         aof_window_ms: int = AOF_WINDOW_MS,
         compact_records: int = _COMPACT_RECORDS,
+        shards: int = 1,
     ) -> None:
+        if shards < 1:
+            raise ValueError(f"a store has at least one shard, not {shards}")
         self.clock = clock
         self.silent_reconnect = silent_reconnect
         self.durable = False
@@ -517,6 +536,15 @@ class MemoryStore:
         self.aof_window_ms = aof_window_ms
         self._rng = rng if rng is not None else random.Random(seed)
         self.run_id = self._new_run_id()
+        self.shards = shards
+        """How many masters the keys are spread over, by slot (store/shards.py); 1: one Redis."""
+        self.run_ids = [self.run_id] + [self._new_run_id() for _ in range(shards - 1)]
+        """Each shard's run id (shard 0's is ``run_id``)."""
+        self.replids = [_replid(run, 0) for run in self.run_ids]
+        """Each shard's replication id (a promoted replica starts a new one)."""
+        self.failovers = [0] * shards
+        """How many times each shard failed over."""
+        self._shard_of_slot = [shard_of_slot(slot, shards) for slot in range(SLOTS)] if shards > 1 else []
         self._state = _State()
         self._base = _State()  # the state before the first record of the AOF
         self._aof: list[Record] = []
@@ -559,12 +587,58 @@ class MemoryStore:
                     f"the snapshot (a crash loses at most the last {self.aof_window_ms} ms of writes)"
                 )
             del self._aof[bisect.bisect_right(self._aof, lose_after_ms, key=_time_of) :]
+        self._rebuild()
+        if self.shards == 1:
+            self.run_id = self._new_run_id()
+            self.run_ids = [self.run_id]
+        else:
+            self.run_ids = [self._new_run_id() for _ in range(self.shards)]
+            self.run_id = self.run_ids[0]
+        self.replids = [_replid(run, 0) for run in self.run_ids]
+        self.generation += 1
+
+    def failover(self, shard: int, lose_after_ms: int | None = None) -> None:
+        """Master ``shard`` dies and its replica is promoted: the writes made to that shard at
+        clock ``lose_after_ms`` or before are on the replica, the rest are lost (replication
+        is asynchronous; None: the replica had them all, as after ``WAIT``). The other shards
+        keep everything. The shard's server gets the replica's run id and a new replication
+        id; every connection sees one reset (a cluster client reconnects, and asks again
+        which node holds what). The same limit as :meth:`crash` on how far back it loses."""
+        if not 0 <= shard < self.shards:
+            raise ValueError(f"no shard {shard}: the store has {self.shards}")
+        if lose_after_ms is not None:
+            if self._compacted_to is not None and lose_after_ms < self._compacted_to:
+                raise ValueError(
+                    f"cannot lose the writes after {lose_after_ms}: those up to {self._compacted_to} are already in "
+                    f"the snapshot (a failover loses at most the last {self.aof_window_ms} ms of writes)"
+                )
+            k = bisect.bisect_right(self._aof, lose_after_ms, key=_time_of)
+            self._aof[k:] = [r for r in self._aof[k:] if self.shard_of(r[2][0]) != shard]
+        self._rebuild()
+        self.failovers[shard] += 1
+        self.run_ids[shard] = self._new_run_id()
+        self.replids[shard] = _replid(self.run_ids[shard], self.failovers[shard])
+        self.run_id = self.run_ids[0]
+        self.generation += 1
+
+    def shard_of(self, key: str) -> int:
+        """The shard that holds ``key`` (by its slot: store/shards.py)."""
+        return self._shard_of_slot[keyslot(key)] if self.shards > 1 else 0
+
+    def identity(self, shard: int | None = None) -> str:
+        """What a writer expects of the server (``server_id``): one Redis's run id, or the
+        identities of every shard (store/shards.py); ``shard``: that shard's identity alone."""
+        if shard is not None:
+            return identity(self.run_ids[shard], self.replids[shard])
+        if self.shards == 1:
+            return self.run_id
+        return joined(identity(run, rep) for run, rep in zip(self.run_ids, self.replids))
+
+    def _rebuild(self) -> None:
         state = self._base.clone()
         for _, op, args in self._aof:
             op(state, *args)
         self._state = state
-        self.run_id = self._new_run_id()
-        self.generation += 1
 
     # --- what the simulator and its invariants may look at (read-only) --------------------
 
@@ -812,12 +886,20 @@ class MemoryStore:
         except (IndexError, TypeError, ValueError) as exc:  # a Lua runtime error (nil where a value was needed)
             raise ScriptFailed(f"user_script: {exc} script: {_SHA[name]}") from None
 
-    def _restarted(self, expected: bytes) -> None:
-        if expected != b"" and expected != self.run_id.encode():
-            raise ScriptFailed(f"{scripts.RESTARTED} {self.run_id}")
+    def _restarted(self, expected: bytes, key: str) -> None:
+        """The scripts' ``restarted``, on the shard of ``key`` (store/shards.py)."""
+        if expected == b"":
+            return
+        if self.shards == 1 and expected == self.run_id.encode():
+            return
+        i = self.shard_of(key)
+        run, rep = self.run_ids[i], self.replids[i]
+        text = expected.decode()
+        if not matches(text, run, rep):
+            raise ScriptFailed(f"{scripts.RESTARTED} {identity(run, rep) if ':' in text else run}")
 
     def _commit(self, keys: list[str], argv: list[bytes], now: int) -> list[Any]:
-        self._restarted(argv[1])
+        self._restarted(argv[1], keys[0])
         epoch = _tonumber(argv[0])
         fence = _tonumber(_or(self._get(keys[0], now), b"0"))
         if _lua_lt(epoch, fence):
@@ -917,7 +999,7 @@ class MemoryStore:
         return b"" if kind == "none" else kind.encode()
 
     def _deliver(self, keys: list[str], argv: list[bytes], now: int) -> int:
-        self._restarted(argv[0])
+        self._restarted(argv[0], keys[0])
         kind = self._type(keys[0], now)
         if kind != "stream" and kind != "none":
             raise ScriptFailed(f"{scripts.NOT_A_STREAM} {kind}")
@@ -934,7 +1016,7 @@ class MemoryStore:
         return n
 
     def _advance_cursor(self, keys: list[str], argv: list[bytes], now: int) -> bytes:
-        self._restarted(argv[0])
+        self._restarted(argv[0], keys[0])
         cur = self._get(keys[0], now)
         if cur is None or _newer(argv[1], cur):
             self._set(keys[0], argv[1])
@@ -958,7 +1040,7 @@ class MemoryStore:
         return [taken, 1]
 
     def _lease_renew(self, keys: list[str], argv: list[bytes], now: int) -> int:
-        self._restarted(argv[3])
+        self._restarted(argv[3], keys[0])
         if self._hget(keys[0], b"holder", now) == argv[0] and self._hget(keys[0], b"epoch", now) == argv[1]:
             self._pexpire(keys[0], argv[2], now)
             return 1
@@ -971,7 +1053,7 @@ class MemoryStore:
         return 0
 
     def _fence(self, keys: list[str], argv: list[bytes], now: int) -> int | None:
-        self._restarted(argv[1])
+        self._restarted(argv[1], keys[0])
         fence = _tonumber(_or(self._get(keys[0], now), b"0"))
         epoch = _tonumber(argv[0])
         if _lua_lt(epoch, fence):
@@ -980,7 +1062,7 @@ class MemoryStore:
         return _lua_int(epoch)
 
     def _project(self, keys: list[str], argv: list[bytes], now: int) -> int:
-        self._restarted(argv[0])
+        self._restarted(argv[0], keys[0])
         argv = argv[1:]
         cur = _or(self._get(keys[0], now), b"")
         if cur != argv[0]:
@@ -997,7 +1079,7 @@ class MemoryStore:
         return 1
 
     def _snapshot(self, keys: list[str], argv: list[bytes], now: int) -> bytes:
-        self._restarted(argv[1])
+        self._restarted(argv[1], keys[0])
         fence = _tonumber(_or(self._get(keys[0], now), b"0"))
         if _lua_lt(_tonumber(argv[0]), fence):
             raise ScriptFailed(f"{scripts.STALE} {_lua_concat(fence)}")
@@ -1032,7 +1114,7 @@ class MemoryBackend(Backend):
     # --- the server ---
     def server_id(self) -> str:
         self._enter()
-        return self.store.run_id
+        return self.store.identity()
 
     def time_ms(self) -> int:
         return self._enter()

@@ -61,6 +61,15 @@ class Deliverer:
         not moved there yet (a lazy delivery): the tag's next commit carries the move
         (``carry``), or ``flush`` makes it. Until then a deliverer starting from the cursor
         hands targets entries their marks drop: it costs work, never a message."""
+        self._from_start = False
+
+    def rewind(self) -> None:
+        """The next delivery starts at the outbox's first entry, not at its cursor: a target's
+        shard failed over (a Redis Cluster) and may have lost entries handed over to it, while
+        this outbox's shard kept the cursor past them. The targets' marks, lost with their
+        inboxes' entries, drop what they still have; the cursor never moves back."""
+        self._from_start = True
+        self._cursor = None
 
     def deliver(
         self, *, batch: int = 500, server: str = "", committed: CommitResult | None = None, lazy: bool = False
@@ -73,6 +82,10 @@ class Deliverer:
         reading the outbox back (one round trip less). ``lazy`` (with ``server``): the
         cursor is not moved now but the move owed (``owed``): one more round trip less."""
         try:
+            if self._from_start:
+                sent = self._deliver(batch, server, lazy, from_start=True)
+                self._from_start = False
+                return sent
             if committed is not None and self._holds_the_rest(committed, server):
                 return self._deliver_committed(committed, server, lazy)
             return self._deliver(batch, server, lazy)
@@ -144,10 +157,14 @@ class Deliverer:
         if server:
             self._cursor = (server, in_force.decode() if isinstance(in_force, bytes) else str(in_force))
 
-    def _deliver(self, batch: int, server: str, lazy: bool) -> int:
+    def _deliver(self, batch: int, server: str, lazy: bool, *, from_start: bool = False) -> int:
+        """``from_start``: start at the outbox's first entry (``rewind``), not at the cursor."""
         backend = self.log.backend
-        if server and self._cursor is not None and self._cursor[0] == server:
-            after: str | None = self._cursor[1]
+        after: str | None = None
+        if from_start:
+            pass
+        elif server and self._cursor is not None and self._cursor[0] == server:
+            after = self._cursor[1]
         else:
             cursor = backend.get(self.cursor_key)
             after = cursor.decode() if cursor else None

@@ -29,19 +29,33 @@ RESTARTED = "SLUICE_RESTARTED"
 NOT_A_STREAM = "SLUICE_NOT_A_STREAM"
 BAD_COMMIT = "SLUICE_BAD_COMMIT"
 
-# The server's run id changes at every restart. A writer that read it before it began (a
-# leader, when it took over) passes it; a script refuses to write for a writer that has not
-# seen the restart, whose memory may hold writes the server lost ('' skips the check).
+# The server's run id changes at every restart, and a failover puts another node (another run
+# id, a new replication id) in the dead master's place. A writer that read the server's
+# identity before it began (a leader, when it took over) passes it; a script refuses to write
+# for a writer that has not seen the restart or the failover, whose memory may hold writes the
+# server lost ('' skips the check). What the writer passes is a comma-separated list of what
+# it saw: run ids (one Redis), or '<run id>:<master_replid>' per master of a cluster
+# (store/shards.py); the node's own must be among them. The reply names the node as the
+# writer named it. INFO replication is asked only of a writer that named replication ids.
 _RESTARTED = """
 local function restarted(expected)
   if expected == '' then
     return nil
   end
   local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-  if run ~= expected then
-    return redis.error_reply('SLUICE_RESTARTED ' .. run)
+  if run == expected then
+    return nil
   end
-  return nil
+  local me = run
+  if string.find(expected, ':', 1, true) then
+    me = run .. ':' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+  end
+  for seen in string.gmatch(expected, '[^,]+') do
+    if seen == run or seen == me then
+      return nil
+    end
+  end
+  return redis.error_reply('SLUICE_RESTARTED ' .. me)
 end
 """
 

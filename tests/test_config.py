@@ -32,6 +32,8 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "redis_url": ("redis://db.example.com:6380/0", '"redis://db.example.com:6380/0"', "redis://db.example.com:6380/0"),
     "redis_password": ("hunter2", '"hunter2"', "hunter2"),
     "rq_redis_url": ("rediss://queues:6379", '"rediss://queues:6379"', "rediss://queues:6379"),
+    "redis_wait_replicas": ("1", "1", 1),
+    "redis_wait_timeout_ms": ("250", "250", 250),
     "prefix": ("blue", '"blue"', "blue"),
     "home": ("/srv/sluice", '"/srv/sluice"', Path("/srv/sluice")),
     "heartbeat_interval_ms": ("250", "250", 250),

@@ -44,8 +44,15 @@ def anchors(path: Path) -> set[str]:
 
 
 def test_the_readme_is_a_map_of_about_200_lines() -> None:
-    lines = README.read_text().count("\n")
-    assert lines <= 250, f"README.md has {lines} lines: it is the map; move the detail to a page of docs/"
+    """About 200 lines of map, besides the settings table (one row a setting: issue 33 asks for
+    every setting in the README, each tested through a flag, a variable and the file)."""
+    text = README.read_text()
+    table = text.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    rows = sum(1 for line in table.splitlines() if line.startswith("| `"))
+    lines = text.count("\n") - rows
+    assert lines <= 230, (
+        f"README.md has {lines} lines besides its settings table: it is the map; move the detail to a page of docs/"
+    )
 
 
 def test_the_first_two_commands_stay_as_they_are() -> None:

@@ -37,6 +37,11 @@ class Committer:
         self.epoch: int | None = None
         self.server = ""
         self._deliverers: dict[str, Deliverer] = {}
+        self.rewind = False
+        """Each tag's first delivery of this leadership starts at its outbox's first entry: a
+        shard of the log failed over (services/jobmanager/restarts.py), and an inbox on it may
+        have lost what was delivered to it (``Deliverer.rewind``)."""
+        self._rewound: set[str] = set()
         self.on_facts: Callable[[str, list[tuple[str, Envelope]]], None] | None = None
         """Told each commit's facts, with their entry ids, once they are in the log (the
         snapshot writer follows a job's facts without reading them back)."""
@@ -44,6 +49,8 @@ class Committer:
     def begin(self, epoch: int, server: str) -> None:
         """Write as the leader of ``epoch``, for the server whose run id is ``server``."""
         self.epoch, self.server = epoch, server
+        self.rewind = False
+        self._rewound.clear()
 
     def end(self) -> None:
         self.epoch = None
@@ -109,6 +116,9 @@ class Committer:
         d = self._deliverers.get(tag)
         if d is None:
             d = self._deliverers[tag] = Deliverer(self.log, tag, on_undeliverable=self._undeliverable)
+        if self.rewind and tag not in self._rewound:
+            self._rewound.add(tag)
+            d.rewind()
         return d.deliver(batch=DELIVER_PAGE, server=self.server, committed=committed, lazy=True)
 
     def retire(self, tag: str) -> None:

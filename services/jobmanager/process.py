@@ -37,7 +37,7 @@ from .cluster import TimeoutGate
 from .committer import MeteredCommitter
 from .job_inboxes import DuplicateCommit, HandlerFailed
 from .leadership import Lease, Replay, gc_paused
-from .restarts import ServerWatch, announce
+from .restarts import ServerWatch, announce, rewinds
 from .retention import FactRetention
 from .runner import ProcessLoop
 from .snapshot import SnapshotWriter
@@ -382,6 +382,7 @@ class JobManager:
             self.logger,
         )
         if facts:  # (a lost TaskManager's tasks are failed below, once the coordinators run)
+            self.committer.rewind = rewinds(facts, server)
             self.cluster.commit_facts(facts, consequences=consequences)
         for job_id, coords in restoring:
             self.restorer.start_coordinators(job_id, coords, r, now)

@@ -1,4 +1,5 @@
-"""Restarts of the Redis server: noticed, and announced with a new leader's epoch.
+"""Restarts of the Redis server, and failovers of its shards: noticed, and announced with a new
+leader's epoch.
 
 A restart is noticed even while nothing is written (redis-py reconnects without a word):
 the leader asks the server's run id at every tick (``ServerWatch.check``: the state in
@@ -7,6 +8,13 @@ standby remembers the run id it last saw (``ServerWatch.seen``: a leader may los
 last grant with the restart). A server that does not keep every acknowledged write is
 announced with the next epoch (``announce``), and nothing that ran across it is trusted
 (``log_restarted``).
+
+On a Redis Cluster, the server is the masters of its shards, named by their identities
+(store/shards.py: run id and replication id each). A failover of one shard promotes a replica
+that may miss the last writes the master acknowledged (replication is asynchronous): it is
+a restart of that shard's log, seen as one (another identity), and recovered as a restart
+with one more step: outboxes on the shards that kept their writes may have delivered
+entries the failed shard lost, so the new leader delivers them again (``rewinds``).
 """
 
 from __future__ import annotations
@@ -16,8 +24,9 @@ from typing import Any
 from sluice.errors import StoreRestarted
 from sluice.events import Event, LeadershipGranted, LogRestarted, TaskManagerLost
 from sluice.services.membership.core import Membership
+from sluice.store.shards import keeps_every_write, sharded
 
-__all__ = ["ServerWatch", "announce", "log_restarted"]
+__all__ = ["ServerWatch", "announce", "log_restarted", "rewinds"]
 
 
 class ServerWatch:
@@ -67,7 +76,7 @@ def announce(
     before = last.server if last is not None and last.server and last.server != server else None
     if before is None and saw_restart is not None and saw_restart[1] == server:
         before = saw_restart[0]  # the log lost even the last leader's grant: we remember
-    if before is not None and not backend.durable():
+    if before is not None and not keeps_every_write(backend.durable(), server):
         return granted, [*log_restarted(before, server, backend.time_ms(), membership, logger), granted], False
     if last is None or (last.epoch, last.leader_id, last.server) != (granted.epoch, granted.leader_id, server):
         return granted, [granted], True
@@ -85,7 +94,21 @@ def log_restarted(before: str, now_server: str, server_ms: int, membership: Memb
         f"the Redis server restarted (run id {before[:8]} -> {now_server[:8]}) and may have lost its last "
         "writes: every task that was not finished runs again"
     )
+    if sharded(now_server):
+        reason = (
+            "a master of the Redis Cluster failed over or restarted and may have lost its last writes "
+            "(replication is asynchronous): every task that was not finished runs again"
+        )
     logger.warning("log restarted", reason=reason)
     floor = max(server_ms, membership.attempt_floor + 1)
     lost: list[Event] = [TaskManagerLost(row.resource_id, row.session, reason) for row in membership.active()]
     return [LogRestarted(before, now_server, floor, reason), *lost]
+
+
+def rewinds(facts: list[Event], server: str) -> bool:
+    """Whether a new leader delivers every outbox again from its first entry (``Committer.rewind``):
+    it announces a restart (``facts``) of a log on a cluster (``server``: its masters). One
+    shard failed over and lost its last writes, among them, maybe, entries delivered to its
+    inboxes from outboxes on other shards, whose cursors are past them. (One Redis loses the
+    deliveries with the cursors that moved past them: delivering from the cursor is enough.)"""
+    return sharded(server) and any(type(f) is LogRestarted for f in facts)

@@ -37,6 +37,7 @@ from sluice.services.common.shell import RedisAway, get_logger, hostname, set_as
 from sluice.services.common.world import SYSTEM, World, monotonic_ms
 from sluice.store import Blobs, EventLog, LeaseHolder, current_leader
 from sluice.store.consumer import Entry
+from sluice.store.shards import keeps_every_write
 
 from .core import Registration, RegistrationConfig, Tick, decide
 from .inbox import GROUP, Inbox
@@ -302,11 +303,12 @@ class TaskManager:
         return self.pool.held() + self.finals.reports()
 
     def _server_restarted(self, server: str) -> None:
-        """Redis restarted. If it keeps every acknowledged write, nothing was lost: go on.
+        """Redis restarted (or, on a cluster, a shard failed over). If it keeps every acknowledged
+        write (one Redis, appendfsync always), nothing was lost: go on.
         Otherwise what this TaskManager reported lately may be lost, and the leader will run
         every unfinished task again: drop ours, void the inbox, register afresh."""
         self.server = server
-        if self.log.backend.durable():
+        if keeps_every_write(self.log.backend.durable(), server):  # (never on a cluster: a failover may lose)
             self.logger.info("the Redis server restarted and lost nothing (appendfsync always)", run_id=server[:8])
             return
         self.logger.warning(

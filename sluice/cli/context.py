@@ -19,6 +19,7 @@ from sluice.services.embedded import EmbeddedCluster
 from sluice.store import EventLog, Keys, open_backend
 from sluice.store.acl import check_log_access
 from sluice.store.connection import rq_url
+from sluice.store.wait import Wait
 
 __all__ = ["Context"]
 
@@ -98,6 +99,7 @@ class Context:
             # What the Redis user may do, told at the start (RQ's part: on its own Redis when given).
             check_log_access(backend, keys, url, rq=self.settings.rq_redis_url in (None, url))
             self._log = EventLog(backend, keys)
+            self._log.wait = Wait(self.settings.redis_wait_replicas, self.settings.redis_wait_timeout_ms)
         return self._log
 
     def rq_url(self) -> str:

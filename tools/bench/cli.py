@@ -64,6 +64,17 @@ def cluster_log(commits: int, n_rounds: int, replay: int) -> None:
     run(commits=commits, n_rounds=n_rounds, replay=replay)
 
 
+@bench.command("wait")
+@click.option("--commits", default=3000, show_default=True, type=click.IntRange(1), help="Single commits to time.")
+@click.option("--rounds", "n_rounds", default=5, show_default=True, type=click.IntRange(1, 50))
+@click.option("--timeout-ms", default=1000, show_default=True, type=click.IntRange(1), help="WAIT's timeout.")
+def wait_bench(commits: int, n_rounds: int, timeout_ms: int) -> None:
+    """Commits on a loopback Redis Cluster with and without WAIT 1 (SLUICE_REDIS_WAIT_REPLICAS=1)."""
+    from tools.bench.wait import run
+
+    run(commits=commits, n_rounds=n_rounds, timeout_ms=timeout_ms)
+
+
 @bench.command()
 @click.option(
     "--tasks",

@@ -43,10 +43,24 @@ __all__ = ["main"]
     type=click.Path(dir_okay=False),
     help="With --hosts: write the summary to this file too (rewritten after every run).",
 )
-def main(runs: int, seed: int, kills: int, root: str, hosts: bool, summary_file: str | None) -> None:
+@click.option(
+    "--failover",
+    type=click.Choice(["job", "cluster", "both"]),
+    default=None,
+    help="The campaign on a loopback Redis Cluster (tools/chaos/failover.py): each run kills -9 the master "
+    "holding a running job's tag (job) or the cluster's tag (cluster); the replica is promoted and the "
+    "job must finish with exact output. Reports the time to recover.",
+)
+def main(
+    runs: int, seed: int, kills: int, root: str, hosts: bool, summary_file: str | None, failover: str | None
+) -> None:
     """Run real clusters (redis-server, two JobManagers, TaskManagers, RQ workers, the projector,
     Spark Connect) through a keyed three-stage job while seeded strikes kill -9 or freeze the
     leader, TaskManagers, workers and Redis. Exit 1 when a run failed (its replay command is printed)."""
+    if failover is not None:
+        from .failover import failover_campaign
+
+        sys.exit(0 if all(r.ok for r in failover_campaign(failover, runs, seed, Path(root))) else 1)
     if hosts:
         from .hosts import campaign as hosts_campaign
 

@@ -53,7 +53,7 @@ def check(sim: Simulation) -> None:
     leader = next((p.jm for p in sim.jms if p.jm.leading and p.jm.id == holder and p.jm.epoch == epoch), None)
     # A leader that has not yet seen a restart of Redis may be ahead of what the log kept:
     # it finds out at its next write, and rebuilds.
-    if leader is not None and leader.committer.server == sim.store.run_id:
+    if leader is not None and leader.committer.server == sim.store.identity():
         # Jobs that ended leave the leader's memory (archived in its snapshots), jobs it is
         # still rebuilding are not in it yet (nor the slots they hold): the rest must match.
         recovering = set(leader.recovering)
@@ -84,7 +84,11 @@ def final_checks(sim: Simulation) -> None:
     check(sim)
     check_outboxes(sim)
     leader = next(
-        (p.jm for p in sim.jms if p.jm.leading and p.jm.replay is None and p.jm.committer.server == sim.store.run_id),
+        (
+            p.jm
+            for p in sim.jms
+            if p.jm.leading and p.jm.replay is None and p.jm.committer.server == sim.store.identity()
+        ),
         None,
     )
     if leader is not None:  # (a leader that has not yet seen a restart of Redis may be behind)

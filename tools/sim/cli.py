@@ -41,7 +41,7 @@ def _run(args: tuple[int, dict[str, Any]]) -> dict[str, Any]:
         import random
 
         kwargs["faults"] = Faults.swarm(random.Random(seed), tuple(opts["kinds"]), all_on=bool(opts.get("all_faults")))
-    for knob in ("max_stall_s", "replay_page", "jobs"):
+    for knob in ("max_stall_s", "replay_page", "jobs", "shards"):
         if opts.get(knob):
             kwargs[knob] = opts[knob]
     outcome = run_seed(seed, **kwargs)
@@ -122,6 +122,14 @@ def _campaign(n: int, start: int, workers: int, opts: dict[str, Any], names: lis
 @click.option("--max-stall-s", type=float, default=None, help="The JobManagers' stall limit (default 5 s).")
 @click.option("--replay-page", type=int, default=None, help="Facts a new leader replays per step.")
 @click.option("--jobs", type=int, default=None, help="Jobs per world (default 1 or 2).")
+@click.option(
+    "--shards",
+    type=click.IntRange(1, 16),
+    default=None,
+    help="The log on a Redis Cluster of this many masters (tags spread over them by slot), each of which "
+    "fails over alone and loses its own last second (the shard_failover fault; not in --all-faults: the "
+    "seeds without it run as they always did).",
+)
 @click.option("--quiet", is_flag=True, help="Only the summary and failures.")
 @click.option(
     "--rss-every",
@@ -165,6 +173,7 @@ def main(
     max_stall_s: float | None,
     replay_page: int | None,
     jobs: int | None,
+    shards: int | None,
     rss_every: int | None,
     plant_name: str | None,
     campaign: bool,
@@ -189,6 +198,7 @@ def main(
         "max_stall_s": max_stall_s,
         "replay_page": replay_page,
         "jobs": jobs,
+        "shards": shards,
     }
     if campaign:
         _campaign(
@@ -256,7 +266,7 @@ def main(
         worst = min(failed, key=lambda o: o["seed"])
         click.echo(
             f"\nthe first failing seed, {worst['seed']} (run it again: scripts/simulate --seed {worst['seed']}"
-            f"{' --all-faults' if all_faults else ''}):\n"
+            f"{' --all-faults' if all_faults else ''}{f' --shards {shards}' if shards else ''}):\n"
         )
         click.echo(worst["trace"])
         sys.exit(1)

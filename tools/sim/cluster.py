@@ -57,10 +57,18 @@ class Simulation:
         rng = self.rng
         self.world = SimWorld(random.Random(rng.getrandbits(64)))
         self.faults = cfg.faults if cfg.faults is not None else Faults.swarm(rng)
-        self.store = MemoryStore(self.world.now_ms, seed=rng.getrandbits(32))
+        self.store = MemoryStore(self.world.now_ms, seed=rng.getrandbits(32), shards=cfg.shards)
         self.watch = Watch(self)
         # appendfsync always (a restart loses nothing) or everysec (it may lose the last second)
         self.store.durable = not self.faults.on("redis_lose") and rng.random() < 0.5
+        self.shard_rng = random.Random(f"shards {cfg.seed}")
+        """Draws of the shard faults, from a stream of their own (a seed's other draws stay)."""
+        if cfg.shards > 1:
+            # On a cluster, a failover loses what the replica had not received, whatever the
+            # master's appendfsync: no restart keeps every write.
+            self.store.durable = False
+            if self.faults.rates:  # (a healthy cluster stays healthy)
+                self.faults.rates.setdefault("shard_failover", self.shard_rng.choice((0.2, 0.5, 1.0, 2.0)))
         self.keys = Keys("sim")
         self.files = SimFiles()
         self.home = base() / f"seed-{cfg.seed}"  # the TaskManagers' disks: fresh for every run
@@ -327,12 +335,28 @@ class Simulation:
             self.note(f"Redis restarts and loses its last {lose} ms of writes")
             for tm in self.tms:  # the leader may deploy again an attempt whose facts were lost
                 tm.slots.attempts = {t.key for t in tm.slots.tasks.values() if not t.done}
+        if self.store.shards > 1 and f.hit(self.shard_rng, "shard_failover", 0.0008):
+            self._failover()
         if f.hit(rng, "redeliver", 0.01):
             self._redeliver()
         if f.hit(rng, "tm_back_same_session", 0.002):
             self.comebacks.strike(self)
         if self.skew is not None and f.hit(rng, "schema_skew", 0.002):  # the newer one restarts (a rolling upgrade)
             self._crash(self.jms[0])
+
+    def _failover(self) -> None:
+        """One shard's master dies; its replica, up to a second behind, takes its place."""
+        srng = self.shard_rng
+        shard, lose = srng.randrange(self.store.shards), srng.randint(0, 1000)
+        self.store.failover(shard, self.world.now - lose)
+        self.watch.forget_after(self.world.now - lose)  # (of every shard: it only checks less)
+        holds = [t for t in [self.keys.cluster, *(self.keys.job(j) for j in self.observer.registered)]]
+        holds = [t for t in holds if self.store.shard_of(t) == shard]
+        self.note(
+            f"shard {shard} fails over and loses its last {lose} ms of writes (it holds {', '.join(holds) or 'no tag in use'})"
+        )
+        for tm in self.tms:  # the leader may deploy again an attempt whose facts were lost
+            tm.slots.attempts = {t.key for t in tm.slots.tasks.values() if not t.done}
 
     def _redeliver(self) -> None:
         tags = [self.keys.cluster] + [self.keys.job(j) for j in self.observer.registered]

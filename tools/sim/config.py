@@ -48,6 +48,10 @@ class SimConfig:
     serve_after_s: float | None | str = "seed"
     """A new leader's rebuild time before it serves while rebuilding the jobs left ("seed":
     drawn from the seed; None: it serves only once every job is rebuilt)."""
+    shards: int = 1
+    """The log's masters (a Redis Cluster: tags spread over them by slot, store/shards.py). With
+    more than one, the ``shard_failover`` fault is on (faults.SHARD_KINDS) and no restart of
+    the log keeps every write (a failover loses what the replica had not received)."""
 
 
 @dataclass

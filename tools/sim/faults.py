@@ -16,7 +16,7 @@ from sluice.store.backend import Backend, Delegating
 if TYPE_CHECKING:
     from .cluster import Simulation
 
-__all__ = ["KINDS", "Crash", "Faults", "FaultyBackend"]
+__all__ = ["KINDS", "SHARD_KINDS", "Crash", "Faults", "FaultyBackend"]
 
 KINDS = (
     "crash",  # a process dies (JobManager, TaskManager, worker, projector) and restarts
@@ -42,6 +42,12 @@ KINDS = (
     "tm_back_same_session",  # a leader commits a TaskManager lost and dies before failing its attempts; the
     # TaskManager registers again under the same session (tools/sim/comeback.py)
     "clock_skew",  # each host's wall clock is off true time, and steps (NTP); monotonic clocks stay so
+)
+
+SHARD_KINDS = (
+    "shard_failover",  # the master of one shard dies and its replica is promoted, without the writes it had
+    # not yet received (up to the last second): only with --shards (the log on a Redis Cluster), so a seed
+    # run without it draws and does what it always did
 )
 
 
