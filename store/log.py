@@ -110,6 +110,9 @@ class EventLog:
         """How ``replay`` decodes an entry's envelope (``events.fastdecode.decode_bytes_msgspec``:
         this Sluice's schema versions, as ``events.decode_bytes`` reads them, faster). A test or the simulation gives a JobManager of another version its
         own (tools/sim/skew.py)."""
+        self.read_ahead = True
+        """Whether ``replay`` reads a real Redis's next pages on a thread while the caller
+        folds (off: each page read when asked, as before; the recovery bench's reference)."""
         self.on_set_aside: Callable[[str, str, str], None] | None = None
         """Told (inbox, the kind of value found there, where it went) of each inbox this
         process moved aside (``set_aside``): the process's log line."""
@@ -335,7 +338,7 @@ class EventLog:
         """``_batches``, the next pages read by a thread while the caller decodes and folds
         (store/replay_reader.py) on a real Redis; read in the caller on any other backend
         (the simulation's stays deterministic)."""
-        if isinstance(self.backend, RedisBackend):
+        if self.read_ahead and isinstance(self.backend, RedisBackend):
             return read_ahead(self.backend.xrange, stream, after, page)
         return self._batches(stream, after, page)
 

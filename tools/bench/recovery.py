@@ -40,6 +40,8 @@ from sluice.events import (
     TaskRestartScheduled,
     TaskState,
     UpdateTaskExecutionState,
+    decode_bytes,
+    decode_bytes_msgspec,
 )
 from sluice.services.coordination.runtime import DEFAULT_CHECKPOINT_INTERVAL_MS, JobCoordinators
 from sluice.services.embedded import RedisServer
@@ -224,6 +226,26 @@ def _floor(log: EventLog, jobs: list[str]) -> float:
     return best
 
 
+def _decoders(log: EventLog, jobs: list[str]) -> tuple[float, float]:
+    """Seconds to decode every fact of the log (read once beforehand) with the reference
+    decoder (``events.decode_bytes``: orjson, then the checks in Python) and with the replay's
+    (``events.decode_bytes_msgspec``: the same answers, msgspec)."""
+    raws = [
+        fields[b"e"]
+        for tag in [log.keys.cluster] + [log.keys.job(j) for j in jobs]
+        for _, fields in log.replay_raw(log.keys.facts(tag), page=2000)
+    ]
+    took = []
+    for decode in (decode_bytes, decode_bytes_msgspec):
+        for raw in raws[:100]:  # warm: each decoder compiles its event types once, when first used
+            decode(raw)
+        t = time.perf_counter()
+        for raw in raws:
+            decode(raw)
+        took.append(time.perf_counter() - t)
+    return took[0], took[1]
+
+
 def _drop_snapshots(log: EventLog, jobs: list[str]) -> None:
     snaps = Snapshots(log)
     for tag in [log.keys.cluster] + [log.keys.job(j) for j in jobs]:
@@ -236,12 +258,13 @@ def run(
     finished: int = 1000,
     redis_url: str | None = None,
     parallelism: int = 100,
-) -> dict[str, tuple[float, float, float, float, float]]:
+) -> dict[str, tuple[float, float, float, float, float, float, float]]:
     server = None
     if redis_url is None:
         server = RedisServer(None)
         redis_url = server.start()
-    results: dict[str, tuple[float, float, float, float, float]] = {}
+    results: dict[str, tuple[float, float, float, float, float, float, float]] = {}
+    decoding: dict[str, tuple[float, float]] = {}
     facts: dict[str, int] = {}
     try:
         client = connect(redis_url)
@@ -252,6 +275,7 @@ def run(
             w.job("live", parallelism, n - 2)
             console.print(f"[dim]log of {w.n:,} facts written ({w.checkpoints:,} coordinator checkpoints)[/dim]")
             results[f"{w.n:,} events"] = _measure(log, ["live"])
+            decoding[f"{w.n:,} events"] = _decoders(log, ["live"])
             facts[f"{w.n:,} events"] = w.n
         log = _fresh(client, "bench-recovery-history")
         w = _Writer(log)
@@ -275,21 +299,31 @@ def run(
     table.add_column("full replay: every job", justify="right")
     table.add_column("floor: XRANGE + orjson.loads", justify="right")
     table.add_column("every job / floor", justify="right")
+    table.add_column("reference replay (orjson, no read-ahead): every job", justify="right")
+    table.add_column("reference / full", justify="right")
     table.add_column("full replay per fact", justify="right")
-    table.add_column("from snapshots: serving", justify="right")
-    table.add_column("from snapshots: every job", justify="right")
-    for what, (full, full_all, snap, snap_all, floor) in results.items():
+    table.add_column("from snapshots: serving / every job", justify="right")
+    for what, (full, full_all, snap, snap_all, floor, _ref, ref_all) in results.items():
         table.add_row(
             what,
             f"{full:.3f} s",
             f"{full_all:.3f} s",
             f"{floor:.3f} s",
             f"{full_all / floor:.2f}x" if floor else "-",
+            f"{ref_all:.3f} s",
+            f"{ref_all / full_all:.2f}x" if full_all else "-",
             f"{full_all / facts[what] * 1e6:.1f} µs",
-            f"{snap:.3f} s",
-            f"{snap_all:.3f} s",
+            f"{snap:.3f} s / {snap_all:.3f} s",
         )
     console.print(table)
+    decoders = Table(title="Decoding every fact of the log: the replay's decoder against the reference")
+    decoders.add_column("log")
+    decoders.add_column("orjson + checks in Python (decode_bytes)", justify="right")
+    decoders.add_column("msgspec (decode_bytes_msgspec)", justify="right")
+    decoders.add_column("ratio", justify="right")
+    for what, (reference, fast) in decoding.items():
+        decoders.add_row(what, f"{reference:.3f} s", f"{fast:.3f} s", f"{reference / fast:.2f}x" if fast else "-")
+    console.print(decoders)
     console.print(
         "targets: every job rebuilt <= 5 s at 10^6 events with a full replay; serving <= 1 s from snapshots. "
         f"A leader serves once the cluster's facts are folded and it has rebuilt for {SERVE_AFTER_S:g} s "
@@ -298,10 +332,15 @@ def run(
     return results
 
 
-def _measure(log: EventLog, jobs: list[str]) -> tuple[float, float, float, float, float]:
-    """(serving, every job rebuilt) with a full replay, then the same from snapshots, then
-    the floor of reading the same log."""
+def _measure(log: EventLog, jobs: list[str]) -> tuple[float, float, float, float, float, float, float]:
+    """(serving, every job rebuilt) with a full replay, the same from snapshots, the floor of
+    reading the same log, and (serving, every job rebuilt) with the reference replay (the
+    orjson decoder, no read-ahead) before them."""
     _drop_snapshots(log, jobs)
+    reference = EventLog(log.backend, log.keys, decode=decode_bytes)  # the replay as it was:
+    reference.read_ahead = False  # orjson and the checks in Python, each page read when asked
+    ref, ref_all, jm = _take_over(reference, "bench-jm-reference")
+    _leave(jm, snapshot=False)
     full, full_all, jm = _take_over(log, "bench-jm-full")
     live = jm.state.jobs.jobs.get("live")
     assert jm.replay is None and live is not None and live.status == JobStatus.RUNNING, (
@@ -310,4 +349,4 @@ def _measure(log: EventLog, jobs: list[str]) -> tuple[float, float, float, float
     _leave(jm, snapshot=True)  # it leaves snapshots (and archives the finished jobs)
     snap, snap_all, jm2 = _take_over(log, "bench-jm-snap")
     _leave(jm2, snapshot=False)
-    return full, full_all, snap, snap_all, _floor(log, jobs)
+    return full, full_all, snap, snap_all, _floor(log, jobs), ref, ref_all
