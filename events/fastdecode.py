@@ -107,7 +107,9 @@ def _added(type_name: str, version: int, current: int) -> dict[str, Any] | None:
 def _decoders(cls: type[Event]) -> dict[int, tuple[Any, Any]] | None:
     """Per version readable in C, (strict mirror decoder, class decoder); None when none is."""
     hints = typing.get_type_hints(cls)
-    fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+    fields = list(dataclasses.fields(cls))  # type: ignore[arg-type]
+    if not all(f.init for f in fields):
+        return None  # (msgspec fills a field the payload decoder never reads)
     mirrored = []
     for f in fields:
         m = _mirror_type(hints[f.name])

@@ -132,3 +132,14 @@ def test_any_input_is_accepted_or_refused_alike(raw: bytes) -> None:
 )
 def test_edges_alike(raw: bytes) -> None:
     same(raw)
+
+
+def test_the_facts_a_replay_reads_most_are_decoded_by_msgspec() -> None:
+    """Not a fallback for each: a task's moves (written as v3 where they can be, upcast to v4
+    by adding a default) and restarts, at every version their upcasters only add defaults to."""
+    from sluice.events import fastdecode
+
+    fastdecode._compile()
+    assert set(fastdecode._BY_TYPE["UpdateTaskExecutionState"] or ()) == {1, 2, 3, 4}
+    assert set(fastdecode._BY_TYPE["TaskRestartScheduled"] or ()) == {1}
+    assert fastdecode._BY_TYPE["CoordinatorCheckpointed"] is None  # a JSON field: decode_bytes
