@@ -100,9 +100,17 @@ def mutated(draw: st.DrawFn) -> bytes:
     return raw
 
 
-@settings(max_examples=300)
+@settings(max_examples=200)
 @given(mutated())
 def test_any_input_is_accepted_or_refused_alike(raw: bytes) -> None:
+    same(raw)
+
+
+@pytest.mark.slow
+@settings(max_examples=5000)
+@given(mutated())
+def test_any_input_is_accepted_or_refused_alike_at_length(raw: bytes) -> None:
+    """The same law, searched longer (``-m slow``)."""
     same(raw)
 
 
