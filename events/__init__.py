@@ -7,6 +7,7 @@ the package registers them all, so any entry of the log can be decoded.
 from .descriptor import *  # noqa: F401,F403
 from .descriptor import __all__ as _descriptor
 from .envelope import FIELD, Envelope, decode, decode_bytes, decode_fields, encode
+from .fastdecode import decode_bytes_msgspec
 from .jobgraph import *  # noqa: F401,F403
 from .jobgraph import __all__ as _jobgraph
 from .jobs import *  # noqa: F401,F403
@@ -26,6 +27,7 @@ __all__ = [
     "Envelope",
     "decode",
     "decode_bytes",
+    "decode_bytes_msgspec",
     "decode_fields",
     "encode",
     "EVENT_TYPES",

@@ -25,11 +25,13 @@ from sluice.errors import (
     WrongType,
 )
 from sluice.events import FIELD, Envelope, decode_bytes, decode_fields, encode
+from sluice.events.fastdecode import decode_bytes_msgspec
 
 from . import scripts
 from .backend import Backend, ScriptFailed
 from .keys import Keys, tag_of
 from .redis_backend import RedisBackend, translate_errors
+from .replay_reader import read_ahead
 from .wait import Wait, script_then_wait
 
 __all__ = [
@@ -97,17 +99,24 @@ class EventLog:
     on any :class:`Backend`."""
 
     def __init__(
-        self, backend: Backend | Any, keys: Keys | None = None, *, decode: Callable[[bytes], Envelope] = decode_bytes
+        self,
+        backend: Backend | Any,
+        keys: Keys | None = None,
+        *,
+        decode: Callable[[bytes], Envelope] = decode_bytes_msgspec,
     ) -> None:
         self.backend: Backend = backend if isinstance(backend, Backend) else RedisBackend(backend)
         self.keys = keys or Keys()
         self.decode = decode
-        """How ``replay`` decodes an entry's envelope (``events.decode_bytes``: this Sluice's
-        schema versions). A test or the simulation gives a JobManager of another version its
+        """How ``replay`` decodes an entry's envelope (``events.fastdecode.decode_bytes_msgspec``:
+        this Sluice's schema versions, as ``events.decode_bytes`` reads them, faster). A test or the simulation gives a JobManager of another version its
         own (tools/sim/skew.py)."""
         self.wait = Wait()
         """Replicas a commit must reach before it is acknowledged (store/wait.py; none by default:
         ``SLUICE_REDIS_WAIT_REPLICAS``)."""
+        self.read_ahead = True
+        """Whether ``replay`` reads a real Redis's next pages on a thread while the caller
+        folds (off: each page read when asked, as before; the recovery bench's reference)."""
         self.on_set_aside: Callable[[str, str, str], None] | None = None
         """Told (inbox, the kind of value found there, where it went) of each inbox this
         process moved aside (``set_aside``): the process's log line."""
@@ -300,7 +309,7 @@ class EventLog:
         entries before it): a fact stream is written only through commits, so one is a
         corrupted log, not bad input.
         """
-        for batch in self._batches(stream, after, page):
+        for batch in self._batches_ahead(stream, after, page):
             envs = _decode_fast(batch, self.decode)
             yield from envs if envs is not None else _decode_each(stream, batch, self.decode)
 
@@ -310,7 +319,7 @@ class EventLog:
         """``replay`` a page at a time: each page's (entry id, envelope) pairs, decoded in one
         tight loop (a JobManager's replay decodes millions; a generator step per entry cost
         a tenth of it). An undecodable entry raises DecodeError before its page is given."""
-        for batch in self._batches(stream, after, page):
+        for batch in self._batches_ahead(stream, after, page):
             envs = _decode_fast(batch, self.decode)
             yield envs if envs is not None else list(_decode_each(stream, batch, self.decode))
 
@@ -334,6 +343,14 @@ class EventLog:
     def _pages(self, stream: str, after: str, page: int) -> Iterator[tuple[str, dict[bytes, bytes]]]:
         for batch in self._batches(stream, after, page):
             yield from batch
+
+    def _batches_ahead(self, stream: str, after: str, page: int) -> Iterator[list[tuple[str, dict[bytes, bytes]]]]:
+        """``_batches``, the next pages read by a thread while the caller decodes and folds
+        (store/replay_reader.py) on a real Redis; read in the caller on any other backend
+        (the simulation's stays deterministic)."""
+        if self.read_ahead and isinstance(self.backend, RedisBackend):
+            return read_ahead(self.backend.xrange, stream, after, page)
+        return self._batches(stream, after, page)
 
     def _batches(self, stream: str, after: str, page: int) -> Iterator[list[tuple[str, dict[bytes, bytes]]]]:
         """The stream's raw entries after ``after``, one XRANGE of up to ``page`` at a time."""
