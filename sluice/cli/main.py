@@ -63,9 +63,9 @@ def bench() -> None:
 
 
 def _register() -> None:
-    from . import cluster, inspect, jobs, processes, replay, state, ui
+    from . import cluster, health, inspect, jobs, processes, replay, state, ui
 
-    for module in (cluster, processes, inspect, jobs, state, replay, ui):
+    for module in (cluster, processes, inspect, jobs, state, replay, ui, health):
         module.register(cli)
 
 
