@@ -35,6 +35,6 @@ ENV SLUICE_JOBMANAGER_METRICS_PORT=9250 \
 # Spark's class-data archive for this Java and PySpark (a Spark server runs a sample job once).
 RUN sluice cluster prepare-spark
 EXPOSE 9250 9251 9252 8087
-HEALTHCHECK --interval=15s --timeout=6s --start-period=60s --retries=3 CMD ["python", "-m", "sluice.cli.health"]
+HEALTHCHECK --interval=10s --timeout=6s --start-period=60s --retries=3 CMD ["python", "-m", "sluice.cli.health"]
 ENTRYPOINT ["sluice"]
 CMD ["--help"]
