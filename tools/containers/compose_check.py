@@ -356,12 +356,16 @@ def _job_with_faults(cluster: Cluster, args: argparse.Namespace, timings: Timing
         target = next((r for r in busy if r in tms), next(iter(tms)))
         container = hosts[tms[target]["host"]]
         say(f"disconnecting {container} ({target}; job {job.get('status')}, tasks running on {sorted(set(busy))})")
+        address = cluster.inspect(container, f'{{{{(index .NetworkSettings.Networks "{cluster.network}").IPAddress}}}}')
         t0 = time.monotonic()
         cluster.run("docker", "network", "disconnect", cluster.network, container)
         wait_for(lambda: _tm_status(cluster, target).get("status") == "LOST", f"{target} LOST", timeout=120, every=0.5)
         timings.events.append(("disconnect -> TaskManager LOST", time.monotonic() - t0))
+        say(f"{target} LOST after {time.monotonic() - t0:.1f} s; connecting {container} again")
         t0 = time.monotonic()
         cluster.run("docker", "network", "connect", cluster.network, container)
+        again = cluster.inspect(container, f'{{{{(index .NetworkSettings.Networks "{cluster.network}").IPAddress}}}}')
+        say(f"{container} was {address}, is {again} now" + (" (a new address)" if again != address else ""))
         wait_for(
             lambda: _tm_status(cluster, target).get("status") == "REGISTERED",
             f"{target} registered again",
@@ -369,8 +373,13 @@ def _job_with_faults(cluster: Cluster, args: argparse.Namespace, timings: Timing
             every=0.5,
         )
         timings.events.append(("reconnect -> registered again", time.monotonic() - t0))
-
-        rc = submit.wait(timeout=args.job_timeout)
+        say(f"{target} registered again after {time.monotonic() - t0:.1f} s; waiting for the job to end")
+        try:
+            rc = submit.wait(timeout=args.job_timeout)
+        except subprocess.TimeoutExpired:
+            raise CheckFailed(
+                f"the job did not end within {args.job_timeout:.0f} s:\n{_diagnosis(cluster, job_id)}"
+            ) from None
     finally:
         if submit.poll() is None:
             submit.kill()
@@ -378,6 +387,17 @@ def _job_with_faults(cluster: Cluster, args: argparse.Namespace, timings: Timing
     if rc != 0:
         raise CheckFailed(f"the job did not finish (submit --wait exited {rc}):\n{submit_log.read_text()[-2000:]}")
     return job_id, submit_log
+
+
+def _diagnosis(cluster: Cluster, job_id: str) -> str:
+    """What the cluster says of a job that does not end: its subtasks, and the TaskManagers' slots."""
+    out = []
+    for args in (("status", job_id), ("inspect", "taskmanagers")):
+        try:
+            out.append(cluster.sluice(*args))
+        except CheckFailed as exc:
+            out.append(str(exc))
+    return "\n".join(out)
 
 
 def _verify(cluster: Cluster, job_id: str, text: Path, submit_log: Path) -> None:
@@ -423,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--taskmanagers", type=int, default=2, help="TaskManager containers (--scale).")
     p.add_argument("--lines", type=int, default=150_000, help="Lines of the generated text.")
     p.add_argument("--compose", choices=("v1", "v2"), default=None, help="Force Compose v1 or v2.")
-    p.add_argument("--job-timeout", type=float, default=900, help="Seconds the job may take.")
+    p.add_argument("--job-timeout", type=float, default=300, help="Seconds the job may take after the faults.")
     p.add_argument("--keep", action="store_true", help="Leave the cluster up at the end.")
     args = p.parse_args(argv)
     if args.taskmanagers < 2:
