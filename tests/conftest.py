@@ -47,35 +47,51 @@ def docker_redis() -> Iterator[tuple[str | None, str]]:
     and only that one, when the block ends; or yields (None, why not) and starts nothing.
 
     The session's Redis and the docker test module's each hold their own, so neither's
-    teardown stops the other's.
+    teardown stops the other's. The engine is $DOCKER_HOST, else the one scripts/docker-engine
+    started; the image is ``redis:7`` (scripts/docker-images builds a stand-in where no
+    registry is reachable). Ryuk (a container testcontainers starts to reap the others) is
+    off, and with our own engine the container's port is reached on 127.0.0.1 (testcontainers
+    would look for a gateway, this machine carrying Docker's marker file /.dockerenv).
     """
     if os.environ.get("SLUICE_TEST_DOCKER") != "1":
         yield None, "set SLUICE_TEST_DOCKER=1 to run against a testcontainers Redis"
         return
-    try:
-        import docker
+    from tools.containers import ENGINE_SOCKET, docker_host
 
-        docker.from_env().ping()
-    except Exception as exc:  # noqa: BLE001 (no SDK, no engine, no socket, no permission: all mean "skip")
-        yield None, f"SLUICE_TEST_DOCKER=1 but no Docker engine answers: {exc}"
-        return
-    saved = os.environ.get("TESTCONTAINERS_RYUK_DISABLED")
-    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # restored below
-    try:
-        from testcontainers.redis import RedisContainer
+    with pytest.MonkeyPatch.context() as env:  # restored when the block ends
+        host = docker_host()
+        if host:
+            env.setenv("DOCKER_HOST", host)
+        if host == f"unix://{ENGINE_SOCKET}":
+            env.setenv("TESTCONTAINERS_HOST_OVERRIDE", os.environ.get("TESTCONTAINERS_HOST_OVERRIDE") or "127.0.0.1")
+        env.setenv("TESTCONTAINERS_RYUK_DISABLED", os.environ.get("TESTCONTAINERS_RYUK_DISABLED") or "true")
+        try:
+            import docker
+
+            client = docker.from_env()
+            client.ping()
+            client.images.get("redis:7")
+        except Exception as exc:  # noqa: BLE001 (no SDK, no engine, no socket, no image: all mean "skip")
+            yield None, f"SLUICE_TEST_DOCKER=1 but {_docker_problem(exc)}"
+            return
+        try:
+            from testcontainers.community.redis import RedisContainer
+        except ImportError:  # testcontainers before 4.10
+            from testcontainers.redis import RedisContainer
 
         container = RedisContainer("redis:7")
         container.start()
         try:
-            host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
-            yield f"redis://{host}:{port}/0", ""
+            host_ip, port = container.get_container_host_ip(), container.get_exposed_port(6379)
+            yield f"redis://{host_ip}:{port}/0", ""
         finally:
             container.stop()
-    finally:
-        if saved is None:
-            os.environ.pop("TESTCONTAINERS_RYUK_DISABLED", None)
-        else:
-            os.environ["TESTCONTAINERS_RYUK_DISABLED"] = saved
+
+
+def _docker_problem(exc: Exception) -> str:
+    if type(exc).__name__ == "ImageNotFound":
+        return "the engine has no image redis:7: run scripts/docker-images redis"
+    return f"no Docker engine answers ({exc}): run scripts/docker-engine (it prints the DOCKER_HOST to use)"
 
 
 @pytest.fixture(scope="session")

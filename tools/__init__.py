@@ -1,13 +1,14 @@
 """Sluice's lab, beside the product and outside its wheel: what a source checkout runs.
 
-==============  =================================================  ==================
-package         what it holds                                      run with
-==============  =================================================  ==================
-tools.bench     benchmarks against baselines measured in the run   ``scripts/bench``
-tools.chaos     the seeded chaos campaign on real processes        ``scripts/chaos``
-tools.sim       the deterministic simulation of a cluster          ``scripts/simulate``
-tools.hosts     Sluice across hosts in network namespaces          ``scripts/hosts``
-==============  =================================================  ==================
+================  ================================================  =========================
+package           what it holds                                     run with
+================  ================================================  =========================
+tools.bench       benchmarks against baselines measured in the run  ``scripts/bench``
+tools.chaos       the seeded chaos campaign on real processes       ``scripts/chaos``
+tools.sim         the deterministic simulation of a cluster         ``scripts/simulate``
+tools.hosts       Sluice across hosts in network namespaces         ``scripts/hosts``
+tools.containers  compose.yaml for real, with faults                ``scripts/compose-check``
+================  ================================================  =========================
 
 They import ``sluice`` (installed, editable or not) and are imported from the top of the
 checkout: the scripts put it on ``PYTHONPATH``, pytest on ``sys.path`` (tests/ is a package).

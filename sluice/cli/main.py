@@ -57,9 +57,9 @@ def bench() -> None:
 
 
 def _register() -> None:
-    from . import cluster, config_cmd, inspect, jobs, processes, replay, state, ui
+    from . import cluster, config_cmd, health, inspect, jobs, processes, replay, state, ui
 
-    for module in (cluster, processes, inspect, jobs, state, replay, ui, config_cmd):
+    for module in (cluster, processes, inspect, jobs, state, replay, ui, config_cmd, health):
         module.register(cli)
 
 
