@@ -54,6 +54,7 @@ from .machine import (
 )
 from .recorder import Recorder
 from .scheduling import MAX_DEPLOY_PER_PASS, schedule
+from .speculation import Speculate, concurrent_message, speculate
 from .state import JobRun, JobsState, parse_execution_id
 from .stimuli import (
     FailAtOnce,
@@ -90,7 +91,7 @@ __all__ = [
 ]
 
 
-def decide(state: JobsState, stimulus: Stimulus, now: int) -> Decision:
+def decide(state: JobsState, stimulus: Stimulus | Speculate, now: int) -> Decision:
     """The jobs core's one door: what ``stimulus`` causes at ``now`` (its facts already applied
     to ``state``). It never raises for a message: one a job inbox does not take is
     ``Rejected`` with an UnexpectedJobMessage (the shell parks it), before anything is decided."""
@@ -129,6 +130,13 @@ def _inbound(state: JobsState, s: Inbound, now: int) -> Decision:
     msg = env.event
     if job is None:
         rec.note(f"job {job_id} not found")
+        return rec.decision
+    if (
+        isinstance(msg, (UpdateTaskExecutionState, ScheduleOrUpdateConsumers, TaskOperationResult))
+        and job.speculating
+        and concurrent_message(rec, job, msg)
+    ):
+        maybe_complete(rec, job)  # (a loser cancelled may be the last task a stopping job waited for)
         return rec.decision
     if isinstance(msg, UpdateTaskExecutionState):
         _update(rec, job, msg, config)
@@ -286,4 +294,5 @@ _HANDLERS: dict[type, Callable[[JobsState, Any, int], Decision]] = {
     Orphans: orphans,
     LogRestart: log_restarted,
     SlotWaits: slot_waits,
+    Speculate: speculate,
 }
