@@ -17,7 +17,7 @@ from sluice.services.common.decision import Address
 
 from .machine import LIVE_JOB, LIVE_TASK, UNDEPLOYED_TASK
 from .recorder import Recorder
-from .speculation import concurrent_failure
+from .speculation import concurrent_failure, next_attempt
 from .state import Execution, JobRun
 from .stimuli import JobsConfig
 
@@ -40,7 +40,12 @@ def fail(rec: Recorder, job: JobRun, ex: Execution, error: str, config: JobsConf
             delay = min(strategy.delay_ms * (2**job.restarts), strategy.max_delay_ms)
         rec.fact(
             TaskRestartScheduled(
-                job.job_id, ex.vertex, ex.subtask, _next_attempt(job, ex), rec.now + delay, job.restarts + 1
+                job.job_id,
+                ex.vertex,
+                ex.subtask,
+                next_attempt(job, ex) if job.speculating else ex.attempt + 1,
+                rec.now + delay,
+                job.restarts + 1,
             )
         )
         return
@@ -52,13 +57,6 @@ def fail(rec: Recorder, job: JobRun, ex: Execution, error: str, config: JobsConf
     if not restart:
         tried = "(no restart)"
     fail_job(rec, job, f"task {ex.vertex}[{ex.subtask}] failed {tried}: {error}")
-
-
-def _next_attempt(job: JobRun, ex: Execution) -> int:
-    """The number of ``ex``'s restart: above every attempt its subtask had (a speculative one too)."""
-    if not job.speculating:
-        return ex.attempt + 1
-    return max(ex.attempt, job.vertices[ex.vertex].highest.get(ex.subtask, -1)) + 1
 
 
 def fail_job(rec: Recorder, job: JobRun, reason: str, cancel_reason: str = "the job is failing") -> None:

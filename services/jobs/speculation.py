@@ -6,6 +6,10 @@ Off by default (``SpeculationConfig.enabled``, as Flink's
 ``execution.batch.speculative.enabled``): with it off, nothing here runs and the jobs core
 decides as it always did.
 
+- **Which vertices**: those without an operator coordinator. A source's coordinator hands
+  each split to one attempt; a speculative source would have to read the splits its
+  original was given, in the same order, and share what either asks for next (Flink's
+  FLIP-245): not built yet, so a source is never speculated.
 - **Detection** (``slow_attempts``), on each tick (``Speculate``): once a share
   ``baseline_ratio`` of a vertex's subtasks finished (Flink's
   ``slow-task-detector.execution-time.baseline-ratio``, 0.75), its baseline is the median
@@ -33,7 +37,6 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from sluice.errors import ConfigError
 from sluice.events import (
     AttemptWon,
     CancelTask,
@@ -44,9 +47,11 @@ from sluice.events import (
     UpdateTaskExecutionState,
 )
 from sluice.services.common.decision import Address, Decision
+from sluice.services.coordination.runtime import has_coordinator
 
 from .machine import LIVE_JOB, LIVE_TASK, REPORTED, UNDEPLOYED_TASK
 from .recorder import Recorder
+from .speculation_config import SpeculationConfig
 from .state import Execution, JobRun, JobsState, parse_execution_id
 
 __all__ = [
@@ -59,42 +64,12 @@ __all__ = [
     "avoid",
     "concurrent_message",
     "concurrent_failure",
+    "next_attempt",
+    "beside",
+    "drop",
 ]
 
 _RUNNING = frozenset({TaskState.DEPLOYING, TaskState.INITIALIZING, TaskState.RUNNING})
-
-
-@dataclass(frozen=True)
-class SpeculationConfig:
-    """When a subtask gets a speculative attempt (see the module's docstring)."""
-
-    enabled: bool = False
-    baseline_ratio: float = 0.75
-    baseline_multiplier: float = 1.5
-    baseline_lower_bound_ms: int = 60_000
-    max_concurrent: int = 2
-
-    def __post_init__(self) -> None:
-        if not 0 < self.baseline_ratio <= 1:
-            raise ConfigError(
-                f"speculation baseline_ratio {self.baseline_ratio!r} is not a share of a vertex's subtasks: "
-                "give a number in (0, 1] (Flink's default: 0.75)"
-            )
-        if not self.baseline_multiplier >= 1:
-            raise ConfigError(
-                f"speculation baseline_multiplier {self.baseline_multiplier!r} would call an attempt slow "
-                "before the median: give a number >= 1 (Flink's default: 1.5)"
-            )
-        if self.baseline_lower_bound_ms < 0:
-            raise ConfigError(
-                f"speculation baseline_lower_bound_ms {self.baseline_lower_bound_ms!r} is negative: "
-                "give milliseconds >= 0 (Flink's default: 60000)"
-            )
-        if self.max_concurrent < 2:
-            raise ConfigError(
-                f"speculation max_concurrent {self.max_concurrent!r} leaves no room for a speculative "
-                "attempt: give 2 or more (Flink's default: 2), or turn speculation off"
-            )
 
 
 @dataclass(frozen=True)
@@ -132,6 +107,8 @@ def slow_attempts(job: JobRun, now: int, config: SpeculationConfig) -> list[Slow
     the graph's order."""
     slow: list[Slow] = []
     for vertex in job.vertices.values():
+        if has_coordinator(vertex.spec):
+            continue  # a source's splits go to one attempt: its speculative twin would need them too (FLIP-245)
         times = [
             t for ex in vertex.subtasks if ex.state == TaskState.FINISHED and (t := execution_time(ex, now)) is not None
         ]
@@ -190,6 +167,25 @@ def speculate(state: JobsState, s: Speculate, now: int) -> Decision:
 
 
 # --- the hooks of the jobs core: what a subtask with concurrent attempts does differently ----------
+
+
+def next_attempt(job: JobRun, ex: Execution) -> int:
+    """The number of ``ex``'s restart: above every attempt its subtask had (a speculative one too)."""
+    return max(ex.attempt, job.vertices[ex.vertex].highest.get(ex.subtask, -1)) + 1
+
+
+def beside(job: JobRun, ex: Execution) -> bool:
+    """``ex`` runs beside its subtask's current attempt (a speculative attempt, or a loser)."""
+    return job.vertices[ex.vertex].subtasks[ex.subtask] is not ex
+
+
+def drop(rec: Recorder, ex: Execution, reason: str) -> None:
+    """An attempt beside its subtask's current one ends, without a restart (the log restarted:
+    the current attempt's restart replaces them all)."""
+    if ex.state == TaskState.CANCELING or ex.state in UNDEPLOYED_TASK:
+        rec.move(ex, TaskState.CANCELED, reason)
+    elif not ex.state.terminal:
+        rec.move(ex, TaskState.FAILED, reason)
 
 
 def _win(rec: Recorder, job: JobRun, winner: Execution, why: str) -> None:

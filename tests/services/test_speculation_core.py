@@ -29,28 +29,39 @@ from sluice.events import (
 from sluice.services.jobs import core
 from sluice.services.jobs.machine import HOLDS_SLOT
 from sluice.services.jobs.speculation import Speculate, SpeculationConfig, slow_attempts
-from tests.cores import JobsDriven
+from tests.cores import CFG, JobsDriven
 
 FN = "tests.services.jobfixtures:identity"
 ON = SpeculationConfig(enabled=True, baseline_lower_bound_ms=0)
 
 
 def graph(parallelism: int = 4) -> JobGraph:
+    """Sources s0 -> a transform t0 (the vertex speculated) -> a sink c0."""
     src = JobVertex("s0", "source", parallelism, source=SourceSpec("text", ["/x"], 100))
+    t0 = JobVertex("t0", "transform", parallelism, [FN])
     c0 = JobVertex("c0", "transform", 1, [FN], sink=SinkSpec("parquet", "/out"))
-    return JobGraph("g", [src, c0], [JobEdge("s0", "c0", "keyed", "word")], 128, RestartStrategy("fixed-delay", 3, 0))
+    edges = [JobEdge("s0", "t0", "forward"), JobEdge("t0", "c0", "keyed", "word")]
+    return JobGraph("g", [src, t0, c0], edges, 128, RestartStrategy("fixed-delay", 3, 0))
+
+
+def transforms(d: JobsDriven) -> list[SubmitTask]:
+    """The sources run to their end; the transforms t0 deployed (and running)."""
+    for t in d.schedule():
+        d.run_to_end(t)
+    tasks = d.schedule()
+    assert [t.vertex_id for t in tasks] == ["t0"] * 4
+    for t in tasks:
+        d.report(t, TaskState.RUNNING)
+    return tasks
 
 
 def straggling(config: SpeculationConfig = ON) -> tuple[JobsDriven, SubmitTask, SubmitTask]:
-    """Four sources on tm-a and tm-b; three finish in 1 s, s0[3] runs on: at 3 s it is slow,
-    and its speculative attempt goes to tm-c. Returns the driven core, the original, the speculative."""
-    d = JobsDriven(graph(), {"tm-a": 2, "tm-b": 2, "tm-c": 2})
-    d.slots = {"tm-a": 2, "tm-b": 2}
-    tasks = d.schedule()
+    """Four transforms on tm-a and tm-b; three finish in 1 s, t0[3] runs on: at 3 s it is slow,
+    and its speculative attempt goes to another TaskManager. Returns the driven core, the
+    original, the speculative."""
+    d = JobsDriven(graph(), {"tm-a": 2, "tm-b": 2})
+    tasks = transforms(d)
     d.slots = {"tm-a": 2, "tm-b": 2, "tm-c": 2}
-    assert len(tasks) == 4
-    for t in tasks:
-        d.report(t, TaskState.RUNNING)
     d.advance(1_000)
     for t in tasks[:3]:
         d.run_to_end(t)
@@ -58,7 +69,7 @@ def straggling(config: SpeculationConfig = ON) -> tuple[JobsDriven, SubmitTask, 
     d.advance(2_000)
     decision = d.tell(Speculate("j1", config, d.free()))
     specs = [f for f in decision.facts if isinstance(f, SpeculativeAttemptScheduled)]
-    assert [(s.vertex_id, s.subtask, s.attempt, s.original) for s in specs] == [("s0", 3, 1, 0)]
+    assert [(s.vertex_id, s.subtask, s.attempt, s.original) for s in specs] == [("t0", 3, 1, 0)]
     placed = d.schedule()
     assert len(placed) == 1
     return d, original, placed[0]
@@ -66,7 +77,7 @@ def straggling(config: SpeculationConfig = ON) -> tuple[JobsDriven, SubmitTask, 
 
 def test_speculation_is_off_by_default_and_then_decides_nothing() -> None:
     d = JobsDriven(graph(), {"tm-a": 2, "tm-b": 2, "tm-c": 2})
-    tasks = d.schedule()
+    tasks = transforms(d)
     for t in tasks[:3]:
         d.run_to_end(t)
     d.advance(10_000_000)
@@ -92,7 +103,7 @@ def test_a_bad_setting_is_refused_naming_it_and_the_fix(field: str, value: float
 
 def test_the_detector_waits_for_the_baseline_ratio_and_respects_the_lower_bound() -> None:
     d = JobsDriven(graph(), {"tm-a": 4})
-    tasks = d.schedule()
+    tasks = transforms(d)
     d.advance(1_000)
     for t in tasks[:2]:
         d.run_to_end(t)  # 2 of 4 finished: below 0.75
@@ -100,13 +111,13 @@ def test_the_detector_waits_for_the_baseline_ratio_and_respects_the_lower_bound(
     assert slow_attempts(d.job, d.now, ON) == []
     d.run_to_end(tasks[2])
     slow = slow_attempts(d.job, d.now, ON)
-    assert [(s.execution.id, s.baseline_ms) for s in slow] == [("s0:3:0", 1_500)]
+    assert [(s.execution.id, s.baseline_ms) for s in slow] == [("t0:3:0", 1_500)]
     assert slow_attempts(d.job, d.now, SpeculationConfig(enabled=True, baseline_lower_bound_ms=10**9)) == []
 
 
 def test_the_speculative_attempt_wins_the_original_is_cancelled_and_consumers_read_the_winner() -> None:
     d, original, spec = straggling()
-    there = d.job.vertices["s0"].subtasks[3].taskmanager
+    there = d.job.vertices["t0"].subtasks[3].taskmanager
     assert there is not None and d.job.attempt_of(spec.execution_id).taskmanager != there, "it runs elsewhere"
     d.report(spec, TaskState.RUNNING)
     d.produce(spec)
@@ -117,10 +128,10 @@ def test_the_speculative_attempt_wins_the_original_is_cancelled_and_consumers_re
     d.report(spec, TaskState.FINISHED)
     (consumer,) = d.schedule()
     paths = consumer.descriptor.inputs[0].partition_paths()
-    assert core.partition_path("file:///s", "j1", "s0", 3, 1) in paths
-    assert core.partition_path("file:///s", "j1", "s0", 3, 0) not in paths
+    assert core.partition_path("file:///s", "j1", "t0", 3, 1) in paths
+    assert core.partition_path("file:///s", "j1", "t0", 3, 0) not in paths
     d.report(original, TaskState.FINISHED)  # it finished before the cancel reached it
-    assert d.job.vertices["s0"].concurrent == {}
+    assert d.job.vertices["t0"].concurrent == {}
     d.run_to_end(consumer)
     assert d.job.status == JobStatus.FINISHED
     assert d.state.pool.holders() == []
@@ -133,20 +144,20 @@ def test_the_original_wins_and_the_speculative_attempt_is_cancelled() -> None:
     assert [(w.attempt, w.losers) for w in d.log if isinstance(w, AttemptWon)] == [(0, [1])]
     assert d.job.attempt_of(spec.execution_id).state == TaskState.CANCELING
     d.report(spec, TaskState.CANCELED)
-    assert d.job.vertices["s0"].concurrent == {}
-    assert d.job.vertices["s0"].subtasks[3].attempt == 0
+    assert d.job.vertices["t0"].concurrent == {}
+    assert d.job.vertices["t0"].subtasks[3].attempt == 0
 
 
 def test_a_failure_of_either_attempt_is_not_restarted_while_the_other_runs() -> None:
     d, original, spec = straggling()
     d.tell(TaskOperationResult("j1", spec.execution_id, False, "no room"))
-    assert d.job.vertices["s0"].concurrent == {} and d.job.vertices["s0"].subtasks[3].attempt == 0
+    assert d.job.vertices["t0"].concurrent == {} and d.job.vertices["t0"].subtasks[3].attempt == 0
     d.advance(10_000)
     d.tell(Speculate("j1", ON, d.free()))
     (again,) = d.schedule()
     assert again.attempt == 2, "a speculative attempt is numbered above every attempt of its subtask"
     d.report(original, TaskState.FAILED, "disk full")
-    assert d.job.vertices["s0"].subtasks[3].attempt == 2, "the speculative attempt carries on in its place"
+    assert d.job.vertices["t0"].subtasks[3].attempt == 2, "the speculative attempt carries on in its place"
     assert not [f for f in d.log if isinstance(f, TaskRestartScheduled)]
     d.report(again, TaskState.FAILED, "disk full again")
     (restart,) = [f for f in d.log if isinstance(f, TaskRestartScheduled)]
@@ -155,7 +166,7 @@ def test_a_failure_of_either_attempt_is_not_restarted_while_the_other_runs() -> 
 
 def test_no_speculative_attempt_without_a_free_slot_on_another_taskmanager() -> None:
     d = JobsDriven(graph(), {"tm-a": 4})
-    tasks = d.schedule()
+    tasks = transforms(d)
     d.advance(1_000)
     for t in tasks[:3]:
         d.run_to_end(t)
@@ -186,7 +197,7 @@ def test_whatever_order_both_attempts_report_in_there_is_exactly_one_winner(repo
             d.tell(TaskOperationResult("j1", t.execution_id, False, "boom"))
         else:
             d.report(t, TaskState[what.upper()], "boom" if what == "failed" else None)
-        vertex = d.job.vertices["s0"]
+        vertex = d.job.vertices["t0"]
         current = vertex.subtasks[3]
         others = vertex.concurrent.get(3, [])
         racing = [o for o in [current, *others] if not o.state.terminal and o.state != TaskState.CANCELING]
@@ -199,7 +210,52 @@ def test_whatever_order_both_attempts_report_in_there_is_exactly_one_winner(repo
             assert (ex.state in HOLDS_SLOT) == (ex.id in held), f"{ex.id} {ex.state} and the pool {held} disagree"
     winners = [(w.attempt, tuple(w.losers)) for w in d.log if isinstance(w, AttemptWon) and w.losers]
     assert len(winners) <= 1, f"more than one winner: {winners}"
-    vertex = d.job.vertices["s0"]
+    vertex = d.job.vertices["t0"]
     assert vertex.finished == sum(ex.state == TaskState.FINISHED for ex in vertex.subtasks)
     assert vertex.produced == sum(ex.produced for ex in vertex.subtasks)
     assert vertex.started == sum(ex.state in (TaskState.RUNNING, TaskState.FINISHED) for ex in vertex.subtasks)
+
+
+def test_a_source_is_never_speculated_its_splits_go_to_one_attempt() -> None:
+    d = JobsDriven(graph(), {"tm-a": 4, "tm-b": 4})
+    sources = d.schedule()
+    for t in sources:
+        d.report(t, TaskState.RUNNING)
+    d.advance(1_000)
+    for t in sources[:3]:
+        d.run_to_end(t)
+    d.advance(100_000)
+    assert slow_attempts(d.job, d.now, ON) == []
+    assert not d.tell(Speculate("j1", ON, d.free())).facts
+
+
+def test_the_jobmanager_setting_reads_off_on_and_a_multiplier_with_a_minimum() -> None:
+    assert SpeculationConfig.parse(None) == SpeculationConfig() == SpeculationConfig.parse(" OFF ")
+    assert SpeculationConfig.parse("on") == SpeculationConfig(enabled=True)
+    assert SpeculationConfig.parse("2,30000") == SpeculationConfig(
+        enabled=True, baseline_multiplier=2.0, baseline_lower_bound_ms=30_000
+    )
+    for bad in ("fast", "0.5,100", "2"):
+        with pytest.raises(ConfigError, match=f"speculation = '{bad}' is not a speculation setting: give 'off'"):
+            SpeculationConfig.parse(bad)
+
+
+def test_losing_the_speculative_attempts_taskmanager_leaves_the_original_running() -> None:
+    d, original, spec = straggling()
+    where = d.job.attempt_of(spec.execution_id).taskmanager
+    d.tell(core.TaskManagerGone(where, "lost", CFG))
+    vertex = d.job.vertices["t0"]
+    assert vertex.concurrent == {} and vertex.subtasks[3].attempt == 0
+    assert vertex.subtasks[3].state == TaskState.RUNNING
+    assert not [f for f in d.log if isinstance(f, TaskRestartScheduled)]
+
+
+def test_a_log_restart_ends_the_speculative_attempt_and_restarts_the_subtask_above_it() -> None:
+    d, original, spec = straggling()
+    d.report(spec, TaskState.RUNNING)
+    d.tell(core.LogRestart("redis restarted", 1))
+    vertex = d.job.vertices["t0"]
+    assert vertex.concurrent == {}
+    (restart,) = [f for f in d.log if isinstance(f, TaskRestartScheduled) and f.vertex_id == "t0"]
+    assert restart.attempt == 2
+    assert d.state.pool.holders() == [h for h in d.state.pool.holders() if not h[3].startswith("t0:3:")]
