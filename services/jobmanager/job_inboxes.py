@@ -290,13 +290,13 @@ class JobInboxes:
         self.flush_coordinators(now)
 
     def _speculate(self, now: int, clock: int) -> None:
-        """Speculative execution, when it is on: once a second (Flink's slow-task-detector
-        check interval), each running job's slow subtasks get a speculative attempt
+        """Speculative execution, when it is on: every check interval (a second, as Flink's
+        slow-task-detector's), each running job's slow subtasks get a speculative attempt
         (services/jobs/speculation.py); the next scheduling pass places them."""
         config = self.jobs_config.speculation
         if not config.enabled or self.recovering() or clock < self._next_speculation_check:
             return
-        self._next_speculation_check = clock + 1000
+        self._next_speculation_check = clock + config.check_interval_ms
         state = self.state()
         free = self._free_slots()
         for job_id, job in list(state.jobs.jobs.items()):

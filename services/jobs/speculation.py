@@ -9,7 +9,9 @@ decides as it always did.
 - **Which vertices**: those without an operator coordinator. A source's coordinator hands
   each split to one attempt; a speculative source would have to read the splits its
   original was given, in the same order, and share what either asks for next (Flink's
-  FLIP-245): not built yet, so a source is never speculated.
+  FLIP-245): not built yet, so a source is never speculated. Nor is a vertex with another
+  coordinator (its events go to one attempt) or with queryable state (its registration
+  names one attempt's state server).
 - **Detection** (``slow_attempts``), on each tick (``Speculate``): once a share
   ``baseline_ratio`` of a vertex's subtasks finished (Flink's
   ``slow-task-detector.execution-time.baseline-ratio``, 0.75), its baseline is the median
@@ -107,8 +109,8 @@ def slow_attempts(job: JobRun, now: int, config: SpeculationConfig) -> list[Slow
     the graph's order."""
     slow: list[Slow] = []
     for vertex in job.vertices.values():
-        if has_coordinator(vertex.spec):
-            continue  # a source's splits go to one attempt: its speculative twin would need them too (FLIP-245)
+        if has_coordinator(vertex.spec) or vertex.spec.queryable:
+            continue  # a coordinator's events and a queryable state's registration go to one attempt
         times = [
             t for ex in vertex.subtasks if ex.state == TaskState.FINISHED and (t := execution_time(ex, now)) is not None
         ]

@@ -26,6 +26,8 @@ class SpeculationConfig:
     baseline_multiplier: float = 1.5
     baseline_lower_bound_ms: int = 60_000
     max_concurrent: int = 2
+    check_interval_ms: int = 1_000
+    """How often the leader looks for slow attempts (Flink's ``slow-task-detector.check-interval``)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.baseline_ratio <= 1:

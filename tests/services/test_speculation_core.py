@@ -5,6 +5,9 @@ scratch giving the live state (checked at teardown by tests/cores.py)."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,6 +16,7 @@ from sluice.errors import ConfigError
 from sluice.events import (
     AttemptWon,
     CancelTask,
+    Envelope,
     JobEdge,
     JobGraph,
     JobStatus,
@@ -26,9 +30,11 @@ from sluice.events import (
     TaskRestartScheduled,
     TaskState,
 )
+from sluice.services.jobmanager.snapshot_codec import decode_job, encode_job, install_job, job_snapshot
 from sluice.services.jobs import core
 from sluice.services.jobs.machine import HOLDS_SLOT
 from sluice.services.jobs.speculation import Speculate, SpeculationConfig, slow_attempts
+from sluice.services.jobs.state import JobsState, evolve
 from tests.cores import CFG, JobsDriven
 
 FN = "tests.services.jobfixtures:identity"
@@ -184,10 +190,8 @@ REPORTS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(reports=REPORTS)
-def test_whatever_order_both_attempts_report_in_there_is_exactly_one_winner(reports: list[tuple[str, str]]) -> None:
-    d, original, spec = straggling()
+def play(d: JobsDriven, original: SubmitTask, spec: SubmitTask, reports: list[tuple[str, str]]) -> Iterator[None]:
+    """Both attempts report ``reports`` in their order (a step after each)."""
     tasks = {"original": original, "speculative": spec}
     for who, what in reports:
         t = tasks[who]
@@ -197,6 +201,14 @@ def test_whatever_order_both_attempts_report_in_there_is_exactly_one_winner(repo
             d.tell(TaskOperationResult("j1", t.execution_id, False, "boom"))
         else:
             d.report(t, TaskState[what.upper()], "boom" if what == "failed" else None)
+        yield
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(reports=REPORTS)
+def test_whatever_order_both_attempts_report_in_there_is_exactly_one_winner(reports: list[tuple[str, str]]) -> None:
+    d, original, spec = straggling()
+    for _ in play(d, original, spec, reports):
         vertex = d.job.vertices["t0"]
         current = vertex.subtasks[3]
         others = vertex.concurrent.get(3, [])
@@ -259,3 +271,26 @@ def test_a_log_restart_ends_the_speculative_attempt_and_restarts_the_subtask_abo
     (restart,) = [f for f in d.log if isinstance(f, TaskRestartScheduled) and f.vertex_id == "t0"]
     assert restart.attempt == 2
     assert d.state.pool.holders() == [h for h in d.state.pool.holders() if not h[3].startswith("t0:3:")]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(reports=REPORTS, cut=st.integers(0, 10_000))
+def test_a_snapshot_at_any_fact_and_the_rest_of_the_log_give_the_live_state(
+    reports: list[tuple[str, str]], cut: int
+) -> None:
+    d, original, spec = straggling()
+    for _ in play(d, original, spec, reports):
+        pass
+    k = cut % (len(d.timed) + 1)
+    head = JobsState()
+    for fact, at in d.timed[:k]:
+        evolve(head, Envelope(fact, "", 0, at))
+    rebuilt = JobsState()
+    for job_id in head.jobs:
+        data = encode_job(job_snapshot(head, job_id))
+        snap = decode_job(data, job_id)
+        assert encode_job(snap) == data, "a fixed point: nothing lost, nothing added"
+        install_job(rebuilt, snap)
+    for fact, at in d.timed[k:]:
+        evolve(rebuilt, Envelope(fact, "", 0, at))
+    assert d.normalized(rebuilt) == d.normalized(copy.deepcopy(d.state))

@@ -41,7 +41,7 @@ def _run(args: tuple[int, dict[str, Any]]) -> dict[str, Any]:
         import random
 
         kwargs["faults"] = Faults.swarm(random.Random(seed), tuple(opts["kinds"]), all_on=bool(opts.get("all_faults")))
-    for knob in ("max_stall_s", "replay_page", "jobs"):
+    for knob in ("max_stall_s", "replay_page", "jobs", "speculation"):
         if opts.get(knob):
             kwargs[knob] = opts[knob]
     outcome = run_seed(seed, **kwargs)
@@ -122,6 +122,11 @@ def _campaign(n: int, start: int, workers: int, opts: dict[str, Any], names: lis
 @click.option("--max-stall-s", type=float, default=None, help="The JobManagers' stall limit (default 5 s).")
 @click.option("--replay-page", type=int, default=None, help="Facts a new leader replays per step.")
 @click.option("--jobs", type=int, default=None, help="Jobs per world (default 1 or 2).")
+@click.option(
+    "--speculation",
+    is_flag=True,
+    help="Speculative execution on, with one TaskManager 5x slower: slow subtasks race a speculative attempt.",
+)
 @click.option("--quiet", is_flag=True, help="Only the summary and failures.")
 @click.option(
     "--rss-every",
@@ -165,6 +170,7 @@ def main(
     max_stall_s: float | None,
     replay_page: int | None,
     jobs: int | None,
+    speculation: bool,
     rss_every: int | None,
     plant_name: str | None,
     campaign: bool,
@@ -189,6 +195,7 @@ def main(
         "max_stall_s": max_stall_s,
         "replay_page": replay_page,
         "jobs": jobs,
+        "speculation": speculation,
     }
     if campaign:
         _campaign(
@@ -217,12 +224,15 @@ def main(
     done = steps_total = facts_total = 0
     last_report = began
     rss: dict[int, int] = {}  # each worker's, as its last seed left it
+    speculated = raced = 0
     todo = [(s, opts) for s in range(start, start + n)]
     with multiprocessing.get_context("fork").Pool(workers, _init_worker, (plant_name,)) as pool:
         for out in pool.imap_unordered(_run, todo, chunksize=8):
             done += 1
             steps_total += out["steps"]
             facts_total += out["facts"]
+            speculated += out["speculated"]
+            raced += out["raced"]
             rss[out["pid"]] = out["rss"]
             digests[out["seed"]] = f"{out['seed']} {digest(out)} {'ok' if out['ok'] else 'FAILED'} {out['steps']}"
             if rss_every and done % rss_every == 0:
@@ -252,6 +262,8 @@ def main(
         f"{facts_total / took:.0f} facts/s (events decided and committed), {workers} workers; "
         f"{len(failed)} failed"
     )
+    if opts.get("speculation"):
+        click.echo(f"speculation: {speculated} speculative attempts, {raced} races decided")
     if failed:
         worst = min(failed, key=lambda o: o["seed"])
         click.echo(
