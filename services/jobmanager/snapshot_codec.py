@@ -215,10 +215,11 @@ def _ready(job: JobRun, ex: Execution) -> list[Any] | None:
 
 
 def _unready(job: JobRun, r: list[Any]) -> Execution:
-    vertex = job.vertices[r[0]]
+    vertex = job.vertices[str(r[0])]
+    subtask = int(r[1])
     if len(r) == 2:
-        return vertex.subtasks[r[1]]
-    return next(ex for ex in vertex.concurrent[r[1]] if ex.attempt == r[2])
+        return vertex.subtasks[subtask]
+    return next(ex for ex in vertex.concurrent[subtask] if ex.attempt == int(r[2]))
 
 
 def _unrun(d: dict[str, Any]) -> JobRun:
