@@ -294,3 +294,13 @@ def test_a_snapshot_at_any_fact_and_the_rest_of_the_log_give_the_live_state(
     for fact, at in d.timed[k:]:
         evolve(rebuilt, Envelope(fact, "", 0, at))
     assert d.normalized(rebuilt) == d.normalized(copy.deepcopy(d.state))
+
+
+def test_a_cancelled_attempt_that_never_published_is_swept_and_a_published_one_stays() -> None:
+    from sluice.services.dataplane.publish import abandoned, marker_name, part_name
+
+    winner = [part_name(3, 0, 0, "parquet"), marker_name(3, 0)]
+    partial = [part_name(3, 1, 0, "parquet")]  # the loser, newer, killed halfway through its moves
+    assert abandoned([*winner, *partial], 3, 1) == tuple(partial)
+    assert abandoned([*winner, *partial, marker_name(3, 1)], 3, 1) == ()  # complete: it may count
+    assert abandoned([*winner, part_name(4, 1, 0, "parquet")], 3, 1) == ()  # another subtask's
