@@ -67,6 +67,7 @@ __all__ = [
     "concurrent_message",
     "concurrent_failure",
     "next_attempt",
+    "any_concurrent",
     "beside",
     "drop",
 ]
@@ -169,6 +170,12 @@ def speculate(state: JobsState, s: Speculate, now: int) -> Decision:
 
 
 # --- the hooks of the jobs core: what a subtask with concurrent attempts does differently ----------
+
+
+def any_concurrent(job: JobRun) -> bool:
+    """Some subtask of the job has an attempt beside its current one (a race on, or a loser
+    not yet stopped)."""
+    return any(v.concurrent for v in job.vertices.values())
 
 
 def next_attempt(job: JobRun, ex: Execution) -> int:

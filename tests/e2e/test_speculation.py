@@ -16,7 +16,10 @@ from sluice.events import (
     TaskState,
     UpdateTaskExecutionState,
 )
+from sluice.services.projector import Projector
 from sluice.store import EventLog
+from sluice.views.replay import check
+from sluice.views.timeline import timeline
 from tests.e2e.conftest import MARGIN, SLACK, SPARK_START, TEARDOWN, Processes, registered, start_tm, wait_until
 from tests.e2e.test_jobs import JOBS, job_facts, run_job, write_lines
 
@@ -57,19 +60,22 @@ def test_a_straggler_races_a_speculative_attempt_on_another_taskmanager_and_the_
         f.attempt: f.taskmanager
         for f in facts
         if isinstance(f, UpdateTaskExecutionState)
-        and f.vertex_id == "sum counts"
+        and f.vertex_id == "sum counts -> out"
         and f.subtask == 0
         and f.state == TaskState.SCHEDULED
     }
     assert placed[spec.attempt] != placed[spec.original], placed
-    ends = [
-        f.state
-        for f in facts
-        if isinstance(f, UpdateTaskExecutionState)
-        and f.execution_id == f"sum counts -> out:0:{spec.original}"
-        and f.state.terminal
-    ]
-    assert ends == [TaskState.CANCELED], ends
+    original = f"sum counts -> out:0:{spec.original}"
+
+    def ends() -> list[TaskState]:
+        return [
+            f.state
+            for f in job_facts(log, job_id)
+            if isinstance(f, UpdateTaskExecutionState) and f.execution_id == original and f.state.terminal
+        ]
+
+    # The job finished with its winner; the loser, cancelled, ends as its TaskManager kills it.
+    assert wait_until(ends, "the loser's end", timeout=60) == [TaskState.CANCELED]
     # Exactly plain PySpark's counts, read from the sink directory as Spark reads it.
     got = sorted((r["word"], r["count"]) for r in spark.read.parquet(str(out)).collect())
     lines = spark.read.text(str(text))
@@ -79,3 +85,17 @@ def test_a_straggler_races_a_speculative_attempt_on_another_taskmanager_and_the_
         for r in lines.select(words).where(F.col("word") != "").groupBy("word").count().collect()
     )
     assert got == want
+    # inspect job (and the dashboard's job page) mark the race; the projector's tables agree with the log.
+    story = timeline(log, job_id)
+    marks = {
+        a["attempt"]: (a.get("speculative") is not None, a.get("race"))
+        for a in story["attempts"]
+        if a["vertex"] == "sum counts -> out" and a["subtask"] == 0
+    }
+    assert marks == {spec.original: (False, "lost"), spec.attempt: (True, "won")}, marks
+    assert {e["kind"] for e in story["events"]} >= {"speculative", "won"}
+    assert story["job"]["tasks_total"] == 6  # a speculative attempt is not another task
+    Projector(log).catch_up()
+    Projector(log).catch_up()
+    result = check(log)
+    assert result.agree, [vars(d) for d in result.differences[:10]]

@@ -293,7 +293,10 @@ def test_a_snapshot_at_any_fact_and_the_rest_of_the_log_give_the_live_state(
         install_job(rebuilt, snap)
     for fact, at in d.timed[k:]:
         evolve(rebuilt, Envelope(fact, "", 0, at))
-    assert d.normalized(rebuilt) == d.normalized(copy.deepcopy(d.state))
+    live = d.normalized(copy.deepcopy(d.state))
+    rebuilt = d.normalized(rebuilt)
+    assert rebuilt.jobs == live.jobs
+    assert rebuilt.pool.holders() == live.pool.holders()  # (a TaskManager with nothing held counts as absent)
 
 
 def test_a_cancelled_attempt_that_never_published_is_swept_and_a_published_one_stays() -> None:
