@@ -22,6 +22,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -44,6 +45,7 @@ def run(*, work_s: float = 2.0, slow: float = 5.0, reducers: int = 8) -> dict[st
     from .cluster import BenchCluster, job_seconds, share_env
 
     times: dict[str, float] = {}
+    story: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sluice-bench-speculation-") as tmp:
         tmp_path = Path(tmp)
         source = tmp_path / "input.txt"
@@ -89,6 +91,8 @@ def run(*, work_s: float = 2.0, slow: float = 5.0, reducers: int = 8) -> dict[st
                     if got != dict(want):
                         raise RuntimeError(f"{name}: the counts differ from the input's")
                     times[name] = job_seconds(job)
+                    if speculation != "off":
+                        story = _story(cluster.log, job.job_id, job.submitted_at)
         finally:
             spark.stop()
             server.stop()
@@ -102,4 +106,24 @@ def run(*, work_s: float = 2.0, slow: float = 5.0, reducers: int = 8) -> dict[st
         target = "<= 1.3" if name.endswith("speculation") else "-"
         table.add_row(name, f"{t:.1f} s", f"{t / base:.2f}", target)
     console.print(table)
+    if story:
+        console.print("  with speculation (seconds from submission): " + "; ".join(story))
     return times
+
+
+def _story(log: Any, job_id: str, start: int) -> list[str]:
+    """When the race began, was won, and its loser ended."""
+    from sluice.events import AttemptWon, SpeculativeAttemptScheduled, UpdateTaskExecutionState
+
+    out = []
+    losers: set[str] = set()
+    for _, env in log.replay(log.keys.facts(log.keys.job(job_id))):
+        ev, at = env.event, (env.ts - start) / 1000
+        if isinstance(ev, SpeculativeAttemptScheduled):
+            out.append(f"{ev.vertex_id}[{ev.subtask}] slow after {ev.elapsed_ms / 1000:.1f} s: speculated at {at:.1f}")
+        elif isinstance(ev, AttemptWon) and ev.losers:
+            out.append(f"attempt {ev.attempt} won at {at:.1f}")
+            losers |= {f"{ev.vertex_id}:{ev.subtask}:{a}" for a in ev.losers}
+        elif isinstance(ev, UpdateTaskExecutionState) and ev.execution_id in losers and ev.state.terminal:
+            out.append(f"the loser {ev.state.value} at {at:.1f}")
+    return out
