@@ -230,7 +230,7 @@ def balance(splits: int, rows: int, work: float, slow: float, taskmanagers: int)
 
 @bench.command()
 @click.option(
-    "--work", type=click.FloatRange(min=0.1), default=2.0, show_default=True, help="Seconds of work a reducer."
+    "--work", type=click.FloatRange(min=0.1), default=4.0, show_default=True, help="Seconds of work a reducer."
 )
 @click.option(
     "--slow",

@@ -34,7 +34,7 @@ JOB = Path(__file__).with_name("speculation_job.py")
 WORDS = "the sluice gate water flow river lock canal basin spark flink stream redis task slot split".split()
 
 
-def run(*, work_s: float = 2.0, slow: float = 5.0, reducers: int = 8) -> dict[str, float]:
+def run(*, work_s: float = 4.0, slow: float = 5.0, reducers: int = 8) -> dict[str, float]:
     import random
 
     from pyspark.sql import SparkSession
