@@ -17,6 +17,8 @@ from .kvstate import __all__ as _kvstate
 from .membership import *  # noqa: F401,F403
 from .membership import __all__ as _membership
 from .schema import EVENT_TYPES, JSON, Event, event, record
+from .speculation import *  # noqa: F401,F403
+from .speculation import __all__ as _speculation
 from .splits import *  # noqa: F401,F403
 from .splits import __all__ as _splits
 from .types import DEFAULT_MAX_PARALLELISM, PROTOCOL_VERSION, JobStatus, KeyGroupRange, TaskState
@@ -48,4 +50,5 @@ __all__ = [
     *_splits,
     *_kvstate,
     *_descriptor,
+    *_speculation,
 ]

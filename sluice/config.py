@@ -425,6 +425,15 @@ class Settings(BaseSettings):
         commands=JM,
         metavar="S",
     )
+    speculation: str = setting(
+        "off",
+        "speculative execution of slow subtasks: `off`, `on` (slow past 1.5 x its vertex's median, and "
+        "at least 60 s), or `X,MS` (on: slow past X x the median and at least MS milliseconds)",
+        "off, on, or a multiplier of 1 or more and milliseconds (1.5,60000)",
+        "--speculation",
+        commands=JM,
+        metavar="SPEC",
+    )
     snapshot_interval_ms: PositiveInt = setting(
         5000,
         "how often the leader snapshots the tags whose facts grew",
@@ -632,6 +641,19 @@ class Settings(BaseSettings):
         if value is not None and urlsplit(value).scheme not in ("http", "https"):
             raise ValueError("is not an S3 endpoint: give http://HOST:PORT or https://HOST:PORT")
         return value
+
+    @field_validator("speculation", mode="before")
+    @classmethod
+    def _speculation(cls, value: Any) -> Any:
+        # The forms SpeculationConfig.parse (services/jobs/speculation_config.py) reads.
+        from sluice.services.jobs.speculation_config import FORMS, SpeculationConfig
+
+        text = str(value).strip().lower()
+        try:
+            SpeculationConfig.parse(text)
+        except ConfigError:
+            raise ValueError(f"is not a speculation setting: {FORMS}") from None
+        return text
 
     @field_validator("fact_retention", mode="before")
     @classmethod

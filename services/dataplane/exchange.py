@@ -309,16 +309,20 @@ def write_sink(
             fs.delete_tree(fs.join(path, staging))
 
 
-def sweep_sink(path: str, subtask: int) -> int:
+def sweep_sink(path: str, subtask: int, abandoned: int | None = None) -> int:
     """Delete the files of ``subtask``'s attempts older than its newest published one
-    (``publish.superseded``); returns how many went. Safe at any time; a TaskManager runs it
-    after killing a stale attempt that may have died halfway through publishing."""
+    (``publish.superseded``), and those of attempt ``abandoned`` if it never published
+    (``publish.abandoned``: an attempt the leader cancelled); returns how many went. Safe at
+    any time; a TaskManager runs it after killing an attempt that may have died halfway
+    through publishing."""
     path = _check_path(path, "sink path")
     try:
         listing = _names(path)
     except FileNotFoundError:
         return 0
     gone = publish.superseded(listing, subtask)
+    if abandoned is not None:
+        gone = (*gone, *(n for n in publish.abandoned(listing, subtask, abandoned) if n not in gone))
     for name in gone:
         fs.delete_file(fs.join(path, name))
     return len(gone)

@@ -107,6 +107,7 @@ __all__ = [
     "Plan",
     "Publication",
     "Step",
+    "abandoned",
     "current",
     "superseded",
     "is_marker",
@@ -210,6 +211,18 @@ def superseded(existing: Iterable[str], subtask: int) -> tuple[str, ...]:
     listed = list(existing)
     newest = plan(listed, subtask, 0).newest
     return () if newest is None else plan(listed, subtask, newest).delete
+
+
+def abandoned(existing: Iterable[str], subtask: int, attempt: int) -> tuple[str, ...]:
+    """From one listing, the files of attempt ``attempt`` of ``subtask`` if it never published
+    (its marker is not there): what an attempt killed halfway through its moves left, which
+    no newer attempt deletes when the attempt was the newest (a speculative attempt that
+    lost its race: services/jobs/speculation.py). Safe for an attempt the leader cancelled:
+    it never counts. With its marker it is complete (and may be the one that counts): nothing."""
+    listed = list(existing)
+    if marker_name(subtask, attempt) in listed:
+        return ()
+    return tuple(sorted(name for name in listed if parse(name) == (subtask, attempt)))
 
 
 def current(existing: Iterable[str]) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs import reconcile
 from sluice.services.jobs.machine import LIVE_JOB, TERMINAL_JOB
+from sluice.services.jobs.speculation import Speculate
 from sluice.store import Blobs, Consumed, GroupConsumer, Keys, tag_of
 from sluice.store.consumer import Entry
 
@@ -77,6 +78,7 @@ class JobInboxes:
         self.batch, self.recovering, self.storage_root, self.blobs = batch, recovering, storage_root, blobs
         self.checkpoint_interval_ms, self.coordinator_executor = checkpoint_interval_ms, coordinator_executor
         self._next_deploy_check = 0
+        self._next_speculation_check = 0
 
     # --- which inboxes are read ---
     def follow(self, job_id: str) -> None:
@@ -272,6 +274,7 @@ class JobInboxes:
                 state.jobs, jobs.SlotWaits(self.jobs_config, total, timers=state.timers, clock=clock), now
             ).jobs:
                 self.commit(d)
+        self._speculate(now, clock)
         reports = state.reports
         if clock >= self._next_deploy_check:  # once a second is plenty for a timeout of a minute
             self._next_deploy_check = clock + 1000
@@ -285,6 +288,23 @@ class JobInboxes:
                 self.logger.warning("deployment timed out", job=d.job_id, facts=len(d.facts))
                 self.commit(d)
         self.flush_coordinators(now)
+
+    def _speculate(self, now: int, clock: int) -> None:
+        """Speculative execution, when it is on: every check interval (a second, as Flink's
+        slow-task-detector's), each running job's slow subtasks get a speculative attempt
+        (services/jobs/speculation.py); the next scheduling pass places them."""
+        config = self.jobs_config.speculation
+        if not config.enabled or self.recovering() or clock < self._next_speculation_check:
+            return
+        self._next_speculation_check = clock + config.check_interval_ms
+        state = self.state()
+        free = self._free_slots()
+        for job_id, job in list(state.jobs.jobs.items()):
+            if job.status in LIVE_JOB:
+                decision = jobs.decide(state.jobs, Speculate(job_id, config, free), now)
+                if decision.facts:
+                    self.logger.info("speculative attempts", job=job_id, facts=len(decision.facts))
+                    self.commit(decision)
 
     # --- coordinators ---
     def create_coordinators(self, job_id: str) -> JobCoordinators:

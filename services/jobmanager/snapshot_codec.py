@@ -176,12 +176,50 @@ def _run(job: JobRun) -> dict[str, Any]:
         "floor": job.floor,
         "history": job.history,
         "vertices": [
-            [name, v.produced, v.finished, v.started, [_execution(ex) for ex in v.subtasks]]
+            [name, v.produced, v.finished, v.started, [_execution(ex) for ex in v.subtasks], *_speculation(v)]
             for name, v in job.vertices.items()
         ],
-        "ready": [[ex.vertex, ex.subtask] for ex in job.ready],
+        "ready": [r for ex in job.ready if (r := _ready(job, ex)) is not None],
         "kvstate": _kvstate(job.kvstate),
     }
+
+
+def _speculation(v: VertexRun) -> list[dict[str, Any]]:
+    """A vertex's speculative execution (services/jobs/speculation.py), when it had any: its
+    attempts beside the current ones and the highest attempt each subtask was given (nothing
+    otherwise: a snapshot of a job without speculation is as it always was)."""
+    if not v.highest:
+        return []
+    return [
+        {
+            "concurrent": [[i, [_execution(ex) for ex in others]] for i, others in v.concurrent.items()],
+            "highest": [[i, a] for i, a in v.highest.items()],
+        }
+    ]
+
+
+def _unspeculation(v: VertexRun, name: str, d: dict[str, Any]) -> None:
+    v.concurrent = {int(i): [_unexecution(name, int(i), ex) for ex in others] for i, others in d["concurrent"]}
+    v.highest = {int(i): int(a) for i, a in d["highest"]}
+
+
+def _ready(job: JobRun, ex: Execution) -> list[Any] | None:
+    """A ready execution: [vertex, subtask], and its attempt when it runs beside the current
+    one (None: a speculative attempt that has ended since, no longer anywhere)."""
+    vertex = job.vertices[ex.vertex]
+    if vertex.subtasks[ex.subtask] is ex:
+        return [ex.vertex, ex.subtask]
+    if ex in vertex.concurrent.get(ex.subtask, ()):
+        return [ex.vertex, ex.subtask, ex.attempt]
+    return None
+
+
+def _unready(job: JobRun, r: list[Any]) -> Execution:
+    vertex = job.vertices[str(r[0])]
+    subtask = int(r[1])
+    if len(r) == 2:
+        return vertex.subtasks[subtask]
+    return next(ex for ex in vertex.concurrent[subtask] if ex.attempt == int(r[2]))
 
 
 def _unrun(d: dict[str, Any]) -> JobRun:
@@ -210,10 +248,12 @@ def _unrun(d: dict[str, Any]) -> JobRun:
     for e in sub.graph.edges:  # wired as services/jobs/state.py _build wires them
         inputs[e.target].append(e)
         outputs[e.source].append(e)
-    for name, produced, finished, started, subtasks in d["vertices"]:
+    for name, produced, finished, started, subtasks, *speculation in d["vertices"]:
         execs = [_unexecution(name, i, ex) for i, ex in enumerate(subtasks)]
-        job.vertices[name] = VertexRun(specs[name], inputs[name], outputs[name], execs, produced, finished, started)
-    job.ready = deque(job.vertices[v].subtasks[i] for v, i in d["ready"])
+        job.vertices[name] = v = VertexRun(specs[name], inputs[name], outputs[name], execs, produced, finished, started)
+        if speculation:
+            _unspeculation(v, name, speculation[0])
+    job.ready = deque(_unready(job, r) for r in d["ready"])
     job.kvstate = _unkvstate(d["kvstate"])
     return job
 

@@ -54,6 +54,7 @@ from .machine import (
 )
 from .recorder import Recorder
 from .scheduling import MAX_DEPLOY_PER_PASS, schedule
+from .speculation import Speculate, any_concurrent, concurrent_message, speculate
 from .state import JobRun, JobsState, parse_execution_id
 from .stimuli import (
     FailAtOnce,
@@ -90,7 +91,7 @@ __all__ = [
 ]
 
 
-def decide(state: JobsState, stimulus: Stimulus, now: int) -> Decision:
+def decide(state: JobsState, stimulus: Stimulus | Speculate, now: int) -> Decision:
     """The jobs core's one door: what ``stimulus`` causes at ``now`` (its facts already applied
     to ``state``). It never raises for a message: one a job inbox does not take is
     ``Rejected`` with an UnexpectedJobMessage (the shell parks it), before anything is decided."""
@@ -129,6 +130,14 @@ def _inbound(state: JobsState, s: Inbound, now: int) -> Decision:
     msg = env.event
     if job is None:
         rec.note(f"job {job_id} not found")
+        return rec.decision
+    if (
+        isinstance(msg, (UpdateTaskExecutionState, ScheduleOrUpdateConsumers, TaskOperationResult))
+        and job.speculating
+        and concurrent_message(rec, job, msg)
+    ):
+        maybe_complete(rec, job)  # (a loser cancelled may be the last task a stopping job waited for)
+        _maybe_finished(rec, job)  # (or the last one a finished job waited for)
         return rec.decision
     if isinstance(msg, UpdateTaskExecutionState):
         _update(rec, job, msg, config)
@@ -272,9 +281,15 @@ def _update(rec: Recorder, job: JobRun, msg: UpdateTaskExecutionState, config: J
     if msg.state in STARTED_TASK and job.status == JobStatus.CREATED and job.sources_running():
         rec.fact(JobStatusChanged(job.job_id, JobStatus.RUNNING, None))
         rec.send(Address.client(job.reply_to), Success(job.job_id))
-    if job.status in LIVE_JOB and job.all_finished():
-        rec.fact(JobStatusChanged(job.job_id, JobStatus.FINISHED, None))
+    _maybe_finished(rec, job)
     maybe_complete(rec, job)
+
+
+def _maybe_finished(rec: Recorder, job: JobRun) -> None:
+    """Every subtask finished: the job finished, once the attempts that lost a race ended
+    too (they hold slots until their TaskManagers stop them: services/jobs/speculation.py)."""
+    if job.status in LIVE_JOB and job.all_finished() and not (job.speculating and any_concurrent(job)):
+        rec.fact(JobStatusChanged(job.job_id, JobStatus.FINISHED, None))
 
 
 _HANDLERS: dict[type, Callable[[JobsState, Any, int], Decision]] = {
@@ -286,4 +301,5 @@ _HANDLERS: dict[type, Callable[[JobsState, Any, int], Decision]] = {
     Orphans: orphans,
     LogRestart: log_restarted,
     SlotWaits: slot_waits,
+    Speculate: speculate,
 }

@@ -17,6 +17,7 @@ from sluice.services.common.decision import Address
 
 from .machine import LIVE_JOB, LIVE_TASK, UNDEPLOYED_TASK
 from .recorder import Recorder
+from .speculation import concurrent_failure, next_attempt
 from .state import Execution, JobRun
 from .stimuli import JobsConfig
 
@@ -24,7 +25,10 @@ __all__ = ["fail", "fail_job", "cancel_all", "maybe_complete", "gone"]
 
 
 def fail(rec: Recorder, job: JobRun, ex: Execution, error: str, config: JobsConfig, restart: bool = True) -> None:
-    """An execution failed: restart it if the job's strategy allows (and ``restart``), else fail the job."""
+    """An execution failed: restart it if the job's strategy allows (and ``restart``), else fail the job.
+    (One that runs beside another attempt of its subtask is not restarted: services/jobs/speculation.py.)"""
+    if job.speculating and concurrent_failure(rec, job, ex, error):
+        return
     rec.move(ex, TaskState.FAILED, error)
     if job.status not in LIVE_JOB:
         maybe_complete(rec, job)
@@ -35,7 +39,14 @@ def fail(rec: Recorder, job: JobRun, ex: Execution, error: str, config: JobsConf
         if strategy.kind == "exponential-backoff":
             delay = min(strategy.delay_ms * (2**job.restarts), strategy.max_delay_ms)
         rec.fact(
-            TaskRestartScheduled(job.job_id, ex.vertex, ex.subtask, ex.attempt + 1, rec.now + delay, job.restarts + 1)
+            TaskRestartScheduled(
+                job.job_id,
+                ex.vertex,
+                ex.subtask,
+                next_attempt(job, ex) if job.speculating else ex.attempt + 1,
+                rec.now + delay,
+                job.restarts + 1,
+            )
         )
         return
     tried = (

@@ -12,6 +12,7 @@ from sluice.services.common.decision import Decision
 from .failures import fail_job, gone, maybe_complete
 from .machine import HOLDS_SLOT, LIVE_JOB, STOPPING_JOB, TERMINAL_JOB
 from .recorder import Recorder
+from .speculation import beside, drop, next_attempt
 from .state import JobsState
 from .stimuli import LogRestart, Orphans, SlotWaits, TaskManagerGone
 
@@ -89,7 +90,15 @@ def log_restarted(state: JobsState, s: LogRestart, now: int) -> Decision:
         rec = Recorder(state, job.job_id, now)
         rec.fact(AttemptsRenumbered(job.job_id, attempt_floor, reason))
         ending = job.status in STOPPING_JOB
+        speculating = job.speculating
         for ex in list(job.executions()):
+            if speculating and not ending and beside(job, ex):
+                drop(rec, ex, reason)  # (the current attempt's restart replaces it)
+                continue
+            if speculating:
+                floor = max(attempt_floor, next_attempt(job, ex))
+            else:
+                floor = attempt_floor
             if ex.state == TaskState.CANCELING or (ending and ex.state in HOLDS_SLOT):
                 rec.move(ex, TaskState.CANCELED, reason)
             elif ending:
@@ -98,7 +107,7 @@ def log_restarted(state: JobsState, s: LogRestart, now: int) -> Decision:
                 rec.move(ex, TaskState.FAILED, reason)
                 rec.fact(
                     TaskRestartScheduled(
-                        job.job_id, ex.vertex, ex.subtask, max(ex.attempt + 1, attempt_floor), now, job.restarts
+                        job.job_id, ex.vertex, ex.subtask, max(ex.attempt + 1, floor), now, job.restarts
                     )
                 )
             elif ex.state == TaskState.CREATED:
@@ -107,7 +116,7 @@ def log_restarted(state: JobsState, s: LogRestart, now: int) -> Decision:
                         job.job_id,
                         ex.vertex,
                         ex.subtask,
-                        max(ex.attempt + 1, attempt_floor),
+                        max(ex.attempt + 1, floor),
                         max(now, ex.not_before),
                         job.restarts,
                     )

@@ -55,6 +55,7 @@ from .failures import fail, gone, maybe_complete
 from .recorder import Recorder
 from .slot_memory import Memory, PerTaskManager, Seen, split_task_id
 from .slot_pool import SlotPool
+from .speculation import concurrent_message
 from .state import TERMINAL_JOB, Execution, JobRun, JobsState
 from .stimuli import JobsConfig
 
@@ -173,7 +174,7 @@ def _reconcile(
             if task_id in held or task_id in finals:
                 continue  # reported (looked at below): nearly every attempt, so first and cheaply
             job = state.jobs.get(job_id)
-            ex = job.current(eid) if job is not None and job.status not in TERMINAL_JOB else None
+            ex = job.attempt_of(eid) if job is not None and job.status not in TERMINAL_JOB else None
             if job is None or ex is None or ex.taskmanager != resource_id:
                 continue
             if ex.session is not None and ex.session != session:
@@ -206,7 +207,7 @@ def _reconcile(
     for task_id, line in finals.items():
         job_id, execution_id = split_task_id(task_id)
         found = state.jobs.get(job_id)
-        ex = found.current(execution_id) if found is not None else None
+        ex = found.attempt_of(execution_id) if found is not None else None
         if (
             found is None
             or found.status in TERMINAL_JOB
@@ -223,7 +224,7 @@ def _reconcile(
     for task_id in held:
         job_id, execution_id = split_task_id(task_id)
         found = state.jobs.get(job_id)
-        ex = found.current(execution_id) if found is not None else None
+        ex = found.attempt_of(execution_id) if found is not None else None
         if ex is not None and ex.taskmanager == resource_id and ex.state == TaskState.CANCELING:
             # Still held though the leader cancelled it: the CancelTask was lost, say it again.
             if due("cancelling", task_id) and cancel_due(task_id):
@@ -289,7 +290,7 @@ def _accept_lost_finals(
             # behind on a busy job's inbox does not re-examine every final of it each step.
             continue
         job = state.jobs.get(job_id)
-        ex = job.current(execution_id) if job is not None and job.status not in TERMINAL_JOB else None
+        ex = job.attempt_of(execution_id) if job is not None and job.status not in TERMINAL_JOB else None
         memory.drop_final(task_id)
         if job is None or ex is None or ex.state.terminal or ex.taskmanager != resource_id:
             continue
@@ -306,18 +307,18 @@ def _accept_lost_finals(
                     "its reports: it runs again to register it"
                 ),
             )
+        msg = UpdateTaskExecutionState(
+            job_id, execution_id, final, error, ex.vertex, ex.subtask, ex.attempt, resource_id, ex.slot
+        )
+        if job.speculating and concurrent_message(rec, job, msg):
+            maybe_complete(rec, job)  # (an attempt beside its subtask's current one: services/jobs/speculation.py)
+            notes.append(task_id)
+            continue
         if final == TaskState.FINISHED and job.vertices[ex.vertex].outputs and not ex.produced:
             # A finished producer wrote its partition (its worker says so before it finishes):
             # that report was lost too, and consumers wait for it.
             rec.fact(ScheduleOrUpdateConsumers(job_id, ex.id, ex.vertex, ex.subtask, ex.attempt))
-        _update(
-            rec,
-            job,
-            UpdateTaskExecutionState(
-                job_id, execution_id, final, error, ex.vertex, ex.subtask, ex.attempt, resource_id, ex.slot
-            ),
-            config,
-        )
+        _update(rec, job, msg, config)
         notes.append(task_id)
     memory.accepted += notes
     return [rec.decision for rec in out.values() if rec.decision]
@@ -398,7 +399,7 @@ def _timed_out(
     ``one_clock``: the log's times are on it too, so a deployment not in ``Memory.deployed``
     counts from its stamp)."""
     job = state.jobs.get(job_id)
-    ex = job.current(eid) if job is not None and job.status not in TERMINAL_JOB else None
+    ex = job.attempt_of(eid) if job is not None and job.status not in TERMINAL_JOB else None
     if ex is None or ex.state != TaskState.DEPLOYING or ex.taskmanager != tm:
         return None
     task_id = f"{job_id}/{eid}"

@@ -9,6 +9,7 @@ from sluice.services.common.decision import Address, Decision
 from .descriptor import descriptor
 from .machine import LIVE_JOB
 from .recorder import Recorder
+from .speculation import avoid
 from .state import Execution, JobRun, JobsState
 from .stimuli import FreeSlots, Schedule
 
@@ -39,7 +40,11 @@ def schedule(state: JobsState, s: Schedule, now: int) -> Decision:
         if timers.held_back(job_id, ex, clock) if timers is not None else now < ex.not_before:
             later.append(ex)
             continue
-        tm = _pick(free)
+        others = avoid(job, ex) if job.speculating else frozenset()
+        tm = _pick(free, others)
+        if tm is None and others and _pick(free) is not None:
+            later.append(ex)  # a speculative attempt waits for a slot on another TaskManager
+            continue
         if tm is None:
             # No TaskManager has a free slot: no other task can be placed this pass. Stop
             # here (the rest keep their place in the queue): looking at every queued task on
@@ -63,9 +68,10 @@ def schedule(state: JobsState, s: Schedule, now: int) -> Decision:
 MAX_DEPLOY_PER_PASS = 1000
 
 
-def _pick(free: FreeSlots) -> str | None:
-    """The TaskManager with the most free slots (ties: the first by name)."""
-    best = min(((-len(slots), tm) for tm, slots in free.items() if slots), default=None)
+def _pick(free: FreeSlots, exclude: frozenset[str] = frozenset()) -> str | None:
+    """The TaskManager with the most free slots (ties: the first by name), not one of
+    ``exclude`` (those a speculative attempt's subtask runs on)."""
+    best = min(((-len(slots), tm) for tm, slots in free.items() if slots and tm not in exclude), default=None)
     return best[1] if best else None
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from sluice.errors import IllegalTransition
 from sluice.events import (
     AttemptsRenumbered,
+    AttemptWon,
     CoordinatorCheckpointed,
     Envelope,
     Event,
@@ -31,6 +32,7 @@ from sluice.events import (
     OperatorEvent,
     RequestNextInputSplit,
     ScheduleOrUpdateConsumers,
+    SpeculativeAttemptScheduled,
     TaskRestartScheduled,
     TaskState,
     UpdateTaskExecutionState,
@@ -109,6 +111,12 @@ class VertexRun:
     """How many restarts this vertex's subtasks had since this state was built or restored:
     it only tells a cache (``moved_attempts``) that the subtasks' attempts changed."""
     moved: tuple[tuple[int, int], dict[str, int]] | None = field(default=None, compare=False, repr=False)
+    concurrent: dict[int, list[Execution]] = field(default_factory=dict)
+    """Speculative execution (services/jobs/speculation.py): subtask -> its attempts that run
+    besides its current one (a speculative attempt, or a loser being cancelled). Empty unless
+    speculation is on."""
+    highest: dict[int, int] = field(default_factory=dict)
+    """Subtask -> the highest attempt speculation gave it: a restart is numbered above it."""
 
     def moved_attempts(self, floor: int) -> dict[str, int]:
         """Each subtask whose attempt is not ``floor`` (the job's first), with its attempt:
@@ -165,8 +173,28 @@ class JobRun:
         return self.graph.name
 
     def executions(self) -> Iterator[Execution]:
+        """Every subtask's current attempt, and the attempts that run besides it (speculation)."""
         for v in self.vertices.values():
             yield from v.subtasks
+            for others in v.concurrent.values():
+                yield from others
+
+    @property
+    def speculating(self) -> bool:
+        """Some subtask of the job had a speculative attempt (services/jobs/speculation.py)."""
+        return any(v.highest for v in self.vertices.values())
+
+    def attempt_of(self, eid: str) -> Execution | None:
+        """The execution ``eid`` names: its subtask's current attempt, or one running besides it."""
+        ex = self.current(eid)
+        if ex is not None:
+            return ex
+        try:
+            vertex, subtask, attempt = parse_execution_id(eid)
+            others = self.vertices[vertex].concurrent.get(subtask, ())
+        except (ValueError, KeyError):
+            return None
+        return next((o for o in others if o.attempt == attempt), None)
 
     def current(self, eid: str) -> Execution | None:
         """The execution ``eid`` names, if it is its subtask's current attempt."""
@@ -236,6 +264,11 @@ def _task_moved(state: JobsState, env: Envelope, ev: UpdateTaskExecutionState) -
         return
     vertex = job.vertices[ev.vertex_id]
     ex = vertex.subtasks[ev.subtask]
+    if ex.attempt != ev.attempt and vertex.concurrent:
+        other = next((o for o in vertex.concurrent.get(ev.subtask, ()) if o.attempt == ev.attempt), None)
+        if other is not None:
+            _concurrent_moved(state, job, vertex, other, env, ev)
+            return
     old, new = ex.state, ev.state
     move = _MOVE_TEXT.get((old, new)) if ex.attempt == ev.attempt else None
     if move is None:  # raises: not a legal move
@@ -268,6 +301,90 @@ def _task_moved(state: JobsState, env: Envelope, ev: UpdateTaskExecutionState) -
     started = new in STARTED_TASK
     if started is not (old in STARTED_TASK):
         vertex.started += 1 if started else -1
+
+
+def _concurrent_moved(
+    state: JobsState, job: JobRun, vertex: VertexRun, ex: Execution, env: Envelope, ev: UpdateTaskExecutionState
+) -> None:
+    """An attempt that runs besides its subtask's current one moved: its slot is taken or
+    given back, but the vertex's counts are the current attempt's; once it ended, it is gone."""
+    old, new = ex.state, ev.state
+    check_task(ev.execution_id, old, new, ex.history, current=ex.attempt, attempt=ev.attempt)
+    _remember(ex.history, env.ts, f"{ex.attempt}: {old._value_}->{new._value_} (speculative)")
+    ex.state, ex.since = new, env.ts
+    if ev.error is not None:
+        ex.error = ev.error
+    if ev.taskmanager is not None:
+        ex.taskmanager, ex.slot = ev.taskmanager, ev.slot
+    if ev.session is not None:
+        ex.session = ev.session
+    holds, held = new in HOLDS_SLOT, old in HOLDS_SLOT
+    if holds and not held:
+        ex.placed_epoch = env.epoch
+        if ex.taskmanager is not None:
+            state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
+            job.slot_taken_at = env.ts
+    elif held and not holds:
+        state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
+    if new.terminal:
+        others = vertex.concurrent[ex.subtask]
+        others.remove(ex)
+        if not others:
+            del vertex.concurrent[ex.subtask]
+
+
+def _speculated(state: JobsState, env: Envelope, ev: SpeculativeAttemptScheduled) -> None:
+    """A subtask gets a speculative attempt besides its current one (ready to be placed)."""
+    job = state.jobs[ev.job_id]
+    vertex = job.vertices[ev.vertex_id]
+    ex = vertex.subtasks[ev.subtask]
+    taken = [ex.attempt, *(o.attempt for o in vertex.concurrent.get(ev.subtask, ()))]
+    if ex.attempt != ev.original or ev.attempt <= max(taken) or ev.attempt <= vertex.highest.get(ev.subtask, -1):
+        raise IllegalTransition(
+            f"{ev.job_id}: a speculative attempt {ev.attempt} of {ev.vertex_id}[{ev.subtask}] beside attempt "
+            f"{ev.original} (its current attempt is {ex.attempt}, attempts taken: {taken}): a speculative attempt "
+            f"is numbered above every attempt of its subtask, beside the current one. Its story: {ex.history}"
+        )
+    spec = Execution(ev.vertex_id, ev.subtask, ev.attempt, since=env.ts, not_before=env.ts)
+    _remember(ex.history, env.ts, f"{ex.attempt}: speculative attempt {ev.attempt} (ran {ev.elapsed_ms} ms)")
+    vertex.concurrent.setdefault(ev.subtask, []).append(spec)
+    vertex.highest[ev.subtask] = ev.attempt
+    job.ready.append(spec)
+
+
+def _won(state: JobsState, env: Envelope, ev: AttemptWon) -> None:
+    """One of a subtask's concurrent attempts won: it becomes the current one (the others
+    stay beside it until they are cancelled)."""
+    job = state.jobs[ev.job_id]
+    vertex = job.vertices[ev.vertex_id]
+    ex = vertex.subtasks[ev.subtask]
+    others = vertex.concurrent.get(ev.subtask, [])
+    attempts = {o.attempt for o in [ex, *others]}
+    if ev.attempt not in attempts or not set(ev.losers) <= attempts - {ev.attempt}:
+        raise IllegalTransition(
+            f"{ev.job_id}: attempt {ev.attempt} of {ev.vertex_id}[{ev.subtask}] won over {ev.losers}, "
+            f"but its subtask's concurrent attempts are {sorted(attempts)}. Its story: {ex.history}"
+        )
+    _remember(ex.history, env.ts, f"{ev.attempt}: won over {ev.losers}")
+    if ex.attempt == ev.attempt:
+        return
+    winner = next(o for o in others if o.attempt == ev.attempt)
+    others.remove(winner)
+    others.append(ex)
+    if ex.state == TaskState.FINISHED:
+        vertex.finished -= 1
+    if ex.state in STARTED_TASK:
+        vertex.started -= 1
+    if ex.produced:
+        vertex.produced -= 1
+        ex.produced = False
+    if winner.state == TaskState.FINISHED:
+        vertex.finished += 1
+    if winner.state in STARTED_TASK:
+        vertex.started += 1
+    job.by_id.pop(ex.id, None)  # (no longer current)
+    vertex.subtasks[ev.subtask] = winner
+    vertex.restarted += 1  # (consumers' descriptors name the winner's attempt)
 
 
 def _produced(state: JobsState, env: Envelope, ev: ScheduleOrUpdateConsumers) -> None:
@@ -383,6 +500,8 @@ _HANDLERS: dict[type[Event], Callable[[JobsState, Envelope, Any], None]] = {
     UpdateTaskExecutionState: _task_moved,
     ScheduleOrUpdateConsumers: _produced,
     TaskRestartScheduled: _restarted,
+    SpeculativeAttemptScheduled: _speculated,
+    AttemptWon: _won,
     OperatorEvent: _coordinator_took,
     RequestNextInputSplit: _coordinator_took,
     JobSubmitted: _submitted,

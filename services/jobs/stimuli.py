@@ -8,6 +8,7 @@ from typing import Any
 
 from sluice.events import Envelope, SubmitJob
 
+from .speculation_config import SpeculationConfig
 from .timers import Timers
 
 __all__ = [
@@ -33,6 +34,8 @@ class JobsConfig:
     slot_timeout_ms: int = 300_000
     deploy_timeout_ms: int = 60_000
     """An attempt DEPLOYING this long, not held by its TaskManager, fails (services/jobs/reconcile.py)."""
+    speculation: SpeculationConfig = SpeculationConfig()
+    """Speculative execution (services/jobs/speculation.py): off by default."""
 
 
 @dataclass(frozen=True)

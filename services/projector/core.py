@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.events import (
+    AttemptWon,
     Envelope,
     ExecutionGraphBuilt,
     JobDisposed,
@@ -23,6 +24,7 @@ from sluice.events import (
     NotifyKvStateRegistered,
     NotifyKvStateUnregistered,
     ScheduleOrUpdateConsumers,
+    SpeculativeAttemptScheduled,
     TaskRestartScheduled,
     UpdateTaskExecutionState,
 )
@@ -125,7 +127,16 @@ PROJECTIONS: tuple[Projection, ...] = (TASKMANAGERS, LEADERSHIP, JOBS)
 
 def _eg_touched(env: Envelope) -> tuple[str, ...]:
     ev = env.event
-    if isinstance(ev, (UpdateTaskExecutionState, TaskRestartScheduled, ScheduleOrUpdateConsumers)):
+    if isinstance(
+        ev,
+        (
+            UpdateTaskExecutionState,
+            TaskRestartScheduled,
+            ScheduleOrUpdateConsumers,
+            SpeculativeAttemptScheduled,
+            AttemptWon,
+        ),
+    ):
         return ("job", f"{ev.vertex_id}/{ev.subtask}")
     if isinstance(ev, ExecutionGraphBuilt):
         return ("job", "*")
@@ -161,7 +172,7 @@ def _eg_row(state: JobsState, key: str) -> dict[str, Any] | None:
     if v is None:
         return None
     ex = v.subtasks[int(sub)]
-    return {
+    row = {
         "vertex": vertex,
         "subtask": ex.subtask,
         "attempt": ex.attempt,
@@ -171,6 +182,12 @@ def _eg_row(state: JobsState, key: str) -> dict[str, Any] | None:
         "since": ex.since,
         "error": ex.error,
     }
+    beside = v.concurrent.get(ex.subtask) if v.concurrent else None
+    if beside:  # speculative execution: the attempts that run beside the current one
+        row["beside"] = [
+            {"attempt": o.attempt, "state": o.state.value, "taskmanager": o.taskmanager, "slot": o.slot} for o in beside
+        ]
+    return row
 
 
 def expand(state: JobsState, keys: set[str]) -> set[str]:

@@ -194,16 +194,19 @@ class SlotPool:
         for task in list(self.tasks.values()):
             self.drop(task, why)
 
-    def _sweep_sink(self, task: Task) -> None:
+    def _sweep_sink(self, task: Task, cancelled: bool = False) -> None:
         """The task's worker is dead. If it was a stale attempt of a sink subtask, it may have
         died halfway through publishing, after the newer attempt had cleaned up: its files
         would stay in the sink for good. Delete every file of the subtask's attempts older
-        than its newest published one (always safe: those attempts never count)."""
+        than its newest published one (always safe: those attempts never count). One the
+        leader ``cancelled`` (a speculative attempt that lost its race, though the newest)
+        goes too if it never published: it never counts either."""
         sink = task.descriptor.sink
         if sink is None:
             return
         try:
-            self.workers.sweep_sink(sink.path, task.descriptor.subtask)
+            d = task.descriptor
+            self.workers.sweep_sink(sink.path, d.subtask, d.attempt if cancelled else None)
         except Exception as exc:  # the storage is away: the newer attempt's own clean-up remains
             self.logger.warning(
                 "could not clean the sink after a killed attempt",
@@ -225,8 +228,8 @@ class SlotPool:
                 self.exits.popleft()
                 continue
             self.launches.cancel(task)  # still queued? the replacement worker must not run it
-            self._sweep_sink(task)
             cancelled_here = task.id in self.cancelling
+            self._sweep_sink(task, cancelled=cancelled_here)
             if cancelled_here:
                 self.cancelling.discard(task.id)
                 self.reports.to_job(task.descriptor.job_id, self._state(task, TaskState.CANCELED), flush=False)

@@ -70,9 +70,10 @@ class Slots(Protocol):
     def stop(self) -> None:
         """Stop every worker."""
 
-    def sweep_sink(self, path: str, subtask: int) -> None:
+    def sweep_sink(self, path: str, subtask: int, abandoned: int | None = None) -> None:
         """Delete the sink files of ``subtask``'s attempts older than its newest published
-        one (what a killed stale attempt left halfway through publishing)."""
+        one (what a killed stale attempt left halfway through publishing), and those of
+        attempt ``abandoned`` (one the leader cancelled) if it never published."""
 
 
 class ProcessSlots:
@@ -195,7 +196,7 @@ class ProcessSlots:
                 proc.wait()
         self.workers.clear()
 
-    def sweep_sink(self, path: str, subtask: int) -> None:
+    def sweep_sink(self, path: str, subtask: int, abandoned: int | None = None) -> None:
         from sluice.services.dataplane.exchange import sweep_sink
 
-        sweep_sink(path, subtask)
+        sweep_sink(path, subtask, abandoned)

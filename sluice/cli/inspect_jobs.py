@@ -152,9 +152,14 @@ def render_job(t: dict, at: Moment, *, gantt: bool) -> None:
     for col in ("time", "+s", "what", "", "entry"):
         events.add_column(col, no_wrap=col != "")
     for e in t["events"]:
-        style = {"restart": "magenta", "job-status": "bold", "checkpoint": "dim", "split-request": "dim"}.get(
-            e["kind"], "red" if e.get("state") == "FAILED" else ""
-        )
+        style = {
+            "restart": "magenta",
+            "job-status": "bold",
+            "checkpoint": "dim",
+            "split-request": "dim",
+            "speculative": "cyan",
+            "won": "green",
+        }.get(e["kind"], "red" if e.get("state") == "FAILED" else "")
         events.add_row(
             clock(e["at"]),
             f"{(e['at'] - start) / 1000:.3f}",
@@ -175,7 +180,7 @@ def render_job(t: dict, at: Moment, *, gantt: bool) -> None:
         splits = ", ".join(f"{s['split']} {s['outcome']}" for s in a["splits"]) or "-"
         attempts.add_row(
             escape(f"{a['vertex']}[{a['subtask']}]"),
-            str(a["attempt"]),
+            str(a["attempt"]) + _race(a),
             escape(where),
             styled(a["final"]),
             clock(a["started_at"]),
@@ -184,6 +189,12 @@ def render_job(t: dict, at: Moment, *, gantt: bool) -> None:
             escape(splits),
         )
     console.print(attempts)
+
+
+def _race(a: dict) -> str:
+    """What speculative execution made of an attempt: ``(speculative, won)`` and the like."""
+    marks = (["speculative"] if "speculative" in a else []) + ([a["race"]] if "race" in a else [])
+    return f" ({', '.join(marks)})" if marks else ""
 
 
 _BAR = {

@@ -40,6 +40,7 @@ INBOX_RETENTION = setting_option("inbox_retention_ms")
     "slot_timeout_s",
     "checkpoint_interval_ms",
     "deploy_timeout_s",
+    "speculation",
     "snapshot_interval_ms",
     "fact_retention",
 )
@@ -52,12 +53,17 @@ def jobmanager(obj: Context, jm_id: str | None) -> None:
     from sluice.services.jobmanager import JobManager
     from sluice.services.jobmanager.retention import FactRetention
     from sluice.services.jobs.core import JobsConfig
+    from sluice.services.jobs.speculation import SpeculationConfig
     from sluice.services.membership import MembershipConfig
 
     jm = JobManager(
         obj.log(),
         config=MembershipConfig(s.heartbeat_interval_ms, s.heartbeat_timeout_ms),
-        jobs_config=JobsConfig(slot_timeout_ms=s.slot_timeout_s * 1000, deploy_timeout_ms=s.deploy_timeout_s * 1000),
+        jobs_config=JobsConfig(
+            slot_timeout_ms=s.slot_timeout_s * 1000,
+            deploy_timeout_ms=s.deploy_timeout_s * 1000,
+            speculation=SpeculationConfig.parse(s.speculation),
+        ),
         lease_ttl_ms=s.lease_ttl_ms,
         jm_id=jm_id,
         storage_root=s.storage_root_uri(),

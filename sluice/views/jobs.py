@@ -51,9 +51,10 @@ def job_row(job_id: str, run: JobRun | None, at: Moment, *, name: str = "", regi
             "reason": None,
         }
     done = total = 0
-    for ex in run.executions():
-        total += 1
-        done += ex.state._value_ == "FINISHED"
+    for vertex in run.vertices.values():
+        for ex in vertex.subtasks:  # (current attempts: a speculative one beside it is not another task)
+            total += 1
+            done += ex.state._value_ == "FINISHED"
     end = run.ended_at if run.ended_at is not None else until_ms(at)
     return {
         "job_id": job_id,

@@ -87,9 +87,11 @@ def _held_now(log: EventLog, job_id: str) -> list[tuple[str, int, str, str]] | N
     if position is None or position != log.last_id(log.keys.facts(tag)):
         return None
     return sorted(
-        (r["taskmanager"], r["slot"], job_id, f"{r['vertex']}:{r['subtask']}:{r['attempt']}")
+        (a["taskmanager"], a["slot"], job_id, f"{r['vertex']}:{r['subtask']}:{a['attempt']}")
         for key, r in rows.items()
-        if key != "job" and r.get("taskmanager") is not None and r.get("slot") is not None and r.get("state") in _HOLDS
+        if key != "job"
+        for a in (r, *r.get("beside", ()))  # (and attempts beside the current one: speculation)
+        if a.get("taskmanager") is not None and a.get("slot") is not None and a.get("state") in _HOLDS
     )
 
 

@@ -9,14 +9,16 @@ JSON::
      "attempts": [{"vertex", "subtask", "attempt", "taskmanager", "slot",
                    "states": [{"state", "at", "entry", "duration_s"}],
                    "started_at", "ended_at", "duration_s", "final", "error",
-                   "splits": [{"split", "what", "at", "outcome"}]}],
+                   "splits": [{"split", "what", "at", "outcome"}],
+                   and for speculative execution: "speculative": {"beside", "elapsed_ms",
+                   "baseline_ms"} on a speculative attempt, "race": "won" | "lost"}],
      "root_cause": {"text", "traceback", "attempt", "at", "job_failed"} | None,
      "restarts": int,
      "entries": [every fact entry id of the job up to the moment, in order]}
 
 ``kind`` is one of submitted, graph-built, state, produced, restart, job-status, waiting,
 slots-found, split-request, split, no-more-splits, operator-event, checkpoint, kvstate, renumbered,
-disposed (any other fact: its type). An attempt starts when it is SCHEDULED (deployed)
+speculative, won, disposed (any other fact: its type). An attempt starts when it is SCHEDULED (deployed)
 and ends at its final state; durations of what has not ended run to the moment (now: the
 wall clock). The root cause is the job's when it failed (its reason, with the traceback
 of the attempt whose failure failed it, if one did), else the last failure of an attempt
@@ -29,6 +31,7 @@ from typing import Any
 
 from sluice.events import (
     AttemptsRenumbered,
+    AttemptWon,
     CoordinatorCheckpointed,
     Envelope,
     ExecutionGraphBuilt,
@@ -44,6 +47,7 @@ from sluice.events import (
     OperatorEvent,
     RequestNextInputSplit,
     ScheduleOrUpdateConsumers,
+    SpeculativeAttemptScheduled,
     TaskRestartScheduled,
     UpdateTaskExecutionState,
 )
@@ -96,6 +100,18 @@ def _describe(env: Envelope) -> tuple[str, str, dict]:
             (f"{ev.vertex_id}[{ev.subtask}] restarts as attempt {ev.attempt} (restart {ev.restarts} of the job)"),
             _subtask(ev, ev.attempt),
         )
+    if isinstance(ev, SpeculativeAttemptScheduled):
+        return (
+            "speculative",
+            (
+                f"{ev.vertex_id}[{ev.subtask}] attempt {ev.original} is slow ({ev.elapsed_ms} ms, past "
+                f"{ev.baseline_ms} ms): speculative attempt {ev.attempt} starts beside it"
+            ),
+            _subtask(ev, ev.attempt),
+        )
+    if isinstance(ev, AttemptWon):
+        over = f"won over attempt {', '.join(map(str, ev.losers))}" if ev.losers else "carries on alone"
+        return "won", f"{ev.vertex_id}[{ev.subtask}] attempt {ev.attempt} {over}", _subtask(ev, ev.attempt)
     if isinstance(ev, JobStatusChanged):
         why = f": {first_line(ev.reason)}" if ev.reason else ""
         return "job-status", f"job {ev.status._value_}{why}", {"status": ev.status._value_, "reason": ev.reason}
@@ -233,6 +249,15 @@ def timeline(log: EventLog, job_id: str, at: Moment = Moment(None)) -> dict:
                 attempts.setdefault(
                     (ex.vertex, ex.subtask, ex.attempt), _attempt(ex.vertex, ex.subtask, ex.attempt, env.ts, entry_id)
                 )
+        elif isinstance(ev, SpeculativeAttemptScheduled):
+            a = attempts.setdefault(
+                (ev.vertex_id, ev.subtask, ev.attempt), _attempt(ev.vertex_id, ev.subtask, ev.attempt, env.ts, entry_id)
+            )
+            a["speculative"] = {"beside": ev.original, "elapsed_ms": ev.elapsed_ms, "baseline_ms": ev.baseline_ms}
+        elif isinstance(ev, AttemptWon) and ev.losers:
+            for attempt in (ev.attempt, *ev.losers):
+                if (key := (ev.vertex_id, ev.subtask, attempt)) in attempts:
+                    attempts[key]["race"] = "won" if attempt == ev.attempt else "lost"
         elif isinstance(ev, TaskRestartScheduled):
             attempts.setdefault(
                 (ev.vertex_id, ev.subtask, ev.attempt), _attempt(ev.vertex_id, ev.subtask, ev.attempt, env.ts, entry_id)

@@ -150,7 +150,7 @@ class TinySlots:
     def stop(self) -> None:
         pass
 
-    def sweep_sink(self, path: str, subtask: int) -> None:
+    def sweep_sink(self, path: str, subtask: int, abandoned: int | None = None) -> None:
         self.swept.append((path, subtask))
 
 

@@ -252,6 +252,25 @@ def balance(splits: int, rows: int, work: float, slow: float, taskmanagers: int)
 
 
 @bench.command()
+@click.option(
+    "--work", type=click.FloatRange(min=0.1), default=4.0, show_default=True, help="Seconds of work a reducer."
+)
+@click.option(
+    "--slow",
+    type=click.FloatRange(min=1.0),
+    default=5.0,
+    show_default=True,
+    help="How many times slower the throttled TaskManager works.",
+)
+@click.option("--reducers", type=click.IntRange(min=4), default=8, show_default=True, help="Reducer subtasks.")
+def speculation(work: float, slow: float, reducers: int) -> None:
+    """Unthrottled, throttled, and throttled with speculative execution: the job's three times and ratios."""
+    from tools.bench.speculation import run
+
+    run(work_s=work, slow=slow, reducers=reducers)
+
+
+@bench.command()
 @click.option("--taskmanagers", "-n", default=2, show_default=True)
 @click.option("--slots", "-s", default=2, show_default=True)
 def memory(taskmanagers: int, slots: int) -> None:

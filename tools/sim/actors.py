@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any, cast
 from sluice.errors import RedisUnavailable
 from sluice.services.jobmanager import JobManager, Phase
 from sluice.services.jobs.core import JobsConfig
+from sluice.services.jobs.speculation_config import SpeculationConfig
 from sluice.services.membership.core import MembershipConfig
 from sluice.services.projector import Projector
 from sluice.services.taskmanager.core import RegistrationConfig
 from sluice.services.taskmanager.process import TaskManager
 
 from .checks import check_errors
-from .config import HEARTBEAT_MS, LEASE_MS, TIMEOUT_MS
+from .config import HEARTBEAT_MS, LEASE_MS, SPECULATION, TIMEOUT_MS
 from .tasks import SimSlots
 
 if TYPE_CHECKING:
@@ -82,7 +83,11 @@ class JMProcess(Process):
             jm_id=self.name,
             config=MembershipConfig(HEARTBEAT_MS, TIMEOUT_MS),
             lease_ttl_ms=LEASE_MS,
-            jobs_config=JobsConfig(slot_timeout_ms=60_000, deploy_timeout_ms=3 * TIMEOUT_MS),
+            jobs_config=JobsConfig(
+                slot_timeout_ms=60_000,
+                deploy_timeout_ms=3 * TIMEOUT_MS,
+                speculation=SPECULATION if sim.cfg.speculation else SpeculationConfig(),
+            ),
             max_stall_s=sim.cfg.max_stall_s,
             checkpoint_interval_ms=200,
             storage_root=f"file://{sim.home}/storage",

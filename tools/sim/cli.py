@@ -41,7 +41,7 @@ def _run(args: tuple[int, dict[str, Any]]) -> dict[str, Any]:
         import random
 
         kwargs["faults"] = Faults.swarm(random.Random(seed), tuple(opts["kinds"]), all_on=bool(opts.get("all_faults")))
-    for knob in ("max_stall_s", "replay_page", "jobs", "shards"):
+    for knob in ("max_stall_s", "replay_page", "jobs", "shards", "speculation"):
         if opts.get(knob):
             kwargs[knob] = opts[knob]
     outcome = run_seed(seed, **kwargs)
@@ -130,6 +130,11 @@ def _campaign(n: int, start: int, workers: int, opts: dict[str, Any], names: lis
     "fails over alone and loses its own last second (the shard_failover fault; not in --all-faults: the "
     "seeds without it run as they always did).",
 )
+@click.option(
+    "--speculation",
+    is_flag=True,
+    help="Speculative execution on, with one TaskManager 5x slower: slow subtasks race a speculative attempt.",
+)
 @click.option("--quiet", is_flag=True, help="Only the summary and failures.")
 @click.option(
     "--rss-every",
@@ -174,6 +179,7 @@ def main(
     replay_page: int | None,
     jobs: int | None,
     shards: int | None,
+    speculation: bool,
     rss_every: int | None,
     plant_name: str | None,
     campaign: bool,
@@ -199,6 +205,7 @@ def main(
         "replay_page": replay_page,
         "jobs": jobs,
         "shards": shards,
+        "speculation": speculation,
     }
     if campaign:
         _campaign(
@@ -227,12 +234,15 @@ def main(
     done = steps_total = facts_total = 0
     last_report = began
     rss: dict[int, int] = {}  # each worker's, as its last seed left it
+    speculated = raced = 0
     todo = [(s, opts) for s in range(start, start + n)]
     with multiprocessing.get_context("fork").Pool(workers, _init_worker, (plant_name,)) as pool:
         for out in pool.imap_unordered(_run, todo, chunksize=8):
             done += 1
             steps_total += out["steps"]
             facts_total += out["facts"]
+            speculated += out["speculated"]
+            raced += out["raced"]
             rss[out["pid"]] = out["rss"]
             digests[out["seed"]] = f"{out['seed']} {digest(out)} {'ok' if out['ok'] else 'FAILED'} {out['steps']}"
             if rss_every and done % rss_every == 0:
@@ -262,6 +272,8 @@ def main(
         f"{facts_total / took:.0f} facts/s (events decided and committed), {workers} workers; "
         f"{len(failed)} failed"
     )
+    if opts.get("speculation"):
+        click.echo(f"speculation: {speculated} speculative attempts, {raced} races decided")
     if failed:
         worst = min(failed, key=lambda o: o["seed"])
         click.echo(

@@ -88,6 +88,8 @@ class Simulation:
         seed's other draws stay what they were)."""
         self.clock_rng = random.Random(f"clock_skew {cfg.seed}")
         self.slow_tm = f"tm{rng.randrange(3)}" if self.faults.on("slow_reader") else None
+        if cfg.speculation and self.slow_tm is None:
+            self.slow_tm = f"tm{random.Random(f'speculation {cfg.seed}').randrange(3)}"
         simjobs.VIOLATIONS.clear()
         self.decode: Callable[[bytes], Envelope] = decode_bytes
         """How every reader but an older JobManager decodes (with ``schema_skew``: as a newer Sluice)."""
@@ -96,8 +98,10 @@ class Simulation:
             self.decode, self.skew = newer_decode, SkewWatch()
         self.comebacks = Comebacks()
         n_jm = cfg.jobmanagers or rng.randint(2, 3)
-        n_tm = cfg.taskmanagers or rng.randint(1, 3)
+        n_tm = cfg.taskmanagers or (3 if cfg.speculation else rng.randint(1, 3))  # (speculation: another to race on)
         self.sim_jobs = [simjobs.draw_job(rng, i) for i in range(cfg.jobs or rng.randint(1, 2))]
+        if cfg.speculation:
+            self.sim_jobs = [simjobs.speculatable(j) for j in self.sim_jobs]
         self.coordinated_vertices = {(j.job_id, j.last) for j in self.sim_jobs if j.coordinated}
         self.observer = Observer(self)
         self.jms = [JMProcess(self, i) for i in range(n_jm)]
@@ -388,6 +392,8 @@ class Simulation:
             sorted(self.faults.rates),
             jobs,
             trace,
+            len(self.observer.speculated),
+            len(self.observer.won),
         )
 
 

@@ -8,14 +8,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from sluice.services.jobs.speculation_config import SpeculationConfig
+
 from .faults import Faults
 
-__all__ = ["HEARTBEAT_MS", "LEASE_MS", "TIMEOUT_MS", "Outcome", "SimConfig", "base"]
+__all__ = ["HEARTBEAT_MS", "LEASE_MS", "TIMEOUT_MS", "SPECULATION", "Outcome", "SimConfig", "base"]
 
 HEARTBEAT_MS = 100
 TIMEOUT_MS = 1000
 LEASE_MS = 600
 _BASE: Path | None = None
+SPECULATION = SpeculationConfig(enabled=True, baseline_ratio=0.5, baseline_lower_bound_ms=50, check_interval_ms=50)
+"""The JobManagers' speculation with ``SimConfig.speculation``: simulated tasks take tens of ms."""
 
 
 def base() -> Path:
@@ -45,6 +49,9 @@ class SimConfig:
     """The JobManagers' stall limit (a replay step or a read is progress)."""
     replay_page: int | None = None
     """Facts a new leader replays per step (None: drawn from the seed)."""
+    speculation: bool = False
+    """Speculative execution on in the JobManagers, and one TaskManager 5x slower (drawn from a
+    stream of its own when ``slow_reader`` did not pick one: the seed's other draws stay)."""
     serve_after_s: float | None | str = "seed"
     """A new leader's rebuild time before it serves while rebuilding the jobs left ("seed":
     drawn from the seed; None: it serves only once every job is rebuilt)."""
@@ -65,3 +72,7 @@ class Outcome:
     faults: list[str]
     jobs: dict[str, str]
     trace: str = ""
+    speculated: int = 0
+    """Speculative attempts started (with ``SimConfig.speculation``)."""
+    raced: int = 0
+    """Races decided: a subtask's attempts, one won and the others were cancelled."""

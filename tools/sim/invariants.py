@@ -13,13 +13,16 @@ from typing import TYPE_CHECKING, Any
 from sluice.errors import IllegalTransition
 from sluice.events import (
     FIELD,
+    AttemptWon,
     JobRegistered,
     JobStatus,
     JobStatusChanged,
+    ScheduleOrUpdateConsumers,
+    SpeculativeAttemptScheduled,
     TaskState,
     UpdateTaskExecutionState,
 )
-from sluice.services.jobs.state import TERMINAL_JOB, JobsState
+from sluice.services.jobs.state import HOLDS_SLOT, TERMINAL_JOB, JobsState
 from sluice.services.jobs.state import evolve as jobs_evolve
 from sluice.services.membership.core import Membership
 from sluice.services.membership.core import evolve as membership_evolve
@@ -41,6 +44,10 @@ class Observer:
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
+        self.speculated: set[tuple[str, str, int, int]] = set()
+        """Speculative attempts the log told of (job, vertex, subtask, attempt): kept across restarts."""
+        self.won: dict[tuple[str, str, int], tuple[int, frozenset[int]]] = {}
+        """Each race's winner and losers (job, vertex, subtask) -> (attempt, losers)."""
         self.reset()
 
     def reset(self) -> None:
@@ -90,6 +97,8 @@ class Observer:
                     f"{ev.execution_id} of {ev.job_id} is deployed again ({stream} {entry_id}) after an "
                     "attempt of its subtask FINISHED"
                 )
+        if type(ev) is SpeculativeAttemptScheduled or type(ev) is AttemptWon or self.speculated:
+            self._speculation(stream, entry_id, ev)
         try:
             jobs_evolve(self.jobs, env)
         except IllegalTransition as exc:
@@ -104,6 +113,44 @@ class Observer:
                 raise Violation(
                     f"job {ev.job_id} FINISHED ({stream} {entry_id}) with its wait for slots since "
                     f"{job.waiting_since} still open: no JobSlotsFound"
+                )
+
+    def _speculation(self, stream: str, entry_id: str, ev: Any) -> None:
+        """Speculative execution's invariants, before the fact is folded: a speculative attempt
+        runs on another TaskManager than its subtask's current attempt; a race has one winner
+        (no loser of it ever wins it later); only the current attempt's partition is announced."""
+        job = self.jobs.jobs.get(ev.job_id)
+        if job is None:
+            return
+        if type(ev) is SpeculativeAttemptScheduled:
+            self.speculated.add((ev.job_id, ev.vertex_id, ev.subtask, ev.attempt))
+        elif type(ev) is AttemptWon and ev.losers:
+            key = (ev.job_id, ev.vertex_id, ev.subtask)
+            before = self.won.get(key)
+            if before is not None and ev.attempt in before[1]:
+                raise Violation(
+                    f"attempt {ev.attempt} of {ev.vertex_id}[{ev.subtask}] of {ev.job_id} wins ({stream} {entry_id}) "
+                    f"a race it lost to attempt {before[0]}"
+                )
+            self.won[key] = (ev.attempt, frozenset(ev.losers))
+        elif type(ev) is UpdateTaskExecutionState and ev.state == TaskState.SCHEDULED:
+            if (ev.job_id, ev.vertex_id, ev.subtask, ev.attempt) in self.speculated:
+                current = job.vertices[ev.vertex_id].subtasks[ev.subtask]
+                if (
+                    current.attempt != ev.attempt
+                    and current.taskmanager == ev.taskmanager
+                    and (current.state in HOLDS_SLOT)
+                ):
+                    raise Violation(
+                        f"speculative attempt {ev.execution_id} of {ev.job_id} placed ({stream} {entry_id}) on "
+                        f"{ev.taskmanager}, where attempt {current.attempt} of its subtask runs"
+                    )
+        elif type(ev) is ScheduleOrUpdateConsumers:
+            current = job.vertices[ev.vertex_id].subtasks[ev.subtask]
+            if current.attempt != ev.attempt:
+                raise Violation(
+                    f"{ev.execution_id} of {ev.job_id} announced its partition ({stream} {entry_id}), but attempt "
+                    f"{current.attempt} is its subtask's current one: consumers would read a loser"
                 )
 
     # --- end-state checks ---

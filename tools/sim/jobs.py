@@ -8,6 +8,7 @@ check end to end that each split was consumed exactly once.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any, cast
@@ -15,7 +16,7 @@ from typing import Any, cast
 from sluice.events import JobEdge, JobGraph, JobVertex, RestartStrategy, SinkSpec, SourceSpec
 from sluice.services.coordination.coordinator import OperatorCoordinator
 
-__all__ = ["CODE", "VIOLATIONS", "AsyncEchoCoordinator", "EchoCoordinator", "SimJob", "draw_job"]
+__all__ = ["CODE", "VIOLATIONS", "AsyncEchoCoordinator", "EchoCoordinator", "SimJob", "draw_job", "speculatable"]
 
 CODE = b"# the simulation's jobs run no user code on Spark: tasks are simulated\n"
 
@@ -80,6 +81,19 @@ def draw_job(rng: random.Random, n: int) -> SimJob:
     )
     graph = JobGraph(job_id, [source, agg], [JobEdge("src", "agg", "keyed", "id")], 8, restart)
     return SimJob(job_id, graph, splits, True, coordinated, queryable, sink_path)
+
+
+def speculatable(job: SimJob) -> SimJob:
+    """The job as the speculation scenario runs it: a keyed job's second vertex has no
+    coordinator and no queryable state (speculation leaves such vertices alone) and three
+    subtasks (a vertex's median needs a few finished ones). Draws nothing: the seed's draws
+    stay what they were."""
+    if not job.keyed:
+        return job
+    source, agg = job.graph.vertices
+    agg = dataclasses.replace(agg, parallelism=3, coordinator=None, queryable=None)
+    graph = dataclasses.replace(job.graph, vertices=[source, agg])
+    return dataclasses.replace(job, graph=graph, coordinated=False, queryable=False)
 
 
 class EchoCoordinator(OperatorCoordinator):

@@ -28,6 +28,7 @@ from sluice.events import (
 )
 from sluice.services.dataplane.keygroups import key_group_range
 from sluice.services.dataplane.publish import Publication, is_marker, parse, superseded
+from sluice.services.dataplane.publish import abandoned as publish_abandoned
 from sluice.services.kvstate.codec import state_id
 from sluice.services.taskmanager.events import TaskEvents
 from sluice.services.taskmanager.worker import report_produced, report_state
@@ -147,9 +148,12 @@ class SimSlots:
             task.end("its TaskManager stopped", ran=False)
         self.tasks.clear()
 
-    def sweep_sink(self, path: str, subtask: int) -> None:
+    def sweep_sink(self, path: str, subtask: int, abandoned: int | None = None) -> None:
         files = self.sim.files
-        gone = superseded(files.listing(path), subtask)
+        listing = files.listing(path)
+        gone = superseded(listing, subtask)
+        if abandoned is not None:
+            gone = (*gone, *(n for n in publish_abandoned(listing, subtask, abandoned) if n not in gone))
         for name in gone:
             files.files.pop(f"{path.rstrip('/')}/{name}", None)
         if gone:

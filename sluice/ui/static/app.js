@@ -233,9 +233,15 @@ function gantt(attempts, endMs) {
     ${bars}</svg>`;
 }
 
+// Speculative execution: a speculative attempt, and which attempt of a race won or lost.
+function race(a) {
+  const marks = [...(a.speculative ? ["speculative"] : []), ...(a.race ? [a.race] : [])];
+  return marks.length ? ` <span class="muted">(${esc(marks.join(", "))})</span>` : "";
+}
+
 function attemptsTable(attempts) {
   return table(attempts, [
-    ["subtask", (a) => `${esc(a.vertex)}[${a.subtask}]`], ["attempt", (a) => esc(a.attempt)], ["state", (a) => badge(a.final)],
+    ["subtask", (a) => `${esc(a.vertex)}[${a.subtask}]`], ["attempt", (a) => esc(a.attempt) + race(a)], ["state", (a) => badge(a.final)],
     ["TaskManager", (a) => esc(a.taskmanager ?? "—")], ["slot", (a) => esc(a.slot ?? "—")],
     ["splits", (a) => a.splits.map((s) => `${esc(s.split)} <span class="muted">${esc(s.outcome)}</span>`).join(", ")],
     ["started", (a) => esc(when(a.started_at))], ["duration", (a) => esc(secs(a.duration_s))],
