@@ -158,9 +158,15 @@ def test_a_taskmanager_that_cannot_see_an_input_file_fails_the_job_naming_its_ho
 def test_a_leader_that_cannot_write_the_marker_refuses_the_job_naming_its_host_and_the_path(
     procs: Processes, log: EventLog, tmp_path: Path
 ) -> None:
+    """A storage root not writable at the start stops the JobManager there (tests/test_config_startup.py);
+    one that becomes unwritable while it leads (a mount gone read-only, a folder swapped for a file) is
+    found when a job's marker is written, and the job refused."""
     blocked = tmp_path / "a-file"
-    blocked.write_text("")  # a storage root under a regular file: nothing can be written there
+    blocked.mkdir()
     procs.start("jm", "jobmanager", "--storage-root", (blocked / "storage").as_uri(), env={"SLUICE_HOST": "host-jm"})
+    wait_until(lambda: log.backend.exists(log.keys.leader), "a leader")
+    shutil.rmtree(blocked)
+    blocked.write_text("")  # the storage root is under a regular file now: nothing can be written there
     text = write_text(tmp_path / "input" / "in.txt")
     client = Client(log)
     job_id = client.submit(load_job(WORDCOUNT, {"input": str(text), "output": str(tmp_path / "out")}))
