@@ -55,6 +55,7 @@ def registration_skew_ms(log: EventLog, rid: str) -> int:
     )
 
 
+@pytest.mark.longer  # 10-30 s: run by CI in its own step (pytest -m longer)
 @pytest.mark.timeout(SPARK_START + 90 + 180 + MARGIN + TEARDOWN)  # registration, the job
 def test_taskmanagers_30_s_ahead_and_behind_run_a_job_to_the_end_with_no_loss_and_no_restart(
     procs: Processes, log: EventLog, cluster: dict, tmp_path: Path
@@ -88,6 +89,7 @@ RESTART_DELAY_MS = 20_000
 STEP_S = 60
 
 
+@pytest.mark.longer  # 10-30 s: run by CI in its own step (pytest -m longer)
 @pytest.mark.timeout(SPARK_START + 90 + 240 + MARGIN + TEARDOWN)  # registration, the job (a restart's delay in it)
 def test_a_leader_whose_clock_steps_forward_waits_out_a_restarts_delay(
     procs: Processes, log: EventLog, spark_remote: str, tmp_path: Path

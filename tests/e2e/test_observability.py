@@ -157,6 +157,7 @@ def look_at_the_job_page(log: EventLog, job_id: str, halfway: str, attempts: lis
     return "looked"
 
 
+@pytest.mark.longer  # 10-30 s: run by CI in its own step (pytest -m longer)
 @pytest.mark.timeout(SPARK_START + 90 + 180 + 120 + MARGIN + TEARDOWN)
 def test_a_real_run_with_a_failure_and_a_restart_seen_through_every_command_page_and_an_import(
     procs: Processes, log: EventLog, cluster: dict, redis_url: str, tmp_path: Path

@@ -70,6 +70,7 @@ def _answers(server: SparkConnectServer) -> int:
     return int(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.longer  # 10-30 s: run by CI in its own step (pytest -m longer)
 @pytest.mark.timeout(180)
 def test_a_damaged_archive_only_loses_the_speed_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     archive = tmp_path / "damaged.jsa"

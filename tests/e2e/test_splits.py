@@ -424,6 +424,7 @@ def _before(a: str, b: str) -> bool:
     return tuple(map(int, a.split("-"))) < tuple(map(int, b.split("-")))
 
 
+@pytest.mark.longer  # 10-30 s: run by CI in its own step (pytest -m longer)
 @pytest.mark.timeout(SPARK_START + 120 + 120 + MARGIN + TEARDOWN)  # two jobs
 def test_a_coordinator_that_raises_fails_its_job_but_not_the_jobmanager(
     procs: Processes, log: EventLog, cluster: dict, tmp_path: Path
