@@ -43,8 +43,12 @@ def plan_range(start: int, end: int, per_split: int) -> list[dict[str, Any]]:
     ]
 
 
-def discover(format: str, paths: list[str], split_bytes: int, options: dict[str, str]) -> list[dict[str, Any]]:
-    """Every split of a source, in order (raises with a clear message when it cannot)."""
+def discover(
+    format: str, paths: list[str], split_bytes: int, options: dict[str, str], readers: int = 1
+) -> list[dict[str, Any]]:
+    """Every split of a source, in order (raises with a clear message when it cannot).
+    ``split_bytes`` 0: chosen from the input's size and its ``readers`` (the source's
+    parallelism), as Spark's ``maxPartitionBytes``/``openCostInBytes`` do (``splits.auto_split_bytes``)."""
     if format == "range":
         try:
             start, end = int(options["start"]), int(options["end"])
@@ -59,6 +63,7 @@ def discover(format: str, paths: list[str], split_bytes: int, options: dict[str,
         split_bytes,
         whole_files=reader_options.whole_files(format, options),
         columns=reader_options.parquet_columns(options) if format == "parquet" else None,
+        readers=readers,
     )
     if reader_options.transcoded(options):  # a split's bytes are decoded: they must be text, not compressed
         packed = next((s["path"] for s in splits if str(s["path"]).lower().endswith(COMPRESSED_SUFFIXES)), None)
