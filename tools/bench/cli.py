@@ -130,10 +130,11 @@ def splits(requests: int, warmup: int, n_rounds: int) -> None:
 @click.option("--megabytes", default="60", show_default=True, help="Sizes of text, comma-separated (e.g. 60,200).")
 @click.option(
     "--corpus",
-    default="small,zipf,source",
+    default="small,zipf,source,stdlib",
     show_default=True,
     help="Corpora, comma-separated: small (5,000 words), zipf (Zipf's law over 500,000 words), source "
-    "(real text: the installed packages' Python source).",
+    "(real text: the installed packages' Python source), stdlib (real text: the standard library's "
+    "text files, about 177,000 distinct words).",
 )
 def wordcount(megabytes: str, corpus: str) -> None:
     """examples/wordcount.py vs the same transformations in plain PySpark: the job on a warm cluster, and `sluice run` whole."""
