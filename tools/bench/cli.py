@@ -143,6 +143,16 @@ def wordcount(megabytes: str, corpus: str) -> None:
     run(megabytes=_counts(megabytes, "--megabytes", "60,200"), corpora=corpus.split(","))
 
 
+@bench.command("source-profile")
+@click.option("--megabytes", default=60, show_default=True, type=click.IntRange(1), help="Size of the text.")
+@click.option("--rounds", default=2, show_default=True, type=click.IntRange(1, 20), help="Timed runs a phase (best).")
+def source_profile(megabytes: int, rounds: int) -> None:
+    """Where a word-count source task's time goes on real text: copy, partial count, keyed write, vs plain's one plan."""
+    from tools.bench.source_profile import run
+
+    run(megabytes=megabytes, rounds=rounds)
+
+
 @bench.command()
 @click.option("--readers", default=4, show_default=True, type=click.IntRange(1), help="Subtasks reading the flights.")
 @click.option("--parallelism", default=2, show_default=True, type=click.IntRange(1), help="The other vertices'.")

@@ -42,10 +42,12 @@ TARGET_PROCESS, TARGET_JOB = 1.2, 1.1
 ROUNDS = 3
 
 PLAIN_SCRIPT = textwrap.dedent("""
+    import importlib.util
     import sys
-    sys.path.insert(0, sys.argv[1])
     from pyspark.sql import SparkSession
-    import join_job
+    spec = importlib.util.spec_from_file_location("join_job", sys.argv[1])
+    join_job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(join_job)
     spark = SparkSession.builder.master(sys.argv[2]).config("spark.ui.enabled", "false").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     join_job.plain(spark, sys.argv[3], sys.argv[4]).write.mode("overwrite").parquet(sys.argv[5])
@@ -130,8 +132,7 @@ def run(*, readers: int = 4, parallelism: int = 2, slots: int = 2) -> dict:
             url = server.start()
             spark = SparkSession.builder.remote(url).getOrCreate()
             spark.range(10).count()
-        sys.path.insert(0, str(JOB.parent))
-        import join_job  # type: ignore[import-not-found]  # tools/bench/join_job.py, on sys.path from the line above
+        from . import join_job
 
         def plain(out: Path) -> float:
             t = time.perf_counter()
@@ -163,7 +164,7 @@ def run(*, readers: int = 4, parallelism: int = 2, slots: int = 2) -> dict:
                     [
                         sys.executable,
                         str(script),
-                        str(JOB.parent),
+                        str(JOB),
                         f"local[{parallelism}]",
                         str(flights),
                         str(planes),
