@@ -186,10 +186,11 @@ def run(*, readers: int = 4, parallelism: int = 2, slots: int = 2) -> dict:
         finally:
             spark.stop()
             server.stop()
-    row = {
+    pairs = [j / p for p, j in zip(plains, jobs)]
+    row: dict[str, Any] = {
         "plain": min(plains),
         "job": min(jobs),
-        "pairs": [j / p for p, j in zip(plains, jobs)],
+        "pairs": pairs,
         "cold_plain": cold_plain,
         "cold": cold,
         "idle": idle,
@@ -213,7 +214,7 @@ def run(*, readers: int = 4, parallelism: int = 2, slots: int = 2) -> dict:
     console.print(table)
     console.print(
         f"job: best of {ROUNDS} rounds on a warm cluster and a warm plain session (same Spark Connect server); "
-        "each round's ratio: " + ", ".join(f"{x:.2f}" for x in row["pairs"]) + f". {row['rows']} manufacturers, "
+        "each round's ratio: " + ", ".join(f"{x:.2f}" for x in pairs) + f". {row['rows']} manufacturers, "
         "the same as plain PySpark's in every run.",
         style="dim",
     )
