@@ -62,6 +62,8 @@ def job(params: dict[str, str]):
         source = str(path)
     output = params.get("output") or str(Path(".sluice/output/wordcount").resolve())
     j = Job("wordcount")
+    # split_bytes: chosen from the input's size and the readers unless given (about one
+    # split a reader, never below 4 MiB), as Spark plans its file partitions.
     # each_split=yes: the partial count runs on each split as it arrives (it is a combiner:
     # the reducers sum again), which balances the Spark work across readers; worth it when
     # a split's work is well above what a Spark job costs (about a second here).
@@ -69,7 +71,7 @@ def job(params: dict[str, str]):
         "lines",
         source,
         parallelism=int(params.get("parallelism", 2)),
-        split_bytes=int(params.get("split_bytes", 64 * 1024)),
+        split_bytes=int(params["split_bytes"]) if params.get("split_bytes") else None,
         each_split=params.get("each_split", "no") == "yes",
     )
     partials = lines.map("count words", partial_count)

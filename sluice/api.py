@@ -48,8 +48,25 @@ from sluice.events import (
 
 __all__ = ["Job", "Stream", "Keyed", "Broadcast", "function_ref", "task_context"]
 
-DEFAULT_SPLIT_BYTES = 8 * 1024 * 1024
+DEFAULT_SPLIT_BYTES = None
+"""A file source's split size unless given: chosen when the job is submitted from the
+input's size and the source's parallelism, as Spark's maxPartitionBytes/openCostInBytes
+(``services/dataplane/splits.auto_split_bytes``)."""
 NOOP_KEY = "_"
+
+
+def _split_bytes(given: int | None) -> int:
+    """A file source's ``split_bytes`` as its spec holds it: 0 (None given) is chosen from the
+    input when the job is submitted; validation refuses one below 1 given."""
+    if given is None:
+        return 0
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        raise ValueError(
+            f"split_bytes must be a positive int (bytes per split) or None (chosen from the input's size), got {given!r}"
+        )
+    return given
+
+
 """The key named by an edge between no-op vertices (nothing is exchanged by it)."""
 
 
@@ -217,7 +234,7 @@ class Job:
         *,
         parallelism: int = 2,
         encoding: str | None = None,
-        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        split_bytes: int | None = DEFAULT_SPLIT_BYTES,
         protocol: str = "operator-events",
         each_split: bool = False,
         options: dict[str, str] | None = None,
@@ -227,7 +244,7 @@ class Job:
         as Spark's text reader has no such option."""
         opts = _options(options, encoding=encoding)
         return self._source(
-            name, SourceSpec("text", _list(paths), split_bytes, opts, protocol, each_split), parallelism
+            name, SourceSpec("text", _list(paths), _split_bytes(split_bytes), opts, protocol, each_split), parallelism
         )
 
     def read_csv(
@@ -245,7 +262,7 @@ class Job:
         mode: str | None = None,
         encoding: str | None = None,
         multi_line: bool = False,
-        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        split_bytes: int | None = DEFAULT_SPLIT_BYTES,
         protocol: str = "operator-events",
         each_split: bool = False,
         options: dict[str, str] | None = None,
@@ -271,7 +288,9 @@ class Job:
             encoding=encoding,
             multiLine=_flag(multi_line) if multi_line else None,
         )
-        return self._source(name, SourceSpec("csv", _list(paths), split_bytes, opts, protocol, each_split), parallelism)
+        return self._source(
+            name, SourceSpec("csv", _list(paths), _split_bytes(split_bytes), opts, protocol, each_split), parallelism
+        )
 
     def read_json(
         self,
@@ -283,7 +302,7 @@ class Job:
         mode: str | None = None,
         encoding: str | None = None,
         multi_line: bool = False,
-        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        split_bytes: int | None = DEFAULT_SPLIT_BYTES,
         protocol: str = "operator-events",
         each_split: bool = False,
         options: dict[str, str] | None = None,
@@ -300,7 +319,7 @@ class Job:
             multiLine=_flag(multi_line) if multi_line else None,
         )
         return self._source(
-            name, SourceSpec("json", _list(paths), split_bytes, opts, protocol, each_split), parallelism
+            name, SourceSpec("json", _list(paths), _split_bytes(split_bytes), opts, protocol, each_split), parallelism
         )
 
     def read_parquet(
@@ -310,7 +329,7 @@ class Job:
         *,
         parallelism: int = 2,
         columns: list[str] | None = None,
-        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        split_bytes: int | None = DEFAULT_SPLIT_BYTES,
         protocol: str = "operator-events",
         each_split: bool = False,
         options: dict[str, str] | None = None,
@@ -320,7 +339,9 @@ class Job:
         cols = None if columns is None else orjson.dumps(_names(columns)).decode()
         opts = _options(options, columns=cols)
         return self._source(
-            name, SourceSpec("parquet", _list(paths), split_bytes, opts, protocol, each_split), parallelism
+            name,
+            SourceSpec("parquet", _list(paths), _split_bytes(split_bytes), opts, protocol, each_split),
+            parallelism,
         )
 
     def read_range(

@@ -14,7 +14,12 @@ share (``floor(splits / readers)`` for each reader whose current attempt has not
 yet): a reader that takes its splits in one go (a whole read) could otherwise take them
 all before the next one started, and leave it idle. This relies on what every reader does
 anyway: its attempt asks until it is told there are no more (one that finished without
-asking would leave its share unread; a finished reader keeps no share). The splits an attempt holds
+asking would leave its share unread; a finished reader keeps no share). Given who is
+scheduled (``scheduled``, tracked by the source coordinator from the log's SCHEDULED
+facts), a share is kept only for a reader whose attempt holds a slot and has not asked
+yet: one that waits for a slot (more readers than slots) may start only when the running
+ones finish, and a share kept for it would hold the whole read back until then (the
+readers running take its splits, and it is told "no more" when it asks). The splits an attempt holds
 go back to the pool when it fails, and are done when it finishes (a source task commits
 its output only when it finishes, so a failed attempt processed none of them).
 
@@ -68,15 +73,21 @@ def unranges(runs: Sequence[Sequence[int]]) -> list[int]:
 class SplitAssigner:
     """Assignment state of one source vertex's splits."""
 
-    def __init__(self, hosts: Sequence[Sequence[str]] | int, readers: int | None = None) -> None:
+    def __init__(
+        self, hosts: Sequence[Sequence[str]] | int, readers: int | None = None, scheduled: bool = False
+    ) -> None:
         """``hosts``: per split, its preferred hosts (or just the number of splits);
-        ``readers``: the source's parallelism (None: no share is kept for late readers)."""
+        ``readers``: the source's parallelism (None: no share is kept for late readers);
+        ``scheduled``: shares are kept only for readers reported ``schedule``d (see the
+        module doc), else for every reader that has not asked."""
         if isinstance(hosts, int):
             hosts = [()] * hosts
         self.n = len(hosts)
         self.readers = readers
         self.arrived: set[int] = set()
         """Subtasks whose current attempt has asked (or that finished)."""
+        self.scheduled: set[int] | None = set() if scheduled else None
+        """Subtasks whose current attempt holds a slot (None: not tracked)."""
         self._hosts = [tuple(h) for h in hosts]
         self._taken = bytearray(self.n)  # 1: assigned (held) or done
         self._count = 0  # how many are 1
@@ -122,9 +133,21 @@ class SplitAssigner:
         self.asked.pop(subtask, None)
         self.pace.pop(subtask, None)
 
+    def schedule(self, subtask: int) -> None:
+        """``subtask``'s current attempt was given a slot: it will ask (its share is kept)."""
+        if self.scheduled is not None:
+            self.scheduled.add(subtask)
+
+    def _late(self) -> int:
+        """Readers whose current attempt has not asked yet (and holds a slot, when tracked)."""
+        assert self.readers  # (only asked with readers)
+        if self.scheduled is None:
+            return self.readers - len(self.arrived)
+        return len(self.scheduled - self.arrived)
+
     def _pick(self, subtask: int, host: str, now: int | None) -> int | None:
         if self.readers:
-            late = self.readers - len(self.arrived)  # readers whose current attempt has not asked yet
+            late = self._late()
             if late > 0 and self.remaining <= late * (self.n // self.readers):
                 return None  # what is left is theirs
         if now is not None and self._others_finish_first(subtask, now):
@@ -180,6 +203,8 @@ class SplitAssigner:
         """The subtask's attempt failed: what it held goes back to the pool (first in line)."""
         back = self.held.pop(subtask, [])
         self.arrived.discard(subtask)  # its next attempt asks again
+        if self.scheduled is not None:
+            self.scheduled.discard(subtask)  # ... once it is given a slot
         self._stop_asking(subtask)
         for i in reversed(back):  # the pool's order and each host's order stay the same
             self._taken[i] = 0
@@ -219,15 +244,22 @@ class SplitAssigner:
             "held": {str(s): ranges(v) if _sorted(v) else v for s, v in sorted(self.held.items())},
             "done": self.done,
             **({"arrived": sorted(self.arrived)} if self.readers else {}),
+            **({"scheduled": sorted(self.scheduled)} if self.readers and self.scheduled is not None else {}),
             **({"asked": {str(k): v for k, v in sorted(self.asked.items())}} if self.asked else {}),
             **({"pace": {str(k): v for k, v in sorted(self.pace.items())}} if self.pace else {}),
         }
 
     @classmethod
     def restore(
-        cls, hosts: Sequence[Sequence[str]] | int, snap: dict[str, Any], readers: int | None = None
+        cls,
+        hosts: Sequence[Sequence[str]] | int,
+        snap: dict[str, Any],
+        readers: int | None = None,
+        scheduled: bool = False,
     ) -> SplitAssigner:
-        a = cls(hosts, readers)
+        a = cls(hosts, readers, scheduled)
+        if a.scheduled is not None:  # a checkpoint from before slots were tracked: every reader counted, as then
+            a.scheduled = set(snap["scheduled"]) if "scheduled" in snap else set(range(readers or 0))
         # A checkpoint from before shares were kept does not say who asked: keep none (a
         # share kept for a reader that already finished would never be taken).
         a.arrived = set(snap["arrived"]) if "arrived" in snap else set(range(readers or 0))

@@ -78,6 +78,9 @@ class OperatorCoordinator:
     def subtask_reset(self, subtask: int, attempt: int) -> None:
         """``subtask`` will run again as attempt ``attempt``."""
 
+    def subtask_scheduled(self, subtask: int, attempt: int) -> None:
+        """That attempt of ``subtask`` was given a slot (it will run unless it fails first)."""
+
     def subtask_ready(self, subtask: int, attempt: int) -> None:
         """That attempt of ``subtask`` is running and reading its events."""
 

@@ -187,7 +187,9 @@ class JobCoordinators:
         c = h.coordinator
         if type(ev) is UpdateTaskExecutionState:
             h.dirty = True
-            if ev.state == TaskState.RUNNING:
+            if ev.state == TaskState.SCHEDULED:
+                self._call(h, c.subtask_scheduled, ev.subtask, ev.attempt)
+            elif ev.state == TaskState.RUNNING:
                 self._call(h, c.subtask_ready, ev.subtask, ev.attempt)
             elif ev.state == TaskState.FINISHED:
                 self._call(h, c.subtask_finished, ev.subtask, ev.attempt)

@@ -43,8 +43,12 @@ def plan_range(start: int, end: int, per_split: int) -> list[dict[str, Any]]:
     ]
 
 
-def discover(format: str, paths: list[str], split_bytes: int, options: dict[str, str]) -> list[dict[str, Any]]:
-    """Every split of a source, in order (raises with a clear message when it cannot)."""
+def discover(
+    format: str, paths: list[str], split_bytes: int, options: dict[str, str], readers: int = 1
+) -> list[dict[str, Any]]:
+    """Every split of a source, in order (raises with a clear message when it cannot).
+    ``split_bytes`` 0: chosen from the input's size and its ``readers`` (the source's
+    parallelism), as Spark's ``maxPartitionBytes``/``openCostInBytes`` do (``splits.auto_split_bytes``)."""
     if format == "range":
         try:
             start, end = int(options["start"]), int(options["end"])
@@ -59,6 +63,7 @@ def discover(format: str, paths: list[str], split_bytes: int, options: dict[str,
         split_bytes,
         whole_files=reader_options.whole_files(format, options),
         columns=reader_options.parquet_columns(options) if format == "parquet" else None,
+        readers=readers,
     )
     if reader_options.transcoded(options):  # a split's bytes are decoded: they must be text, not compressed
         packed = next((s["path"] for s in splits if str(s["path"]).lower().endswith(COMPRESSED_SUFFIXES)), None)
@@ -73,12 +78,19 @@ def discover(format: str, paths: list[str], split_bytes: int, options: dict[str,
 class SplitEnumerator:
     """Hands out one source's splits on request (FLIP-27's SplitEnumerator)."""
 
-    def __init__(self, splits: list[dict[str, Any]], readers: int | None = None, paced: bool = False) -> None:
+    def __init__(
+        self, splits: list[dict[str, Any]], readers: int | None = None, paced: bool = False, scheduled: bool = False
+    ) -> None:
         """``paced``: readers ask for a split only after they processed the last one (a
         source read ``each_split``), so the time between requests is a reader's pace and
-        the assigner plays the end game with it (see ``assigner``)."""
-        self.splits, self.readers, self.paced = splits, readers, paced
-        self.assigner = SplitAssigner([s.get("hosts", ()) for s in splits], readers)
+        the assigner plays the end game with it (see ``assigner``). ``scheduled``: told
+        which readers hold a slot (``reader_scheduled``), the enumerator keeps a share only
+        for those (a reader waiting for a slot does not hold the running ones back)."""
+        self.splits, self.readers, self.paced, self.scheduled = splits, readers, paced, scheduled
+        self.assigner = SplitAssigner([s.get("hosts", ()) for s in splits], readers, scheduled)
+
+    def reader_scheduled(self, subtask: int) -> None:
+        self.assigner.schedule(subtask)
 
     def handle_split_request(self, subtask: int, host: str, now: int | None = None) -> dict[str, Any] | None:
         """The split for this request, or None when there are no more splits for it
@@ -96,7 +108,9 @@ class SplitEnumerator:
         return self.assigner.snapshot()
 
     def restore(self, state: Any) -> None:
-        self.assigner = SplitAssigner.restore([s.get("hosts", ()) for s in self.splits], state, self.readers)
+        self.assigner = SplitAssigner.restore(
+            [s.get("hosts", ()) for s in self.splits], state, self.readers, self.scheduled
+        )
 
 
 class SourceCoordinator(OperatorCoordinator):
@@ -111,7 +125,7 @@ class SourceCoordinator(OperatorCoordinator):
     ) -> None:
         super().__init__(context)
         self.protocol = protocol
-        self.enumerator = SplitEnumerator(splits, context.parallelism, paced)
+        self.enumerator = SplitEnumerator(splits, context.parallelism, paced, scheduled=True)
 
     def handle_event_from_operator(self, subtask: int, attempt: int, event: Any) -> None:
         if not isinstance(event, dict) or event.get("type") != REQUEST:
@@ -130,6 +144,12 @@ class SourceCoordinator(OperatorCoordinator):
         # Whatever its earlier attempt held goes back (it may not have been reported failed:
         # an attempt renumbered after a restart of Redis never ran under the log's eyes).
         self.enumerator.add_splits_back(subtask)
+
+    def subtask_scheduled(self, subtask: int, attempt: int) -> None:
+        self.enumerator.reader_scheduled(subtask)
+
+    def subtask_ready(self, subtask: int, attempt: int) -> None:
+        self.enumerator.reader_scheduled(subtask)  # (running: it holds a slot, whatever was seen before)
 
     def subtask_finished(self, subtask: int, attempt: int) -> None:
         self.enumerator.finished(subtask)

@@ -26,7 +26,17 @@ from sluice.errors import StorageError
 from sluice.services.dataplane import fs
 from sluice.services.dataplane.errors import SplitError
 
-__all__ = ["COMPRESSED_SUFFIXES", "FORMATS", "Split", "list_input_files", "plan_splits"]
+__all__ = [
+    "AUTO",
+    "COMPRESSED_SUFFIXES",
+    "FORMATS",
+    "MAX_SPLIT_BYTES",
+    "OPEN_COST_BYTES",
+    "Split",
+    "auto_split_bytes",
+    "list_input_files",
+    "plan_splits",
+]
 
 Split = dict[str, object]
 """One input split; see the module docstring for its keys per format."""
@@ -37,6 +47,33 @@ COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".xz", ".lz4", ".snappy",
 """Text/CSV files with these suffixes cannot be cut into byte ranges: one split reads the whole file."""
 
 _GLOB_CHARS = frozenset("*?[")
+
+AUTO = 0
+"""``split_bytes`` of a source that lets the plan choose (``auto_split_bytes``)."""
+
+MAX_SPLIT_BYTES = 128 << 20
+"""The largest split the plan chooses (Spark's ``spark.sql.files.maxPartitionBytes``)."""
+
+OPEN_COST_BYTES = 4 << 20
+"""What opening a split costs, in bytes one could have read instead (Spark's
+``spark.sql.files.openCostInBytes``): the smallest split the plan chooses. Here a split
+costs a request to the coordinator, a copy and a Spark scan (read ``each_split``: a Spark
+job, about a second), so a split is never planned smaller than this on its own."""
+
+
+def auto_split_bytes(
+    sizes: list[int], readers: int, *, open_cost: int = OPEN_COST_BYTES, max_bytes: int = MAX_SPLIT_BYTES
+) -> int:
+    """The split size for files of ``sizes`` read by ``readers``, as Spark's
+    ``FilePartition.maxSplitBytes``: ``min(max_bytes, max(open_cost, bytes_per_reader))``
+    where ``bytes_per_reader = (sum(sizes) + len(sizes) * open_cost) / readers``: about
+    one split a reader for an input that is small against ``readers * max_bytes`` (every
+    reader busy, none waiting on a split's fixed cost), never smaller than a split's cost
+    to open, nor larger than ``max_bytes`` (a large input still balances)."""
+    if readers < 1:
+        raise SplitError(f"a source needs at least 1 reader to plan its splits, got {readers}")
+    per_reader = -(-(sum(sizes) + len(sizes) * open_cost) // readers)
+    return max(1, min(max_bytes, max(open_cost, per_reader)))
 
 
 def _visible(name: str) -> bool:
@@ -138,7 +175,13 @@ def _parquet_splits(file: fs.Entry, split_bytes: int, columns: list[str] | None)
 
 
 def plan_splits(
-    format: str, paths: list[str], split_bytes: int, *, whole_files: bool = False, columns: list[str] | None = None
+    format: str,
+    paths: list[str],
+    split_bytes: int,
+    *,
+    whole_files: bool = False,
+    columns: list[str] | None = None,
+    readers: int = 1,
 ) -> list[Split]:
     """The splits of ``paths`` read as ``format`` ("text", "csv", "json" or "parquet"), numbered by ``index``.
 
@@ -146,14 +189,21 @@ def plan_splits(
     files (``COMPRESSED_SUFFIXES``) give one split each, since a byte range of a compressed
     stream cannot be read on its own; so does every file with ``whole_files`` (records that
     may span lines). ``columns`` (Parquet): the columns to be read, each of which every
-    file must have.
+    file must have. ``split_bytes`` ``AUTO`` (0): chosen from the files' sizes and the
+    ``readers`` (``auto_split_bytes``).
     """
     if format not in FORMATS:
         raise SplitError(f"unknown input format {format!r}: use one of {', '.join(FORMATS)}")
-    if isinstance(split_bytes, bool) or not isinstance(split_bytes, int) or split_bytes < 1:
-        raise SplitError(f"split_bytes must be a positive int (bytes per split, e.g. 64 MiB), got {split_bytes!r}")
+    if isinstance(split_bytes, bool) or not isinstance(split_bytes, int) or split_bytes < 0:
+        raise SplitError(
+            f"split_bytes must be a positive int (bytes per split, e.g. 64 MiB) or 0 (chosen from the input), "
+            f"got {split_bytes!r}"
+        )
+    files = list_input_files(paths)
+    if split_bytes == AUTO:
+        split_bytes = auto_split_bytes([f.size or 0 for f in files], readers)
     splits: list[Split] = []
-    for path in list_input_files(paths):
+    for path in files:
         splits.extend(
             _parquet_splits(path, split_bytes, columns)
             if format == "parquet"

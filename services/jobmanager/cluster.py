@@ -63,7 +63,7 @@ def plan_splits(msg: SubmitJob) -> dict[str, list[Any]]:
     from sluice.services.coordination.source import discover
 
     return {
-        v.name: discover(v.source.format, v.source.paths, v.source.split_bytes, v.source.options)
+        v.name: discover(v.source.format, v.source.paths, v.source.split_bytes, v.source.options, v.parallelism)
         for v in msg.graph.vertices
         if v.source is not None
     }

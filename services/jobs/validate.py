@@ -81,8 +81,11 @@ def problems(graph: JobGraph, module: ModuleType | None = None) -> list[str]:
                     f"source {v.name!r} reads format {v.source.format!r}; supported: {', '.join(SOURCE_FORMATS)}"
                 )
             else:
-                if v.source.split_bytes < 1:
-                    out.append(f"source {v.name!r} has split size {v.source.split_bytes}; it must be at least 1 byte")
+                if v.source.split_bytes < (1 if v.source.format == "range" else 0):
+                    out.append(
+                        f"source {v.name!r} has split size {v.source.split_bytes}; it must be at least 1 "
+                        "(or 0 for a file source: chosen from the input's size)"
+                    )
                 out += [f"source {v.name!r}: {p}" for p in reader_options.problems(v.source.format, v.source.options)]
             if v.source is not None and v.source.protocol not in SPLIT_PROTOCOLS:
                 out.append(

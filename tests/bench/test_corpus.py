@@ -35,7 +35,7 @@ def test_the_zipf_corpus_follows_zipfs_law_over_many_distinct_words(tmp_path: Pa
 
 
 def test_an_unknown_corpus_is_refused_with_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown corpus 'prose'; use one of small, zipf, source"):
+    with pytest.raises(ValueError, match="unknown corpus 'prose'; use one of small, zipf, source, stdlib"):
         write_corpus("prose", tmp_path / "x.txt", 1)
 
 
@@ -47,3 +47,19 @@ def test_the_source_corpus_is_real_python_text_of_the_asked_size_in_whole_lines(
     assert data == b.read_bytes()  # the same installed packages give the same text
     assert data.endswith(b"\n") and 0.9 * 2 * 1024 * 1024 <= len(data) <= 2 * 1024 * 1024
     assert b"def " in data and b"import " in data
+
+
+@pytest.mark.slow  # (40 MB read and tokenised: about 10 s)
+def test_the_stdlib_corpus_is_utf8_text_of_the_standard_library_with_over_100000_distinct_words(
+    tmp_path: Path,
+) -> None:
+    """Issue 31: real text that ships with the machine, at least 100,000 distinct words by
+    the word count's tokenisation (all of it: about 37 MB before it repeats)."""
+    from tools.bench.corpus import distinct_words
+
+    path = tmp_path / "s.txt"
+    write_corpus("stdlib", path, 40)
+    data = path.read_bytes()
+    assert data.endswith(b"\n") and b"def " in data
+    data.decode("utf-8")
+    assert distinct_words(path) > 100_000

@@ -71,7 +71,7 @@ def test_parquet_groups_row_groups_up_to_split_bytes(tmp_path: Path) -> None:
         ("text", ["{d}/missing.txt"], 10, "does not exist"),
         ("text", ["{d}/nothing-*.txt"], 10, "matches nothing"),
         ("text", ["{d}/emptydir"], 10, "no input files"),
-        ("text", ["{d}/a.txt"], 0, "split_bytes must be a positive"),
+        ("text", ["{d}/a.txt"], -1, "split_bytes must be a positive"),
         ("orc", ["{d}/a.txt"], 10, "unknown input format 'orc'"),
         ("text", ["gs://bucket/a.txt"], 10, "scheme .gs. is not supported"),
         ("text", ["file://otherhost/a.txt"], 10, "must name a local path"),
@@ -89,3 +89,28 @@ def test_errors_name_the_problem(tmp_path: Path, fmt: str, paths: list[str], spl
 def test_empty_files_give_no_split(tmp_path: Path) -> None:
     _write(tmp_path / "e.txt", b"")
     assert plan_splits("text", [str(tmp_path / "e.txt")], 10) == []
+
+
+def test_auto_split_bytes_is_sparks_max_split_bytes() -> None:
+    """min(maxPartitionBytes, max(openCost, (bytes + files * openCost) / readers))."""
+    from sluice.services.dataplane.splits import MAX_SPLIT_BYTES, OPEN_COST_BYTES, auto_split_bytes
+
+    mb = 1 << 20
+    assert auto_split_bytes([60 * mb], 2) == 32 * mb  # (60 + 4) / 2: one split a reader
+    assert auto_split_bytes([100], 4) == OPEN_COST_BYTES  # a small input: one split, not 4 tiny ones
+    assert auto_split_bytes([10_000 * mb], 2) == MAX_SPLIT_BYTES  # a large one still balances
+    assert auto_split_bytes([31 * mb, 1 * mb], 4) == (32 * mb + 2 * OPEN_COST_BYTES) // 4
+    with pytest.raises(SplitError, match="at least 1 reader"):
+        auto_split_bytes([1], 0)
+
+
+def test_split_bytes_0_plans_from_the_input_and_the_readers(tmp_path: Path) -> None:
+    from sluice.services.coordination.source import discover
+
+    big = _write(tmp_path / "big.txt", b"word\n" * 3_000_000)  # 15 MB
+    assert len(plan_splits("text", [str(big)], 0, readers=2)) == 2
+    assert len(plan_splits("text", [str(big)], 0, readers=1)) == 1
+    assert len(discover("text", [str(big)], 0, {}, readers=4)) == 4  # (15 MB + 4 MiB) / 4 a split
+    assert len(plan_splits("text", [str(big)], 1 << 20)) == 15  # given: an override
+    with pytest.raises(SplitError, match="or 0"):
+        plan_splits("text", [str(big)], -1)

@@ -555,3 +555,35 @@ def test_the_end_game_is_not_played_among_many_readers() -> None:
     for r in range(many):
         a.next(r, now=10)
     assert a.next(0, now=10_000) is not None  # slower than all the rest, but not held back
+
+
+# --- a share kept only for a reader that holds a slot ----------------------------------------
+
+
+def test_a_reader_waiting_for_a_slot_keeps_no_share_and_the_running_ones_read_everything() -> None:
+    """Issue 31: 4 readers on 2 slots. Readers 2 and 3 wait for a slot until 0 and 1 finish;
+    a share kept for them made 0 and 1 stop early and the read wait for 2 and 3's turn."""
+    a = SplitAssigner(8, readers=4, scheduled=True)
+    a.schedule(0)
+    a.schedule(1)
+    assert [a.next(0) for _ in range(3)] == [0, 1, 2]  # 1's share (2 splits) is kept: it holds a slot
+    assert a.next(0) == 3  # not 2's nor 3's: they hold none
+    assert [a.next(1) for _ in range(5)] == [4, 5, 6, 7, None]
+    assert a.next(0) is None
+    a.finish(0)
+    a.finish(1)
+    a.schedule(2)
+    a.schedule(3)
+    assert a.next(2) is None and a.next(3) is None  # scheduled at last: nothing left, they finish at once
+
+
+def test_a_scheduled_reader_keeps_its_share_until_it_fails_and_an_old_checkpoint_counts_every_reader() -> None:
+    a = SplitAssigner(4, readers=2, scheduled=True)
+    a.schedule(1)
+    assert [a.next(0) for _ in range(3)] == [0, 1, None]  # 1's share kept
+    a.give_back(1)  # its attempt failed before asking: the next one waits for a slot again
+    assert [a.next(0) for _ in range(3)] == [2, 3, None]
+    assert SplitAssigner.restore(4, roundtrip(a.snapshot()), 2, scheduled=True) == a
+    old = SplitAssigner(4, readers=2).snapshot()  # no "scheduled": every reader is counted, as before
+    b = SplitAssigner.restore(4, roundtrip(old), readers=2, scheduled=True)
+    assert [b.next(0) for _ in range(3)] == [0, 1, None]

