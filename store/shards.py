@@ -29,6 +29,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "SLOTS",
+    "Slots",
     "failed_slots",
     "identity",
     "in_slots",

@@ -380,6 +380,7 @@ class JobManager:
             self.log.backend,
             self.state.membership,
             self.logger,
+            self.keys,
         )
         if facts:  # (a lost TaskManager's tasks are failed below, once the coordinators run)
             self.committer.rewind = rewinds(facts, server)
