@@ -26,12 +26,12 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.errors import StoreRestarted
-from sluice.events import Event, LeadershipGranted, LogRestarted, TaskManagerLost
+from sluice.events import Event, JobSubmitted, LeadershipGranted, LogRestarted, TaskManagerLost
 from sluice.services.membership.core import Membership
-from sluice.store.keys import Keys
+from sluice.store.keys import Keys, tag_of
 from sluice.store.shards import Slots, failed_slots, in_slots, keeps_every_write, keyslot, sharded
 
-__all__ = ["ServerWatch", "announce", "log_restarted", "rewinds"]
+__all__ = ["ServerWatch", "announce", "log_restarted", "reconcile", "rewinds"]
 
 
 class ServerWatch:
@@ -148,3 +148,61 @@ def rewinds(facts: list[Event], server: str) -> bool:
     inboxes from outboxes on other shards, whose cursors are past them. (One Redis loses the
     deliveries with the cursors that moved past them: delivering from the cursor is enough.)"""
     return sharded(server) and any(type(f) is LogRestarted for f in facts)
+
+
+def reconcile(log: Any, r: Any, server: str, saw_restart: tuple[str, str] | None) -> None:
+    """What a failover of one shard cut across tags, told by the side that kept its writes;
+    called by a new leader's replay (``Rebuilt`` ``r``) once the cluster's facts are folded,
+    on a log on a cluster (``server``) only: one Redis loses a suffix of every tag at once.
+
+    The slots looked at: those that failed over since the last grant (or since this
+    JobManager saw them), and those of the log's latest restart (a leader that announced it
+    may have died before it got here: looked at again until the next restart).
+
+    * The cluster's tag there: registrations may be lost while the jobs' own facts were
+      kept. Every job tag with facts that the cluster's facts do not name is registered
+      again (``r.found``: committed at take-over) and rebuilt.
+    * A job's tag there: the cluster's tag may say the job ended and was archived while
+      its own shard lost the facts of its end (the log says RUNNING, and no leader would
+      serve it). Archived jobs there are rebuilt from their own facts: one whose facts say
+      it ended is archived again; one whose facts say it runs is served, and as a job of a
+      failed shard its unfinished attempts run again, renumbered. Re-running, not
+      re-finishing: what it had published stays counted (a sink's newest published attempt
+      is the one that counts, and a finished task is not run again), so its output stays
+      exactly once, and nothing is made up that its log does not hold (the end's facts are
+      gone with the shard; the cluster's archive names only the job)."""
+    if not sharded(server):
+        return
+    keys: Keys = log.keys
+    membership: Membership = r.membership
+    last = r.last_grant
+    before = last.server if last is not None and last.server and last.server != server else None
+    if before is None and saw_restart is not None and saw_restart[1] == server:
+        before = saw_restart[0]
+    slots: Slots = []
+    if before is not None:
+        fresh = failed_slots(before, server)
+        slots += fresh if fresh is not None else [(0, 16383)]
+    slots += [(a, b) for a, b, f in membership.restarted if f > 0 and f == membership.attempt_floor]
+    if not slots:
+        return
+    if in_slots(keyslot(keys.cluster), slots):
+        known = set(r.registered) | set(r.purged)
+        for stream in log.streams():
+            tag = tag_of(stream)
+            job_id = keys.job_id_of(tag)
+            if job_id is None or job_id in known or stream != keys.facts(tag):
+                continue
+            known.add(job_id)
+            r.registered.append(job_id)
+            r.found[job_id] = _name(log, stream)
+    for job_id in [j for j in r.archived if in_slots(keyslot(keys.job(j)), slots)]:
+        r.archived.remove(job_id)
+
+
+def _name(log: Any, facts: str) -> str:
+    """The name a job was submitted with (its first fact), or '' when that is gone."""
+    for page in log.replay_pages(facts, "0-0", page=1):
+        for _, env in page:
+            return env.event.graph.name if isinstance(env.event, JobSubmitted) else ""
+    return ""
