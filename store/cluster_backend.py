@@ -356,7 +356,21 @@ class ClusterBackend(Backend):
         return again
 
     def time_ms(self) -> int:
-        return self._client(self.masters()[0]).time_ms()
+        return self._each_master(lambda node: node.time_ms(), first=True)[0]
+
+    def _each_master(self, call: Callable[[RedisBackend], T], *, first: bool = False) -> list[T]:
+        """``call`` on every master (``first``: the first only). A master that does not answer
+        makes the slot map stale, so the next call asks it again: after a failover the dead
+        master is no longer among them (without this, a call that names no key, as the
+        worker's first round trip, would ask the dead master for good)."""
+        out = []
+        for addr in self.masters()[:1] if first else self.masters():
+            try:
+                out.append(call(self._client(addr)))
+            except RedisUnavailable:
+                self._stale = True
+                raise
+        return out
 
     def describe(self) -> str:
         return redact(self.url)
@@ -512,10 +526,10 @@ class ClusterBackend(Backend):
         return self._route(stream, lambda n: n.xtrim_minid(stream, minid))
 
     def scan_streams(self, pattern: str) -> list[str]:
-        return sorted({k for addr in self.masters() for k in self._client(addr).scan_streams(pattern)})
+        return sorted({k for found in self._each_master(lambda node: node.scan_streams(pattern)) for k in found})
 
     def scan_keys(self, pattern: str) -> list[str]:
-        return sorted({k for addr in self.masters() for k in self._client(addr).scan_keys(pattern)})
+        return sorted({k for found in self._each_master(lambda node: node.scan_keys(pattern)) for k in found})
 
     # --- reads of many streams ------------------------------------------------------------
 
