@@ -188,3 +188,38 @@ def test_a_v1_log_restarted_reads_as_a_restart_of_the_whole_log() -> None:
     v2["payload"]["shards"] = [1]  # an unknown field is refused
     with pytest.raises(Exception, match="shards"):
         decode(orjson.dumps(v2))
+
+
+def test_a_new_leader_reconciles_what_a_failover_cut_across_tags() -> None:
+    """The cluster tag's shard lost a registration the job's own facts tell of: registered
+    again. A job's shard lost what it wrote lately while the cluster's tag keeps it
+    archived: rebuilt from its own facts. Archived jobs on a shard that kept its writes stay."""
+    from sluice.events import LeadershipGranted
+    from sluice.services.jobmanager.leadership import Rebuilt
+    from sluice.services.jobmanager.restarts import reconcile
+
+    store = MemoryStore(lambda: 1000, shards=3)
+    keys = Keys("fo")
+    log = EventLog(MemoryBackend(store), keys)
+    cluster = store.shard_of(keys.cluster)
+    other, safe = (i for i in range(3) if i != cluster)
+
+    def on(shard: int, kind: str) -> str:
+        return next(f"{kind}{i}" for i in range(500) if store.shard_of(keys.job(f"{kind}{i}")) == shard)
+
+    kept, there, elsewhere = on(other, "kept"), on(other, "arch"), on(safe, "arch")
+    server = log.server_id()
+    ev = Envelope(TaskManagerLost("tm", "s", "why"), "0" * 32, 1, 0, None, None)
+    for job_id in (kept, there, elsewhere):
+        log.commit(keys.job(job_id), 1, [Out(keys.facts(keys.job(job_id)), ev)], server=server)
+    store.failover(cluster)
+    store.failover(other)
+    log = EventLog(MemoryBackend(store), keys)  # (a new connection: the old one was reset)
+    r = Rebuilt(registered=[there, elsewhere], archived=[there, elsewhere])
+    r.last_grant = LeadershipGranted(1, "jm", "h", server)
+    reconcile(log, r, log.server_id(), None)
+    assert r.found == {kept: ""} and r.registered == [there, elsewhere, kept]
+    assert r.archived == [elsewhere] and r.live == [there, kept]
+    untouched = Rebuilt(registered=[there], archived=[there])
+    reconcile(EventLog(MemoryBackend(MemoryStore(lambda: 1000)), keys), untouched, "ab" * 20, ("cd" * 20, "ab" * 20))
+    assert untouched.archived == [there] and not untouched.found  # one Redis: nothing to reconcile
