@@ -230,13 +230,20 @@ class LeadershipGranted(Event):
     server: str = ""
 
 
-@event("LogRestarted")
+@event("LogRestarted", version=2)
 class LogRestarted(Event):
     """The leader found that Redis restarted (run id ``before`` -> ``now``) without keeping
     every acknowledged write: attempts started before may be unknown to the log, so every
-    attempt from now on is numbered at least ``attempt_floor`` (the server's clock then)."""
+    attempt from now on is numbered at least ``attempt_floor`` (the server's clock then).
+
+    ``slots``: on a Redis Cluster, the slot ranges (``[first, last]``, inclusive) whose
+    master failed over (store/shards.py ``failed_slots``): only the tags in them may have
+    lost writes, so only the jobs whose tag is there run their unfinished attempts again
+    (and the TaskManagers register again only when the cluster's tag, or their own, is
+    there). None: the whole log (one Redis). Version 2 added ``slots``."""
 
     before: str
     now: str
     attempt_floor: int
     reason: str
+    slots: list[list[int]] | None = None

@@ -123,6 +123,15 @@ def _leadership_granted_v1_v2(payload: Payload) -> Payload:
     return payload
 
 
+@upcaster("LogRestarted", 1)
+def _log_restarted_v1_v2(payload: Payload) -> Payload:
+    """v2 added ``slots`` (the slot ranges that failed over on a cluster); a v1 restart was
+    of the whole log (None)."""
+    if isinstance(payload, dict):
+        return {**payload, "slots": None}
+    return payload
+
+
 @upcaster("OperatorEvent", 2)
 def _operator_event_v2_v3(payload: Payload) -> Payload:
     """v3 added ``seq`` (what one attempt sends, numbered); older events are unnumbered."""

@@ -71,6 +71,7 @@ from .redis_backend import (
     xread_command,
     xreadgroup_command,
 )
+from .shards import identity, master_part
 
 __all__ = ["ClusterBackend", "open_backend", "is_cluster_server_id", "server_masters", "REDIRECTS"]
 
@@ -79,7 +80,8 @@ T = TypeVar("T")
 _SERVER_ID = re.compile(r"c[0-9a-f]{7}:")
 """How a cluster's server id begins: ``c`` and 7 hex digits of a digest of the rest (so
 that its first 8 characters, as logs show a run id, tell two apart), then ``:`` and
-``host:port=run id`` of each master, by slot, joined by commas."""
+``host:port@<slot ranges>=<run id>:<master_replid>`` of each master, by slot, joined by
+commas (store/shards.py ``master_part``)."""
 
 
 def is_cluster_server_id(value: object) -> bool:
@@ -111,9 +113,15 @@ def _addr(host: str | bytes, port: int) -> str:
 
 
 def server_masters(server: str) -> dict[str, str]:
-    """The masters a cluster's server id names: ``host:port`` -> run id (so a failover can
-    be told apart per shard: the masters whose run id changed, or that are gone)."""
-    return dict(part.split("=", 1) for part in server[9:].split(",") if "=" in part)
+    """The masters a cluster's server id names: ``host:port`` -> identity (``run id:replication
+    id``; so a failover can be told apart per shard: the masters whose identity changed, or
+    that are gone; their slots: store/shards.py ``failed_slots``)."""
+    out = {}
+    for part in server[9:].split(","):
+        head, eq, ident = part.partition("=")
+        if eq:
+            out[head.partition("@")[0]] = ident
+    return out
 
 
 class ClusterBackend(Backend):
@@ -128,6 +136,8 @@ class ClusterBackend(Backend):
         self._slots: list[str | None] = [None] * _SLOTS
         self._masters: list[str] = []
         """Masters by the first slot they serve."""
+        self._ranges: dict[str, list[tuple[int, int]]] = {}
+        """The slot ranges each master serves."""
         self._stale = True
         self._refreshed = 0.0
         self._answered: str | None = None
@@ -195,12 +205,15 @@ class ClusterBackend(Backend):
             host = addr.rpartition(":")[0]
             slots: list[str | None] = [None] * _SLOTS
             firsts: dict[str, int] = {}
+            ranges: dict[str, list[tuple[int, int]]] = {}
             for begin, end, master, *_ in reply:
                 owner = _addr(master[0] or host, master[1])
                 slots[begin : end + 1] = [owner] * (end - begin + 1)
                 firsts[owner] = min(firsts.get(owner, _SLOTS), int(begin))
+                ranges.setdefault(owner, []).append((int(begin), int(end)))
             self._slots = slots
             self._masters = sorted(firsts, key=firsts.__getitem__)
+            self._ranges = {owner: sorted(spans) for owner, spans in ranges.items()}
             self._answered = addr
             self._stale, self._refreshed = False, time.monotonic()
             return
@@ -293,15 +306,24 @@ class ClusterBackend(Backend):
     # --- the server -----------------------------------------------------------------------
 
     def server_id(self) -> str:
+        """Every master with the slots it serves and its identity, run id and replication id
+        (``INFO server``, ``INFO replication``): a promoted replica has a run id of its own and
+        starts a new replication id (store/shards.py)."""
         self.refresh()
         ids = []
         for addr in self._masters:
+            node = self._client(addr)
             try:
-                run = self._client(addr).server_id()
+                with translate_errors(f"reading the identity of {addr}"):
+                    pipe = node.client.pipeline(transaction=False)
+                    pipe.info("server")
+                    pipe.info("replication")
+                    server, replication = pipe.execute()
             except RedisUnavailable:
                 self._stale = True
                 raise
-            ids.append(f"{addr}={run}")
+            ident = identity(str(server["run_id"]), str(replication["master_replid"]))
+            ids.append(master_part(addr, self._ranges.get(addr, []), ident))
         masters = ",".join(ids)
         return f"c{hashlib.sha1(masters.encode()).hexdigest()[:7]}:{masters}"
 
@@ -315,8 +337,8 @@ class ClusterBackend(Backend):
         return found
 
     def _for_node(self, addr: str, args: Sequence[Any]) -> Sequence[Any]:
-        """``args`` with a cluster server id replaced by the run id it names for ``addr``
-        (itself when it names none: the script sees a run id that is not the node's)."""
+        """``args`` with a cluster server id replaced by the identity it names for ``addr``
+        (itself when it names none: the script sees an identity that is not the node's)."""
         if not any(is_cluster_server_id(a) for a in args):
             return args
         return [self._run_ids(a).get(addr, a) if is_cluster_server_id(a) else a for a in args]
@@ -334,7 +356,21 @@ class ClusterBackend(Backend):
         return again
 
     def time_ms(self) -> int:
-        return self._client(self.masters()[0]).time_ms()
+        return self._each_master(lambda node: node.time_ms(), first=True)[0]
+
+    def _each_master(self, call: Callable[[RedisBackend], T], *, first: bool = False) -> list[T]:
+        """``call`` on every master (``first``: the first only). A master that does not answer
+        makes the slot map stale, so the next call asks it again: after a failover the dead
+        master is no longer among them (without this, a call that names no key, as the
+        worker's first round trip, would ask the dead master for good)."""
+        out = []
+        for addr in self.masters()[:1] if first else self.masters():
+            try:
+                out.append(call(self._client(addr)))
+            except RedisUnavailable:
+                self._stale = True
+                raise
+        return out
 
     def describe(self) -> str:
         return redact(self.url)
@@ -348,7 +384,9 @@ class ClusterBackend(Backend):
         return f"{scheme}://{user}{','.join(p.seeds)}"
 
     def durable(self) -> bool:
-        return all(self._client(addr).durable() for addr in self.masters())
+        """Never: a failover promotes a replica that may miss writes its master acknowledged
+        (replication is asynchronous), whatever the masters' ``appendfsync``."""
+        return False
 
     def close(self) -> None:
         if self._pool is not None:
@@ -488,10 +526,10 @@ class ClusterBackend(Backend):
         return self._route(stream, lambda n: n.xtrim_minid(stream, minid))
 
     def scan_streams(self, pattern: str) -> list[str]:
-        return sorted({k for addr in self.masters() for k in self._client(addr).scan_streams(pattern)})
+        return sorted({k for found in self._each_master(lambda node: node.scan_streams(pattern)) for k in found})
 
     def scan_keys(self, pattern: str) -> list[str]:
-        return sorted({k for addr in self.masters() for k in self._client(addr).scan_keys(pattern)})
+        return sorted({k for found in self._each_master(lambda node: node.scan_keys(pattern)) for k in found})
 
     # --- reads of many streams ------------------------------------------------------------
 
@@ -734,6 +772,15 @@ class ClusterBackend(Backend):
         return self._run_script(keys[0], name, keys, args)
 
     def _run_script(self, key: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self.on_master(key, args, lambda node, node_args: node.script(name, keys, node_args), f"script {name}")
+
+    def on_master(
+        self, key: str, args: Sequence[Any], call: Callable[[RedisBackend, Sequence[Any]], T], what: str = "a call"
+    ) -> T:
+        """``call(node, args)`` on the master serving ``key`` (a script and what must follow it
+        on the same connection, as ``WAIT``: store/wait.py), with a cluster server id in
+        ``args`` replaced by that master's identity; redirections followed (a node that
+        redirects ran nothing), a node's ``SLUICE_RESTARTED`` naming the cluster's server id."""
         slot = self._slot(key)
         target: str | None = None
         ask = False
@@ -743,8 +790,8 @@ class ClusterBackend(Backend):
             try:
                 if ask:
                     with asking():
-                        return node.script(name, keys, self._for_node(addr, args))
-                return node.script(name, keys, self._for_node(addr, args))
+                        return call(node, self._for_node(addr, args))
+                return call(node, self._for_node(addr, args))
             except RedisUnavailable:
                 self._stale = True
                 raise
@@ -752,7 +799,7 @@ class ClusterBackend(Backend):
                 if _redirection(exc) is None:
                     raise self._restarted(exc) from exc.__cause__
                 target, ask = self._follow(exc, slot)
-        raise RedisUnavailable(f"the Redis Cluster {redact(self.url)} kept redirecting script {name} on {key}")
+        raise RedisUnavailable(f"the Redis Cluster {redact(self.url)} kept redirecting {what} on {key}")
 
     def script_many(self, calls: Sequence[ScriptCall]) -> list[Any]:
         if not calls:

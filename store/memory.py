@@ -44,7 +44,8 @@ Faults, the reason this exists:
   assigns). Each shard has its own run id and replication id, and :meth:`MemoryStore.failover`
   fails one over: its replica is promoted with that shard's writes up to a time (replication
   is asynchronous) and every other shard's writes. ``server_id`` is then every shard's
-  identity joined, and a script checks the identity of its key's shard (store/shards.py).
+  identity with its slot range (``s0@0-5460=<run id>:<replid>,...``, as a cluster's names
+  its masters), and a script checks the identity of its key's shard (store/shards.py).
 * **Connections.** A connection's first call after a restart raises RedisUnavailable
   (connection reset) unless the store has ``silent_reconnect`` (redis-py's retries
   sometimes hide a reset); while ``store.down`` is True every call raises it.
@@ -85,7 +86,7 @@ from sluice.errors import CommandError, PartlyAppended, RedisUnavailable, WrongT
 
 from . import scripts
 from .backend import Backend, Fields, GroupState, NoGroup, RawEntry, ScriptCall, ScriptFailed
-from .shards import SLOTS, identity, joined, keyslot, matches, shard_of_slot
+from .shards import SLOTS, identity, keyslot, master_part, matches, shard_of_slot, slot_ranges
 
 __all__ = ["AOF_WINDOW_MS", "CommandError", "MemoryBackend", "MemoryStore", "PendingEntry"]
 
@@ -632,7 +633,10 @@ class MemoryStore:
             return identity(self.run_ids[shard], self.replids[shard])
         if self.shards == 1:
             return self.run_id
-        return joined(identity(run, rep) for run, rep in zip(self.run_ids, self.replids))
+        return ",".join(
+            master_part(f"s{i}", [span], identity(run, rep))
+            for i, (span, run, rep) in enumerate(zip(slot_ranges(self.shards), self.run_ids, self.replids))
+        )
 
     def _rebuild(self) -> None:
         state = self._base.clone()

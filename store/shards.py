@@ -14,6 +14,13 @@ writer expects on each.
   script passes when the identity of the node it runs on is among them, and otherwise
   fails with ``SLUICE_RESTARTED`` (store/scripts.py). A single run id (one Redis) is an
   identity too: it is compared with the run id alone.
+* A **sharded server id** (what ``server_id`` returns on a cluster, or on the in-memory
+  store's shards) names each master with the slot ranges it serves:
+  ``<name>@<first>-<last>[+<first>-<last>...]=<identity>``, joined with commas (a cluster's
+  is prefixed ``c<7 hex digits>:``, store/cluster_backend.py). Two of them tell which slot
+  ranges failed over in between (:func:`failed_slots`): those now served by a master whose
+  identity the earlier id did not name. Only the tags in them lost writes; recovery is per
+  shard (services/jobmanager/restarts.py).
 """
 
 from __future__ import annotations
@@ -22,7 +29,12 @@ from collections.abc import Iterable
 
 __all__ = [
     "SLOTS",
+    "Slots",
+    "failed_slots",
     "identity",
+    "in_slots",
+    "master_part",
+    "masters_of",
     "joined",
     "keyslot",
     "keeps_every_write",
@@ -101,11 +113,57 @@ def joined(identities: Iterable[str]) -> str:
 
 def matches(expected: str, run_id: str, replid: str) -> bool:
     """Whether a node (``run_id``, ``replid``) is one a writer expecting ``expected`` has seen
-    (``''``: no check); the same rule as the scripts' ``restarted``."""
+    (``''``: no check); the same rule as the scripts' ``restarted`` (a sharded server id's
+    parts are compared by their identity, after the ``=``)."""
     if expected == "":
         return True
     me = identity(run_id, replid)
-    return any(seen in (run_id, me) for seen in expected.split(","))
+    return any(seen.rpartition("=")[2] in (run_id, me) for seen in expected.split(","))
+
+
+Slots = list[tuple[int, int]]
+"""Slot ranges, (first, last) each, inclusive."""
+
+
+def master_part(name: str, ranges: Slots, ident: str) -> str:
+    """One master of a sharded server id: its name (an address), the slots it serves, its identity."""
+    return f"{name}@{'+'.join(f'{a}-{b}' for a, b in ranges)}={ident}"
+
+
+def masters_of(server: str) -> list[tuple[str, Slots, str]] | None:
+    """The masters a sharded server id names: (name, slot ranges, identity) each; None when
+    ``server`` names no slot ranges (one Redis's run id, or an id from before they were named)."""
+    body = server[9:] if server[:1] == "c" and server[8:9] == ":" else server
+    out: list[tuple[str, Slots, str]] = []
+    for part in body.split(","):
+        head, eq, ident = part.partition("=")
+        name, at, spans = head.rpartition("@")
+        if not eq or not at:
+            return None
+        try:
+            ranges = [(int(a), int(b)) for a, _, b in (span.partition("-") for span in spans.split("+"))]
+        except ValueError:
+            return None
+        out.append((name, ranges, ident))
+    return out or None
+
+
+def failed_slots(before: str, now: str) -> Slots | None:
+    """The slot ranges that failed over (or restarted) between two sharded server ids: those
+    served now by a master whose identity ``before`` does not name (a promoted replica has a
+    run id and a replication id of its own; a master that only took over slots from another,
+    as a resharding does, kept its writes). None: either id names no slot ranges (one Redis:
+    everything may have lost writes)."""
+    old, new = masters_of(before), masters_of(now)
+    if old is None or new is None:
+        return None
+    seen = {ident for _, _, ident in old}
+    return sorted(r for _, ranges, ident in new if ident not in seen for r in ranges)
+
+
+def in_slots(slot: int, ranges: Slots | None) -> bool:
+    """Whether ``slot`` is in ``ranges`` (None: every slot)."""
+    return ranges is None or any(a <= slot <= b for a, b in ranges)
 
 
 def sharded(server: str) -> bool:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sluice.errors import ConfigError, RedisUnavailable
+from sluice.errors import ConfigError, RedisUnavailable, StoreError
 
 from .backend import Backend, Delegating, ScriptFailed
 
@@ -86,23 +86,16 @@ def script_then_wait(backend: Backend, name: str, keys: Sequence[str], args: Seq
 
 
 def _cluster(backend: Any, name: str, keys: Sequence[str], args: Sequence[Any], wait: Wait) -> tuple[Any, int]:
-    """The script and WAIT on the master serving ``keys[0]``, following MOVED as the cluster
-    backend's ``script`` does (a node that redirects ran nothing)."""
-    from .cluster_backend import REDIRECTS, _redirection
-
-    key = keys[0] if keys else ""
-    for _ in range(REDIRECTS):
-        addr = backend.node_of(key)
-        try:
-            return _redis(backend.node(addr), name, keys, backend._for_node(addr, args), wait)
-        except ScriptFailed as exc:
-            if _redirection(exc) is None:
-                raise backend._restarted(exc) from exc.__cause__
-            backend._follow(exc, backend._slot(key))
-        except RedisUnavailable:
-            backend._stale = True
-            raise
-    raise RedisUnavailable(f"the Redis Cluster kept redirecting a commit to {key}")
+    """The script and WAIT on the master serving ``keys[0]`` (``ClusterBackend.on_master``:
+    redirections followed as for any script; a node that redirects ran nothing)."""
+    if not keys:
+        raise StoreError(f"script {name} names no key: on a cluster, a script runs where its keys live")
+    return cast(
+        "tuple[Any, int]",
+        backend.on_master(
+            keys[0], args, lambda node, node_args: _redis(node, name, keys, node_args, wait), f"script {name}"
+        ),
+    )
 
 
 def _redis(backend: Any, name: str, keys: Sequence[str], args: Sequence[Any], wait: Wait) -> tuple[Any, int]:

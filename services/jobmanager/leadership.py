@@ -125,6 +125,10 @@ class Rebuilt:
     """Tags whose replay started from a snapshot."""
     positions: dict[str, str] = field(default_factory=dict)
     """Per live job, the last fact entry id folded in."""
+    found: dict[str, str] = field(default_factory=dict)
+    """Jobs whose own facts exist but whose registration the cluster's tag lost (a failover
+    of its shard: services/jobmanager/restarts.py ``reconcile``), with their names: in
+    ``registered``, and registered again at take-over."""
 
     @property
     def live(self) -> list[str]:
@@ -157,8 +161,12 @@ class Replay:
         monotonic: Callable[[], float] | None = None,
         serve_after_s: float | None = None,
         freeze_gc: bool = True,
+        reconcile: Callable[[Rebuilt], None] | None = None,
     ) -> None:
         self.log, self.fence, self.page = log, fence, page
+        self.reconcile = reconcile
+        """Called with the result once the cluster's facts are folded, before the jobs are
+        (on a sharded log: what a failover of one shard cut across tags)."""
         self.freeze_gc = freeze_gc
         """Freeze what each page built (``gc.freeze``). Off where many JobManagers share one
         process (the simulation): a freeze is process-wide, it resets the collector's
@@ -234,6 +242,8 @@ class Replay:
                 return
             except StopIteration:
                 self._cluster = None
+                if self.reconcile is not None:
+                    self.reconcile(self.result)
                 self.pending = list(self.result.live)
         if self._current is None:
             if not self.pending:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sluice.errors import DecodeError, RedisUnavailable, StaleEpoch, StoreRestarted
-from sluice.events import LeadershipGranted
+from sluice.events import JobRegistered, LeadershipGranted
 from sluice.services.common.gauges import jobmanager_gauges
 from sluice.services.common.metrics import JobManagerMetrics
 from sluice.services.common.shell import get_logger, hostname, set_aside_reporter
@@ -37,7 +37,7 @@ from .cluster import TimeoutGate
 from .committer import MeteredCommitter
 from .job_inboxes import DuplicateCommit, HandlerFailed
 from .leadership import Lease, Replay, gc_paused
-from .restarts import ServerWatch, announce, rewinds
+from .restarts import ServerWatch, announce, reconcile, rewinds
 from .retention import FactRetention
 from .runner import ProcessLoop
 from .snapshot import SnapshotWriter
@@ -309,6 +309,7 @@ class JobManager:
             monotonic=self.world.monotonic,
             serve_after_s=self.serve_after_s,
             freeze_gc=self.freeze_gc,
+            reconcile=lambda r: reconcile(self.log, r, server, self.server_watch.saw_restart),
         )
         self.logger.info("replaying the log", epoch=epoch)
         return True
@@ -380,7 +381,11 @@ class JobManager:
             self.log.backend,
             self.state.membership,
             self.logger,
+            self.keys,
         )
+        if r.found:  # registrations the cluster's shard lost, told by the jobs' own facts
+            self.logger.warning("jobs registered again", jobs=sorted(r.found))
+            facts = [*facts, *(JobRegistered(j, name) for j, name in r.found.items())]
         if facts:  # (a lost TaskManager's tasks are failed below, once the coordinators run)
             self.committer.rewind = rewinds(facts, server)
             self.cluster.commit_facts(facts, consequences=consequences)

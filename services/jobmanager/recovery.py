@@ -16,6 +16,7 @@ from typing import Protocol
 from sluice.services.coordination.runtime import JobCoordinators
 from sluice.services.jobs import core as jobs
 from sluice.services.jobs.state import TERMINAL_JOB, JobRun, JobsState
+from sluice.store.shards import keyslot
 
 from .committer import Committer
 from .leadership import Rebuilt
@@ -102,12 +103,21 @@ class Restorer:
         return JobsState({only: run} if run is not None else {}, state.pool, state.epoch)
 
     def renumber(self, now: int, only: str | None = None) -> None:
-        """Jobs not yet renumbered above the attempt floor (a restart of Redis that may have lost
-        writes; a leader that died while doing this): every unfinished attempt runs again."""
+        """Jobs not yet renumbered above the floor they are owed (a restart of Redis, or the
+        failover of their tag's shard, that may have lost writes; a leader that died while
+        doing this): every unfinished attempt runs again. Jobs on shards that kept their
+        writes owe nothing (``Membership.owed_floor`` of their tag's slot)."""
         members = self.state().membership
-        restart = jobs.LogRestart(members.restart_reason, members.attempt_floor)
-        for d in jobs.decide(self._jobs(only), restart, now).jobs:
-            self.jobs.commit(d)
+        state = self._jobs(only)
+        owed: dict[int, dict[str, JobRun]] = {}
+        for job_id, run in state.jobs.items():
+            floor = members.owed_floor(keyslot(self.committer.keys.job(job_id))) if members.restarted else 0
+            if floor > run.floor:
+                owed.setdefault(floor, {})[job_id] = run
+        for floor, runs in sorted(owed.items()):
+            restart = jobs.LogRestart(members.restart_reason, floor)
+            for d in jobs.decide(JobsState(runs, state.pool, state.epoch), restart, now).jobs:
+                self.jobs.commit(d)
 
     def orphans(self, now: int, only: str | None = None) -> None:
         """Attempts placed on a TaskManager registration that is gone in the cluster's facts

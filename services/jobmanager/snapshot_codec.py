@@ -329,6 +329,8 @@ def _membership(m: Membership) -> dict[str, Any]:
 def _unmembership(d: dict[str, Any]) -> Membership:
     d = dict(d)
     rows = [TaskManagerRow.from_dict(r) for r in d.pop("taskmanagers")]
+    if "restarted" not in d and d.get("attempt_floor"):  # (a snapshot from before restarts were per shard)
+        d["restarted"] = [[0, 16383, d["attempt_floor"]]]
     return Membership(taskmanagers={r.resource_id: r for r in rows}, **d)
 
 

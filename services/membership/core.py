@@ -36,6 +36,9 @@ from sluice.events import (
 from sluice.events.ids import id_problem
 from sluice.services.common.decision import Address, Decision, Rejected, Send
 
+_LAST_SLOT = 16383
+"""A Redis Cluster's last slot (store/shards.py): a restart of the whole log covers 0 to it."""
+
 __all__ = [
     "MembershipConfig",
     "TaskManagerRow",
@@ -129,6 +132,15 @@ class Membership:
     attempt_floor: int = 0
     """No attempt is numbered below it (raised when Redis restarted and may have lost writes)."""
     restart_reason: str = ""
+    restarted: list[list[int]] = field(default_factory=list)
+    """``[first slot, last slot, floor]`` of each restart still told apart: a job whose tag's
+    slot is in a range runs its unfinished attempts again numbered at least that floor
+    (``owed_floor``). A restart of the whole log (one Redis) is one range over every slot,
+    and replaces those before it; one shard's failover adds its slot ranges."""
+
+    def owed_floor(self, slot: int) -> int:
+        """The floor a job whose tag is in ``slot`` is renumbered to (0: none owed)."""
+        return max((f for a, b, f in self.restarted if a <= slot <= b), default=0)
 
     def active(self) -> list[TaskManagerRow]:
         return [r for r in self.taskmanagers.values() if r.status == "REGISTERED"]
@@ -189,6 +201,10 @@ def evolve(state: Membership, env: Envelope) -> Membership:
     elif type(ev) is LogRestarted:
         state.attempt_floor = max(state.attempt_floor, ev.attempt_floor)
         state.restart_reason = ev.reason
+        spans = [(0, _LAST_SLOT)] if ev.slots is None else [(a, b) for a, b in ev.slots]
+        for a, b in spans:  # (a range inside a newer one is owed no more than the newer floor)
+            state.restarted = [r for r in state.restarted if not (a <= r[0] and r[1] <= b)]
+            state.restarted.append([a, b, ev.attempt_floor])
     return state
 
 

@@ -37,7 +37,8 @@ from sluice.services.common.shell import RedisAway, get_logger, hostname, set_as
 from sluice.services.common.world import SYSTEM, World, monotonic_ms
 from sluice.store import Blobs, EventLog, LeaseHolder, current_leader
 from sluice.store.consumer import Entry
-from sluice.store.shards import keeps_every_write
+from sluice.store.shards import Slots as SlotRanges
+from sluice.store.shards import failed_slots, in_slots, keeps_every_write, keyslot, sharded
 
 from .core import Registration, RegistrationConfig, Tick, decide
 from .inbox import GROUP, Inbox
@@ -307,9 +308,13 @@ class TaskManager:
         write (one Redis, appendfsync always), nothing was lost: go on.
         Otherwise what this TaskManager reported lately may be lost, and the leader will run
         every unfinished task again: drop ours, void the inbox, register afresh."""
-        self.server = server
+        before, self.server = self.server, server
         if keeps_every_write(self.log.backend.durable(), server):  # (never on a cluster: a failover may lose)
             self.logger.info("the Redis server restarted and lost nothing (appendfsync always)", run_id=server[:8])
+            return
+        failed = failed_slots(before, server) if before is not None and sharded(server) else None
+        if failed is not None and not self._registration_lost(failed):
+            self._shards_failed_over(failed)
             return
         self.logger.warning(
             "the Redis server restarted and may have lost writes; dropping tasks and registering again",
@@ -329,6 +334,31 @@ class TaskManager:
             reporter=self.slot_report,
         )
         self.inbox.recovering = False
+
+    def _registration_lost(self, failed: SlotRanges) -> bool:
+        """Whether a failover of the slots ``failed`` may have lost this TaskManager's
+        registration or what it was sent: the cluster's tag (registrations, reports on their
+        way) or its own tag (its inbox) is there. The leader declares it lost then
+        (services/jobmanager/restarts.py), and it registers again."""
+        keys = self.log.keys
+        return any(in_slots(keyslot(tag), failed) for tag in (keys.cluster, keys.taskmanager(self.resource_id)))
+
+    def _shards_failed_over(self, failed: SlotRanges) -> None:
+        """Shards of the cluster's log failed over that hold neither the cluster's tag nor this
+        TaskManager's: it stays registered, and drops only the tasks of the jobs whose tag is
+        on them (the leader runs their unfinished attempts again, renumbered); the other
+        jobs' tasks run on."""
+        keys = self.log.keys
+        jobs = {t.descriptor.job_id for t in self.tasks.values()} | {r.job_id for r in self.finals.reports()}
+        hit = {job_id for job_id in jobs if in_slots(keyslot(keys.job(job_id)), failed)}
+        self.logger.warning(
+            "a shard of the Redis Cluster failed over and may have lost writes; dropping the tasks of its jobs",
+            slots=", ".join(f"{a}-{b}" for a, b in failed),
+            jobs=sorted(hit),
+        )
+        for task in [t for t in self.tasks.values() if t.descriptor.job_id in hit]:
+            self.pool.drop(task, "the shard of its job's log failed over")
+        self.finals.forget_jobs(hit)
 
     def leave(self) -> None:
         if self.reg.state != "REGISTERED":

@@ -207,6 +207,12 @@ class FinalStates:
     def clear(self) -> None:
         self.by_task.clear()
 
+    def forget_jobs(self, job_ids: set[str]) -> None:
+        """Forget the final states of these jobs' tasks (their shard failed over: the leader
+        runs their unfinished attempts again, renumbered)."""
+        for tid in [tid for tid, r in self.by_task.items() if r.job_id in job_ids]:
+            del self.by_task[tid]
+
     def reports(self) -> list[AttemptReport]:
         return list(self.by_task.values())
 

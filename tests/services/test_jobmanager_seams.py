@@ -103,10 +103,14 @@ def test_a_restart_of_redis_is_noticed_and_announced_with_the_next_epoch() -> No
     from sluice.services.membership.core import Membership
 
     said = _Log()
-    grant, facts, consequences = announce(granted, last, None, Backend(durable=False), Membership(), said)
+    grant, facts, consequences = announce(granted, last, None, Backend(durable=False), Membership(), said, Keys("t"))
     assert grant is granted and facts[-1] is granted and not consequences and facts[0].TYPE == "LogRestarted"
-    assert announce(granted, last, None, Backend(durable=True), Membership(), said) == (granted, [granted], True)
-    assert announce(granted, granted, None, Backend(durable=True), Membership(), said) == (granted, [], True)
+    assert announce(granted, last, None, Backend(durable=True), Membership(), said, Keys("t")) == (
+        granted,
+        [granted],
+        True,
+    )
+    assert announce(granted, granted, None, Backend(durable=True), Membership(), said, Keys("t")) == (granted, [], True)
 
 
 def test_an_unreadable_fact_is_said_once_and_waited_on_longer_each_time() -> None:

@@ -101,7 +101,9 @@ def test_memory_shards_fail_over_one_at_a_time() -> None:
     assert sorted(tags) == [0, 1, 2] and store.shard_of(keys.cluster) in tags
     b = MemoryBackend(store)
     seen = b.server_id()
-    assert seen == shards.joined(store.identity(i) for i in range(3))
+    named = shards.masters_of(seen)
+    assert named is not None and [ident for _, _, ident in named] == [store.identity(i) for i in range(3)]
+    assert [ranges for _, ranges, _ in named] == [[r] for r in shards.slot_ranges(3)]
     for tag in tags.values():
         b.set(tag + ":x", b"early")
     now[0] = 3000
@@ -112,6 +114,7 @@ def test_memory_shards_fail_over_one_at_a_time() -> None:
         b.get(tags[0] + ":x")
     assert [b.get(tags[i] + ":x") for i in range(3)] == [b"late", b"early", b"late"]
     assert store.failovers == [0, 1, 0] and b.server_id() != seen
+    assert shards.failed_slots(seen, b.server_id()) == [shards.slot_ranges(3)[1]]  # that shard's slots alone
     fences = {i: keys.fence(tags[i]) for i in range(3)}
     assert b.script("fence", [fences[0]], [1, seen]) == 1  # shard 0 is the one the writer saw
     with pytest.raises(ScriptFailed, match="^SLUICE_RESTARTED " + store.identity(1)):
@@ -120,6 +123,26 @@ def test_memory_shards_fail_over_one_at_a_time() -> None:
         store.failover(3)
     with pytest.raises(ValueError, match="at least one shard"):
         MemoryStore(lambda: 0, shards=0)
+
+
+def test_the_slots_that_failed_over_are_told_from_two_server_ids() -> None:
+    """A promoted replica (a new identity) serves the dead master's slots: those failed over.
+    A master that only took slots over (a resharding) kept its writes; an id without slot
+    ranges (one Redis, or an older cluster id) tells nothing: everything may be lost."""
+    a, b, c, d = (shards.identity(x * 8, y * 40) for x, y in (("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")))
+    before = "c0000000:" + ",".join(
+        [shards.master_part("h:1", [(0, 99)], a), shards.master_part("h:2", [(100, 16383)], b)]
+    )
+    promoted = "c1111111:" + ",".join(
+        [shards.master_part("h:3", [(0, 99)], c), shards.master_part("h:2", [(100, 16383)], b)]
+    )
+    resharded = ",".join([shards.master_part("h:1", [(0, 50)], a), shards.master_part("h:2", [(51, 16383)], b)])
+    assert shards.failed_slots(before, promoted) == [(0, 99)]
+    assert shards.failed_slots(before, resharded) == [] and shards.failed_slots(before, before) == []
+    assert shards.failed_slots("ab" * 20, "cd" * 20) is None
+    assert shards.failed_slots(before, "c2222222:h:1=" + d) is None  # no slot ranges named
+    assert shards.in_slots(50, [(0, 99)]) and not shards.in_slots(100, [(0, 99)]) and shards.in_slots(7, None)
+    assert shards.matches(promoted, "c" * 8, "3" * 40) and not shards.matches(promoted, "a" * 8, "9" * 40)
 
 
 def test_one_shard_is_one_redis() -> None:

@@ -13,7 +13,7 @@ from redis.crc import key_slot
 
 from sluice.errors import ConfigError, RedisUnavailable, StoreRestarted
 from sluice.store import ClusterBackend, EventLog, GroupConsumer, Keys, Out
-from sluice.store.cluster_backend import is_cluster_server_id
+from sluice.store.cluster_backend import is_cluster_server_id, server_masters
 from tests.helpers import env, heartbeat
 from tests.store.contract import LogContract
 
@@ -159,8 +159,11 @@ def test_the_server_id_names_every_masters_run_id_and_a_script_is_checked_agains
     assert isinstance(backend, ClusterBackend)
     server = cluster_log.server_id()
     assert is_cluster_server_id(server) and server.count("=") == 3
-    for addr in backend.masters():
-        assert f"{addr}={backend.node(addr).server_id()}" in server
+    named = server_masters(server)
+    for addr in backend.masters():  # each master's run id and replication id
+        replid = backend.node(addr).client.info("replication")["master_replid"]
+        assert named[addr] == f"{backend.node(addr).server_id()}:{replid}"
+    assert not backend.durable()  # a promoted replica may miss acknowledged writes
     tag = cluster_log.keys.job("x")
     facts = cluster_log.keys.facts(tag)
     assert not cluster_log.commit(tag, 1, [Out(facts, env(heartbeat()))], server=server).duplicate
@@ -169,7 +172,7 @@ def test_the_server_id_names_every_masters_run_id_and_a_script_is_checked_agains
     def restarted(which: str) -> str:
         """``server`` with the run id of the master ``which`` changed (a restart or failover since)."""
         parts = [
-            p.replace(p.split("=")[1], "0" * 40) if p.startswith(which + "=") else p for p in server[9:].split(",")
+            p.replace(p.split("=")[1], "0" * 40) if p.startswith(which + "@") else p for p in server[9:].split(",")
         ]
         return "c0000000:" + ",".join(parts)
 

@@ -45,11 +45,12 @@ __all__ = ["main"]
 )
 @click.option(
     "--failover",
-    type=click.Choice(["job", "cluster", "both"]),
+    type=click.Choice(["job", "cluster", "other", "both", "all"]),
     default=None,
     help="The campaign on a loopback Redis Cluster (tools/chaos/failover.py): each run kills -9 the master "
-    "holding a running job's tag (job) or the cluster's tag (cluster); the replica is promoted and the "
-    "job must finish with exact output. Reports the time to recover.",
+    "holding a running job's tag (job), the cluster's tag (cluster), or neither (other: the job must re-run "
+    "nothing); both: job and cluster, all: the three. The replica is promoted and the job must finish with "
+    "exact output. Reports the time to recover.",
 )
 def main(
     runs: int, seed: int, kills: int, root: str, hosts: bool, summary_file: str | None, failover: str | None

@@ -1,24 +1,31 @@
-"""Chaos on a Redis Cluster: kill -9 the master that holds a running job's tag, or the one that
-holds the cluster's tag; its replica is promoted, and the job finishes with exact output.
+"""Chaos on a Redis Cluster: kill -9 the master that holds a running job's tag, the one that
+holds the cluster's tag, or one that holds neither; its replica is promoted, and the job
+finishes with exact output.
 
     scripts/chaos --failover job --runs 10       # the master of the running job's tag
     scripts/chaos --failover cluster --runs 10   # the master of the cluster's tag (membership, lease)
+    scripts/chaos --failover other --runs 10     # a master holding neither: the job re-runs nothing
+    scripts/chaos --failover all --runs 10       # the three kinds, alternating (both: job and cluster)
 
 Each run: a fresh loopback Redis Cluster (3 masters, 3 replicas: tools/redis_cluster.py, node
 timeout 1 s), RQ's queues on a single redis-server of their own (RQ is not cluster-safe), one
 JobManager and one TaskManager (two slots) as ``sluice`` processes on one shared Spark
 Connect server; a word count (examples/wordcount.py) whose job id is picked so that its tag
-is on another master than the cluster's tag. Once a task of the job runs, the master is
-killed (SIGKILL). Measured from the kill:
+is on another master than the cluster's tag, and a TaskManager resource id whose tag is on
+the cluster tag's master (so the third master holds neither). Once a task of the job runs,
+the master is killed (SIGKILL). Measured from the kill:
 
     promoted   the slot is served again (by the promoted replica: CLUSTER SLOTS)
     recovered  the first fact committed to the struck tag after the kill (the leader writes
-               there again: the job's tag, or the cluster's)
+               there again: the job's tag, or the cluster's); for ``other``, the leader's
+               ``LogRestarted`` naming the failed slots (it noticed and recovered)
     finished   the job FINISHED
 
 and checked: the job FINISHED, and its output is exactly the word count of its input
-(computed here in Python), no process died on its own. A run that fails says why and keeps
-its directory (logs of every process, the cluster nodes' logs).
+(computed here in Python), no process died on its own; for ``other`` (recovery is per
+shard: services/jobmanager/restarts.py), the job re-ran nothing: no attempt of it failed
+and it was not renumbered. A run that fails says why and keeps its directory (logs of every
+process, the cluster nodes' logs).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice.events import JobStatus, TaskState, UpdateTaskExecutionState
+from sluice.events import AttemptsRenumbered, JobStatus, LogRestarted, TaskState, UpdateTaskExecutionState
 from sluice.services.embedded.redis_server import RedisServer
 from sluice.services.jobs.state import TERMINAL_JOB
 from sluice.store import ClusterBackend, EventLog, Keys
@@ -47,7 +54,7 @@ from tools.redis_cluster import LoopbackCluster
 __all__ = ["FailoverRun", "failover_campaign"]
 
 ROOT = Path(__file__).resolve().parents[2]
-KINDS = ("job", "cluster")
+KINDS = ("job", "cluster", "other")
 TIMING = {"SLUICE_HEARTBEAT_INTERVAL_MS": "250", "SLUICE_HEARTBEAT_TIMEOUT_MS": "10000", "SLUICE_LEASE_TTL_MS": "4000"}
 JOB_TIMEOUT_S = 300.0
 
@@ -151,6 +158,30 @@ def _last_ms(log: EventLog, stream: str) -> int:
     return entry_order(last)[0] if last else 0
 
 
+def _announced_after(log: EventLog, cluster_facts: str, after_ms: int) -> bool:
+    """Whether a ``LogRestarted`` naming failed slots was committed after ``after_ms``."""
+    return any(
+        isinstance(env.event, LogRestarted) and env.event.slots and entry_order(entry_id)[0] > after_ms
+        for entry_id, env in log.replay(cluster_facts)
+    )
+
+
+def _reran(log: EventLog, job_facts: str) -> list[str]:
+    """What a job on a shard that kept its writes must not have done: run anything again."""
+    out = []
+    facts = [env.event for _, env in log.replay(job_facts)]
+    if any(isinstance(ev, AttemptsRenumbered) for ev in facts):
+        out.append("the job on a shard that kept its writes was renumbered (its attempts ran again)")
+    failed = [
+        ev.execution_id
+        for ev in facts
+        if isinstance(ev, UpdateTaskExecutionState) and ev.state in (TaskState.FAILED, TaskState.CANCELED)
+    ]
+    if failed:
+        out.append(f"the job on a shard that kept its writes had attempts fail or cancelled: {failed[:4]}")
+    return out
+
+
 def run_failover(kind: str, seed: int, root: Path, spark: str, rq_url: str, say: Any = print) -> FailoverRun:
     home = (root / f"{kind}-{seed}").resolve()
     shutil.rmtree(home, ignore_errors=True)
@@ -170,11 +201,14 @@ def run_failover(kind: str, seed: int, root: Path, spark: str, rq_url: str, say:
         log = EventLog(backend, keys)
         cluster_port = cluster.owner(keys.cluster)
         job_id = next(f"wc{seed}-{i}" for i in range(1000) if cluster.owner(keys.job(f"wc{seed}-{i}")) != cluster_port)
-        struck = keys.job(job_id) if kind == "job" else keys.cluster
+        tm_id = next(f"tm-{i}" for i in range(1000) if cluster.owner(keys.taskmanager(f"tm-{i}")) == cluster_port)
+        busy = {cluster_port, cluster.owner(keys.job(job_id))}
+        spare = next(keys.job(f"x{i}") for i in range(1000) if cluster.owner(keys.job(f"x{i}")) not in busy)
+        struck = {"job": keys.job(job_id), "cluster": keys.cluster, "other": spare}[kind]
         env = {**TIMING, "SLUICE_RQ_REDIS_URL": rq_url, "SLUICE_SPARK_REMOTE": spark, "SLUICE_HOME": str(home / "home")}
         procs = _Procs(cluster.url, prefix, home, env)
         procs.start("jm", "jobmanager", "--storage-root", (home / "storage").as_uri(), "--slot-timeout", "120")
-        procs.start("tm", "taskmanager", "--resource-id", "tm-1", "--slots", "2", "--spark", spark)
+        procs.start("tm", "taskmanager", "--resource-id", tm_id, "--slots", "2", "--spark", spark)
         from sluice.client import Client, load_job
 
         text = _lines(home / "input.txt", seed)
@@ -207,7 +241,10 @@ def run_failover(kind: str, seed: int, root: Path, spark: str, rq_url: str, say:
             result.failures.append("no replica was promoted within 60 s")
             return result
         facts = keys.facts(struck)
-        recovered = _wait(lambda: _last_ms(log, facts) > killed_at_ms, 120, 0.05)
+        if kind == "other":  # nothing is written there: the leader's per-shard restart tells it noticed
+            recovered = _wait(lambda: _announced_after(log, keys.facts(keys.cluster), killed_at_ms), 120, 0.05)
+        else:
+            recovered = _wait(lambda: _last_ms(log, facts) > killed_at_ms, 120, 0.05)
         result.recovered_s = time.monotonic() - t0 if recovered else None
         if not recovered:
             result.failures.append(f"nothing was committed to {struck} within 120 s of the failover")
@@ -227,6 +264,8 @@ def run_failover(kind: str, seed: int, root: Path, spark: str, rq_url: str, say:
             if got != want:
                 diff = sorted(set(got.items()) ^ set(want.items()))[:6]
                 result.failures.append(f"the output differs from the input's word count: {diff}")
+        if kind == "other":
+            result.failures += _reran(log, job_facts)
         result.failures += procs.died()
         restarted = [line for line in (home / "jm.log").read_text(errors="replace").splitlines() if "restart" in line]
         result.notes.append(f"{len(restarted)} restart line(s) in the JobManager's log")
@@ -244,11 +283,12 @@ def run_failover(kind: str, seed: int, root: Path, spark: str, rq_url: str, say:
 
 
 def failover_campaign(kind: str, runs: int, seed: int, root: Path, say: Any = print) -> list[FailoverRun]:
-    """``runs`` runs of one kind (``job``, ``cluster``, or ``both``: alternating), on one Spark
-    Connect server and one single Redis for RQ's queues; prints each run and the summary."""
+    """``runs`` runs of one kind (``job``, ``cluster``, ``other``; ``both``: job and cluster
+    alternating, ``all``: the three), on one Spark Connect server and one single Redis for RQ's
+    queues; prints each run and the summary."""
     from sluice.services.embedded.spark_connect import SparkConnectServer
 
-    kinds = KINDS if kind == "both" else (kind,)
+    kinds = {"both": KINDS[:2], "all": KINDS}.get(kind, (kind,))
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     spark = SparkConnectServer(log_file=root / "spark-connect.log")
@@ -293,7 +333,7 @@ def summary(results: list[FailoverRun]) -> str:
             vs = [v for v in values if v is not None]
             return f"{statistics.median(vs):.1f} / {max(vs):.1f} s" if vs else "-"
 
-        what = "the job's tag's master" if kind == "job" else "the cluster tag's master"
+        what = {"job": "the job's tag's master", "cluster": "the cluster tag's master", "other": "another master"}[kind]
         lines.append(
             f"{what:28} {len(rs):>5} {sum(r.ok for r in rs):>4}  {stat([r.promoted_s for r in rs]):>22}  "
             f"{stat([r.recovered_s for r in rs]):>14}  {stat([r.finished_s for r in rs]):>14}"
