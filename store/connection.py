@@ -49,7 +49,10 @@ KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 10, 5, 3
 """TCP keepalive of every connection: the first probe after 10 s of silence, then every 5 s,
 and the connection is broken after 3 unanswered ones (about 25 s). A peer that went away
 without closing (a container disconnected from its network and connected again at a new
-address) is then noticed while a call waits, and the next call opens a new connection."""
+address) is then noticed while a call waits, and the next call opens a new connection.
+Where the platform has it (Linux), ``TCP_USER_TIMEOUT`` breaks it as soon when what it sent
+is not acknowledged for as long (keepalive probes only go while nothing is unacknowledged:
+a command sent into the void would otherwise be retransmitted for about 15 minutes)."""
 
 
 def keepalive_options() -> dict[int, int]:
@@ -66,6 +69,9 @@ def keepalive_options() -> dict[int, int]:
         option = getattr(socket, name, None)
         if option is not None and not (name == "TCP_KEEPALIVE" and hasattr(socket, "TCP_KEEPIDLE")):
             options[option] = value
+    user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if user_timeout is not None:  # milliseconds
+        options[user_timeout] = 1000 * (KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES)
     return options
 
 

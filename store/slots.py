@@ -276,7 +276,7 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
             through_outage(self.put_back_lost)
             self.looked_at = time.monotonic()
             if super().should_run_maintenance_tasks:
-                through_outage(lambda: super(SlotWorker, self).run_maintenance_tasks())
+                through_outage(lambda: super(SlotWorker, self).run_maintenance_tasks())  # type: ignore[no-untyped-call]  # rq leaves it unannotated
 
         def put_back_lost(self) -> None:
             for queue in self.queues:
