@@ -45,9 +45,10 @@ the longest blocking call made on a client of ``connect``: a slot worker's BLMOV
 ``store.slots.DEQUEUE_TIMEOUT_S`` (10 s; RQ raises the timeout to 10 s above that if it is
 lower), a reader's XREAD BLOCK a second at most."""
 
-KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 10, 5, 3
-"""TCP keepalive of every connection: the first probe after 10 s of silence, then every 5 s,
-and the connection is broken after 3 unanswered ones (about 25 s). A peer that went away
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 2, 3
+"""TCP keepalive of every connection: the first probe after 5 s of silence, then every 2 s,
+and the connection is broken after 3 unanswered ones (about 11 s; only the peer's kernel
+answers them, so a server busy for longer, say forking, does not break it). A peer that went away
 without closing (a container disconnected from its network and connected again at a new
 address) is then noticed while a call waits, and the next call opens a new connection.
 Where the platform has it (Linux), ``TCP_USER_TIMEOUT`` breaks it as soon when what it sent
