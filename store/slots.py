@@ -432,6 +432,7 @@ def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | No
         incarnation += 1  # a new name each time: the last one's registration may outlive it
         name = log.keys.slot_worker(resource_id, slot, socket.gethostname(), os.getpid(), incarnation)
         worker = SlotWorker([queue], name=name, connection=client, serializer=JSONSerializer)
+        began = time.monotonic()
         try:
             worker.work(with_scheduler=False, logging_level="WARNING")
         except StopRequested:
@@ -446,7 +447,10 @@ def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | No
                 continue
         except StopRequested:
             return
-        quick_ends += 1  # Redis answers: RQ's loop ended for another reason (or Redis blinked)
+        if time.monotonic() - began > 60:  # it worked a while: not one of a run of quick ends
+            quick_ends = 0
+        quick_ends += 1  # Redis answers: RQ's loop ended for another reason (or Redis blinked: a
+        # connection broken by keepalive where RQ does not catch it, say its bookkeeping after a task)
         if quick_ends > 3:
             raise RuntimeError(f"the RQ worker of slot {slot} keeps ending while Redis answers; see its log above")
         time.sleep(0.5 * quick_ends)
