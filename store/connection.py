@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +23,8 @@ __all__ = [
     "ping",
     "shutdown",
     "Outage",
+    "SOCKET_TIMEOUT_S",
+    "keepalive_options",
     "PASSWORD_ENV",
     "ClusterURL",
     "CLUSTER_SCHEMES",
@@ -35,6 +38,42 @@ T = TypeVar("T")
 
 PASSWORD_ENV = "SLUICE_REDIS_PASSWORD"
 """If set, the password for the Redis URL's user, so it need not be written in the URL."""
+
+SOCKET_TIMEOUT_S = 30.0
+"""How long a client waits for any reply before it counts its connection as broken. Above
+the longest blocking call made on a client of ``connect``: a slot worker's BLMOVE waits
+``store.slots.DEQUEUE_TIMEOUT_S`` (10 s; RQ raises the timeout to 10 s above that if it is
+lower), a reader's XREAD BLOCK a second at most."""
+
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 2, 3
+"""TCP keepalive of every connection: the first probe after 5 s of silence, then every 2 s,
+and the connection is broken after 3 unanswered ones (about 11 s; only the peer's kernel
+answers them, so a server busy for longer, say forking, does not break it). A peer that went away
+without closing (a container disconnected from its network and connected again at a new
+address) is then noticed while a call waits, and the next call opens a new connection.
+Where the platform has it (Linux), ``TCP_USER_TIMEOUT`` breaks it as soon when what it sent
+is not acknowledged for as long (keepalive probes only go while nothing is unacknowledged:
+a command sent into the void would otherwise be retransmitted for about 15 minutes)."""
+
+
+def keepalive_options() -> dict[int, int]:
+    """The ``socket_keepalive_options`` of a TCP connection (the constants this platform has:
+    Linux all three; macOS names the idle time ``TCP_KEEPALIVE``)."""
+    wanted = (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+        ("TCP_KEEPALIVE", KEEPALIVE_IDLE_S),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+    )
+    options: dict[int, int] = {}
+    for name, value in wanted:
+        option = getattr(socket, name, None)
+        if option is not None and not (name == "TCP_KEEPALIVE" and hasattr(socket, "TCP_KEEPIDLE")):
+            options[option] = value
+    user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if user_timeout is not None:  # milliseconds
+        options[user_timeout] = 1000 * (KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES)
+    return options
 
 
 def redact(url: str) -> str:
@@ -65,11 +104,17 @@ def connect(url: str, *, check: bool = True, timeout: float = 5.0) -> redis.Redi
         raise ConfigError(f"Redis URL {redact(url)!r} must start with redis://, rediss:// (TLS) or unix://")
     # No automatic retries: a commit re-sent after a lost reply could append twice. Callers
     # see RedisUnavailable and recover by re-reading the log, which is always safe.
+    # A reply that does not come within SOCKET_TIMEOUT_S, or a peer that stops answering
+    # TCP keepalive probes, breaks the connection (TimeoutError, ConnectionError: callers see
+    # RedisUnavailable) instead of leaving a call waiting for good on a dead socket.
     kwargs: dict[str, object] = {
         "socket_connect_timeout": timeout,
+        "socket_timeout": max(SOCKET_TIMEOUT_S, timeout),
         "health_check_interval": 30,
         "retry": Retry(NoBackoff(), 0),
     }
+    if scheme != "unix":
+        kwargs.update(socket_keepalive=True, socket_keepalive_options=keepalive_options())
     password = os.environ.get(PASSWORD_ENV)
     if password and urlsplit(url).password is None:
         kwargs["password"] = password

@@ -23,13 +23,75 @@ from .log import EventLog
 from .redis_backend import RedisBackend, translate_errors
 from .rq_keys import bind
 
-__all__ = ["SlotQueues", "work_slot", "slot_worker_class", "HEARTBEAT_EVERY_S"]
+__all__ = [
+    "SlotQueues",
+    "work_slot",
+    "slot_worker_class",
+    "put_back_lost",
+    "HEARTBEAT_EVERY_S",
+    "DEQUEUE_TIMEOUT_S",
+    "LOST_CHECK_EVERY_S",
+]
 
 HEARTBEAT_EVERY_S = 1.0
 """A slot's worker renews its RQ registration at most this often. RQ renews it before and
 after each dequeue and after each job: three times a job, three round trips each, for a
 key that lives for minutes (``worker_ttl``). With no-op tasks that was a fifth of a
 worker's CPU (``scripts/bench tasks``)."""
+
+
+DEQUEUE_TIMEOUT_S = 10
+"""How long an idle slot worker's BLMOVE waits for a task before it looks again (RQ's
+default is its ``worker_ttl`` less 15 s: 405 s). Between two waits the worker puts back the
+tasks its lost dequeues left in the queue's intermediate list (``put_back_lost``), so a task
+taken by a BLMOVE whose reply never came waits at most about this long. Below
+``store.connection.SOCKET_TIMEOUT_S``: the wait is not mistaken for a dead connection."""
+
+LOST_CHECK_EVERY_S = 5.0
+"""An idle or busy slot worker looks for lost dequeues at most this often (one LRANGE)."""
+
+# KEYS[1]: a queue's intermediate list, KEYS[2]: the queue; ARGV[1]: a job id. The job goes
+# back to the head of its queue only if it was still in the intermediate list (so never twice).
+PUT_BACK = """
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
+    redis.call('LPUSH', KEYS[2], ARGV[1])
+    return 1
+end
+return 0
+"""
+
+
+def put_back_lost(queue: Any) -> list[str]:
+    """Put the tasks a lost dequeue left in ``queue``'s intermediate list back at its head;
+    their ids. Only its own worker calls this, between two dequeues: RQ moves a task from
+    the queue to the intermediate list with BLMOVE, and the transaction that starts it takes
+    it out of the list and into the started registry, so a task still in the list then was
+    taken by a BLMOVE whose reply never reached this worker. That happens when the worker's
+    address changes (a container connected again to its network): Redis serves the BLMOVE
+    still pending on the old connection, which it holds open until TCP tells it otherwise,
+    and the reply goes nowhere. A task no longer queued (cancelled, or gone) only leaves the
+    list. RQ's own clean-up (``IntermediateQueue.cleanup``, every ten minutes) would fail
+    such a task after a minute instead; nothing would report that to Sluice."""
+    from rq.job import Job, JobStatus
+
+    connection = queue.connection
+    intermediate = queue.intermediate_queue
+    ids = intermediate.get_job_ids()
+    if not ids:
+        return []
+    started = set(queue.started_job_registry.get_job_ids(cleanup=False))
+    put_back = connection.register_script(PUT_BACK)
+    back: list[str] = []
+    for job_id in ids:
+        if job_id in started:
+            continue  # RQ's own bookkeeping (a worker of several queues): left to RQ
+        status = Job(job_id, connection=connection).get_status(refresh=True) if Job.exists(job_id, connection) else None
+        if status == JobStatus.QUEUED:
+            if put_back(keys=[intermediate.key, queue.key], args=[job_id]):
+                back.append(job_id)
+        else:
+            intermediate.remove(job_id)
+    return back
 
 
 def _client(log: EventLog, rq: Any = None) -> Any:
@@ -177,8 +239,56 @@ def slot_worker_class(outage: Outage | None = None) -> Any:
         stopping = False
         beat_at: float | None = None
         asked_at: float | None = None
+        looked_at: float | None = None
+        waiting = False
         held: Any = None
         written: str | None = None
+        put_back: tuple[str, ...] = ()
+        """The tasks it put back (``put_back_lost``), for logs and tests."""
+
+        @property
+        def dequeue_timeout(self) -> int:
+            """A short wait for a task (RQ: 405 s), so that lost dequeues are looked for
+            between two waits (``DEQUEUE_TIMEOUT_S``)."""
+            return DEQUEUE_TIMEOUT_S
+
+        def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+            self.waiting = True
+            try:
+                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            finally:
+                self.waiting = False
+
+        @property
+        def should_run_maintenance_tasks(self) -> bool:
+            """RQ's maintenance every ten minutes (``maintenance_interval``), and the look for
+            lost dequeues: RQ asks before each dequeue, and again at each pass of its wait for
+            a task, which comes after a wait that timed out or a connection that broke (when
+            a lost reply is likeliest): then at most once a second, else every
+            ``LOST_CHECK_EVERY_S`` (between short tasks)."""
+            every = 1.0 if self.waiting else LOST_CHECK_EVERY_S
+            due = self.looked_at is None or time.monotonic() - self.looked_at >= every
+            return due or bool(super().should_run_maintenance_tasks)
+
+        def run_maintenance_tasks(self) -> None:
+            """Put back what lost dequeues left in the intermediate list (``put_back_lost``),
+            then RQ's own maintenance when it is due. An outage met here is waited through."""
+            through_outage(self.put_back_lost)
+            self.looked_at = time.monotonic()
+            if super().should_run_maintenance_tasks:
+                through_outage(lambda: super(SlotWorker, self).run_maintenance_tasks())  # type: ignore[no-untyped-call]  # rq leaves it unannotated
+
+        def put_back_lost(self) -> None:
+            for queue in self.queues:
+                back = put_back_lost(queue)
+                if back:
+                    self.put_back = (*self.put_back, *back)
+                    self.log.warning(
+                        "Worker %s: put back %s, taken off %s by a dequeue whose reply was lost",
+                        self.name,
+                        ", ".join(back),
+                        queue.name,
+                    )
 
         def request_stop(self, signum: Any, frame: Any) -> None:
             self.stopping = True
@@ -322,6 +432,7 @@ def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | No
         incarnation += 1  # a new name each time: the last one's registration may outlive it
         name = log.keys.slot_worker(resource_id, slot, socket.gethostname(), os.getpid(), incarnation)
         worker = SlotWorker([queue], name=name, connection=client, serializer=JSONSerializer)
+        began = time.monotonic()
         try:
             worker.work(with_scheduler=False, logging_level="WARNING")
         except StopRequested:
@@ -336,7 +447,10 @@ def work_slot(log: EventLog, resource_id: str, slot: int, *, outage: Outage | No
                 continue
         except StopRequested:
             return
-        quick_ends += 1  # Redis answers: RQ's loop ended for another reason (or Redis blinked)
+        if time.monotonic() - began > 60:  # it worked a while: not one of a run of quick ends
+            quick_ends = 0
+        quick_ends += 1  # Redis answers: RQ's loop ended for another reason (or Redis blinked: a
+        # connection broken by keepalive where RQ does not catch it, say its bookkeeping after a task)
         if quick_ends > 3:
             raise RuntimeError(f"the RQ worker of slot {slot} keeps ending while Redis answers; see its log above")
         time.sleep(0.5 * quick_ends)

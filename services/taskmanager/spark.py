@@ -11,12 +11,34 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice.services.common.shell import hostname
+
 from . import share
 
 if TYPE_CHECKING:
     from sluice.services.embedded.spark_connect import SparkConnectServer
 
-__all__ = ["SparkShare"]
+__all__ = ["SparkShare", "driver_conf"]
+
+
+def driver_conf(master: str, hostname: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Where a Spark driver of this TaskManager listens and what address it gives out, so that
+    it still answers after this host's address changed (a container connected again to its
+    network gets a new one). Spark's default binds the driver to the address the host name
+    had at start and gives that out: after a change, connections to it are refused
+    ("Connection refused: HOST/NEW_ADDRESS:PORT"), and the task fails.
+
+    On a ``local`` master nothing outside this host talks to the driver: it listens on
+    loopback and gives out loopback, which never changes. On a cluster's master the
+    executors, elsewhere, must reach it: it listens on every interface and gives out the host
+    name, which follows the host. Nothing is set when ``$SPARK_LOCAL_IP`` or
+    ``$SPARK_LOCAL_HOSTNAME`` chooses (Spark's own settings)."""
+    env = os.environ if environ is None else environ
+    if env.get("SPARK_LOCAL_IP") or env.get("SPARK_LOCAL_HOSTNAME"):
+        return {}
+    if master.startswith("local"):
+        return {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+    return {"spark.driver.bindAddress": "0.0.0.0", "spark.driver.host": hostname}
 
 
 class SparkShare:
@@ -57,9 +79,11 @@ class SparkShare:
             from sluice.services.embedded.spark_connect import SparkConnectServer
 
             self.logs.mkdir(parents=True, exist_ok=True)
+            master = os.environ.get("SLUICE_SPARK_MASTER", "local[*]")
             self.server = SparkConnectServer(
-                master=os.environ.get("SLUICE_SPARK_MASTER", "local[*]"),
+                master=master,
                 log_file=self.logs / f"{self.resource_id}-spark-connect.log",
+                conf=driver_conf(master, hostname()),
             )
             self.remote = self.server.start(wait=False)
             self.logger.info("started a Spark Connect server for this TaskManager", url=self.remote)

@@ -129,11 +129,13 @@ def _new_session(remote: str | None) -> Any:
             wait_listening(remote)  # its TaskManager may have started it a moment ago
             _spark = SparkSession.builder.remote(remote).getOrCreate()
         else:
-            _spark = (
-                SparkSession.builder.master(os.environ.get("SLUICE_SPARK_MASTER", "local[*]"))
-                .config("spark.ui.enabled", "false")
-                .getOrCreate()
-            )
+            from .spark import driver_conf
+
+            master = os.environ.get("SLUICE_SPARK_MASTER", "local[*]")
+            builder = SparkSession.builder.master(master).config("spark.ui.enabled", "false")
+            for key, value in driver_conf(master, hostname()).items():  # it answers after an address change
+                builder = builder.config(key, value)
+            _spark = builder.getOrCreate()
     return _spark
 
 
