@@ -34,6 +34,7 @@ from typing import Any
 import redis
 from rich.table import Table
 
+from sluice.events import Envelope
 from sluice.services.embedded import RedisServer
 from sluice.store import ClusterBackend, EventLog, GroupConsumer, Keys, Out, RedisBackend, connect
 from sluice.store.backend import Delegating
@@ -68,7 +69,45 @@ class RedisPyCluster(Delegating):
             return self.rc.eval(BY_NAME[name], len(keys), *keys, *args)
 
 
-def _median_rounds(pairs: list[tuple[str, Callable[[], float]]], n_rounds: int) -> dict[str, float]:
+def job_tags(log: EventLog) -> list[str]:
+    """The tags of the bench's ``JOBS`` jobs (spread over a cluster's slots by their ids)."""
+    return [log.keys.job(f"job-{i:03d}") for i in range(JOBS)]
+
+
+def commit_rates(
+    name: str, log: EventLog, envs: list[Envelope], per_round: int
+) -> list[tuple[str, Callable[[], float]]]:
+    """Two rates of ``log``'s commits (events a second), named ``<name>|commit, 1 event`` and
+    ``<name>|commit, 100 events``: ``per_round`` commits of one event over the jobs' tags in
+    turn, and a twentieth as many of 100 events."""
+    tags, server = job_tags(log), log.server_id()
+
+    def single() -> float:
+        t = time.perf_counter()
+        for i, e in enumerate(envs[:per_round]):
+            tag = tags[i % JOBS]
+            log.commit(tag, 1, [Out(log.keys.facts(tag), e)], server=server)
+        return per_round / (time.perf_counter() - t)
+
+    def batched() -> float:
+        n = max(per_round // 20, 1)
+        t = time.perf_counter()
+        for i in range(n):
+            tag = tags[i % JOBS]
+            log.commit(tag, 1, [Out(log.keys.facts(tag), e) for e in envs[:100]], server=server)
+        return n * 100 / (time.perf_counter() - t)
+
+    return [(f"{name}|commit, 1 event", single), (f"{name}|commit, 100 events", batched)]
+
+
+def median_rounds(
+    pairs: list[tuple[str, Callable[[], float]]], n_rounds: int, *, warm_up: bool = False
+) -> dict[str, float]:
+    """Each named rate measured ``n_rounds`` times, alternating, and its median (``warm_up``:
+    each run once first, unmeasured: scripts loaded, connections made)."""
+    if warm_up:
+        for _, fn in pairs:
+            fn()
     rates: dict[str, list[float]] = {name: [] for name, _ in pairs}
     for _ in range(n_rounds):
         for name, fn in pairs:
@@ -102,24 +141,7 @@ def _run(logs: dict[str, EventLog], commits: int, n_rounds: int, replay: int) ->
     per_round = max(commits // n_rounds, 1)
     pairs: list[tuple[str, Callable[[], float]]] = []
     for name, log in logs.items():
-        tags = [log.keys.job(f"job-{i:03d}") for i in range(JOBS)]
-        server = log.server_id()
-
-        def single(log: EventLog = log, tags: list[str] = tags, server: str = server) -> float:
-            t = time.perf_counter()
-            for i, e in enumerate(envs[:per_round]):
-                tag = tags[i % JOBS]
-                log.commit(tag, 1, [Out(log.keys.facts(tag), e)], server=server)
-            return per_round / (time.perf_counter() - t)
-
-        def batched(log: EventLog = log, tags: list[str] = tags, server: str = server) -> float:
-            n = max(per_round // 20, 1)
-            t = time.perf_counter()
-            for i in range(n):
-                tag = tags[i % JOBS]
-                log.commit(tag, 1, [Out(log.keys.facts(tag), e) for e in envs[:100]], server=server)
-            return n * 100 / (time.perf_counter() - t)
-
+        tags = job_tags(log)
         inboxes = [log.keys.inbox(t) for t in tags]
         consumer = GroupConsumer(log, inboxes, "bench", "c")
         consumer.ensure_group()
@@ -134,7 +156,7 @@ def _run(logs: dict[str, EventLog], commits: int, n_rounds: int, replay: int) ->
                 consumer.ack(*[e.id for e in got if e.stream == s], stream=s)
             return len(got) / took
 
-        pairs += [(f"{name}|commit, 1 event", single), (f"{name}|commit, 100 events", batched)]
+        pairs += commit_rates(name, log, envs, per_round)
         if name != "cluster, redis-py":  # (its reads are the inner ClusterBackend's: only commits differ)
             pairs += [(f"{name}|read {JOBS} inboxes", reads)]
 
@@ -143,7 +165,7 @@ def _run(logs: dict[str, EventLog], commits: int, n_rounds: int, replay: int) ->
         f"{max(per_round // 20, 1)} commits of 100 events, a read of {JOBS} inboxes x 10 entries; "
         f"then replays of {replay:,} events[/]"
     )
-    results = _median_rounds(pairs, n_rounds)
+    results = median_rounds(pairs, n_rounds)
 
     replays: list[tuple[str, Callable[[], float]]] = []
     for name, log in logs.items():
@@ -161,7 +183,7 @@ def _run(logs: dict[str, EventLog], commits: int, n_rounds: int, replay: int) ->
             return n / (time.perf_counter() - t)
 
         replays.append((f"{name}|replay", replayed))
-    results |= _median_rounds(replays, max(n_rounds // 2, 1))
+    results |= median_rounds(replays, max(n_rounds // 2, 1))
 
     names = list(logs)
     table = Table(title="The log on a Redis Cluster vs one Redis (per second, median of rounds; same run, loopback)")

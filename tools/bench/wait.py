@@ -13,7 +13,6 @@ here at least a round trip from master to replica and back, on a network more.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -21,16 +20,15 @@ from pathlib import Path
 
 from rich.table import Table
 
-from sluice.store import ClusterBackend, EventLog, Keys, Out
+from sluice.store import ClusterBackend, EventLog, Keys
 from sluice.store.wait import Wait
+from tools.bench.cluster_log import commit_rates, median_rounds
 from tools.bench.log import sample_event
 from tools.redis_cluster import LoopbackCluster
 
 from .console import console
 
 __all__ = ["run"]
-
-JOBS = 64
 
 
 def run(*, commits: int = 3000, n_rounds: int = 5, timeout_ms: int = 1000) -> dict[str, float]:
@@ -73,32 +71,8 @@ def _run(logs: dict[str, EventLog], commits: int, n_rounds: int) -> dict[str, fl
     per_round = max(commits // n_rounds, 1)
     pairs: list[tuple[str, Callable[[], float]]] = []
     for name, log in logs.items():
-        tags = [log.keys.job(f"job-{i:03d}") for i in range(JOBS)]
-        server = log.server_id()
-
-        def single(log: EventLog = log, tags: list[str] = tags, server: str = server) -> float:
-            t = time.perf_counter()
-            for i, e in enumerate(envs[:per_round]):
-                tag = tags[i % JOBS]
-                log.commit(tag, 1, [Out(log.keys.facts(tag), e)], server=server)
-            return per_round / (time.perf_counter() - t)
-
-        def batched(log: EventLog = log, tags: list[str] = tags, server: str = server) -> float:
-            n = max(per_round // 20, 1)
-            t = time.perf_counter()
-            for i in range(n):
-                tag = tags[i % JOBS]
-                log.commit(tag, 1, [Out(log.keys.facts(tag), e) for e in envs[:100]], server=server)
-            return n * 100 / (time.perf_counter() - t)
-
-        pairs += [(f"{name}|commit, 1 event", single), (f"{name}|commit, 100 events", batched)]
-    for _, fn in pairs:  # warm up (scripts loaded, connections made)
-        fn()
-    rates: dict[str, list[float]] = {name: [] for name, _ in pairs}
-    for _ in range(n_rounds):
-        for name, fn in pairs:
-            rates[name].append(fn())
-    result = {name: statistics.median(r) for name, r in rates.items()}
+        pairs += commit_rates(name, log, envs, per_round)
+    result = median_rounds(pairs, n_rounds, warm_up=True)
     table = Table(title="Commits with and without WAIT on a loopback Redis Cluster (3 masters, 3 replicas)")
     table.add_column("what")
     for name in logs:
