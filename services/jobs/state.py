@@ -257,6 +257,38 @@ def _remember(history: list[tuple[int, str]], ts: int, what: str) -> None:
         del history[0]
 
 
+def _reported(
+    state: JobsState,
+    job: JobRun,
+    ex: Execution,
+    env: Envelope,
+    ev: UpdateTaskExecutionState,
+    old: TaskState,
+    new: TaskState,
+) -> bool:
+    """What a report of an attempt's move says of it (its state, error, TaskManager, slot and
+    session), and the slot it takes or gives back: the current attempt's and a speculative
+    one's alike. True when the move took a slot."""
+    ex.state, ex.since = new, env.ts
+    if ev.error is not None:
+        ex.error = ev.error
+    if ev.taskmanager is not None:
+        ex.taskmanager, ex.slot = ev.taskmanager, ev.slot
+    if ev.session is not None:
+        ex.session = ev.session
+    holds, held = new in HOLDS_SLOT, old in HOLDS_SLOT
+    if holds and not held:
+        ex.placed_epoch = env.epoch
+        if ex.taskmanager is not None:
+            # (a placement names the TaskManager and its slot together: slot is not None here)
+            state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
+            job.slot_taken_at = env.ts
+            return True
+    elif held and not holds:
+        state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
+    return False
+
+
 def _task_moved(state: JobsState, env: Envelope, ev: UpdateTaskExecutionState) -> None:
     """An attempt moved (nine facts in ten: written for speed)."""
     job = state.jobs.get(ev.job_id)
@@ -277,25 +309,8 @@ def _task_moved(state: JobsState, env: Envelope, ev: UpdateTaskExecutionState) -
     history.append((env.ts, f"{ex.attempt}: {move}"))
     if len(history) > _STORY:
         del history[0]
-    ex.state = new
-    ex.since = env.ts
-    if ev.error is not None:
-        ex.error = ev.error
-    if ev.taskmanager is not None:
-        ex.taskmanager, ex.slot = ev.taskmanager, ev.slot
-    if ev.session is not None:
-        ex.session = ev.session
-    holds, held = new in HOLDS_SLOT, old in HOLDS_SLOT
-    if holds and not held:
-        ex.placed_epoch = env.epoch
-        if ex.taskmanager is not None:
-            # (a placement names the TaskManager and its slot together: slot is not None here)
-            state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
-            job.slot_taken_at = env.ts
-            if not job.wait_until_placed:
-                job.waiting_since = None
-    elif held and not holds:
-        state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
+    if _reported(state, job, ex, env, ev, old, new) and not job.wait_until_placed:
+        job.waiting_since = None
     if new == TaskState.FINISHED and old != TaskState.FINISHED:
         vertex.finished += 1
     started = new in STARTED_TASK
@@ -311,21 +326,7 @@ def _concurrent_moved(
     old, new = ex.state, ev.state
     check_task(ev.execution_id, old, new, ex.history, current=ex.attempt, attempt=ev.attempt)
     _remember(ex.history, env.ts, f"{ex.attempt}: {old._value_}->{new._value_} (speculative)")
-    ex.state, ex.since = new, env.ts
-    if ev.error is not None:
-        ex.error = ev.error
-    if ev.taskmanager is not None:
-        ex.taskmanager, ex.slot = ev.taskmanager, ev.slot
-    if ev.session is not None:
-        ex.session = ev.session
-    holds, held = new in HOLDS_SLOT, old in HOLDS_SLOT
-    if holds and not held:
-        ex.placed_epoch = env.epoch
-        if ex.taskmanager is not None:
-            state.pool.take(ex.taskmanager, ex.slot, job.job_id, ex.id)  # type: ignore[arg-type]
-            job.slot_taken_at = env.ts
-    elif held and not holds:
-        state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
+    _reported(state, job, ex, env, ev, old, new)
     if new.terminal:
         others = vertex.concurrent[ex.subtask]
         others.remove(ex)
