@@ -139,12 +139,7 @@ class _Listing:
         self.path = path
         self.unkeyed = False
         self.key_groups: dict[int, str] = {}
-        info = fs.info(path)
-        if info is None:
-            raise DataplaneError(
-                f"input path {path!r} does not exist: its producer has not written its output there "
-                "(did the producer finish, and write to this path?)"
-            )
+        info = _published(path)
         if info.is_file:
             self.unkeyed = True
             return
@@ -163,16 +158,22 @@ class _Listing:
         return not self.unkeyed and not self.key_groups
 
 
-def published_bytes(path: str) -> int:
-    """The bytes of data a producer published at ``path`` (its data files, keyed or not;
-    not ``_schema.json``, ``_SUCCESS`` or checksums). DataplaneError if it wrote nothing there."""
-    path = _check_path(path, "input path")
+def _published(path: str) -> fs.Entry:
+    """What the file system says of a producer's output ``path`` (DataplaneError if there is none)."""
     info = fs.info(path)
     if info is None:
         raise DataplaneError(
             f"input path {path!r} does not exist: its producer has not written its output there "
             "(did the producer finish, and write to this path?)"
         )
+    return info
+
+
+def published_bytes(path: str) -> int:
+    """The bytes of data a producer published at ``path`` (its data files, keyed or not;
+    not ``_schema.json``, ``_SUCCESS`` or checksums). DataplaneError if it wrote nothing there."""
+    path = _check_path(path, "input path")
+    info = _published(path)
     if info.is_file:
         return info.size or 0
     return sum(

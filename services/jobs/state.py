@@ -372,13 +372,8 @@ def _won(state: JobsState, env: Envelope, ev: AttemptWon) -> None:
     winner = next(o for o in others if o.attempt == ev.attempt)
     others.remove(winner)
     others.append(ex)
-    if ex.state == TaskState.FINISHED:
-        vertex.finished -= 1
-    if ex.state in STARTED_TASK:
-        vertex.started -= 1
-    if ex.produced:
-        vertex.produced -= 1
-        ex.produced = False
+    _uncount(vertex, ex)
+    ex.produced = False
     if winner.state == TaskState.FINISHED:
         vertex.finished += 1
     if winner.state in STARTED_TASK:
@@ -386,6 +381,17 @@ def _won(state: JobsState, env: Envelope, ev: AttemptWon) -> None:
     job.by_id.pop(ex.id, None)  # (no longer current)
     vertex.subtasks[ev.subtask] = winner
     vertex.restarted += 1  # (consumers' descriptors name the winner's attempt)
+
+
+def _uncount(vertex: VertexRun, ex: Execution) -> None:
+    """Take an attempt that stops being its subtask's current one out of its vertex's counts
+    (finished, started, produced)."""
+    if ex.state == TaskState.FINISHED:
+        vertex.finished -= 1
+    if ex.state in STARTED_TASK:
+        vertex.started -= 1
+    if ex.produced:
+        vertex.produced -= 1
 
 
 def _produced(state: JobsState, env: Envelope, ev: ScheduleOrUpdateConsumers) -> None:
@@ -415,12 +421,7 @@ def _restarted(state: JobsState, env: Envelope, ev: TaskRestartScheduled) -> Non
     _remember(ex.history, env.ts, f"{ex.attempt}: restarted as attempt {ev.attempt}")
     if ex.state in HOLDS_SLOT:
         state.pool.give_back(ex.taskmanager, ex.slot, job.job_id, ex.id)
-    if ex.state == TaskState.FINISHED:
-        vertex.finished -= 1
-    if ex.state in STARTED_TASK:
-        vertex.started -= 1
-    if ex.produced:
-        vertex.produced -= 1
+    _uncount(vertex, ex)
     job.by_id.pop(ex.id, None)  # (no longer current)
     ex.attempt, ex.state, ex.taskmanager, ex.slot, ex.seq = ev.attempt, TaskState.CREATED, None, None, 0
     vertex.restarted += 1
