@@ -95,22 +95,7 @@ def installed_source(path: Path, megabytes: int, seed: int = 1) -> None:
     files = sorted(p for p in root.rglob("*.py") if p.is_file())
     if not files:
         raise ValueError(f"no Python source files under {root}: the 'source' corpus needs installed packages")
-    target, written = megabytes * 1024 * 1024, 0
-    with path.open("wb") as out:
-        while written < target:
-            before = written
-            for f in files:
-                data = f.read_bytes()
-                if not data.endswith(b"\n"):
-                    data += b"\n"
-                if written + len(data) > target:
-                    cut = data.rfind(b"\n", 0, target - written) + 1
-                    out.write(data[:cut])
-                    return
-                out.write(data)
-                written += len(data)
-            if written == before:
-                return
+    _concatenated(files, path, megabytes)
 
 
 def stdlib_files() -> list[Path]:
