@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,20 +20,8 @@ from tests.helpers import env, heartbeat
 
 
 @pytest.fixture
-def log(redis_url: str) -> Iterator[EventLog]:
-    """The log under the prefix RQ has in this process (RQ takes one a process), emptied of
-    its keys (the log's and RQ's, all under ``{trq:``) before and after."""
-    client = connect(redis_url)
-    keys = Keys(RQ_PREFIX)
-
-    def empty() -> None:
-        for key in client.scan_iter(match=keys.pattern, count=1000):
-            client.delete(key)
-
-    empty()
-    yield EventLog(client, keys)
-    empty()
-    client.close()
+def log(rq_log: EventLog) -> EventLog:
+    return rq_log  # (tests/store/conftest.py)
 
 
 def _queue(log: EventLog) -> Queue:

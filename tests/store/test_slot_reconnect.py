@@ -34,18 +34,8 @@ NOOP = "tools.bench.tasks.noop"
 
 
 @pytest.fixture
-def log(redis_url: str) -> Iterator[EventLog]:
-    client = connect(redis_url)
-    keys = Keys(RQ_PREFIX)
-
-    def empty() -> None:
-        for key in client.scan_iter(match=keys.pattern, count=1000):
-            client.delete(key)
-
-    empty()
-    yield EventLog(client, keys)
-    empty()
-    client.close()
+def log(rq_log: EventLog) -> EventLog:
+    return rq_log  # (tests/store/conftest.py)
 
 
 def _queue(client: Any, keys: Keys) -> Queue:
